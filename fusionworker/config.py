@@ -1,0 +1,234 @@
+"""Every setting of fusionworker in one table.
+
+Resolution order for each setting (highest first):
+
+1. an explicit value passed in code or by a CLI flag (``overrides``),
+2. the process environment,
+3. the config file given with ``-c CONFIG_FILE`` (``KEY=VALUE`` lines, the
+   same format as a systemd ``EnvironmentFile``; ``#`` starts a comment),
+4. the default in :data:`SETTINGS`.
+
+The README's configuration table is generated from :data:`SETTINGS`
+(``python -m fusionworker.config`` prints it), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+#: Modules a horse may never import when no allow-list is configured.
+DEFAULT_DENY_MODULES = (
+    "os", "subprocess", "sys", "builtins", "shutil", "importlib", "ctypes",
+    "pickle", "marshal", "runpy", "socket", "pty", "code",
+)
+
+#: Exceptions retried by default, by qualified class name (subclasses match).
+DEFAULT_RETRYABLE = (
+    "builtins.ConnectionError",
+    "builtins.TimeoutError",
+    "requests.exceptions.ConnectionError",
+    "requests.exceptions.Timeout",
+    "redis.exceptions.ConnectionError",
+    "redis.exceptions.TimeoutError",
+    "fusionworker.exceptions.Retry",
+)
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used."""
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str          # attribute on Settings
+    env: str           # environment variable / config-file key
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+    flag: str = ""     # CLI flag, where one exists
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("redis_url", "REDIS_URL", DEFAULT_REDIS_URL, str,
+            "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
+            "redis+cluster://h:7000", "--redis-url"),
+    Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key."),
+    Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
+            "Default hard time limit of a job, seconds.", "--timeout"),
+    Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
+            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM."),
+    Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
+            "Seconds a finished job and its result are kept."),
+    Setting("worker_ttl", "FUSIONWORKER_WORKER_TTL", 420, int,
+            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl"),
+    Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
+            "Seconds between heartbeats (and job-deadline extensions) of a worker."),
+    Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
+            "Comma-separated module prefixes jobs may name (whole dotted components). "
+            "Unset: anything but a built-in deny-list (os, subprocess, sys, ...)."),
+    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level"),
+    Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
+            "Log format: text (readable lines) or json.", "--log-format"),
+    Setting("max_retries", "FUSIONWORKER_MAX_RETRIES", 10, int,
+            "Retries of a job that fails with a retryable error.", "--max-retries"),
+    Setting("retry_delay", "FUSIONWORKER_RETRY_DELAY", 5.0, float,
+            "First retry delay, seconds.", "--retry-delay"),
+    Setting("retry_backoff", "FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
+            "Multiplier of the retry delay per attempt."),
+    Setting("retry_max_delay", "FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
+            "Cap of the retry delay, seconds."),
+    Setting("retry_jitter", "FUSIONWORKER_RETRY_JITTER", 0.1, float,
+            "Random jitter added to a retry delay, as a fraction of it."),
+    Setting("retryable", "FUSIONWORKER_RETRYABLE", DEFAULT_RETRYABLE, _csv,
+            "Exception classes (module.Class, subclasses too) that are retried."),
+    Setting("reaper_interval", "FUSIONWORKER_REAPER_INTERVAL", 30.0, float,
+            "Seconds between passes of the stuck-job reaper."),
+    Setting("failed_ttl", "FUSIONWORKER_FAILED_TTL", 604800, int,
+            "Seconds a failed job stays in the failed registry (dead-letter)."),
+    Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
+            "Seconds after finishing during which a job with the same job_id/unique_key is skipped."),
+    Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
+            "URL POSTed (JSON) after a job's final failure."),
+    Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
+            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner)."),
+    Setting("memory_check_interval", "MEMORY_CHECK_INTERVAL", 5.0, float,
+            "Seconds between resource-governor samples."),
+    Setting("memory_throttle_threshold", "MEMORY_THROTTLE_THRESHOLD", 90.0, float,
+            "RAM use (%) at which workers stop claiming."),
+    Setting("memory_resume_threshold", "MEMORY_RESUME_THRESHOLD", 80.0, float,
+            "RAM use (%) under which throttled workers resume."),
+    Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
+            "Swap use (%) at which workers stop claiming."),
+    Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
+            "GPU memory use (%) of any device at which workers stop claiming."),
+    Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
+            "GPU memory use (%) under which throttled workers resume."),
+    Setting("max_horse_memory", "FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
+            "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
+            "--max-horse-memory"),
+    Setting("elasticsearch_url", "ELASTICSEARCH_URL", "", str,
+            "Elasticsearch for the event log; unset: events go to a capped Redis stream."),
+    Setting("elasticsearch_index", "ELASTICSEARCH_INDEX", "active-fusion-logs", str,
+            "Elasticsearch index of the event log."),
+    Setting("elasticsearch_api_key", "ELASTICSEARCH_API_KEY", "", str, "Elasticsearch API key."),
+    Setting("elasticsearch_username", "ELASTICSEARCH_USERNAME", "", str, "Elasticsearch basic-auth user."),
+    Setting("elasticsearch_password", "ELASTICSEARCH_PASSWORD", "", str,
+            "Elasticsearch basic-auth password."),
+    Setting("event_buffer", "FUSIONWORKER_EVENT_BUFFER", 10000, int,
+            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted."),
+    Setting("event_stream_maxlen", "FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
+            "Approximate length cap of the Redis event stream."),
+    Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
+            "Folder of the embedded Redis (used when no Redis answers and REDIS_URL is unset)."),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved settings. Build with :func:`load_settings`; never mutate."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    #: names whose value came from an override, the environment or the file
+    explicit: frozenset[str] = frozenset()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _BY_NAME:
+            return self.values.get(name, _BY_NAME[name].default)
+        raise AttributeError(name)
+
+    def replace(self, **overrides: Any) -> Settings:
+        """A copy with some values replaced (``None`` values are ignored)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        unknown = set(given) - set(_BY_NAME)
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return dataclasses.replace(
+            self, values={**self.values, **given}, explicit=self.explicit | frozenset(given)
+        )
+
+    def is_explicit(self, name: str) -> bool:
+        return name in self.explicit
+
+
+def read_config_file(path: str) -> dict[str, str]:
+    """Read ``KEY=VALUE`` lines. ``-c instance`` also finds ``instance.env``."""
+    candidates = [path] if os.path.splitext(path)[1] else [path, path + ".env"]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            break
+    else:
+        raise ConfigError(f"config file not found: {path}")
+    values: dict[str, str] = {}
+    with open(candidate, encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("export "):
+                line = line[len("export "):]
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ConfigError(f"{candidate}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            values[key.strip()] = value
+    return values
+
+
+def load_settings(
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Resolve every setting: overrides > environment > config file > default."""
+    env = os.environ if environ is None else environ
+    file_values = read_config_file(config_file) if config_file else {}
+    values: dict[str, Any] = {}
+    explicit: set[str] = set()
+    for setting in SETTINGS:
+        raw = env.get(setting.env)
+        if raw is None:
+            raw = file_values.get(setting.env)
+        if raw is None:
+            continue
+        try:
+            values[setting.name] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{setting.env}={raw!r}: {exc}") from None
+        explicit.add(setting.name)
+    return Settings(values=values, explicit=frozenset(explicit)).replace(**overrides)
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (for the README)."""
+    rows = ["| env / config key | CLI flag | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = ",".join(s.default) if isinstance(s.default, tuple) else s.default
+        rows.append(f"| `{s.env}` | {f'`{s.flag}`' if s.flag else ''} | `{default}` | {s.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(settings_table())

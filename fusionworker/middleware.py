@@ -1,0 +1,50 @@
+"""Hook points of the worker loop.
+
+The worker loop only claims, forks, waits and records. Everything else —
+the resource governor, the event log, metrics, systemd notification, the
+reaper, cron — hangs off these hooks. A hook must be cheap and must never
+raise into the loop: the worker logs and swallows a hook's exception (a
+broken metrics exporter must not stop jobs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job import Job
+    from .worker import Outcome, Worker
+
+
+class Middleware:
+    """Base class: override the hooks you need."""
+
+    def on_start(self, worker: Worker) -> None:
+        """The worker registered itself and is about to take jobs."""
+
+    def before_claim(self, worker: Worker) -> str | None:
+        """Return a reason (e.g. ``"throttled: RAM at 93.1%"``) to claim nothing now."""
+        return None
+
+    def after_claim(self, worker: Worker, job: Job) -> None:
+        """A job was claimed and its horse is being forked."""
+
+    def on_horse_tick(self, worker: Worker, job: Job, horse_pid: int) -> str | None:
+        """Called about once a second while a horse runs.
+
+        Return a reason (``"memory"``) to kill the horse and fail the job with it.
+        """
+        return None
+
+    def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
+        """The job's outcome was recorded (finished, retry scheduled, or failed)."""
+
+    def on_tick(self, worker: Worker) -> None:
+        """Called about once a second by the worker loop, busy or idle."""
+
+    def on_stop(self, worker: Worker) -> None:
+        """The worker is shutting down (after its last job)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Fields this middleware adds to the worker's heartbeat hash."""
+        return {}
