@@ -1,0 +1,364 @@
+"""Real throw-away Redis servers for tests: a Cluster, and a Sentinel setup.
+
+Every process runs on a free loopback port with its files in its own temp
+dir, and is killed on teardown (fixture finalizer, ``atexit`` as a safety
+net, and ``PR_SET_PDEATHSIG`` so a SIGKILLed test run leaves no orphans on
+Linux). Without ``redis-server``/``redis-cli`` the tests are skipped with a
+reason.
+
+Use the fixtures (import them into a test module or a conftest)::
+
+    from redis_servers import redis_cluster, redis_sentinel  # noqa: F401
+
+    def test_x(redis_cluster):
+        ports = redis_cluster.ports
+
+or the functions :func:`start_cluster`, :func:`start_sentinel_setup` and
+:func:`force_failover` directly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+HOST = "127.0.0.1"
+_live: list[subprocess.Popen[bytes]] = []
+
+
+def _binary(name: str) -> str | None:
+    """The real binary (next to this Python first, so pyenv shims are not in the way)."""
+    local = Path(sys.executable).parent / name
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
+
+
+def require_binaries(*names: str) -> dict[str, str]:
+    """Paths of ``names``; skip the calling test when one is missing."""
+    found: dict[str, str] = {}
+    for name in names:
+        path = _binary(name)
+        if path is None:
+            pytest.skip(f"{name} is not installed (needed for real Redis Cluster/Sentinel tests)")
+        found[name] = path
+    return found
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(cluster_bus: bool = False) -> int:
+    """A free loopback port; with ``cluster_bus`` also port + 10000 is free."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port = sock.getsockname()[1]
+        if not cluster_bus:
+            return port
+        if port < 55000 and _port_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair found for a cluster node")
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _spawn(args: list[str], workdir: Path, log_name: str) -> subprocess.Popen[bytes]:
+    log = open(workdir / log_name, "ab")  # noqa: SIM115 - owned by the process
+    try:
+        proc = subprocess.Popen(
+            args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+    finally:
+        log.close()
+    _live.append(proc)
+    return proc
+
+
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc in _live:
+            _live.remove(proc)
+
+
+_pending_stops: list[Callable[[], None]] = []
+
+
+def _stop_all() -> None:
+    for stop in list(_pending_stops):
+        stop()
+    _kill(list(_live))
+
+
+atexit.register(_stop_all)
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (redis.RedisError, OSError) as exc:
+            last_error = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
+
+
+def _client(port: int) -> redis.Redis:
+    return redis.Redis(HOST, port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _wait_ping(port: int, proc: subprocess.Popen[bytes], workdir: Path) -> None:
+    def up() -> bool:
+        if proc.poll() is not None:
+            log = "\n".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
+            raise RuntimeError(f"redis-server on port {port} exited ({proc.returncode}):\n{log[-2000:]}")
+        with _client(port) as client:
+            return bool(client.ping())
+
+    _wait_for(up, 10, f"redis on port {port}")
+
+
+def _make_stop(procs: list[subprocess.Popen[bytes]], workdir: Path) -> Callable[[], None]:
+    def stop() -> None:
+        _kill(procs)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if stop in _pending_stops:
+            _pending_stops.remove(stop)
+
+    _pending_stops.append(stop)
+    return stop
+
+
+# ---------------------------------------------------------------- cluster
+
+
+def start_cluster(n_masters: int = 3) -> tuple[list[int], Callable[[], None]]:
+    """Start ``n_masters`` cluster nodes (no replicas) and join them.
+
+    Returns ``(ports, stop)`` once every node reports ``cluster_state:ok``.
+    ``stop()`` kills the nodes and removes their files; it is idempotent.
+    """
+    bins = require_binaries("redis-server", "redis-cli")
+    workdir = Path(tempfile.mkdtemp(prefix="fw-cluster-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = _make_stop(procs, workdir)
+    try:
+        ports = [free_port(cluster_bus=True) for _ in range(n_masters)]
+        for port in ports:
+            procs.append(_spawn([
+                bins["redis-server"], "--port", str(port), "--bind", HOST,
+                "--dir", str(workdir), "--save", "", "--appendonly", "no",
+                "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                "--cluster-node-timeout", "5000", "--logfile", f"{port}.log",
+            ], workdir, f"{port}.out"))
+        for port, proc in zip(ports, procs, strict=True):
+            _wait_ping(port, proc, workdir)
+        created = subprocess.run(
+            [bins["redis-cli"], "--cluster", "create", *(f"{HOST}:{p}" for p in ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}")
+
+        def all_ok() -> bool:
+            for port in ports:
+                with _client(port) as client:
+                    info = client.execute_command("CLUSTER INFO")  # parsed into a dict
+                    if info.get("cluster_state") != "ok":
+                        return False
+                    if int(info.get("cluster_known_nodes", 0)) != n_masters:
+                        return False
+            return True
+
+        _wait_for(all_ok, 30, "cluster_state:ok on every node")
+    except BaseException:
+        stop()
+        raise
+    return ports, stop
+
+
+# ---------------------------------------------------------------- sentinel
+
+MASTER_NAME = "fwmaster"
+
+
+def start_sentinel_setup(
+    master_name: str = MASTER_NAME,
+) -> tuple[int, int, int, str, Callable[[], None]]:
+    """One master, one replica and one sentinel watching them (quorum 1).
+
+    Returns ``(master_port, replica_port, sentinel_port, master_name, stop)``
+    once the replica is in sync and the sentinel knows it (so a failover can
+    start at once). ``down-after-milliseconds`` is 1000 and
+    ``failover-timeout`` 5000, so failovers finish in about a second.
+    """
+    bins = require_binaries("redis-server")
+    workdir = Path(tempfile.mkdtemp(prefix="fw-sentinel-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = _make_stop(procs, workdir)
+    try:
+        master_port, replica_port, sentinel_port = free_port(), free_port(), free_port()
+        common = ["--bind", HOST, "--dir", str(workdir), "--save", "", "--appendonly", "no"]
+        procs.append(_spawn([bins["redis-server"], "--port", str(master_port), *common,
+                             "--logfile", "master.log"], workdir, "master.out"))
+        procs.append(_spawn([bins["redis-server"], "--port", str(replica_port), *common,
+                             "--replicaof", HOST, str(master_port), "--logfile", "replica.log"],
+                            workdir, "replica.out"))
+        _wait_ping(master_port, procs[0], workdir)
+        _wait_ping(replica_port, procs[1], workdir)
+
+        def replica_synced() -> bool:
+            with _client(replica_port) as client:
+                return client.info("replication").get("master_link_status") == "up"
+
+        _wait_for(replica_synced, 15, "the replica to sync with the master")
+
+        conf = workdir / "sentinel.conf"  # sentinel rewrites its config: must be a writable file
+        conf.write_text(
+            f"port {sentinel_port}\nbind {HOST}\ndir {workdir}\nlogfile sentinel.log\n"
+            f"sentinel monitor {master_name} {HOST} {master_port} 1\n"
+            f"sentinel down-after-milliseconds {master_name} 1000\n"
+            f"sentinel failover-timeout {master_name} 5000\n"
+            f"sentinel parallel-syncs {master_name} 1\n"
+        )
+        procs.append(_spawn([bins["redis-server"], str(conf), "--sentinel"], workdir, "sentinel.out"))
+        _wait_ping(sentinel_port, procs[2], workdir)
+
+        def sentinel_knows_replica() -> bool:
+            with _client(sentinel_port) as client:
+                replicas = client.execute_command("SENTINEL", "REPLICAS", master_name)
+            return any(_good_replica(r) for r in replicas)
+
+        _wait_for(sentinel_knows_replica, 20, "the sentinel to discover the replica")
+    except BaseException:
+        stop()
+        raise
+    return master_port, replica_port, sentinel_port, master_name, stop
+
+
+def _good_replica(entry: list[str] | dict[str, str]) -> bool:
+    fields = entry if isinstance(entry, dict) else dict(zip(entry[::2], entry[1::2], strict=False))
+    flags = fields.get("flags", "")
+    return "disconnected" not in flags and "s_down" not in flags and fields.get(
+        "master-link-status") == "ok"
+
+
+def master_address(sentinel_port: int, master_name: str) -> tuple[str, int]:
+    """The master's address as the sentinel currently announces it."""
+    with _client(sentinel_port) as client:
+        host, port = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", master_name)
+    return host, int(port)
+
+
+def force_failover(sentinel_port: int, master_name: str, timeout: float = 20.0) -> int:
+    """``SENTINEL FAILOVER <name>`` and wait until the promoted replica is master.
+
+    Returns the new master's port. Retries while the sentinel answers
+    ``NOGOODSLAVE``/``INPROG`` (e.g. right after setup).
+    """
+    old = master_address(sentinel_port, master_name)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with _client(sentinel_port) as client:
+                client.execute_command("SENTINEL", "FAILOVER", master_name)
+            break
+        except redis.ResponseError as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SENTINEL FAILOVER kept failing: {exc}") from exc
+            time.sleep(0.1)
+
+    def switched() -> bool:
+        new = master_address(sentinel_port, master_name)
+        if new == old:
+            return False
+        with _client(new[1]) as client:
+            return client.info("replication").get("role") == "master"
+
+    _wait_for(switched, max(1.0, deadline - time.monotonic()), f"failover of {master_name}")
+    return master_address(sentinel_port, master_name)[1]
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@dataclass
+class ClusterServers:
+    ports: list[int]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"{HOST}:{p}" for p in self.ports)
+
+
+@dataclass
+class SentinelServers:
+    master_port: int
+    replica_port: int
+    sentinel_port: int
+    master_name: str
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://{HOST}:{self.sentinel_port}/{self.master_name}"
+
+    def failover(self, timeout: float = 20.0) -> int:
+        """Force a failover; returns (and remembers) the new master's port."""
+        new_port = force_failover(self.sentinel_port, self.master_name, timeout)
+        self.master_port, self.replica_port = new_port, self.master_port
+        return new_port
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ClusterServers]:
+    """A 3-master Redis Cluster shared by the session (flush what you write)."""
+    ports, stop = start_cluster(3)
+    try:
+        yield ClusterServers(ports)
+    finally:
+        stop()
+
+
+@pytest.fixture
+def redis_sentinel() -> Iterator[SentinelServers]:
+    """A fresh master + replica + sentinel per test (tests may fail it over)."""
+    master, replica, sentinel, name, stop = start_sentinel_setup()
+    try:
+        yield SentinelServers(master, replica, sentinel, name)
+    finally:
+        stop()
