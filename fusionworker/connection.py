@@ -39,7 +39,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 __all__ = [
     "RedisURL",
@@ -48,6 +48,7 @@ __all__ = [
     "mask_url",
     "new_pubsub_connection",
     "parse_url",
+    "refresh_master",
 ]
 
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
@@ -281,6 +282,25 @@ def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
 def is_cluster(client: Any) -> bool:
     """True if ``client`` talks to a Redis Cluster (keys must share a slot per command)."""
     return isinstance(client, RedisCluster)
+
+
+def refresh_master(client: Any) -> bool:
+    """Ask the sentinels where the master is now; True if it moved.
+
+    A Sentinel client looks the master up only when it opens a connection.
+    After a failover in which the old master stays up (a manual
+    ``SENTINEL FAILOVER``, a network split), pooled connections keep writing
+    to the old master until Sentinel demotes it, and those writes are lost
+    then. Calling this from the heartbeat bounds that window: when the master
+    moved, idle pooled connections are closed and reopen on the new master
+    (connections in use are dropped when released). One round trip to a
+    sentinel; a no-op returning False for other clients.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return False
+    before = pool.master_address
+    return pool.get_master_address() != before and before is not None
 
 
 def new_pubsub_connection(client: _Client, **kwargs: Any) -> Any:

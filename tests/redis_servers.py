@@ -134,7 +134,9 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         except (redis.RedisError, OSError) as exc:
             last_error = exc
         time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})")
+    raise TimeoutError(
+        f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})"
+    )
 
 
 def _client(port: int) -> redis.Redis:
@@ -303,14 +305,30 @@ def force_failover(sentinel_port: int, master_name: str, timeout: float = 20.0) 
                 raise TimeoutError(f"SENTINEL FAILOVER kept failing: {exc}") from exc
             time.sleep(0.1)
 
+    return wait_for_new_master(sentinel_port, master_name, old, max(1.0, deadline - time.monotonic()))
+
+
+def wait_for_new_master(
+    sentinel_port: int, master_name: str, old: tuple[str, int], timeout: float = 20.0
+) -> int:
+    """Wait until the failover away from ``old`` is complete; the new master's port.
+
+    Complete means: ``SENTINEL MASTER`` (what clients such as redis-py read
+    through ``SENTINEL MASTERS``) names another address, with no failover in
+    progress, and that server reports ``role:master``. (``GET-MASTER-ADDR-BY-NAME``
+    already answers the promoted replica while the failover is still running.)
+    """
+
     def switched() -> bool:
-        new = master_address(sentinel_port, master_name)
-        if new == old:
+        with _client(sentinel_port) as client:
+            state = client.sentinel_master(master_name)
+        new = (state["ip"], int(state["port"]))
+        if new == old or "failover_in_progress" in state["flags"]:
             return False
         with _client(new[1]) as client:
             return client.info("replication").get("role") == "master"
 
-    _wait_for(switched, max(1.0, deadline - time.monotonic()), f"failover of {master_name}")
+    _wait_for(switched, timeout, f"failover of {master_name}")
     return master_address(sentinel_port, master_name)[1]
 
 
@@ -336,6 +354,20 @@ class SentinelServers:
     @property
     def url(self) -> str:
         return f"redis+sentinel://{HOST}:{self.sentinel_port}/{self.master_name}"
+
+    def wait_replicated(self, timeout: float = 10.0) -> None:
+        """Wait until the replica has every write the master acknowledged so far."""
+        with _client(self.master_port) as master:
+            master.execute_command("WAIT", 1, int(timeout * 1000))
+
+    def kill_master(self, timeout: float = 20.0) -> int:
+        """SHUTDOWN NOSAVE the master and wait for Sentinel to promote the replica; its port."""
+        old = (HOST, self.master_port)
+        with _client(self.master_port) as master, contextlib.suppress(redis.ConnectionError):
+            master.shutdown(nosave=True)
+        new_port = wait_for_new_master(self.sentinel_port, self.master_name, old, timeout)
+        self.master_port, self.replica_port = new_port, self.master_port
+        return new_port
 
     def failover(self, timeout: float = 20.0) -> int:
         """Force a failover; returns (and remembers) the new master's port."""
