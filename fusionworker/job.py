@@ -1,0 +1,235 @@
+"""The job record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle.
+
+Hash fields (all strings in Redis):
+
+==================  ==========================================================
+``id``              job id (uuid4 hex unless the producer chose one)
+``queue``           queue name
+``func``            ``module:function``
+``args``            JSON list
+``kwargs``          JSON object
+``priority``        integer in [-1023, 1023], higher runs first
+``seq``             per-queue enqueue sequence number (FIFO inside a priority)
+``timeout``         hard time limit, seconds
+``status``          queued | scheduled | started | finished | failed | canceled
+``enqueued_at``     server time (epoch seconds) of enqueue
+``scheduled_for``   when a delayed job or a retry becomes due
+``started_at``      server time of the last claim
+``ended_at``        server time of the last outcome
+``attempts``        how many times the job was claimed
+``max_retries``     retries allowed on retryable errors
+``retry_delay``     first backoff delay of this job (optional)
+``result``          JSON of the return value (finished jobs)
+``error_type``      exception class (or ``Timeout``, ``Segfault``, ...)
+``error_message``   one line
+``traceback``       the horse's traceback
+``failure_reason``  exception | timeout | crash | killed | exit | memory | abandoned |
+                    refused | malformed | interrupted
+``worker``          name of the worker that ran the last attempt
+``token``           attempt token: fences a late outcome of an older attempt
+``group``           serialization group (optional)
+``unique_key``      dedup key (optional)
+``on_failure_url``  webhook POSTed after a final failure (optional)
+``duration``        seconds the last attempt ran
+==================  ==========================================================
+
+Score encoding of the pending ZSET (invariant 4)::
+
+    score = priority * 2**42 - seq
+
+``ZREVRANGE 0 0`` takes the highest score: the highest priority first and,
+inside one priority, the lowest sequence number (first enqueued). With
+``|priority| <= 1023`` and ``seq < 2**42`` (4.4e12 jobs per queue) the
+magnitude stays below ``1024 * 2**42 = 2**52``, so every score is an exact
+integer in a double. ``seq`` comes from ``INCR`` inside the enqueue script,
+so the order is the order of arrival at Redis, not of anybody's clock.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .exceptions import PriorityOutOfRange
+
+PRIORITY_MIN = -1023
+PRIORITY_MAX = 1023
+SEQ_LIMIT = 2**42
+
+STATUSES = ("queued", "scheduled", "started", "finished", "failed", "canceled")
+LIVE_STATUSES = ("queued", "scheduled", "started")
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PriorityOutOfRange(f"priority must be an integer, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise PriorityOutOfRange(
+            f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]"
+        )
+    return priority
+
+
+def score(priority: int, seq: int) -> int:
+    """The pending-ZSET score of a job (see the module docstring)."""
+    return priority * SEQ_LIMIT - seq
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _float(value: str | None) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+class MalformedJob(ValueError):  # noqa: N818
+    """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
+
+
+@dataclass
+class Job:
+    """A job as read from Redis. Attributes mirror the hash fields."""
+
+    id: str
+    queue: str
+    func: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    seq: int = 0
+    timeout: float = 180.0
+    status: str = "queued"
+    enqueued_at: float | None = None
+    scheduled_for: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    attempts: int = 0
+    max_retries: int = 0
+    retry_delay: float | None = None
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    failure_reason: str | None = None
+    worker_name: str | None = None
+    token: str | None = None
+    group: str | None = None
+    unique_key: str | None = None
+    on_failure_url: str | None = None
+    duration: float | None = None
+    #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
+    deduplicated: bool = False
+
+    @property
+    def error(self) -> str | None:
+        """``"Type: message"`` of the last failure, or None."""
+        if not self.error_type:
+            return None
+        return f"{self.error_type}: {self.error_message}" if self.error_message else self.error_type
+
+    @property
+    def wait_time(self) -> float | None:
+        """Seconds between enqueue (or becoming due) and the last start."""
+        if self.started_at is None or self.enqueued_at is None:
+            return None
+        since = self.enqueued_at
+        if self.scheduled_for is not None and self.scheduled_for > since:
+            since = self.scheduled_for
+        return max(0.0, self.started_at - since)
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job:
+        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on bad JSON."""
+        args_raw, kwargs_raw = data.get("args", "[]"), data.get("kwargs", "{}")
+        try:
+            args = json.loads(args_raw) if args_raw else []
+            kwargs = json.loads(kwargs_raw) if kwargs_raw else {}
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise MalformedJob("args must be a JSON list and kwargs a JSON object")
+        except (ValueError, TypeError) as exc:
+            if strict:
+                raise MalformedJob(f"job payload is not valid JSON: {exc}") from None
+            args, kwargs = [], {}
+        if strict and not data.get("func"):
+            raise MalformedJob("job record has no 'func'")
+        result_raw = data.get("result")
+        try:
+            result = json.loads(result_raw) if result_raw else None
+        except ValueError:
+            result = result_raw
+        return cls(
+            id=data.get("id", ""),
+            queue=data.get("queue", ""),
+            func=data.get("func", ""),
+            args=args,
+            kwargs=kwargs,
+            priority=_int(data.get("priority")),
+            seq=_int(data.get("seq")),
+            timeout=_float(data.get("timeout")) or 180.0,
+            status=data.get("status", "queued"),
+            enqueued_at=_float(data.get("enqueued_at")),
+            scheduled_for=_float(data.get("scheduled_for")),
+            started_at=_float(data.get("started_at")),
+            ended_at=_float(data.get("ended_at")),
+            attempts=_int(data.get("attempts")),
+            max_retries=_int(data.get("max_retries")),
+            retry_delay=_float(data.get("retry_delay")),
+            result=result,
+            error_type=data.get("error_type") or None,
+            error_message=data.get("error_message") or None,
+            traceback=data.get("traceback") or None,
+            failure_reason=data.get("failure_reason") or None,
+            worker_name=data.get("worker") or None,
+            token=data.get("token") or None,
+            group=data.get("group") or None,
+            unique_key=data.get("unique_key") or None,
+            on_failure_url=data.get("on_failure_url") or None,
+            duration=_float(data.get("duration")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (CLI ``--json``, events)."""
+        return {
+            "id": self.id, "queue": self.queue, "func": self.func, "args": self.args,
+            "kwargs": self.kwargs, "priority": self.priority, "timeout": self.timeout,
+            "status": self.status, "enqueued_at": self.enqueued_at,
+            "scheduled_for": self.scheduled_for, "started_at": self.started_at,
+            "ended_at": self.ended_at, "attempts": self.attempts,
+            "max_retries": self.max_retries, "result": self.result,
+            "error_type": self.error_type, "error_message": self.error_message,
+            "traceback": self.traceback, "failure_reason": self.failure_reason,
+            "worker": self.worker_name, "group": self.group, "unique_key": self.unique_key,
+            "duration": self.duration,
+        }
+
+
+def encode_fields(**fields: Any) -> list[str]:
+    """Flatten ``name=value`` pairs into ``[name, value, ...]`` strings for a script.
+
+    ``None`` values are skipped; lists/dicts are JSON.
+    """
+    out: list[str] = []
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, dict)):
+            value = json.dumps(value, separators=(",", ":"))
+        elif isinstance(value, float):
+            value = repr(value)
+        out.extend((name, str(value)))
+    return out

@@ -1,0 +1,379 @@
+"""Producer and admin API of one queue: enqueue, fetch, cancel, requeue, pause, caps.
+
+Every state change is one Lua script call (see ``scripts/``); reads are plain
+commands. A ``Queue`` is cheap: make one per call site if you like.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from .config import Settings, load_settings
+from .exceptions import InvalidOperation, NoSuchJob
+from .functions import func_ref
+from .job import SEQ_LIMIT, Job, check_priority, encode_fields, new_job_id
+from .keys import Keys, QueueKeys, check_queue_name
+from .scripts import Scripts
+
+log = logging.getLogger("fusionworker.queue")
+
+#: ``enqueue()`` keyword arguments that are job options, not arguments of the job.
+OPTIONS = frozenset({
+    "priority", "timeout", "max_retries", "retry_delay", "job_id", "unique_key", "group",
+    "on_failure_url",
+})
+
+#: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
+BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
+
+_scripts_cache: dict[int, Scripts] = {}
+
+
+def scripts_for(connection: Any) -> Scripts:
+    """The registered scripts of a client (registered once per client)."""
+    found = _scripts_cache.get(id(connection))
+    if found is None or found.__dict__.get("_owner") is not connection:
+        found = Scripts(connection)
+        found.__dict__["_owner"] = connection
+        _scripts_cache[id(connection)] = found
+    return found
+
+
+def _band_range(low: int, high: int) -> tuple[int, int]:
+    """Score range of the priorities low..high (see job.score)."""
+    return (low - 1) * SEQ_LIMIT + 1, high * SEQ_LIMIT - 1
+
+
+class Queue:
+    """One named priority queue.
+
+    >>> q = Queue("sms")                      # connection from REDIS_URL
+    >>> job = q.enqueue("app.tasks:send", "+1555", body="hi", priority=10)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        connection: Any = None,
+        *,
+        settings: Settings | None = None,
+        events: Any = None,
+    ) -> None:
+        self.name = check_queue_name(name)
+        self.settings = settings or load_settings()
+        if connection is None:
+            from .connection import connect
+
+            connection = connect(self.settings.redis_url)
+        self.connection = connection
+        self.keys = Keys(self.settings.prefix)
+        self.qkeys: QueueKeys = self.keys.queue(name)
+        self.scripts = scripts_for(connection)
+        self._events = events
+        self._registered = False
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r})"
+
+    # -- enqueue ---------------------------------------------------------------
+
+    def enqueue(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Job:
+        """Enqueue ``func(*args, **kwargs)``; option names (:data:`OPTIONS`) are taken out.
+
+        Use :meth:`enqueue_call` when the job's own keyword arguments clash with them.
+        """
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS}
+        return self.enqueue_call(func, args=list(args), kwargs=kwargs, **options)
+
+    def enqueue_in(self, seconds: float, func: str | Callable[..., Any], *args: Any,
+                   **kwargs: Any) -> Job:
+        """Enqueue to run ``seconds`` from now (by the Redis server's clock)."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS}
+        return self.enqueue_call(func, args=list(args), kwargs=kwargs, _when=("in", seconds),
+                                 **options)
+
+    def enqueue_at(self, when: datetime, func: str | Callable[..., Any], *args: Any,
+                   **kwargs: Any) -> Job:
+        """Enqueue to run at ``when`` (naive datetimes are taken as UTC)."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS}
+        return self.enqueue_call(func, args=list(args), kwargs=kwargs,
+                                 _when=("at", when.timestamp()), **options)
+
+    def enqueue_call(
+        self,
+        func: str | Callable[..., Any],
+        args: Iterable[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        priority: int = 0,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
+        job_id: str | None = None,
+        unique_key: str | None = None,
+        group: str | None = None,
+        on_failure_url: str | None = None,
+        _when: tuple[str, float] | None = None,
+    ) -> Job:
+        """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
+
+        A job with the same ``job_id`` or ``unique_key`` that is queued, scheduled,
+        started, or finished within the dedup window is not enqueued again: the
+        existing job is returned with ``job.deduplicated = True``.
+        """
+        import json
+
+        ref = func_ref(func)
+        check_priority(priority)
+        timeout = float(self.settings.job_timeout if timeout is None else timeout)
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        max_retries = self.settings.max_retries if max_retries is None else int(max_retries)
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        args_json = json.dumps(list(args or []), separators=(",", ":"))
+        kwargs_json = json.dumps(dict(kwargs or {}), separators=(",", ":"))
+        job_id = job_id or new_job_id()
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
+            raise ValueError("job_id must be a non-empty string of at most 200 characters")
+        mode, when = _when or ("now", 0.0)
+        self._register()
+        placement, actual_id, status = self.scripts.enqueue(
+            keys=[self.qkeys.base],
+            args=[
+                job_id, priority, mode, when, unique_key or "", self.settings.dedup_window,
+                *encode_fields(
+                    queue=self.name, func=ref, args=args_json, kwargs=kwargs_json,
+                    timeout=timeout, max_retries=max_retries, retry_delay=retry_delay,
+                    unique_key=unique_key, group=group, on_failure_url=on_failure_url,
+                ),
+            ],
+        )
+        job = self.fetch_job(actual_id)
+        if job is None:  # finished with result_ttl=0 between the two calls
+            job = Job(id=actual_id, queue=self.name, func=ref, status=status)
+        job.deduplicated = placement == "duplicate"
+        if job.deduplicated:
+            log.info("Skipped duplicate of job %s on %s (%s, status %s)",
+                     actual_id, self.name, ref, status)
+        else:
+            self._emit("queued", job)
+        return job
+
+    def _register(self) -> None:
+        if not self._registered:
+            self.connection.sadd(self.keys.queues, self.name)
+            self._registered = True
+
+    def _emit(self, event: str, job: Job) -> None:
+        if self._events is None:
+            return
+        from .events import make_event
+
+        self._events.emit(make_event(event, job, timestamp=job.enqueued_at))
+
+    # -- reads -----------------------------------------------------------------
+
+    def fetch_job(self, job_id: str) -> Job | None:
+        """The job, or None when unknown (or expired)."""
+        data = self.connection.hgetall(self.qkeys.job(job_id))
+        return Job.from_hash(data) if data else None
+
+    def _require(self, job_id: str) -> Job:
+        job = self.fetch_job(job_id)
+        if job is None:
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        return job
+
+    @property
+    def count(self) -> int:
+        """Jobs pending (ready to run)."""
+        return int(self.connection.zcard(self.qkeys.pending))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def job_ids(self, status: str = "queued", limit: int = 100) -> list[str]:
+        """Ids by registry: queued (best first), scheduled (soonest first), started,
+        finished/failed/canceled (newest first)."""
+        r, k = self.connection, self.qkeys
+        stop = max(limit, 1) - 1
+        if status == "queued":
+            return list(r.zrevrange(k.pending, 0, stop))
+        if status in ("scheduled", "started"):
+            return list(r.zrange(getattr(k, status), 0, stop))
+        if status in ("finished", "failed", "canceled"):
+            return list(r.zrevrange(getattr(k, status), 0, stop))
+        raise ValueError(f"unknown status {status!r}")
+
+    def jobs(self, status: str = "queued", limit: int = 100) -> list[Job]:
+        ids = self.job_ids(status, limit)
+        pipe = self.connection.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.qkeys.job(job_id))
+        return [Job.from_hash(d) for d in pipe.execute() if d]
+
+    def stats(self) -> dict[str, Any]:
+        """Depths of every registry and band, pause state, cap, age of the oldest job."""
+        k = self.qkeys
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.zcard(k.pending)
+        for _, low, high in BANDS:
+            pipe.zcount(k.pending, *_band_range(low, high))
+        for reg in (k.started, k.scheduled, k.failed, k.finished):
+            pipe.zcard(reg)
+        pipe.exists(k.paused)
+        pipe.get(k.max_active)
+        pipe.zrange(k.pending, -1, -1)
+        pipe.hlen(k.groups)
+        pipe.time()
+        pending, *rest = pipe.execute()
+        bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
+        started, scheduled, failed, finished, paused, cap, tail, groups, now = rest[len(BANDS):]
+        # the oldest pending job is the one with the lowest seq, not the lowest score:
+        # look at the tail of each band and take the oldest enqueued_at.
+        oldest_age = None
+        if pending:
+            heads = [self.connection.zrangebyscore(k.pending, *_band_range(lo, hi), start=0, num=1)
+                     for _, lo, hi in BANDS]
+            ids = [h[0] for h in heads if h] + list(tail)
+            stamps = [self.connection.hget(k.job(i), "enqueued_at") for i in ids]
+            stamps = [float(s) for s in stamps if s]
+            if stamps:
+                server_now = now[0] + now[1] / 1e6
+                oldest_age = max(0.0, server_now - min(stamps))
+        return {
+            "queue": self.name, "pending": pending, "bands": bands, "started": started,
+            "scheduled": scheduled, "failed": failed, "finished": finished,
+            "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
+            "busy_groups": groups, "oldest_age": oldest_age,
+        }
+
+    # -- admin -----------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a queued or scheduled job (a started job cannot be canceled)."""
+        verdict = self.scripts.cancel(keys=[self.qkeys.base],
+                                      args=[job_id, self.settings.result_ttl])
+        if verdict[0] == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict[0] == "refused":
+            raise InvalidOperation(f"job {job_id} is {verdict[1]}; only queued or scheduled "
+                                   "jobs can be canceled")
+        job = self._require(job_id)
+        self._emit("canceled", job)
+        return job
+
+    def delete(self, job_id: str) -> None:
+        """Delete a job and every reference to it."""
+        verdict = self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
+        if verdict[0] == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+
+    def requeue(self, job_id: str) -> Job:
+        """Move a failed job back to its queue (attempts start over)."""
+        verdict = self.scripts.requeue(keys=[self.qkeys.base],
+                                       args=[job_id, "failed", "", self.settings.failed_ttl])
+        if verdict[0] != "requeued":
+            if verdict[1] == "no such job":
+                raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            raise InvalidOperation(f"cannot requeue {job_id}: {verdict[1]}")
+        return self._require(job_id)
+
+    def requeue_all_failed(self, progress: Callable[[int], None] | None = None) -> int:
+        """Requeue every job in the failed registry; returns how many were requeued."""
+        done = 0
+        while True:
+            ids = self.connection.zrange(self.qkeys.failed, 0, 499)
+            if not ids:
+                return done
+            moved = 0
+            for job_id in ids:
+                verdict = self.scripts.requeue(
+                    keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl])
+                if verdict[0] == "requeued":
+                    moved += 1
+                else:  # a registry entry whose record expired: drop it
+                    self.connection.zrem(self.qkeys.failed, job_id)
+                if progress:
+                    progress(1)
+            done += moved
+
+    def reprioritize(self, job_id: str, priority: int) -> Job:
+        """Re-score a pending (queued or scheduled) job; refused otherwise."""
+        check_priority(priority)
+        verdict = self.scripts.reprioritize(keys=[self.qkeys.base], args=[job_id, priority])
+        if verdict[0] == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict[0] == "refused":
+            raise InvalidOperation(f"job {job_id} is {verdict[1]}; only a pending job can be "
+                                   "reprioritized")
+        return self._require(job_id)
+
+    def pause(self) -> None:
+        """No worker anywhere claims from this queue until :meth:`unpause` (checked in claim)."""
+        self.connection.set(self.qkeys.paused, str(time.time()))
+
+    def unpause(self) -> None:
+        self.connection.delete(self.qkeys.paused)
+        self.connection.publish(self.qkeys.wake, "unpause")
+
+    @property
+    def is_paused(self) -> bool:
+        return bool(self.connection.exists(self.qkeys.paused))
+
+    def set_max_active(self, limit: int | None) -> None:
+        """Cap the jobs running at once from this queue, across all workers (None = no cap)."""
+        if limit is None:
+            self.connection.delete(self.qkeys.max_active)
+            self.connection.publish(self.qkeys.wake, "cap")
+            return
+        if int(limit) < 0:
+            raise ValueError("max_active must be >= 0")
+        self.connection.set(self.qkeys.max_active, int(limit))
+        self.connection.publish(self.qkeys.wake, "cap")
+
+    @property
+    def max_active(self) -> int | None:
+        value = self.connection.get(self.qkeys.max_active)
+        return int(value) if value is not None else None
+
+    def empty(self, progress: Callable[[int], None] | None = None) -> int:
+        """Delete every pending and scheduled job; returns how many."""
+        removed = 0
+        for registry in ("queued", "scheduled"):
+            while True:
+                ids = self.job_ids(registry, 500)
+                if not ids:
+                    break
+                for job_id in ids:
+                    self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
+                    removed += 1
+                    if progress:
+                        progress(1)
+        return removed
+
+
+def known_queues(connection: Any, prefix: str = "fw") -> list[str]:
+    """Every queue ever enqueued to, sorted."""
+    return sorted(connection.smembers(Keys(prefix).queues))
+
+
+def find_queue_of(connection: Any, job_id: str, prefix: str = "fw",
+                  queue: str | None = None) -> str | None:
+    """The queue holding job ``job_id`` (searching every known queue unless given)."""
+    names = [queue] if queue else known_queues(connection, prefix)
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(keys.queue(name).job(job_id))
+    for name, found in zip(names, pipe.execute()):
+        if found:
+            return name
+    return None

@@ -1,0 +1,114 @@
+-- Shared helpers, prepended to every script by fusionworker/scripts/__init__.py.
+-- Every script gets KEYS[1] = the queue's hash-tagged base "fw:{q}:" and touches
+-- keys under that base only, so it runs on one Redis Cluster slot.
+local SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
+
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
+local function fmt_time(t) return string.format('%.6f', t) end
+
+local function hget(key, field)
+  local v = redis.call('HGET', key, field)
+  if v == false then return nil end
+  return v
+end
+
+-- Put a job id on the pending ZSET at its priority/FIFO score and wake idle workers.
+local function push_pending(base, jid)
+  local jkey = base .. 'job:' .. jid
+  local prio = tonumber(hget(jkey, 'priority') or '0') or 0
+  local seq = tonumber(hget(jkey, 'seq') or '0') or 0
+  redis.call('ZADD', base .. 'pending', fmt_int(prio * SEQ_LIMIT - seq), jid)
+  redis.call('HSET', jkey, 'status', 'queued')
+  redis.call('PUBLISH', base .. 'wake', jid)
+end
+
+-- A job of a group is runnable only while it holds the group: otherwise it
+-- waits, in order, on the group's list. Returns true when it became pending.
+local function make_ready(base, jid)
+  local jkey = base .. 'job:' .. jid
+  local group = hget(jkey, 'group')
+  if group and group ~= '' then
+    local holder = hget(base .. 'groups', group)
+    if holder and holder ~= jid then
+      redis.call('RPUSH', base .. 'group:' .. group, jid)
+      redis.call('HSET', jkey, 'status', 'queued')
+      return false
+    end
+    redis.call('HSET', base .. 'groups', group, jid)
+  end
+  push_pending(base, jid)
+  return true
+end
+
+-- The job ended for good (finished, failed, canceled, deleted): hand its group
+-- to the next waiting job of that group, if it held it.
+local function release_group(base, jid)
+  local jkey = base .. 'job:' .. jid
+  local group = hget(jkey, 'group')
+  if not group or group == '' then return end
+  if hget(base .. 'groups', group) ~= jid then return end
+  while true do
+    local nxt = redis.call('LPOP', base .. 'group:' .. group)
+    if not nxt then
+      redis.call('HDEL', base .. 'groups', group)
+      return
+    end
+    if hget(base .. 'job:' .. nxt, 'status') == 'queued' then
+      redis.call('HSET', base .. 'groups', group, nxt)
+      push_pending(base, nxt)
+      return
+    end
+  end
+end
+
+local function drop_unique(base, jid)
+  local ukey = hget(base .. 'job:' .. jid, 'unique_key')
+  if ukey and ukey ~= '' and hget(base .. 'job:' .. jid, 'id') then
+    local k = base .. 'unique:' .. ukey
+    if redis.call('GET', k) == jid then redis.call('DEL', k) end
+  end
+end
+
+local function prune(zkey, cutoff)
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', '(' .. fmt_time(cutoff))
+end
+
+-- Move a job to the failed registry (dead-letter) with retention failed_ttl.
+local function to_failed(base, jid, t, failed_ttl)
+  local jkey = base .. 'job:' .. jid
+  redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t))
+  redis.call('HDEL', jkey, 'token')
+  redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+  if failed_ttl > 0 then redis.call('EXPIRE', jkey, failed_ttl) end
+  drop_unique(base, jid)
+  release_group(base, jid)
+  if failed_ttl > 0 then prune(base .. 'failed', t - failed_ttl) end
+end
+
+-- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,
+-- since this runs inside a script.
+local function promote_due(base, t, limit)
+  local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0, limit)
+  for _, jid in ipairs(due) do
+    redis.call('ZREM', base .. 'scheduled', jid)
+    if hget(base .. 'job:' .. jid, 'status') == 'scheduled' then make_ready(base, jid) end
+  end
+  return #due
+end
+
+-- Is this job a live duplicate (queued/scheduled/started, or finished within window)?
+local function live_status(base, jid, t, window)
+  local jkey = base .. 'job:' .. jid
+  local st = hget(jkey, 'status')
+  if not st then return nil end
+  if st == 'queued' or st == 'scheduled' or st == 'started' then return st end
+  if st == 'finished' and t - (tonumber(hget(jkey, 'ended_at') or '0') or 0) < window then
+    return st
+  end
+  return nil
+end

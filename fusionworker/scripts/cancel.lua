@@ -1,0 +1,23 @@
+-- cancel: a queued or scheduled job will not run. Started jobs are refused.
+-- KEYS[1] base ; ARGV: job_id, result_ttl
+-- Returns {'canceled', previous_status} | {'refused', status} | {'missing'}
+local base = KEYS[1]
+local jid, ttl = ARGV[1], tonumber(ARGV[2])
+local jkey = base .. 'job:' .. jid
+local st = hget(jkey, 'status')
+if not st then return {'missing'} end
+if st ~= 'queued' and st ~= 'scheduled' then return {'refused', st} end
+local t = now()
+redis.call('ZREM', base .. 'pending', jid)
+redis.call('ZREM', base .. 'scheduled', jid)
+local group = hget(jkey, 'group')
+if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
+redis.call('HSET', jkey, 'status', 'canceled', 'ended_at', fmt_time(t))
+drop_unique(base, jid)
+release_group(base, jid)
+redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
+if ttl > 0 then
+  redis.call('EXPIRE', jkey, ttl)
+  prune(base .. 'canceled', t - ttl)
+end
+return {'canceled', st}

@@ -1,0 +1,35 @@
+-- claim: the atomic take (invariant 1). Promotes due scheduled jobs, honours
+-- pause and the concurrency cap, pops the best pending job and records it as
+-- started with a lease deadline and a fresh attempt token, in one round trip.
+-- There is no moment when a claimed job is in no structure.
+-- KEYS[1] base
+-- ARGV: worker_name, token, lease_seconds, failed_ttl
+-- Returns {'job', now, {hash...}} | {'empty', next_scheduled_score} | {'paused'} |
+--         {'capped'} | {'missing', job_id}
+local base = KEYS[1]
+local t = now()
+promote_due(base, t, 100)
+if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
+local cap = redis.call('GET', base .. 'max_active')
+if cap and redis.call('ZCARD', base .. 'started') >= tonumber(cap) then return {'capped'} end
+
+local ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
+if #ids == 0 then
+  local nxt = redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
+  return {'empty', nxt[2] or ''}
+end
+local jid = ids[1]
+redis.call('ZREM', base .. 'pending', jid)
+local jkey = base .. 'job:' .. jid
+if redis.call('EXISTS', jkey) == 0 then
+  -- garbage in the queue: an id without a record. Dead-letter it, say why.
+  redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
+    'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
+  to_failed(base, jid, t, tonumber(ARGV[4]))
+  return {'missing', jid}
+end
+redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
+redis.call('HINCRBY', jkey, 'attempts', 1)
+redis.call('HSET', jkey, 'status', 'started', 'started_at', fmt_time(t), 'worker', ARGV[1],
+  'token', ARGV[2])
+return {'job', fmt_time(t), redis.call('HGETALL', jkey)}

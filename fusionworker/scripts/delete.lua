@@ -1,0 +1,18 @@
+-- delete: remove a job and every reference to it. A started job's horse keeps
+-- running; its outcome is then refused (no token to match).
+-- KEYS[1] base ; ARGV: job_id
+-- Returns {'deleted', previous_status} | {'missing'}
+local base = KEYS[1]
+local jid = ARGV[1]
+local jkey = base .. 'job:' .. jid
+local st = hget(jkey, 'status')
+if not st then return {'missing'} end
+for _, reg in ipairs({'pending', 'started', 'scheduled', 'failed', 'finished', 'canceled'}) do
+  redis.call('ZREM', base .. reg, jid)
+end
+local group = hget(jkey, 'group')
+if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
+drop_unique(base, jid)
+release_group(base, jid)
+redis.call('DEL', jkey)
+return {'deleted', st}

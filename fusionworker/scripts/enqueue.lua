@@ -1,0 +1,47 @@
+-- enqueue: dedup check, sequence number, job record, and pending/scheduled/group
+-- placement in one step.
+-- KEYS[1] base
+-- ARGV: job_id, priority, mode (now|in|at), when, unique_key, dedup_window, field, value, ...
+-- Returns {placement, job_id, status}: placement is queued | scheduled | duplicate.
+local base = KEYS[1]
+local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
+local t = now()
+
+local st = live_status(base, jid, t, window)
+if st then return {'duplicate', jid, st} end
+if ukey ~= '' then
+  local other = redis.call('GET', base .. 'unique:' .. ukey)
+  if other then
+    st = live_status(base, other, t, window)
+    if st then return {'duplicate', other, st} end
+  end
+end
+
+local jkey = base .. 'job:' .. jid
+if redis.call('EXISTS', jkey) == 1 then
+  -- an ended record with the same id (failed, canceled, finished long ago): replace it
+  for _, reg in ipairs({'failed', 'finished', 'canceled', 'scheduled', 'pending', 'started'}) do
+    redis.call('ZREM', base .. reg, jid)
+  end
+  redis.call('DEL', jkey)
+end
+
+local seq = redis.call('INCR', base .. 'seq')
+if seq >= SEQ_LIMIT then return redis.error_reply('queue sequence exhausted (2^42 enqueues)') end
+if #ARGV > 6 then redis.call('HSET', jkey, unpack(ARGV, 7)) end
+redis.call('HSET', jkey, 'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
+  'enqueued_at', fmt_time(t))
+if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+
+if mode ~= 'now' then
+  local at = when
+  if mode == 'in' then at = t + when end
+  if at > t then
+    redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(at))
+    redis.call('ZADD', base .. 'scheduled', fmt_time(at), jid)
+    return {'scheduled', jid, 'scheduled'}
+  end
+end
+make_ready(base, jid)
+return {'queued', jid, 'queued'}

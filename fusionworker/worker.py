@@ -1,0 +1,652 @@
+"""The worker parent: claim, fork, wait, record. Everything else is middleware.
+
+One job, step by step, and what happens if the parent dies at each step::
+
+    1. claim.lua          job moves pending -> started (lease deadline, token).
+                          Dies before: nothing changed. Dies after: the job is in
+                          `started` with a lease nobody renews -> the reaper
+                          re-queues it (attempt counted) once the lease is over.
+    2. fork the horse     PR_SET_PDEATHSIG kills the horse with the parent, so a
+                          dead parent never leaves a job running unsupervised.
+    3. heartbeat hash     state=busy, current_job (one pipelined round trip
+                          while the horse already runs).
+    4. supervise          every heartbeat_interval: touch.lua renews the lease
+                          and the worker key's TTL. touch.lua answering 0 means
+                          the attempt was taken back: the horse is killed, so a
+                          job never has two horses.
+    5. finish.lua         outcome recorded, fenced by the token (a late finish of
+                          a reaped attempt is refused), worker counters in the
+                          same round trip. Redis unreachable: retried with
+                          backoff until it answers (or the lease runs out and
+                          the reaper takes over; our late finish is then refused).
+
+Round trips per job in steady state: claim, heartbeat hash, finish = 3
+(plus touch every heartbeat_interval for long jobs).
+
+Idle waiting: a pub/sub connection subscribed to ``fw:{q}:wake`` of each
+queue (published by enqueue/promotion inside the scripts) and to
+``fw:control`` (suspend/resume). ``get_message(timeout)`` blocks in select():
+no CPU burnt, wake-up within a millisecond, a poll every ``poll_interval``
+(or sooner when a scheduled job is due) as the fallback.
+
+Signals: first SIGTERM/SIGINT = warm shutdown (finish the job, deregister,
+exit 0); second = cold (kill the horse, give its job back at its original
+place without counting the attempt, deregister, exit 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from . import __version__
+from .config import Settings, load_settings
+from .exceptions import FunctionNotAllowed, InvalidFunction
+from .functions import check_allowed
+from .horse import Horse, HorseExit
+from .job import Job, MalformedJob, encode_fields
+from .keys import Keys, check_queue_name
+from .middleware import Middleware
+from .queue import known_queues, scripts_for
+
+log = logging.getLogger("fusionworker.worker")
+
+STATES = ("started", "idle", "busy", "suspended", "throttled")
+
+
+@dataclass
+class Outcome:
+    """What the worker recorded for one attempt."""
+
+    status: str              # finished | retry | failed | requeued (cold shutdown)
+    reason: str              # ok | exception | timeout | segfault | crash | killed | exit |
+    #                          memory | refused | malformed | lost | shutdown
+    duration: float = 0.0
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retry_delay: float | None = None
+    recorded: bool = True    # False: the attempt's token was stale (reaped meanwhile)
+
+
+class _Interrupted(Exception):  # noqa: N818 - internal control flow, never escapes
+    """Raised by the signal handler to leave an idle wait at once."""
+
+
+def parse_queue_spec(spec: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"sms:3,email"`` -> ``[("sms", 3), ("email", 1)]``; ``all`` stays ``all``."""
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        name, _, weight = part.partition(":")
+        try:
+            w = int(weight) if weight else 1
+        except ValueError:
+            raise ValueError(f"bad weight in {part!r}: expected NAME:INTEGER") from None
+        if w < 1:
+            raise ValueError(f"weight of {name!r} must be >= 1")
+        if name != "all":
+            check_queue_name(name)
+        out.append((name, w))
+    if not out:
+        raise ValueError("no queue given")
+    return out
+
+
+def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
+    """Delay before retry number ``attempt`` (1-based): initial * backoff^(n-1), capped, jittered."""
+    base = settings.retry_delay if initial is None else initial
+    delay = min(settings.retry_max_delay, base * settings.retry_backoff ** max(attempt - 1, 0))
+    return delay * (1.0 + settings.retry_jitter * random.random())
+
+
+def default_middleware(settings: Settings) -> list[Middleware]:
+    """The middleware every worker runs, in order."""
+    from .governor import build_governors
+    from .notify import NotifyMiddleware
+
+    return [*build_governors(settings), NotifyMiddleware()]
+
+
+class Worker:
+    """A worker parent process serving one or more queues."""
+
+    def __init__(
+        self,
+        queues: str | Sequence[str],
+        connection: Any = None,
+        *,
+        settings: Settings | None = None,
+        name: str | None = None,
+        burst: bool = False,
+        middleware: Iterable[Middleware] | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        if connection is None:
+            from .connection import connect
+
+            connection = connect(self.settings.redis_url)
+        self.connection = connection
+        self.keys = Keys(self.settings.prefix)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.name = name or f"{self.host}.{self.pid}"
+        self.burst = burst
+        self._spec = parse_queue_spec(queues)
+        self.queue_names: list[str] = []
+        self._cycle: list[str] = []
+        self._resolve_queues()
+        self.scripts = scripts_for(connection)
+        self.middleware = list(default_middleware(self.settings) if middleware is None
+                               else middleware)
+        self.state = "started"
+        self.current_job: Job | None = None
+        self.successful = 0
+        self.failed = 0
+        self.total_working_time = 0.0
+        self.lease = max(6 * self.settings.heartbeat_interval, 15.0)
+        self._pos = 0
+        self._stop: str | None = None           # None | "warm" | "cold"
+        self._waiting = False
+        self._suspended = False
+        self._hold_reason: str | None = None
+        self._next_due: float | None = None
+        self._next_tick = 0.0
+        self._next_heartbeat = 0.0
+        self._pubsub: Any = None
+        self._wake_r = self._wake_w = -1
+
+    # -- set-up ----------------------------------------------------------------
+
+    def _resolve_queues(self) -> None:
+        names: list[str] = []
+        cycle: list[str] = []
+        for name, weight in self._spec:
+            expanded = (known_queues(self.connection, self.settings.prefix)
+                        if name == "all" else [name])
+            for q in expanded:
+                if q not in names:
+                    names.append(q)
+                    cycle.extend([q] * weight)
+        self.queue_names, self._cycle = names, cycle
+
+    @property
+    def key(self) -> str:
+        return self.keys.worker(self.name)
+
+    def register(self) -> None:
+        """Check the name is free, then write the heartbeat hash and join ``fw:workers``."""
+        existing = self.connection.hget(self.key, "pid")
+        if existing is not None and existing != str(self.pid):
+            raise ValueError(f"a live worker named {self.name!r} exists already")
+        if not self.settings.allowed_modules:
+            log.warning("FUSIONWORKER_ALLOWED_MODULES is not set: jobs may import any module but "
+                        "the built-in deny-list; set it to the modules your jobs live in")
+        now = time.time()
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.delete(self.key)
+        pipe.hset(self.key, mapping={
+            "name": self.name, "host": self.host, "pid": self.pid, "birth": now,
+            "queues": ",".join(self.queue_names), "state": "started", "current_job": "",
+            "last_heartbeat": now, "version": __version__, "successful": 0, "failed": 0,
+            "total_working_time": 0.0, "heartbeat_interval": self.settings.heartbeat_interval,
+            "lease": self.lease,
+        })
+        pipe.expire(self.key, self.settings.worker_ttl)
+        pipe.sadd(self.keys.workers, self.name)
+        pipe.execute()
+        self._next_heartbeat = 0.0  # the first tick heartbeats: it also reads the suspend flag
+
+    def deregister(self) -> None:
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.srem(self.keys.workers, self.name)
+        pipe.delete(self.key)
+        pipe.execute()
+
+    # -- signals ---------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _restore_signals(self) -> None:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self._stop is None:
+            self._stop = "warm"
+            log.info("Worker %s got %s: warm shutdown (finishing the current job; "
+                     "send it again for a cold shutdown)", self.name, name)
+        else:
+            self._stop = "cold"
+            log.warning("Worker %s got %s again: cold shutdown", self.name, name)
+        if self._waiting:
+            raise _Interrupted()
+
+    def request_stop(self, mode: str = "warm") -> None:
+        """Ask the loop to stop (from a middleware or a test)."""
+        self._stop = mode
+
+    # -- the loop --------------------------------------------------------------
+
+    def work(self) -> int:
+        """Run until shut down (or, in burst mode, until the queues are empty). Exit code."""
+        self._install_signals()
+        try:
+            self.register()
+            log.info("Worker %s started on queues %s (pid %s, version %s)",
+                     self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
+            self._call("on_start")
+            self._set_state("idle")
+            while self._stop is None:
+                self._tick()
+                if not self._may_claim():
+                    self._wait(self.settings.poll_interval)
+                    continue
+                job = self._claim_next()
+                if job is not None:
+                    self.perform(job)
+                elif self.burst:
+                    log.info("Worker %s: queues empty, burst done", self.name)
+                    break
+                else:
+                    self._set_state("idle")
+                    self._wait(self._idle_timeout())
+            return 0
+        finally:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._call("on_stop")
+        try:
+            self.deregister()
+        except redis.RedisError as exc:
+            log.warning("Worker %s could not deregister: %s", self.name, exc)
+        self._drop_pubsub()
+        self._restore_signals()
+        log.info("Worker %s stopped (%d finished, %d failed)",
+                 self.name, self.successful, self.failed)
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        """Run a hook on every middleware; the first non-None answer wins. Never raises."""
+        answer = None
+        for mw in self.middleware:
+            try:
+                value = getattr(mw, hook)(self, *args)
+            except Exception:  # noqa: BLE001 - a broken middleware must not stop jobs
+                log.exception("middleware %s.%s failed", type(mw).__name__, hook)
+                continue
+            if answer is None and value is not None:
+                answer = value
+        return answer
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            self.heartbeat()
+        if now >= self._next_tick:
+            self._next_tick = now + 1.0
+            self._call("on_tick")
+
+    def _may_claim(self) -> bool:
+        self._drain_control()
+        if self._suspended:
+            self._set_state("suspended")
+            return False
+        reason = self._call("before_claim")
+        if reason != self._hold_reason:
+            self._hold_reason = reason
+            self._set_state("throttled" if reason else "idle", force=True)
+        return reason is None
+
+    def _claim_next(self) -> Job | None:
+        """Try each queue once, round-robin (weights repeat a queue in the cycle)."""
+        if not self._cycle:
+            if any(n == "all" for n, _ in self._spec):
+                self._resolve_queues()
+            return None
+        tried: set[str] = set()
+        self._next_due = None
+        n = len(self._cycle)
+        for i in range(n):
+            name = self._cycle[(self._pos + i) % n]
+            if name in tried:
+                continue
+            tried.add(name)
+            job = self._claim_from(name)
+            if job is not None:
+                self._pos = (self._pos + i + 1) % n
+                return job
+        return None
+
+    def _claim_from(self, queue: str) -> Job | None:
+        qkeys = self.keys.queue(queue)
+        while True:
+            token = uuid.uuid4().hex
+            try:
+                reply = self.scripts.claim(
+                    keys=[qkeys.base],
+                    args=[self.name, token, self.lease, self.settings.failed_ttl],
+                )
+            except redis.ConnectionError as exc:
+                self._redis_down(exc)
+                return None
+            kind = reply[0]
+            if kind == "job":
+                data = dict(zip(reply[2][::2], reply[2][1::2]))
+                return self._job_from(queue, data)
+            if kind == "missing":
+                log.error("Queue %s held job id %s without a job record: moved to failed",
+                          queue, reply[1])
+                continue
+            if kind == "empty" and reply[1]:
+                due = float(reply[1])
+                self._next_due = due if self._next_due is None else min(self._next_due, due)
+            return None
+
+    def _job_from(self, queue: str, data: dict[str, str]) -> Job:
+        try:
+            return Job.from_hash(data, strict=True)
+        except MalformedJob as exc:
+            job = Job.from_hash(data)
+            job.queue = job.queue or queue
+            job.error_type, job.error_message = "MalformedJob", str(exc)
+            job.failure_reason = "malformed"
+            return job
+
+    # -- one job ---------------------------------------------------------------
+
+    def perform(self, job: Job) -> Outcome:
+        """Run one claimed job in a horse and record its outcome."""
+        self.current_job = job
+        log.info("Worker %s pulled job %s from %s (%s, priority %d, attempt %d)",
+                 self.name, job.id, job.queue, job.func, job.priority, job.attempts)
+        started = time.monotonic()
+        exit_ = self._refusal(job)
+        if exit_ is None:
+            horse = Horse(job, allowed=self.settings.allowed_modules,
+                          retryable=self.settings.retryable)
+            horse.start()
+            self._call("after_claim", job)
+            self._set_busy(job)
+            exit_ = horse.supervise(
+                kill_after=job.timeout + self.settings.kill_grace,
+                tick=lambda: self._horse_tick(job, horse),
+                wake_fd=self._wake_r if self._wake_r >= 0 else None,
+            )
+        else:
+            self._call("after_claim", job)
+        outcome = self._decide(job, exit_)
+        outcome.duration = time.monotonic() - started
+        self._record(job, outcome)
+        self.current_job = None
+        self._call("after_finish", job, outcome)
+        return outcome
+
+    def _refusal(self, job: Job) -> HorseExit | None:
+        """Fail bad jobs without forking: malformed payload, refused module."""
+        if job.failure_reason == "malformed":
+            return HorseExit(ok=False, reason="malformed", error_type=job.error_type,
+                             error_message=job.error_message)
+        try:
+            check_allowed(job.func, self.settings.allowed_modules)
+        except (FunctionNotAllowed, InvalidFunction) as exc:
+            return HorseExit(ok=False, reason="refused", error_type=type(exc).__name__,
+                             error_message=str(exc))
+        return None
+
+    def _horse_tick(self, job: Job, horse: Horse) -> str | None:
+        if self._stop == "cold":
+            return "shutdown"
+        if time.monotonic() >= self._next_heartbeat:
+            if not self.heartbeat(job):
+                log.warning("Worker %s: job %s was taken back while running; killing its horse",
+                            self.name, job.id)
+                return "lost"
+        self._next_tick = time.monotonic() + 1.0
+        self._call("on_tick")
+        return self._call("on_horse_tick", job, horse.pid)
+
+    def _decide(self, job: Job, exit_: HorseExit) -> Outcome:
+        common = dict(reason=exit_.reason, duration=exit_.duration, error_type=exit_.error_type,
+                      error_message=exit_.error_message, traceback=exit_.traceback)
+        if exit_.ok:
+            return Outcome(status="finished", reason="ok", duration=exit_.duration,
+                           result=exit_.result_json)
+        if exit_.reason == "shutdown":
+            return Outcome(status="requeued", **common)
+        if exit_.retryable and job.attempts <= job.max_retries:
+            delay = (exit_.retry_delay if exit_.retry_delay is not None
+                     else backoff_delay(self.settings, job.attempts, job.retry_delay))
+            return Outcome(status="retry", retry_delay=max(0.0, float(delay)), **common)
+        return Outcome(status="failed", **common)
+
+    def _record(self, job: Job, outcome: Outcome) -> None:
+        """One round trip: the fenced outcome script plus the worker's counters."""
+        qkeys = self.keys.queue(job.queue)
+        delay = 0.5
+        while True:
+            try:
+                pipe = self.connection.pipeline(transaction=False)
+                if outcome.status == "requeued":
+                    self.scripts.requeue(keys=[qkeys.base], client=pipe,
+                                         args=[job.id, "return", job.token or "",
+                                               self.settings.failed_ttl])
+                else:
+                    fields = encode_fields(
+                        result=outcome.result, error_type=outcome.error_type,
+                        error_message=outcome.error_message, traceback=outcome.traceback,
+                        failure_reason=None if outcome.status == "finished" else outcome.reason,
+                        duration=round(outcome.duration, 6),
+                    )
+                    self.scripts.finish(
+                        keys=[qkeys.base], client=pipe,
+                        args=[job.id, job.token or "", outcome.status, self.settings.result_ttl,
+                              self.settings.failed_ttl, outcome.retry_delay or 0,
+                              self.settings.dedup_window, *fields])
+                counter = {"finished": "successful", "failed": "failed"}.get(outcome.status)
+                if counter:
+                    pipe.hincrby(self.key, counter, 1)
+                pipe.hincrbyfloat(self.key, "total_working_time", outcome.duration)
+                pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
+                reply = pipe.execute()[0]
+                break
+            except redis.ConnectionError as exc:
+                if self._stop == "cold":
+                    log.error("Worker %s: Redis unreachable at cold shutdown; job %s stays "
+                              "started and the reaper will recover it", self.name, job.id)
+                    return
+                log.warning("Worker %s: Redis unreachable while recording job %s (%s); "
+                            "retrying in %.1f s", self.name, job.id, exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        self.state = "idle"
+        self.total_working_time += outcome.duration
+        if reply[0] in ("stale", "skipped"):
+            outcome.recorded = False
+            log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
+                        "meanwhile (attempt token no longer current)", self.name, job.id)
+            return
+        self._log_outcome(job, outcome)
+
+    def _log_outcome(self, job: Job, outcome: Outcome) -> None:
+        ms = outcome.duration * 1000
+        if outcome.status == "finished":
+            self.successful += 1
+            log.info("Worker %s finished job %s in %.1f ms", self.name, job.id, ms)
+        elif outcome.status == "retry":
+            log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
+                        self.name, job.id, outcome.error_type, outcome.error_message,
+                        job.attempts, job.max_retries, outcome.retry_delay or 0)
+        elif outcome.status == "requeued":
+            log.warning("Worker %s: job %s interrupted by cold shutdown, put back on %s",
+                        self.name, job.id, job.queue)
+        else:
+            self.failed += 1
+            log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
+                      outcome.reason, outcome.error_type, outcome.error_message)
+
+    # -- heartbeat, state, waiting ---------------------------------------------
+
+    def heartbeat(self, job: Job | None = None) -> bool:
+        """Renew the worker key (and the running job's lease). False: the job was lost."""
+        self._next_heartbeat = time.monotonic() + self.settings.heartbeat_interval
+        fields: dict[str, Any] = {"last_heartbeat": time.time()}
+        for mw in self.middleware:
+            fields.update(mw.describe())
+        try:
+            pipe = self.connection.pipeline(transaction=False)
+            if job is not None:
+                self.scripts.touch(keys=[self.keys.queue(job.queue).base], client=pipe,
+                                   args=[job.id, job.token or "", self.lease])
+            pipe.hset(self.key, mapping=fields)
+            pipe.expire(self.key, self.settings.worker_ttl)
+            pipe.sadd(self.keys.workers, self.name)
+            pipe.exists(self.keys.suspended)
+            replies = pipe.execute()
+        except redis.ConnectionError as exc:
+            self._redis_down(exc)
+            return True
+        self._set_suspended(bool(replies[-1]))
+        if any(n == "all" for n, _ in self._spec):
+            before = list(self.queue_names)
+            self._resolve_queues()
+            if self.queue_names != before:
+                log.info("Worker %s now serves %s", self.name, ",".join(self.queue_names))
+                self._drop_pubsub()
+        return replies[0] == 1 if job is not None else True
+
+    def _set_state(self, state: str, force: bool = False) -> None:
+        if state == self.state and not force:
+            return
+        self.state = state
+        try:
+            self.connection.hset(self.key, mapping={"state": state,
+                                                    "throttle": self._hold_reason or ""})
+        except redis.ConnectionError as exc:
+            self._redis_down(exc)
+
+    def _set_busy(self, job: Job) -> None:
+        self.state = "busy"
+        try:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.hset(self.key, mapping={"state": "busy", "current_job": job.id,
+                                         "current_queue": job.queue,
+                                         "current_job_started": time.time()})
+            pipe.expire(self.key, self.settings.worker_ttl)
+            pipe.execute()
+        except redis.ConnectionError as exc:
+            self._redis_down(exc)
+
+    def _set_suspended(self, suspended: bool) -> None:
+        if suspended != self._suspended:
+            self._suspended = suspended
+            log.warning("Worker %s %s", self.name,
+                        "suspended: claiming nothing until resumed" if suspended else "resumed")
+
+    def _drop_pubsub(self) -> None:
+        old, self._pubsub = self._pubsub, None
+        if old is not None:
+            try:
+                old.close()
+            except (redis.RedisError, OSError):
+                pass
+
+    def _redis_down(self, exc: Exception) -> None:
+        log.warning("Worker %s: Redis unreachable (%s); backing off", self.name, exc)
+        self._drop_pubsub()
+        if self._stop is None:
+            time.sleep(min(self.settings.poll_interval * 2, 5.0))
+
+    def _subscribe(self) -> Any:
+        if self._pubsub is None:
+            from .connection import new_pubsub_connection
+
+            pubsub = new_pubsub_connection(self.connection, ignore_subscribe_messages=True)
+            pubsub.subscribe(self.keys.control,
+                             *(self.keys.queue(q).wake for q in self.queue_names))
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def _drain_control(self) -> None:
+        """Read whatever pub/sub already holds (no round trip) for suspend/resume."""
+        if self._pubsub is None:
+            return
+        try:
+            while True:
+                msg = self._pubsub.get_message(timeout=0)
+                if msg is None:
+                    return
+                self._on_message(msg)
+        except redis.ConnectionError:
+            self._drop_pubsub()
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") != "message" or msg.get("channel") != self.keys.control:
+            return
+        data = msg.get("data")
+        if data == "suspend":
+            self._set_suspended(True)
+        elif data == "resume":
+            self._set_suspended(False)
+
+    def _idle_timeout(self) -> float:
+        timeout = self.settings.poll_interval
+        if self._next_due is not None:
+            try:
+                now = self.connection.time()
+                server_now = now[0] + now[1] / 1e6
+                timeout = min(timeout, max(0.0, self._next_due - server_now))
+            except redis.ConnectionError:
+                pass
+        return timeout
+
+    def _wait(self, timeout: float) -> None:
+        """Block until a wake-up message, a signal, or ``timeout``; burns no CPU."""
+        if self._stop is not None:
+            return
+        try:
+            pubsub = self._subscribe()
+        except redis.ConnectionError as exc:
+            self._redis_down(exc)
+            return
+        self._waiting = True
+        try:
+            if self._stop is not None:
+                return
+            msg = pubsub.get_message(timeout=timeout)
+            self._waiting = False
+            while msg is not None:
+                self._on_message(msg)
+                msg = pubsub.get_message(timeout=0)
+        except _Interrupted:
+            self._drop_pubsub()  # the read may have been cut mid-reply: start afresh
+        except redis.ConnectionError as exc:
+            self._waiting = False
+            self._redis_down(exc)
+        finally:
+            self._waiting = False
