@@ -18,8 +18,12 @@ class Retry(Exception):  # noqa: N818 - the name users raise: ``raise Retry(dela
         self.delay = delay
 
 
-class JobTimeoutError(FusionWorkerError):
-    """Raised inside a horse by the death penalty (SIGALRM) when the job overran."""
+class JobTimeoutError(BaseException):
+    """Raised inside a horse by the death penalty (SIGALRM) when the job overran.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that a job's own
+    ``except Exception`` cannot swallow its time limit.
+    """
 
 
 class FunctionNotAllowed(FusionWorkerError):  # noqa: N818

@@ -1,0 +1,100 @@
+"""Job functions the tests enqueue (imported by horses as ``tests.jobs``)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+import redis
+
+from fusionworker import Retry
+
+
+def add(a, b):
+    return a + b
+
+
+def echo(*args, **kwargs):
+    return {"args": list(args), "kwargs": kwargs}
+
+
+def noop():
+    return None
+
+
+def boom(message="boom"):
+    raise ValueError(message)
+
+
+def sleep(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def ignore_alarm_and_sleep(seconds):
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    time.sleep(seconds)
+
+
+def segfault():
+    ctypes.string_at(0)
+
+
+def hard_exit(code=3):
+    os._exit(code)
+
+
+def kill_self():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def not_serializable():
+    return object()
+
+
+def retry_me(delay=None):
+    raise Retry("asked to retry", delay=delay)
+
+
+def conn_error():
+    raise ConnectionError("network unreachable")
+
+
+def _redis(url):
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def record(url, key, value, seconds=0.0):
+    """Append value to a Redis list (proof of execution), optionally after a sleep."""
+    if seconds:
+        time.sleep(seconds)
+    _redis(url).rpush(key, value)
+    return value
+
+
+def record_span(url, key, value, seconds=0.0):
+    """Record start and end (for overlap checks)."""
+    r = _redis(url)
+    r.rpush(key, f"start:{value}:{time.time()}")
+    if seconds:
+        time.sleep(seconds)
+    r.rpush(key, f"end:{value}:{time.time()}")
+    return value
+
+
+def flaky(url, key, fail_times):
+    """Fail with a retryable error the first ``fail_times`` calls, then succeed."""
+    n = _redis(url).incr(key)
+    if n <= fail_times:
+        raise ConnectionError(f"transient failure {n}")
+    return n
+
+
+def allocate(mib, seconds):
+    data = bytearray(mib * 1024 * 1024)
+    for i in range(0, len(data), 4096):
+        data[i] = 1
+    time.sleep(seconds)
+    return len(data)
