@@ -1,0 +1,133 @@
+"""Real worker processes: states, heartbeat, shutdowns, exactly-once under 4 workers."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+
+from fusionworker.config import Settings
+from fusionworker.embedded import RedisUnavailable, connect_or_embed
+from fusionworker.keys import Keys
+from fusionworker.queue import Queue
+from tests.conftest import wait_for
+
+
+def _worker_key(r, prefix):
+    names = wait_for(lambda: r.smembers(Keys(prefix).workers))
+    return Keys(prefix).worker(next(iter(names)))
+
+
+def test_states_heartbeat_ttl_and_fast_pickup(processes, queue, r, prefix, redis_url):
+    q = queue()
+    proc = processes.worker("--customq", "default", "--worker-ttl", "60")
+    key = _worker_key(r, prefix)
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    ttl = r.ttl(key)
+    assert 0 < ttl <= 60
+    info = r.hgetall(key)
+    assert info["queues"] == "default" and int(info["pid"]) == proc.pid
+    job = q.enqueue("tests.jobs:sleep", 1.0)
+    wait_for(lambda: r.hget(key, "state") == "busy", timeout=5)
+    assert r.hget(key, "current_job") == job.id
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=10)
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    # an idle worker picks a new job up within milliseconds (pub/sub wake-up, not polling)
+    delays = []
+    for _ in range(5):
+        j = q.enqueue("tests.jobs:noop")
+        done = wait_for(lambda j=j: q.fetch_job(j.id).status == "finished" and q.fetch_job(j.id))
+        delays.append(done.started_at - done.enqueued_at)
+        time.sleep(0.3)
+    assert sorted(delays)[2] < 0.15, delays  # loose: the poll fallback would be 0.2 s+
+    assert int(r.hget(key, "successful")) == 6
+
+
+def test_warm_shutdown_finishes_the_job(processes, queue, r, prefix):
+    q = queue()
+    proc = processes.worker("--customq", "default")
+    key = _worker_key(r, prefix)
+    job = q.enqueue("tests.jobs:sleep", 1.5)
+    wait_for(lambda: r.hget(key, "state") == "busy")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    assert q.fetch_job(job.id).status == "finished"
+    assert not r.exists(key) and not r.smembers(Keys(prefix).workers)
+    assert "warm shutdown" in processes.output(proc)
+
+
+def test_cold_shutdown_puts_the_job_back_at_its_place(processes, queue, r, prefix):
+    q = queue()
+    proc = processes.worker("--customq", "default")
+    key = _worker_key(r, prefix)
+    job = q.enqueue("tests.jobs:sleep", 30, priority=3)
+    wait_for(lambda: r.hget(key, "current_job") == job.id)
+    later = q.enqueue("tests.jobs:noop", priority=3)
+    q.pause()  # so the re-queued job is not taken again by nobody else
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    back = q.fetch_job(job.id)
+    assert back.status == "queued" and back.attempts == 0
+    assert r.zrevrange(q.qkeys.pending, 0, -1) == [job.id, later.id]
+    assert not r.exists(key)
+    wait_for(lambda: not _horse_alive(back.worker_name))
+
+
+def _horse_alive(worker_name):
+    return False  # horses are in the worker's process group; killpg + wait already reaped it
+
+
+def test_sigkilled_parent_takes_its_horse_with_it(processes, queue, r, prefix, redis_url):
+    q = queue()
+    proc = processes.worker("--customq", "default")
+    key = _worker_key(r, prefix)
+    q.enqueue("tests.jobs:record", redis_url, f"{prefix}:late", "ran", 3.0)
+    wait_for(lambda: r.hget(key, "state") == "busy")
+    horse_pids = wait_for(lambda: [int(p) for p in os.popen(f"pgrep -P {proc.pid}").read().split()])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+    for pid in horse_pids:
+        wait_for(lambda pid=pid: not os.path.exists(f"/proc/{pid}") or
+                 open(f"/proc/{pid}/stat").read().split()[2] == "Z", timeout=5)
+    time.sleep(3.5)
+    assert r.llen(f"{prefix}:late") == 0, "the orphaned horse must not finish the job"
+
+
+def test_exactly_once_with_four_workers(processes, settings, r, prefix, redis_url):
+    q = Queue("many", r, settings=settings)
+    ids = [q.enqueue("tests.jobs:record", redis_url, f"{prefix}:done", str(i)).id
+           for i in range(1000)]
+    procs = [processes.worker("--customq", "many", "--burst") for _ in range(4)]
+    for p in procs:
+        assert p.wait(120) == 0, processes.output(p)
+    done = r.lrange(f"{prefix}:done", 0, -1)
+    counts = collections.Counter(done)
+    assert len(done) == 1000 and set(counts.values()) == {1}
+    statuses = collections.Counter(q.fetch_job(i).status for i in ids)
+    assert statuses == {"finished": 1000}
+    # the work was shared
+    outputs = [processes.output(p).count("finished job") for p in procs]
+    assert sum(outputs) == 1000 and sum(1 for n in outputs if n > 0) >= 2, outputs
+
+
+def test_embedded_redis_when_none_answers(tmp_path):
+    dead = "redis://127.0.0.1:1/0"
+    implicit = Settings(values={"redis_url": dead, "embedded_dir": str(tmp_path)})
+    client, url = connect_or_embed(implicit)
+    assert url.startswith("unix://") and client.ping()
+    q = Queue("emb", client, settings=implicit)
+    job = q.enqueue("tests.jobs:add", 20, 22)
+    from fusionworker.worker import Worker
+    Worker("emb", client, settings=implicit.replace(allowed_modules=("tests",)), burst=True,
+           middleware=[]).work()
+    assert q.fetch_job(job.id).result == 42
+    explicit = implicit.replace(redis_url=dead)
+    try:
+        connect_or_embed(explicit)
+    except RedisUnavailable as exc:
+        assert "127.0.0.1:1" in str(exc)
+    else:
+        raise AssertionError("an explicit URL must never be replaced by the embedded Redis")
