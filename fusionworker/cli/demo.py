@@ -1,0 +1,74 @@
+"""``demo``: a real worker pool on real (or embedded) Redis, processing sample jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import click
+
+from ..queue import Queue
+from . import main
+from .common import App, pass_app
+
+QUEUES = ("sms", "email", "webhook")
+
+
+@main.command()
+@click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True)
+@click.option("--jobs", "count", type=click.IntRange(1, 10000), default=30, show_default=True)
+@click.pass_context
+@pass_app
+def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
+    """Start WORKERS worker processes, enqueue sample jobs, show progress, end with info.
+
+    Uses the Redis at REDIS_URL, or starts an embedded one when none answers.
+    Includes a job that fails, one that times out and one that retries.
+    """
+    r = app.connect(embedded=True)
+    settings = app.settings.replace(allowed_modules=("fusionworker.demo",), max_retries=3)
+    queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
+    ids = []
+    for i in range(count):
+        name = QUEUES[i % 3]
+        if name == "sms":
+            job = queues[name].enqueue("fusionworker.demo:send_sms", f"+1555{i:04d}", "hello",
+                                       priority=10 if i % 2 else 0)
+        elif name == "email":
+            job = queues[name].enqueue("fusionworker.demo:send_email", f"user{i}@example.com",
+                                       "Welcome", priority=5)
+        else:
+            job = queues[name].enqueue("fusionworker.demo:call_webhook", f"https://hooks.example/{i}")
+        ids.append(job)
+    ids.append(queues["email"].enqueue("fusionworker.demo:broken_template", "welcome-v2"))
+    ids.append(queues["sms"].enqueue("fusionworker.demo:stuck_provider", 60, timeout=2))
+    ids.append(queues["webhook"].enqueue("fusionworker.demo:flaky_webhook", "https://flaky.example"))
+    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url}")
+
+    env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=settings.prefix,
+               FUSIONWORKER_ALLOWED_MODULES="fusionworker.demo", FUSIONWORKER_MAX_RETRIES="3")
+    env.pop("NOTIFY_SOCKET", None)
+    procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--customq",
+                               ",".join(QUEUES), "--name", f"demo-{n + 1}"], env=env)
+             for n in range(workers)]
+    try:
+        while True:
+            jobs = [queues[j.queue].fetch_job(j.id) for j in ids]
+            states = {s: sum(1 for j in jobs if j and j.status == s)
+                      for s in ("queued", "scheduled", "started", "finished", "failed")}
+            line = "  ".join(f"{k} {v}" for k, v in states.items())
+            click.echo(f"\r{line}   ", nl=not sys.stdout.isatty())
+            if states["queued"] + states["scheduled"] + states["started"] == 0:
+                break
+            time.sleep(0.5)
+        click.echo("")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    from .admin import info
+
+    ctx.invoke(info)
