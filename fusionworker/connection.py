@@ -32,16 +32,27 @@ for that reason (see :mod:`fusionworker.keys`).
 
 from __future__ import annotations
 
+import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from .middleware import Middleware
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .worker import Worker
+
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "FollowSentinelMaster",
     "RedisURL",
     "connect",
     "is_cluster",
@@ -301,6 +312,39 @@ def refresh_master(client: Any) -> bool:
         return False
     before = pool.master_address
     return pool.get_master_address() != before and before is not None
+
+
+class FollowSentinelMaster(Middleware):
+    """Calls :func:`refresh_master` on the worker's connection every ``interval`` seconds.
+
+    A no-op unless the connection is a Sentinel client. Never raises: with
+    every sentinel unreachable it logs a warning (once per outage) and the
+    worker carries on with the connections it has.
+    """
+
+    def __init__(self, interval: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._next = 0.0
+        self._failing = False
+
+    def on_tick(self, worker: Worker) -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        client = getattr(worker, "connection", None)
+        try:
+            moved = refresh_master(client)
+        except redis.RedisError as exc:
+            if not self._failing:
+                self._failing = True
+                log.warning("Cannot ask the Redis sentinels for the master: %s", exc)
+            return
+        self._failing = False
+        if moved:
+            host, port = client.connection_pool.master_address
+            log.info("Redis master moved to %s:%s (Sentinel failover); reconnecting", host, port)
 
 
 def new_pubsub_connection(client: _Client, **kwargs: Any) -> Any:

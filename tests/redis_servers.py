@@ -8,7 +8,7 @@ reason.
 
 Use the fixtures (import them into a test module or a conftest)::
 
-    from redis_servers import redis_cluster, redis_sentinel  # noqa: F401
+    from tests.redis_servers import redis_cluster, redis_sentinel  # noqa: F401
 
     def test_x(redis_cluster):
         ports = redis_cluster.ports

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -11,6 +13,7 @@ from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
 from fusionworker.connection import (
+    FollowSentinelMaster,
     connect,
     is_cluster,
     mask_url,
@@ -18,11 +21,13 @@ from fusionworker.connection import (
     parse_url,
     refresh_master,
 )
-
-try:  # `python -m pytest` puts the repo root on sys.path; plain `pytest` the tests dir
-    from tests.redis_servers import ClusterServers, SentinelServers, redis_cluster, redis_sentinel
-except ModuleNotFoundError:  # pragma: no cover
-    from redis_servers import ClusterServers, SentinelServers, redis_cluster, redis_sentinel
+from tests.redis_servers import (
+    ClusterServers,
+    SentinelServers,
+    free_port,
+    redis_cluster,
+    redis_sentinel,
+)
 
 __all__ = ["redis_cluster", "redis_sentinel"]  # fixtures used below
 
@@ -239,7 +244,9 @@ def _wait_subscribed(pubsub: redis.client.PubSub) -> None:
     assert pubsub.subscribed
 
 
-def test_sentinel_client_follows_a_failover(redis_sentinel: SentinelServers) -> None:
+def test_sentinel_client_follows_a_failover(
+    redis_sentinel: SentinelServers, caplog: pytest.LogCaptureFixture
+) -> None:
     client = connect(redis_sentinel.url, socket_timeout=2)
     old_master = redis_sentinel.master_port
     assert client.connection_pool.get_master_address()[1] == old_master
@@ -250,8 +257,12 @@ def test_sentinel_client_follows_a_failover(redis_sentinel: SentinelServers) -> 
     assert new_master != old_master
     # The old master is still up (a manual failover): without a refresh the
     # pooled connection would keep writing to it until Sentinel demotes it.
-    assert refresh_master(client) is True
-    assert refresh_master(client) is False
+    # The worker's FollowSentinelMaster middleware notices on its next tick.
+    follow = FollowSentinelMaster(interval=5.0)
+    with caplog.at_level(logging.INFO, logger="fusionworker.connection"):
+        follow.on_tick(SimpleNamespace(connection=client))
+    assert f"Redis master moved to 127.0.0.1:{new_master}" in caplog.text
+    assert refresh_master(client) is False  # already up to date
     _assert_follows(client, new_master)
     assert client.get("before") == "1"  # replicated before the failover
 
@@ -267,6 +278,29 @@ def test_sentinel_client_follows_when_the_master_dies(redis_sentinel: SentinelSe
 
 def test_refresh_master_is_a_noop_for_other_clients() -> None:
     assert refresh_master(connect("redis://127.0.0.1:6379/0")) is False
+    assert refresh_master(None) is False
+
+
+def test_follow_sentinel_master_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    nobody = connect(f"redis+sentinel://127.0.0.1:{free_port()}/fwmaster",
+                     socket_connect_timeout=0.5)
+    worker = SimpleNamespace(connection=nobody)
+    follow = FollowSentinelMaster(interval=5.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="fusionworker.connection"):
+        follow.on_tick(worker)       # asks: every sentinel is down -> one warning
+        follow.on_tick(worker)       # within the interval: does not ask again
+        clock.now += 5
+        follow.on_tick(worker)       # asks again, still down: no second warning
+    warnings = [r for r in caplog.records if "Cannot ask the Redis sentinels" in r.getMessage()]
+    assert len(warnings) == 1
+    FollowSentinelMaster().on_tick(SimpleNamespace(connection=connect("redis://127.0.0.1:6379")))
 
 
 def _assert_follows(client: redis.Redis, new_master: int) -> None:
