@@ -63,6 +63,9 @@ log = logging.getLogger("fusionworker.worker")
 
 STATES = ("started", "idle", "busy", "suspended", "throttled")
 
+#: What an unreachable (down, restarting, stopped) Redis raises: back off, retry.
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+
 
 @dataclass
 class Outcome:
@@ -115,10 +118,13 @@ def backoff_delay(settings: Settings, attempt: int, initial: float | None = None
 
 def default_middleware(settings: Settings) -> list[Middleware]:
     """The middleware every worker runs, in order."""
+    from .callbacks import FailureCallbacks
     from .governor import build_governors
     from .notify import NotifyMiddleware
+    from .reaper import ReaperMiddleware
 
-    return [*build_governors(settings), NotifyMiddleware()]
+    return [*build_governors(settings), NotifyMiddleware(), ReaperMiddleware(settings),
+            FailureCallbacks(settings)]
 
 
 class Worker:
@@ -352,7 +358,7 @@ class Worker:
                     keys=[qkeys.base],
                     args=[self.name, token, self.lease, self.settings.failed_ttl],
                 )
-            except redis.ConnectionError as exc:
+            except UNREACHABLE as exc:
                 self._redis_down(exc)
                 return None
             kind = reply[0]
@@ -475,7 +481,7 @@ class Worker:
                 pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
                 reply = pipe.execute()[0]
                 break
-            except redis.ConnectionError as exc:
+            except UNREACHABLE as exc:
                 if self._stop == "cold":
                     log.error("Worker %s: Redis unreachable at cold shutdown; job %s stays "
                               "started and the reaper will recover it", self.name, job.id)
@@ -516,6 +522,8 @@ class Worker:
         """Renew the worker key (and the running job's lease). False: the job was lost."""
         self._next_heartbeat = time.monotonic() + self.settings.heartbeat_interval
         fields: dict[str, Any] = {"last_heartbeat": time.time()}
+        if job is not None:  # again, in case _set_busy met a Redis outage
+            fields["current_job"] = job.id
         for mw in self.middleware:
             fields.update(mw.describe())
         try:
@@ -528,7 +536,7 @@ class Worker:
             pipe.sadd(self.keys.workers, self.name)
             pipe.exists(self.keys.suspended)
             replies = pipe.execute()
-        except redis.ConnectionError as exc:
+        except UNREACHABLE as exc:
             self._redis_down(exc)
             return True
         self._set_suspended(bool(replies[-1]))
@@ -547,7 +555,7 @@ class Worker:
         try:
             self.connection.hset(self.key, mapping={"state": state,
                                                     "throttle": self._hold_reason or ""})
-        except redis.ConnectionError as exc:
+        except UNREACHABLE as exc:
             self._redis_down(exc)
 
     def _set_busy(self, job: Job) -> None:
@@ -559,7 +567,7 @@ class Worker:
                                          "current_job_started": time.time()})
             pipe.expire(self.key, self.settings.worker_ttl)
             pipe.execute()
-        except redis.ConnectionError as exc:
+        except UNREACHABLE as exc:
             self._redis_down(exc)
 
     def _set_suspended(self, suspended: bool) -> None:
@@ -602,7 +610,7 @@ class Worker:
                 if msg is None:
                     return
                 self._on_message(msg)
-        except redis.ConnectionError:
+        except UNREACHABLE:
             self._drop_pubsub()
 
     def _on_message(self, msg: dict[str, Any]) -> None:
@@ -621,7 +629,7 @@ class Worker:
                 now = self.connection.time()
                 server_now = now[0] + now[1] / 1e6
                 timeout = min(timeout, max(0.0, self._next_due - server_now))
-            except redis.ConnectionError:
+            except UNREACHABLE:
                 pass
         return timeout
 
@@ -631,7 +639,7 @@ class Worker:
             return
         try:
             pubsub = self._subscribe()
-        except redis.ConnectionError as exc:
+        except UNREACHABLE as exc:
             self._redis_down(exc)
             return
         self._waiting = True
@@ -645,7 +653,7 @@ class Worker:
                 msg = pubsub.get_message(timeout=0)
         except _Interrupted:
             self._drop_pubsub()  # the read may have been cut mid-reply: start afresh
-        except redis.ConnectionError as exc:
+        except UNREACHABLE as exc:
             self._waiting = False
             self._redis_down(exc)
         finally:

@@ -12,6 +12,9 @@ local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
 local st = hget(jkey, 'status')
+if mode == 'reap' and st ~= 'started' then
+  redis.call('ZREM', base .. 'started', jid)  -- a stale entry: no attempt of it can run
+end
 if not st then return {'skipped', 'no such job'} end
 local t = now()
 
