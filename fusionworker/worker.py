@@ -119,12 +119,16 @@ def backoff_delay(settings: Settings, attempt: int, initial: float | None = None
 def default_middleware(settings: Settings) -> list[Middleware]:
     """The middleware every worker runs, in order."""
     from .callbacks import FailureCallbacks
+    from .connection import FollowSentinelMaster
     from .governor import build_governors
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
 
-    return [*build_governors(settings), NotifyMiddleware(), ReaperMiddleware(settings),
-            FailureCallbacks(settings)]
+    chain: list[Middleware] = [*build_governors(settings), NotifyMiddleware(),
+                               ReaperMiddleware(settings), FailureCallbacks(settings)]
+    if settings.redis_url.startswith("redis+sentinel"):
+        chain.append(FollowSentinelMaster())
+    return chain
 
 
 class Worker:
