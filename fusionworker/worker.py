@@ -120,14 +120,21 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     """The middleware every worker runs, in order."""
     from .callbacks import FailureCallbacks
     from .connection import FollowSentinelMaster
+    from .cron import CronScheduler
+    from .events import EventsMiddleware
     from .governor import build_governors
+    from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
 
     chain: list[Middleware] = [*build_governors(settings), NotifyMiddleware(),
-                               ReaperMiddleware(settings), FailureCallbacks(settings)]
+                               ReaperMiddleware(settings), FailureCallbacks(settings),
+                               CronScheduler()]
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
+    chain.append(EventsMiddleware())
+    if settings.metrics_port:
+        chain.append(MetricsMiddleware(settings.metrics_port))
     return chain
 
 

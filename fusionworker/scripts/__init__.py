@@ -13,6 +13,7 @@ from typing import Any
 
 NAMES = (
     "enqueue", "claim", "finish", "touch", "requeue", "cancel", "delete", "reprioritize",
+    "cron_tick",
 )
 
 

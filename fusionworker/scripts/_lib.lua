@@ -17,6 +17,21 @@ local function hget(key, field)
   return v
 end
 
+-- Write a new job record: next FIFO sequence number, the caller's fields
+-- (argv[first..], name/value pairs), then id/seq/priority/attempts/enqueued_at.
+-- Placement (pending, group list, scheduled) is the caller's. Shared by
+-- enqueue.lua and cron_tick.lua so a cron run is a job like any other.
+-- Returns the job key, or nil and an error message.
+local function new_job(base, jid, prio, t, argv, first)
+  local seq = redis.call('INCR', base .. 'seq')
+  if seq >= SEQ_LIMIT then return nil, 'queue sequence exhausted (2^42 enqueues)' end
+  local jkey = base .. 'job:' .. jid
+  if #argv >= first then redis.call('HSET', jkey, unpack(argv, first)) end
+  redis.call('HSET', jkey, 'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
+    'enqueued_at', fmt_time(t))
+  return jkey
+end
+
 -- Put a job id on the pending ZSET at its priority/FIFO score and wake idle workers.
 local function push_pending(base, jid)
   local jkey = base .. 'job:' .. jid

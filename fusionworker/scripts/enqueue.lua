@@ -27,11 +27,8 @@ if redis.call('EXISTS', jkey) == 1 then
   redis.call('DEL', jkey)
 end
 
-local seq = redis.call('INCR', base .. 'seq')
-if seq >= SEQ_LIMIT then return redis.error_reply('queue sequence exhausted (2^42 enqueues)') end
-if #ARGV > 6 then redis.call('HSET', jkey, unpack(ARGV, 7)) end
-redis.call('HSET', jkey, 'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
-  'enqueued_at', fmt_time(t))
+local ok, err = new_job(base, jid, prio, t, ARGV, 7)
+if not ok then return redis.error_reply(err) end
 if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
 
 if mode ~= 'now' then
