@@ -1,4 +1,8 @@
-"""Deployment-wide operations on Redis: suspend/resume, worker listing."""
+"""Deployment-wide operations on Redis: suspend/resume, worker listing, one-screen status.
+
+Reads here back the operator CLI (``info``, ``health``); every function takes a
+client and a key prefix and nothing else, so a script can use them too.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,23 @@ def is_suspended(connection: Any, prefix: str = "fw") -> bool:
     return bool(connection.exists(Keys(prefix).suspended))
 
 
+def suspended_for(connection: Any, prefix: str = "fw") -> float | None:
+    """Seconds until a timed suspension ends; ``-1.0`` when suspended indefinitely;
+    ``None`` when not suspended."""
+    pttl = connection.pttl(Keys(prefix).suspended)
+    if pttl == -2:
+        return None
+    if pttl == -1:
+        return -1.0
+    return pttl / 1000.0
+
+
+def server_time(connection: Any) -> float:
+    """The Redis server's clock (epoch seconds): one clock for every age we show."""
+    seconds, micros = connection.time()
+    return seconds + micros / 1e6
+
+
 def workers(connection: Any, prefix: str = "fw") -> list[dict[str, str]]:
     """Heartbeat hashes of live workers; names whose key expired are dropped from the set."""
     keys = Keys(prefix)
@@ -42,3 +63,66 @@ def workers(connection: Any, prefix: str = "fw") -> list[dict[str, str]]:
         else:
             connection.srem(keys.workers, name)
     return live
+
+
+def _num(value: str | None, kind: type = float) -> Any:
+    if value in (None, ""):
+        return None
+    try:
+        return kind(float(value)) if kind is int else kind(value)
+    except ValueError:
+        return None
+
+
+def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
+    """A heartbeat hash as typed fields with ages relative to ``now`` (the ``info`` schema)."""
+    started = _num(data.get("current_job_started"))
+    heartbeat = _num(data.get("last_heartbeat"))
+    birth = _num(data.get("birth"))
+    current = data.get("current_job") or None
+    return {
+        "name": data.get("name", ""),
+        "host": data.get("host", ""),
+        "pid": _num(data.get("pid"), int),
+        "state": data.get("state", ""),
+        "throttle": data.get("throttle") or None,
+        "queues": [q for q in (data.get("queues") or "").split(",") if q],
+        "current_job": current,
+        "current_queue": (data.get("current_queue") or None) if current else None,
+        "current_job_age": max(0.0, now - started) if current and started else None,
+        "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,
+        "uptime": max(0.0, now - birth) if birth else None,
+        "successful": _num(data.get("successful"), int) or 0,
+        "failed": _num(data.get("failed"), int) or 0,
+        "total_working_time": _num(data.get("total_working_time")) or 0.0,
+        "lease": _num(data.get("lease")),
+        "version": data.get("version") or None,
+    }
+
+
+def forget_worker(connection: Any, name: str, pid: int, prefix: str = "fw") -> bool:
+    """Remove the heartbeat of worker ``name`` if it still names ``pid`` (known dead).
+
+    The supervisor calls this for a child it saw die: the dead worker then
+    stops showing in ``info`` at once instead of after ``worker_ttl``, and a
+    restarted child may take the same name. A job the dead worker held stays
+    in ``started`` until its lease runs out; the reaper then re-queues it.
+    """
+    keys = Keys(prefix)
+    key = keys.worker(name)
+    if connection.hget(key, "pid") != str(pid):
+        return False
+    pipe = connection.pipeline(transaction=False)
+    pipe.delete(key)
+    pipe.srem(keys.workers, name)
+    pipe.execute()
+    return True
+
+
+def stuck_jobs(connection: Any, queue: str, prefix: str = "fw",
+               now: float | None = None) -> list[str]:
+    """Ids of started jobs of ``queue`` whose lease deadline (score) is before ``now``."""
+    if now is None:
+        now = server_time(connection)
+    return list(connection.zrangebyscore(Keys(prefix).queue(queue).started, "-inf",
+                                         f"({now}"))

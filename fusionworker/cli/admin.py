@@ -1,67 +1,154 @@
-"""Operator commands: info, suspend/resume, pause/unpause, requeue."""
+"""Operator commands: info, suspend/resume, pause/unpause, set-max-active, requeue, health."""
 
 from __future__ import annotations
 
+import json
+import sys
 import time
+from datetime import datetime, timezone
+from typing import Any
 
 import click
+import redis
 
-from .. import admin
-from ..queue import Queue, known_queues
+from .. import __version__, admin
+from ..embedded import RedisUnavailable
+from ..exceptions import InvalidOperation, NoSuchJob
+from ..health import check
+from ..keys import check_queue_name
+from ..queue import BANDS, Queue, find_queue_of, known_queues
 from . import main
-from .common import App, echo_json, pass_app
+from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
+
+#: Version of the ``info --json`` document (see docs/operations.md). Fields may be
+#: added within a version; none is renamed or removed.
+INFO_SCHEMA = 1
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
+def collect_info(app: App, queues: bool = True, workers: bool = True) -> dict[str, Any]:
+    """Everything ``info`` shows, as the documented JSON document."""
+    r = app.connection
+    prefix = app.settings.prefix
+    now = admin.server_time(r)
+    remaining = admin.suspended_for(r, prefix)
+    doc: dict[str, Any] = {
+        "schema": INFO_SCHEMA,
+        "version": __version__,
+        "redis_url": app.masked_url,
+        "prefix": prefix,
+        "time": now,
+        "suspended": remaining is not None,
+        "suspended_remaining": remaining if remaining is not None and remaining >= 0 else None,
+    }
+    if queues:
+        doc["queues"] = [Queue(n, r, settings=app.settings).stats()
+                         for n in known_queues(r, prefix)]
+    if workers:
+        doc["workers"] = [admin.describe_worker(w, now) for w in admin.workers(r, prefix)]
+    return doc
+
+
+def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
+    band_names = [b[0] for b in BANDS]
+    headers = ["QUEUE", "PENDING", *(b.upper() for b in band_names), "SCHED", "STARTED",
+               "FAILED", "FINISHED", "MAX", "GROUPS", "OLDEST", "STATE"]
+    cron = any("cron" in q for q in queues)
+    if cron:  # cron entries (per queue), when the cron feature reports them
+        headers.insert(-1, "CRON")
+    rows = []
+    for q in queues:
+        row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
+               q["scheduled"], q["started"], q["failed"], q.get("finished", 0),
+               q["max_active"], q.get("busy_groups", 0), fmt_age(q["oldest_age"]),
+               "paused" if q["paused"] else "active"]
+        if cron:
+            value = q.get("cron")
+            row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)
+        rows.append(row)
+    lines = table(headers, rows, right=range(1, len(headers) - 1))
+    total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}
+    lines.append(f"{len(queues)} queue(s): {total['pending']} pending, {total['started']} "
+                 f"started, {total['failed']} failed")
+    return lines
+
+
+def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for w in workers:
+        state = w["state"] + (f" ({w['throttle']})" if w["throttle"] else "")
+        job = (f"{w['current_job']} ({w['current_queue']})" if w["current_job"] else None)
+        rows.append([w["name"], w["host"], w["pid"], state, ",".join(w["queues"]) or None, job,
+                     fmt_age(w["current_job_age"]) if job else None, fmt_age(w["heartbeat_age"]),
+                     w["successful"], w["failed"]])
+    lines = table(["WORKER", "HOST", "PID", "STATE", "QUEUES", "JOB", "RUNNING", "BEAT", "OK",
+                   "FAILED"], rows, right=(2, 6, 7, 8, 9))
+    states: dict[str, int] = {}
+    for w in workers:
+        states[w["state"]] = states.get(w["state"], 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    lines.append(f"{len(workers)} worker(s)" + (f": {summary}" if summary else ""))
+    return lines
+
+
+def render_info(doc: dict[str, Any]) -> str:
+    """The text screen of ``info`` from its JSON document."""
+    stamp = datetime.fromtimestamp(doc["time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    lines = [f"fusionworker {doc['version']} on {doc['redis_url']} (prefix {doc['prefix']}) "
+             f"at {stamp}"]
+    if doc["suspended"]:
+        until = (f" (resume in {fmt_age(doc['suspended_remaining'])})"
+                 if doc["suspended_remaining"] is not None else " (until `resume`)")
+        lines.append(f"*** all workers SUSPENDED{until} ***")
+    if "queues" in doc:
+        lines += ["", *_queue_lines(doc["queues"])]
+    if "workers" in doc:
+        lines += ["", *_worker_lines(doc["workers"])]
+    return "\n".join(lines)
 
 
 @main.command()
 @click.option("-W", "--only-workers", is_flag=True, help="Workers only.")
 @click.option("-Q", "--only-queues", is_flag=True, help="Queues only.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output (schema in docs/operations.md).")
+@click.option("--interval", "-i", type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="Refresh every SECONDS until Ctrl-C (with --json: one JSON line each).")
 @pass_app
-def info(app: App, only_workers: bool, only_queues: bool, as_json: bool) -> None:
+def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
+         interval: float | None) -> None:
     """Queues (depth, bands, registries) and workers (state, current job)."""
-    r = app.connection
-    queues = [Queue(n, r, settings=app.settings).stats()
-              for n in known_queues(r, app.settings.prefix)] if not only_workers else []
-    workers = admin.workers(r, app.settings.prefix) if not only_queues else []
-    if as_json:
-        echo_json({"queues": queues, "workers": workers,
-                   "suspended": admin.is_suspended(r, app.settings.prefix)})
+    if only_workers and only_queues:
+        raise click.UsageError("-W/--only-workers and -Q/--only-queues exclude each other")
+    try:
+        while True:
+            doc = collect_info(app, queues=not only_workers, workers=not only_queues)
+            if as_json:
+                if interval:
+                    click.echo(json.dumps(doc, sort_keys=True, default=str))
+                else:
+                    echo_json(doc)
+            else:
+                if interval and sys.stdout.isatty():
+                    click.clear()
+                click.echo(render_info(doc))
+                if interval:
+                    click.echo(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
+            if not interval:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
         return
-    if not only_workers:
-        click.echo(f"{'queue':<16} {'pending':>8} {'started':>8} {'sched':>6} {'failed':>7}  bands")
-        for q in queues:
-            bands = " ".join(f"{k}={v}" for k, v in q["bands"].items() if v)
-            flag = " [paused]" if q["paused"] else ""
-            click.echo(f"{q['queue']:<16} {q['pending']:>8} {q['started']:>8} {q['scheduled']:>6} "
-                       f"{q['failed']:>7}  {bands}{flag}")
-        click.echo(f"{len(queues)} queue(s)")
-    if not only_queues:
-        now = time.time()
-        for w in workers:
-            job = w.get("current_job") or "-"
-            click.echo(f"{w.get('name')}: {w.get('state')} on {w.get('queues')} job={job} "
-                       f"heartbeat {_age(now - float(w.get('last_heartbeat') or now))} ago")
-        click.echo(f"{len(workers)} worker(s)")
 
 
 @main.command()
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True),
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Resume by itself after this many seconds.")
 @pass_app
 def suspend(app: App, duration: float | None) -> None:
     """Suspend all workers: they finish the current job, then claim nothing."""
     admin.suspend(app.connection, app.settings.prefix, duration)
-    click.echo("Suspended all workers" + (f" for {duration:g} s" if duration else ""))
+    click.echo("Suspended all workers" + (f" for {duration:g} s" if duration else
+                                          " (until `resume`)"))
 
 
 @main.command()
@@ -72,12 +159,20 @@ def resume(app: App) -> None:
     click.echo("Resumed all workers")
 
 
+def _warn_unknown(app: App, queue: str) -> Queue:
+    q = Queue(queue, app.connection, settings=app.settings)
+    if queue not in known_queues(app.connection, app.settings.prefix):
+        click.echo(f"Note: no job was ever enqueued to {queue!r} (typo?); "
+                   "the setting applies when one is", err=True)
+    return q
+
+
 @main.command()
 @click.argument("queue")
 @pass_app
 def pause(app: App, queue: str) -> None:
-    """Pause QUEUE: no worker anywhere claims from it."""
-    Queue(queue, app.connection, settings=app.settings).pause()
+    """Pause QUEUE: no worker anywhere claims from it (running jobs finish)."""
+    _warn_unknown(app, queue).pause()
     click.echo(f"Paused {queue}")
 
 
@@ -86,8 +181,25 @@ def pause(app: App, queue: str) -> None:
 @pass_app
 def unpause(app: App, queue: str) -> None:
     """Let workers claim from QUEUE again."""
-    Queue(queue, app.connection, settings=app.settings).unpause()
+    _warn_unknown(app, queue).unpause()
     click.echo(f"Unpaused {queue}")
+
+
+@main.command("set-max-active")
+@click.argument("queue")
+@click.argument("limit", metavar="N", type=click.IntRange(min=1), required=False)
+@click.option("--none", "no_cap", is_flag=True, help="Remove the cap.")
+@pass_app
+def set_max_active(app: App, queue: str, limit: int | None, no_cap: bool) -> None:
+    """Run at most N jobs of QUEUE at once, over all workers (--none: no cap).
+
+    N must be at least 1; to stop a queue use `pause`.
+    """
+    if (limit is None) == (not no_cap):
+        raise click.UsageError("give N (at least 1) or --none")
+    _warn_unknown(app, queue).set_max_active(None if no_cap else limit)
+    click.echo(f"{queue}: no cap on running jobs" if no_cap
+               else f"{queue}: at most {limit} job(s) running at once")
 
 
 @main.command()
@@ -96,19 +208,64 @@ def unpause(app: App, queue: str) -> None:
 @click.option("--queue", help="Only this queue.")
 @pass_app
 def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -> None:
-    """Move failed jobs (JOB_IDS, or --all) back to their queue."""
-    if not all_ and not job_ids:
-        raise click.UsageError("give JOB_IDs or --all")
+    """Move failed jobs (JOB_IDS, or --all) back to their queue; prints how many."""
+    if all_ == bool(job_ids):
+        raise click.UsageError("give JOB_IDs or --all (not both)")
     r = app.connection
-    names = [queue] if queue else known_queues(r, app.settings.prefix)
+    prefix = app.settings.prefix
+    if queue is not None:
+        require_queue(app, queue)
     total = 0
-    for name in names:
-        q = Queue(name, r, settings=app.settings)
-        if all_:
-            total += q.requeue_all_failed()
-        else:
-            for job_id in job_ids:
-                if q.fetch_job(job_id) is not None:
-                    q.requeue(job_id)
-                    total += 1
+    if all_:
+        names = [queue] if queue else known_queues(r, prefix)
+        queues = [Queue(n, r, settings=app.settings) for n in names]
+        count = sum(int(r.zcard(q.qkeys.failed)) for q in queues)
+        with progress(count, "Requeueing") as advance:
+            for q in queues:
+                total += q.requeue_all_failed(progress=advance)
+        click.echo(f"Requeued {total} job(s)")
+        return
+    errors = []
+    with progress(len(job_ids) if len(job_ids) > 1 else 0, "Requeueing") as advance:
+        for job_id in job_ids:
+            name = find_queue_of(r, job_id, prefix, queue)
+            try:
+                if name is None:
+                    raise NoSuchJob(f"no job {job_id!r}" + (f" in queue {queue!r}" if queue
+                                                             else ""))
+                Queue(name, r, settings=app.settings).requeue(job_id)
+                total += 1
+            except (NoSuchJob, InvalidOperation) as exc:
+                errors.append(str(exc))
+            advance(1)
     click.echo(f"Requeued {total} job(s)")
+    if errors:
+        for line in errors:
+            click.echo(f"Error: {line}", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE",
+              help="Also require a live worker on QUEUE and no job of it stuck past its "
+                   "deadline (repeatable).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="Seconds to wait for Redis.")
+@pass_app
+def health(app: App, queues: tuple[str, ...], timeout: float) -> None:
+    """Exit 0 when healthy; else exit 1 with one line saying why (systemd, Docker, k8s)."""
+    app.socket_timeout = timeout
+    for name in queues:
+        check_queue_name(name)
+    try:
+        result = check(app.connection, app.settings.prefix, queues)
+    except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
+        message = str(exc)
+        if app.masked_url not in message:
+            message = f"cannot reach Redis at {app.masked_url}: {message}"
+        click.echo(f"unhealthy: {message}", err=True)
+        sys.exit(1)
+    if not result.ok:
+        click.echo(result.message, err=True)
+        sys.exit(1)
+    click.echo(result.message)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import click
 import redis
 
-from ..config import Settings, load_settings
+from ..config import ConfigError, Settings, load_settings
 from ..connection import connect, mask_url
 from ..embedded import RedisUnavailable, connect_or_embed
+from ..keys import check_queue_name
 from ..logs import setup_logging
+from ..queue import known_queues
 
 
 class App:
@@ -27,6 +31,8 @@ class App:
         setup_logging(self.settings.log_level, self.settings.log_format)
         self._connection: Any = None
         self.url = self.settings.redis_url
+        #: socket timeout of the client (``health --timeout``); None = redis-py's default
+        self.socket_timeout: float | None = None
 
     @property
     def masked_url(self) -> str:
@@ -40,7 +46,10 @@ class App:
         if self._connection is not None:
             return self._connection
         if embedded:
-            client, self.url = connect_or_embed(self.settings)
+            try:
+                client, self.url = connect_or_embed(self.settings)
+            except ValueError as exc:
+                raise ConfigError(f"bad Redis URL {self.masked_url}: {exc}") from None
             if self.url != self.settings.redis_url:
                 self.settings = self.settings.replace(redis_url=self.url)
                 os.makedirs(os.path.dirname(self.url_file), exist_ok=True)
@@ -48,16 +57,20 @@ class App:
                     fh.write(self.url)
             self._connection = client
             return client
-        client = connect(self.url)
+        options = {"socket_timeout": self.socket_timeout} if self.socket_timeout else {}
+        try:
+            client = connect(self.url, **options)
+        except ValueError as exc:
+            raise ConfigError(f"bad Redis URL {self.masked_url}: {exc}") from None
         try:
             client.ping()
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             # a worker of this machine may run on the embedded Redis: use it if it answers
             if not self.settings.is_explicit("redis_url") and os.path.exists(self.url_file):
                 with open(self.url_file, encoding="utf-8") as fh:
                     other = fh.read().strip()
                 try:
-                    client = connect(other)
+                    client = connect(other, **options)
                     client.ping()
                     self.url = other
                     self.settings = self.settings.replace(redis_url=other)
@@ -91,3 +104,53 @@ def parse_arg(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def fmt_age(seconds: float | None) -> str:
+    """``4.2s``, ``3.5m``, ``2.1h``, ``3.0d``; ``-`` for unknown."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],
+          right: Iterable[int] = ()) -> list[str]:
+    """Plain-text columns, two spaces apart; columns in ``right`` are right-aligned."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row]
+                                           for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    align = set(right)
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if i in align else c.ljust(w)
+                 for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+@contextmanager
+def progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal (and there is work); quiet otherwise.
+
+    Yields ``advance(n)``.
+    """
+    if total <= 0 or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
+        yield bar.update
+
+
+def require_queue(app: App, name: str) -> str:
+    """``name`` if a job was ever enqueued to it; else a one-line error naming the known ones."""
+    check_queue_name(name)
+    known = known_queues(app.connection, app.settings.prefix)
+    if name not in known:
+        raise click.ClickException(f"no queue {name!r} (known: {', '.join(known) or 'none'})")
+    return name

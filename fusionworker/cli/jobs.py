@@ -1,4 +1,4 @@
-"""``enqueue`` and the ``job`` group."""
+"""``enqueue`` and the ``job`` group: list, show, retry, delete, cancel, priority."""
 
 from __future__ import annotations
 
@@ -6,10 +6,15 @@ import json
 
 import click
 
+from ..admin import server_time
 from ..exceptions import NoSuchJob
-from ..queue import Queue, find_queue_of
+from ..job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job
+from ..queue import Queue, find_queue_of, known_queues
 from . import main
-from .common import App, echo_json, parse_arg, pass_app
+from .common import App, echo_json, fmt_age, parse_arg, pass_app, require_queue, table
+
+#: Version of the ``job list --json`` document (see docs/operations.md).
+JOB_LIST_SCHEMA = 1
 
 
 def _queue(app: App, name: str) -> Queue:
@@ -17,6 +22,8 @@ def _queue(app: App, name: str) -> Queue:
 
 
 def _find(app: App, job_id: str, queue: str | None) -> Queue:
+    if queue is not None:
+        require_queue(app, queue)
     name = find_queue_of(app.connection, job_id, app.settings.prefix, queue)
     if name is None:
         where = f"queue {queue!r}" if queue else "any queue"
@@ -96,3 +103,108 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
         click.echo(f"error     {found.error}  [{found.failure_reason}]")
     if found.traceback:
         click.echo(found.traceback.rstrip())
+
+
+@job.command("list")
+@click.option("--queue", "-q", help="Only this queue (default: every queue).")
+@click.option("--status", "-s", "statuses", multiple=True, type=click.Choice(STATUSES),
+              help="Only jobs in this registry (repeatable; default: all).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+              help="At most this many jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_app
+def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
+             as_json: bool) -> None:
+    """Jobs by registry: queued (best first), scheduled (soonest), started, then
+    finished, failed and canceled (newest first)."""
+    r = app.connection
+    names = [require_queue(app, queue)] if queue else known_queues(r, app.settings.prefix)
+    wanted = statuses or STATUSES
+    found: list[Job] = []
+    truncated = False
+    for status in STATUSES:  # lifecycle order, whatever order the flags came in
+        if status not in wanted:
+            continue
+        for name in names:
+            room = limit - len(found)
+            if room <= 0:
+                truncated = True
+                break
+            batch = Queue(name, r, settings=app.settings).jobs(status, room + 1)
+            if len(batch) > room:
+                truncated = True
+            found += batch[:room]
+    if as_json:
+        echo_json({"schema": JOB_LIST_SCHEMA, "jobs": [j.to_dict() for j in found],
+                   "count": len(found), "truncated": truncated})
+        return
+    now = server_time(r)
+    rows = []
+    for j in found:
+        since = j.ended_at or j.started_at or j.enqueued_at
+        if j.status == "scheduled" and j.scheduled_for:
+            when = "in " + fmt_age(max(0.0, j.scheduled_for - now))
+        else:
+            when = fmt_age(now - since) + " ago" if since else None
+        rows.append([j.id, j.queue, j.status, j.priority, j.func, j.attempts, when,
+                     _short(j.error)])
+    for line in table(["ID", "QUEUE", "STATUS", "PRIO", "FUNCTION", "TRIES", "WHEN", "ERROR"],
+                      rows, right=(3, 5)):
+        click.echo(line)
+    more = f" (more not shown: raise --limit {limit})" if truncated else ""
+    click.echo(f"{len(found)} job(s){more}")
+
+
+def _short(text: str | None, width: int = 60) -> str | None:
+    if not text:
+        return None
+    line = text.splitlines()[0]
+    return line if len(line) <= width else line[:width - 1] + "\u2026"
+
+
+@job.command("retry")
+@click.argument("job_id")
+@click.option("--queue", help="Queue of the job (default: search every queue).")
+@pass_app
+def job_retry(app: App, job_id: str, queue: str | None) -> None:
+    """Move failed JOB_ID back to its queue (attempts start over)."""
+    q = _find(app, job_id, queue)
+    q.requeue(job_id)
+    click.echo(f"Requeued {job_id} on {q.name}")
+
+
+@job.command("delete")
+@click.argument("job_id")
+@click.option("--queue", help="Queue of the job (default: search every queue).")
+@pass_app
+def job_delete(app: App, job_id: str, queue: str | None) -> None:
+    """Delete JOB_ID and every reference to it (a running job finishes unrecorded)."""
+    q = _find(app, job_id, queue)
+    q.delete(job_id)
+    click.echo(f"Deleted {job_id} from {q.name}")
+
+
+@job.command("cancel")
+@click.argument("job_id")
+@click.option("--queue", help="Queue of the job (default: search every queue).")
+@pass_app
+def job_cancel(app: App, job_id: str, queue: str | None) -> None:
+    """Cancel queued or scheduled JOB_ID (it stays visible as canceled)."""
+    q = _find(app, job_id, queue)
+    q.cancel(job_id)
+    click.echo(f"Canceled {job_id} on {q.name}")
+
+
+@job.command("priority")
+@click.argument("job_id")
+@click.argument("priority", type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX))
+@click.option("--queue", help="Queue of the job (default: search every queue).")
+@pass_app
+def job_priority(app: App, job_id: str, priority: int, queue: str | None) -> None:
+    """Re-score pending JOB_ID to PRIORITY (higher runs first); refused unless pending.
+
+    Negative priorities need `--`: job priority -- ID -5.
+    """
+    q = _find(app, job_id, queue)
+    found = q.reprioritize(job_id, priority)
+    click.echo(f"{job_id} on {q.name}: priority {found.priority}")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
 import click
 
+from ..supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
 from . import main
 from .common import App, pass_app
@@ -16,23 +19,71 @@ from .common import App, pass_app
               help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
                    "known queue.")
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
-@click.option("--name", help="Worker name (default HOST.PID).")
+@click.option("--name", help="Worker name (default HOST.PID; with --processes: NAME.SLOT).")
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
               help="Kill and fail a job whose horse exceeds this RSS (0 = off).")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), metavar="PORT",
+              help="Serve Prometheus /metrics of this worker on PORT (0 = off).")
+@click.option("--processes", "-n", type=click.IntRange(min=1), default=1, show_default=True,
+              envvar="FUSIONWORKER_PROCESSES",
+              help="Worker processes to run under a supervisor that restarts them; "
+                   "1 = run the worker in this process.")
+@click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="With --processes: restarts of one process allowed per --restart-window.")
+@click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="With --processes: seconds over which --max-restarts is counted.")
 @pass_app
 def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
-           max_horse_memory: int | None) -> None:
+           max_horse_memory: int | None, processes: int, max_restarts: int,
+           restart_window: float, metrics_port: int | None = None) -> None:
     """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown)."""
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--customq") from None
-    app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory)
+    app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
+                                        metrics_port=metrics_port)
     connection = app.connect(embedded=True)
+    if processes > 1:
+        sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
+                            processes, max_restarts, restart_window))
     w = Worker(queues, connection, settings=app.settings, name=name, burst=burst)
     try:
         code = w.work()
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
+
+
+def _supervise(app: App, connection: object, queues: str, burst: bool, name: str | None,
+               worker_ttl: int | None, max_horse_memory: int | None, processes: int,
+               max_restarts: int, restart_window: float) -> int:
+    """Run ``processes`` children of the same ``worker`` command under a :class:`Supervisor`."""
+    # Children resolve settings like we did (same env, same config file). The URL goes
+    # in their environment (not argv: `ps` would show a password) so that they use an
+    # embedded Redis this process started, too.
+    env = {**os.environ, "REDIS_URL": app.url}
+    common: list[str] = []
+    if app.config_file:
+        common += ["-c", app.config_file]
+    common += ["--log-level", app.settings.log_level, "--log-format", app.settings.log_format]
+    args: list[str] = ["worker", "--customq", queues, "--processes", "1"]
+    if burst:
+        args.append("--burst")
+    if worker_ttl is not None:
+        args += ["--worker-ttl", str(worker_ttl)]
+    if max_horse_memory is not None:
+        args += ["--max-horse-memory", str(max_horse_memory)]
+
+    def command(slot: int) -> list[str]:
+        return child_command(common + args + (["--name", f"{name}.{slot}"] if name else []))
+
+    def names(slot: int, pid: int) -> str:
+        return f"{name}.{slot}" if name else f"{socket.gethostname()}.{pid}"
+
+    supervisor = Supervisor(command, processes, names=names, env=env, burst=burst,
+                            connection=connection, prefix=app.settings.prefix,
+                            max_restarts=max_restarts,
+                            restart_window=restart_window, description=f"queues {queues}")
+    return supervisor.run()

@@ -1,0 +1,53 @@
+"""The ``queue`` group: list queues, empty one."""
+
+from __future__ import annotations
+
+import click
+
+from ..queue import Queue, known_queues
+from . import main
+from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
+
+
+@main.group("queue")
+def queue_group() -> None:
+    """Inspect and manage whole queues."""
+
+
+@queue_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_app
+def queue_list(app: App, as_json: bool) -> None:
+    """Every known queue with its depth and state."""
+    r = app.connection
+    stats = [Queue(n, r, settings=app.settings).stats()
+             for n in known_queues(r, app.settings.prefix)]
+    if as_json:
+        echo_json({"schema": 1, "queues": stats})
+        return
+    rows = [[s["queue"], s["pending"], s["scheduled"], s["started"], s["failed"],
+             s["max_active"], fmt_age(s["oldest_age"]), "paused" if s["paused"] else "active"]
+            for s in stats]
+    for line in table(["QUEUE", "PENDING", "SCHED", "STARTED", "FAILED", "MAX", "OLDEST",
+                       "STATE"], rows, right=range(1, 7)):
+        click.echo(line)
+    click.echo(f"{len(stats)} queue(s)")
+
+
+@queue_group.command("empty")
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_app
+def queue_empty(app: App, queue: str, yes: bool) -> None:
+    """Delete every pending and scheduled job of QUEUE (running jobs finish)."""
+    q = Queue(require_queue(app, queue), app.connection, settings=app.settings)
+    count = q.count + int(app.connection.zcard(q.qkeys.scheduled))
+    if count == 0:
+        click.echo(f"{queue} is empty already")
+        return
+    if not yes:
+        click.confirm(f"Delete {count} pending and scheduled job(s) of {queue}?", abort=True,
+                      err=True)
+    with progress(count, f"Emptying {queue}") as advance:
+        removed = q.empty(progress=advance)
+    click.echo(f"Deleted {removed} job(s) from {queue}")
