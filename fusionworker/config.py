@@ -137,6 +137,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Events buffered while the event sink is unreachable; beyond it they are dropped and counted."),
     Setting("event_stream_maxlen", "FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
             "Approximate length cap of the Redis event stream."),
+    Setting("metrics_port", "FUSIONWORKER_METRICS_PORT", 0, int,
+            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port"),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (used when no Redis answers and REDIS_URL is unset)."),
 )

@@ -40,15 +40,17 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from .keys import Keys
+from .middleware import Middleware
 
 log = logging.getLogger(__name__)
 
-EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned", "canceled")
+EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
+          "canceled", "requeued")
 
 #: Field order of an event document.
 FIELDS = (
     "@timestamp", "event", "job_id", "queue", "function", "priority", "attempt",
-    "worker", "host", "duration", "wait_time", "error_type", "error_message",
+    "worker", "host", "duration", "wait_time", "error_type", "error_message", "reason",
 )
 
 _INT_FIELDS = frozenset(("priority", "attempt"))
@@ -70,6 +72,7 @@ ES_MAPPINGS: dict[str, Any] = {
         "wait_time": {"type": "float"},
         "error_type": {"type": "keyword"},
         "error_message": {"type": "text"},
+        "reason": {"type": "keyword"},
     }
 }
 
@@ -108,12 +111,15 @@ def make_event(
     wait_time: float | None = None,
     error_type: str | None = None,
     error_message: str | None = None,
+    reason: str | None = None,
     timestamp: float | None = None,
 ) -> dict[str, Any]:
     """One flat event document for ``job`` (a Job, or a Mapping with the same keys).
 
     ``job`` provides ``id``, ``queue``, ``func``, ``priority`` and ``attempts``;
     missing ones become ``None``. ``timestamp`` is epoch seconds (default: now).
+    ``reason`` is the worker's outcome reason (``exception``, ``timeout``,
+    ``segfault``, ``memory``, ``shutdown``, ...) where there is one.
     """
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
@@ -132,6 +138,7 @@ def make_event(
         "wait_time": _float_or_none(wait_time),
         "error_type": error_type,
         "error_message": error_message,
+        "reason": reason,
     }
 
 
@@ -593,6 +600,150 @@ def make_sink(settings: Any, connection: Any, **kwargs: Any) -> EventSink:
                            **kwargs)
 
 
+# --------------------------------------------------------------------------- shared producer sink
+
+_DEFAULT_SINKS: dict[tuple, EventSink] = {}
+_DEFAULT_LOCK = threading.Lock()
+
+
+def _sink_key(settings: Any) -> tuple:
+    return (os.getpid(), settings.prefix, settings.redis_url, settings.elasticsearch_url,
+            settings.elasticsearch_index, settings.elasticsearch_api_key,
+            settings.elasticsearch_username, settings.elasticsearch_password,
+            settings.event_buffer, settings.event_stream_maxlen)
+
+
+def default_sink(settings: Any, connection: Any) -> EventSink:
+    """The process-wide sink of producers (``Queue``), one per process and sink settings.
+
+    Made on first use with :func:`make_sink`; ``connection`` is used only by
+    the call that makes it. A forked child (a horse) gets its own on first
+    use; note that a horse ends with ``os._exit``, so events it emits are
+    delivered only if it calls :func:`flush_default_sinks` first.
+    """
+    key = _sink_key(settings)
+    with _DEFAULT_LOCK:
+        sink = _DEFAULT_SINKS.get(key)
+        if sink is None:
+            sink = make_sink(settings, connection)
+            _DEFAULT_SINKS[key] = sink
+        return sink
+
+
+def flush_default_sinks(timeout: float = 5.0) -> bool:
+    """Deliver what this process's shared sinks hold; False if ``timeout`` ran out."""
+    pid = os.getpid()
+    deadline = time.monotonic() + timeout
+    with _DEFAULT_LOCK:
+        sinks = [sink for key, sink in _DEFAULT_SINKS.items() if key[0] == pid]
+    return all([sink.flush(max(0.0, deadline - time.monotonic())) for sink in sinks])
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+def outcome_event(status: str, reason: str | None) -> str:
+    """Event name of a worker outcome (``Outcome.status`` / ``Outcome.reason``).
+
+    ``finished`` -> completed, ``retry`` -> retry, ``requeued`` (cold shutdown:
+    the job went back to its queue, attempt not counted) -> requeued;
+    ``failed`` -> timeout / abandoned when that was the reason, else failed.
+    """
+    if status == "finished":
+        return "completed"
+    if status in ("retry", "requeued"):
+        return status
+    if reason in ("timeout", "abandoned"):
+        return reason
+    return "failed"
+
+
+class EventsMiddleware(Middleware):
+    """Emits ``processing`` and the outcome of every job from the worker parent.
+
+    The sink is made in ``on_start`` (:func:`make_sink`) unless one is given,
+    and closed in ``on_stop`` (flushing for up to ``close_timeout`` seconds).
+    Hooks only append to the sink's buffer: nothing here touches the network
+    on the job path, and nothing runs in the horse. An outcome the worker
+    could not record (``Outcome.recorded`` False: the attempt was taken back
+    by the reaper meanwhile) emits nothing; the reaper reports that job.
+    """
+
+    def __init__(self, sink: EventSink | None = None, *, close_timeout: float = 5.0) -> None:
+        self.sink = sink
+        self.close_timeout = close_timeout
+
+    def on_start(self, worker: Any) -> None:
+        if self.sink is None:
+            try:
+                self.sink = make_sink(worker.settings, worker.connection)
+            except RuntimeError as exc:  # elasticsearch client missing: keep the events
+                log.error("Event log: %s; writing events to the Redis stream instead", exc)
+                self.sink = RedisStreamSink(worker.connection, worker.settings.prefix,
+                                            maxlen=worker.settings.event_stream_maxlen,
+                                            buffer_size=worker.settings.event_buffer)
+            log.info("Worker %s: event log to %s", worker.name, self.sink.name)
+
+    def after_claim(self, worker: Any, job: Any) -> None:
+        if self.sink is not None:
+            self.sink.emit(make_event("processing", job, worker=worker.name, host=worker.host,
+                                      wait_time=job.wait_time))
+
+    def after_finish(self, worker: Any, job: Any, outcome: Any) -> None:
+        if self.sink is None or not outcome.recorded:
+            return
+        event = outcome_event(outcome.status, outcome.reason)
+        self.sink.emit(make_event(
+            event, job, worker=worker.name, host=worker.host, duration=outcome.duration,
+            error_type=outcome.error_type, error_message=outcome.error_message,
+            reason=None if event == "completed" else outcome.reason,
+        ))
+
+    def on_stop(self, worker: Any) -> None:
+        if self.sink is not None:
+            self.sink.close(self.close_timeout)
+
+    def describe(self) -> dict[str, Any]:
+        """``events_buffered``, ``events_dropped``, ``events_errors`` for the heartbeat hash."""
+        if self.sink is None:
+            return {}
+        stats = self.sink.stats()
+        return {"events_buffered": stats["buffered"], "events_dropped": stats["dropped"],
+                "events_errors": stats["errors"]}
+
+
+def sink_of(source: Any, connection: Any = None) -> EventSink:
+    """The sink to use for ``source``: an :class:`EventSink` itself; a worker's
+    :class:`EventsMiddleware` sink (else the process default sink of its
+    settings); or ``Settings`` (with ``connection``): the process default sink.
+    """
+    if isinstance(source, EventSink):
+        return source
+    middleware = getattr(source, "middleware", None)
+    if middleware is not None:
+        for mw in middleware:
+            if isinstance(mw, EventsMiddleware) and mw.sink is not None:
+                return mw.sink
+        return default_sink(source.settings, connection or source.connection)
+    if connection is None:
+        raise ValueError("emit_job_event with Settings needs the Redis connection")
+    return default_sink(source, connection)
+
+
+def emit_job_event(source: Any, event: str, job: Any, *, connection: Any = None,
+                   **fields: Any) -> None:
+    """Emit one event from outside a worker's hooks (the reaper, admin tools).
+
+    ``source`` is a Worker, an :class:`EventSink` or ``Settings`` (then pass
+    ``connection``); ``fields`` go to :func:`make_event` (``worker``,
+    ``duration``, ``error_type``, ``error_message``, ``reason``, ...). E.g.
+    the reaper: ``emit_job_event(worker, "abandoned", job, reason="abandoned",
+    error_type="Abandoned", error_message="worker w.1 died")`` or ``"requeued"``
+    with ``reason="worker died"``. Never blocks; raises only on an unknown event.
+    """
+    sink_of(source, connection).emit(make_event(event, job, **fields))
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -649,6 +800,35 @@ def read_events(
         return found[:count]
     _, found = _read_new(connection, key, after, job_id, queue, count, block_ms)
     return found
+
+
+def last_id(connection: Any, prefix: str) -> str:
+    """Id of the newest event in the Redis stream, ``"0-0"`` when it is empty."""
+    last = connection.xrevrange(Keys(prefix).events, max="+", min="-", count=1)
+    return last[0][0] if last else "0-0"
+
+
+def last_events(
+    connection: Any,
+    prefix: str,
+    *,
+    job_id: str | None = None,
+    queue: str | None = None,
+    count: int = 50,
+    until: str = "+",
+) -> list[tuple[str, dict]]:
+    """The newest ``count`` matching events with ids up to ``until`` (inclusive), oldest first."""
+    key = Keys(prefix).events
+    found: list[tuple[str, dict]] = []
+    page_size = count if job_id is None and queue is None else max(count, 1000)
+    cursor = until
+    while count > 0 and len(found) < count:
+        page = connection.xrevrange(key, max=cursor, min="-", count=page_size)
+        found.extend((i, _decode(f)) for i, f in page if _matches(f, job_id, queue))
+        if len(page) < page_size:
+            break
+        cursor = f"({page[-1][0]}"
+    return list(reversed(found[:count]))
 
 
 def _read_new(connection: Any, key: str, cursor: str, job_id: str | None, queue: str | None,

@@ -172,11 +172,16 @@ class Queue:
             self._registered = True
 
     def _emit(self, event: str, job: Job) -> None:
-        if self._events is None:
+        """Hand the event to the sink: ``events=None`` -> the process-wide default
+        sink (made on first use), ``False`` -> no events, else the given sink."""
+        if self._events is False:
             return
-        from .events import make_event
+        from .events import default_sink, make_event
 
-        self._events.emit(make_event(event, job, timestamp=job.enqueued_at))
+        if self._events is None:
+            self._events = default_sink(self.settings, self.connection)
+        stamp = job.enqueued_at if event == "queued" else None
+        self._events.emit(make_event(event, job, timestamp=stamp))
 
     # -- reads -----------------------------------------------------------------
 

@@ -121,7 +121,9 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     from .callbacks import FailureCallbacks
     from .connection import FollowSentinelMaster
     from .cron import CronScheduler
+    from .events import EventsMiddleware
     from .governor import build_governors
+    from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
 
@@ -130,6 +132,9 @@ def default_middleware(settings: Settings) -> list[Middleware]:
                                CronScheduler()]
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
+    chain.append(EventsMiddleware())
+    if settings.metrics_port:
+        chain.append(MetricsMiddleware(settings.metrics_port))
     return chain
 
 

@@ -91,7 +91,7 @@ def test_make_event_has_every_field_from_a_job_object():
         "@timestamp": "2024-01-15T10:30:00.123Z", "event": "failed", "job_id": "job-7",
         "queue": "sms", "function": "app.tasks:send_sms", "priority": 10, "attempt": 1,
         "worker": "sms.1234", "host": "box1", "duration": 1.5, "wait_time": 0.25,
-        "error_type": "ValueError", "error_message": "bad number",
+        "error_type": "ValueError", "error_message": "bad number", "reason": None,
     }
 
 

@@ -1,0 +1,137 @@
+"""Observability commands: ``events`` (the Redis event stream) and ``exporter`` (Prometheus)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from datetime import datetime
+from typing import Any
+
+import click
+
+from .. import events as ev
+from . import main
+from .common import App, pass_app
+
+#: Width of the event column: the longest event name plus two spaces.
+_EVENT_WIDTH = max(len(e) for e in ev.EVENTS) + 1
+
+
+def _clock(timestamp: str | None) -> str:
+    """``2024-01-15T10:30:00.123Z`` -> local ``HH:MM:SS.mmm``."""
+    if not timestamp:
+        return "--:--:--.---"
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone()
+    except ValueError:
+        return timestamp
+    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
+
+
+def format_event(doc: dict[str, Any]) -> str:
+    """One readable line: ``12:00:01.234 processing job 7f3… sms tests.jobs:add worker h.1``."""
+    parts = [_clock(doc.get("@timestamp")), f"{doc.get('event', '?'):<{_EVENT_WIDTH}}",
+             f"job {doc.get('job_id', '?')}", str(doc.get("queue", "?")),
+             str(doc.get("function") or "?")]
+    if doc.get("priority") not in (None, 0):
+        parts.append(f"priority {doc['priority']}")
+    if doc.get("attempt"):
+        parts.append(f"attempt {doc['attempt']}")
+    if doc.get("worker"):
+        parts.append(f"worker {doc['worker']}")
+    if doc.get("wait_time") is not None:
+        parts.append(f"waited {doc['wait_time'] * 1000:.1f} ms")
+    if doc.get("duration") is not None:
+        parts.append(f"in {doc['duration'] * 1000:.1f} ms")
+    if doc.get("reason") and doc.get("event") != doc.get("reason"):
+        parts.append(f"[{doc['reason']}]")
+    if doc.get("error_type"):
+        parts.append(f"{doc['error_type']}: {doc.get('error_message') or ''}".rstrip(": "))
+    return "  ".join(parts)
+
+
+def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"id": stream_id, **doc}, default=str))
+    else:
+        click.echo(format_event(doc))
+
+
+@main.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events until Ctrl-C.")
+@click.option("--job", "job_id", metavar="ID", help="Only events of this job.")
+@click.option("--queue", metavar="Q", help="Only events of this queue.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=50, show_default=True,
+              help="How many past events to show (the newest ones).")
+@pass_app
+def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_json: bool,
+           limit: int) -> None:
+    """Print job events from the Redis event stream, oldest first.
+
+    Events are queued, processing, completed, failed, retry, timeout,
+    abandoned, canceled and requeued. When ELASTICSEARCH_URL is set, workers
+    and producers send events to Elasticsearch (index ELASTICSEARCH_INDEX)
+    instead and this stream stays empty: query the index there.
+    """
+    settings = app.settings
+    if settings.elasticsearch_url:
+        click.echo("note: ELASTICSEARCH_URL is set: events go to Elasticsearch index "
+                   f"{settings.elasticsearch_index!r}, not to this Redis stream", err=True)
+    r = app.connection
+    # pin the end first: history is <= it, following is > it; nothing shown twice or missed
+    pinned = ev.last_id(r, settings.prefix)
+    if pinned != "0-0":
+        for stream_id, doc in ev.last_events(r, settings.prefix, job_id=job_id, queue=queue,
+                                             count=limit, until=pinned):
+            _print(stream_id, doc, as_json)
+    if not follow:
+        return
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        for stream_id, doc in ev.follow_events(r, settings.prefix, job_id=job_id, queue=queue,
+                                               after=pinned, block_ms=500, stop=stop):
+            _print(stream_id, doc, as_json)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@main.command()
+@click.option("--port", "-p", type=click.IntRange(min=1, max=65535), required=True,
+              help="Port of the /metrics endpoint.")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--queues", "-q", metavar="QUEUES",
+              help="Comma list of queues to report (default: every known queue).")
+@pass_app
+def exporter(app: App, port: int, addr: str, queues: str | None) -> None:
+    """Serve deployment-wide Prometheus gauges read from Redis on each scrape.
+
+    Queue depth by priority band, started, scheduled, failed, finished,
+    paused, age of the oldest job, live workers by state. Per-worker counters
+    and histograms come from `worker --metrics-port P` instead.
+    """
+    from prometheus_client import start_http_server
+
+    from ..metrics import exporter_registry
+
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    r = app.connection
+    r.ping()
+    registry = exporter_registry(r, app.settings, names)
+    try:
+        server, _thread = start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {addr}:{port}: {exc}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"Exporter serving http://{addr}:{port}/metrics "
+               f"({', '.join(names) if names else 'all queues'}); Ctrl-C to stop", err=True)
+    while not stop.wait(1.0):
+        pass
+    server.shutdown()
+    server.server_close()
