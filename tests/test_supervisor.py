@@ -1,0 +1,145 @@
+"""``worker --processes N``: real supervisor and worker processes on the real Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fusionworker import admin
+from fusionworker.notify import SystemdNotifier
+from fusionworker.supervisor import Supervisor, child_env
+from tests.conftest import wait_for
+
+
+def live(r: Any, prefix: str) -> dict[str, int]:
+    """name -> pid of the registered workers."""
+    return {w["name"]: int(w["pid"]) for w in admin.workers(r, prefix)}
+
+
+def test_sigkilled_child_is_restarted_and_sigterm_finishes_every_job(
+        processes: Any, r: Any, prefix: str, queue: Any, redis_url: str) -> None:
+    sup = processes.worker("--customq", "default", "--processes", "3", "--name", "pool")
+    names = wait_for(lambda: (w := live(r, prefix)) and len(w) == 3 and w, timeout=20)
+    assert set(names) == {"pool.0", "pool.1", "pool.2"}
+
+    os.kill(names["pool.1"], signal.SIGKILL)
+    wait_for(lambda: live(r, prefix).get("pool.1") not in (None, names["pool.1"]), timeout=20)
+    assert set(live(r, prefix)) == {"pool.0", "pool.1", "pool.2"}
+
+    q = queue("default")
+    ids = [q.enqueue("tests.jobs:record", redis_url, f"{prefix}:done", i, 1.5).id
+           for i in range(3)]
+    wait_for(lambda: q.stats()["started"] == 3, timeout=10)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(20) == 0
+    assert sorted(r.lrange(f"{prefix}:done", 0, -1)) == ["0", "1", "2"]
+    assert all(q.fetch_job(i).status == "finished" for i in ids)
+    assert live(r, prefix) == {}
+    out = processes.output(sup)
+    assert "killed by SIGKILL; restarting it" in out and "exit 0" in out
+
+
+def test_second_sigterm_is_a_cold_shutdown(processes: Any, r: Any, prefix: str,
+                                           queue: Any) -> None:
+    sup = processes.worker("--customq", "default", "--processes", "2")
+    wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
+    q = queue("default")
+    for _ in range(2):
+        q.enqueue("tests.jobs:sleep", 60)
+    wait_for(lambda: q.stats()["started"] == 2, timeout=10)
+    sup.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
+    assert q.count == 2 and q.stats()["started"] == 0  # both jobs given back
+    assert live(r, prefix) == {}
+
+
+def test_burst_pool_exits_when_the_queue_is_empty(processes: Any, queue: Any,
+                                                  r: Any, prefix: str) -> None:
+    q = queue("default")
+    ids = [q.enqueue("tests.jobs:add", i, 1).id for i in range(6)]
+    sup = processes.worker("--customq", "default", "--processes", "2", "--burst")
+    assert sup.wait(30) == 0
+    assert all(q.fetch_job(i).status == "finished" for i in ids)
+    assert "restarting" not in processes.output(sup)
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify.sock"))
+    sock.setblocking(False)
+    yield sock
+    sock.close()
+
+
+def _messages(sock: socket.socket) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(4096).decode())
+        except BlockingIOError:
+            return out
+
+
+def test_only_the_supervisor_talks_to_systemd(processes: Any, r: Any, prefix: str,
+                                              notify_socket: socket.socket) -> None:
+    env = {"NOTIFY_SOCKET": notify_socket.getsockname(), "WATCHDOG_USEC": "1000000"}
+    sup = processes.worker("--customq", "default", "--processes", "2", env=env)
+    wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
+    time.sleep(1.2)
+    seen = _messages(notify_socket)
+    ready = [m for m in seen if m.startswith("READY=1")]
+    assert len(ready) == 1 and "Supervisor: 2/2 worker processes running" in ready[0]
+    assert seen.count("WATCHDOG=1") >= 2
+    assert not any("Worker " in m for m in seen)  # a child's STATUS= would name its worker
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(15) == 0
+    assert any(m.startswith("STOPPING=1") for m in _messages(notify_socket))
+
+
+def test_child_env_drops_systemd_variables() -> None:
+    env = child_env({"NOTIFY_SOCKET": "/run/x", "WATCHDOG_USEC": "1", "WATCHDOG_PID": "2",
+                     "REDIS_URL": "redis://h"})
+    assert env == {"REDIS_URL": "redis://h"}
+
+
+def test_restart_rate_limit_backs_off() -> None:
+    sup = Supervisor(lambda slot: ["true"], 1, max_restarts=3, restart_window=60,
+                     notifier=SystemdNotifier(None))
+    slot = sup.slots[0]
+    now = time.monotonic()
+    for _ in range(3):
+        sup._schedule_restart(slot, 1, 1)
+        assert slot.next_start is not None and slot.next_start < now + 5
+    sup._schedule_restart(slot, 1, 1)
+    assert slot.next_start > now + 55  # the 4th restart within 60 s waits for the window
+
+
+def test_a_child_dying_at_start_is_restarted_within_the_limit() -> None:
+    starts: list[int] = []
+
+    def command(slot: int) -> list[str]:
+        starts.append(slot)
+        return [sys.executable, "-c", "import sys; sys.exit(3)"]
+
+    sup = Supervisor(command, 2, max_restarts=2, restart_window=60, restart_delay=0.05,
+                     notifier=SystemdNotifier(None))
+    timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        assert sup.run() == 0
+    finally:
+        timer.cancel()
+    assert sorted(starts) == [0, 0, 0, 1, 1, 1]  # first start + 2 restarts per slot
+    assert all(s.last_code == 3 and s.proc is None for s in sup.slots)
