@@ -285,7 +285,18 @@ def get_entry(connection: Any, settings: Settings, name: str,
     data, score = pipe.execute()
     if not data:
         raise NoSuchCronEntry(f"no cron entry {name!r} in queue {queue!r}")
-    return CronEntry.from_hash(data, score)
+    entry = CronEntry.from_hash(data, score)
+    _fill_job_status(connection, settings.prefix, [entry])
+    return entry
+
+
+def _fill_job_status(connection: Any, prefix: str, entries: list[CronEntry]) -> None:
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for e in entries:
+        pipe.hget(keys.queue(e.queue).job(e.last_job or "-"), "status")
+    for e, status in zip(entries, pipe.execute()):
+        e.last_job_status = status if e.last_job else None
 
 
 def remove(connection: Any, settings: Settings, name: str, queue: str | None = None) -> str:
@@ -342,11 +353,7 @@ def list_entries(connection: Any, prefix: str = "fw",
         pipe.hgetall(keys.queue(q).cron_entry(member))
     entries = [CronEntry.from_hash(data, score)
                for (_, _, score), data in zip(listed, pipe.execute()) if data]
-    pipe = connection.pipeline(transaction=False)
-    for e in entries:
-        pipe.hget(keys.queue(e.queue).job(e.last_job or "-"), "status")
-    for e, status in zip(entries, pipe.execute()):
-        e.last_job_status = status if e.last_job else None
+    _fill_job_status(connection, prefix, entries)
     entries.sort(key=lambda e: (e.next_run is None, e.next_run or 0.0, e.queue, e.name))
     return entries
 
@@ -382,14 +389,15 @@ def run_due(connection: Any, prefix: str, queues: Iterable[str]) -> list[tuple[s
     calls = []
     pipe = connection.pipeline(transaction=False)
     for (q, member, score), data in zip(due, definitions):
-        if not data:
-            continue  # removed meanwhile; the script would say 'moved'
-        try:
-            entry = CronEntry.from_hash(data, score)
-            action, nxt, reason = plan(entry, score, now)
-        except (ValueError, InvalidSchedule) as exc:
-            log.error("Cron entry %s on %s cannot be scheduled: %s", member, q, exc)
-            continue
+        entry = CronEntry.from_hash(data or {"name": member, "queue": q}, score)
+        if not data:  # definition gone: the script drops the dangling score ('moved')
+            action, nxt, reason = "skip", score + 1, "missed"
+        else:
+            try:
+                action, nxt, reason = plan(entry, score, now)
+            except (ValueError, InvalidSchedule) as exc:
+                log.error("Cron entry %s on %s cannot be scheduled: %s", member, q, exc)
+                continue
         job_id = uuid.uuid4().hex
         scripts.cron_tick(keys=[keys.queue(q).base], client=pipe,
                           args=[member, f"{score:.0f}", f"{nxt:.0f}", action, job_id, reason])
@@ -427,5 +435,5 @@ class CronScheduler(Middleware):
     def on_tick(self, worker: Any) -> None:
         try:
             run_due(worker.connection, worker.settings.prefix, worker.queue_names)
-        except redis.ConnectionError as exc:  # the worker loop reports Redis outages
+        except (redis.ConnectionError, redis.TimeoutError) as exc:  # the loop reports outages
             log.debug("cron tick skipped: Redis unreachable (%s)", exc)
