@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +20,14 @@ Run = Callable[..., Result]
 
 
 @pytest.fixture
-def cli(settings: Settings) -> Run:
-    """``cli("info", "--json", code=0, input=None)``: run a command; check its exit code."""
+def cli(settings: Settings) -> Iterator[Run]:
+    """``cli("info", "--json", code=0, input=None)``: run a command; check its exit code.
+
+    The CLI configures the ``fusionworker`` logger (own handler, no propagation);
+    it is put back afterwards so that other tests' ``caplog`` still sees records.
+    """
+    logger = logging.getLogger("fusionworker")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
     runner = CliRunner()
     env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
            "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_LEVEL": "WARNING"}
@@ -33,7 +40,10 @@ def cli(settings: Settings) -> Run:
             raise result.exception
         assert result.exit_code == code, (result.exit_code, result.output)
         return result
-    return run
+    yield run
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
 
 
 def one_error_line(result: Result) -> str:
@@ -43,7 +53,7 @@ def one_error_line(result: Result) -> str:
 
 
 @pytest.fixture
-def registered(r: Any, settings: Settings) -> Callable[..., Worker]:
+def registered(r: Any, settings: Settings) -> Iterator[Callable[..., Worker]]:
     """A worker registered in Redis (heartbeat hash) without running its loop."""
     made: list[Worker] = []
 
