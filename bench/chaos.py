@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Long chaos run: real workers, random SIGKILLs of parents and horses, then a verdict.
+
+    python bench/chaos.py --jobs 20000 --workers 8 --kill-for 120 --deadline 300
+
+Needs a Redis (``--redis-url``; default the local one) and runs under a fresh
+key prefix that is deleted afterwards. The scenario and the verdict are those
+of ``tests/chaos/test_chaos.py`` (see ``tests/chaos/engine.py``): every job
+finished, every id recorded at least once, duplicates only for jobs with a
+killed attempt. Exit status 0 when the verdict holds, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from fusionworker.config import load_settings  # noqa: E402
+from tests.chaos.engine import run_chaos  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--jobs", type=int, default=10000)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--job-seconds", type=float, default=0.01,
+                        help="How long each job sleeps before recording its id.")
+    parser.add_argument("--kill-for", type=float, default=60.0,
+                        help="Seconds of random SIGKILLs (then the run settles).")
+    parser.add_argument("--kill-every", type=float, default=0.4,
+                        help="Mean seconds between two kills.")
+    parser.add_argument("--deadline", type=float, default=240.0,
+                        help="Give up (and report) after this many seconds.")
+    parser.add_argument("--reaper-interval", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="Keep the workers' logs (their folder is printed).")
+    args = parser.parse_args(argv)
+
+    prefix = f"chaos{uuid.uuid4().hex[:8]}"
+    settings = load_settings(environ={}, redis_url=args.redis_url, prefix=prefix)
+    log_dir = Path(tempfile.mkdtemp(prefix="fw-chaos-"))
+    try:
+        result = run_chaos(settings, jobs=args.jobs, workers=args.workers,
+                           job_seconds=args.job_seconds, kill_for=args.kill_for,
+                           kill_every=args.kill_every, deadline=args.deadline,
+                           reaper_interval=args.reaper_interval, log_dir=log_dir,
+                           seed=args.seed, progress=lambda line: print(line, flush=True))
+    finally:
+        client = redis.Redis.from_url(args.redis_url)
+        for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            client.delete(key)
+    print(result.summary())
+    if result.unexplained_duplicates:
+        print("unexplained duplicates:", ", ".join(result.unexplained_duplicates[:20]))
+    print(f"worker logs: {log_dir}" if args.keep_logs else "", end="")
+    if not args.keep_logs:
+        for path in log_dir.glob("*.log"):
+            path.unlink()
+        log_dir.rmdir()
+    print("PASS" if result.ok else "FAIL")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Chaos: 4 real workers, 2,000 jobs, random SIGKILLs of parents and horses (≤ 60 s).
+
+See ``engine.py`` for the scenario; ``bench/chaos.py`` runs longer versions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chaos.engine import run_chaos
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_path):
+    result = run_chaos(settings, jobs=2000, workers=4, job_seconds=0.01, kill_for=15.0,
+                       kill_every=0.4, deadline=58.0, log_dir=tmp_path, seed=None)
+    print("\n" + result.summary())
+    assert result.parent_kills > 0 and result.horse_kills > 0
+    assert result.finished == result.jobs, result.not_finished
+    assert result.missing == 0
+    assert result.unexplained_duplicates == []
