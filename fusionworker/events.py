@@ -18,6 +18,12 @@ Delivery is at-least-once: Elasticsearch documents carry a stable ``_id`` so a
 re-sent batch overwrites itself; a Redis pipeline cut in the middle may repeat
 some entries when re-sent.
 
+Who emits what: :class:`EventsMiddleware` in the worker parent (``processing``
+and the outcome: ``completed``, ``retry``, ``failed``, ``timeout``,
+``requeued``), ``Queue`` through the process-wide :func:`default_sink`
+(``queued``, ``canceled``), the reaper through :func:`emit_job_event`
+(``abandoned``, ``requeued``).
+
 The ``elasticsearch`` package is optional (``pip install fusionworker[elasticsearch]``);
 it is imported only when an :class:`ElasticsearchSink` is built.
 """
