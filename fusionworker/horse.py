@@ -30,6 +30,7 @@ import json
 import os
 import select
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -137,11 +138,23 @@ def _horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ..
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         report = run_job(job, allowed, retryable)
+        _flush_job_events()
         _write_all(write_fd, json.dumps(report).encode())
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         code = 70
     finally:
         os._exit(code)
+
+
+def _flush_job_events() -> None:
+    """Deliver events the job itself produced (e.g. ``queued`` of jobs it enqueued).
+
+    The horse ends in ``os._exit``, which skips atexit and kills the sink's
+    delivery thread; only a job that enqueued something has a sink to flush.
+    """
+    events = sys.modules.get("fusionworker.events")
+    if events is not None:
+        events.flush_default_sinks(2.0)
 
 
 class Horse:

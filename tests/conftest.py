@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from fusionworker.config import Settings, load_settings
+from fusionworker.events import flush_default_sinks
 from fusionworker.queue import Queue
 from fusionworker.worker import Worker
 
@@ -41,6 +42,7 @@ def prefix(redis_url: str) -> Iterator[str]:
     """A fresh key prefix; every key under it is deleted after the test."""
     value = f"t{uuid.uuid4().hex[:10]}"
     yield value
+    flush_default_sinks(2.0)  # producers' "queued" events land before the clean-up
     client = redis.Redis.from_url(redis_url)
     for pattern in (f"{value}:*",):
         batch = list(client.scan_iter(match=pattern, count=1000))

@@ -98,3 +98,12 @@ def allocate(mib, seconds):
         data[i] = 1
     time.sleep(seconds)
     return len(data)
+
+
+def enqueue_child(url, prefix):
+    """A job that enqueues another job (its 'queued' event must not be lost)."""
+    from fusionworker.config import load_settings
+    from fusionworker.queue import Queue
+
+    settings = load_settings(environ={}, redis_url=url, prefix=prefix)
+    return Queue("child", _redis(url), settings=settings).enqueue("tests.jobs:noop").id

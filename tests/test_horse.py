@@ -98,3 +98,13 @@ def test_garbage_payloads_fail_and_the_worker_goes_on(queue, burst, r):
     assert q.fetch_job("nofunc").failure_reason == "malformed"
     assert q.fetch_job(good.id).result == 2
     assert set(q.job_ids("failed")) == {"ghost", "badjson", "nofunc"}
+
+
+def test_events_of_jobs_a_job_enqueues_are_delivered(queue, burst, r, prefix, redis_url, settings):
+    q = queue()
+    q.enqueue("tests.jobs:enqueue_child", redis_url, prefix)
+    burst()
+    from fusionworker.events import flush_default_sinks, read_events
+    flush_default_sinks(2.0)
+    events = [doc for _, doc in read_events(r, prefix, queue="child")]
+    assert [e["event"] for e in events] == ["queued"]
