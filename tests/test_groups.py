@@ -235,3 +235,16 @@ def test_a_killed_worker_releases_its_group(r, settings, queue, processes):
     assert got["b"][0][1] >= got["a"][2][1]
     assert got["d"][0][1] > killed_at and got["a"][1][1] > killed_at
     assert busy_groups(r, settings.prefix, "default") == {}
+
+
+def test_a_holder_whose_record_vanished_does_not_block_its_group_forever(r, queue, settings):
+    q = queue()
+    a = q.enqueue("tests.jobs:noop", group="g").id
+    b = q.enqueue("tests.jobs:noop", group="g").id
+    r.delete(q.qkeys.job(a))   # e.g. evicted under maxmemory, or deleted by hand
+    r.zrem(q.qkeys.pending, a)
+    c = q.enqueue("tests.jobs:noop", group="g").id
+    # the next enqueue notices: the waiting jobs go on, in order
+    assert pending(q) == [b]
+    assert busy_groups(r, settings.prefix, "default") == {"g": b}
+    assert r.lrange(q.qkeys.group("g"), 0, -1) == [c]

@@ -42,31 +42,8 @@ local function push_pending(base, jid)
   redis.call('PUBLISH', base .. 'wake', jid)
 end
 
--- A job of a group is runnable only while it holds the group: otherwise it
--- waits, in order, on the group's list. Returns true when it became pending.
-local function make_ready(base, jid)
-  local jkey = base .. 'job:' .. jid
-  local group = hget(jkey, 'group')
-  if group and group ~= '' then
-    local holder = hget(base .. 'groups', group)
-    if holder and holder ~= jid then
-      redis.call('RPUSH', base .. 'group:' .. group, jid)
-      redis.call('HSET', jkey, 'status', 'queued')
-      return false
-    end
-    redis.call('HSET', base .. 'groups', group, jid)
-  end
-  push_pending(base, jid)
-  return true
-end
-
--- The job ended for good (finished, failed, canceled, deleted): hand its group
--- to the next waiting job of that group, if it held it.
-local function release_group(base, jid)
-  local jkey = base .. 'job:' .. jid
-  local group = hget(jkey, 'group')
-  if not group or group == '' then return end
-  if hget(base .. 'groups', group) ~= jid then return end
+-- Hand group g to the next job waiting on its list (or free it when none waits).
+local function pass_group(base, group)
   while true do
     local nxt = redis.call('LPOP', base .. 'group:' .. group)
     if not nxt then
@@ -79,6 +56,39 @@ local function release_group(base, jid)
       return
     end
   end
+end
+
+-- A job of a group is runnable only while it holds the group: otherwise it
+-- waits, in order, on the group's list. Returns true when it became pending.
+-- A holder whose record vanished (evicted, deleted by hand) cannot release the
+-- group any more: the group passes on here instead of blocking forever.
+local function make_ready(base, jid)
+  local jkey = base .. 'job:' .. jid
+  local group = hget(jkey, 'group')
+  if group and group ~= '' then
+    local holder = hget(base .. 'groups', group)
+    if holder and holder ~= jid then
+      redis.call('RPUSH', base .. 'group:' .. group, jid)
+      redis.call('HSET', jkey, 'status', 'queued')
+      if redis.call('EXISTS', base .. 'job:' .. holder) == 0 then
+        pass_group(base, group)
+        return hget(base .. 'groups', group) == jid
+      end
+      return false
+    end
+    redis.call('HSET', base .. 'groups', group, jid)
+  end
+  push_pending(base, jid)
+  return true
+end
+
+-- The job ended for good (finished, failed, canceled, deleted): hand its group
+-- to the next waiting job of that group, if it held it.
+local function release_group(base, jid)
+  local group = hget(base .. 'job:' .. jid, 'group')
+  if not group or group == '' then return end
+  if hget(base .. 'groups', group) ~= jid then return end
+  pass_group(base, group)
 end
 
 local function drop_unique(base, jid)
