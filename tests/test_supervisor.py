@@ -143,3 +143,15 @@ def test_a_child_dying_at_start_is_restarted_within_the_limit() -> None:
         timer.cancel()
     assert sorted(starts) == [0, 0, 0, 1, 1, 1]  # first start + 2 restarts per slot
     assert all(s.last_code == 3 and s.proc is None for s in sup.slots)
+
+
+def test_workers_shut_down_when_the_supervisor_is_killed(processes: Any, r: Any,
+                                                         prefix: str) -> None:
+    sup = processes.worker("--customq", "default", "--processes", "2")
+    pids = wait_for(lambda: (w := live(r, prefix)) and len(w) == 2 and w, timeout=20)
+    sup.kill()
+    sup.wait(5)
+    wait_for(lambda: live(r, prefix) == {}, timeout=10)  # PDEATHSIG=SIGTERM: warm, deregistered
+    for pid in pids.values():
+        status = Path(f"/proc/{pid}/status")
+        wait_for(lambda s=status: not s.exists() or "zombie" in s.read_text(), timeout=5)
