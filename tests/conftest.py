@@ -5,6 +5,7 @@ Redis: ``REDIS_URL`` or ``redis://127.0.0.1:6379/0`` (``.ci/run`` starts it).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,15 @@ from fusionworker.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("FUSIONWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(autouse=True)
+def _restore_fusionworker_logger() -> Iterator[None]:
+    """In-process CLI runs configure the ``fusionworker`` logger; undo it after each test."""
+    logger = logging.getLogger("fusionworker")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]
 
 
 @pytest.fixture(scope="session")

@@ -155,3 +155,36 @@ def test_workers_shut_down_when_the_supervisor_is_killed(processes: Any, r: Any,
     for pid in pids.values():
         status = Path(f"/proc/{pid}/status")
         wait_for(lambda s=status: not s.exists() or "zombie" in s.read_text(), timeout=5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_each_process_of_a_pool_serves_its_own_metrics_port(
+        processes: Any, r: Any, prefix: str) -> None:
+    import urllib.request
+
+    port = _free_port()
+    while True:  # PORT and PORT+1 both free
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            port = _free_port()
+    sup = processes.worker("--customq", "default", "--processes", "2", "--name", "m",
+                           "--metrics-port", str(port))
+    wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
+
+    def scrape(p: int) -> str:
+        try:
+            return urllib.request.urlopen(f"http://127.0.0.1:{p}/metrics", timeout=2).read().decode()
+        except OSError:
+            return ""
+    for p in (port, port + 1):
+        assert "fusionworker_" in wait_for(lambda p=p: scrape(p), timeout=10)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(20) == 0

@@ -24,7 +24,8 @@ from .common import App, pass_app
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
               help="Kill and fail a job whose horse exceeds this RSS (0 = off).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), metavar="PORT",
-              help="Serve Prometheus /metrics of this worker on PORT (0 = off).")
+              help="Serve Prometheus /metrics of this worker on PORT (0 = off); with "
+                   "--processes N the processes use PORT, PORT+1, ... PORT+N-1.")
 @click.option("--processes", "-n", type=click.IntRange(min=1), default=1, show_default=True,
               envvar="FUSIONWORKER_PROCESSES",
               help="Worker processes to run under a supervisor that restarts them; "
@@ -76,8 +77,13 @@ def _supervise(app: App, connection: object, queues: str, burst: bool, name: str
     if max_horse_memory is not None:
         args += ["--max-horse-memory", str(max_horse_memory)]
 
+    port = app.settings.metrics_port
+
     def command(slot: int) -> list[str]:
-        return child_command(common + args + (["--name", f"{name}.{slot}"] if name else []))
+        extra = ["--name", f"{name}.{slot}"] if name else []
+        if port:  # one /metrics endpoint per process: PORT, PORT+1, ...
+            extra += ["--metrics-port", str(port + slot)]
+        return child_command(common + args + extra)
 
     def names(slot: int, pid: int) -> str:
         return f"{name}.{slot}" if name else f"{socket.gethostname()}.{pid}"
