@@ -237,10 +237,9 @@ class Queue:
         pipe.get(k.max_active)
         pipe.zrange(k.pending, -1, -1)
         pipe.hlen(k.groups)
-        pipe.time()
         pending, *rest = pipe.execute()
         bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
-        started, scheduled, failed, finished, paused, cap, tail, groups, now = rest[len(BANDS):]
+        started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
         # the oldest pending job is the one with the lowest seq, not the lowest score:
         # look at the tail of each band and take the oldest enqueued_at.
         oldest_age = None
@@ -251,6 +250,7 @@ class Queue:
             stamps = [self.connection.hget(k.job(i), "enqueued_at") for i in ids]
             stamps = [float(s) for s in stamps if s]
             if stamps:
+                now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
                 server_now = now[0] + now[1] / 1e6
                 oldest_age = max(0.0, server_now - min(stamps))
         return {

@@ -3,6 +3,12 @@
 Every multi-key state change is one script, registered once per client and
 called by SHA (redis-py's ``Script`` falls back to ``EVAL`` after a
 ``NOSCRIPT``, e.g. after a Redis restart or a failover).
+
+On a Redis Cluster a script can still be queued on a pipeline (the worker
+records an outcome and its own counters in one round trip): redis-py refuses
+``EVALSHA`` on a ``ClusterPipeline``, so there it is sent as ``EVAL`` with
+the script's text (the server caches it by SHA; routed by the one key, the
+queue's hash-tagged base).
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from typing import Any
+
+from redis.cluster import ClusterPipeline
 
 NAMES = (
     "enqueue", "claim", "finish", "touch", "requeue", "cancel", "delete", "reprioritize",
@@ -25,12 +33,24 @@ def source(name: str) -> str:
     return lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
+class _Script:
+    """A registered redis-py ``Script`` that a Redis Cluster pipeline accepts too."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+
+    def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
+        if isinstance(client, ClusterPipeline):
+            return client.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
+        return self.script(keys=keys, args=args, client=client)
+
+
 class Scripts:
     """The scripts registered on one client: ``Scripts(r).claim(keys=[...], args=[...])``."""
 
     def __init__(self, connection: Any, extra: tuple[str, ...] = ()) -> None:
         self._scripts = {
-            name: connection.register_script(source(name)) for name in NAMES + extra
+            name: _Script(connection.register_script(source(name))) for name in NAMES + extra
         }
 
     def __getattr__(self, name: str) -> Any:
