@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=240.0,
                         help="Give up (and report) after this many seconds.")
     parser.add_argument("--reaper-interval", type=float, default=0.5)
+    parser.add_argument("--lease", type=float, default=None,
+                        help="Job lease of the workers (default: run_worker.py's own, >= 15 s).")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", action="store_true",
                         help="Keep the workers' logs (their folder is printed).")
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_chaos(settings, jobs=args.jobs, workers=args.workers,
                            job_seconds=args.job_seconds, kill_for=args.kill_for,
                            kill_every=args.kill_every, deadline=args.deadline,
-                           reaper_interval=args.reaper_interval, log_dir=log_dir,
+                           reaper_interval=args.reaper_interval, lease=args.lease,
+                           log_dir=log_dir,
                            seed=args.seed, progress=lambda line: print(line, flush=True))
     finally:
         client = redis.Redis.from_url(args.redis_url)

@@ -7,6 +7,9 @@ The URL is the job's ``on_failure_url`` or, failing that, the global
      "error": "Type: message", "error_type": ..., "error_message": ...,
      "reason": "exception", "attempts": 3, "worker": "host.123"}
 
+Jobs the reaper fails as ``abandoned`` are reported too (``reason``
+``abandoned``), by the worker whose reaper pass found them.
+
 The worker loop only puts the note on a bounded in-memory queue
 (``after_finish``, after the outcome is recorded); a daemon thread does the
 HTTP call with a short timeout. So a slow or dead webhook never delays a claim
@@ -79,6 +82,18 @@ class FailureCallbacks(Middleware):
         url = job.on_failure_url or self.default_url
         if url:
             self.submit(url, failure_payload(job, outcome, worker.name))
+
+    def abandoned(self, worker: Worker, job: Job) -> None:
+        """The reaper failed ``job`` as abandoned (its workers died; attempts used up)."""
+        url = job.on_failure_url or self.default_url
+        if url:
+            error = f"{job.error_type}: {job.error_message}" if job.error_type else "abandoned"
+            self.submit(url, {
+                "event": "failed", "job_id": job.id, "queue": job.queue, "function": job.func,
+                "error": error, "error_type": job.error_type,
+                "error_message": job.error_message, "reason": "abandoned",
+                "attempts": job.attempts, "worker": worker.name,
+            })
 
     def submit(self, url: str, payload: dict[str, Any]) -> bool:
         """Queue one POST; False (and counted) if the buffer is full."""

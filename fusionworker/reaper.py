@@ -134,6 +134,7 @@ def _reap_queue(connection: Any, settings: Settings, queue: str, now: float,
         elif what == "abandoned":
             counts["abandoned"] += 1
             counts["jobs"].append(job_id)
+            counts["abandoned_jobs"].append((queue, job_id))
             log.error("Reaper: job %s on %s was stuck (worker %s: %s); attempts used up, "
                       "failed as abandoned", job_id, queue, worker_name or "?", why)
         else:
@@ -161,7 +162,8 @@ def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = N
     every change is one fenced script, see the module docstring).
     """
     counts: dict[str, Any] = {"locked": True, "checked": 0, "alive": 0, "requeued": 0,
-                              "abandoned": 0, "skipped": 0, "jobs": [], "workers_pruned": []}
+                              "abandoned": 0, "skipped": 0, "jobs": [], "abandoned_jobs": [],
+                              "workers_pruned": []}
     if lock_owner is not None and not acquire_lock(connection, settings, lock_owner):
         counts["locked"] = False
         return counts
@@ -199,3 +201,19 @@ class ReaperMiddleware(Middleware):
         if counts["locked"]:
             self.passes += 1
             self.reaped += counts["requeued"] + counts["abandoned"]
+            self._notify_abandoned(worker, counts["abandoned_jobs"])
+
+    def _notify_abandoned(self, worker: Worker, abandoned: list[tuple[str, str]]) -> None:
+        """An abandoned job failed for good: hand it to the failure callbacks, if installed."""
+        from .callbacks import FailureCallbacks
+        from .job import Job
+
+        hooks = [mw for mw in worker.middleware if isinstance(mw, FailureCallbacks)]
+        if not hooks or not abandoned:
+            return
+        keys = Keys(worker.settings.prefix)
+        for queue, job_id in abandoned:
+            data = worker.connection.hgetall(keys.queue(queue).job(job_id))
+            if data:
+                for hook in hooks:
+                    hook.abandoned(worker, Job.from_hash(data))

@@ -130,7 +130,7 @@ def test_middleware_runs_on_tick_once_per_interval(queue, settings, r):
     claim(q)
 
     class FakeWorker:
-        connection, name = r, "w.1"
+        connection, name, middleware = r, "w.1", []
     FakeWorker.settings = settings.replace(reaper_interval=0.1)
     mw = ReaperMiddleware(FakeWorker.settings)
     mw.on_tick(FakeWorker)               # too early: half an interval after start

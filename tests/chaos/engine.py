@@ -4,8 +4,9 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
 
 1. Enqueue N jobs ``tests.jobs:record(url, key, <job id>, seconds)``: each appends
    its own id to a Redis list when it runs (proof of execution).
-2. Start W real ``run_worker.py worker`` processes (the supervisor role: any
-   that dies is started again).
+2. Start W real worker processes (``run_worker.py worker``, or with ``lease``
+   the same Worker with a shorter lease); the supervisor role: any that dies
+   is started again.
 3. For ``kill_for`` seconds, every ``kill_every`` s (randomized) SIGKILL either a
    random worker parent (its horse dies with it through PDEATHSIG; its job is
    re-queued by another worker's reaper once the lease is over) or a random
@@ -87,9 +88,12 @@ class Supervisor:
 
     def start_one(self) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"chaos-worker{self.started}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen([sys.executable, str(ROOT / "run_worker.py"), "worker",
-                                 "-q", QUEUE], env=self.env, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=str(ROOT))
+        if self.env.get("FW_TEST_LEASE"):   # same Worker, short lease (worker_proc.py)
+            cmd = [sys.executable, "-m", "tests.chaos.worker_proc", QUEUE]
+        else:
+            cmd = [sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", QUEUE]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(ROOT))
         log.close()
         self.started += 1
         self.procs.append(proc)
@@ -129,10 +133,15 @@ def _horses(procs: list[subprocess.Popen[bytes]]) -> list[psutil.Process]:
 
 def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               job_seconds: float = 0.02, kill_for: float = 18.0, kill_every: float = 0.4,
-              deadline: float = 55.0, reaper_interval: float = 0.5,
+              deadline: float = 55.0, reaper_interval: float = 0.5, lease: float | None = None,
               log_dir: Path | None = None, seed: int | None = None,
               progress: Any = None) -> ChaosResult:
-    """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``."""
+    """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
+
+    ``lease``: run the workers through ``tests.chaos.worker_proc`` with this job
+    lease instead of ``run_worker.py`` (whose lease is at least 15 s), so the
+    jobs of killed parents come back sooner.
+    """
     rng = random.Random(seed)
     log_dir = log_dir or Path("/tmp")
     r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
@@ -150,6 +159,7 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         "FUSIONWORKER_REAPER_INTERVAL": str(reaper_interval),
         "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+        "FW_TEST_LEASE": str(lease or ""),
     })
     result = ChaosResult(jobs=jobs)
     sup = Supervisor(workers, env, log_dir)

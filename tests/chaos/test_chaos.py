@@ -13,8 +13,10 @@ from tests.chaos.engine import run_chaos
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_path):
-    result = run_chaos(settings, jobs=2000, workers=4, job_seconds=0.01, kill_for=15.0,
-                       kill_every=0.4, deadline=58.0, log_dir=tmp_path, seed=None)
+    # lease 3 s (run_worker.py keeps >= 15 s): a killed parent's job comes back in
+    # seconds, so the run can spend most of its minute killing.
+    result = run_chaos(settings, jobs=2000, workers=4, job_seconds=0.01, kill_for=20.0,
+                       kill_every=0.35, deadline=55.0, lease=3.0, log_dir=tmp_path)
     print("\n" + result.summary())
     assert result.parent_kills > 0 and result.horse_kills > 0
     assert result.finished == result.jobs, result.not_finished

@@ -42,7 +42,7 @@ def output(proc: subprocess.Popen[bytes]) -> str:
 
 def main(argv: list[str]) -> int:
     settings = load_settings()
-    setup_logging("INFO")
+    setup_logging(settings.log_level)
     worker = Worker(argv[0] if argv else "default", connect(settings.redis_url),
                     settings=settings)
     lease = os.environ.get("FW_TEST_LEASE")
