@@ -31,6 +31,8 @@ Hash fields (all strings in Redis):
 ``unique_key``      dedup key (optional)
 ``on_failure_url``  webhook POSTed after a final failure (optional)
 ``duration``        seconds the last attempt ran
+``cron``            name of the cron entry that enqueued the job (optional)
+``cron_due``        the due time of that cron run (optional)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::

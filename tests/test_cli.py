@@ -80,9 +80,9 @@ def failed_jobs(queue: Callable[..., Any], burst: Callable[..., Any], n: int,
 # -- info -------------------------------------------------------------------------
 
 INFO_KEYS = {"schema", "version", "redis_url", "prefix", "time", "suspended",
-             "suspended_remaining", "queues", "workers"}
+             "suspended_remaining", "queues", "workers", "cron", "groups"}
 QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "finished",
-              "paused", "max_active", "busy_groups", "oldest_age"}
+              "paused", "max_active", "busy_groups", "oldest_age", "cron"}
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
                "failed", "total_working_time", "lease", "version"}
@@ -359,3 +359,25 @@ def test_bad_url_and_bad_flags(cli: Run) -> None:
     assert "No such option '--frobnicate'" in cli("info", "--frobnicate", code=2).stderr
     assert "No such command" in cli("jobb", code=2).stderr
     assert "not a valid integer" in cli("set-max-active", "sms", "x", code=2).stderr
+
+
+def test_info_shows_cron_entries_and_busy_groups(cli: Run, queue: Any, settings: Any,
+                                                 r: Any) -> None:
+    from fusionworker import cron
+
+    q = queue("email")
+    cron.register(r, settings, "nightly", "0 3 * * *", "tests.jobs:noop", queue="email",
+                  timezone="Europe/Berlin")
+    holder = q.enqueue("tests.jobs:noop", group="cust-1")
+    q.enqueue("tests.jobs:noop", group="cust-1")
+    doc = json.loads(cli("info", "--json").stdout)
+    assert doc["queues"][0]["cron"] == 1
+    [entry] = doc["cron"]
+    assert entry["name"] == "nightly" and entry["timezone"] == "Europe/Berlin"
+    assert entry["next_run"] > doc["time"] and entry["paused"] is False
+    assert doc["groups"] == [{"queue": "email", "group": "cust-1", "job_id": holder.id,
+                              "job_status": "queued", "waiting": 1}]
+    out = cli("info").stdout
+    assert "nightly" in out and "0 3 * * *" in out and "Europe/Berlin" in out
+    row = next(line for line in out.splitlines() if line.startswith("cust-1"))
+    assert holder.id in row and row.split()[-1] == "1"

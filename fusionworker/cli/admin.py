@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
 import click
 import redis
 
-from .. import __version__, admin
+from .. import __version__, admin, cron
 from ..embedded import RedisUnavailable
 from ..exceptions import InvalidOperation, NoSuchJob
+from ..groups import describe_busy_groups
 from ..health import check
 from ..keys import check_queue_name
 from ..queue import BANDS, Queue, find_queue_of, known_queues
@@ -41,8 +43,17 @@ def collect_info(app: App, queues: bool = True, workers: bool = True) -> dict[st
         "suspended_remaining": remaining if remaining is not None and remaining >= 0 else None,
     }
     if queues:
-        doc["queues"] = [Queue(n, r, settings=app.settings).stats()
-                         for n in known_queues(r, prefix)]
+        names = known_queues(r, prefix)
+        doc["queues"] = [Queue(n, r, settings=app.settings).stats() for n in names]
+        entries = cron.list_entries(r, prefix, names)
+        doc["cron"] = [e.to_dict() for e in entries]
+        for q in doc["queues"]:
+            q["cron"] = sum(1 for e in entries if e.queue == q["queue"])
+        doc["groups"] = [
+            {"queue": n, **asdict(g)}
+            for n, q in zip(names, doc["queues"]) if q.get("busy_groups")
+            for g in describe_busy_groups(r, prefix, n, limit=10)
+        ]
     if workers:
         doc["workers"] = [admin.describe_worker(w, now) for w in admin.workers(r, prefix)]
     return doc
@@ -90,6 +101,23 @@ def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _cron_lines(entries: list[dict[str, Any]], now: float) -> list[str]:
+    rows = []
+    for e in entries:
+        nxt = "paused" if e["paused"] else (
+            f"in {fmt_age(e['next_run'] - now)}" if e["next_run"] is not None else None)
+        last = (f"{fmt_age(now - e['last_run'])} ago" if e["last_run"] is not None else None)
+        rows.append([e["name"], e["queue"], e["schedule"], e["timezone"], nxt, last,
+                     e["last_status"], e["last_job_status"], e["runs"], e["skips"]])
+    return table(["CRON", "QUEUE", "SCHEDULE", "TZ", "NEXT", "LAST RUN", "LAST", "JOB", "RUNS",
+                  "SKIPS"], rows, right=(8, 9))
+
+
+def _group_lines(groups: list[dict[str, Any]]) -> list[str]:
+    rows = [[g["group"], g["queue"], g["job_id"], g["job_status"], g["waiting"]] for g in groups]
+    return table(["BUSY GROUP", "QUEUE", "HELD BY", "STATUS", "WAITING"], rows, right=(4,))
+
+
 def render_info(doc: dict[str, Any]) -> str:
     """The text screen of ``info`` from its JSON document."""
     stamp = datetime.fromtimestamp(doc["time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -101,6 +129,10 @@ def render_info(doc: dict[str, Any]) -> str:
         lines.append(f"*** all workers SUSPENDED{until} ***")
     if "queues" in doc:
         lines += ["", *_queue_lines(doc["queues"])]
+    if doc.get("cron"):
+        lines += ["", *_cron_lines(doc["cron"], doc["time"])]
+    if doc.get("groups"):
+        lines += ["", *_group_lines(doc["groups"])]
     if "workers" in doc:
         lines += ["", *_worker_lines(doc["workers"])]
     return "\n".join(lines)
