@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="Give up (and report) after this many seconds.")
     parser.add_argument("--reaper-interval", type=float, default=0.5)
     parser.add_argument("--lease", type=float, default=None,
-                        help="Job lease of the workers (default: run_worker.py's own, >= 15 s).")
+                        help="FUSIONWORKER_LEASE of the workers (default: the setting, 30 s).")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", action="store_true",
                         help="Keep the workers' logs (their folder is printed).")

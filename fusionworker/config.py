@@ -82,6 +82,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl"),
     Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
             "Seconds between heartbeats (and job-deadline extensions) of a worker."),
+    Setting("lease", "FUSIONWORKER_LEASE", 30.0, float,
+            "Seconds a started job's lease lasts unless its live worker renews it (every "
+            "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
+            "At least 3 x the heartbeat interval."),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes jobs may name (whole dotted components). "
             "Unset: anything but a built-in deny-list (os, subprocess, sys, ...)."),

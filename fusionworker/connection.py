@@ -84,6 +84,9 @@ _OPTION_PARSERS: dict[str, Any] = {
 #: Connect timeout (seconds) used unless the caller passes one: a worker
 #: whose Redis is unreachable should say so instead of hanging in connect().
 DEFAULT_CONNECT_TIMEOUT = 5.0
+#: A reply that takes longer means Redis is frozen (SIGSTOP, swap storm): the caller
+#: gets a TimeoutError and backs off instead of hanging. ``?socket_timeout=`` overrides.
+DEFAULT_SOCKET_TIMEOUT = 15.0
 #: Socket timeout of the short queries made to sentinels.
 DEFAULT_SENTINEL_TIMEOUT = 1.0
 
@@ -263,9 +266,11 @@ def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
     parsed = parse_url(url)
 
     if parsed.kind == "redis":
+        kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)  # the URL's option wins
         return redis.Redis.from_url(url, **kwargs)
 
     options = {**parsed.options, **kwargs}
+    options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
     if parsed.username is not None:
         options.setdefault("username", parsed.username)
     if parsed.password is not None:

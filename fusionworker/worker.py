@@ -174,7 +174,10 @@ class Worker:
         self.successful = 0
         self.failed = 0
         self.total_working_time = 0.0
-        self.lease = max(6 * self.settings.heartbeat_interval, 15.0)
+        self.lease = self.settings.lease
+        if self.lease < 3 * self.settings.heartbeat_interval:
+            raise ValueError(f"FUSIONWORKER_LEASE ({self.lease:g} s) must be at least 3 x the "
+                             f"heartbeat interval ({self.settings.heartbeat_interval:g} s)")
         self._pos = 0
         self._stop: str | None = None           # None | "warm" | "cold"
         self._waiting = False
@@ -466,8 +469,12 @@ class Worker:
         """One round trip: the fenced outcome script plus the worker's counters."""
         qkeys = self.keys.queue(job.queue)
         delay = 0.5
+        retrying = False
         while True:
             try:
+                if retrying and self._landed(job, outcome):
+                    reply = ["ok"]  # the lost reply's write went through: do not count twice
+                    break
                 pipe = self.connection.pipeline(transaction=False)
                 if outcome.status == "requeued":
                     self.scripts.requeue(keys=[qkeys.base], client=pipe,
@@ -499,6 +506,7 @@ class Worker:
                     return
                 log.warning("Worker %s: Redis unreachable while recording job %s (%s); "
                             "retrying in %.1f s", self.name, job.id, exc, delay)
+                retrying = True
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
         self.state = "idle"
@@ -509,6 +517,22 @@ class Worker:
                         "meanwhile (attempt token no longer current)", self.name, job.id)
             return
         self._log_outcome(job, outcome)
+
+    def _landed(self, job: Job, outcome: Outcome) -> bool:
+        """After a lost reply: did our outcome write reach Redis before the connection broke?
+
+        The scripts drop the token when they record; the job then shows the state
+        our outcome gives it, under our worker name (a reaper's re-queue or another
+        worker's claim looks different).
+        """
+        token, worker, status, reason = self.connection.hmget(
+            self.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
+        if status is None:  # finished with result_ttl 0, or deleted
+            return outcome.status == "finished"
+        expected = {"finished": "finished", "retry": "scheduled", "failed": "failed",
+                    "requeued": "queued"}[outcome.status]
+        return (token != job.token and worker == self.name and status == expected
+                and (outcome.status != "failed" or reason == outcome.reason))
 
     def _log_outcome(self, job: Job, outcome: Outcome) -> None:
         ms = outcome.duration * 1000

@@ -425,3 +425,51 @@ def test_failure_callback_for_a_job_abandoned_by_the_reaper(queue, settings, r, 
     hooks.close()
     assert [(path, body["job_id"], body["reason"]) for path, body in Hook.received] == [
         ("/global", job.id, "abandoned")]
+
+
+def test_frozen_redis_makes_the_worker_back_off_not_hang(settings, tmp_path):
+    """Redis stopped with SIGSTOP (no RST, no reply): the socket timeout turns the hang
+    into 'unreachable', the worker backs off, and carries on once Redis thaws."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0?socket_timeout=1"
+    server = start_redis(port, tmp_path)
+    s = settings.replace(redis_url=url)
+    procs = WorkerProcesses(s, tmp_path)
+    try:
+        r = redis.Redis(port=port, decode_responses=True)
+        q = Queue("default", r, settings=s)
+        key = f"{s.prefix}:out"
+        first = [q.enqueue("tests.jobs:record", url, key, f"a{i}").id for i in range(3)]
+        worker = procs.worker("-q", "default")
+        wait_for(lambda: r.llen(key) == 3, timeout=15)
+        server.send_signal(signal.SIGSTOP)
+        time.sleep(4)
+        assert worker.poll() is None
+        server.send_signal(signal.SIGCONT)
+        later = [q.enqueue("tests.jobs:record", url, key, f"b{i}").id for i in range(3)]
+        wait_for(lambda: all(q.fetch_job(i).status == "finished" for i in first + later),
+                 timeout=20)
+        assert "Redis unreachable" in procs.output(worker)
+        assert worker.poll() is None
+    finally:
+        procs.stop_all()
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait(5)
+
+
+def test_a_recorded_outcome_whose_reply_was_lost_is_not_sent_again(queue, settings, r):
+    """_landed: after a lost reply the worker looks before writing the outcome twice."""
+    from fusionworker.worker import Outcome, Worker
+
+    q = queue()
+    q.enqueue("tests.jobs:noop")
+    w = Worker("default", r, settings=settings, middleware=[], name="landed-test")
+    job = w._claim_next()
+    done = Outcome(status="finished", reason="ok", result="null")
+    assert not w._landed(job, done)                 # nothing written yet
+    w._record(job, done)
+    assert w._landed(job, done)                     # our write is there
+    assert not w._landed(job, Outcome(status="retry", reason="exception"))
+    r.hset(q.qkeys.job(job.id), "worker", "someone-else")   # re-run elsewhere meanwhile
+    assert not w._landed(job, done)

@@ -88,10 +88,7 @@ class Supervisor:
 
     def start_one(self) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"chaos-worker{self.started}.log", "wb")  # noqa: SIM115
-        if self.env.get("FW_TEST_LEASE"):   # same Worker, short lease (worker_proc.py)
-            cmd = [sys.executable, "-m", "tests.chaos.worker_proc", QUEUE]
-        else:
-            cmd = [sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", QUEUE]
+        cmd = [sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", QUEUE]
         proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=str(ROOT))
         log.close()
@@ -138,9 +135,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               progress: Any = None) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
-    ``lease``: run the workers through ``tests.chaos.worker_proc`` with this job
-    lease instead of ``run_worker.py`` (whose lease is at least 15 s), so the
-    jobs of killed parents come back sooner.
+    ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
+    brings the jobs of killed parents back sooner.
     """
     rng = random.Random(seed)
     log_dir = log_dir or Path("/tmp")
@@ -159,8 +155,9 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         "FUSIONWORKER_REAPER_INTERVAL": str(reaper_interval),
         "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
-        "FW_TEST_LEASE": str(lease or ""),
     })
+    if lease:
+        env["FUSIONWORKER_LEASE"] = str(lease)
     result = ChaosResult(jobs=jobs)
     sup = Supervisor(workers, env, log_dir)
     requeued: set[str] = set()
