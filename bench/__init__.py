@@ -1,0 +1,1 @@
+"""Side-by-side benchmark of fusionworker and RQ: ``python bench/run.py``."""
