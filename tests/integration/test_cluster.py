@@ -20,6 +20,7 @@ import redis
 from fusionworker import admin, reaper
 from fusionworker.config import Settings, load_settings
 from fusionworker.connection import connect, is_cluster
+from fusionworker.events import make_sink, read_events
 from fusionworker.exceptions import InvalidOperation
 from fusionworker.queue import Queue
 from fusionworker.worker import Worker, default_middleware
@@ -144,8 +145,11 @@ def test_every_queue_operation_works_on_every_shard(rc, settings, cluster_prefix
     the reaper and suspend/resume: no CROSSSLOT (or any other error) on any shard."""
     queues = _spread_queues(rc, cluster_prefix)
     fast = settings.replace(retry_delay=0.05, retry_max_delay=0.05)
+    # the event stream under the prefix; not the process-wide default sink, which would
+    # outlive this test (and this cluster) and keep retrying in later tests
+    sink = make_sink(fast, rc)
     for name in queues:
-        q = Queue(name, rc, settings=fast)  # default event sink: a stream under the prefix
+        q = Queue(name, rc, settings=fast, events=sink)
         ok = q.enqueue("tests.jobs:add", 1, 2, priority=5)
         bad = q.enqueue("tests.jobs:boom")
         retried = q.enqueue("tests.jobs:retry_me", 0.01, max_retries=1)
@@ -192,4 +196,8 @@ def test_every_queue_operation_works_on_every_shard(rc, settings, cluster_prefix
     assert not admin.is_suspended(rc, cluster_prefix)
     counts = reaper.reap_once(rc, settings, lock_owner="test")
     assert counts["locked"] and counts["checked"] == 0
-    assert rc.xlen(f"{cluster_prefix}:events") > 0  # events reached the default stream
+    assert sink.flush(5.0)
+    sink.close()
+    events = [e["event"] for _, e in read_events(rc, cluster_prefix, count=1000)]
+    assert events.count("queued") >= 3 * 7 and events.count("canceled") == 3
+    assert events.count("completed") >= 3 * 4  # from the workers' own sinks
