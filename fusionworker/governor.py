@@ -232,14 +232,7 @@ class Governor(Middleware):
         logger: logging.Logger | None = None,
     ) -> None:
         self._log = logger or log
-        self.interval = max(0.0, float(settings.memory_check_interval))
-        self.ram_throttle = float(settings.memory_throttle_threshold)
-        self.ram_resume = self._resume_level(
-            "MEMORY_RESUME_THRESHOLD", float(settings.memory_resume_threshold), self.ram_throttle)
-        self.swap_throttle = float(settings.swap_throttle_threshold)
-        self.gpu_throttle = float(settings.gpu_throttle_threshold)
-        self.gpu_resume = self._resume_level(
-            "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
+        self._configure(settings)
         self._ram_reader = ram_reader or read_ram_percent
         self._swap_reader = swap_reader or read_swap_percent
         self._gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = (
@@ -248,6 +241,25 @@ class Governor(Middleware):
         self._throttled = False
         self._reason: str | None = None
         self._last: Reading | None = None
+
+    def _configure(self, settings: Settings) -> None:
+        self.interval = max(0.0, float(settings.memory_check_interval))
+        self.ram_throttle = float(settings.memory_throttle_threshold)
+        self.ram_resume = self._resume_level(
+            "MEMORY_RESUME_THRESHOLD", float(settings.memory_resume_threshold), self.ram_throttle)
+        self.swap_throttle = float(settings.swap_throttle_threshold)
+        self.gpu_throttle = float(settings.gpu_throttle_threshold)
+        self.gpu_resume = self._resume_level(
+            "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
+
+    def reload(self, worker: Any, settings: Settings) -> None:
+        """New thresholds (SIGHUP); the next check samples at once and applies them."""
+        self._configure(settings)
+        self._last = None
+        self._log.info("Resource governor thresholds: RAM %s (resume %s), swap %s, GPU %s "
+                       "(resume %s), every %gs", _pct(self.ram_throttle), _pct(self.ram_resume),
+                       _pct(self.swap_throttle), _pct(self.gpu_throttle), _pct(self.gpu_resume),
+                       self.interval)
 
     def _resume_level(self, env: str, resume: float, throttle: float) -> float:
         if resume > throttle:
@@ -416,6 +428,10 @@ class HorseMemoryLimit(Middleware):
         self.limit_mib = max(0, int(settings.max_horse_memory))
         self._log = logger or log
 
+    def reload(self, worker: Any, settings: Settings) -> None:
+        """A new ceiling (SIGHUP) applies from the next horse tick."""
+        self.limit_mib = max(0, int(settings.max_horse_memory))
+
     @property
     def enabled(self) -> bool:
         return self.limit_mib > 0
@@ -433,10 +449,7 @@ class HorseMemoryLimit(Middleware):
 
 
 def build_governors(settings: Settings) -> list[Middleware]:
-    """The resource middlewares a worker installs: the governor, plus the
-    per-horse memory ceiling when ``max_horse_memory`` is set."""
-    middlewares: list[Middleware] = [Governor(settings)]
-    limit = HorseMemoryLimit(settings)
-    if limit.enabled:
-        middlewares.append(limit)
-    return middlewares
+    """The resource middlewares a worker installs: the governor and the per-horse
+    memory ceiling (inert while ``max_horse_memory`` is 0)."""
+    # the ceiling is installed even when off (0): SIGHUP may turn it on
+    return [Governor(settings), HorseMemoryLimit(settings)]

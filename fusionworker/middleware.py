@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
     from .job import Job
     from .worker import Outcome, Worker
 
@@ -44,6 +45,9 @@ class Middleware:
 
     def on_stop(self, worker: Worker) -> None:
         """The worker is shutting down (after its last job)."""
+
+    def reload(self, worker: Worker, settings: Settings) -> None:
+        """SIGHUP: the config file was read again; take what may change live."""
 
     def describe(self) -> dict[str, Any]:
         """Fields this middleware adds to the worker's heartbeat hash."""

@@ -156,6 +156,15 @@ class Supervisor:
         self._last_signal = signal.Signals(signum)
         self.stop_level = min(self.stop_level + 1, 2)
 
+    def _on_hup(self, signum: int, frame: Any) -> None:
+        """SIGHUP: every child re-reads its config file (governor thresholds, log level)."""
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                try:
+                    os.kill(slot.proc.pid, signal.SIGHUP)
+                except ProcessLookupError:
+                    pass
+
     def _install(self) -> dict[int, Any]:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -165,6 +174,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             old[sig] = signal.signal(sig, self._on_signal)
         old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: None)
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hup)
         return old
 
     def _uninstall(self, old: dict[int, Any]) -> None:

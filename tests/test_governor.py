@@ -449,7 +449,8 @@ def test_dead_horse_returns_none():
 
 def test_build_governors():
     plain = build_governors(settings())
-    assert [type(m) for m in plain] == [Governor]
+    assert [type(m) for m in plain] == [Governor, HorseMemoryLimit]   # inert until reloaded
+    assert not plain[1].enabled
     limited = build_governors(settings(max_horse_memory=512))
     assert [type(m) for m in limited] == [Governor, HorseMemoryLimit]
     assert limited[1].limit_mib == 512

@@ -1,0 +1,101 @@
+"""Issue 4 on real Redis and real worker processes: suspend/resume, pause, fairness, throttle.
+
+Order rule (proved below): a worker walks a cycle of its queues in which a
+queue of weight w appears w times (``--customq sms:3,email:1`` ->
+sms, sms, sms, email); each claim starts one place after the queue that gave
+the previous job and skips empty or paused queues. With both queues non-empty
+that is 3 sms per email, and a deep queue never starves a shallow one.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from fusionworker import admin
+from fusionworker.keys import Keys
+from fusionworker.worker import parse_queue_spec
+from tests.conftest import wait_for
+
+
+def _one_worker_key(r, prefix):
+    names = wait_for(lambda: r.smembers(Keys(prefix).workers))
+    return Keys(prefix).worker(next(iter(names)))
+
+
+def test_suspend_lets_the_running_job_finish_then_claims_nothing(processes, queue, r, prefix):
+    q = queue()
+    processes.worker("--customq", "default")
+    key = _one_worker_key(r, prefix)
+    running = q.enqueue("tests.jobs:sleep", 1.0)
+    wait_for(lambda: r.hget(key, "state") == "busy")
+    admin.suspend(r, prefix)
+    waiting = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: q.fetch_job(running.id).status == "finished", timeout=10)
+    wait_for(lambda: r.hget(key, "state") == "suspended", timeout=5)
+    time.sleep(1.0)
+    assert q.fetch_job(waiting.id).status == "queued"
+    admin.resume(r, prefix)
+    wait_for(lambda: q.fetch_job(waiting.id).status == "finished", timeout=5)
+
+
+def test_suspend_with_a_duration_ends_by_itself(processes, queue, r, prefix):
+    q = queue()
+    admin.suspend(r, prefix, duration=1.5)
+    processes.worker("--customq", "default")
+    key = _one_worker_key(r, prefix)
+    job = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: r.hget(key, "state") == "suspended")
+    assert q.fetch_job(job.id).status == "queued"
+    # the key expires; the worker sees it on its next heartbeat
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=10)
+
+
+def test_pause_one_queue_while_another_drains(queue, burst, r):
+    a, b = queue("a"), queue("b")
+    ids_a = [a.enqueue("tests.jobs:noop").id for _ in range(5)]
+    ids_b = [b.enqueue("tests.jobs:noop").id for _ in range(5)]
+    a.pause()
+    burst("a,b")
+    assert all(b.fetch_job(i).status == "finished" for i in ids_b)
+    assert all(a.fetch_job(i).status == "queued" for i in ids_a) and a.count == 5
+    a.unpause()
+    burst("a,b")
+    assert all(a.fetch_job(i).status == "finished" for i in ids_a)
+
+
+def _order(q_by_name, ids):
+    jobs = [q_by_name[name].fetch_job(i) for name, i in ids]
+    jobs.sort(key=lambda j: (j.started_at, j.ended_at))
+    return [j.queue for j in jobs]
+
+
+def test_weighted_round_robin_holds_its_ratio_over_600_jobs(queue, burst):
+    sms, email = queue("sms"), queue("email")
+    ids = [("sms", sms.enqueue("tests.jobs:noop").id) for _ in range(450)]
+    ids += [("email", email.enqueue("tests.jobs:noop").id) for _ in range(150)]
+    burst("sms:3,email:1")
+    order = _order({"sms": sms, "email": email}, ids)
+    assert len(order) == 600
+    for start in (0, 200, 400):                     # any stretch keeps 3:1 within 10 %
+        window = collections.Counter(order[start:start + 200])
+        assert abs(window["sms"] / 200 - 0.75) <= 0.075, (start, window)
+
+
+def test_a_deep_queue_does_not_starve_a_shallow_one(queue, burst):
+    deep, shallow = queue("deep"), queue("shallow")
+    ids = [("deep", deep.enqueue("tests.jobs:noop").id) for _ in range(100)]
+    ids += [("shallow", shallow.enqueue("tests.jobs:noop").id) for _ in range(5)]
+    burst("deep,shallow")
+    order = _order({"deep": deep, "shallow": shallow}, ids)
+    assert [i for i, name in enumerate(order) if name == "shallow"] == [1, 3, 5, 7, 9]
+
+
+def test_queue_spec_parsing():
+    assert parse_queue_spec("sms:3,email") == [("sms", 3), ("email", 1)]
+    for bad in ("sms:0", "sms:x", "", "bad name"):
+        try:
+            parse_queue_spec(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} must be refused")
