@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import logging
 import os
 import select
 import signal
@@ -38,8 +39,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
+from .forkserver import ForkServer, ForkServerDied
 from .functions import resolve
 from .job import Job
+
+log = logging.getLogger("fusionworker.horse")
 
 _PR_SET_PDEATHSIG = 1
 _CRASH_SIGNALS = {signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
@@ -68,10 +72,16 @@ def is_retryable(exc: BaseException, retryable: Iterable[str]) -> bool:
     return any(f"{cls.__module__}.{cls.__qualname__}" in names for cls in type(exc).__mro__)
 
 
-def _set_pdeathsig() -> None:
+_libc: Any = None
+
+
+def set_pdeathsig() -> None:
+    """Die (SIGKILL) with the parent process. libc is loaded once per process."""
+    global _libc
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the reaper still recovers the job
         pass
 
@@ -124,13 +134,13 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...],
-                retryable: tuple[str, ...]) -> None:
+def horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...],
+               retryable: tuple[str, ...]) -> None:
     """Body of the child. Ends in ``os._exit``: no atexit, no parent cleanup code."""
     code = 0
     try:
         os.setpgid(0, 0)
-        _set_pdeathsig()
+        set_pdeathsig()
         if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
             os._exit(1)
         signal.set_wakeup_fd(-1)
@@ -161,10 +171,12 @@ class Horse:
     """Parent-side handle of one forked horse."""
 
     def __init__(self, job: Job, *, allowed: Iterable[str] = (),
-                 retryable: Iterable[str] = ()) -> None:
+                 retryable: Iterable[str] = (), server: ForkServer | None = None) -> None:
         self.job = job
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
+        self.server = server            # set: the fork server forks (and reaps) the horse
+        self._lost_server = False
         self.pid = 0
         self._fd = -1
         self._buffer = bytearray()
@@ -172,8 +184,29 @@ class Horse:
         self._kill_reason: str | None = None
         self._started = 0.0
 
-    def start(self, before_fork: Callable[[], None] | None = None) -> int:
-        """Fork the horse; returns its pid."""
+    def start(self, before_fork: Callable[[], None] | None = None,
+              while_forking: Callable[[], None] | None = None) -> int:
+        """Fork the horse (through the fork server when there is one); returns its pid.
+
+        ``while_forking`` runs while the fork server forks (or after a fork of our own):
+        work of the parent that needs no pid overlaps the fork.
+        """
+        done: list[bool] = []
+
+        def once() -> None:
+            if while_forking is not None and not done:
+                done.append(True)
+                while_forking()
+
+        if self.server is not None and before_fork is None:
+            self._started = time.monotonic()
+            try:
+                self.pid = self.server.run(self.job, once)
+                return self.pid
+            except ForkServerDied as exc:
+                log.warning("fork server unavailable (%s): forking job %s from the worker",
+                            exc, self.job.id)
+                self.server = None
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
         if before_fork:
@@ -182,10 +215,11 @@ class Horse:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             os.close(read_fd)
-            _horse_main(self.job, write_fd, parent_pid, self.allowed, self.retryable)
+            horse_main(self.job, write_fd, parent_pid, self.allowed, self.retryable)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         self.pid, self._fd = pid, read_fd
+        once()
         return pid
 
     # -- parent side -----------------------------------------------------------
@@ -219,6 +253,8 @@ class Horse:
     def _reap(self, block: bool) -> bool:
         if self._status is not None:
             return True
+        if self.server is not None:
+            return self._reap_from_server(block)
         try:
             pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
         except ChildProcessError:
@@ -229,8 +265,29 @@ class Horse:
         self._status = status
         return True
 
+    def _reap_from_server(self, block: bool) -> bool:
+        """The fork server reaps our horse and sends its status and report."""
+        assert self.server is not None
+        try:
+            msg = self.server.poll_exit(block)
+        except ForkServerDied:
+            # the horse dies with the server (PDEATHSIG); make sure of it, say why
+            self._lost_server = True
+            if self._kill_reason is None:
+                self._kill_reason = "killed"
+            self._signal_group(signal.SIGKILL)
+            self._status = signal.SIGKILL
+            return True
+        if msg is None:
+            return False
+        self._buffer.extend(msg.get("report", "").encode())
+        self._status = int(msg["status"])
+        return True
+
     def _read(self) -> bool:
         """Read what the pipe has; True at EOF."""
+        if self._fd < 0:      # fork-server horse: the report comes with the exit message
+            return True
         while True:
             try:
                 chunk = os.read(self._fd, _READ_CHUNK)
@@ -260,7 +317,8 @@ class Horse:
         """
         hard_deadline = self._started + kill_after
         next_tick = time.monotonic() + tick_interval
-        fds = [self._fd] + ([wake_fd] if wake_fd is not None else [])
+        watch = self.server.fileno() if self.server is not None else self._fd
+        fds = [watch] + ([wake_fd] if wake_fd is not None else [])
         eof = False
         try:
             while not eof:
@@ -269,11 +327,11 @@ class Horse:
                     self.kill("timeout")
                 wait = max(0.0, min(next_tick, hard_deadline) - now)
                 readable, _, _ = select.select(fds, [], [], wait)
-                if self._fd in readable:
-                    eof = self._read()
+                if watch in readable:
+                    eof = self._reap(block=False) if self.server is not None else self._read()
                 woke = wake_fd is not None and wake_fd in readable
                 if woke:
-                    _drain(wake_fd)
+                    drain(wake_fd)
                 if woke or time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + tick_interval
                     reason = tick() if tick else None
@@ -284,7 +342,8 @@ class Horse:
                         eof = self._read() or True
             self._reap(block=True)
         finally:
-            os.close(self._fd)
+            if self._fd >= 0:
+                os.close(self._fd)
         return self._outcome(time.monotonic() - self._started)
 
     def _outcome(self, duration: float) -> HorseExit:
@@ -332,13 +391,15 @@ class Horse:
             "shutdown": ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
         }
         error_type, message = messages.get(reason, ("HorseKilled", f"killed: {reason}"))
+        if self._lost_server:
+            error_type, message = "HorseKilled", "the fork server died while the job ran"
         if report and report.get("reason") == "timeout":
             error_type, message = report["error_type"], report["error_message"]
         return HorseExit(ok=False, reason=reason, error_type=error_type, error_message=message,
                          traceback=(report or {}).get("traceback"), duration=duration)
 
 
-def _drain(fd: int) -> None:
+def drain(fd: int) -> None:
     try:
         while os.read(fd, 512):
             pass

@@ -52,6 +52,7 @@ import redis
 from . import __version__
 from .config import Settings, load_settings
 from .exceptions import FunctionNotAllowed, InvalidFunction
+from .forkserver import ForkServer, ForkServerDied
 from .functions import check_allowed
 from .horse import Horse, HorseExit
 from .job import Job, MalformedJob, encode_fields
@@ -187,6 +188,7 @@ class Worker:
         self._next_tick = 0.0
         self._next_heartbeat = 0.0
         self._pubsub: Any = None
+        self._forkserver: ForkServer | None = None
         self._wake_r = self._wake_w = -1
 
     # -- set-up ----------------------------------------------------------------
@@ -280,6 +282,7 @@ class Worker:
             self.register()
             log.info("Worker %s started on queues %s (pid %s, version %s)",
                      self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
+            self._start_forkserver()
             self._call("on_start")
             self._set_state("idle")
             while self._stop is None:
@@ -300,7 +303,20 @@ class Worker:
         finally:
             self._shutdown()
 
+    def _start_forkserver(self) -> None:
+        """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
+        server = ForkServer(self.settings.allowed_modules, self.settings.retryable)
+        try:
+            server.start()
+        except ForkServerDied as exc:
+            log.warning("Worker %s: %s; forking horses from the worker itself", self.name, exc)
+            return
+        self._forkserver = server
+
     def _shutdown(self) -> None:
+        if self._forkserver is not None:
+            self._forkserver.close()
+            self._forkserver = None
         self._call("on_stop")
         try:
             self.deregister()
@@ -409,10 +425,10 @@ class Worker:
         exit_ = self._refusal(job)
         if exit_ is None:
             horse = Horse(job, allowed=self.settings.allowed_modules,
-                          retryable=self.settings.retryable)
-            horse.start()
-            self._call("after_claim", job)
-            self._set_busy(job)
+                          retryable=self.settings.retryable, server=self._forkserver)
+            # the claim hooks and the busy heartbeat overlap the fork server's fork
+            horse.start(while_forking=lambda: (self._call("after_claim", job),
+                                               self._set_busy(job)))
             exit_ = horse.supervise(
                 kill_after=job.timeout + self.settings.kill_grace,
                 tick=lambda: self._horse_tick(job, horse),
@@ -476,6 +492,7 @@ class Worker:
                     reply = ["ok"]  # the lost reply's write went through: do not count twice
                     break
                 pipe = self.connection.pipeline(transaction=False)
+                finish_args: list[Any] | None = None
                 if outcome.status == "requeued":
                     self.scripts.requeue(keys=[qkeys.base], client=pipe,
                                          args=[job.id, "return", job.token or "",
@@ -487,17 +504,24 @@ class Worker:
                         failure_reason=None if outcome.status == "finished" else outcome.reason,
                         duration=round(outcome.duration, 6),
                     )
-                    self.scripts.finish(
-                        keys=[qkeys.base], client=pipe,
-                        args=[job.id, job.token or "", outcome.status, self.settings.result_ttl,
-                              self.settings.failed_ttl, outcome.retry_delay or 0,
-                              self.settings.dedup_window, *fields])
+                    finish_args = [job.id, job.token or "", outcome.status,
+                                   self.settings.result_ttl, self.settings.failed_ttl,
+                                   outcome.retry_delay or 0, self.settings.dedup_window, *fields]
+                    self.scripts.finish.queue_by_sha(pipe, [qkeys.base], finish_args)
                 counter = {"finished": "successful", "failed": "failed"}.get(outcome.status)
                 if counter:
                     pipe.hincrby(self.key, counter, 1)
                 pipe.hincrbyfloat(self.key, "total_working_time", outcome.duration)
                 pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
-                reply = pipe.execute()[0]
+                replies = pipe.execute(raise_on_error=False)
+                reply = replies[0]
+                if finish_args is not None and isinstance(reply, redis.exceptions.NoScriptError):
+                    # Redis restarted or failed over: the Script call loads it and runs it once
+                    reply = self.scripts.finish(keys=[qkeys.base], args=finish_args)
+                    replies[0] = reply
+                for value in replies:
+                    if isinstance(value, Exception):
+                        raise value
                 break
             except UNREACHABLE as exc:
                 if self._stop == "cold":

@@ -36,7 +36,16 @@ from tests.conftest import WorkerProcesses, wait_for
 
 
 def horse_of(proc: subprocess.Popen) -> psutil.Process:
-    return wait_for(lambda: (psutil.Process(proc.pid).children() or [None])[0])
+    """The worker's horse: forked by its fork server, it leads its own process group."""
+    def find() -> psutil.Process | None:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                if os.getpgid(child.pid) == child.pid:
+                    return child
+            except ProcessLookupError:
+                continue
+        return None
+    return wait_for(find)
 
 
 def gone(pid: int) -> bool:

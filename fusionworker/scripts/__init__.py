@@ -44,6 +44,19 @@ class _Script:
             return client.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
         return self.script(keys=keys, args=args, client=client)
 
+    def queue_by_sha(self, pipe: Any, keys: list[Any], args: list[Any]) -> None:
+        """Queue on ``pipe`` by SHA alone, without the ``SCRIPT EXISTS`` round trip that
+        redis-py adds to every ``execute()`` of a pipeline holding a ``Script``.
+
+        The caller must handle a ``NoScriptError`` reply (after a Redis restart or a
+        failover), e.g. by calling the script once directly, which loads it.
+        A Cluster pipeline gets ``EVAL`` with the source, as ``__call__`` does.
+        """
+        if isinstance(pipe, ClusterPipeline):
+            pipe.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
+        else:
+            pipe.evalsha(self.script.sha, len(keys), *keys, *args)
+
 
 class Scripts:
     """The scripts registered on one client: ``Scripts(r).claim(keys=[...], args=[...])``."""

@@ -1,0 +1,331 @@
+"""The fork server: a lean child of the worker that forks the horses.
+
+Why: ``fork()`` + ``_exit`` + ``waitpid`` costs in proportion to the memory
+(page tables) of the process that forks. The worker parent holds redis-py,
+click, psutil, the middleware: ~45 MiB, ~2.5 ms a fork on a small VM. The fork
+server is a fresh interpreter that imported only what a horse needs
+(``fusionworker.horse`` and its few stdlib modules, ~16 MiB), so forking a
+horse from it costs a fraction of that. Each job still gets a fresh process
+(isolation is unchanged): a job's changes to module state die with its horse.
+Once a horse ran a function of an allow-listed module successfully, the server
+imports that module too, so later horses find it imported (an explicit
+``FUSIONWORKER_ALLOWED_MODULES`` is required for that preload).
+
+Processes and what happens when one dies::
+
+    worker (parent) --socketpair--> fork server --fork--> horse (own process group)
+
+    * worker dies  -> PR_SET_PDEATHSIG kills the server, which kills the horse
+                      (the horse's PDEATHSIG names the server): no orphan job.
+    * server dies  -> the worker reads EOF: the running job fails as killed
+                      (``fork server died``), its horse's group is killed, and
+                      a new server is started for the next job.
+    * horse dies   -> the server reaps it and sends its wait status and
+                      whatever report it wrote; the worker decides as before.
+    * timeouts and kills: the worker signals the horse's process group itself
+      (same user), exactly as with a horse of its own.
+
+Protocol (one horse at a time): the worker sends ``run`` with the job; the
+server answers ``{"pid"}`` right after the fork, then ``{"pid", "status",
+"report"}`` once the horse exited. Messages are 4-byte big-endian length +
+JSON. The server ignores SIGINT/SIGTERM (shutdown is the worker's business)
+and exits when the worker closes the socket.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_HEADER = struct.Struct(">I")
+
+# Runs in the fresh interpreter: ``fusionworker`` is registered without running
+# its ``__init__`` (which pulls in redis and the worker: exactly the memory the
+# server exists to avoid). Job code that does ``from fusionworker import Retry``
+# runs the real ``__init__`` on first use (PEP 562 module ``__getattr__``), in
+# its horse only.
+_BOOT = """\
+# fusionworker fork server
+import importlib.util, json, os, sys
+path, pkg_dir, args = json.loads(sys.argv[1])
+sys.path[:] = path
+spec = importlib.util.spec_from_file_location(
+    "fusionworker", pkg_dir + "/__init__.py", submodule_search_locations=[pkg_dir])
+pkg = importlib.util.module_from_spec(spec)
+sys.modules["fusionworker"] = pkg
+def _load_package(name):
+    if os.path.exists(os.path.join(pkg_dir, name + ".py")):
+        raise AttributeError(name)   # a submodule: the import system loads it by itself
+    del pkg.__getattr__
+    spec.loader.exec_module(pkg)
+    return getattr(pkg, name)
+pkg.__getattr__ = _load_package
+from fusionworker.forkserver import serve
+serve(**args)
+"""
+
+
+def send_msg(sock: socket.socket, msg: dict[str, Any]) -> None:
+    data = json.dumps(msg).encode()
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        try:
+            chunk = sock.recv(n - got)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_msg(sock: socket.socket) -> dict[str, Any] | None:
+    """One message, or None at EOF (the other side is gone)."""
+    head = _recv_exact(sock, _HEADER.size)
+    if head is None:
+        return None
+    body = _recv_exact(sock, _HEADER.unpack(head)[0])
+    return None if body is None else json.loads(body)
+
+
+# -- server side (the lean process) -------------------------------------------------
+
+
+class _Running:
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+        self.buf = bytearray()
+        self.status: int | None = None
+        self.func = ""
+
+
+def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
+          preload: bool) -> None:
+    """Main loop of the fork server. Never returns normally: exits with the worker."""
+    import gc
+
+    from . import horse as horse_mod
+    from .job import Job
+
+    horse_mod.set_pdeathsig()
+    if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
+        os._exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    sock = socket.socket(fileno=fd)
+    allowed_t, retryable_t = tuple(allowed), tuple(retryable)
+    running: _Running | None = None
+    preloaded: set[str] = set()
+    server_pid = os.getpid()
+    gc.freeze()
+
+    while True:
+        fds = [sock, wake_r] + ([running.fd] if running and running.fd >= 0 else [])
+        try:
+            readable, _, _ = select.select(fds, [], [])
+        except InterruptedError:
+            continue
+        if wake_r in readable:
+            horse_mod.drain(wake_r)
+        if running is not None and running.fd in readable:
+            _read_report(running)
+        if running is not None and running.status is None:
+            try:
+                pid, status = os.waitpid(running.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = running.pid, 0
+            if pid:
+                running.status = status
+        if running is not None and running.status is not None:
+            if running.fd >= 0:   # it exited: everything it wrote is in the pipe already
+                _read_report(running, final=True)
+            done, running = running, None
+            send_msg(sock, {"pid": done.pid, "status": done.status,
+                            "report": done.buf.decode("utf-8", "replace")})
+            module = done.func.partition(":")[0]
+            if preload and module not in preloaded and _reported_ok(done.buf):
+                preloaded.add(module)
+                _preload(module)
+                gc.freeze()
+        if sock in readable:
+            msg = recv_msg(sock)
+            if msg is None:                  # the worker is gone or done with us
+                os._exit(0)
+            job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=msg["args"],
+                      kwargs=msg["kwargs"], timeout=msg["timeout"])
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the horse
+                os.close(read_fd)
+                for other in (fd, wake_r, wake_w):
+                    try:
+                        os.close(other)
+                    except OSError:
+                        pass
+                horse_mod.horse_main(job, write_fd, server_pid, allowed_t, retryable_t)
+            os.close(write_fd)
+            os.set_blocking(read_fd, False)
+            running = _Running(pid, read_fd)
+            running.func = job.func
+            send_msg(sock, {"pid": pid})
+
+
+def _read_report(running: _Running, final: bool = False) -> None:
+    while True:
+        try:
+            chunk = os.read(running.fd, 65536)
+        except BlockingIOError:
+            if final:
+                break
+            return
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                continue
+            chunk = b""
+        if not chunk:
+            break
+        running.buf.extend(chunk)
+    os.close(running.fd)
+    running.fd = -1
+
+
+def _reported_ok(buf: bytearray) -> bool:
+    try:
+        return bool(json.loads(buf.decode()).get("ok"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _preload(module: str) -> None:
+    """Import a module a horse just ran fine, so later horses find it imported."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except BaseException:  # noqa: BLE001 - a bad import must not kill the server; horses still try
+        pass
+
+
+# -- worker side ---------------------------------------------------------------------
+
+
+class ForkServerDied(RuntimeError):
+    """The fork server went away (killed, crashed) or could not be started."""
+
+
+class ForkServer:
+    """The worker's handle of its fork server (started lazily, restarted if it dies)."""
+
+    def __init__(self, allowed: tuple[str, ...], retryable: tuple[str, ...]) -> None:
+        self.allowed = tuple(allowed)
+        self.retryable = tuple(retryable)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+
+    def start(self) -> None:
+        """Start the server process (a fresh interpreter; about 30 ms, once)."""
+        ours, theirs = socket.socketpair()
+        pkg_dir = os.path.dirname(os.path.abspath(__file__))
+        args = {"fd": theirs.fileno(), "worker_pid": os.getpid(), "allowed": list(self.allowed),
+                "retryable": list(self.retryable), "preload": bool(self.allowed)}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, json.dumps([sys.path, pkg_dir, args])],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise ForkServerDied(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        self.sock = ours
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.sock is not None
+
+    def fileno(self) -> int:
+        assert self.sock is not None
+        return self.sock.fileno()
+
+    def run(self, job: Any, while_forking: Callable[[], None] | None = None) -> int:
+        """Ask for a horse for ``job``; returns its pid. Raises ForkServerDied.
+
+        ``while_forking`` runs between the request and the server's answer.
+        """
+        if not self.alive:
+            self.close()
+            self.start()
+        assert self.sock is not None
+        try:
+            send_msg(self.sock, {"id": job.id, "queue": job.queue, "func": job.func,
+                                 "args": job.args, "kwargs": job.kwargs,
+                                 "timeout": job.timeout})
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                raise
+            self.close()
+            raise ForkServerDied("the fork server went away") from None
+        if while_forking:
+            while_forking()
+        try:
+            reply = recv_msg(self.sock)
+        except OSError as exc:
+            reply = None
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                raise
+        if reply is None:
+            self.close()
+            raise ForkServerDied("the fork server went away")
+        return int(reply["pid"])
+
+    def poll_exit(self, block: bool) -> dict[str, Any] | None:
+        """The exit message of the running horse, if there (``block``: wait for it).
+
+        Raises ForkServerDied when the server is gone.
+        """
+        assert self.sock is not None
+        if not block:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            if not readable:
+                return None
+        try:
+            msg = recv_msg(self.sock)
+        except OSError:
+            msg = None
+        if msg is None:
+            self.close()
+            raise ForkServerDied("the fork server went away")
+        return msg
+
+    def close(self) -> None:
+        """Stop the server (closing the socket is its signal to exit)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
