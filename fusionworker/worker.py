@@ -43,7 +43,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,8 +151,12 @@ class Worker:
         name: str | None = None,
         burst: bool = False,
         middleware: Iterable[Middleware] | None = None,
+        reload_settings: Callable[[], Settings] | None = None,
     ) -> None:
         self.settings = settings or load_settings()
+        #: SIGHUP calls this for fresh settings (the CLI re-reads its -c file); see reload()
+        self._reload_settings = reload_settings
+        self._reload_requested = False
         if connection is None:
             from .connection import connect
 
@@ -247,11 +251,13 @@ class Worker:
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hup)
 
     def _restore_signals(self) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
@@ -268,6 +274,34 @@ class Worker:
             log.warning("Worker %s got %s again: cold shutdown", self.name, name)
         if self._waiting:
             raise _Interrupted()
+
+    def _on_hup(self, signum: int, frame: Any) -> None:
+        self._reload_requested = True
+        if self._waiting:
+            raise _Interrupted()
+
+    #: Settings SIGHUP may change in a running worker; the rest need a restart.
+    RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
+                  "memory_resume_threshold", "swap_throttle_threshold",
+                  "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
+                  "log_level")
+
+    def reload(self) -> None:
+        """Re-read the settings and apply :data:`RELOADABLE` ones (SIGHUP, like nginx)."""
+        self._reload_requested = False
+        try:
+            fresh = self._reload_settings() if self._reload_settings else load_settings()
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError
+            log.error("Worker %s: reload failed, keeping the current settings: %s",
+                      self.name, exc)
+            return
+        changes = {name: getattr(fresh, name) for name in self.RELOADABLE
+                   if getattr(fresh, name) != getattr(self.settings, name)}
+        self.settings = self.settings.replace(**changes)
+        logging.getLogger("fusionworker").setLevel(self.settings.log_level.upper())
+        log.info("Worker %s reloaded its settings: %s", self.name,
+                 ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
+        self._call("reload", self.settings)
 
     def request_stop(self, mode: str = "warm") -> None:
         """Ask the loop to stop (from a middleware or a test)."""
@@ -341,6 +375,8 @@ class Worker:
         return answer
 
     def _tick(self) -> None:
+        if self._reload_requested:
+            self.reload()
         now = time.monotonic()
         if now >= self._next_heartbeat:
             self.heartbeat()

@@ -10,6 +10,7 @@ that is 3 sms per email, and a deep queue never starves a shallow one.
 from __future__ import annotations
 
 import collections
+import signal
 import time
 
 from fusionworker import admin
@@ -99,3 +100,35 @@ def test_queue_spec_parsing():
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} must be refused")
+
+
+def test_real_worker_throttles_below_current_ram_use_until_raised(processes, queue, r, prefix,
+                                                                  tmp_path):
+    """MEMORY_THROTTLE_THRESHOLD under this machine's RAM use: the worker claims nothing
+    and says why; the threshold raised in its config file + SIGHUP: it resumes."""
+    import psutil
+
+    used = psutil.virtual_memory().percent
+    low = {"MEMORY_THROTTLE_THRESHOLD": f"{used / 2:.1f}",
+           "MEMORY_RESUME_THRESHOLD": f"{used / 4:.1f}", "MEMORY_CHECK_INTERVAL": "0.2"}
+    config = tmp_path / "worker.env"
+    config.write_text("".join(f"{k}={v}\n" for k, v in low.items()))
+    q = queue()
+    # as under systemd: the same file also loaded into the environment at start
+    proc = processes.start("-c", str(config), "worker", "--customq", "default", env=low)
+    key = _one_worker_key(r, prefix)
+    job = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: r.hget(key, "state") == "throttled", timeout=10)
+    assert "RAM at" in r.hget(key, "throttle")
+    time.sleep(1.0)
+    assert q.fetch_job(job.id).status == "queued"
+    assert "MEMORY THROTTLE ACTIVE: RAM at" in processes.output(proc)
+
+    config.write_text("MEMORY_THROTTLE_THRESHOLD=99.9\nMEMORY_RESUME_THRESHOLD=99.8\n"
+                      "MEMORY_CHECK_INTERVAL=0.2\n")
+    proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=10)
+    out = processes.output(proc)
+    assert "MEMORY THROTTLE RELEASED" in out and "reloaded its settings" in out
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    assert r.hget(key, "throttle") == ""

@@ -143,7 +143,9 @@ def one(key: str) -> str:
 
 def test_exec_start_runs_the_instance_queues() -> None:
     exec_start = one("ExecStart")
-    assert exec_start.startswith(f"{INSTALLED_BINARY} worker ")
+    # -c the instance file as well: `systemctl reload` (SIGHUP) re-reads it
+    assert exec_start.startswith(f"{INSTALLED_BINARY} -c /etc/fusionworker/%I.env worker ")
+    assert one("ExecReload") == "/bin/kill -HUP $MAINPID"
     assert "--customq %I" in exec_start  # %I: unescaped, so sms\x2cemail -> sms,email
     assert "--processes ${FUSIONWORKER_PROCESSES}" in exec_start
     assert "FUSIONWORKER_PROCESSES=1" in SERVICE["Service.Environment"]  # default if unset

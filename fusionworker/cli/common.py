@@ -25,8 +25,10 @@ class App:
 
     def __init__(self, *, config_file: str | None = None, redis_url: str | None = None,
                  log_level: str | None = None, log_format: str | None = None) -> None:
-        self.settings: Settings = load_settings(config_file, redis_url=redis_url,
-                                                log_level=log_level, log_format=log_format)
+        #: the global flags, which win over the environment and the file on every (re)load
+        self.overrides: dict[str, Any] = dict(redis_url=redis_url, log_level=log_level,
+                                              log_format=log_format)
+        self.settings: Settings = load_settings(config_file, **self.overrides)
         self.config_file = config_file
         setup_logging(self.settings.log_level, self.settings.log_format)
         self._connection: Any = None

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from ..config import Settings, load_settings, read_config_file
 from ..supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
 from . import main
@@ -38,7 +39,11 @@ from .common import App, pass_app
 def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None) -> None:
-    """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown)."""
+    """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
+
+    SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
+    thresholds, --max-horse-memory and the log level without a restart.
+    """
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
@@ -49,7 +54,20 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window))
-    w = Worker(queues, connection, settings=app.settings, name=name, burst=burst)
+    flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
+                 metrics_port=metrics_port)
+
+    def reload_settings() -> Settings:
+        """SIGHUP: the -c file is read again and wins over the environment the process
+        started with (which cannot change; under systemd it came from the same file).
+        Flags still win over both."""
+        environ = dict(os.environ)
+        if app.config_file:
+            environ.update(read_config_file(app.config_file))
+        return load_settings(None, environ=environ, **app.overrides, **flags)
+
+    w = Worker(queues, connection, settings=app.settings, name=name, burst=burst,
+               reload_settings=reload_settings)
     try:
         code = w.work()
     except ValueError as exc:
