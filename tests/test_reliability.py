@@ -394,7 +394,7 @@ def test_redis_restart_mid_run_loses_nothing(settings, tmp_path):
     procs = WorkerProcesses(s, tmp_path)
     try:
         r = redis.Redis.from_url(url, decode_responses=True)
-        q = Queue("default", r, settings=s)
+        q = Queue("default", r, settings=s, events=False)  # a private server: no shared sink
         key = f"{s.prefix}:out"
         ids = [q.enqueue("tests.jobs:record", url, key, f"j{i}", 0.2, max_retries=5,
                          retry_delay=0.2).id for i in range(30)]
@@ -446,7 +446,7 @@ def test_frozen_redis_makes_the_worker_back_off_not_hang(settings, tmp_path):
     procs = WorkerProcesses(s, tmp_path)
     try:
         r = redis.Redis(port=port, decode_responses=True)
-        q = Queue("default", r, settings=s)
+        q = Queue("default", r, settings=s, events=False)  # a private server: no shared sink
         key = f"{s.prefix}:out"
         first = [q.enqueue("tests.jobs:record", url, key, f"a{i}").id for i in range(3)]
         worker = procs.worker("-q", "default")

@@ -119,10 +119,17 @@ class Supervisor:
 
 
 def _horses(procs: list[subprocess.Popen[bytes]]) -> list[psutil.Process]:
+    """Running horses: forked by each worker's fork server, each leads its own process
+    group (the fork server itself does not, so it is never the target)."""
     found = []
     for proc in procs:
         try:
-            found.extend(psutil.Process(proc.pid).children())
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if os.getpgid(child.pid) == child.pid:
+                        found.append(child)
+                except ProcessLookupError:
+                    continue
         except psutil.NoSuchProcess:
             continue
     return found
