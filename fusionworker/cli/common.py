@@ -156,3 +156,8 @@ def require_queue(app: App, name: str) -> str:
     if name not in known:
         raise click.ClickException(f"no queue {name!r} (known: {', '.join(known) or 'none'})")
     return name
+
+
+def search_queue_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--queue Q`` of commands that find a job or cron entry in every queue by default."""
+    return click.option("--queue", help=f"Queue of the {what} (default: search every queue).")

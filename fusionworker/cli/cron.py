@@ -10,7 +10,7 @@ import click
 
 from .. import cron as cron_api
 from . import main
-from .common import App, echo_json, parse_arg, pass_app
+from .common import App, echo_json, parse_arg, pass_app, search_queue_option
 
 
 def _when(ts: float | None, tz: str) -> str:
@@ -92,7 +92,7 @@ def cron_list(app: App, queue: str | None, as_json: bool) -> None:
 
 @cron.command("remove")
 @click.argument("name")
-@click.option("--queue", help="Queue of the entry (default: search every queue).")
+@search_queue_option("entry")
 @pass_app
 def cron_remove(app: App, name: str, queue: str | None) -> None:
     """Delete entry NAME (a run already enqueued still runs)."""
@@ -102,7 +102,7 @@ def cron_remove(app: App, name: str, queue: str | None) -> None:
 
 @cron.command("pause")
 @click.argument("name")
-@click.option("--queue", help="Queue of the entry (default: search every queue).")
+@search_queue_option("entry")
 @pass_app
 def cron_pause(app: App, name: str, queue: str | None) -> None:
     """Enqueue no runs of NAME until resumed."""
@@ -112,7 +112,7 @@ def cron_pause(app: App, name: str, queue: str | None) -> None:
 
 @cron.command("resume")
 @click.argument("name")
-@click.option("--queue", help="Queue of the entry (default: search every queue).")
+@search_queue_option("entry")
 @pass_app
 def cron_resume(app: App, name: str, queue: str | None) -> None:
     """Resume NAME from its next scheduled time (runs missed while paused are not made up)."""

@@ -11,7 +11,16 @@ from ..exceptions import NoSuchJob
 from ..job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job
 from ..queue import Queue, find_queue_of, known_queues
 from . import main
-from .common import App, echo_json, fmt_age, parse_arg, pass_app, require_queue, table
+from .common import (
+    App,
+    echo_json,
+    fmt_age,
+    parse_arg,
+    pass_app,
+    require_queue,
+    search_queue_option,
+    table,
+)
 
 #: Version of the ``job list --json`` document (see docs/operations.md).
 JOB_LIST_SCHEMA = 1
@@ -80,7 +89,7 @@ def job() -> None:
 
 @job.command("show")
 @click.argument("job_id")
-@click.option("--queue", help="Queue of the job (default: search every queue).")
+@search_queue_option("job")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
@@ -164,7 +173,7 @@ def _short(text: str | None, width: int = 60) -> str | None:
 
 @job.command("retry")
 @click.argument("job_id")
-@click.option("--queue", help="Queue of the job (default: search every queue).")
+@search_queue_option("job")
 @pass_app
 def job_retry(app: App, job_id: str, queue: str | None) -> None:
     """Move failed JOB_ID back to its queue (attempts start over)."""
@@ -175,7 +184,7 @@ def job_retry(app: App, job_id: str, queue: str | None) -> None:
 
 @job.command("delete")
 @click.argument("job_id")
-@click.option("--queue", help="Queue of the job (default: search every queue).")
+@search_queue_option("job")
 @pass_app
 def job_delete(app: App, job_id: str, queue: str | None) -> None:
     """Delete JOB_ID and every reference to it (a running job finishes unrecorded)."""
@@ -186,7 +195,7 @@ def job_delete(app: App, job_id: str, queue: str | None) -> None:
 
 @job.command("cancel")
 @click.argument("job_id")
-@click.option("--queue", help="Queue of the job (default: search every queue).")
+@search_queue_option("job")
 @pass_app
 def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     """Cancel queued or scheduled JOB_ID (it stays visible as canceled)."""
@@ -198,7 +207,7 @@ def job_cancel(app: App, job_id: str, queue: str | None) -> None:
 @job.command("priority")
 @click.argument("job_id")
 @click.argument("priority", type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX))
-@click.option("--queue", help="Queue of the job (default: search every queue).")
+@search_queue_option("job")
 @pass_app
 def job_priority(app: App, job_id: str, priority: int, queue: str | None) -> None:
     """Re-score pending JOB_ID to PRIORITY (higher runs first); refused unless pending.
