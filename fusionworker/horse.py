@@ -307,16 +307,17 @@ class Horse:
         kill_after: float,
         tick: Callable[[], str | None] | None = None,
         tick_interval: float = 1.0,
+        first_tick: float | None = None,
         wake_fd: int | None = None,
     ) -> HorseExit:
         """Wait for the horse to report and exit, enforcing the hard limit.
 
         ``tick`` runs about every ``tick_interval`` seconds and whenever ``wake_fd``
-        is readable (a signal arrived); a non-None return kills the horse with
-        that reason.
+        is readable (a signal arrived), the first time after ``first_tick`` seconds
+        (default ``tick_interval``); a non-None return kills the horse with that reason.
         """
         hard_deadline = self._started + kill_after
-        next_tick = time.monotonic() + tick_interval
+        next_tick = time.monotonic() + (tick_interval if first_tick is None else first_tick)
         watch = self.server.fileno() if self.server is not None else self._fd
         fds = [watch] + ([wake_fd] if wake_fd is not None else [])
         eof = False

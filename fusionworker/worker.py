@@ -8,8 +8,10 @@ One job, step by step, and what happens if the parent dies at each step::
                           re-queues it (attempt counted) once the lease is over.
     2. fork the horse     PR_SET_PDEATHSIG kills the horse with the parent, so a
                           dead parent never leaves a job running unsupervised.
-    3. heartbeat hash     state=busy, current_job (one pipelined round trip
-                          while the horse already runs).
+    3. heartbeat hash     state=busy, current_job: written only if the horse
+                          still runs at the first horse tick (BUSY_AFTER, 50 ms);
+                          a shorter job never writes it, and its finish pipeline
+                          then skips the matching state=idle/current_job=''.
     4. supervise          every heartbeat_interval: touch.lua renews the lease
                           and the worker key's TTL. touch.lua answering 0 means
                           the attempt was taken back: the horse is killed, so a
@@ -20,8 +22,23 @@ One job, step by step, and what happens if the parent dies at each step::
                           backoff until it answers (or the lease runs out and
                           the reaper takes over; our late finish is then refused).
 
-Round trips per job in steady state: claim, heartbeat hash, finish = 3
-(plus touch every heartbeat_interval for long jobs).
+Round trips per job in steady state: claim, finish = 2 (plus the busy
+heartbeat for a job longer than BUSY_AFTER, and touch every
+heartbeat_interval for long jobs).
+
+Why the lazy busy write cannot mislead the reaper: the reaper looks only at
+jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
+job whose worker hash names it as current_job with a last_heartbeat younger
+than the lease. The lease (default 15 s >= 3 x heartbeat_interval) is set by
+the claim and renewed only by touch.lua, sent in the same pipeline as the
+heartbeat hash that carries current_job and last_heartbeat, and always after
+the busy write (first horse tick, 50 ms). So a job that never wrote busy
+ended (finish.lua took it out of ``started``) long before its lease could run
+out, unless the parent died or hung (no touch for a whole lease): then
+last_heartbeat is at least a lease old too (every write of it while a job
+runs comes with a touch; the idle-loop heartbeats happen before the claim),
+so ``_why_dead`` answers "silent" (or "heartbeat expired", "now runs
+nothing") and reaps it: the verdict is the same as with an eager busy write.
 
 Idle waiting: a pub/sub connection subscribed to ``fw:{q}:wake`` of each
 queue (published by enqueue/promotion inside the scripts) and to
@@ -61,6 +78,9 @@ from .middleware import Middleware
 from .queue import known_queues, scripts_for
 
 log = logging.getLogger("fusionworker.worker")
+
+#: Seconds a horse runs before the worker writes state=busy/current_job (first horse tick).
+BUSY_AFTER = 0.05
 
 STATES = ("started", "idle", "busy", "suspended", "throttled")
 
@@ -175,6 +195,8 @@ class Worker:
         self.middleware = list(default_middleware(self.settings) if middleware is None
                                else middleware)
         self.state = "started"
+        #: the state the heartbeat hash is known to hold (None: unknown, e.g. a write failed)
+        self._published: str | None = None
         self.current_job: Job | None = None
         self.successful = 0
         self.failed = 0
@@ -234,6 +256,7 @@ class Worker:
         pipe.expire(self.key, self.settings.worker_ttl)
         pipe.sadd(self.keys.workers, self.name)
         pipe.execute()
+        self._published = "started"
         self._next_heartbeat = 0.0  # the first tick heartbeats: it also reads the suspend flag
 
     def deregister(self) -> None:
@@ -462,12 +485,13 @@ class Worker:
         if exit_ is None:
             horse = Horse(job, allowed=self.settings.allowed_modules,
                           retryable=self.settings.retryable, server=self._forkserver)
-            # the claim hooks and the busy heartbeat overlap the fork server's fork
-            horse.start(while_forking=lambda: (self._call("after_claim", job),
-                                               self._set_busy(job)))
+            # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
+            # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
+            horse.start(while_forking=lambda: self._call("after_claim", job))
             exit_ = horse.supervise(
                 kill_after=job.timeout + self.settings.kill_grace,
                 tick=lambda: self._horse_tick(job, horse),
+                first_tick=BUSY_AFTER,
                 wake_fd=self._wake_r if self._wake_r >= 0 else None,
             )
         else:
@@ -494,6 +518,8 @@ class Worker:
     def _horse_tick(self, job: Job, horse: Horse) -> str | None:
         if self._stop == "cold":
             return "shutdown"
+        if self.state != "busy":    # first tick: the horse outlived BUSY_AFTER
+            self._set_busy(job)
         if time.monotonic() >= self._next_heartbeat:
             if not self.heartbeat(job):
                 log.warning("Worker %s: job %s was taken back while running; killing its horse",
@@ -548,7 +574,8 @@ class Worker:
                 if counter:
                     pipe.hincrby(self.key, counter, 1)
                 pipe.hincrbyfloat(self.key, "total_working_time", outcome.duration)
-                pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
+                if self._published != "idle":  # a short job never wrote busy: nothing to undo
+                    pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
                 replies = pipe.execute(raise_on_error=False)
                 reply = replies[0]
                 if finish_args is not None and isinstance(reply, redis.exceptions.NoScriptError):
@@ -569,7 +596,7 @@ class Worker:
                 retrying = True
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
-        self.state = "idle"
+        self.state = self._published = "idle"
         self.total_working_time += outcome.duration
         if reply[0] in ("stale", "skipped"):
             outcome.recorded = False
@@ -619,6 +646,7 @@ class Worker:
         fields: dict[str, Any] = {"last_heartbeat": time.time()}
         if job is not None:  # again, in case _set_busy met a Redis outage
             fields["current_job"] = job.id
+            self._published = None      # the finish pipeline must write idle again
         for mw in self.middleware:
             fields.update(mw.describe())
         try:
@@ -647,14 +675,18 @@ class Worker:
         if state == self.state and not force:
             return
         self.state = state
+        self._published = None
         try:
             self.connection.hset(self.key, mapping={"state": state,
                                                     "throttle": self._hold_reason or ""})
         except UNREACHABLE as exc:
             self._redis_down(exc)
+            return
+        self._published = state
 
     def _set_busy(self, job: Job) -> None:
         self.state = "busy"
+        self._published = None
         try:
             pipe = self.connection.pipeline(transaction=False)
             pipe.hset(self.key, mapping={"state": "busy", "current_job": job.id,
@@ -664,6 +696,8 @@ class Worker:
             pipe.execute()
         except UNREACHABLE as exc:
             self._redis_down(exc)
+            return
+        self._published = "busy"
 
     def _set_suspended(self, suspended: bool) -> None:
         if suspended != self._suspended:
