@@ -2,10 +2,13 @@
 
 One job, step by step, and what happens if the parent dies at each step::
 
-    1. claim.lua          job moves pending -> started (lease deadline, token).
-                          Dies before: nothing changed. Dies after: the job is in
-                          `started` with a lease nobody renews -> the reaper
-                          re-queues it (attempt counted) once the lease is over.
+    1. claim.lua          job moves pending -> started (lease deadline, token);
+                          in steady state it rides at the end of the previous
+                          job's finish pipeline (step 5).
+                          Dies before: nothing changed. Dies after (or the reply
+                          is lost): the job is in `started` with a lease nobody
+                          renews -> the reaper re-queues it (attempt counted)
+                          once the lease is over.
     2. fork the horse     PR_SET_PDEATHSIG kills the horse with the parent, so a
                           dead parent never leaves a job running unsupervised.
     3. heartbeat hash     state=busy, current_job: written only if the horse
@@ -16,15 +19,28 @@ One job, step by step, and what happens if the parent dies at each step::
                           and the worker key's TTL. touch.lua answering 0 means
                           the attempt was taken back: the horse is killed, so a
                           job never has two horses.
-    5. finish.lua         outcome recorded, fenced by the token (a late finish of
-                          a reaped attempt is refused), worker counters in the
-                          same round trip. Redis unreachable: retried with
-                          backoff until it answers (or the lease runs out and
-                          the reaper takes over; our late finish is then refused).
+    5. finish pipeline    finish.lua: outcome recorded, fenced by the token (a
+                          late finish of a reaped attempt is refused); the
+                          worker counters; then, if the loop may claim (not
+                          stopping, no reload, no heartbeat due, not suspended,
+                          no middleware holding claims: all known locally
+                          before sending), claim.lua of the next job (step 1).
+                          Redis runs a pipeline's commands in order, so a
+                          claimed next job implies a recorded outcome.
+                          Dies after sending: the outcome stands; the claimed
+                          job (if any) is step 1's "dies after". Redis
+                          unreachable: the outcome is retried with backoff,
+                          without the claim, until it answers (or the lease
+                          runs out and the reaper takes over; our late finish
+                          is then refused); a claim whose reply was lost is
+                          step 1's lost reply. A shutdown signalled while the
+                          pipeline ran: the claimed job never started and is
+                          given back (requeue.lua 'return', attempt not counted).
 
-Round trips per job in steady state: claim, finish = 2 (plus the busy
-heartbeat for a job longer than BUSY_AFTER, and touch every
-heartbeat_interval for long jobs).
+Round trips per job in steady state: 1, the finish pipeline that claims the
+next job (plus the busy heartbeat for a job longer than BUSY_AFTER, touch
+every heartbeat_interval for long jobs, and a claim of its own for the first
+job after idling, suspension, throttling or a due heartbeat).
 
 Why the lazy busy write cannot mislead the reaper: the reaper looks only at
 jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
@@ -214,6 +230,8 @@ class Worker:
         self._next_tick = 0.0
         self._next_heartbeat = 0.0
         self._pubsub: Any = None
+        #: the next job, claimed in the finish pipeline of the previous one (see _record)
+        self._prefetched: Job | None = None
         self._forkserver: ForkServer | None = None
         self._wake_r = self._wake_w = -1
 
@@ -344,12 +362,19 @@ class Worker:
             self._set_state("idle")
             while self._stop is None:
                 self._tick()
+                job, self._prefetched = self._prefetched, None
+                if job is not None:          # claimed by the previous job's finish pipeline
+                    if self._stop is not None:
+                        self._prefetched = job   # _shutdown gives it back
+                        break
+                    self.perform(job, prefetch=True)
+                    continue
                 if not self._may_claim():
                     self._wait(self.settings.poll_interval)
                     continue
                 job = self._claim_next()
                 if job is not None:
-                    self.perform(job)
+                    self.perform(job, prefetch=True)
                 elif self.burst:
                     log.info("Worker %s: queues empty, burst done", self.name)
                     break
@@ -371,6 +396,8 @@ class Worker:
         self._forkserver = server
 
     def _shutdown(self) -> None:
+        if self._prefetched is not None:   # shutdown began during the finish pipeline
+            self._give_back(self._prefetched)
         if self._forkserver is not None:
             self._forkserver.close()
             self._forkserver = None
@@ -455,13 +482,62 @@ class Worker:
                 data = dict(zip(reply[2][::2], reply[2][1::2]))
                 return self._job_from(queue, data)
             if kind == "missing":
-                log.error("Queue %s held job id %s without a job record: moved to failed",
-                          queue, reply[1])
+                self._log_missing(queue, reply)
                 continue
             if kind == "empty" and reply[1]:
                 due = float(reply[1])
                 self._next_due = due if self._next_due is None else min(self._next_due, due)
             return None
+
+    @staticmethod
+    def _log_missing(queue: str, reply: list[Any]) -> None:
+        log.error("Queue %s held job id %s without a job record: moved to failed",
+                  queue, reply[1])
+
+    def _prefetch_queue(self) -> str | None:
+        """The queue whose claim may ride in this job's finish pipeline, or None.
+
+        Only when the loop would claim right away anyway, from facts known here
+        without a round trip: not stopping, no reload pending, no heartbeat due
+        (it reads the suspend flag first), not suspended (pub/sub already read),
+        no middleware holding claims. The queue is the one ``_claim_next`` would
+        try first (round-robin order unchanged).
+        """
+        if (self._stop is not None or self._reload_requested or not self._cycle
+                or time.monotonic() >= self._next_heartbeat):
+            return None
+        self._drain_control()
+        if self._suspended or self._hold_reason is not None:
+            return None
+        if self._call("before_claim") is not None:
+            return None
+        return self._cycle[self._pos % len(self._cycle)]
+
+    def _take_prefetch(self, queue: str, reply: Any) -> None:
+        """The claim reply of the finish pipeline: a job to run next, or nothing."""
+        if isinstance(reply, Exception) or not reply:
+            return       # e.g. NOSCRIPT after a Redis restart: the loop's claim loads it
+        kind = reply[0]
+        if kind == "job":
+            self._pos = (self._pos + 1) % len(self._cycle)
+            self._prefetched = self._job_from(queue, dict(zip(reply[2][::2], reply[2][1::2])))
+        elif kind == "missing":
+            self._log_missing(queue, reply)
+
+    def _give_back(self, job: Job) -> None:
+        """Shutdown began after the finish pipeline claimed ``job``: it never ran, return it
+        at its place without counting the attempt (as a cold shutdown does)."""
+        self._prefetched = None
+        try:
+            self.scripts.requeue(keys=[self.keys.queue(job.queue).base],
+                                 args=[job.id, "return", job.token or "",
+                                       self.settings.failed_ttl])
+        except redis.RedisError as exc:
+            log.error("Worker %s: Redis unreachable at shutdown (%s); job %s stays started "
+                      "and the reaper will recover it", self.name, exc, job.id)
+            return
+        log.info("Worker %s: gave job %s back to %s (claimed as shutdown began, not started)",
+                 self.name, job.id, job.queue)
 
     def _job_from(self, queue: str, data: dict[str, str]) -> Job:
         try:
@@ -475,8 +551,12 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------
 
-    def perform(self, job: Job) -> Outcome:
-        """Run one claimed job in a horse and record its outcome."""
+    def perform(self, job: Job, prefetch: bool = False) -> Outcome:
+        """Run one claimed job in a horse and record its outcome.
+
+        ``prefetch``: the finish pipeline may claim the next job too (the work loop);
+        it is left in ``self._prefetched``.
+        """
         self.current_job = job
         log.info("Worker %s pulled job %s from %s (%s, priority %d, attempt %d)",
                  self.name, job.id, job.queue, job.func, job.priority, job.attempts)
@@ -498,7 +578,7 @@ class Worker:
             self._call("after_claim", job)
         outcome = self._decide(job, exit_)
         outcome.duration = time.monotonic() - started
-        self._record(job, outcome)
+        self._record(job, outcome, claim=self._prefetch_queue() if prefetch else None)
         self.current_job = None
         self._call("after_finish", job, outcome)
         return outcome
@@ -543,8 +623,13 @@ class Worker:
             return Outcome(status="retry", retry_delay=max(0.0, float(delay)), **common)
         return Outcome(status="failed", **common)
 
-    def _record(self, job: Job, outcome: Outcome) -> None:
-        """One round trip: the fenced outcome script plus the worker's counters."""
+    def _record(self, job: Job, outcome: Outcome, claim: str | None = None) -> None:
+        """One round trip: the fenced outcome script plus the worker's counters.
+
+        ``claim``: a queue; claim.lua for it ends the same pipeline (after the
+        outcome, so a claimed next job implies a recorded outcome); the job it
+        returns is left in ``self._prefetched``. Not re-sent after a lost reply.
+        """
         qkeys = self.keys.queue(job.queue)
         delay = 0.5
         retrying = False
@@ -576,7 +661,13 @@ class Worker:
                 pipe.hincrbyfloat(self.key, "total_working_time", outcome.duration)
                 if self._published != "idle":  # a short job never wrote busy: nothing to undo
                     pipe.hset(self.key, mapping={"current_job": "", "state": "idle"})
+                if claim is not None and not retrying:
+                    self.scripts.claim.queue_by_sha(
+                        pipe, [self.keys.queue(claim).base],
+                        [self.name, uuid.uuid4().hex, self.lease, self.settings.failed_ttl])
                 replies = pipe.execute(raise_on_error=False)
+                if claim is not None and not retrying:
+                    self._take_prefetch(claim, replies.pop())
                 reply = replies[0]
                 if finish_args is not None and isinstance(reply, redis.exceptions.NoScriptError):
                     # Redis restarted or failed over: the Script call loads it and runs it once
