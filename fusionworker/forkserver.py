@@ -27,8 +27,10 @@ Processes and what happens when one dies::
 
 Protocol (one horse at a time): the worker sends ``run`` with the job; the
 server answers ``{"pid"}`` right after the fork, then ``{"pid", "status",
-"report"}`` once the horse exited. Messages are 4-byte big-endian length +
-JSON. The server ignores SIGINT/SIGTERM (shutdown is the worker's business)
+"report"}`` once the horse reported and closed its pipe (``status`` 0: its
+exit, the unmapping of its memory, overlaps the worker's recording; the
+server reaps it later) or, without a report, once it exited. Messages are
+4-byte big-endian length + JSON. The server ignores SIGINT/SIGTERM (shutdown is the worker's business)
 and exits when the worker closes the socket.
 """
 
@@ -134,6 +136,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     sock = socket.socket(fileno=fd)
     allowed_t, retryable_t = tuple(allowed), tuple(retryable)
     running: _Running | None = None
+    exiting: set[int] = set()        # horses that reported, not reaped yet
     preloaded: set[str] = set()
     server_pid = os.getpid()
     gc.freeze()
@@ -148,13 +151,13 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
             horse_mod.drain(wake_r)
         if running is not None and running.fd in readable:
             _read_report(running)
-        if running is not None and running.status is None:
-            try:
-                pid, status = os.waitpid(running.pid, os.WNOHANG)
-            except ChildProcessError:
-                pid, status = running.pid, 0
-            if pid:
-                running.status = status
+        if running is not None or exiting:
+            _reap_children(running, exiting)
+        if running is not None and running.status is None and running.fd < 0 and running.buf:
+            # the horse closed its pipe after its report (horse_main): the outcome is
+            # known; it is reaped later, while it unmaps its memory (off the critical path)
+            exiting.add(running.pid)
+            running.status = 0
         if running is not None and running.status is not None:
             if running.fd >= 0:   # it exited: everything it wrote is in the pipe already
                 _read_report(running, final=True)
@@ -187,6 +190,23 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
             running = _Running(pid, read_fd)
             running.func = job.func
             send_msg(sock, {"pid": pid})
+
+
+def _reap_children(running: _Running | None, exiting: set[int]) -> None:
+    """Reap every horse that exited: the running one gets its status."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            if running is not None and running.status is None:
+                running.status = 0
+            exiting.clear()
+            return
+        if not pid:
+            return
+        if running is not None and pid == running.pid and running.status is None:
+            running.status = status
+        exiting.discard(pid)
 
 
 def _read_report(running: _Running, final: bool = False) -> None:

@@ -150,6 +150,7 @@ def horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...
         report = run_job(job, allowed, retryable)
         _flush_job_events()
         _write_all(write_fd, json.dumps(report).encode())
+        os.close(write_fd)   # EOF now: the parent goes on while this process exits
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         code = 70
     finally:
