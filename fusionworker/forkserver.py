@@ -25,8 +25,15 @@ Processes and what happens when one dies::
     * timeouts and kills: the worker signals the horse's process group itself
       (same user), exactly as with a horse of its own.
 
+Horses are forked ahead: the server always holds one ready horse, forked
+while the worker records the previous job (or idles), blocked on a pipe
+until its one job arrives (EOF instead: it exits). It is still a fresh
+process per job, forked from the same lean server; it takes its own process
+group, PDEATHSIG and signal set-up only once its job came, so an idle one is
+not a horse yet. A ready horse forked before a module preload is retired.
+
 Protocol (one horse at a time): the worker sends ``run`` with the job; the
-server answers ``{"pid"}`` right after the fork, then ``{"pid", "status",
+server hands it to the ready horse and answers ``{"pid"}``, then ``{"pid", "status",
 "report"}`` once the horse reported and closed its pipe (``status`` 0: its
 exit, the unmapping of its memory, overlaps the worker's recording; the
 server reaps it later) or, without a report, once it exited. Messages are
@@ -121,7 +128,6 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     import gc
 
     from . import horse as horse_mod
-    from .job import Job
 
     horse_mod.set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
@@ -139,7 +145,26 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     exiting: set[int] = set()        # horses that reported, not reaped yet
     preloaded: set[str] = set()
     server_pid = os.getpid()
+
+    def spawn() -> tuple[int, int, int]:
+        """Fork a horse that waits for its job: (pid, job pipe write end, report read end)."""
+        job_r, job_w = os.pipe()
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the horse
+            signal.set_wakeup_fd(-1)
+            for other in (job_w, read_fd, fd, wake_r, wake_w):
+                try:
+                    os.close(other)
+                except OSError:
+                    pass
+            _waiting_horse(job_r, write_fd, server_pid, allowed_t, retryable_t)
+        os.close(job_r)
+        os.close(write_fd)
+        return pid, job_w, read_fd
+
     gc.freeze()
+    ready = spawn()      # the next job's horse, forked ahead (off the job's critical path)
 
     while True:
         fds = [sock, wake_r] + ([running.fd] if running and running.fd >= 0 else [])
@@ -169,27 +194,65 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                 preloaded.add(module)
                 _preload(module)
                 gc.freeze()
+                if ready is not None:   # forked before the preload: retire it
+                    os.close(ready[1])
+                    os.close(ready[2])
+                    exiting.add(ready[0])
+                    ready = None
+            if ready is None:
+                ready = spawn()
         if sock in readable:
             msg = recv_msg(sock)
             if msg is None:                  # the worker is gone or done with us
                 os._exit(0)
-            job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=msg["args"],
-                      kwargs=msg["kwargs"], timeout=msg["timeout"])
-            read_fd, write_fd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - the horse
+            body = json.dumps(msg).encode()
+            for _ in range(2):    # a ready horse killed meanwhile: fork a fresh one
+                if ready is None:
+                    ready = spawn()
+                (pid, job_w, read_fd), ready = ready, None
+                try:
+                    horse_mod._write_all(job_w, body)
+                    sent = True
+                except BrokenPipeError:
+                    sent = False
+                os.close(job_w)
+                if sent:
+                    break
                 os.close(read_fd)
-                for other in (fd, wake_r, wake_w):
-                    try:
-                        os.close(other)
-                    except OSError:
-                        pass
-                horse_mod.horse_main(job, write_fd, server_pid, allowed_t, retryable_t)
-            os.close(write_fd)
-            os.set_blocking(read_fd, False)
+                read_fd = -1
             running = _Running(pid, read_fd)
-            running.func = job.func
+            if read_fd >= 0:
+                os.set_blocking(read_fd, False)
+            running.func = msg["func"]
             send_msg(sock, {"pid": pid})
+
+
+def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
+                   retryable: tuple[str, ...]) -> None:  # pragma: no cover - the horse
+    """A horse forked ahead: wait for its one job on ``job_r``, then run it.
+
+    EOF without a job (the server retired it, or died): exit. It joins its own
+    process group only with its job (horse_main), so an idle one is no horse yet.
+    """
+    from . import horse as horse_mod
+    from .job import Job
+
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(job_r, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(job_r)
+        if not chunks:
+            os._exit(0)
+        msg = json.loads(b"".join(chunks))
+        job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=msg["args"],
+                  kwargs=msg["kwargs"], timeout=msg["timeout"])
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        os._exit(70)
+    horse_mod.horse_main(job, write_fd, server_pid, allowed, retryable)
 
 
 def _reap_children(running: _Running | None, exiting: set[int]) -> None:
