@@ -26,7 +26,8 @@ One job, step by step, and what happens if the parent dies at each step::
                           no middleware holding claims: all known locally
                           before sending), claim.lua of the next job (step 1).
                           Redis runs a pipeline's commands in order, so a
-                          claimed next job implies a recorded outcome.
+                          claimed next job implies a recorded outcome (on a
+                          Cluster: when both queues share a shard).
                           Dies after sending: the outcome stands; the claimed
                           job (if any) is step 1's "dies after". Redis
                           unreachable: the outcome is retried with backoff,
