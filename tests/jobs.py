@@ -107,3 +107,9 @@ def enqueue_child(url, prefix):
 
     settings = load_settings(environ={}, redis_url=url, prefix=prefix)
     return Queue("child", _redis(url), settings=settings).enqueue("tests.jobs:noop").id
+
+
+def pid_then_sleep(url, key, seconds):
+    """Record this horse's pid, then sleep (for tests that must find the running horse)."""
+    _redis(url).rpush(key, os.getpid())
+    time.sleep(seconds)

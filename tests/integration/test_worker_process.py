@@ -7,6 +7,8 @@ import os
 import signal
 import time
 
+import psutil
+
 from fusionworker.config import Settings
 from fusionworker.embedded import RedisUnavailable, connect_or_embed
 from fusionworker.keys import Keys
@@ -57,14 +59,14 @@ def test_warm_shutdown_finishes_the_job(processes, queue, r, prefix):
     assert "warm shutdown" in processes.output(proc)
 
 
-def test_cold_shutdown_puts_the_job_back_at_its_place(processes, queue, r, prefix):
+def test_cold_shutdown_puts_the_job_back_at_its_place(processes, queue, r, prefix, redis_url):
     q = queue()
     proc = processes.worker("--customq", "default")
     key = _worker_key(r, prefix)
-    job = q.enqueue("tests.jobs:sleep", 30, priority=3)
-    wait_for(lambda: r.hget(key, "current_job") == job.id)
+    job = q.enqueue("tests.jobs:pid_then_sleep", redis_url, f"{prefix}:pid", 30, priority=3)
+    horse = int(wait_for(lambda: r.lindex(f"{prefix}:pid", 0)))
     later = q.enqueue("tests.jobs:noop", priority=3)
-    q.pause()  # so the re-queued job is not taken again by nobody else
+    q.pause()  # so the re-queued job is not taken again at once
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
@@ -73,11 +75,8 @@ def test_cold_shutdown_puts_the_job_back_at_its_place(processes, queue, r, prefi
     assert back.status == "queued" and back.attempts == 0
     assert r.zrevrange(q.qkeys.pending, 0, -1) == [job.id, later.id]
     assert not r.exists(key)
-    wait_for(lambda: not _horse_alive(back.worker_name))
-
-
-def _horse_alive(worker_name):
-    return False  # horses are in the worker's process group; killpg + wait already reaped it
+    wait_for(lambda: not psutil.pid_exists(horse) or
+             psutil.Process(horse).status() == psutil.STATUS_ZOMBIE, timeout=5)
 
 
 def test_sigkilled_parent_takes_its_horse_with_it(processes, queue, r, prefix, redis_url):
