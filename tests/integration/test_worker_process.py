@@ -130,3 +130,40 @@ def test_embedded_redis_when_none_answers(tmp_path):
         assert "127.0.0.1:1" in str(exc)
     else:
         raise AssertionError("an explicit URL must never be replaced by the embedded Redis")
+
+
+_EMBED = """
+import sys
+from fusionworker.config import Settings
+from fusionworker.embedded import connect_or_embed
+client, url = connect_or_embed(Settings(values={"redis_url": "redis://127.0.0.1:1/0",
+                                                "embedded_dir": sys.argv[1]}))
+if sys.argv[2] == "write":
+    client.set("kept", "yes")
+print(url, client.get("kept"))
+"""
+
+
+def test_embedded_redis_stops_with_its_process_and_keeps_its_data(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", _EMBED, str(tmp_path), mode], cwd=str(ROOT),
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    url, value = run("write")
+    assert value == "yes"
+    socket_path = url[len("unix://"):]
+    import redis as redis_module
+    try:
+        redis_module.Redis(unix_socket_path=socket_path).ping()
+    except (redis_module.ConnectionError, FileNotFoundError):
+        pass
+    else:
+        raise AssertionError("the embedded Redis outlived the process that started it")
+    assert run("read")[1] == "yes"   # saved in the data folder, loaded by the next start
