@@ -482,3 +482,31 @@ def test_a_recorded_outcome_whose_reply_was_lost_is_not_sent_again(queue, settin
     assert not w._landed(job, Outcome(status="retry", reason="exception"))
     r.hset(q.qkeys.job(job.id), "worker", "someone-else")   # re-run elsewhere meanwhile
     assert not w._landed(job, done)
+
+
+def test_a_job_claimed_by_the_finish_pipeline_is_given_back_at_shutdown(queue, settings, r):
+    """finish(N) + claim(N+1) ride one pipeline; if shutdown begins then, job N+1 never
+    started: it goes back to its place with its attempt not counted."""
+    from fusionworker.keys import Keys
+    from fusionworker.worker import Worker
+
+    q = queue()
+    first = q.enqueue("tests.jobs:noop")
+    second = q.enqueue("tests.jobs:noop")
+    third = q.enqueue("tests.jobs:noop")
+    w = Worker("default", r, settings=settings, middleware=[], name="giveback")
+    w.register()
+    w._next_heartbeat = time.monotonic() + 60      # no heartbeat due: the pipeline may claim
+    job = w._claim_next()
+    assert job.id == first.id
+    w.perform(job, prefetch=True)
+    assert q.fetch_job(first.id).status == "finished"
+    assert w._prefetched is not None and w._prefetched.id == second.id
+    assert q.fetch_job(second.id).status == "started"   # claimed in the same round trip
+    w._stop = "warm"                                    # shutdown begins now
+    w._shutdown()
+    back = q.fetch_job(second.id)
+    assert back.status == "queued" and back.attempts == 0
+    assert r.zrevrange(q.qkeys.pending, 0, -1) == [second.id, third.id]
+    assert r.zcard(q.qkeys.started) == 0
+    assert not r.exists(Keys(settings.prefix).worker("giveback"))
