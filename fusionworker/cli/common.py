@@ -100,6 +100,17 @@ def is_tty() -> bool:
     return sys.stdout.isatty()
 
 
+def parse_kwargs(text: str | None) -> dict[str, Any]:
+    """``--kwargs JSON``: a JSON object, or a clear usage error."""
+    try:
+        kwargs = json.loads(text) if text else {}
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--kwargs") from None
+    if not isinstance(kwargs, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    return kwargs
+
+
 def parse_arg(text: str) -> Any:
     """CLI job argument: JSON where it parses, else the string itself."""
     try:

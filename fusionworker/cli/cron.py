@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -10,7 +9,7 @@ import click
 
 from .. import cron as cron_api
 from . import main
-from .common import App, echo_json, parse_arg, pass_app, search_queue_option
+from .common import App, echo_json, parse_arg, parse_kwargs, pass_app, search_queue_option
 
 
 def _when(ts: float | None, tz: str) -> str:
@@ -54,12 +53,7 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
     with seconds last ("* * * * * */10" = every 10 s). ARGS are parsed as JSON where
     they parse, else kept as strings.
     """
-    try:
-        kwargs = json.loads(kwargs_json) if kwargs_json else {}
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--kwargs") from None
-    if not isinstance(kwargs, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    kwargs = parse_kwargs(kwargs_json)
     entry = cron_api.register(
         app.connection, app.settings, name, schedule, func, args=[parse_arg(a) for a in args],
         kwargs=kwargs, queue=queue, priority=priority, timezone=timezone, catch_up=catch_up,

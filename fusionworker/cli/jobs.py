@@ -16,6 +16,7 @@ from .common import (
     echo_json,
     fmt_age,
     parse_arg,
+    parse_kwargs,
     pass_app,
     require_queue,
     search_queue_option,
@@ -62,12 +63,7 @@ def enqueue(app: App, queue: str, func: str, args: tuple[str, ...], kwargs_json:
 
     ARGS are parsed as JSON where they parse, else kept as strings.
     """
-    try:
-        kwargs = json.loads(kwargs_json) if kwargs_json else {}
-    except ValueError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--kwargs") from None
-    if not isinstance(kwargs, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
+    kwargs = parse_kwargs(kwargs_json)
     q = _queue(app, queue)
     options = dict(priority=priority, timeout=timeout, max_retries=max_retries,
                    retry_delay=retry_delay, job_id=job_id, unique_key=unique_key, group=group)
