@@ -381,3 +381,14 @@ def test_info_shows_cron_entries_and_busy_groups(cli: Run, queue: Any, settings:
     assert "nightly" in out and "0 3 * * *" in out and "Europe/Berlin" in out
     row = next(line for line in out.splitlines() if line.startswith("cust-1"))
     assert holder.id in row and row.split()[-1] == "1"
+
+
+@pytest.mark.parametrize("command", [["enqueue", "q"], ["cron", "add", "n", "* * * * *"]])
+@pytest.mark.parametrize("bad, message", [("{nope", "not JSON"), ("[1, 2]", "must be a JSON object")])
+def test_bad_kwargs_is_a_usage_error_and_enqueues_nothing(cli: Run, r: Any, settings: Any,
+                                                          command: list[str], bad: str,
+                                                          message: str) -> None:
+    result = cli(*command, "tests.jobs:noop", "--kwargs", bad, code=2)
+    assert message in result.output and "Traceback" not in result.output
+    assert not list(r.scan_iter(f"{settings.prefix}:*job:*"))
+    assert not list(r.scan_iter(f"{settings.prefix}:*cron*"))
