@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     prefix = f"chaos{uuid.uuid4().hex[:8]}"
-    settings = load_settings(environ={}, redis_url=args.redis_url, prefix=prefix)
+    settings = load_settings(environ={}, redis_url=args.redis_url, prefix=prefix,
+                             allowed_modules=("bench", "tests"))
     log_dir = Path(tempfile.mkdtemp(prefix="fw-chaos-"))
     try:
         result = run_chaos(settings, jobs=args.jobs, workers=args.workers,

@@ -192,7 +192,8 @@ class Bench:
             from fusionworker.queue import Queue
 
             q = Queue(queue, self.rs, settings=load_settings(environ={}, redis_url=self.url,
-                                                             prefix=self.prefix))
+                                                             prefix=self.prefix,
+                                                             allowed_modules=("bench",)))
             return [q.enqueue("bench.jobs:noop").id for _ in range(n)]
         from rq import Queue as RQQueue
 
@@ -300,7 +301,8 @@ class Bench:
             from fusionworker.queue import Queue
 
             q = Queue(queue, self.rs, settings=load_settings(environ={}, redis_url=self.url,
-                                                             prefix=self.prefix))
+                                                             prefix=self.prefix,
+                                                             allowed_modules=("bench",)))
 
             def enqueue(path: str) -> str:
                 return q.enqueue("bench.jobs:stamp", path).id

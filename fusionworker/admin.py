@@ -1,7 +1,9 @@
 """Deployment-wide operations on Redis: suspend/resume, worker listing, one-screen status.
 
 Reads here back the operator CLI (``info``, ``health``); every function takes a
-client and a key prefix and nothing else, so a script can use them too.
+client (any redis-py client: bytes replies are decoded, see
+:func:`fusionworker.connection.decoding`) and a key prefix and nothing else,
+so a script can use them too.
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .connection import decoding
 from .keys import Keys
 
 
 def suspend(connection: Any, prefix: str = "fw", duration: float | None = None) -> None:
     """Every worker finishes its current job, then claims nothing until :func:`resume`."""
+    connection = decoding(connection)
     keys = Keys(prefix)
     if duration:
         connection.set(keys.suspended, str(time.time()), px=int(duration * 1000))
@@ -23,18 +27,21 @@ def suspend(connection: Any, prefix: str = "fw", duration: float | None = None) 
 
 
 def resume(connection: Any, prefix: str = "fw") -> None:
+    connection = decoding(connection)
     keys = Keys(prefix)
     connection.delete(keys.suspended)
     connection.publish(keys.control, "resume")
 
 
 def is_suspended(connection: Any, prefix: str = "fw") -> bool:
+    connection = decoding(connection)
     return bool(connection.exists(Keys(prefix).suspended))
 
 
 def suspended_for(connection: Any, prefix: str = "fw") -> float | None:
     """Seconds until a timed suspension ends; ``-1.0`` when suspended indefinitely;
     ``None`` when not suspended."""
+    connection = decoding(connection)
     pttl = connection.pttl(Keys(prefix).suspended)
     if pttl == -2:
         return None
@@ -45,12 +52,14 @@ def suspended_for(connection: Any, prefix: str = "fw") -> float | None:
 
 def server_time(connection: Any) -> float:
     """The Redis server's clock (epoch seconds): one clock for every age we show."""
+    connection = decoding(connection)
     seconds, micros = connection.time()
     return seconds + micros / 1e6
 
 
 def workers(connection: Any, prefix: str = "fw") -> list[dict[str, str]]:
     """Heartbeat hashes of live workers; names whose key expired are dropped from the set."""
+    connection = decoding(connection)
     keys = Keys(prefix)
     names = sorted(connection.smembers(keys.workers))
     pipe = connection.pipeline(transaction=False)
@@ -108,6 +117,7 @@ def forget_worker(connection: Any, name: str, pid: int, prefix: str = "fw") -> b
     restarted child may take the same name. A job the dead worker held stays
     in ``started`` until its lease runs out; the reaper then re-queues it.
     """
+    connection = decoding(connection)
     keys = Keys(prefix)
     key = keys.worker(name)
     if connection.hget(key, "pid") != str(pid):
@@ -122,6 +132,7 @@ def forget_worker(connection: Any, name: str, pid: int, prefix: str = "fw") -> b
 def stuck_jobs(connection: Any, queue: str, prefix: str = "fw",
                now: float | None = None) -> list[str]:
     """Ids of started jobs of ``queue`` whose lease deadline (score) is before ``now``."""
+    connection = decoding(connection)
     if now is None:
         now = server_time(connection)
     return list(connection.zrangebyscore(Keys(prefix).queue(queue).started, "-inf",

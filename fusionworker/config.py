@@ -22,12 +22,6 @@ from typing import Any
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
-#: Modules a horse may never import when no allow-list is configured.
-DEFAULT_DENY_MODULES = (
-    "os", "subprocess", "sys", "builtins", "shutil", "importlib", "ctypes",
-    "pickle", "marshal", "runpy", "socket", "pty", "code",
-)
-
 #: Exceptions retried by default, by qualified class name (subclasses match).
 DEFAULT_RETRYABLE = (
     "builtins.ConnectionError",
@@ -87,8 +81,12 @@ SETTINGS: tuple[Setting, ...] = (
             "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
             "At least 3 x the heartbeat interval."),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
-            "Comma-separated module prefixes jobs may name (whole dotted components). "
-            "Unset: anything but a built-in deny-list (os, subprocess, sys, ...)."),
+            "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
+            "components). Unset: only functions registered with @fusionworker.job (default "
+            "deny; a worker with neither refuses to start)."),
+    Setting("imports", "FUSIONWORKER_IMPORTS", (), _csv,
+            "Comma-separated modules the worker imports at start, so that the functions they "
+            "register with @fusionworker.job may run.", "--import"),
     Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level"),
     Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
             "Log format: text (readable lines) or json.", "--log-format"),

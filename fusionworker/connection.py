@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -55,6 +57,8 @@ __all__ = [
     "FollowSentinelMaster",
     "RedisURL",
     "connect",
+    "decoding",
+    "shared_client",
     "is_cluster",
     "mask_url",
     "new_pubsub_connection",
@@ -367,3 +371,82 @@ def new_pubsub_connection(client: _Client, **kwargs: Any) -> Any:
     """
     return client.pubsub(**kwargs)
 
+
+
+# -- clients users hand us -----------------------------------------------------------
+
+#: connection kwargs redis-py adds to a pool for its own bookkeeping: never copied
+_INTERNAL_KWARGS = frozenset({
+    "maint_notifications_pool_handler", "himport_registry", "orig_host_address",
+    "orig_socket_timeout", "orig_socket_connect_timeout", "connection_pool", "driver_info",
+    "decode_responses",
+})
+
+_decoding: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def _decodes(client: Any) -> bool:
+    try:
+        return bool(client.get_encoder().decode_responses)
+    except AttributeError:
+        return True   # not a redis-py client (a fake): take it as it is
+
+
+def _user_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k not in _INTERNAL_KWARGS}
+
+
+def _decoding_twin(client: Any) -> Any:
+    if isinstance(client, RedisCluster):
+        kwargs = _user_kwargs(client.nodes_manager.connection_kwargs)
+        for name in ("host", "port"):
+            kwargs.pop(name, None)
+        nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
+        return RedisCluster(startup_nodes=nodes, decode_responses=True, **kwargs)
+    pool = client.connection_pool
+    kwargs = _user_kwargs(pool.connection_kwargs)
+    if isinstance(pool, SentinelConnectionPool):
+        manager = pool.sentinel_manager
+        make = manager.master_for if pool.is_master else manager.slave_for
+        return make(pool.service_name, redis_class=type(client), decode_responses=True, **kwargs)
+    new_pool = type(pool)(connection_class=pool.connection_class,
+                          max_connections=pool.max_connections, decode_responses=True, **kwargs)
+    return type(client)(connection_pool=new_pool)
+
+
+def decoding(client: Any) -> Any:
+    """``client`` itself if it decodes replies to ``str``, else a twin that does.
+
+    Any redis-py client works with fusionworker: a plain ``redis.Redis()``
+    (bytes replies, redis-py's default), a Sentinel ``master_for()`` client or
+    a ``RedisCluster``. The twin has the same server, database, credentials,
+    TLS and timeouts (and pool size), with ``decode_responses=True``; it is
+    made once per client and lives as long as the client does (weakly cached).
+    """
+    if _decodes(client):
+        return client
+    with _lock:
+        twin = _decoding.get(client)
+        if twin is None:
+            twin = _decoding[client] = _decoding_twin(client)
+        return twin
+
+
+_shared: dict[str, Any] = {}
+
+
+def shared_client(url: str) -> Any:
+    """One client (one connection pool) per URL for this process.
+
+    ``Queue("sms")`` without a connection uses it, so a web app making a
+    ``Queue`` per request reuses pooled sockets instead of opening one per
+    call. redis-py pools reset themselves in a forked child.
+    """
+    client = _shared.get(url)
+    if client is None:
+        with _lock:
+            client = _shared.get(url)
+            if client is None:
+                client = _shared[url] = connect(url)
+    return client

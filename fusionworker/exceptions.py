@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FusionWorkerError(Exception):
     """Base class of fusionworker's own errors."""
@@ -44,3 +46,34 @@ class InvalidOperation(FusionWorkerError):  # noqa: N818
 
 class PriorityOutOfRange(FusionWorkerError, ValueError):  # noqa: N818
     """Priorities are whole numbers in [-1023, 1023] (see ``job.score``)."""
+
+
+class JobFailed(FusionWorkerError):  # noqa: N818 - reads as a sentence: ``except JobFailed``
+    """``job.wait()`` found the job failed. ``.job`` is the failed job; ``.reason``
+    (exception, timeout, crash, refused, ...), ``.error_type``, ``.error_message``
+    and ``.traceback`` are copied from it."""
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.reason = job.failure_reason
+        self.error_type = job.error_type
+        self.error_message = job.error_message
+        self.traceback = job.traceback
+        what = job.error or "no error recorded"
+        super().__init__(f"job {job.id} ({job.func}) {job.status} ({self.reason or job.status}): "
+                         f"{what}")
+
+
+class JobCanceled(JobFailed):
+    """``job.wait()`` found the job canceled."""
+
+
+class JobWaitTimeout(FusionWorkerError, TimeoutError):  # noqa: N818
+    """``job.wait(timeout)`` gave up waiting; the job itself goes on (``.job``).
+
+    Not to be confused with a job's own time limit
+    (:class:`JobTimeoutError`, failure reason ``timeout``)."""
+
+    def __init__(self, message: str, job: Any = None) -> None:
+        super().__init__(message)
+        self.job = job

@@ -248,8 +248,10 @@ def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[st
         if not chunks:
             os._exit(0)
         msg = json.loads(b"".join(chunks))
-        job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=msg["args"],
-                  kwargs=msg["kwargs"], timeout=msg["timeout"])
+        from .codec import decode  # arguments travel as tagged JSON (codec.py)
+
+        job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=decode(msg["args"]),
+                  kwargs=decode(msg["kwargs"]), timeout=msg["timeout"])
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         os._exit(70)
     horse_mod.horse_main(job, write_fd, server_pid, allowed, retryable)
@@ -360,8 +362,10 @@ class ForkServer:
             self.start()
         assert self.sock is not None
         try:
+            from .codec import encode  # tagged JSON: _waiting_horse decodes
+
             send_msg(self.sock, {"id": job.id, "queue": job.queue, "func": job.func,
-                                 "args": job.args, "kwargs": job.kwargs,
+                                 "args": encode(job.args), "kwargs": encode(job.kwargs),
                                  "timeout": job.timeout})
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET):

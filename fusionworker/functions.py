@@ -1,20 +1,40 @@
 """Jobs name their function as ``module:function``; this module guards that name.
 
-Invariant 6 (no code execution from data): a horse imports only modules the
-allow-list admits. Matching is on whole dotted components: ``app`` admits
-``app`` and ``app.tasks`` but not ``apple``. With no allow-list configured,
-anything but :data:`~fusionworker.config.DEFAULT_DENY_MODULES` is admitted
-(and the worker warns once at start).
+Invariant 6 (no code execution from data): **default deny.** A job may run
+only a function that is
+
+* registered in the running process (``@fusionworker.job`` / ``register()``,
+  see :mod:`fusionworker.registry`): its exact ``module:qualname``, or
+* defined in a module on the allow-list ``FUSIONWORKER_ALLOWED_MODULES``
+  (matching on whole dotted components: ``app`` admits ``app`` and
+  ``app.tasks`` but not ``apple``).
+
+An *allowed* tuple mixes both: entries with a ``:`` are exact registered
+references, the others module prefixes. Empty: nothing may run.
+
+The attribute path after the ``:`` is walked one component at a time and
+every step is checked, so a name cannot escape through what an allowed
+module happens to import: a component may not start with ``_`` (no dunders,
+no privates), may not be a module (``app:os.system``, ``app:sub.attr``), and
+must have been *defined* in an allowed module (its ``__module__``;
+``app:system`` after ``from os import system`` in app names ``posix.system``
+and is refused). A registered reference must lead to the very function that
+was registered (same ``__module__:__qualname__``).
+
+The check runs at enqueue (nothing is written for a refused name; the walk
+there needs the module already imported by the producer, else only the name
+is checked) and again in the worker before forking and in the horse.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .config import DEFAULT_DENY_MODULES
 from .exceptions import FunctionNotAllowed, InvalidFunction
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -50,33 +70,69 @@ def _matches(module: str, prefixes: Iterable[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def check_allowed(ref: str, allowed: Iterable[str] = ()) -> tuple[str, str]:
-    """Validate ``ref`` against the allow-list (or the deny-list when it is empty)."""
-    module, attr = parse_func_ref(ref)
+def split_allowed(allowed: Iterable[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(module prefixes, exact registered references) of an *allowed* tuple."""
     allowed = tuple(allowed)
-    if allowed:
-        if not _matches(module, allowed):
-            raise FunctionNotAllowed(
-                f"module {module!r} is not on the allow-list "
-                f"(FUSIONWORKER_ALLOWED_MODULES={','.join(allowed)})"
-            )
-    elif _matches(module, DEFAULT_DENY_MODULES):
-        raise FunctionNotAllowed(
-            f"module {module!r} is on the built-in deny-list; set FUSIONWORKER_ALLOWED_MODULES "
-            "to the modules your jobs live in"
-        )
-    return module, attr
+    return (tuple(a for a in allowed if ":" not in a),
+            frozenset(a for a in allowed if ":" in a))
 
 
-def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:
-    """Import and return the callable ``ref`` names, after the allow-list check."""
-    module_name, attr = check_allowed(ref, allowed)
-    obj: Any = importlib.import_module(module_name)
+#: the one line a refusal ends with: what to set
+HOW_TO_ALLOW = ("register the function with @fusionworker.job (and name its module in "
+                "FUSIONWORKER_IMPORTS for the worker) or set FUSIONWORKER_ALLOWED_MODULES")
+
+
+def check_allowed(ref: str, allowed: Iterable[str] = ()) -> tuple[str, str]:
+    """Validate ``ref`` by name against ``allowed`` (default deny; no import)."""
+    module, attr = parse_func_ref(ref)
+    prefixes, refs = split_allowed(allowed)
+    if ref in refs or _matches(module, prefixes):
+        return module, attr
+    if not prefixes and not refs:
+        raise FunctionNotAllowed(f"{ref!r} is not allowed: nothing is (default deny); "
+                                 + HOW_TO_ALLOW)
+    listed = ",".join(prefixes) or "(unset)"
+    raise FunctionNotAllowed(
+        f"{ref!r} is neither a registered job function nor in an allowed module "
+        f"(FUSIONWORKER_ALLOWED_MODULES={listed})")
+
+
+def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
+    """Follow ``attr`` from the module, checking every step (module docstring)."""
+    prefixes, refs = split_allowed(allowed)
+    registered = ref in refs
+    obj = module_obj
     for part in attr.split("."):
+        if part.startswith("_"):
+            raise FunctionNotAllowed(f"{ref!r}: private or dunder name {part!r}")
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise InvalidFunction(f"{module_name!r} has no attribute {attr!r}") from None
+            raise InvalidFunction(f"{ref!r}: no attribute {part!r}") from None
+        if isinstance(obj, types.ModuleType):
+            raise FunctionNotAllowed(f"{ref!r}: {part!r} is a module, not a function")
+        owner = getattr(obj, "__module__", None)
+        if not registered and (not isinstance(owner, str) or not _matches(owner, prefixes)):
+            raise FunctionNotAllowed(
+                f"{ref!r}: {part!r} is defined in {owner!r}, not in an allowed module")
+    if registered:
+        here = f"{getattr(obj, '__module__', None)}:{getattr(obj, '__qualname__', None)}"
+        if here != ref:
+            raise FunctionNotAllowed(f"{ref!r} leads to {here!r}, not the registered function")
     if not callable(obj):
         raise InvalidFunction(f"{ref!r} is not callable")
     return obj
+
+
+def verify(ref: str, allowed: Iterable[str] = ()) -> None:
+    """The producer's check: by name, and the attribute walk if the module is imported."""
+    module_name, attr = check_allowed(ref, allowed)
+    module_obj = sys.modules.get(module_name)
+    if module_obj is not None:
+        _walk(ref, module_obj, attr, allowed)
+
+
+def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:
+    """Import and return the callable ``ref`` names, after every check."""
+    module_name, attr = check_allowed(ref, allowed)
+    return _walk(ref, importlib.import_module(module_name), attr, allowed)

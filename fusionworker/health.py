@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import admin
+from .connection import decoding
 
 #: Lease assumed for a worker whose heartbeat hash does not say (older versions).
 DEFAULT_LEASE = 30.0
@@ -49,6 +50,7 @@ def check(connection: Any, prefix: str = "fw", queues: Iterable[str] = ()) -> He
     Raises :class:`redis.ConnectionError` (or a subclass) when Redis does not
     answer; the caller turns that into the one-line "unhealthy" verdict.
     """
+    connection = decoding(connection)   # any redis-py client
     connection.ping()
     queues = list(queues)
     if not queues:

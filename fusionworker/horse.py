@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from . import codec
 from .exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
 from .forkserver import ForkServer, ForkServerDied
 from .functions import resolve
@@ -107,11 +108,11 @@ def run_job(job: Job, allowed: Iterable[str], retryable: Iterable[str]) -> dict[
         result = func(*job.args, **job.kwargs)
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
-            return {"ok": True, "reason": "ok", "result": json.dumps(result)}
-        except (TypeError, ValueError) as exc:
+            return {"ok": True, "reason": "ok",
+                    "result": codec.dumps(result, where="the job's return value")}
+        except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
             return {"ok": False, "reason": "exception", "error_type": "ResultNotSerializable",
-                    "error_message": f"the job's return value is not JSON-serializable: {exc}",
-                    "traceback": "", "retryable": False}
+                    "error_message": str(exc)[:2000], "traceback": "", "retryable": False}
     except JobTimeoutError:
         signal.setitimer(signal.ITIMER_REAL, 0)
         return {"ok": False, "reason": "timeout", "error_type": "JobTimeoutError",

@@ -6,8 +6,8 @@ Hash fields (all strings in Redis):
 ``id``              job id (uuid4 hex unless the producer chose one)
 ``queue``           queue name
 ``func``            ``module:function``
-``args``            JSON list
-``kwargs``          JSON object
+``args``            JSON list (tagged JSON, see ``codec.py``)
+``kwargs``          JSON object (tagged JSON)
 ``priority``        integer in [-1023, 1023], higher runs first
 ``seq``             per-queue enqueue sequence number (FIFO inside a priority)
 ``timeout``         hard time limit, seconds
@@ -19,7 +19,7 @@ Hash fields (all strings in Redis):
 ``attempts``        how many times the job was claimed
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
-``result``          JSON of the return value (finished jobs)
+``result``          tagged JSON of the return value (finished jobs)
 ``error_type``      exception class (or ``Timeout``, ``Segfault``, ...)
 ``error_message``   one line
 ``traceback``       the horse's traceback
@@ -49,12 +49,17 @@ so the order is the order of arrival at Redis, not of anybody's clock.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from .exceptions import PriorityOutOfRange
+from . import codec
+from .exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
+
+R = TypeVar("R")
 
 PRIORITY_MIN = -1023
 PRIORITY_MAX = 1023
@@ -62,6 +67,8 @@ SEQ_LIMIT = 2**42
 
 STATUSES = ("queued", "scheduled", "started", "finished", "failed", "canceled")
 LIVE_STATUSES = ("queued", "scheduled", "started")
+#: statuses ``Job.wait`` returns (or raises) on
+DONE_STATUSES = ("finished", "failed", "canceled")
 
 
 def check_priority(priority: Any) -> int:
@@ -104,8 +111,13 @@ class MalformedJob(ValueError):  # noqa: N818
 
 
 @dataclass
-class Job:
-    """A job as read from Redis. Attributes mirror the hash fields."""
+class Job(Generic[R]):
+    """A job as read from Redis. Attributes mirror the hash fields.
+
+    ``Job[R]``: ``result`` is what the function (returning ``R``) returned,
+    once ``status == "finished"``. A job got from a ``Queue`` (``enqueue``,
+    ``fetch_job``) can :meth:`refresh` and :meth:`wait`.
+    """
 
     id: str
     queue: str
@@ -123,7 +135,7 @@ class Job:
     attempts: int = 0
     max_retries: int = 0
     retry_delay: float | None = None
-    result: Any = None
+    result: R | None = None
     error_type: str | None = None
     error_message: str | None = None
     traceback: str | None = None
@@ -136,6 +148,8 @@ class Job:
     duration: float | None = None
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
+    #: the Queue this job was read through (refresh/wait use its connection)
+    _queue: Any = field(default=None, repr=False, compare=False)
 
     @property
     def error(self) -> str | None:
@@ -154,13 +168,90 @@ class Job:
             since = self.scheduled_for
         return max(0.0, self.started_at - since)
 
+    # -- seeing it change --------------------------------------------------------
+
+    def _require_queue(self) -> Any:
+        if self._queue is None:
+            raise ValueError("this Job was not read through a Queue: use queue.fetch_job(id)")
+        return self._queue
+
+    def refresh(self) -> Job[R]:
+        """Read the job again from Redis (in place; returns self). One ``HGETALL``.
+
+        Raises :class:`~fusionworker.exceptions.NoSuchJob` if it is gone (deleted,
+        expired, or finished with ``result_ttl=0``).
+        """
+        q = self._require_queue()
+        data = q.connection.hgetall(q.qkeys.job(self.id))
+        if not data:
+            raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists")
+        fresh = Job.from_hash(data)
+        for f in dataclasses.fields(self):
+            if f.name not in ("deduplicated", "_queue"):
+                setattr(self, f.name, getattr(fresh, f.name))
+        return self
+
+    def wait(self, timeout: float | None = None) -> Job[R]:
+        """Block until the job is finished, failed or canceled; return it (refreshed).
+
+        Raises :class:`~fusionworker.exceptions.JobFailed` (reason, error type,
+        message and traceback on it) for a failed job,
+        :class:`~fusionworker.exceptions.JobCanceled` for a canceled one, and
+        :class:`~fusionworker.exceptions.JobWaitTimeout` when ``timeout``
+        seconds pass first (the job itself goes on). A retry in between is
+        not an end: waiting goes on through it.
+
+        No polling: it subscribes to the job's channel ``fw:{q}:done:<id>``
+        (published by every outcome script), then reads the job once (closing
+        the race with an outcome recorded before the subscription) and again
+        only when a message arrives. Cost when the job is done already: one
+        pub/sub connection from the pool, SUBSCRIBE, one HGETALL.
+        """
+        from .connection import new_pubsub_connection
+
+        q = self._require_queue()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        pubsub = new_pubsub_connection(q.connection)
+        try:
+            pubsub.subscribe(q.qkeys.done(self.id))
+            while True:   # the confirmation: from now on every outcome reaches us
+                msg = pubsub.get_message(timeout=remaining() if deadline else 1.0)
+                if msg is not None and msg.get("type") == "subscribe":
+                    break
+                if deadline is not None and remaining() == 0:
+                    break
+            while True:
+                self.refresh()
+                if self.status in DONE_STATUSES:
+                    break
+                left = remaining()
+                if left == 0:
+                    raise JobWaitTimeout(
+                        f"job {self.id} ({self.func}) is still {self.status} after "
+                        f"waiting {timeout:g} s", job=self)
+                while True:
+                    msg = pubsub.get_message(timeout=left if left is not None else 60.0)
+                    if msg is not None or deadline is not None:
+                        break
+        finally:
+            pubsub.close()
+        if self.status == "failed":
+            raise JobFailed(self)
+        if self.status == "canceled":
+            raise JobCanceled(self)
+        return self
+
     @classmethod
-    def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job:
+    def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job[Any]:
         """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on bad JSON."""
         args_raw, kwargs_raw = data.get("args", "[]"), data.get("kwargs", "{}")
         try:
-            args = json.loads(args_raw) if args_raw else []
-            kwargs = json.loads(kwargs_raw) if kwargs_raw else {}
+            args = codec.loads(args_raw) if args_raw else []
+            kwargs = codec.loads(kwargs_raw) if kwargs_raw else {}
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise MalformedJob("args must be a JSON list and kwargs a JSON object")
         except (ValueError, TypeError) as exc:
@@ -171,8 +262,8 @@ class Job:
             raise MalformedJob("job record has no 'func'")
         result_raw = data.get("result")
         try:
-            result = json.loads(result_raw) if result_raw else None
-        except ValueError:
+            result = codec.loads(result_raw) if result_raw else None
+        except (ValueError, TypeError):
             result = result_raw
         return cls(
             id=data.get("id", ""),
@@ -207,17 +298,26 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly view (CLI ``--json``, events)."""
         return {
-            "id": self.id, "queue": self.queue, "func": self.func, "args": self.args,
-            "kwargs": self.kwargs, "priority": self.priority, "timeout": self.timeout,
+            "id": self.id, "queue": self.queue, "func": self.func,
+            "args": _plain(self.args), "kwargs": _plain(self.kwargs),
+            "priority": self.priority, "timeout": self.timeout,
             "status": self.status, "enqueued_at": self.enqueued_at,
             "scheduled_for": self.scheduled_for, "started_at": self.started_at,
             "ended_at": self.ended_at, "attempts": self.attempts,
-            "max_retries": self.max_retries, "result": self.result,
+            "max_retries": self.max_retries, "result": _plain(self.result),
             "error_type": self.error_type, "error_message": self.error_message,
             "traceback": self.traceback, "failure_reason": self.failure_reason,
             "worker": self.worker_name, "group": self.group, "unique_key": self.unique_key,
             "duration": self.duration,
         }
+
+
+def _plain(value: Any) -> Any:
+    """Tagged-JSON form of a decoded value (JSON-able for events and ``--json``)."""
+    try:
+        return codec.encode(value)
+    except codec.UnsupportedType:
+        return repr(value)
 
 
 def encode_fields(**fields: Any) -> list[str]:

@@ -22,6 +22,7 @@ key                            type     meaning
 ``fw:{q}:cron``                ZSET     cron entry name -> next run (server time)
 ``fw:{q}:cron:<name>``         HASH     cron entry definition and last-run info
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
+``fw:{q}:done:<id>``           channel  published on every outcome of job <id> (Job.wait)
 =============================  =======  ==============================================
 
 Global keys (touched by single-key commands only):
@@ -119,6 +120,10 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return self.base + "job:" + job_id
+
+    def done(self, job_id: str) -> str:
+        """Channel published on every outcome of the job (``Job.wait`` listens)."""
+        return self.base + "done:" + job_id
 
     def unique(self, key: str) -> str:
         return self.base + "unique:" + key

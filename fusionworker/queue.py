@@ -7,14 +7,18 @@ commands. A ``Queue`` is cheap: make one per call site if you like.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from . import codec
 from .config import Settings, load_settings
+from .connection import decoding, shared_client
 from .exceptions import InvalidOperation, NoSuchJob
-from .functions import func_ref
+from .functions import func_ref, verify
 from .job import SEQ_LIMIT, Job, check_priority, encode_fields, new_job_id
 from .keys import Keys, QueueKeys, check_queue_name
 from .scripts import Scripts
@@ -30,17 +34,32 @@ OPTIONS = frozenset({
 #: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
 BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
 
-_scripts_cache: dict[int, Scripts] = {}
+#: client -> its scripts; weak, so a cache entry never keeps a client (and its sockets) alive
+_scripts_cache: weakref.WeakKeyDictionary[Any, Scripts] = weakref.WeakKeyDictionary()
+#: client -> {(prefix, queue): when it was last added to ``fw:queues``}: saves the SADD of
+#: a per-call Queue; re-sent after KNOWN_FOR seconds (the queue may have been deleted)
+_known: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = (
+    weakref.WeakKeyDictionary())
+KNOWN_FOR = 60.0
+_cache_lock = threading.Lock()
 
 
 def scripts_for(connection: Any) -> Scripts:
     """The registered scripts of a client (registered once per client)."""
-    found = _scripts_cache.get(id(connection))
-    if found is None or found.__dict__.get("_owner") is not connection:
-        found = Scripts(connection)
-        found.__dict__["_owner"] = connection
-        _scripts_cache[id(connection)] = found
+    found = _scripts_cache.get(connection)
+    if found is None:
+        with _cache_lock:
+            found = _scripts_cache.get(connection)
+            if found is None:
+                found = _scripts_cache[connection] = Scripts(connection)
     return found
+
+
+def _at(when: datetime) -> tuple[str, float]:
+    """``enqueue_at``'s time: naive datetimes are taken as UTC."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return ("at", when.timestamp())
 
 
 def _band_range(low: int, high: int) -> tuple[int, int]:
@@ -65,10 +84,9 @@ class Queue:
     ) -> None:
         self.name = check_queue_name(name)
         self.settings = settings or load_settings()
-        if connection is None:
-            from .connection import connect
-
-            connection = connect(self.settings.redis_url)
+        # any redis-py client works: one replying bytes gets a str-decoding twin
+        connection = (shared_client(self.settings.redis_url) if connection is None
+                      else decoding(connection))
         self.connection = connection
         self.keys = Keys(self.settings.prefix)
         self.qkeys: QueueKeys = self.keys.queue(name)
@@ -99,11 +117,9 @@ class Queue:
     def enqueue_at(self, when: datetime, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job:
         """Enqueue to run at ``when`` (naive datetimes are taken as UTC)."""
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS}
-        return self.enqueue_call(func, args=list(args), kwargs=kwargs,
-                                 _when=("at", when.timestamp()), **options)
+        return self.enqueue_call(func, args=list(args), kwargs=kwargs, _when=_at(when),
+                                 **options)
 
     def enqueue_call(
         self,
@@ -120,16 +136,23 @@ class Queue:
         group: str | None = None,
         on_failure_url: str | None = None,
         _when: tuple[str, float] | None = None,
-    ) -> Job:
+    ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
 
         A job with the same ``job_id`` or ``unique_key`` that is queued, scheduled,
         started, or finished within the dedup window is not enqueued again: the
         existing job is returned with ``job.deduplicated = True``.
+
+        Everything is checked before anything is written (the function is
+        registered or allow-listed, the arguments are serializable, the
+        options are valid); once the job is written this never raises:
+        a failure of what follows (reading the job back, the ``queued``
+        event) is logged and the job returned as known locally.
         """
-        import json
+        from .registry import producer_allowed
 
         ref = func_ref(func)
+        verify(ref, producer_allowed(self.settings))
         check_priority(priority)
         timeout = float(self.settings.job_timeout if timeout is None else timeout)
         if timeout <= 0:
@@ -137,8 +160,11 @@ class Queue:
         max_retries = self.settings.max_retries if max_retries is None else int(max_retries)
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        args_json = json.dumps(list(args or []), separators=(",", ":"))
-        kwargs_json = json.dumps(dict(kwargs or {}), separators=(",", ":"))
+        try:
+            args_json = codec.dumps(list(args or []), where="args")
+            kwargs_json = codec.dumps(dict(kwargs or {}), where="kwargs")
+        except codec.UnsupportedType as exc:
+            raise codec.UnsupportedType(f"cannot enqueue {ref}: {exc}") from None
         job_id = job_id or new_job_id()
         if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
             raise ValueError("job_id must be a non-empty string of at most 200 characters")
@@ -155,21 +181,42 @@ class Queue:
                 ),
             ],
         )
-        job = self.fetch_job(actual_id)
-        if job is None:  # finished with result_ttl=0 between the two calls
-            job = Job(id=actual_id, queue=self.name, func=ref, status=status)
+        # written: from here on nothing may raise (a caller retrying on an exception
+        # would enqueue twice)
+        try:
+            job = self.fetch_job(actual_id)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("Job %s was enqueued on %s but could not be read back: %s",
+                        actual_id, self.name, exc)
+            job = None
+        if job is None:  # finished with result_ttl=0 between the two calls, or unreadable
+            job = Job(id=actual_id, queue=self.name, func=ref, status=status,
+                      args=list(args or []), kwargs=dict(kwargs or {}), priority=priority,
+                      timeout=timeout, max_retries=max_retries)
+            job._queue = self
         job.deduplicated = placement == "duplicate"
         if job.deduplicated:
             log.info("Skipped duplicate of job %s on %s (%s, status %s)",
                      actual_id, self.name, ref, status)
         else:
-            self._emit("queued", job)
+            try:
+                self._emit("queued", job)
+            except Exception as exc:  # noqa: BLE001 - observability never fails an enqueue
+                log.warning("Job %s was enqueued on %s; its 'queued' event was not: %s: %s",
+                            actual_id, self.name, type(exc).__name__, exc)
         return job
 
     def _register(self) -> None:
-        if not self._registered:
+        if self._registered:
+            return
+        pair = (self.settings.prefix, self.name)
+        known = _known.get(self.connection)
+        now = time.monotonic()
+        if known is None or now - known.get(pair, -KNOWN_FOR) >= KNOWN_FOR:
             self.connection.sadd(self.keys.queues, self.name)
-            self._registered = True
+            with _cache_lock:
+                _known.setdefault(self.connection, {})[pair] = now
+        self._registered = True
 
     def _emit(self, event: str, job: Job) -> None:
         """Hand the event to the sink: ``events=None`` -> the process-wide default
@@ -188,7 +235,11 @@ class Queue:
     def fetch_job(self, job_id: str) -> Job | None:
         """The job, or None when unknown (or expired)."""
         data = self.connection.hgetall(self.qkeys.job(job_id))
-        return Job.from_hash(data) if data else None
+        if not data:
+            return None
+        job: Job[Any] = Job.from_hash(data)
+        job._queue = self
+        return job
 
     def _require(self, job_id: str) -> Job:
         job = self.fetch_job(job_id)
@@ -367,12 +418,13 @@ class Queue:
 
 def known_queues(connection: Any, prefix: str = "fw") -> list[str]:
     """Every queue ever enqueued to, sorted."""
-    return sorted(connection.smembers(Keys(prefix).queues))
+    return sorted(decoding(connection).smembers(Keys(prefix).queues))
 
 
 def find_queue_of(connection: Any, job_id: str, prefix: str = "fw",
                   queue: str | None = None) -> str | None:
     """The queue holding job ``job_id`` (searching every known queue unless given)."""
+    connection = decoding(connection)
     names = [queue] if queue else known_queues(connection, prefix)
     keys = Keys(prefix)
     pipe = connection.pipeline(transaction=False)

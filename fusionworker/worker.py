@@ -85,6 +85,7 @@ import redis
 
 from . import __version__
 from .config import Settings, load_settings
+from .connection import decoding
 from .exceptions import FunctionNotAllowed, InvalidFunction
 from .forkserver import ForkServer, ForkServerDied
 from .functions import check_allowed
@@ -93,6 +94,7 @@ from .job import Job, MalformedJob, encode_fields
 from .keys import Keys, check_queue_name
 from .middleware import Middleware
 from .queue import known_queues, scripts_for
+from .registry import worker_allowed
 
 log = logging.getLogger("fusionworker.worker")
 
@@ -191,6 +193,9 @@ class Worker:
         reload_settings: Callable[[], Settings] | None = None,
     ) -> None:
         self.settings = settings or load_settings()
+        #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
+        #: plus the allow-list (functions.py). Neither: ConfigError, one line.
+        self.allowed = worker_allowed(self.settings)
         #: SIGHUP calls this for fresh settings (the CLI re-reads its -c file); see reload()
         self._reload_settings = reload_settings
         self._reload_requested = False
@@ -198,7 +203,8 @@ class Worker:
             from .connection import connect
 
             connection = connect(self.settings.redis_url)
-        self.connection = connection
+        self.connection = decoding(connection)   # any redis-py client; replies as str
+        connection = self.connection
         self.keys = Keys(self.settings.prefix)
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -259,9 +265,6 @@ class Worker:
         existing = self.connection.hget(self.key, "pid")
         if existing is not None and existing != str(self.pid):
             raise ValueError(f"a live worker named {self.name!r} exists already")
-        if not self.settings.allowed_modules:
-            log.warning("FUSIONWORKER_ALLOWED_MODULES is not set: jobs may import any module but "
-                        "the built-in deny-list; set it to the modules your jobs live in")
         now = time.time()
         pipe = self.connection.pipeline(transaction=False)
         pipe.delete(self.key)
@@ -388,7 +391,7 @@ class Worker:
 
     def _start_forkserver(self) -> None:
         """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
-        server = ForkServer(self.settings.allowed_modules, self.settings.retryable)
+        server = ForkServer(self.allowed, self.settings.retryable)
         try:
             server.start()
         except ForkServerDied as exc:
@@ -564,7 +567,7 @@ class Worker:
         started = time.monotonic()
         exit_ = self._refusal(job)
         if exit_ is None:
-            horse = Horse(job, allowed=self.settings.allowed_modules,
+            horse = Horse(job, allowed=self.allowed,
                           retryable=self.settings.retryable, server=self._forkserver)
             # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
             # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
@@ -590,7 +593,7 @@ class Worker:
             return HorseExit(ok=False, reason="malformed", error_type=job.error_type,
                              error_message=job.error_message)
         try:
-            check_allowed(job.func, self.settings.allowed_modules)
+            check_allowed(job.func, self.allowed)
         except (FunctionNotAllowed, InvalidFunction) as exc:
             return HorseExit(ok=False, reason="refused", error_type=type(exc).__name__,
                              error_message=str(exc))

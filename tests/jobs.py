@@ -105,7 +105,8 @@ def enqueue_child(url, prefix):
     from fusionworker.config import load_settings
     from fusionworker.queue import Queue
 
-    settings = load_settings(environ={}, redis_url=url, prefix=prefix)
+    settings = load_settings(environ={}, redis_url=url, prefix=prefix,
+                             allowed_modules=("tests",))
     return Queue("child", _redis(url), settings=settings).enqueue("tests.jobs:noop").id
 
 

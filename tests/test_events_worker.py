@@ -36,7 +36,9 @@ def test_worker_emits_processing_then_the_outcome_of_every_job(r, settings, burs
     bad = q.enqueue("tests.jobs:boom", "no luck")
     slow = q.enqueue("tests.jobs:sleep", 5, timeout=0.3)
     flaky = q.enqueue("tests.jobs:conn_error", max_retries=1, retry_delay=60)
-    refused = q.enqueue("os:getcwd")
+    # a producer that allows more than the worker does: the worker refuses it
+    refused = Queue("ev", r, settings=settings.replace(allowed_modules=("json",)),
+                    events=False).enqueue("json:dumps", 1)
     sink = MemorySink()
     w = burst("ev", middleware=[EventsMiddleware(sink)])
     events = by_job(sink.docs)

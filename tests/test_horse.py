@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
+
+from fusionworker.exceptions import InvalidFunction
+from fusionworker.queue import Queue
+from tests.conftest import ROOT, worker_env
 
 
 def _run_one(queue, burst, func, *args, **options):
@@ -56,24 +63,33 @@ def test_unserializable_result_fails_clearly(queue, burst):
     assert job.status == "failed" and job.error_type == "ResultNotSerializable"
 
 
-def test_refused_and_unknown_functions(queue, burst):
+def test_refused_and_unknown_functions(queue, burst, r, settings):
     q = queue()
-    refused = q.enqueue("json:dumps", [1])            # not on the allow-list ("tests")
-    missing = q.enqueue("tests.jobs:does_not_exist")
+    # written by a producer that allows more than the worker (allow-list "tests")
+    refused = Queue("default", r, settings=settings.replace(allowed_modules=("json",))).enqueue(
+        "json:dumps", [1])
+    with pytest.raises(InvalidFunction):       # tests.jobs is imported here: checked at enqueue
+        q.enqueue("tests.jobs:does_not_exist")
+    r.hset(q.qkeys.job("missing"), mapping={"id": "missing", "queue": "default",
+                                             "func": "tests.jobs:does_not_exist", "args": "[]"})
+    r.zadd(q.qkeys.pending, {"missing": 1})
     nomodule = q.enqueue("tests.nope:x")
     burst()
     assert q.fetch_job(refused.id).failure_reason == "refused"
-    assert "allow-list" in q.fetch_job(refused.id).error_message
-    assert q.fetch_job(missing.id).error_type == "InvalidFunction"
+    assert "FUSIONWORKER_ALLOWED_MODULES=tests" in q.fetch_job(refused.id).error_message
+    assert q.fetch_job("missing").error_type == "InvalidFunction"
     assert q.fetch_job(nomodule.id).error_type == "ModuleNotFoundError"
 
 
-def test_deny_list_applies_without_allow_list(queue, burst, settings):
-    q = queue()
-    job = q.enqueue("subprocess:getoutput", "id")
-    burst(settings=settings.replace(allowed_modules=()))
-    got = q.fetch_job(job.id)
-    assert got.failure_reason == "refused" and "deny-list" in got.error_message
+def test_a_worker_with_nothing_allowed_refuses_to_start(settings):
+    """Default deny: no allow-list and nothing registered -> exit 1 and one line what to set."""
+    proc = subprocess.run([sys.executable, str(ROOT / "run_worker.py"), "worker", "--burst"],
+                          env=worker_env(settings, FUSIONWORKER_ALLOWED_MODULES=""),
+                          capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "FUSIONWORKER_ALLOWED_MODULES" in lines[0] and "FUSIONWORKER_IMPORTS" in lines[0]
 
 
 def test_garbage_payloads_fail_and_the_worker_goes_on(queue, burst, r):

@@ -71,7 +71,8 @@ def test_priority_then_fifo(queue, r):
 
 
 def _produce(url, prefix, producer, n):
-    settings = load_settings(environ={}, redis_url=url, prefix=prefix)
+    settings = load_settings(environ={}, redis_url=url, prefix=prefix,
+                             allowed_modules=("tests",))
     q = Queue("fifo", settings=settings)
     for i in range(n):
         q.enqueue("tests.jobs:noop", job_id=f"p{producer}-{i:04d}", priority=i % 2)

@@ -8,7 +8,8 @@ import sys
 
 import click
 
-from ..config import Settings, load_settings, read_config_file
+from ..config import ConfigError, Settings, load_settings, read_config_file
+from ..registry import worker_allowed
 from ..supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
 from . import main
@@ -20,6 +21,9 @@ from .common import App, pass_app
               help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
                    "known queue.")
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import MODULE at start so that its @fusionworker.job functions may run "
+                   "(repeatable; adds to FUSIONWORKER_IMPORTS).")
 @click.option("--name", help="Worker name (default HOST.PID; with --processes: NAME.SLOT).")
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
@@ -38,7 +42,8 @@ from .common import App, pass_app
 @pass_app
 def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
-           restart_window: float, metrics_port: int | None = None) -> None:
+           restart_window: float, metrics_port: int | None = None,
+           imports: tuple[str, ...] = ()) -> None:
     """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
@@ -48,8 +53,15 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--customq") from None
+    if imports:
+        os.environ["FUSIONWORKER_IMPORTS"] = ",".join((*app.settings.imports, *imports))
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
-                                        metrics_port=metrics_port)
+                                        metrics_port=metrics_port,
+                                        imports=(*app.settings.imports, *imports) or None)
+    try:   # default deny: nothing registered or allowed -> one line, before connecting
+        worker_allowed(app.settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     connection = app.connect(embedded=True)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,

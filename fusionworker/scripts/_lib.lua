@@ -113,6 +113,7 @@ local function to_failed(base, jid, t, failed_ttl)
   drop_unique(base, jid)
   release_group(base, jid)
   if failed_ttl > 0 then prune(base .. 'failed', t - failed_ttl) end
+  redis.call('PUBLISH', base .. 'done:' .. jid, 'failed')   -- Job.wait
 end
 
 -- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,

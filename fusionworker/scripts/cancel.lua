@@ -13,6 +13,7 @@ redis.call('ZREM', base .. 'scheduled', jid)
 local group = hget(jkey, 'group')
 if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
 redis.call('HSET', jkey, 'status', 'canceled', 'ended_at', fmt_time(t))
+redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
 drop_unique(base, jid)
 release_group(base, jid)
 redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)

@@ -15,4 +15,5 @@ if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, j
 drop_unique(base, jid)
 release_group(base, jid)
 redis.call('DEL', jkey)
+redis.call('PUBLISH', base .. 'done:' .. jid, 'deleted')   -- Job.wait
 return {'deleted', st}

@@ -41,6 +41,7 @@ elseif outcome == 'retry' then
   redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(t + delay))
   redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid)
 else
-  to_failed(base, jid, t, failed_ttl)
+  to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
 end
+if outcome ~= 'failed' then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
 return {'ok', outcome}
