@@ -21,9 +21,9 @@ must have been *defined* in an allowed module (its ``__module__``;
 and is refused). A registered reference must lead to the very function that
 was registered (same ``__module__:__qualname__``).
 
-The check runs at enqueue (nothing is written for a refused name; the walk
-there needs the module already imported by the producer, else only the name
-is checked) and again in the worker before forking and in the horse.
+The check runs at enqueue (nothing is written for a refused name; for the
+walk the producer imports an allowed module, and checks only the name if it
+cannot), again in the worker before forking (by name) and in the horse (all).
 """
 
 from __future__ import annotations
@@ -125,11 +125,21 @@ def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
 
 
 def verify(ref: str, allowed: Iterable[str] = ()) -> None:
-    """The producer's check: by name, and the attribute walk if the module is imported."""
+    """The producer's check: by name, then the attribute walk.
+
+    The walk needs the module: an allowed one is imported here (once per
+    process; it is trusted code by the allow-list's definition). If the
+    producer cannot import it (the job code is deployed on the workers
+    only), only the name is checked here and the worker checks the rest.
+    """
     module_name, attr = check_allowed(ref, allowed)
     module_obj = sys.modules.get(module_name)
-    if module_obj is not None:
-        _walk(ref, module_obj, attr, allowed)
+    if module_obj is None:
+        try:
+            module_obj = importlib.import_module(module_name)
+        except ImportError:
+            return
+    _walk(ref, module_obj, attr, allowed)
 
 
 def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ commands. A ``Queue`` is cheap: make one per call site if you like.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -15,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import codec
-from .config import Settings, load_settings
+from .config import SETTINGS, Settings, load_settings
 from .connection import decoding, shared_client
 from .exceptions import InvalidOperation, NoSuchJob
 from .functions import func_ref, verify
@@ -34,8 +35,6 @@ OPTIONS = frozenset({
 #: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
 BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
 
-#: client -> its scripts; weak, so a cache entry never keeps a client (and its sockets) alive
-_scripts_cache: weakref.WeakKeyDictionary[Any, Scripts] = weakref.WeakKeyDictionary()
 #: client -> {(prefix, queue): when it was last added to ``fw:queues``}: saves the SADD of
 #: a per-call Queue; re-sent after KNOWN_FOR seconds (the queue may have been deleted)
 _known: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = (
@@ -45,13 +44,33 @@ _cache_lock = threading.Lock()
 
 
 def scripts_for(connection: Any) -> Scripts:
-    """The registered scripts of a client (registered once per client)."""
-    found = _scripts_cache.get(connection)
+    """The registered scripts of a client (registered once per client).
+
+    Kept on the client itself (``_fusionworker_scripts``): the scripts refer
+    to the client, so a cache elsewhere would keep every client (and its
+    sockets) alive; this way they go together.
+    """
+    found = getattr(connection, "_fusionworker_scripts", None)
     if found is None:
         with _cache_lock:
-            found = _scripts_cache.get(connection)
+            found = getattr(connection, "_fusionworker_scripts", None)
             if found is None:
-                found = _scripts_cache[connection] = Scripts(connection)
+                found = Scripts(connection)
+                connection._fusionworker_scripts = found
+    return found
+
+
+_env_settings: dict[tuple[str | None, ...], Settings] = {}
+
+
+def settings_from_env() -> Settings:
+    """``load_settings()``, memoized on the environment's values (a per-call ``Queue``)."""
+    key = tuple(os.environ.get(s.env) for s in SETTINGS)
+    found = _env_settings.get(key)
+    if found is None:
+        found = load_settings()
+        if len(_env_settings) < 32:
+            _env_settings[key] = found
     return found
 
 
@@ -83,7 +102,7 @@ class Queue:
         events: Any = None,
     ) -> None:
         self.name = check_queue_name(name)
-        self.settings = settings or load_settings()
+        self.settings = settings or settings_from_env()
         # any redis-py client works: one replying bytes gets a str-decoding twin
         connection = (shared_client(self.settings.redis_url) if connection is None
                       else decoding(connection))
@@ -273,7 +292,10 @@ class Queue:
         pipe = self.connection.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.qkeys.job(job_id))
-        return [Job.from_hash(d) for d in pipe.execute() if d]
+        found = [Job.from_hash(d) for d in pipe.execute() if d]
+        for job in found:
+            job._queue = self
+        return found
 
     def stats(self) -> dict[str, Any]:
         """Depths of every registry and band, pause state, cap, age of the oldest job."""
