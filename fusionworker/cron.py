@@ -53,7 +53,7 @@ from croniter import croniter
 
 from .config import Settings
 from .exceptions import FusionWorkerError
-from .functions import func_ref
+from .functions import func_ref, verify
 from .job import check_priority
 from .keys import Keys, QueueKeys, check_queue_name
 from .middleware import Middleware
@@ -232,6 +232,9 @@ def register(
         raise ValueError(f"timeout must be positive, got {timeout}")
     if max_retries is not None and max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    from .registry import producer_allowed
+
+    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
     k = _qkeys(settings, queue)
     ekey = k.cron_entry(name)
     definition = {

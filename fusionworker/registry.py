@@ -156,10 +156,10 @@ def producer_allowed(settings: Settings) -> tuple[str, ...]:
     return tuple(settings.allowed_modules) + registered()
 
 
-def worker_allowed(settings: Settings) -> tuple[str, ...]:
-    """Import ``FUSIONWORKER_IMPORTS``; what the worker's jobs may run.
+def import_configured(settings: Settings) -> None:
+    """Import the modules of ``FUSIONWORKER_IMPORTS`` (their ``@job`` functions register).
 
-    Raises :class:`ConfigError` (one line) when an import fails or nothing may run.
+    Raises :class:`ConfigError` (one line) when one cannot be imported.
     """
     for module in settings.imports:
         try:
@@ -167,6 +167,14 @@ def worker_allowed(settings: Settings) -> tuple[str, ...]:
         except Exception as exc:  # noqa: BLE001 - any import error is a configuration error
             raise ConfigError(f"FUSIONWORKER_IMPORTS: cannot import {module!r}: "
                               f"{type(exc).__name__}: {exc}") from None
+
+
+def worker_allowed(settings: Settings) -> tuple[str, ...]:
+    """Import ``FUSIONWORKER_IMPORTS``; what the worker's jobs may run.
+
+    Raises :class:`ConfigError` (one line) when an import fails or nothing may run.
+    """
+    import_configured(settings)
     allowed = producer_allowed(settings)
     if not allowed:
         raise ConfigError("no job may run (default deny): set FUSIONWORKER_ALLOWED_MODULES to "

@@ -264,7 +264,8 @@ def test_same_name_in_two_queues_needs_queue(r, settings):
 
 def test_cli(r, settings):
     runner = CliRunner()
-    env = {"FUSIONWORKER_PREFIX": settings.prefix, "REDIS_URL": settings.redis_url}
+    env = {"FUSIONWORKER_PREFIX": settings.prefix, "REDIS_URL": settings.redis_url,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
 
     def run(*args: str) -> str:
         result = runner.invoke(main, list(args), env=env, catch_exceptions=False)

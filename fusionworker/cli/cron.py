@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from .. import cron as cron_api
+from ..registry import import_configured
 from . import main
 from .common import App, echo_json, parse_arg, parse_kwargs, pass_app, search_queue_option
 
@@ -54,6 +55,7 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
     they parse, else kept as strings.
     """
     kwargs = parse_kwargs(kwargs_json)
+    import_configured(app.settings)   # their @job functions may be named
     entry = cron_api.register(
         app.connection, app.settings, name, schedule, func, args=[parse_arg(a) for a in args],
         kwargs=kwargs, queue=queue, priority=priority, timezone=timezone, catch_up=catch_up,

@@ -10,6 +10,7 @@ from ..admin import server_time
 from ..exceptions import NoSuchJob
 from ..job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job
 from ..queue import Queue, find_queue_of, known_queues
+from ..registry import import_configured
 from . import main
 from .common import (
     App,
@@ -64,6 +65,7 @@ def enqueue(app: App, queue: str, func: str, args: tuple[str, ...], kwargs_json:
     ARGS are parsed as JSON where they parse, else kept as strings.
     """
     kwargs = parse_kwargs(kwargs_json)
+    import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
     options = dict(priority=priority, timeout=timeout, max_retries=max_retries,
                    retry_delay=retry_delay, job_id=job_id, unique_key=unique_key, group=group)
@@ -103,7 +105,7 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
     if found.worker_name:
         click.echo(f"worker    {found.worker_name}")
     if found.status == "finished":
-        click.echo(f"result    {json.dumps(found.result)}")
+        click.echo(f"result    {json.dumps(found.to_dict()['result'])}")
     if found.error:
         click.echo(f"error     {found.error}  [{found.failure_reason}]")
     if found.traceback:
