@@ -36,3 +36,11 @@ def broken_template(name: str) -> None:
 
 def stuck_provider(seconds: float) -> None:
     time.sleep(seconds)
+
+
+# Default deny: these are the functions a demo worker may run. Its workers import this
+# module (FUSIONWORKER_IMPORTS=fusionworker.demo), which registers them.
+from .registry import register  # noqa: E402
+
+HANDLES = {f.__name__: register(f) for f in (
+    send_sms, send_email, call_webhook, flaky_webhook, broken_template, stuck_provider)}

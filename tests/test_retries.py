@@ -126,7 +126,8 @@ def test_cli_enqueue_max_retries_and_retry_delay(settings, queue, r):
     result = CliRunner().invoke(main, [
         "--redis-url", settings.redis_url, "enqueue", "cli", "tests.jobs:noop",
         "--max-retries", "7", "--retry-delay", "1.25",
-    ], env={"FUSIONWORKER_PREFIX": settings.prefix}, catch_exceptions=False)
+    ], env={"FUSIONWORKER_PREFIX": settings.prefix, "FUSIONWORKER_ALLOWED_MODULES": "tests"},
+        catch_exceptions=False)
     assert result.exit_code == 0, result.output
     q = queue("cli")
     job = q.fetch_job(q.job_ids()[0])

@@ -28,7 +28,9 @@ def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
     Includes a job that fails, one that times out and one that retries.
     """
     r = app.connect(embedded=True)
-    settings = app.settings.replace(allowed_modules=("fusionworker.demo",), max_retries=3)
+    from .. import demo as _jobs  # noqa: F401 - registers the demo's job functions
+
+    settings = app.settings.replace(max_retries=3)
     queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
     ids = []
     for i in range(count):
@@ -48,7 +50,8 @@ def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
     click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url}")
 
     env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=settings.prefix,
-               FUSIONWORKER_ALLOWED_MODULES="fusionworker.demo", FUSIONWORKER_MAX_RETRIES="3")
+               FUSIONWORKER_IMPORTS="fusionworker.demo", FUSIONWORKER_ALLOWED_MODULES="",
+               FUSIONWORKER_MAX_RETRIES="3")
     env.pop("NOTIFY_SOCKET", None)
     procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--customq",
                                ",".join(QUEUES), "--name", f"demo-{n + 1}"], env=env)

@@ -201,3 +201,16 @@ def test_every_queue_operation_works_on_every_shard(rc, settings, cluster_prefix
     events = [e["event"] for _, e in read_events(rc, cluster_prefix, count=1000)]
     assert events.count("queued") >= 3 * 7 and events.count("canceled") == 3
     assert events.count("completed") >= 3 * 4  # from the workers' own sinks
+
+
+def test_a_plain_bytes_cluster_client_works(redis_cluster, settings):
+    """A RedisCluster made by the user (bytes replies): enqueue, worker, wait, admin."""
+    plain = redis.RedisCluster(host=HOST, port=redis_cluster.ports[0])
+    q = Queue("sms", plain, settings=settings, events=False)
+    job = q.enqueue("tests.jobs:add", 40, 2)
+    assert q.fetch_job(job.id).status == "queued" and q.count == 1
+    Worker("sms", plain, settings=settings, burst=True, middleware=[]).work()
+    assert job.wait(10).result == 42
+    assert admin.stuck_jobs(plain, "sms", settings.prefix) == []
+    assert admin.workers(plain, settings.prefix) == []
+    plain.close()

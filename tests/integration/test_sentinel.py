@@ -105,3 +105,20 @@ def test_worker_follows_a_forced_failover(processes, settings, client, redis_sen
     assert f"Redis master moved to {HOST}:{new_port}" in out, out[-3000:]
     with _on(new_port) as new:
         assert not new.exists(keys.worker(name))
+
+
+def test_a_plain_bytes_sentinel_client_works(settings, redis_sentinel):
+    """A Sentinel master_for() client made by the user (bytes replies)."""
+    from redis.sentinel import Sentinel
+
+    from fusionworker import admin
+    from fusionworker.worker import Worker
+
+    plain = Sentinel([(HOST, redis_sentinel.sentinel_port)]).master_for(
+        redis_sentinel.master_name, socket_timeout=2)
+    q = Queue("sms", plain, settings=settings, events=False)
+    job = q.enqueue("tests.jobs:add", 40, 2)
+    assert q.fetch_job(job.id).status == "queued" and q.count == 1
+    Worker("sms", plain, settings=settings, burst=True, middleware=[]).work()
+    assert job.wait(10).result == 42
+    assert admin.stuck_jobs(plain, "sms", settings.prefix) == []

@@ -117,7 +117,7 @@ def test_embedded_redis_when_none_answers(tmp_path):
     implicit = Settings(values={"redis_url": dead, "embedded_dir": str(tmp_path)})
     client, url = connect_or_embed(implicit)
     assert url.startswith("unix://") and client.ping()
-    q = Queue("emb", client, settings=implicit)
+    q = Queue("emb", client, settings=implicit.replace(allowed_modules=("tests",)))
     job = q.enqueue("tests.jobs:add", 20, 22)
     from fusionworker.worker import Worker
     Worker("emb", client, settings=implicit.replace(allowed_modules=("tests",)), burst=True,
