@@ -52,6 +52,7 @@ import redis
 from croniter import croniter
 
 from .config import Settings
+from .connection import decoding
 from .exceptions import FusionWorkerError
 from .functions import func_ref, verify
 from .job import check_priority
@@ -222,6 +223,7 @@ def register(
 ) -> CronEntry:
     """Create or replace cron entry ``name`` of ``queue``; its first run is the next
     scheduled time from now. Replacing keeps the entry's pause state and run history."""
+    connection = decoding(connection)   # any redis-py client
     if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
         raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
     check_schedule(schedule, timezone)
@@ -264,6 +266,7 @@ def _fmt(ts: float, timezone: str = "UTC") -> str:
 
 def find_queue(connection: Any, settings: Settings, name: str, queue: str | None = None) -> str:
     """The queue holding entry ``name`` (searching every known queue unless given)."""
+    connection = decoding(connection)   # any redis-py client
     names = [queue] if queue else known_queues(connection, settings.prefix)
     pipe = connection.pipeline(transaction=False)
     for q in names:
@@ -280,6 +283,7 @@ def find_queue(connection: Any, settings: Settings, name: str, queue: str | None
 
 def get_entry(connection: Any, settings: Settings, name: str,
               queue: str | None = None) -> CronEntry:
+    connection = decoding(connection)   # any redis-py client
     queue = find_queue(connection, settings, name, queue)
     k = _qkeys(settings, queue)
     pipe = connection.pipeline(transaction=False)
@@ -304,6 +308,7 @@ def _fill_job_status(connection: Any, prefix: str, entries: list[CronEntry]) -> 
 
 def remove(connection: Any, settings: Settings, name: str, queue: str | None = None) -> str:
     """Delete entry ``name`` (a run already enqueued still runs). Returns its queue."""
+    connection = decoding(connection)   # any redis-py client
     queue = find_queue(connection, settings, name, queue)
     k = _qkeys(settings, queue)
     pipe = connection.pipeline(transaction=False)
@@ -316,6 +321,7 @@ def remove(connection: Any, settings: Settings, name: str, queue: str | None = N
 
 def pause(connection: Any, settings: Settings, name: str, queue: str | None = None) -> str:
     """Stop enqueueing runs of ``name`` until :func:`resume`. Returns its queue."""
+    connection = decoding(connection)   # any redis-py client
     queue = find_queue(connection, settings, name, queue)
     k = _qkeys(settings, queue)
     pipe = connection.pipeline(transaction=False)
@@ -328,6 +334,7 @@ def pause(connection: Any, settings: Settings, name: str, queue: str | None = No
 
 def resume(connection: Any, settings: Settings, name: str, queue: str | None = None) -> CronEntry:
     """Resume ``name``: its next run is the next scheduled time from now (no catch-up)."""
+    connection = decoding(connection)   # any redis-py client
     entry = get_entry(connection, settings, name, queue)
     k = _qkeys(settings, entry.queue)
     nxt = next_after(entry.schedule, entry.timezone, _server_time(connection))
@@ -344,6 +351,7 @@ def list_entries(connection: Any, prefix: str = "fw",
                  queues: Iterable[str] | None = None) -> list[CronEntry]:
     """Every cron entry (of ``queues``, default all known), soonest next run first,
     with the live status of each entry's last job (``last_job_status``)."""
+    connection = decoding(connection)   # any redis-py client
     keys = Keys(prefix)
     names = list(queues) if queues is not None else known_queues(connection, prefix)
     pipe = connection.pipeline(transaction=False)

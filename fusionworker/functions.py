@@ -28,6 +28,7 @@ cannot), again in the worker before forking (by name) and in the horse (all).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
@@ -72,7 +73,11 @@ def _matches(module: str, prefixes: Iterable[str]) -> bool:
 
 def split_allowed(allowed: Iterable[str]) -> tuple[tuple[str, ...], frozenset[str]]:
     """(module prefixes, exact registered references) of an *allowed* tuple."""
-    allowed = tuple(allowed)
+    return _split(tuple(allowed))
+
+
+@functools.lru_cache(maxsize=64)
+def _split(allowed: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
     return (tuple(a for a in allowed if ":" not in a),
             frozenset(a for a in allowed if ":" in a))
 

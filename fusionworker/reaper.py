@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from .config import Settings
+from .connection import decoding
 from .keys import Keys
 from .middleware import Middleware
 from .queue import known_queues, scripts_for
@@ -161,6 +162,7 @@ def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = N
     (``{"locked": False}`` otherwise); without, it runs unconditionally (safe:
     every change is one fenced script, see the module docstring).
     """
+    connection = decoding(connection)   # any redis-py client
     counts: dict[str, Any] = {"locked": True, "checked": 0, "alive": 0, "requeued": 0,
                               "abandoned": 0, "skipped": 0, "jobs": [], "abandoned_jobs": [],
                               "workers_pruned": []}

@@ -4,6 +4,7 @@ never raises after the write, Job.wait/refresh, tagged JSON, the typing marker."
 from __future__ import annotations
 
 import configparser
+import os
 import subprocess
 import sys
 import time
@@ -225,6 +226,40 @@ def test_the_package_ships_py_typed():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert "py.typed" in cfg["options.package_data"]["fusionworker"]
+
+
+TYPED_SNIPPET = """
+from fusionworker import Queue, job
+
+
+@job(queue="sms")
+def send(number: str, body: str) -> int:
+    return 1
+
+
+j = send.enqueue("+1", body="x")
+reveal_type(j)
+reveal_type(j.wait(1).result)
+reveal_type(send("+1", "b"))
+send.enqueue(1, body="x")
+reveal_type(Queue("x").fetch_job("id"))
+"""
+
+
+def test_a_type_checker_sees_the_handle_and_job_types(tmp_path):
+    pytest.importorskip("mypy")
+    (tmp_path / "snippet.py").write_text(TYPED_SNIPPET)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
+         "--ignore-missing-imports", "--cache-dir", str(tmp_path / "cache"), "snippet.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "MYPYPATH": str(ROOT)})
+    out = proc.stdout
+    assert 'Revealed type is "fusionworker.job.Job[builtins.int]"' in out or \
+        'Revealed type is "fusionworker.job.Job[int]"' in out, out
+    assert 'Revealed type is "int | None"' in out or 'builtins.int | None' in out, out
+    assert 'has incompatible type "int"; expected "str"' in out, out
+    assert "Job[Any] | None" in out, out
 
 
 # -- 8. docs/api.md --------------------------------------------------------------------------
