@@ -30,4 +30,12 @@ def touch(path: str) -> str:   # not registered: a worker must refuse it here
     return path
 
 
+class Greeter:
+    """``tests.registered_jobs:Greeter.hello`` is defined here: allowed by the allow-list."""
+
+    @staticmethod
+    def hello(name: str) -> str:
+        return f"hello {name}"
+
+
 _ = os  # imported module: ``tests.registered_jobs:os.system`` must not escape

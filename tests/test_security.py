@@ -66,6 +66,12 @@ def test_attribute_walk_allows_only_what_the_allowed_module_defines():
                 "tests.jobs:Retry", "tests.jobs:time.sleep"):
         with pytest.raises(FunctionNotAllowed):
             resolve(ref, allowed)
+    # a class's function defined in the allowed module runs; what the class inherits does not
+    assert resolve("tests.registered_jobs:Greeter.hello", allowed)("x") == "hello x"
+    for ref in ("tests.registered_jobs:Greeter.mro", "tests.registered_jobs:Greeter.hello.mro",
+                "tests.registered_jobs:shout.func.mro"):
+        with pytest.raises((FunctionNotAllowed, InvalidFunction)):
+            resolve(ref, allowed)
     # fusionworker.Retry is imported into tests.jobs, defined in fusionworker.exceptions
     with pytest.raises(FunctionNotAllowed, match="fusionworker.exceptions"):
         resolve("tests.jobs:Retry", allowed)
