@@ -7,9 +7,9 @@ server is a fresh interpreter that imported only what a horse needs
 (``fusionworker.horse`` and its few stdlib modules, ~16 MiB), so forking a
 horse from it costs a fraction of that. Each job still gets a fresh process
 (isolation is unchanged): a job's changes to module state die with its horse.
-Once a horse ran a function of an allow-listed module successfully, the server
-imports that module too, so later horses find it imported (an explicit
-``FUSIONWORKER_ALLOWED_MODULES`` is required for that preload).
+Once a horse ran a function of an allowed module (registered or allow-listed,
+see ``functions.py``) successfully, the server imports that module too, so
+later horses find it imported.
 
 Processes and what happens when one dies::
 
