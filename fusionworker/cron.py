@@ -38,7 +38,6 @@ on the spring-forward day runs at 03:00). Wildcard hours follow real time.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -51,6 +50,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import redis
 from croniter import croniter
 
+from . import codec
 from .config import Settings
 from .connection import decoding
 from .exceptions import FusionWorkerError
@@ -120,8 +120,8 @@ class CronEntry:
         return cls(
             name=data.get("name", ""), queue=data.get("queue", ""),
             schedule=data.get("schedule", ""), func=data.get("func", ""),
-            args=json.loads(data.get("args") or "[]"),
-            kwargs=json.loads(data.get("kwargs") or "{}"),
+            args=codec.loads(data.get("args") or "[]"),
+            kwargs=codec.loads(data.get("kwargs") or "{}"),
             priority=int(data.get("priority") or 0), timezone=data.get("timezone") or "UTC",
             catch_up=data.get("catch_up") or "skip",
             allow_overlap=data.get("allow_overlap") == "1", timeout=num("timeout"),
@@ -241,8 +241,8 @@ def register(
     ekey = k.cron_entry(name)
     definition = {
         "name": name, "queue": queue, "schedule": schedule, "func": func_ref(func),
-        "args": json.dumps(list(args), separators=(",", ":")),
-        "kwargs": json.dumps(dict(kwargs or {}), separators=(",", ":")),
+        "args": codec.dumps(list(args), where="args"),          # tagged JSON, as enqueue
+        "kwargs": codec.dumps(dict(kwargs or {}), where="kwargs"),
         "priority": priority, "timezone": timezone, "catch_up": catch_up,
         "allow_overlap": "1" if allow_overlap else "0",
         "timeout": repr(float(timeout if timeout is not None else settings.job_timeout)),
