@@ -272,3 +272,23 @@ def test_api_reference_covers_every_public_name_with_an_example():
             continue
         assert f"`{name}" in text, name
     assert text.count("```python") >= len(fusionworker.__all__) - 1
+
+
+def test_the_readme_use_it_example_runs(settings, processes, tmp_path):
+    """README "Use it": app/tasks.py with @job, enqueue.py, a worker with --import."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use it"):]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "tasks.py").write_text(blocks[0].split("\n", 1)[1])
+    (tmp_path / "enqueue.py").write_text(blocks[1])
+    path = f"{tmp_path}{os.pathsep}{ROOT}"
+    proc = processes.worker("--customq", "sms", "--import", "app.tasks",
+                            env={"PYTHONPATH": path, "FUSIONWORKER_ALLOWED_MODULES": ""})
+    out = subprocess.run([sys.executable, "enqueue.py"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env=worker_env(settings, PYTHONPATH=path))
+    assert out.returncode == 0, (out.stderr, processes.output(proc))
+    assert out.stdout.strip() == "sent 'hi' to +1555"
