@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .config import ConfigError, Settings
-from .functions import HOW_TO_ALLOW, func_ref
+from .functions import HOW_TO_ALLOW, func_ref, parse_func_ref
 
 if TYPE_CHECKING:
     from .job import Job
@@ -74,6 +74,7 @@ class JobFunction(Generic[P, R]):
         functools.update_wrapper(self, func)  # __module__/__qualname__ are the function's
         self.func = func
         self.ref = func_ref(func)
+        parse_func_ref(self.ref)     # private names (_helper) cannot be job functions
         self.queue = queue
         self.connection = connection
         self.settings = settings

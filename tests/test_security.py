@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from fusionworker import FunctionNotAllowed, Queue
+import fusionworker
+from fusionworker import FunctionNotAllowed, Queue, register
 from fusionworker.exceptions import InvalidFunction
 from fusionworker.functions import resolve
 from tests.conftest import ROOT, worker_env
@@ -164,3 +165,11 @@ def test_the_typed_handle_is_also_a_plain_function(r, settings, burst):
     assert q.fetch_job(job.id).result == "LATER"
     with pytest.raises(TypeError, match="unknown job options"):
         shout.options(prio=3)
+    with pytest.raises(InvalidFunction):       # a worker could not import these by name
+        fusionworker.job(lambda: None)
+    with pytest.raises(InvalidFunction, match="private"):
+        register(_private)
+
+
+def _private() -> None:
+    pass
