@@ -214,3 +214,16 @@ def test_a_plain_bytes_cluster_client_works(redis_cluster, settings):
     assert admin.stuck_jobs(plain, "sms", settings.prefix) == []
     assert admin.workers(plain, settings.prefix) == []
     plain.close()
+
+
+def test_wait_blocks_until_a_worker_process_finishes_the_job(processes, settings, rc):
+    """Job.wait on a cluster: the finish script's PUBLISH reaches the waiter's node."""
+    from fusionworker import JobFailed
+
+    q = Queue("sms", rc, settings=settings, events=False)
+    processes.worker("--customq", "sms")
+    job = q.enqueue("tests.jobs:sleep", 0.5)
+    assert job.wait(30).result == 0.5
+    bad = q.enqueue("tests.jobs:boom", "cluster")
+    with pytest.raises(JobFailed, match="cluster"):
+        bad.wait(30)
