@@ -61,7 +61,9 @@ _HEADER = struct.Struct(">I")
 # its ``__init__`` (which pulls in redis and the worker: exactly the memory the
 # server exists to avoid). Job code that does ``from fusionworker import Retry``
 # runs the real ``__init__`` on first use (PEP 562 module ``__getattr__``), in
-# its horse only.
+# its horse only. ``fusionworker.job`` is both a submodule and, after the real
+# ``__init__``, the ``@job`` decorator: serve() drops the submodule attribute so
+# that ``from fusionworker import job`` in job code gets the decorator.
 _BOOT = """\
 # fusionworker fork server
 import importlib.util, json, os, sys
@@ -72,7 +74,7 @@ spec = importlib.util.spec_from_file_location(
 pkg = importlib.util.module_from_spec(spec)
 sys.modules["fusionworker"] = pkg
 def _load_package(name):
-    if os.path.exists(os.path.join(pkg_dir, name + ".py")):
+    if name != "job" and os.path.exists(os.path.join(pkg_dir, name + ".py")):
         raise AttributeError(name)   # a submodule: the import system loads it by itself
     del pkg.__getattr__
     spec.loader.exec_module(pkg)
@@ -129,6 +131,9 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
 
     from . import horse as horse_mod
 
+    package = sys.modules.get(__package__)
+    if package is not None and "__getattr__" in vars(package):   # the lazy package (_BOOT)
+        vars(package).pop("job", None)   # the submodule; the real __init__ binds the decorator
     horse_mod.set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)

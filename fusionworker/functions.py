@@ -23,7 +23,8 @@ was registered (same ``__module__:__qualname__``).
 
 The check runs at enqueue (nothing is written for a refused name; for the
 walk the producer imports an allowed module, and checks only the name if it
-cannot), again in the worker before forking (by name) and in the horse (all).
+cannot), again in the worker before forking (:func:`verify_loaded`: the name,
+and the walk if the module is imported there) and in the horse (all).
 """
 
 from __future__ import annotations
@@ -145,6 +146,16 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
         except ImportError:
             return
     _walk(ref, module_obj, attr, allowed)
+
+
+def verify_loaded(ref: str, allowed: Iterable[str] = ()) -> None:
+    """The worker parent's check before forking: by name, and the attribute walk
+    if the module is imported in this process already (registered modules are:
+    ``FUSIONWORKER_IMPORTS``). Never imports: job code is imported in horses."""
+    module_name, attr = check_allowed(ref, allowed)
+    module_obj = sys.modules.get(module_name)
+    if module_obj is not None:
+        _walk(ref, module_obj, attr, allowed)
 
 
 def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:

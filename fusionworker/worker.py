@@ -88,7 +88,7 @@ from .config import Settings, load_settings
 from .connection import decoding
 from .exceptions import FunctionNotAllowed, InvalidFunction
 from .forkserver import ForkServer, ForkServerDied
-from .functions import check_allowed
+from .functions import verify_loaded
 from .horse import Horse, HorseExit
 from .job import Job, MalformedJob, encode_fields
 from .keys import Keys, check_queue_name
@@ -593,10 +593,12 @@ class Worker:
             return HorseExit(ok=False, reason="malformed", error_type=job.error_type,
                              error_message=job.error_message)
         try:
-            check_allowed(job.func, self.allowed)
+            verify_loaded(job.func, self.allowed)
         except (FunctionNotAllowed, InvalidFunction) as exc:
             return HorseExit(ok=False, reason="refused", error_type=type(exc).__name__,
                              error_message=str(exc))
+        except Exception:  # noqa: BLE001 - a module's own __getattr__ failing: the horse reports it
+            return None
         return None
 
     def _horse_tick(self, job: Job, horse: Horse) -> str | None:

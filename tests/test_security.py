@@ -173,3 +173,37 @@ def test_the_typed_handle_is_also_a_plain_function(r, settings, burst):
 
 def _private() -> None:
     pass
+
+
+def test_the_worker_parent_refuses_an_attribute_escape_without_forking(r, settings, processes,
+                                                                       tmp_path):
+    """A module the worker imported (FUSIONWORKER_IMPORTS) is walked in the parent: an escape
+    through it fails as refused and no horse ever imports the module."""
+    markers = tmp_path / "imports"
+    markers.mkdir()
+    q = Queue("walk", r, settings=settings, events=False)
+    r.sadd(q.keys.queues, "walk")
+
+    def write(job_id, func):
+        r.hset(q.qkeys.job(job_id), mapping={
+            "id": job_id, "queue": "walk", "func": func, "args": "[]", "kwargs": "{}",
+            "timeout": "5", "status": "queued"})
+        r.zadd(q.qkeys.pending, {job_id: 2**42})
+
+    env = {"FUSIONWORKER_ALLOWED_MODULES": "tests.marker_jobs",
+           "FUSIONWORKER_IMPORTS": "tests.marker_jobs", "FW_TEST_IMPORT_MARKERS": str(markers)}
+    write("e1", "tests.marker_jobs:os.system")
+    write("e2", "tests.marker_jobs:pathlib.Path")
+    write("e3", "tests.marker_jobs:job")            # fusionworker's decorator, imported there
+    first = processes.worker("--customq", "walk", "--burst", env=env)
+    assert first.wait(60) == 0, processes.output(first)
+    for job_id in ("e1", "e2", "e3"):
+        assert q.fetch_job(job_id).failure_reason == "refused"
+    assert sorted(p.name for p in markers.iterdir()) == [str(first.pid)]   # the parent only
+    # the control: a job that may run is imported by its horse (the markers do see forks)
+    write("fine", "tests.marker_jobs:ok")
+    second = processes.worker("--customq", "walk", "--burst", env=env)
+    assert second.wait(60) == 0, processes.output(second)
+    assert q.fetch_job("fine").result == "ok", q.fetch_job("fine").to_dict()
+    pids = {p.name for p in markers.iterdir()} - {str(first.pid), str(second.pid)}
+    assert pids, "no horse imported the module"
