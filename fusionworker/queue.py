@@ -36,10 +36,11 @@ OPTIONS = frozenset({
 BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
 
 #: client -> {(prefix, queue): when it was last added to ``fw:queues``}: saves the SADD of
-#: a per-call Queue; re-sent after KNOWN_FOR seconds (the queue may have been deleted)
+#: a per-call Queue; re-sent after KNOWN_FOR seconds (the queue may have been deleted
+#: meanwhile: at most that long after a delete is a queue missing from ``fw:queues``)
 _known: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = (
     weakref.WeakKeyDictionary())
-KNOWN_FOR = 60.0
+KNOWN_FOR = 10.0
 _cache_lock = threading.Lock()
 
 
