@@ -91,6 +91,16 @@ def test_a_thousand_per_call_queues_leave_a_bounded_number_of_connections(redis_
     assert 1 <= len(mine) <= 3, len(mine)
 
 
+def test_a_per_call_queue_sees_a_changed_environment(monkeypatch, redis_url):
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("FUSIONWORKER_PREFIX", "one")
+    assert Queue("x").settings.prefix == "one"
+    monkeypatch.setenv("FUSIONWORKER_PREFIX", "two")
+    assert Queue("x").settings.prefix == "two"
+    monkeypatch.delenv("FUSIONWORKER_PREFIX")
+    assert Queue("x").settings.prefix == "fw"
+
+
 def test_scripts_cache_does_not_keep_clients_alive(redis_url):
     import gc
     import weakref
