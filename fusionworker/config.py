@@ -42,6 +42,10 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+def _paths(value: str) -> tuple[str, ...]:
+    return tuple(part for part in value.split(os.pathsep) if part.strip())
+
+
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -87,6 +91,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("imports", "FUSIONWORKER_IMPORTS", (), _csv,
             "Comma-separated modules the worker imports at start, so that the functions they "
             "register with @fusionworker.job may run.", "--import"),
+    Setting("path", "FUSIONWORKER_PATH", (), _paths,
+            "Directories (separated by ':') the worker puts at the front of sys.path before it "
+            "imports job modules; the current directory is always put there too, as with "
+            "`rq worker`.", "--path"),
     Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level"),
     Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
             "Log format: text (readable lines) or json.", "--log-format"),

@@ -6,7 +6,9 @@ Sequence (parent P, horse H)::
     H: own process group; PR_SET_PDEATHSIG=SIGKILL (H dies with P, so a job is
        never left running with no parent to record it); SIGINT ignored,
        SIGTERM default; SIGALRM armed at the job timeout (death penalty)
-    H: check the allow-list, import, call, JSON-encode the result
+    H: check the allow-list, import, call (a coroutine or other awaitable the
+       call returns, e.g. from an ``async def`` job, runs to completion in a
+       fresh event loop, under the same death penalty), JSON-encode the result
     H: write one JSON report to the pipe; os._exit(0)
     P: select() on the pipe (and the signal wake-up fd), ticking about once a
        second (heartbeat, lease, memory ceiling, cold shutdown); at
@@ -24,8 +26,10 @@ without a report (``os._exit`` in the job -> ``exit``).
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import errno
+import inspect
 import json
 import logging
 import os
@@ -105,7 +109,7 @@ def run_job(job: Job, allowed: Iterable[str], retryable: Iterable[str]) -> dict[
             signal.setitimer(signal.ITIMER_REAL, 0)
             return {"ok": False, "reason": "refused", "error_type": type(exc).__name__,
                     "error_message": str(exc), "traceback": "", "retryable": False}
-        result = func(*job.args, **job.kwargs)
+        result = call(func, job.args, job.kwargs)
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
             return {"ok": True, "reason": "ok",
@@ -126,6 +130,34 @@ def run_job(job: Job, allowed: Iterable[str], retryable: Iterable[str]) -> dict[
             "retryable": is_retryable(exc, retryable),
             "retry_delay": exc.delay if isinstance(exc, Retry) else None,
         }
+
+
+def call(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """Call the job function; an awaitable it returns (``async def``) is run to the end.
+
+    Each awaited job gets a fresh event loop (``asyncio.run``): a horse runs one
+    job, so nothing is shared with another job's loop. SIGALRM (the death
+    penalty) interrupts the loop like any other code and the loop is closed.
+    """
+    result = func(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def exit_from_report(report: dict[str, Any], duration: float) -> HorseExit:
+    """The :class:`HorseExit` a horse's JSON report stands for."""
+    return HorseExit(
+        ok=bool(report.get("ok")), reason=report.get("reason", "exception"),
+        result_json=report.get("result"), error_type=report.get("error_type"),
+        error_message=report.get("error_message"), traceback=report.get("traceback"),
+        retryable=bool(report.get("retryable")), retry_delay=report.get("retry_delay"),
+        duration=duration,
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -359,13 +391,7 @@ class Horse:
         if self._kill_reason is not None and not (report and report.get("ok")):
             return self._killed_exit(duration, report)
         if report is not None:
-            return HorseExit(
-                ok=bool(report.get("ok")), reason=report.get("reason", "exception"),
-                result_json=report.get("result"), error_type=report.get("error_type"),
-                error_message=report.get("error_message"), traceback=report.get("traceback"),
-                retryable=bool(report.get("retryable")), retry_delay=report.get("retry_delay"),
-                duration=duration,
-            )
+            return exit_from_report(report, duration)
         status = self._status or 0
         if os.WIFSIGNALED(status):
             sig = signal.Signals(os.WTERMSIG(status))

@@ -567,17 +567,7 @@ class Worker:
         started = time.monotonic()
         exit_ = self._refusal(job)
         if exit_ is None:
-            horse = Horse(job, allowed=self.allowed,
-                          retryable=self.settings.retryable, server=self._forkserver)
-            # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
-            # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
-            horse.start(while_forking=lambda: self._call("after_claim", job))
-            exit_ = horse.supervise(
-                kill_after=job.timeout + self.settings.kill_grace,
-                tick=lambda: self._horse_tick(job, horse),
-                first_tick=BUSY_AFTER,
-                wake_fd=self._wake_r if self._wake_r >= 0 else None,
-            )
+            exit_ = self._run_horse(job)
         else:
             self._call("after_claim", job)
         outcome = self._decide(job, exit_)
@@ -586,6 +576,20 @@ class Worker:
         self.current_job = None
         self._call("after_finish", job, outcome)
         return outcome
+
+    def _run_horse(self, job: Job) -> HorseExit:
+        """Run the job in a fresh forked horse and supervise it to its end."""
+        horse = Horse(job, allowed=self.allowed,
+                      retryable=self.settings.retryable, server=self._forkserver)
+        # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
+        # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
+        horse.start(while_forking=lambda: self._call("after_claim", job))
+        return horse.supervise(
+            kill_after=job.timeout + self.settings.kill_grace,
+            tick=lambda: self._horse_tick(job, horse),
+            first_tick=BUSY_AFTER,
+            wake_fd=self._wake_r if self._wake_r >= 0 else None,
+        )
 
     def _refusal(self, job: Job) -> HorseExit | None:
         """Fail bad jobs without forking: malformed payload, refused module."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import signal
@@ -31,6 +32,26 @@ def boom(message="boom"):
 def sleep(seconds):
     time.sleep(seconds)
     return seconds
+
+
+async def async_add(a, b):
+    await asyncio.sleep(0.01)
+    return a + b
+
+
+async def async_boom(message="async boom"):
+    await asyncio.sleep(0)
+    raise ValueError(message)
+
+
+async def async_sleep(seconds):
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+def returns_awaitable(value):
+    """A plain function that returns a coroutine (e.g. a decorator around async code)."""
+    return async_add(value, 0)
 
 
 def ignore_alarm_and_sleep(seconds):
@@ -114,3 +135,12 @@ def pid_then_sleep(url, key, seconds):
     """Record this horse's pid, then sleep (for tests that must find the running horse)."""
     _redis(url).rpush(key, os.getpid())
     time.sleep(seconds)
+
+
+def patched_target(value):
+    """Stands for a provider call that a user's test monkeypatches."""
+    raise RuntimeError("the real provider was called")
+
+
+def calls_patched_target(value):
+    return patched_target(value)

@@ -24,6 +24,11 @@ from .common import App, pass_app
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
+@click.option("--path", "paths", multiple=True, metavar="DIR",
+              type=click.Path(file_okay=False, dir_okay=True),
+              help="Put DIR at the front of sys.path so that job modules are found there "
+                   "(repeatable; adds to FUSIONWORKER_PATH). The current directory is always "
+                   "searched first, as with `rq worker`.")
 @click.option("--name", help="Worker name (default HOST.PID; with --processes: NAME.SLOT).")
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
@@ -43,7 +48,7 @@ from .common import App, pass_app
 def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None,
-           imports: tuple[str, ...] = ()) -> None:
+           imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
     """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
@@ -53,6 +58,9 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--customq") from None
+    searched = extend_sys_path((*paths, *app.settings.path))
+    if len(searched) > 1:   # --processes children find them too
+        os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])
     if imports:
         os.environ["FUSIONWORKER_IMPORTS"] = ",".join((*app.settings.imports, *imports))
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
@@ -123,3 +131,20 @@ def _supervise(app: App, connection: object, queues: str, burst: bool, name: str
                             max_restarts=max_restarts,
                             restart_window=restart_window, description=f"queues {queues}")
     return supervisor.run()
+
+
+def extend_sys_path(dirs: tuple[str, ...]) -> list[str]:
+    """Put the current directory, then ``dirs``, at the front of ``sys.path``.
+
+    What ``rq worker`` does for the current directory (a console script's
+    ``sys.path[0]`` is its own bin directory, not where it was started): a
+    worker started in a project folder imports that project's job modules.
+    The fork server is started with this ``sys.path``, so horses see it too.
+    Returns the directories, absolute, in search order.
+    """
+    searched = [os.getcwd(), *(os.path.abspath(d) for d in dirs)]
+    for directory in reversed(searched):
+        if directory in sys.path:
+            sys.path.remove(directory)
+        sys.path.insert(0, directory)
+    return searched

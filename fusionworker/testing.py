@@ -1,0 +1,117 @@
+"""Run your jobs inside your own test suite.
+
+:func:`run_burst` drains queues the way a worker does — the same claim script
+(priority, FIFO, groups, pause, caps), the same JSON encoding of arguments and
+results, the same outcome script (retries, dead-letter, results) — but calls
+each job function **in this process**, so what your test patched (``requests``,
+a provider client, the clock) is what the job sees. It returns once the
+queues hold no job that is due now.
+
+Use it with a real Redis server (give each test its own ``prefix``) or with
+``fakeredis`` (``pip install 'fakeredis[lua]'``: the queue operations are Lua
+scripts)::
+
+    import fakeredis, pytest
+    from fusionworker import Queue
+    from fusionworker.config import load_settings
+    from fusionworker.testing import run_burst
+
+    @pytest.fixture
+    def queue():
+        redis = fakeredis.FakeRedis()
+        settings = load_settings(environ={}, allowed_modules=("app",))
+        return Queue("sms", redis, settings=settings)
+
+    def test_send(queue, monkeypatch):
+        monkeypatch.setattr("app.tasks.provider_send", lambda *a: "sent")
+        job = queue.enqueue("app.tasks:send", "+1555", "hi")
+        run_burst(queue)
+        assert job.refresh().result == "sent"
+
+What differs from a real worker, on purpose: no fork (so no isolation from
+the test process, no per-job memory ceiling, no fork server), no background
+middleware (reaper, cron, events, metrics), and delayed jobs
+(``enqueue_in``/retries with a delay) run only once they are due. The
+timeout still applies (SIGALRM), so call it from the main thread.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterable
+
+from .config import Settings
+from .horse import HorseExit, exit_from_report, run_job
+from .job import Job
+from .middleware import Middleware
+from .queue import Queue
+from .worker import Outcome, Worker
+
+
+class InProcessWorker(Worker):
+    """A :class:`~fusionworker.worker.Worker` that runs each job in this process.
+
+    Everything but the horse is the real worker: claim, outcome, retries.
+    """
+
+    def _start_forkserver(self) -> None:
+        """No fork server: nothing is forked."""
+
+    def _run_horse(self, job: Job) -> HorseExit:
+        self._call("after_claim", job)
+        started = time.monotonic()
+        previous = signal.getsignal(signal.SIGALRM)
+        try:
+            report = run_job(job, self.allowed, self.settings.retryable)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+        # the report crosses the same JSON encoding as a horse's pipe
+        return exit_from_report(json.loads(json.dumps(report)), time.monotonic() - started)
+
+
+class _Collect(Middleware):
+    def __init__(self) -> None:
+        self.ran: list[tuple[Job, Outcome]] = []
+
+    def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
+        self.ran.append((job, outcome))
+
+
+def run_burst(queue: Queue | Iterable[Queue], *, settings: Settings | None = None,
+              max_jobs: int | None = None) -> list[Job]:
+    """Run the due jobs of ``queue`` (or of several, round-robin) in this process.
+
+    Returns the jobs in the order they ran, read back after their outcome
+    (status, result, error, attempts); a job whose record is gone (e.g.
+    ``result_ttl=0``) is returned as it was claimed. ``max_jobs`` stops early.
+    """
+    queues = [queue] if isinstance(queue, Queue) else list(queue)
+    if not queues:
+        raise ValueError("run_burst needs at least one queue")
+    first = queues[0]
+    collect = _Collect()
+    worker = InProcessWorker([q.name for q in queues], first.connection,
+                             settings=settings or first.settings, burst=True,
+                             middleware=[collect, *([_Limit(max_jobs)] if max_jobs else [])])
+    worker.work()
+    by_name = {q.name: q for q in queues}
+    out: list[Job] = []
+    for job, _ in collect.ran:
+        fresh = by_name[job.queue].fetch_job(job.id) if job.queue in by_name else None
+        out.append(fresh if fresh is not None else job)
+    return out
+
+
+class _Limit(Middleware):
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            worker.request_stop("warm")
+
+
+__all__ = ["InProcessWorker", "run_burst"]
