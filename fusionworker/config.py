@@ -149,6 +149,17 @@ SETTINGS: tuple[Setting, ...] = (
             "Approximate length cap of the Redis event stream."),
     Setting("metrics_port", "FUSIONWORKER_METRICS_PORT", 0, int,
             "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port"),
+    Setting("otel", "FUSIONWORKER_OTEL", False, _bool,
+            "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
+            "application's providers; the worker sets up SDK providers with OTLP/HTTP exporters "
+            "configured by the standard OTEL_* variables, records the queue.* metrics and a "
+            "consumer span per job in its horses."),
+    Setting("otel_setup", "FUSIONWORKER_OTEL_SETUP", "", str,
+            "module:function called (no arguments) in the worker and its fork server instead of "
+            "the built-in OTLP set-up; it installs the global tracer and meter providers."),
+    Setting("otel_flush_timeout", "FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
+            "Seconds a horse may spend exporting its spans after it reported the job's outcome "
+            "(and the worker its metrics at shutdown); an unreachable collector costs at most this."),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (used when no Redis answers and REDIS_URL is unset)."),
 )

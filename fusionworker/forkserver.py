@@ -125,8 +125,11 @@ class _Running:
 
 
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
-          preload: bool) -> None:
-    """Main loop of the fork server. Never returns normally: exits with the worker."""
+          preload: bool, otel: dict[str, Any] | None = None) -> None:
+    """Main loop of the fork server. Never returns normally: exits with the worker.
+
+    ``otel``: trace every horse's job (``otel.setup_horses`` arguments).
+    """
     import gc
 
     from . import horse as horse_mod
@@ -134,6 +137,11 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     package = sys.modules.get(__package__)
     if package is not None and "__getattr__" in vars(package):   # the lazy package (_BOOT)
         vars(package).pop("job", None)   # the submodule; the real __init__ binds the decorator
+    if otel:
+        from .otel import setup_horses
+
+        setup_horses(**otel)
+
     horse_mod.set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
@@ -257,6 +265,8 @@ def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[st
 
         job = Job(id=msg["id"], queue=msg["queue"], func=msg["func"], args=decode(msg["args"]),
                   kwargs=decode(msg["kwargs"]), timeout=msg["timeout"])
+        if "trace" in msg:   # OpenTelemetry on: what the job's span needs
+            job.attempts, job.priority, job.traceparent, job.tracestate = msg["trace"]
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         os._exit(70)
     horse_mod.horse_main(job, write_fd, server_pid, allowed, retryable)
@@ -325,9 +335,11 @@ class ForkServerDied(RuntimeError):
 class ForkServer:
     """The worker's handle of its fork server (started lazily, restarted if it dies)."""
 
-    def __init__(self, allowed: tuple[str, ...], retryable: tuple[str, ...]) -> None:
+    def __init__(self, allowed: tuple[str, ...], retryable: tuple[str, ...],
+                 otel: dict[str, Any] | None = None) -> None:
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
+        self.otel = otel
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
 
@@ -337,6 +349,8 @@ class ForkServer:
         pkg_dir = os.path.dirname(os.path.abspath(__file__))
         args = {"fd": theirs.fileno(), "worker_pid": os.getpid(), "allowed": list(self.allowed),
                 "retryable": list(self.retryable), "preload": bool(self.allowed)}
+        if self.otel:
+            args["otel"] = self.otel
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, pkg_dir, args])],
@@ -369,9 +383,12 @@ class ForkServer:
         try:
             from .codec import encode  # tagged JSON: _waiting_horse decodes
 
-            send_msg(self.sock, {"id": job.id, "queue": job.queue, "func": job.func,
-                                 "args": encode(job.args), "kwargs": encode(job.kwargs),
-                                 "timeout": job.timeout})
+            msg = {"id": job.id, "queue": job.queue, "func": job.func,
+                   "args": encode(job.args), "kwargs": encode(job.kwargs),
+                   "timeout": job.timeout}
+            if self.otel:
+                msg["trace"] = [job.attempts, job.priority, job.traceparent, job.tracestate]
+            send_msg(self.sock, msg)
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
                 raise

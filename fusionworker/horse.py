@@ -54,6 +54,10 @@ _PR_SET_PDEATHSIG = 1
 _CRASH_SIGNALS = {signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
 _READ_CHUNK = 65536
 
+#: ``otel.HorseTracing`` when OpenTelemetry is on (set in the process that forks the
+#: horses), else None: the untraced horse pays one test.
+_otel: Any = None
+
 
 @dataclass
 class HorseExit:
@@ -180,10 +184,16 @@ def horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        report = run_job(job, allowed, retryable)
+        tracing = _otel
+        if tracing is None:
+            report = run_job(job, allowed, retryable)
+        else:   # a CONSUMER span around the job (otel.py)
+            report = tracing.run(job, lambda: run_job(job, allowed, retryable))
         _flush_job_events()
         _write_all(write_fd, json.dumps(report).encode())
         os.close(write_fd)   # EOF now: the parent goes on while this process exits
+        if tracing is not None:   # after the outcome went out, for a bounded time
+            tracing.flush()
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         code = 70
     finally:

@@ -33,6 +33,8 @@ Hash fields (all strings in Redis):
 ``duration``        seconds the last attempt ran
 ``cron``            name of the cron entry that enqueued the job (optional)
 ``cron_due``        the due time of that cron run (optional)
+``traceparent``     W3C trace context of the enqueue (OpenTelemetry, optional)
+``tracestate``      W3C trace state of the enqueue (OpenTelemetry, optional)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -146,6 +148,8 @@ class Job(Generic[R]):
     unique_key: str | None = None
     on_failure_url: str | None = None
     duration: float | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -293,6 +297,8 @@ class Job(Generic[R]):
             unique_key=data.get("unique_key") or None,
             on_failure_url=data.get("on_failure_url") or None,
             duration=_float(data.get("duration")),
+            traceparent=data.get("traceparent") or None,
+            tracestate=data.get("tracestate") or None,
         )
 
     def to_dict(self) -> dict[str, Any]:

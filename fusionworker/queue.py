@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import codec
+from . import otel as _otel
 from .config import SETTINGS, Settings, load_settings
 from .connection import decoding, shared_client
 from .exceptions import InvalidOperation, NoSuchJob
@@ -126,6 +127,8 @@ class Queue:
         self.scripts = scripts_for(connection)
         self._events = events
         self._registered = False
+        if self.settings.otel:
+            _otel.ensure_producer()
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -154,6 +157,7 @@ class Queue:
         return self.enqueue_call(func, args=list(args), kwargs=kwargs, _when=_at(when),
                                  **options)
 
+    @_otel.traced_enqueue
     def enqueue_call(
         self,
         func: str | Callable[..., Any],
@@ -212,6 +216,7 @@ class Queue:
                     timeout=timeout, max_retries=max_retries, retry_delay=retry_delay,
                     unique_key=unique_key, group=group, on_failure_url=on_failure_url,
                 ),
+                *_otel.trace_fields(),
             ],
         )
         # written: from here on nothing may raise (a caller retrying on an exception

@@ -175,6 +175,10 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     chain.append(EventsMiddleware())
     if settings.metrics_port:
         chain.append(MetricsMiddleware(settings.metrics_port))
+    if settings.otel:
+        from .otel import OtelMiddleware
+
+        chain.append(OtelMiddleware(settings))
     return chain
 
 
@@ -391,7 +395,9 @@ class Worker:
 
     def _start_forkserver(self) -> None:
         """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
-        server = ForkServer(self.allowed, self.settings.retryable)
+        otel = next((mw.horse_tracing() for mw in self.middleware
+                     if hasattr(mw, "horse_tracing")), None)   # OpenTelemetry: otel.py
+        server = ForkServer(self.allowed, self.settings.retryable, otel=otel)
         try:
             server.start()
         except ForkServerDied as exc:
