@@ -144,3 +144,13 @@ def patched_target(value):
 
 def calls_patched_target(value):
     return patched_target(value)
+
+
+def enqueue_child_with_env_settings(url, prefix):
+    """Enqueue a job on queue 'child' with settings from the environment (+ url, prefix)."""
+    from fusionworker.config import load_settings
+    from fusionworker.queue import Queue
+
+    settings = load_settings(redis_url=url, prefix=prefix)
+    return Queue("child", _redis(url), settings=settings, events=False).enqueue(
+        "tests.jobs:noop").id

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from fusionworker import horse, otel  # noqa: E402
+from fusionworker.exceptions import PriorityOutOfRange  # noqa: E402
 from fusionworker.otel import OtelMiddleware  # noqa: E402
 from fusionworker.queue import Queue  # noqa: E402
 from fusionworker.worker import Worker, default_middleware  # noqa: E402
@@ -246,3 +247,34 @@ def test_otel_on_without_a_setup_function_is_a_clear_error(settings):
             otel.configure_sdk("no_colon_here")
         finally:
             otel._configured = False
+
+
+def test_a_refused_enqueue_ends_its_span_with_the_error_and_counts_nothing(r, otel_settings, tel):
+    q = Queue("default", r, settings=otel_settings)
+    with pytest.raises(PriorityOutOfRange):
+        q.enqueue("tests.jobs:add", 1, 2, priority=5000)
+    [send] = producer_spans(tel)
+    assert send.status.status_code == StatusCode.ERROR
+    assert [e.attributes["exception.type"] for e in send.events] == [
+        "fusionworker.exceptions.PriorityOutOfRange"]
+    assert "messaging.message.id" not in send.attributes
+    assert tel.points("queue.enqueue.total") == {}
+    assert q.count == 0
+
+
+def test_a_job_that_enqueues_gives_a_producer_span_under_its_consumer_span(
+        r, otel_settings, tel, monkeypatch, redis_url, prefix):
+    monkeypatch.setenv("FUSIONWORKER_OTEL", "on")   # the horse's own Queue reads it
+    q = Queue("default", r, settings=otel_settings)
+    job = q.enqueue("tests.jobs:enqueue_child_with_env_settings", redis_url, prefix)
+    run_burst(r, otel_settings, tel)
+    child_id = q.fetch_job(job.id).result
+    process, send_child = sorted(tel.horse_spans(2), key=lambda s: s["kind"])
+    assert process["kind"] == "SpanKind.CONSUMER" and send_child["kind"] == "SpanKind.PRODUCER"
+    assert send_child["name"] == "send child"
+    assert send_child["attributes"]["messaging.message.id"] == child_id
+    assert send_child["parent_id"] == process["context"]["span_id"]
+    assert send_child["context"]["trace_id"] == process["context"]["trace_id"]
+    child = Queue("child", r, settings=otel_settings).fetch_job(child_id)
+    assert child.traceparent.split("-")[1:3] == [process["context"]["trace_id"][2:],
+                                                 send_child["context"]["span_id"][2:]]
