@@ -203,11 +203,14 @@ class Producer:
                         "fusionworker.job.priority": priority if isinstance(priority, int) else 0},
         ) as span:
             job = call(queue, func, *args, **kwargs)
-            span.set_attribute("messaging.message.id", job.id)
-            span.set_attribute("fusionworker.job.deduplicated", job.deduplicated)
-            if not job.deduplicated:
-                span.set_attribute("fusionworker.job.status", job.status)
-                self.enqueued.add(1, {"queue": queue.name, "band": band_of(job.priority)})
+            try:   # the job is written: from here on nothing may raise (queue.py)
+                span.set_attribute("messaging.message.id", job.id)
+                span.set_attribute("fusionworker.job.deduplicated", job.deduplicated)
+                if not job.deduplicated:
+                    span.set_attribute("fusionworker.job.status", job.status)
+                    self.enqueued.add(1, {"queue": queue.name, "band": band_of(job.priority)})
+            except Exception:  # noqa: BLE001 - telemetry never fails an enqueue
+                log.debug("recording the enqueue of job %s failed", job.id, exc_info=True)
         return job
 
     def context_fields(self) -> list[str]:

@@ -151,6 +151,6 @@ def enqueue_child_with_env_settings(url, prefix):
     from fusionworker.config import load_settings
     from fusionworker.queue import Queue
 
-    settings = load_settings(redis_url=url, prefix=prefix)
+    settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
     return Queue("child", _redis(url), settings=settings, events=False).enqueue(
         "tests.jobs:noop").id
