@@ -287,18 +287,23 @@ class HorseTracing:
 
     def run(self, job: Any, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``body`` (the job) inside a CONSUMER span; record its report on the span."""
-        carrier = {k: v for k, v in (("traceparent", getattr(job, "traceparent", None)),
-                                     ("tracestate", getattr(job, "tracestate", None))) if v}
-        parent = self.propagator.extract(carrier) if carrier else None
-        span = self.tracer.start_span(
-            f"process {job.queue}", context=parent, kind=self.trace.SpanKind.CONSUMER,
-            attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",
-                        "messaging.operation.name": "process",
-                        "messaging.destination.name": job.queue,
-                        "messaging.message.id": job.id, "fusionworker.job.function": job.func,
-                        "fusionworker.job.attempt": int(getattr(job, "attempts", 0) or 0),
-                        "fusionworker.job.priority": int(getattr(job, "priority", 0) or 0)})
-        token = self.context.attach(self.trace.set_span_in_context(span))
+        try:
+            carrier = {k: v for k, v in (("traceparent", getattr(job, "traceparent", None)),
+                                         ("tracestate", getattr(job, "tracestate", None))) if v}
+            parent = self.propagator.extract(carrier) if carrier else None
+            span = self.tracer.start_span(
+                f"process {job.queue}", context=parent, kind=self.trace.SpanKind.CONSUMER,
+                attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",
+                            "messaging.operation.name": "process",
+                            "messaging.destination.name": job.queue,
+                            "messaging.message.id": job.id,
+                            "fusionworker.job.function": job.func,
+                            "fusionworker.job.attempt": int(getattr(job, "attempts", 0) or 0),
+                            "fusionworker.job.priority": int(getattr(job, "priority", 0) or 0)})
+            token = self.context.attach(self.trace.set_span_in_context(span))
+        except Exception:  # noqa: BLE001 - tracing must never stop the job
+            log.debug("starting the job span failed", exc_info=True)
+            return body()
         try:
             report = body()
         finally:

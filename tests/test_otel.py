@@ -19,7 +19,7 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,
 )
@@ -27,11 +27,13 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from fusionworker import horse, otel  # noqa: E402
 from fusionworker.exceptions import PriorityOutOfRange  # noqa: E402
+from fusionworker.horse import Horse  # noqa: E402
+from fusionworker.job import Job  # noqa: E402
 from fusionworker.otel import OtelMiddleware  # noqa: E402
 from fusionworker.queue import Queue  # noqa: E402
 from fusionworker.worker import Worker, default_middleware  # noqa: E402
 from tests.conftest import wait_for  # noqa: E402
-from tests.otel_setup import read_spans  # noqa: E402
+from tests.otel_setup import JsonLinesSpanExporter, read_spans  # noqa: E402
 
 
 class Telemetry:
@@ -278,3 +280,31 @@ def test_a_job_that_enqueues_gives_a_producer_span_under_its_consumer_span(
     child = Queue("child", r, settings=otel_settings).fetch_job(child_id)
     assert child.traceparent.split("-")[1:3] == [process["context"]["trace_id"][2:],
                                                  send_child["context"]["span_id"][2:]]
+
+
+def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_path):
+    """The fallback without a fork server: the horse is forked from this process, whose
+    real SDK provider (file exporter) it inherits; garbage trace context starts a root."""
+    path = str(tmp_path / "fallback.jsonl")
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path)))
+    parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    try:
+        horse._otel = otel.HorseTracing(2.0, provider)
+        for job_id, traceparent in (("j1", parent), ("j2", "garbage")):
+            job = Job(id=job_id, queue="q", func="tests.jobs:boom", args=["x"], timeout=10,
+                      attempts=2, traceparent=traceparent)
+            h = Horse(job, allowed=("tests",), server=None)
+            h.start()
+            exit_ = h.supervise(kill_after=10)
+            assert exit_.error_type == "ValueError" and exit_.error_message == "x"
+    finally:
+        horse._otel = None
+    first, second = sorted(wait_for(lambda: (lambda s: s if len(s) == 2 else None)(
+        read_spans(path))), key=lambda s: s["attributes"]["messaging.message.id"])
+    assert first["context"]["trace_id"] == "0x" + "ab" * 16
+    assert first["parent_id"] == "0x" + "cd" * 8
+    assert first["attributes"]["fusionworker.job.attempt"] == 2
+    assert first["status"]["status_code"] == "ERROR"
+    assert second["parent_id"] is None                      # bad context: a root span
+    assert second["context"]["trace_id"] != first["context"]["trace_id"]
