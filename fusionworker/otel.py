@@ -56,7 +56,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from .middleware import Middleware
 
@@ -64,6 +64,8 @@ log = logging.getLogger("fusionworker.otel")
 
 #: The producer-side instrumentation of this process, or None (off: enqueue pays one test).
 producer: Producer | None = None
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 SCOPE = "fusionworker"
 SYSTEM = "fusionworker"
@@ -88,11 +90,11 @@ def _require() -> None:
             "pip install 'fusionworker[otel]'") from exc
 
 
-def _version() -> str | None:
+def _version() -> str:
     # not ``from . import __version__``: in the fork server that would run the package's
     # __init__ (redis, the worker), the memory the lean server exists to avoid
     package = sys.modules.get(__package__ or "fusionworker")
-    return None if package is None else package.__dict__.get("__version__")
+    return "" if package is None else str(package.__dict__.get("__version__") or "")
 
 
 def band_of(priority: int) -> str:
@@ -221,8 +223,11 @@ class Producer:
                 for item in (key, carrier[key])]
 
 
-def traced_enqueue(call: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator of ``Queue.enqueue_call``: off, one test of :data:`producer`."""
+def traced_enqueue(call: _F) -> _F:
+    """Decorator of ``Queue.enqueue_call``: off, one test of :data:`producer`.
+
+    Typed as the identity, so type checkers keep ``enqueue_call``'s signature.
+    """
 
     @functools.wraps(call)
     def enqueue_call(self: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -231,7 +236,7 @@ def traced_enqueue(call: Callable[..., Any]) -> Callable[..., Any]:
             return call(self, func, *args, **kwargs)
         return tel.enqueue(call, self, func, args, kwargs)
 
-    return enqueue_call
+    return cast(_F, enqueue_call)
 
 
 def trace_fields() -> list[str]:
