@@ -29,6 +29,7 @@ from fusionworker import horse, otel  # noqa: E402
 from fusionworker.exceptions import PriorityOutOfRange  # noqa: E402
 from fusionworker.horse import Horse  # noqa: E402
 from fusionworker.job import Job  # noqa: E402
+from fusionworker.middleware import Middleware  # noqa: E402
 from fusionworker.otel import OtelMiddleware  # noqa: E402
 from fusionworker.queue import Queue  # noqa: E402
 from fusionworker.worker import Worker, default_middleware  # noqa: E402
@@ -308,3 +309,107 @@ def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_pat
     assert first["status"]["status_code"] == "ERROR"
     assert second["parent_id"] is None                      # bad context: a root span
     assert second["context"]["trace_id"] != first["context"]["trace_id"]
+
+
+class _Collector:
+    """A loopback OTLP/HTTP endpoint: keeps every decoded export request."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+            ExportMetricsServiceRequest,
+        )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        self.spans: list[Any] = []
+        self.metrics: list[Any] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                import gzip
+
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path == "/v1/traces":
+                    req = ExportTraceServiceRequest.FromString(body)
+                    collector.spans.extend(
+                        (rs.resource, span) for rs in req.resource_spans
+                        for ss in rs.scope_spans for span in ss.spans)
+                elif self.path == "/v1/metrics":
+                    req = ExportMetricsServiceRequest.FromString(body)
+                    collector.metrics.extend(
+                        (rm.resource, metric) for rm in req.resource_metrics
+                        for sm in rm.scope_metrics for metric in sm.metrics)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_worker_exports_spans_and_metrics_over_otlp_as_the_environment_says(
+        r, settings, processes, queue):
+    collector = _Collector()
+    try:
+        q = queue("default")
+        job = q.enqueue("tests.jobs:add", 20, 22, priority=10)
+        processes.worker("-q", "default", env={
+            "FUSIONWORKER_OTEL": "on", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            "OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_SERVICE_NAME": "sms-workers"})
+        wait_for(lambda: q.fetch_job(job.id).status == "finished")
+        resource, span = wait_for(lambda: collector.spans and collector.spans[0])
+        assert span.name == "process default" and span.kind == span.SPAN_KIND_CONSUMER
+        attrs = {a.key: a.value for a in span.attributes}
+        assert attrs["messaging.message.id"].string_value == job.id
+        assert attrs["fusionworker.job.outcome"].string_value == "ok"
+        names = {a.key: a.value.string_value for a in resource.attributes}
+        assert names["service.name"] == "sms-workers"
+
+        def schedule_total() -> Any:
+            points = [p for _, m in collector.metrics if m.name == "queue.schedule.total"
+                      for p in m.sum.data_points]
+            return points and points[-1]
+
+        point = wait_for(schedule_total)
+        assert point.as_int == 1
+        assert {a.key: a.value.string_value for a in point.attributes} == {
+            "queue": "default", "band": "high"}
+        seen = {m.name for _, m in collector.metrics}
+        assert {"queue.depth", "queue.active", "queue.schedule.total", "queue.wait_time",
+                "fusionworker.job.outcomes", "fusionworker.job.duration"} <= seen
+    finally:
+        collector.close()
+
+
+def test_queue_active_is_one_while_the_job_runs_and_zero_after(r, otel_settings, tel):
+    seen: list[int] = []
+
+    class Look(Middleware):       # reads the real instrument while the horse runs
+        def on_horse_tick(self, worker: Any, job: Any, horse_pid: int) -> None:
+            seen.extend(p.value for p in tel.points("queue.active").values())
+
+    q = Queue("default", r, settings=otel_settings)
+    q.enqueue("tests.jobs:sleep", 0.3, priority=-5)
+    mw = OtelMiddleware(otel_settings, meter_provider=tel.meter_provider)
+    assert Worker("default", r, settings=otel_settings, burst=True,
+                  middleware=[mw, Look()]).work() == 0
+    assert seen and set(seen) == {1}
+    assert {tuple(sorted(k)): p.value for k, p in tel.points("queue.active").items()} == {
+        (("band", "low"), ("queue", "default")): 0}
