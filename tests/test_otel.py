@@ -413,3 +413,17 @@ def test_queue_active_is_one_while_the_job_runs_and_zero_after(r, otel_settings,
     assert seen and set(seen) == {1}
     assert {tuple(sorted(k)): p.value for k, p in tel.points("queue.active").items()} == {
         (("band", "low"), ("queue", "default")): 0}
+
+
+def test_a_horse_killed_by_a_crash_leaves_no_span_but_its_outcome_is_counted(
+        r, otel_settings, tel):
+    q = Queue("default", r, settings=otel_settings)
+    crashed = q.enqueue("tests.jobs:segfault", priority=5)
+    after = q.enqueue("tests.jobs:add", 1, 1)          # runs second (lower priority)
+    run_burst(r, otel_settings, tel)
+    assert q.fetch_job(crashed.id).failure_reason == "segfault"
+    [span] = tel.horse_spans(1)                        # the next job's span only
+    assert span["attributes"]["messaging.message.id"] == after.id
+    outcomes = {dict(k)["reason"]: p.value
+                for k, p in tel.points("fusionworker.job.outcomes").items()}
+    assert outcomes == {"segfault": 1, "ok": 1}
