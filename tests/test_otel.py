@@ -391,9 +391,10 @@ def test_the_worker_exports_spans_and_metrics_over_otlp_as_the_environment_says(
         assert point.as_int == 1
         assert {a.key: a.value.string_value for a in point.attributes} == {
             "queue": "default", "band": "high"}
-        seen = {m.name for _, m in collector.metrics}
-        assert {"queue.depth", "queue.active", "queue.schedule.total", "queue.wait_time",
-                "fusionworker.job.outcomes", "fusionworker.job.duration"} <= seen
+        # the outcome is recorded after the job's status is written: the next export has it
+        wanted = {"queue.depth", "queue.active", "queue.schedule.total", "queue.wait_time",
+                  "fusionworker.job.outcomes", "fusionworker.job.duration"}
+        wait_for(lambda: wanted <= {m.name for _, m in collector.metrics})
     finally:
         collector.close()
 
