@@ -3,8 +3,10 @@
 Optional (``pip install 'fusionworker[otel]'``). Importing this module imports
 no OpenTelemetry package; nothing is imported, created or recorded until
 instrumentation is switched on (``FUSIONWORKER_OTEL=on`` or :func:`instrument`).
-Switched off, the hot paths pay one module-attribute test: ``Queue.enqueue``
-reads :data:`producer` and the horse reads ``horse._otel`` (both ``None``).
+Switched off, the hot paths pay next to nothing: ``Queue.enqueue_call`` is
+the plain method (:func:`instrument` swaps in the traced one) plus one call
+of :func:`trace_fields` that returns ``[]``, ``Queue()`` one dict lookup of
+the setting, and the horse one test of ``horse._otel`` (``None``).
 
 Where each value is recorded, so that it is right across processes::
 
@@ -224,9 +226,11 @@ class Producer:
 
 
 def traced_enqueue(call: _F) -> _F:
-    """Decorator of ``Queue.enqueue_call``: off, one test of :data:`producer`.
+    """``Queue.enqueue_call`` in a PRODUCER span while :data:`producer` is set.
 
-    Typed as the identity, so type checkers keep ``enqueue_call``'s signature.
+    :func:`instrument` puts it in place of ``Queue.enqueue_call`` (and
+    :func:`uninstrument` takes it out), so an uninstrumented process runs the
+    plain method: no wrapper call at all.
     """
 
     @functools.wraps(call)
@@ -254,22 +258,34 @@ def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Produ
     """
     global producer
     _require()
-    producer = Producer(tracer_provider, meter_provider)
-    return producer
+    made = Producer(tracer_provider, meter_provider)
+    from .queue import Queue
+
+    with _lock:
+        producer = made
+        if "_fw_plain" not in Queue.__dict__:
+            Queue._fw_plain = Queue.enqueue_call  # type: ignore[attr-defined]
+            Queue.enqueue_call = traced_enqueue(Queue.enqueue_call)  # type: ignore[method-assign]
+    return made
 
 
 def uninstrument() -> None:
-    """Stop tracing/counting enqueues (back to the zero-cost path)."""
+    """Stop tracing/counting enqueues (back to the plain ``Queue.enqueue_call``)."""
     global producer
-    producer = None
+    from .queue import Queue
+
+    with _lock:
+        producer = None
+        plain = Queue.__dict__.get("_fw_plain")
+        if plain is not None:
+            Queue.enqueue_call = plain  # type: ignore[method-assign]
+            del Queue._fw_plain  # type: ignore[attr-defined]
 
 
 def ensure_producer() -> None:
     """``FUSIONWORKER_OTEL=on`` in a producer: instrument once with the global providers."""
     if producer is None:
-        with _lock:
-            if producer is None:
-                instrument()
+        instrument()
 
 
 # --------------------------------------------------------------------------- horse

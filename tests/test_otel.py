@@ -71,9 +71,11 @@ def tel(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
     t = Telemetry(tmp_path)
     monkeypatch.setenv("FW_TEST_OTEL_SPANS", t.horse_file)   # read by the fork server
     otel.instrument(tracer_provider=t.tracer_provider, meter_provider=t.meter_provider)
+    assert Queue.enqueue_call is not Queue._fw_plain           # the traced one is in place
     yield t
     otel.uninstrument()
     horse._otel = None
+    assert "_fw_plain" not in Queue.__dict__                   # and taken out again
 
 
 @pytest.fixture
@@ -234,6 +236,7 @@ def test_switched_off_nothing_is_traced_counted_or_stored(r, settings, queue, bu
     assert settings.otel is False                              # the default
     assert not any(isinstance(mw, OtelMiddleware) for mw in default_middleware(settings))
     assert otel.producer is None and horse._otel is None       # the hot paths' one test
+    assert "_fw_plain" not in Queue.__dict__                   # enqueue_call is the plain one
     q = queue("default")
     job = q.enqueue("tests.jobs:add", 1, 2)
     burst()
