@@ -22,10 +22,11 @@ Where each value is recorded, so that it is right across processes::
                                 callback reads ZCOUNT of the pending ZSET per band
                                 for the worker's queues (read at export time)
     horse     around the job    CONSUMER span "process <queue>", child of the
-                                producer span; one per attempt; ended, and the
-                                span processor flushed, after the outcome went
-                                to the parent, for at most
-                                FUSIONWORKER_OTEL_FLUSH_TIMEOUT, then os._exit
+                                producer span; one per attempt; ended when the
+                                job returns; the report goes to the parent;
+                                then the span processor is flushed for at most
+                                FUSIONWORKER_OTEL_FLUSH_TIMEOUT; then os._exit
+                                (tests/test_otel.py covers each of these points)
 
 Why queue.depth is observable: a depth kept as +1/-1 deltas from many
 processes (every producer +1, every worker -1) is only right while all of
@@ -64,7 +65,7 @@ from .middleware import Middleware
 
 log = logging.getLogger("fusionworker.otel")
 
-#: The producer-side instrumentation of this process, or None (off: enqueue pays one test).
+#: The producer-side instrumentation of this process, or None (off).
 producer: Producer | None = None
 
 _F = TypeVar("_F", bound=Callable[..., Any])
