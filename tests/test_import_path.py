@@ -49,7 +49,8 @@ def _run(argv: list[str], cwd: Path, settings, allowed: str, **env: str):
 @pytest.mark.parametrize("entry", ["run_worker.py", "console script"])
 def test_worker_imports_job_modules_from_its_current_directory(entry, r, settings, tmp_path):
     project = _project(tmp_path / "project")
-    q = Queue("paths", r, settings=settings, events=False)
+    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
+              events=False)
     job = q.enqueue("app.tasks:where", "cwd")
     script = ROOT / "run_worker.py" if entry == "run_worker.py" else _console_script(
         tmp_path / "bin")
@@ -66,7 +67,8 @@ def test_path_flag_is_repeatable_and_works_from_another_directory(r, settings, t
     two = _project(tmp_path / "two", "billing")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings, events=False)
+    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
+              events=False)
     a = q.enqueue("app.tasks:where", "one")
     b = q.enqueue("billing.tasks:where", "two")
     done = _run([sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
@@ -82,7 +84,8 @@ def test_path_reaches_every_process_of_a_supervised_pool(r, settings, tmp_path):
     project = _project(tmp_path / "project")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings, events=False)
+    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
+              events=False)
     jobs = [q.enqueue("app.tasks:where", i) for i in range(4)]
     done = _run([sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
                  "--burst", "--processes", "2", "--path", "../project"],
@@ -98,7 +101,8 @@ def test_fusionworker_path_setting_and_its_errors(r, settings, tmp_path):
     project = _project(tmp_path / "project")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings, events=False)
+    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
+              events=False)
     job = q.enqueue("app.tasks:where", "env")
     argv = [sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
             "--burst"]

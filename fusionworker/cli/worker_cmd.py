@@ -25,7 +25,7 @@ from .common import App, pass_app
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
 @click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(file_okay=False, dir_okay=True),
+              type=click.Path(exists=True, file_okay=False, dir_okay=True),
               help="Put DIR at the front of sys.path so that job modules are found there "
                    "(repeatable; adds to FUSIONWORKER_PATH). The current directory is always "
                    "searched first, as with `rq worker`.")
@@ -143,6 +143,9 @@ def extend_sys_path(dirs: tuple[str, ...]) -> list[str]:
     Returns the directories, absolute, in search order.
     """
     searched = [os.getcwd(), *(os.path.abspath(d) for d in dirs)]
+    for directory in searched[1:]:   # a typo must not start a worker that fails every job
+        if not os.path.isdir(directory):
+            raise ConfigError(f"FUSIONWORKER_PATH: {directory!r} is not a directory")
     for directory in reversed(searched):
         if directory in sys.path:
             sys.path.remove(directory)
