@@ -37,8 +37,3 @@ async def touch_on_cancel(path, seconds):
             fh.write(str(os.getpid()))
         raise
     return "woke up"
-
-
-def returns_coroutine(a, b):
-    """A plain function that returns an awaitable: it is awaited too."""
-    return add(a, b)

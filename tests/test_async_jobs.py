@@ -1,5 +1,6 @@
-"""``async def`` job functions are awaited in the horse (asyncio.run), under the same
-death penalty, failing with the coroutine's traceback."""
+"""``async def`` jobs under the death penalty beyond tests/test_async_and_path.py: a timeout
+cancels the coroutine (its cleanup runs), a coroutine that blocks its own loop still times out,
+and a real worker process awaits, fails and times out async jobs."""
 
 from __future__ import annotations
 
@@ -11,27 +12,6 @@ def _run_one(queue, burst, func, *args, **options):
     job = q.enqueue(func, *args, **options)
     burst()
     return q.fetch_job(job.id)
-
-
-def test_async_job_is_awaited_and_its_result_recorded(queue, burst):
-    job = _run_one(queue, burst, "tests.async_jobs:add", 2, 3)
-    assert job.status == "finished", (job.error, job.traceback)
-    assert job.result == {"sum": 5, "loop": "_UnixSelectorEventLoop"}
-
-
-def test_sync_function_returning_a_coroutine_is_awaited(queue, burst):
-    job = _run_one(queue, burst, "tests.async_jobs:returns_coroutine", 4, 5)
-    assert job.status == "finished", (job.error, job.traceback)
-    assert job.result["sum"] == 9
-
-
-def test_exception_inside_the_coroutine_fails_the_job_with_its_traceback(queue, burst):
-    job = _run_one(queue, burst, "tests.async_jobs:boom", "kaputt")
-    assert job.status == "failed" and job.failure_reason == "exception"
-    assert job.error == "ValueError: kaputt"
-    assert "raise ValueError(message)" in job.traceback
-    assert "in boom" in job.traceback
-    assert "never awaited" not in (job.traceback or "")
 
 
 def test_async_job_over_its_timeout_fails_by_the_death_penalty(queue, burst, tmp_path):

@@ -4,7 +4,6 @@ a project folder that is NOT on PYTHONPATH."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -46,7 +45,7 @@ def _run(argv: list[str], cwd: Path, settings, allowed: str, **env: str):
                           timeout=60)
 
 
-@pytest.mark.parametrize("entry", ["run_worker.py", "console script"])
+@pytest.mark.parametrize("entry", ["console script"])
 def test_worker_imports_job_modules_from_its_current_directory(entry, r, settings, tmp_path):
     project = _project(tmp_path / "project")
     q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
@@ -61,23 +60,6 @@ def test_worker_imports_job_modules_from_its_current_directory(entry, r, setting
     assert got.status == "finished", (got.error, got.traceback)
     assert got.result["file"] == str(project / "app" / "tasks.py")
 
-
-def test_path_flag_is_repeatable_and_works_from_another_directory(r, settings, tmp_path):
-    one = _project(tmp_path / "one", "app")
-    two = _project(tmp_path / "two", "billing")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
-              events=False)
-    a = q.enqueue("app.tasks:where", "one")
-    b = q.enqueue("billing.tasks:where", "two")
-    done = _run([sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
-                 "--burst", "--path", str(one), "--path", os.path.relpath(two, elsewhere)],
-                elsewhere, settings, "app,billing")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert q.fetch_job(a.id).result["file"] == str(one / "app" / "tasks.py")
-    assert q.fetch_job(b.id).result["file"] == str(two / "billing" / "tasks.py")
-    assert q.fetch_job(b.id).result["cwd"] == str(elsewhere)
 
 
 def test_path_reaches_every_process_of_a_supervised_pool(r, settings, tmp_path):
