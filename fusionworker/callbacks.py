@@ -83,6 +83,10 @@ class FailureCallbacks(Middleware):
         if url:
             self.submit(url, failure_payload(job, outcome, worker.name))
 
+    def on_job_reaped(self, worker: Worker, job: Job, outcome: str) -> None:
+        if outcome == "abandoned":
+            self.abandoned(worker, job)
+
     def abandoned(self, worker: Worker, job: Job) -> None:
         """The reaper failed ``job`` as abandoned (its workers died; attempts used up)."""
         url = job.on_failure_url or self.default_url

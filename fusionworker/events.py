@@ -834,7 +834,27 @@ def last_events(
         if len(page) < page_size:
             break
         cursor = f"({page[-1][0]}"
-    return list(reversed(found[:count]))
+    newest = list(reversed(found[:count]))
+    return in_time_order(newest) if job_id is not None else newest
+
+
+#: Inside one millisecond a job's events can only have happened in this order.
+_LIFECYCLE_RANK = {"queued": 0, "processing": 1}
+
+
+def in_time_order(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """One job's events ordered by when they happened, not by when they arrived.
+
+    Each process delivers its events through its own buffered sink, so the
+    stream's arrival order can put a producer's ``queued`` after the worker's
+    ``completed``. The event's own ``@timestamp`` (milliseconds, taken when it
+    happened) orders them; inside one millisecond ``queued`` comes before
+    ``processing`` before the rest, then arrival order (the sort is stable).
+    """
+    def key(item: tuple[str, dict]) -> tuple[str, int]:
+        doc = item[1]
+        return (str(doc.get("@timestamp") or ""), _LIFECYCLE_RANK.get(doc.get("event"), 2))
+    return sorted(events, key=key)
 
 
 def _read_new(connection: Any, key: str, cursor: str, job_id: str | None, queue: str | None,

@@ -40,6 +40,15 @@ class Middleware:
     def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
         """The job's outcome was recorded (finished, retry scheduled, or failed)."""
 
+    def on_job_reaped(self, worker: Worker, job: Job, outcome: str) -> None:
+        """The reaper (running in ``worker``) gave back a job whose worker died.
+
+        ``outcome`` is ``"requeued"`` (back on its queue, attempt counted) or
+        ``"abandoned"`` (attempts used up: failed for good). The job's
+        ``requeued``/``abandoned`` event is already emitted. Use this hook
+        instead of looking for another middleware with ``isinstance``.
+        """
+
     def on_tick(self, worker: Worker) -> None:
         """Called about once a second by the worker loop, busy or idle."""
 

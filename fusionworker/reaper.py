@@ -103,7 +103,7 @@ def prune_workers(connection: Any, settings: Settings) -> list[str]:
 
 
 def _reap_queue(connection: Any, settings: Settings, queue: str, now: float,
-                counts: dict[str, Any]) -> None:
+                counts: dict[str, Any], sink: Any = None) -> None:
     keys = Keys(settings.prefix)
     qkeys = keys.queue(queue)
     expired = connection.zrangebyscore(qkeys.started, "-inf", now, start=0, num=BATCH)
@@ -127,6 +127,10 @@ def _reap_queue(connection: Any, settings: Settings, queue: str, now: float,
         verdict = scripts.requeue(keys=[qkeys.base],
                                   args=[job_id, "reap", token or "", settings.failed_ttl])
         what = verdict[0]
+        if what in ("requeued", "abandoned"):
+            counts["reaped"].append((queue, job_id, what))
+            _emit_reaped(connection, settings, sink, qkeys.job(job_id), what,
+                         worker_name or "?", why)
         if what == "requeued":
             counts["requeued"] += 1
             counts["jobs"].append(job_id)
@@ -144,6 +148,24 @@ def _reap_queue(connection: Any, settings: Settings, queue: str, now: float,
                      verdict[1] if len(verdict) > 1 else what)
 
 
+def _emit_reaped(connection: Any, settings: Settings, sink: Any, job_key: str, what: str,
+                 worker_name: str, why: str) -> None:
+    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises."""
+    from .events import emit_job_event
+    try:
+        data = connection.hgetall(job_key)
+        if not data:
+            return
+        fields: dict[str, Any] = {"worker": worker_name, "reason": "worker died" if
+                                  what == "requeued" else "abandoned"}
+        if what == "abandoned":
+            fields.update(error_type="Abandoned", error_message=f"worker {worker_name}: {why}")
+        emit_job_event(sink if sink is not None else settings, what, data,
+                       connection=connection, **fields)
+    except Exception:  # noqa: BLE001 - observability never blocks (docs/design.md)
+        log.exception("Reaper: could not emit the %s event of %s", what, job_key)
+
+
 def _prune_registries(connection: Any, settings: Settings, queue: str, now: float) -> None:
     qkeys = Keys(settings.prefix).queue(queue)
     pipe = connection.pipeline(transaction=False)
@@ -154,24 +176,29 @@ def _prune_registries(connection: Any, settings: Settings, queue: str, now: floa
     pipe.execute()
 
 
-def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = None
-              ) -> dict[str, Any]:
+def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = None,
+              sink: Any = None) -> dict[str, Any]:
     """One reaper pass over every known queue; returns what it did.
 
     With ``lock_owner`` the pass runs only if it gets the cluster-wide lock
     (``{"locked": False}`` otherwise); without, it runs unconditionally (safe:
     every change is one fenced script, see the module docstring).
+
+    Each job it re-queues or fails emits a ``requeued`` / ``abandoned`` event to
+    ``sink`` (default: the process's default sink for ``settings``); ``reaped``
+    lists ``(queue, job_id, outcome)``.
     """
     connection = decoding(connection)   # any redis-py client
     counts: dict[str, Any] = {"locked": True, "checked": 0, "alive": 0, "requeued": 0,
                               "abandoned": 0, "skipped": 0, "jobs": [], "abandoned_jobs": [],
+                              "reaped": [],
                               "workers_pruned": []}
     if lock_owner is not None and not acquire_lock(connection, settings, lock_owner):
         counts["locked"] = False
         return counts
     now = _server_time(connection)
     for queue in known_queues(connection, settings.prefix):
-        _reap_queue(connection, settings, queue, now, counts)
+        _reap_queue(connection, settings, queue, now, counts, sink)
         _prune_registries(connection, settings, queue, now)
     counts["workers_pruned"] = prune_workers(connection, settings)
     return counts
@@ -196,26 +223,42 @@ class ReaperMiddleware(Middleware):
             return
         self._next = now + self.interval
         try:
-            counts = reap_once(worker.connection, worker.settings, lock_owner=worker.name)
+            counts = reap_once(worker.connection, worker.settings, lock_owner=worker.name,
+                               sink=_sink_of(worker))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("Reaper pass of %s skipped: Redis unreachable (%s)", worker.name, exc)
             return
         if counts["locked"]:
             self.passes += 1
             self.reaped += counts["requeued"] + counts["abandoned"]
-            self._notify_abandoned(worker, counts["abandoned_jobs"])
+            self._notify_reaped(worker, counts["reaped"])
 
-    def _notify_abandoned(self, worker: Worker, abandoned: list[tuple[str, str]]) -> None:
-        """An abandoned job failed for good: hand it to the failure callbacks, if installed."""
-        from .callbacks import FailureCallbacks
+    def _notify_reaped(self, worker: Worker, reaped: list[tuple[str, str, str]]) -> None:
+        """Call every middleware's ``on_job_reaped`` hook, each guarded alike."""
         from .job import Job
 
-        hooks = [mw for mw in worker.middleware if isinstance(mw, FailureCallbacks)]
-        if not hooks or not abandoned:
+        if not reaped:
             return
         keys = Keys(worker.settings.prefix)
-        for queue, job_id in abandoned:
-            data = worker.connection.hgetall(keys.queue(queue).job(job_id))
-            if data:
-                for hook in hooks:
-                    hook.abandoned(worker, Job.from_hash(data))
+        for queue, job_id, outcome in reaped:
+            try:
+                data = worker.connection.hgetall(keys.queue(queue).job(job_id))
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("Reaper: job %s reaped, hooks not called (Redis: %s)", job_id, exc)
+                continue
+            if not data:
+                continue
+            job = Job.from_hash(data)
+            for mw in worker.middleware:
+                try:
+                    mw.on_job_reaped(worker, job, outcome)
+                except Exception:  # noqa: BLE001 - a broken middleware must not stop jobs
+                    log.exception("middleware %s.on_job_reaped failed", type(mw).__name__)
+
+
+def _sink_of(worker: Any) -> Any:
+    from .events import sink_of
+    try:
+        return sink_of(worker)
+    except Exception:  # noqa: BLE001 - no sink: the default one is used
+        return None

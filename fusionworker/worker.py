@@ -755,7 +755,10 @@ class Worker:
             fields["current_job"] = job.id
             self._published = None      # the finish pipeline must write idle again
         for mw in self.middleware:
-            fields.update(mw.describe())
+            try:  # guarded like every other hook (see _call)
+                fields.update(mw.describe())
+            except Exception:  # noqa: BLE001 - a broken middleware must not stop jobs
+                log.exception("middleware %s.describe failed", type(mw).__name__)
         try:
             pipe = self.connection.pipeline(transaction=False)
             if job is not None:
