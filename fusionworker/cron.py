@@ -445,6 +445,20 @@ class CronScheduler(Middleware):
 
     def on_tick(self, worker: Any) -> None:
         try:
-            run_due(worker.connection, worker.settings.prefix, worker.queue_names)
+            results = run_due(worker.connection, worker.settings.prefix, worker.queue_names)
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # the loop reports outages
             log.debug("cron tick skipped: Redis unreachable (%s)", exc)
+            return
+        for queue, _name, reply in results:
+            if reply and reply[0] == "queued":
+                _emit_run(worker, queue, reply[1])
+
+
+def _emit_run(worker: Any, queue: str, job_id: str) -> None:
+    """A cron run is a ``queued`` event like any enqueue; never raises."""
+    from .events import emit_job_event
+    try:
+        data = worker.connection.hgetall(Keys(worker.settings.prefix).queue(queue).job(job_id))
+        emit_job_event(worker, "queued", data or {"id": job_id, "queue": queue})
+    except Exception:  # noqa: BLE001 - observability never blocks (docs/design.md)
+        log.exception("Cron: could not emit the queued event of job %s", job_id)

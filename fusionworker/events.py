@@ -21,8 +21,10 @@ some entries when re-sent.
 Who emits what: :class:`EventsMiddleware` in the worker parent (``processing``
 and the outcome: ``completed``, ``retry``, ``failed``, ``timeout``,
 ``requeued``), ``Queue`` through the process-wide :func:`default_sink`
-(``queued``, ``canceled``), the reaper through :func:`emit_job_event`
-(``abandoned``, ``requeued``).
+(``queued``, ``canceled``, ``deleted``, ``reprioritized``, ``requeued`` with
+reason ``manual``), the reaper (``abandoned``, ``requeued`` with reason
+``worker died``) and the cron scheduler (``queued`` of each run) through
+:func:`emit_job_event`.
 
 The ``elasticsearch`` package is optional (``pip install fusionworker[elasticsearch]``);
 it is imported only when an :class:`ElasticsearchSink` is built.
@@ -51,7 +53,7 @@ from .middleware import Middleware
 log = logging.getLogger(__name__)
 
 EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
-          "canceled", "requeued")
+          "canceled", "requeued", "deleted", "reprioritized")
 
 #: Field order of an event document.
 FIELDS = (

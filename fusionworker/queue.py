@@ -257,7 +257,7 @@ class Queue:
                 _known.setdefault(self.connection, {})[pair] = now
         self._registered = True
 
-    def _emit(self, event: str, job: Job) -> None:
+    def _emit(self, event: str, job: Job | dict[str, Any], **fields: Any) -> None:
         """Hand the event to the sink: ``events=None`` -> the process-wide default
         sink (made on first use), ``False`` -> no events, else the given sink."""
         if self._events is False:
@@ -266,8 +266,8 @@ class Queue:
 
         if self._events is None:
             self._events = default_sink(self.settings, self.connection)
-        stamp = job.enqueued_at if event == "queued" else None
-        self._events.emit(make_event(event, job, timestamp=stamp))
+        stamp = job.enqueued_at if event == "queued" and isinstance(job, Job) else None
+        self._events.emit(make_event(event, job, timestamp=stamp, **fields))
 
     # -- reads -----------------------------------------------------------------
 
@@ -370,9 +370,11 @@ class Queue:
 
     def delete(self, job_id: str) -> None:
         """Delete a job and every reference to it."""
+        before = self.connection.hgetall(self.qkeys.job(job_id))
         verdict = self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
         if verdict[0] == "missing":
             raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        self._emit("deleted", before or {"id": job_id, "queue": self.name})
 
     def requeue(self, job_id: str) -> Job:
         """Move a failed job back to its queue (attempts start over)."""
@@ -382,7 +384,9 @@ class Queue:
             if verdict[1] == "no such job":
                 raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
             raise InvalidOperation(f"cannot requeue {job_id}: {verdict[1]}")
-        return self._require(job_id)
+        job = self._require(job_id)
+        self._emit("requeued", job, reason="manual")
+        return job
 
     def requeue_all_failed(self, progress: Callable[[int], None] | None = None) -> int:
         """Requeue every job in the failed registry; returns how many were requeued."""
@@ -397,6 +401,7 @@ class Queue:
                     keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl])
                 if verdict[0] == "requeued":
                     moved += 1
+                    self._emit("requeued", {"id": job_id, "queue": self.name}, reason="manual")
                 else:  # a registry entry whose record expired: drop it
                     self.connection.zrem(self.qkeys.failed, job_id)
                 if progress:
@@ -412,7 +417,9 @@ class Queue:
         if verdict[0] == "refused":
             raise InvalidOperation(f"job {job_id} is {verdict[1]}; only a pending job can be "
                                    "reprioritized")
-        return self._require(job_id)
+        job = self._require(job_id)
+        self._emit("reprioritized", job)
+        return job
 
     def pause(self) -> None:
         """No worker anywhere claims from this queue until :meth:`unpause` (checked in claim)."""
@@ -452,6 +459,7 @@ class Queue:
                     break
                 for job_id in ids:
                     self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
+                    self._emit("deleted", {"id": job_id, "queue": self.name}, reason="emptied")
                     removed += 1
                     if progress:
                         progress(1)

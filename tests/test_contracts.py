@@ -106,3 +106,48 @@ def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
         "queued", "processing", "completed"]
     out = cli("events", "--job", job.id, "--json").output.splitlines()
     assert [json.loads(line)["event"] for line in out] == ["queued", "processing", "completed"]
+
+
+def test_admin_state_changes_are_events(r, settings):
+    """requeue (one and all), delete, empty and reprioritize each emit an event."""
+    from fusionworker.queue import Queue
+
+    sink = MemorySink()
+    q = Queue("adm", r, settings=settings, events=sink)
+    a = q.enqueue("tests.jobs:noop", max_retries=0)
+    b = q.enqueue("tests.jobs:noop")
+    c = q.enqueue("tests.jobs:noop")
+    q.reprioritize(b.id, 5)
+    q.delete(b.id)
+    for tag in ("x", "y"):         # job a fails (abandoned) twice
+        claim(q, worker=f"ghost.{tag}")
+        reap_once(r, settings, sink=MemorySink())   # abandoned: max_retries=0
+        if tag == "x":
+            q.requeue(a.id)
+    assert q.requeue_all_failed() == 1
+    q.empty()
+    got = [(d["event"], d["job_id"], d.get("reason")) for d in sink.docs]
+    assert got == [
+        ("queued", a.id, None), ("queued", b.id, None), ("queued", c.id, None),
+        ("reprioritized", b.id, None), ("deleted", b.id, None),
+        ("requeued", a.id, "manual"), ("requeued", a.id, "manual"),
+        ("deleted", a.id, "emptied"), ("deleted", c.id, "emptied"),
+    ]
+    assert sink.docs[4]["function"] == "tests.jobs:noop"      # the record read before delete
+
+
+def test_cron_run_is_a_queued_event(r, settings):
+    from fusionworker import cron
+    from fusionworker.queue import Queue
+    from tests.test_cron import server_now, set_due
+
+    cron.register(r, settings, "tick", "0 3 * * *", "tests.jobs:noop", queue="crq")
+    set_due(r, settings, "tick", server_now(r) - 1, queue="crq")
+    sink = MemorySink()
+    w = Worker("crq", r, settings=settings, burst=True,
+               middleware=[EventsMiddleware(sink), cron.CronScheduler()])
+    cron.CronScheduler().on_tick(w)
+    [doc] = sink.docs
+    assert doc["event"] == "queued" and doc["queue"] == "crq"
+    assert doc["function"] == "tests.jobs:noop"
+    assert Queue("crq", r, settings=settings, events=False).job_ids() == [doc["job_id"]]
