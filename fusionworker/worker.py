@@ -350,7 +350,24 @@ class Worker:
         logging.getLogger("fusionworker").setLevel(self.settings.log_level.upper())
         log.info("Worker %s reloaded its settings: %s", self.name,
                  ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
+        self._renew_forkserver()
         self._call("reload", self.settings)
+
+    def _renew_forkserver(self) -> None:
+        """SIGHUP: a fresh fork server, so changed job code is seen by the next job.
+
+        The old server preloaded the modules of jobs that ran; a new interpreter
+        imports them again from disk. reload() runs between jobs (from _tick,
+        never while a horse runs; the finish pipeline claims nothing while a
+        reload is pending), so no job is dropped: a running job ended on the old
+        server, the next one forks from the new one.
+        """
+        old, self._forkserver = self._forkserver, None
+        if old is None:
+            return
+        old.close()
+        self._start_forkserver()
+        log.info("Worker %s: new fork server; the next job imports its code afresh", self.name)
 
     def request_stop(self, mode: str = "warm") -> None:
         """Ask the loop to stop (from a middleware or a test)."""
