@@ -24,7 +24,7 @@ def call_webhook(url: str, attempt_ok: int = 1) -> str:
 
 
 def flaky_webhook(url: str) -> str:
-    """Fails the first time with a retryable error, then succeeds."""
+    """Fails at random, 7 times in 10, with a retryable error (retried after 1 s)."""
     if random.random() < 0.7:
         raise Retry(f"{url} answered 503", delay=1)
     return f"POST {url} -> 200"

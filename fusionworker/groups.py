@@ -37,9 +37,10 @@ def busy_groups(connection: Any, prefix: str, queue: str) -> dict[str, str]:
 
 def describe_busy_groups(connection: Any, prefix: str, queue: str,
                          limit: int = 100) -> list[BusyGroup]:
-    """Busy groups of ``queue`` with their holder's status and backlog (most waiting first)."""
+    """Busy groups of ``queue`` with their holder's status and backlog: the ``limit``
+    groups with the most jobs waiting, most first (ties by name)."""
     k = Keys(prefix).queue(queue)
-    held = sorted(busy_groups(connection, prefix, queue).items())[:max(limit, 0)]
+    held = sorted(busy_groups(connection, prefix, queue).items())
     pipe = connection.pipeline(transaction=False)
     for group, job_id in held:
         pipe.hget(k.job(job_id), "status")
@@ -48,4 +49,4 @@ def describe_busy_groups(connection: Any, prefix: str, queue: str,
     out = [BusyGroup(group, job_id, replies[2 * i], int(replies[2 * i + 1]))
            for i, (group, job_id) in enumerate(held)]
     out.sort(key=lambda g: (-g.waiting, g.group))
-    return out
+    return out[:max(limit, 0)]

@@ -46,7 +46,7 @@ job after idling, suspension, throttling or a due heartbeat).
 Why the lazy busy write cannot mislead the reaper: the reaper looks only at
 jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
 job whose worker hash names it as current_job with a last_heartbeat younger
-than the lease. The lease (default 15 s >= 3 x heartbeat_interval) is set by
+than the lease. The lease (default 30 s >= 3 x heartbeat_interval) is set by
 the claim and renewed only by touch.lua, sent in the same pipeline as the
 heartbeat hash that carries current_job and last_heartbeat, and always after
 the busy write (first horse tick, 50 ms). So a job that never wrote busy

@@ -1,0 +1,80 @@
+"""Comments and docs tell the truth, and the repository stands alone (issue 12, item B)."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import fusionworker.worker
+from fusionworker.config import Settings
+from fusionworker.demo import flaky_webhook
+from fusionworker.exceptions import Retry
+from fusionworker.groups import describe_busy_groups
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tracked_text_files() -> list[Path]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    files = [ROOT / p for p in out if p.endswith((".py", ".md", ".lua", ".cfg", ".toml",
+                                                  ".service", ".txt", ".env"))]
+    return [f for f in files if f.exists() and f.name != Path(__file__).name]
+
+
+def test_no_reference_outside_the_repository():
+    outside = ("DESIGN" + ".md", "../" + "shared")
+    bad = [f"{f.relative_to(ROOT)}: {needle}" for f in tracked_text_files()
+           for needle in outside if needle in f.read_text(errors="replace")]
+    assert bad == []
+
+
+def test_every_numbered_invariant_the_code_names_is_in_design_md():
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design.split("## Invariants", 1)[1].split("\n## ", 1)[0]
+    listed = {int(n) for n in re.findall(r"^(\d+)\. \*\*", section, re.M)}
+    assert listed == set(range(1, 9))
+    named = set()
+    for f in tracked_text_files():
+        named |= {int(n) for n in re.findall(r"[Ii]nvariant (\d+)", f.read_text(errors="replace"))}
+    assert named and named <= listed
+
+
+def test_worker_docstring_states_the_real_default_lease():
+    lease = Settings().lease
+    stated = re.findall(r"lease \(default (\d+) s", fusionworker.worker.__doc__)
+    assert stated == [f"{lease:.0f}"]
+
+
+def test_flaky_webhook_fails_at_random_as_its_docstring_says():
+    assert "at random" in flaky_webhook.__doc__ and "first time" not in flaky_webhook.__doc__
+    random.seed(12)
+    outcomes = []
+    for _ in range(200):
+        try:
+            flaky_webhook("https://x.example")
+            outcomes.append("ok")
+        except Retry:
+            outcomes.append("retry")
+    assert "ok" in outcomes and "retry" in outcomes[outcomes.index("ok"):]   # not just once
+
+
+def test_readme_says_when_the_embedded_redis_starts():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "when none answers at `REDIS_URL`" not in readme
+    assert "an explicit `REDIS_URL` that does not answer is an error" in readme
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_busy_groups_are_listed_most_waiting_first(queue, r, settings, limit):
+    q = queue()
+    for group, n in (("a", 1), ("b", 3), ("c", 2)):      # by name != by backlog
+        for _ in range(n + 1):                          # one holds, n wait
+            q.enqueue("tests.jobs:noop", group=group)
+    got = [(g.group, g.waiting) for g in describe_busy_groups(r, settings.prefix, q.name,
+                                                              limit=limit)]
+    assert got == [("b", 3), ("c", 2)][:limit]
