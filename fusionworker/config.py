@@ -69,9 +69,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("redis_url", "REDIS_URL", DEFAULT_REDIS_URL, str,
             "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
             "redis+cluster://h:7000", "--redis-url"),
-    Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key."),
+    Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
     Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
-            "Default hard time limit of a job, seconds.", "--timeout"),
+            "Default hard time limit of a job, seconds."),
     Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
             "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM."),
     Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
@@ -99,9 +99,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
             "Log format: text (readable lines) or json.", "--log-format"),
     Setting("max_retries", "FUSIONWORKER_MAX_RETRIES", 10, int,
-            "Retries of a job that fails with a retryable error.", "--max-retries"),
+            "Retries of a job that fails with a retryable error."),
     Setting("retry_delay", "FUSIONWORKER_RETRY_DELAY", 5.0, float,
-            "First retry delay, seconds.", "--retry-delay"),
+            "First retry delay, seconds."),
     Setting("retry_backoff", "FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
             "Multiplier of the retry delay per attempt."),
     Setting("retry_max_delay", "FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
@@ -160,8 +160,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("otel_flush_timeout", "FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
             "Seconds a horse may spend exporting its spans after it reported the job's outcome "
             "(and the worker its metrics at shutdown); an unreachable collector costs at most this."),
+    Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
+            "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
+            "--metrics-bind"),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
-            "Folder of the embedded Redis (used when no Redis answers and REDIS_URL is unset)."),
+            "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

@@ -100,7 +100,7 @@ class MetricsMiddleware(Middleware):
     use is logged and the worker goes on without the endpoint.
     """
 
-    def __init__(self, port: int = 0, *, addr: str = "0.0.0.0",
+    def __init__(self, port: int = 0, *, addr: str = "127.0.0.1",
                  registry: CollectorRegistry | None = None) -> None:
         self.port = port
         self.addr = addr

@@ -174,7 +174,7 @@ def default_middleware(settings: Settings) -> list[Middleware]:
         chain.append(FollowSentinelMaster())
     chain.append(EventsMiddleware())
     if settings.metrics_port:
-        chain.append(MetricsMiddleware(settings.metrics_port))
+        chain.append(MetricsMiddleware(settings.metrics_port, addr=settings.metrics_bind))
     if settings.otel:
         from .otel import OtelMiddleware
 

@@ -218,7 +218,7 @@ def test_worker_metrics_endpoint_after_a_known_run(r, settings, processes, prefi
     assert sum(v for (n, _), v in m.items() if n == "fusionworker_worker_state") == 1
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
-    assert "metrics on http://0.0.0.0:" in processes.output(proc)
+    assert "metrics on http://127.0.0.1:" in processes.output(proc)  # loopback by default
 
 
 def test_exporter_reports_queue_and_worker_gauges(r, settings, processes, burst):

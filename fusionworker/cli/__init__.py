@@ -19,8 +19,61 @@ from ..job import MalformedJob
 from ..keys import InvalidQueueName
 from .common import App, pass_app
 
+#: Global options that take a value; also accepted after the subcommand.
+_GLOBAL_WITH_VALUE = ("-c", "--config", "--redis-url", "--prefix", "--log-level", "--log-format")
+
+
+def _option_names(command: click.Command) -> set[str]:
+    names: set[str] = set()
+    for param in command.params:
+        names.update(getattr(param, "opts", ()))
+        names.update(getattr(param, "secondary_opts", ()))
+    for sub in getattr(command, "commands", {}).values():
+        names |= _option_names(sub)
+    return names
+
 
 class _Main(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, self._globals_first(list(args)))
+
+    def _globals_first(self, args: list[str]) -> list[str]:
+        """``worker --redis-url U`` == ``--redis-url U worker``: a global option given
+        after the subcommand (and not one of its own options) moves before it."""
+        i = 0
+        while i < len(args):                     # find the subcommand
+            arg = args[i]
+            if arg in _GLOBAL_WITH_VALUE:
+                i += 2
+                continue
+            if arg == "--" or not arg.startswith("-"):
+                break
+            i += 1
+        if i >= len(args) or args[i] == "--" or args[i] not in self.commands:
+            return args
+        own = _option_names(self.commands[args[i]])
+        head, rest, moved = args[:i + 1], args[i + 1:], []
+        kept: list[str] = []
+        j = 0
+        while j < len(rest):
+            arg = rest[j]
+            if arg == "--":
+                kept.extend(rest[j:])
+                break
+            name = arg.split("=", 1)[0]
+            if name in _GLOBAL_WITH_VALUE and name not in own:
+                if "=" in arg:
+                    moved.append(arg)
+                    j += 1
+                    continue
+                if j + 1 < len(rest):
+                    moved.extend(rest[j:j + 2])
+                    j += 2
+                    continue
+            kept.append(arg)
+            j += 1
+        return head[:-1] + moved + head[-1:] + kept
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -39,6 +92,8 @@ class _Main(click.Group):
 @click.option("-c", "--config", "config_file", metavar="CONFIG_FILE",
               help="KEY=VALUE settings file (systemd EnvironmentFile format).")
 @click.option("--redis-url", metavar="URL", help="Redis URL (overrides REDIS_URL).")
+@click.option("--prefix", metavar="PREFIX",
+              help="Key prefix of the deployment (overrides FUSIONWORKER_PREFIX).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
                                                case_sensitive=False), default=None)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
@@ -46,11 +101,15 @@ class _Main(click.Group):
 @click.version_option(package_name="fusionworker")
 @click.pass_context
 def main(ctx: click.Context, config_file: str | None, redis_url: str | None,
-         log_level: str | None, log_format: str | None) -> None:
-    """fusionworker: fork-per-job workers on Redis priority queues."""
+         prefix: str | None, log_level: str | None, log_format: str | None) -> None:
+    """fusionworker: fork-per-job workers on Redis priority queues.
+
+    The global options (-c, --redis-url, --prefix, --log-level, --log-format)
+    may also follow the command: `worker --redis-url URL` works.
+    """
     try:
         ctx.obj = App(config_file=config_file, redis_url=redis_url, log_level=log_level,
-                      log_format=log_format)
+                      log_format=log_format, prefix=prefix)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -237,7 +237,7 @@ def set_max_active(app: App, queue: str, limit: int | None, no_cap: bool) -> Non
 @main.command()
 @click.argument("job_ids", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every failed job.")
-@click.option("--queue", help="Only this queue.")
+@click.option("--queue", "-q", help="Only this queue.")
 @pass_app
 def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -> None:
     """Move failed jobs (JOB_IDS, or --all) back to their queue; prints how many."""

@@ -24,10 +24,13 @@ class App:
     """Lazily connects; ``embedded=True`` lets ``worker``/``demo`` start an embedded Redis."""
 
     def __init__(self, *, config_file: str | None = None, redis_url: str | None = None,
-                 log_level: str | None = None, log_format: str | None = None) -> None:
+                 log_level: str | None = None, log_format: str | None = None,
+                 prefix: str | None = None) -> None:
         #: the global flags, which win over the environment and the file on every (re)load
         self.overrides: dict[str, Any] = dict(redis_url=redis_url, log_level=log_level,
                                               log_format=log_format)
+        if prefix is not None:
+            self.overrides["prefix"] = prefix
         self.settings: Settings = load_settings(config_file, **self.overrides)
         self.config_file = config_file
         setup_logging(self.settings.log_level, self.settings.log_format)
@@ -171,4 +174,5 @@ def require_queue(app: App, name: str) -> str:
 
 def search_queue_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--queue Q`` of commands that find a job or cron entry in every queue by default."""
-    return click.option("--queue", help=f"Queue of the {what} (default: search every queue).")
+    return click.option("--queue", "-q",
+                        help=f"Queue of the {what} (default: search every queue).")

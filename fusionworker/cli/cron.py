@@ -32,7 +32,7 @@ def cron() -> None:
 @click.argument("schedule")
 @click.argument("func")
 @click.argument("args", nargs=-1)
-@click.option("--queue", default="default", show_default=True)
+@click.option("--queue", "-q", default="default", show_default=True)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
 @click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
 @click.option("--timezone", default="UTC", show_default=True,
@@ -66,7 +66,7 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
 
 
 @cron.command("list")
-@click.option("--queue", help="Only this queue.")
+@click.option("--queue", "-q", help="Only this queue.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def cron_list(app: App, queue: str | None, as_json: bool) -> None:

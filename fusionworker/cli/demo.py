@@ -53,7 +53,7 @@ def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
                FUSIONWORKER_IMPORTS="fusionworker.demo", FUSIONWORKER_ALLOWED_MODULES="",
                FUSIONWORKER_MAX_RETRIES="3")
     env.pop("NOTIFY_SOCKET", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--customq",
+    procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--queue",
                                ",".join(QUEUES), "--name", f"demo-{n + 1}"], env=env)
              for n in range(workers)]
     try:

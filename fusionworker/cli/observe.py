@@ -61,7 +61,7 @@ def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
 @main.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--job", "job_id", metavar="ID", help="Only events of this job.")
-@click.option("--queue", metavar="Q", help="Only events of this queue.")
+@click.option("--queue", "-q", metavar="Q", help="Only events of this queue.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=50, show_default=True,
               help="How many past events to show (the newest ones).")
@@ -104,8 +104,9 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
 @main.command()
 @click.option("--port", "-p", type=click.IntRange(min=1, max=65535), required=True,
               help="Port of the /metrics endpoint.")
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--queues", "-q", metavar="QUEUES",
+@click.option("--bind", "--addr", "addr", default="127.0.0.1", show_default=True, metavar="ADDR",
+              help="Address to listen on (0.0.0.0 = every interface; --addr is the old name).")
+@click.option("--queue", "--queues", "-q", "queues", metavar="QUEUES",
               help="Comma list of queues to report (default: every known queue).")
 @pass_app
 def exporter(app: App, port: int, addr: str, queues: str | None) -> None:

@@ -17,7 +17,8 @@ from .common import App, pass_app
 
 
 @main.command()
-@click.option("--customq", "-q", "queues", default="all", show_default=True, metavar="QUEUES",
+@click.option("--queue", "--queues", "--customq", "-q", "queues", default="all", show_default=True,
+              metavar="QUEUES",
               help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
                    "known queue.")
 @click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
@@ -36,6 +37,9 @@ from .common import App, pass_app
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), metavar="PORT",
               help="Serve Prometheus /metrics of this worker on PORT (0 = off); with "
                    "--processes N the processes use PORT, PORT+1, ... PORT+N-1.")
+@click.option("--metrics-bind", metavar="ADDR",
+              help="Address /metrics listens on (default 127.0.0.1; 0.0.0.0 = every "
+                   "interface).")
 @click.option("--processes", "-n", type=click.IntRange(min=1), default=1, show_default=True,
               envvar="FUSIONWORKER_PROCESSES",
               help="Worker processes to run under a supervisor that restarts them; "
@@ -48,7 +52,8 @@ from .common import App, pass_app
 def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None,
-           imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
+           imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
+           metrics_bind: str | None = None) -> None:
     """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
@@ -57,14 +62,14 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--customq") from None
+        raise click.BadParameter(str(exc), param_hint="--queue") from None
     searched = extend_sys_path((*paths, *app.settings.path))
     if len(searched) > 1:   # --processes children find them too
         os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])
     if imports:
         os.environ["FUSIONWORKER_IMPORTS"] = ",".join((*app.settings.imports, *imports))
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
-                                        metrics_port=metrics_port,
+                                        metrics_port=metrics_port, metrics_bind=metrics_bind,
                                         imports=(*app.settings.imports, *imports) or None)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
@@ -75,7 +80,7 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
-                 metrics_port=metrics_port)
+                 metrics_port=metrics_port, metrics_bind=metrics_bind)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process
@@ -102,12 +107,13 @@ def _supervise(app: App, connection: object, queues: str, burst: bool, name: str
     # Children resolve settings like we did (same env, same config file). The URL goes
     # in their environment (not argv: `ps` would show a password) so that they use an
     # embedded Redis this process started, too.
-    env = {**os.environ, "REDIS_URL": app.url}
+    env = {**os.environ, "REDIS_URL": app.url, "FUSIONWORKER_PREFIX": app.settings.prefix}
     common: list[str] = []
     if app.config_file:
         common += ["-c", app.config_file]
     common += ["--log-level", app.settings.log_level, "--log-format", app.settings.log_format]
-    args: list[str] = ["worker", "--customq", queues, "--processes", "1"]
+    args: list[str] = ["worker", "--queue", queues, "--processes", "1",
+                       "--metrics-bind", app.settings.metrics_bind]
     if burst:
         args.append("--burst")
     if worker_ttl is not None:
