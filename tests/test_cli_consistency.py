@@ -74,3 +74,17 @@ def test_metrics_listen_on_loopback_by_default(settings):
     exporter = {p.name: p for p in main.commands["exporter"].params}
     assert exporter["addr"].default == "127.0.0.1"
     assert {"--bind", "--addr"} <= set(exporter["addr"].opts)
+
+
+def test_cron_add_warns_when_no_worker_serves_the_queue(cli, r, settings):  # noqa: F811
+    from fusionworker.worker import Worker
+
+    res = cli("cron", "add", "nightly", "0 3 * * *", "tests.jobs:noop", "-q", "lonely")
+    assert "warning: no live worker serves queue 'lonely'" in res.stderr
+    w = Worker("lonely", r, settings=settings, burst=True, middleware=[])
+    w.register()                               # a live worker on the queue: no warning
+    try:
+        res = cli("cron", "add", "nightly", "0 3 * * *", "tests.jobs:noop", "-q", "lonely")
+        assert "warning" not in res.stderr
+    finally:
+        w.deregister()

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from .. import cron as cron_api
+from ..keys import Keys
 from ..registry import import_configured
 from . import main
 from .common import App, echo_json, parse_arg, parse_kwargs, pass_app, search_queue_option
@@ -63,6 +64,23 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
     )
     state = "paused" if entry.paused else f"next run {_when(entry.next_run, entry.timezone)}"
     click.echo(f"cron entry {entry.name} on {entry.queue}: {state}")
+    if not _served(app, entry.queue):
+        click.echo(f"warning: no live worker serves queue {entry.queue!r}: the entry runs only "
+                   f"while a worker does (start one with `worker -q {entry.queue}`; workers "
+                   "on 'all' take it up at their next heartbeat)", err=True)
+
+
+def _served(app: App, queue: str) -> bool:
+    """True if a live worker (heartbeat key present) lists ``queue``."""
+    r = app.connection
+    keys = Keys(app.settings.prefix)
+    names = sorted(r.smembers(keys.workers))
+    if not names:
+        return False
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.hget(keys.worker(name), "queues")
+    return any(queue in (q or "").split(",") for q in pipe.execute() if q is not None)
 
 
 @cron.command("list")
