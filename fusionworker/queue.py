@@ -466,6 +466,43 @@ class Queue:
         return removed
 
 
+def forget_queue(connection: Any, name: str, prefix: str = "fw") -> int:
+    """Remove queue ``name``: its registration and every key under ``fw:{name}:``.
+
+    Sequence: pause the queue (no worker claims from it any more), refuse with
+    :class:`InvalidOperation` while a job of it runs (``started``; the pause is
+    undone unless it was paused before), then SREM the registration and delete the keys
+    (job records, registries, cron entries, groups). Each step is idempotent:
+    after a crash, calling it again finishes the work. A producer that
+    enqueues to ``name`` again afterwards makes a new, empty queue. Returns
+    the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
+    """
+    check_queue_name(name)
+    keys = Keys(prefix)
+    qkeys = keys.queue(name)
+    was_paused = connection.set(qkeys.paused, "1", get=True) is not None
+    running = connection.zcard(qkeys.started)
+    if running:
+        if not was_paused:
+            connection.delete(qkeys.paused)
+        raise InvalidOperation(f"queue {name!r} has {running} running job(s); pause it "
+                               "(`pause`), wait for them to end, and try again")
+    connection.srem(keys.queues, name)
+    deleted = 0
+    batch: list[str] = []
+    for key in connection.scan_iter(match=f"{qkeys.base}*", count=1000):
+        if (key.decode() if isinstance(key, bytes) else key) == qkeys.paused:
+            continue
+        batch.append(key)
+        if len(batch) >= 500:
+            deleted += connection.delete(*batch)
+            batch = []
+    if batch:
+        deleted += connection.delete(*batch)
+    deleted += connection.delete(qkeys.paused)
+    return deleted
+
+
 def known_queues(connection: Any, prefix: str = "fw") -> list[str]:
     """Every queue ever enqueued to, sorted."""
     return sorted(decoding(connection).smembers(Keys(prefix).queues))

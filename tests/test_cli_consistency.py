@@ -88,3 +88,32 @@ def test_cron_add_warns_when_no_worker_serves_the_queue(cli, r, settings):  # no
         assert "warning" not in res.stderr
     finally:
         w.deregister()
+
+
+def test_queue_delete_forgets_a_queue(cli, r, settings):  # noqa: F811
+    from fusionworker import cron as cron_api
+    from fusionworker.queue import known_queues
+    from tests.test_reaper import claim
+
+    q = Queue("gone", r, settings=settings, events=False)
+    q.enqueue("tests.jobs:noop")
+    q.enqueue_in(3600, "tests.jobs:noop")
+    cron_api.register(r, settings, "nightly", "0 3 * * *", "tests.jobs:noop", queue="gone")
+    other = Queue("stays", r, settings=settings, events=False)
+    kept = other.enqueue("tests.jobs:noop")
+    res = cli("queue", "delete", "gone", input="n\n", code=1)   # asks; "no" keeps everything
+    assert "holds 2 job(s)" in res.stderr
+    assert "gone" in known_queues(r, settings.prefix) and q.count == 1
+    assert not q.is_paused
+    running = q.enqueue("tests.jobs:noop", priority=9)
+    claim(q, lease=30.0)                                        # a job of it runs: refused
+    res = cli("queue", "delete", "gone", "--yes", code=1)
+    assert "running job" in res.output + res.stderr and q.fetch_job(running.id)
+    assert not q.is_paused                                   # the refusal undid its pause
+    r.delete(q.qkeys.started)
+    cli("queue", "delete", "gone", "--yes")
+    assert "gone" not in known_queues(r, settings.prefix)
+    assert list(r.scan_iter(match=f"{q.qkeys.base}*")) == []
+    assert other.fetch_job(kept.id) is not None                # another queue untouched
+    res = cli("queue", "delete", "gone", "--yes", code=1)       # unknown now
+    assert "no queue 'gone'" in res.output + res.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..queue import Queue, known_queues
+from ..queue import Queue, forget_queue, known_queues
 from . import main
 from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
 
@@ -51,3 +51,24 @@ def queue_empty(app: App, queue: str, yes: bool) -> None:
     with progress(count, f"Emptying {queue}") as advance:
         removed = q.empty(progress=advance)
     click.echo(f"Deleted {removed} job(s) from {queue}")
+
+
+@queue_group.command("delete")
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_app
+def queue_delete(app: App, queue: str, yes: bool) -> None:
+    """Forget QUEUE: its registration, jobs, registries and cron entries.
+
+    Asks first when the queue still holds jobs (or give --yes); refuses while a
+    job of it runs (pause the queue, let running jobs end, then delete).
+    """
+    q = Queue(require_queue(app, queue), app.connection, settings=app.settings)
+    s = q.stats()
+    held = s["pending"] + s["scheduled"] + s["failed"] + s["finished"]
+    if held and not yes:
+        click.confirm(f"Queue {queue} holds {held} job(s) (pending {s['pending']}, scheduled "
+                      f"{s['scheduled']}, failed {s['failed']}, finished {s['finished']}). "
+                      "Delete them and forget the queue?", abort=True, err=True)
+    deleted = forget_queue(app.connection, queue, app.settings.prefix)
+    click.echo(f"Forgot queue {queue} ({deleted} key(s) deleted)")
