@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
+from fusionworker.queue import Queue
 from tests.conftest import wait_for
 
 
@@ -16,7 +17,8 @@ def _write_module(path, version: str) -> None:
     os.utime(path, (later, later))
 
 
-def test_sighup_makes_the_next_job_see_changed_code(processes, queue, prefix, tmp_path):
+def test_sighup_makes_the_next_job_see_changed_code(processes, r, settings, prefix, tmp_path,
+                                                    monkeypatch):
     mod = f"hot_{prefix}"
     code_dir = tmp_path / "code"
     code_dir.mkdir()
@@ -25,7 +27,8 @@ def test_sighup_makes_the_next_job_see_changed_code(processes, queue, prefix, tm
     env = {"PYTHONPATH": f"{code_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
                          f"{os.pathsep}{os.getcwd()}",
            "FUSIONWORKER_ALLOWED_MODULES": f"tests,{mod}"}
-    q = queue()
+    monkeypatch.syspath_prepend(str(code_dir))     # the producer may check the name too
+    q = Queue("default", r, settings=settings.replace(allowed_modules=("tests", mod)))
     proc = processes.worker("-q", "default", env=env)
 
     def run(func, *args, **kw):
