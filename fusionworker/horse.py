@@ -46,7 +46,7 @@ from . import codec
 from .exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
 from .forkserver import ForkServer, ForkServerDied
 from .functions import resolve
-from .job import Job
+from .job import Job, safe_text
 
 log = logging.getLogger("fusionworker.horse")
 
@@ -95,6 +95,21 @@ def set_pdeathsig() -> None:
         pass
 
 
+def _text(value: Any) -> str | None:
+    """A report field as safe text (issue 18.1): a lone surrogate in a job's error,
+    traceback or result must not crash the parent when it is encoded for Redis,
+    the logs, the events or a webhook. None stays None."""
+    return None if value is None else safe_text(str(value))
+
+
+def _describe(exc: BaseException) -> str:
+    """``str(exc)``, even when the exception's own ``__str__`` raises."""
+    try:
+        return safe_text(str(exc))[:2000]
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the real error
+        return f"<{type(exc).__name__} whose str() failed>"
+
+
 def _on_alarm(signum: int, frame: Any) -> None:
     raise JobTimeoutError("job exceeded its timeout")
 
@@ -125,12 +140,12 @@ def run_job(job: Job, allowed: Iterable[str], retryable: Iterable[str]) -> dict[
         signal.setitimer(signal.ITIMER_REAL, 0)
         return {"ok": False, "reason": "timeout", "error_type": "JobTimeoutError",
                 "error_message": f"job exceeded its timeout of {job.timeout:g} s",
-                "traceback": traceback.format_exc(), "retryable": False}
+                "traceback": _format_exc(), "retryable": False}
     except BaseException as exc:  # noqa: BLE001 - the horse reports everything, even SystemExit
         signal.setitimer(signal.ITIMER_REAL, 0)
         return {
             "ok": False, "reason": "exception", "error_type": type(exc).__name__,
-            "error_message": str(exc)[:2000], "traceback": traceback.format_exc(),
+            "error_message": _describe(exc), "traceback": _format_exc(),
             "retryable": is_retryable(exc, retryable),
             "retry_delay": exc.delay if isinstance(exc, Retry) else None,
         }
@@ -156,12 +171,20 @@ async def _awaited(awaitable: Any) -> Any:
 def exit_from_report(report: dict[str, Any], duration: float) -> HorseExit:
     """The :class:`HorseExit` a horse's JSON report stands for."""
     return HorseExit(
-        ok=bool(report.get("ok")), reason=report.get("reason", "exception"),
-        result_json=report.get("result"), error_type=report.get("error_type"),
-        error_message=report.get("error_message"), traceback=report.get("traceback"),
+        ok=bool(report.get("ok")), reason=str(report.get("reason", "exception")),
+        result_json=_text(report.get("result")), error_type=_text(report.get("error_type")),
+        error_message=_text(report.get("error_message")),
+        traceback=_text(report.get("traceback")),
         retryable=bool(report.get("retryable")), retry_delay=report.get("retry_delay"),
         duration=duration,
     )
+
+
+def _format_exc() -> str:
+    try:
+        return safe_text(traceback.format_exc())
+    except Exception:  # noqa: BLE001 - e.g. a __str__ that raises inside the traceback
+        return ""
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -434,8 +457,9 @@ class Horse:
             error_type, message = "HorseKilled", "the fork server died while the job ran"
         if report and report.get("reason") == "timeout":
             error_type, message = report["error_type"], report["error_message"]
-        return HorseExit(ok=False, reason=reason, error_type=error_type, error_message=message,
-                         traceback=(report or {}).get("traceback"), duration=duration)
+        return HorseExit(ok=False, reason=reason, error_type=_text(error_type),
+                         error_message=_text(message),
+                         traceback=_text((report or {}).get("traceback")), duration=duration)
 
 
 def drain(fd: int) -> None:

@@ -326,10 +326,26 @@ def _plain(value: Any) -> Any:
         return repr(value)
 
 
+def safe_text(value: str) -> str:
+    """``value`` as text every encoder takes (Redis, JSON, logs, webhooks).
+
+    A lone surrogate (``"caf\\udce9"``, common in text built from undecodable
+    file names) cannot be encoded as UTF-8: redis-py, a log handler or a
+    webhook body would raise. It becomes the escape ``\\udce9`` instead, so
+    the text stays readable and the information is kept.
+    """
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def encode_fields(**fields: Any) -> list[str]:
     """Flatten ``name=value`` pairs into ``[name, value, ...]`` strings for a script.
 
-    ``None`` values are skipped; lists/dicts are JSON.
+    ``None`` values are skipped; lists/dicts are JSON; text is made encodable
+    (:func:`safe_text`).
     """
     out: list[str] = []
     for name, value in fields.items():
@@ -339,5 +355,5 @@ def encode_fields(**fields: Any) -> list[str]:
             value = json.dumps(value, separators=(",", ":"))
         elif isinstance(value, float):
             value = repr(value)
-        out.extend((name, str(value)))
+        out.extend((name, safe_text(str(value))))
     return out

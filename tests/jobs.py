@@ -154,3 +154,30 @@ def enqueue_child_with_env_settings(url, prefix):
     settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
     return Queue("child", _redis(url), settings=settings, events=False).enqueue(
         "tests.jobs:noop").id
+
+
+def surrogate_error():
+    """A job whose error carries a lone surrogate (text from an undecodable file name)."""
+    raise ValueError("cannot parse caf\udce9.csv")
+
+
+def surrogate_result():
+    return "caf\udce9"
+
+
+class _BadStr(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ itself fails")
+
+
+def bad_str_error():
+    raise _BadStr()
+
+
+def spawn_sleeper(url, key, seconds=600):
+    """Start a child process of the job that outlives it unless someone kills it."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", str(seconds)])
+    _redis(url).rpush(key, child.pid)
+    return child.pid

@@ -1,0 +1,30 @@
+"""Issue 18: faults and bad data never kill a worker, never run a job twice at once."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.conftest import wait_for
+
+
+def test_lone_surrogates_in_errors_and_results_are_recorded_not_fatal(queue, burst, r):
+    q = queue()
+    bad = q.enqueue("tests.jobs:surrogate_error")
+    weird = q.enqueue("tests.jobs:surrogate_result")
+    broken = q.enqueue("tests.jobs:bad_str_error")
+    after = q.enqueue("tests.jobs:add", 1, 2)
+    w = burst()
+    assert w.failed == 2 and w.successful == 2
+    job = q.fetch_job(bad.id)
+    assert job.status == "failed" and job.failure_reason == "exception"
+    assert job.error_type == "ValueError"
+    assert job.error_message == "cannot parse caf\\udce9.csv"
+    assert "caf\\udce9" in job.traceback
+    assert q.fetch_job(weird.id).result == "caf\udce9"
+    job = q.fetch_job(broken.id)
+    assert job.status == "failed" and job.error_type == "_BadStr"
+    assert "str() failed" in job.error_message
+    assert q.fetch_job(after.id).result == 3
