@@ -149,6 +149,20 @@ def parse_queue_spec(spec: str | Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
+def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str | None:
+    """Why a claimed record disagrees with the key it was claimed under, or None.
+
+    A missing field is no disagreement: the claimed id and queue fill it in.
+    """
+    if claimed_id is not None and data.get("id") not in (None, claimed_id):
+        return (f"job record field 'id' ({data.get('id')!r}) disagrees with the claimed "
+                f"id {claimed_id!r}")
+    if data.get("queue") not in (None, "", queue):
+        return (f"job record field 'queue' ({data.get('queue')!r}) disagrees with the queue "
+                f"{queue!r} it was claimed from")
+    return None
+
+
 def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
     """Delay before retry number ``attempt`` (1-based): initial * backoff^(n-1), capped, jittered."""
     base = settings.retry_delay if initial is None else initial
@@ -507,7 +521,7 @@ class Worker:
             kind = reply[0]
             if kind == "job":
                 data = dict(zip(reply[2][::2], reply[2][1::2]))
-                return self._job_from(queue, data)
+                return self._job_from(queue, data, reply[3] if len(reply) > 3 else None)
             if kind == "missing":
                 self._log_missing(queue, reply)
                 continue
@@ -547,7 +561,8 @@ class Worker:
         kind = reply[0]
         if kind == "job":
             self._pos = (self._pos + 1) % len(self._cycle)
-            self._prefetched = self._job_from(queue, dict(zip(reply[2][::2], reply[2][1::2])))
+            self._prefetched = self._job_from(queue, dict(zip(reply[2][::2], reply[2][1::2])),
+                                              reply[3] if len(reply) > 3 else None)
         elif kind == "missing":
             self._log_missing(queue, reply)
 
@@ -566,15 +581,24 @@ class Worker:
         log.info("Worker %s: gave job %s back to %s (claimed as shutdown began, not started)",
                  self.name, job.id, job.queue)
 
-    def _job_from(self, queue: str, data: dict[str, str]) -> Job:
+    def _job_from(self, queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job:
+        """The claimed job. The key we claimed is the truth (issue 18.6): a record whose
+        ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
+        claimed id and queue, without running."""
         try:
-            return Job.from_hash(data, strict=True)
+            job = Job.from_hash(data, strict=True)
+            mismatch = _mismatch(data, queue, claimed_id)
+            if mismatch:
+                raise MalformedJob(mismatch)
+            return job
         except MalformedJob as exc:
             job = Job.from_hash(data)
-            job.queue = job.queue or queue
             job.error_type, job.error_message = "MalformedJob", str(exc)
             job.failure_reason = "malformed"
-            return job
+        job.queue = queue
+        if claimed_id:
+            job.id = claimed_id
+        return job
 
     # -- one job ---------------------------------------------------------------
 

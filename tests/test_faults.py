@@ -28,3 +28,22 @@ def test_lone_surrogates_in_errors_and_results_are_recorded_not_fatal(queue, bur
     assert job.status == "failed" and job.error_type == "_BadStr"
     assert "str() failed" in job.error_message
     assert q.fetch_job(after.id).result == 3
+
+
+@pytest.mark.parametrize("field", ["id", "queue"])
+def test_a_record_disagreeing_with_its_key_fails_as_malformed_and_never_runs(
+        field, queue, burst, r, prefix, redis_url):
+    q = queue()
+    job = q.enqueue("tests.jobs:record", redis_url, f"{prefix}:ran", "x")
+    jkey = f"{prefix}:{{default}}:job:{job.id}"
+    assert r.exists(jkey)
+    r.hset(jkey, field, "someone-else")
+    w = burst()
+    assert w.failed == 1
+    assert r.lrange(f"{prefix}:ran", 0, -1) == []          # it never ran
+    data = r.hgetall(jkey)
+    assert data["status"] == "failed" and data["failure_reason"] == "malformed"
+    assert f"field '{field}'" in data["error_message"]
+    assert r.zscore(f"{prefix}:{{default}}:failed", job.id) is not None
+    assert r.zcard(f"{prefix}:{{default}}:started") == 0
+    assert not r.exists(f"{prefix}:{{default}}:job:someone-else")

@@ -4,7 +4,7 @@
 -- There is no moment when a claimed job is in no structure.
 -- KEYS[1] base
 -- ARGV: worker_name, token, lease_seconds, failed_ttl
--- Returns {'job', now, {hash...}} | {'empty', next_scheduled_score} | {'paused'} |
+-- Returns {'job', now, {hash...}, job_id} | {'empty', next_scheduled_score} | {'paused'} |
 --         {'capped'} | {'missing', job_id}
 local base = KEYS[1]
 local t = now()
@@ -32,4 +32,4 @@ redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
 redis.call('HINCRBY', jkey, 'attempts', 1)
 redis.call('HSET', jkey, 'status', 'started', 'started_at', fmt_time(t), 'worker', ARGV[1],
   'token', ARGV[2])
-return {'job', fmt_time(t), redis.call('HGETALL', jkey)}
+return {'job', fmt_time(t), redis.call('HGETALL', jkey), jid}
