@@ -84,6 +84,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a started job's lease lasts unless its live worker renews it (every "
             "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
             "At least 3 x the heartbeat interval."),
+    Setting("kill_job_children", "FUSIONWORKER_KILL_JOB_CHILDREN", True, _bool,
+            "After a job's horse exits, SIGKILL the processes the job left in the horse's "
+            "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
+            "if jobs start daemons that must outlive them."),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "

@@ -238,8 +238,11 @@ class Horse:
     """Parent-side handle of one forked horse."""
 
     def __init__(self, job: Job, *, allowed: Iterable[str] = (),
-                 retryable: Iterable[str] = (), server: ForkServer | None = None) -> None:
+                 retryable: Iterable[str] = (), server: ForkServer | None = None,
+                 kill_children: bool = True) -> None:
         self.job = job
+        #: after the horse exits, SIGKILL what is left of its process group (issue 18.9)
+        self.kill_children = kill_children
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
         self.server = server            # set: the fork server forks (and reaps) the horse
@@ -305,6 +308,13 @@ class Horse:
             self._signal_group(signal.SIGKILL)
         # a job's own children may outlive the horse: take the group down with it
         self._signal_group(signal.SIGKILL)
+
+    def _kill_leftovers(self) -> None:
+        """The job's own children (``subprocess.Popen`` in a job) outlive the horse in its
+        process group: kill them with it. A child that called ``setsid()`` (or
+        ``start_new_session=True``) left the group and escapes, by design."""
+        if self.kill_children and self.pid > 0:
+            self._signal_group(signal.SIGKILL)
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -409,6 +419,7 @@ class Horse:
                     if not eof and self._reap(block=False):
                         eof = self._read() or True
             self._reap(block=True)
+            self._kill_leftovers()
         finally:
             if self._fd >= 0:
                 os.close(self._fd)

@@ -627,7 +627,8 @@ class Worker:
     def _run_horse(self, job: Job) -> HorseExit:
         """Run the job in a fresh forked horse and supervise it to its end."""
         horse = Horse(job, allowed=self.allowed,
-                      retryable=self.settings.retryable, server=self._forkserver)
+                      retryable=self.settings.retryable, server=self._forkserver,
+                      kill_children=self.settings.kill_job_children)
         # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
         # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
         horse.start(while_forking=lambda: self._call("after_claim", job))

@@ -47,3 +47,34 @@ def test_a_record_disagreeing_with_its_key_fails_as_malformed_and_never_runs(
     assert r.zscore(f"{prefix}:{{default}}:failed", job.id) is not None
     assert r.zcard(f"{prefix}:{{default}}:started") == 0
     assert not r.exists(f"{prefix}:{{default}}:job:someone-else")
+
+
+def _alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("kill_children", [True, False])
+def test_a_jobs_child_processes_die_with_its_horse_unless_disabled(
+        kill_children, queue, burst, r, prefix, redis_url, settings):
+    q = queue()
+    job = q.enqueue("tests.jobs:spawn_sleeper", redis_url, f"{prefix}:child")
+    w = burst(settings=settings.replace(kill_job_children=kill_children))
+    assert w.successful == 1
+    child = int(r.lrange(f"{prefix}:child", 0, -1)[0])
+    assert q.fetch_job(job.id).result == child
+    try:
+        if kill_children:
+            wait_for(lambda: not _alive(child), timeout=5)
+        else:
+            time.sleep(0.3)
+            assert _alive(child)
+    finally:
+        try:
+            os.kill(child, 9)
+        except ProcessLookupError:
+            pass
