@@ -198,8 +198,14 @@ def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = N
         return counts
     now = _server_time(connection)
     for queue in known_queues(connection, settings.prefix):
-        _reap_queue(connection, settings, queue, now, counts, sink)
-        _prune_registries(connection, settings, queue, now)
+        try:
+            _reap_queue(connection, settings, queue, now, counts, sink)
+            _prune_registries(connection, settings, queue, now)
+        except redis.ResponseError as exc:
+            # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
+            counts.setdefault("refused", []).append(queue)
+            log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
+                      queue, exc)
     counts["workers_pruned"] = prune_workers(connection, settings)
     return counts
 

@@ -106,6 +106,20 @@ STATES = ("started", "idle", "busy", "suspended", "throttled")
 #: What an unreachable (down, restarting, stopped) Redis raises: back off, retry.
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
+#: A refusal that is not an outage (issue 18.3): OOM under maxmemory, WRONGTYPE on a key
+#: somebody overwrote. The scripts check before their first write, so a refused script
+#: changed nothing. A refused claim backs that queue off (the others are still served);
+#: a refused outcome under OOM is retried like an outage; other refusals are logged.
+REFUSED = redis.ResponseError
+
+#: Back-off of a queue whose claim Redis refused: first delay, cap (seconds).
+QUEUE_BACKOFF = (1.0, 60.0)
+
+
+def _is_oom(exc: Exception) -> bool:
+    """Redis is out of memory (redis-py strips the ``OOM`` prefix into the class)."""
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith("OOM")
+
 
 @dataclass
 class Outcome:
@@ -259,6 +273,8 @@ class Worker:
         self._prefetched: Job | None = None
         self._forkserver: ForkServer | None = None
         self._wake_r = self._wake_w = -1
+        #: queue -> (monotonic time until which it is not claimed from, current delay)
+        self._queue_backoff: dict[str, tuple[float, float]] = {}
 
     # -- set-up ----------------------------------------------------------------
 
@@ -500,6 +516,8 @@ class Worker:
             if name in tried:
                 continue
             tried.add(name)
+            if self._backed_off(name):
+                continue
             job = self._claim_from(name)
             if job is not None:
                 self._pos = (self._pos + i + 1) % n
@@ -518,6 +536,10 @@ class Worker:
             except UNREACHABLE as exc:
                 self._redis_down(exc)
                 return None
+            except REFUSED as exc:
+                self._refused(queue, exc)
+                return None
+            self._queue_backoff.pop(queue, None)
             kind = reply[0]
             if kind == "job":
                 data = dict(zip(reply[2][::2], reply[2][1::2]))
@@ -529,6 +551,19 @@ class Worker:
                 due = float(reply[1])
                 self._next_due = due if self._next_due is None else min(self._next_due, due)
             return None
+
+    def _backed_off(self, queue: str) -> bool:
+        until = self._queue_backoff.get(queue, (0.0, 0.0))[0]
+        return time.monotonic() < until
+
+    def _refused(self, queue: str, exc: Exception) -> None:
+        """Redis refused a claim on ``queue`` (OOM, WRONGTYPE...): back this queue off,
+        doubling up to QUEUE_BACKOFF[1]; the worker goes on with its other queues."""
+        delay = min(self._queue_backoff.get(queue, (0.0, QUEUE_BACKOFF[0] / 2))[1] * 2,
+                    QUEUE_BACKOFF[1])
+        self._queue_backoff[queue] = (time.monotonic() + delay, delay)
+        log.error("Worker %s: Redis refused to claim from queue %s (%s); backing this queue "
+                  "off for %.0f s", self.name, queue, exc, delay)
 
     @staticmethod
     def _log_missing(queue: str, reply: list[Any]) -> None:
@@ -556,6 +591,9 @@ class Worker:
 
     def _take_prefetch(self, queue: str, reply: Any) -> None:
         """The claim reply of the finish pipeline: a job to run next, or nothing."""
+        if isinstance(reply, REFUSED) and not isinstance(reply, redis.exceptions.NoScriptError):
+            self._refused(queue, reply)
+            return
         if isinstance(reply, Exception) or not reply:
             return       # e.g. NOSCRIPT after a Redis restart: the loop's claim loads it
         kind = reply[0]
@@ -745,6 +783,19 @@ class Worker:
                 retrying = True
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
+            except REFUSED as exc:
+                if self._stop == "cold" or not _is_oom(exc):
+                    # e.g. WRONGTYPE: retrying cannot help; the job stays started and the
+                    # reaper takes it back once its lease is over
+                    log.error("Worker %s: Redis refused the outcome of job %s (%s); it stays "
+                              "started until the reaper recovers it", self.name, job.id, exc)
+                    self.state, self._published = "idle", None
+                    return
+                log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying "
+                            "in %.1f s", self.name, job.id, exc, delay)
+                retrying = True
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
         self.state = self._published = "idle"
         self.total_working_time += outcome.duration
         if reply[0] in ("stale", "skipped"):
@@ -814,6 +865,9 @@ class Worker:
         except UNREACHABLE as exc:
             self._redis_down(exc)
             return True
+        except REFUSED as exc:   # e.g. OOM: this renewal did not happen; try next interval
+            log.warning("Worker %s: Redis refused the heartbeat (%s)", self.name, exc)
+            return True
         self._set_suspended(bool(replies[-1]))
         if any(n == "all" for n, _ in self._spec):
             before = list(self.queue_names)
@@ -834,6 +888,9 @@ class Worker:
         except UNREACHABLE as exc:
             self._redis_down(exc)
             return
+        except REFUSED as exc:
+            log.warning("Worker %s: Redis refused the state write (%s)", self.name, exc)
+            return
         self._published = state
 
     def _set_busy(self, job: Job) -> None:
@@ -848,6 +905,9 @@ class Worker:
             pipe.execute()
         except UNREACHABLE as exc:
             self._redis_down(exc)
+            return
+        except REFUSED as exc:
+            log.warning("Worker %s: Redis refused the busy write (%s)", self.name, exc)
             return
         self._published = "busy"
 

@@ -167,6 +167,35 @@ def _make_stop(procs: list[subprocess.Popen[bytes]], workdir: Path) -> Callable[
     return stop
 
 
+# ---------------------------------------------------------------- single server
+
+
+def start_single(*extra: str) -> tuple[int, Callable[[], None]]:
+    """A private redis-server (e.g. for CONFIG SET maxmemory, restarts): (port, stop)."""
+    binary = require_binaries("redis-server")["redis-server"]
+    workdir = Path(tempfile.mkdtemp(prefix="fw-single-"))
+    port = free_port()
+    proc = _spawn([binary, "--port", str(port), "--bind", HOST, "--save", "",
+                   "--dir", str(workdir), *extra], workdir, "redis.log")
+    stop = _make_stop([proc], workdir)
+    try:
+        _wait_ping(port, proc, workdir)
+    except BaseException:
+        stop()
+        raise
+    return port, stop
+
+
+@pytest.fixture
+def redis_single() -> Iterator[int]:
+    """The port of a fresh private redis-server for this test."""
+    port, stop = start_single()
+    try:
+        yield port
+    finally:
+        stop()
+
+
 # ---------------------------------------------------------------- cluster
 
 

@@ -8,6 +8,9 @@ import time
 import pytest
 
 from tests.conftest import wait_for
+from tests.redis_servers import redis_single
+
+__all__ = ["redis_single"]  # fixture used below
 
 
 def test_lone_surrogates_in_errors_and_results_are_recorded_not_fatal(queue, burst, r):
@@ -78,3 +81,66 @@ def test_a_jobs_child_processes_die_with_its_horse_unless_disabled(
             os.kill(child, 9)
         except ProcessLookupError:
             pass
+
+
+def test_a_wrongtype_queue_key_is_refused_before_any_write_and_other_queues_go_on(
+        queue, burst, r, prefix):
+    bad, good = queue("bad"), queue("good")
+    stuck = bad.enqueue("tests.jobs:add", 1, 1)
+    jobs = [good.enqueue("tests.jobs:add", i, 1) for i in range(3)]
+    r.set(bad.qkeys.started, "not a zset")            # somebody overwrote it by hand
+    w = burst("bad,good")                              # survives, serves the good queue
+    assert w.successful == 3
+    assert all(good.fetch_job(j.id).result == j.args[0] + 1 for j in jobs)
+    assert w._backed_off("bad")
+    # nothing half-written: the bad queue's job is still queued, still pending
+    assert r.zscore(bad.qkeys.pending, stuck.id) is not None
+    assert bad.fetch_job(stuck.id).status == "queued" and bad.fetch_job(stuck.id).attempts == 0
+    r.delete(bad.qkeys.started)                        # repaired: the job runs
+    assert burst("bad").successful == 1
+    assert bad.fetch_job(stuck.id).result == 2
+
+
+def test_the_reaper_reaps_other_queues_when_one_is_refused(queue, settings, r):
+    from fusionworker.reaper import reap_once
+    from tests.test_reaper import claim
+
+    bad, good = queue("bad"), queue("good")
+    a = bad.enqueue("tests.jobs:noop", max_retries=3)
+    b = good.enqueue("tests.jobs:noop", max_retries=3)
+    claim(bad)
+    claim(good)
+    r.delete(bad.qkeys.failed)
+    r.set(bad.qkeys.failed, "not a zset")
+    counts = reap_once(r, settings)
+    assert counts["jobs"] == [b.id] and counts["refused"] == ["bad"]
+    assert good.fetch_job(b.id).status == "queued"
+    assert bad.fetch_job(a.id).status == "started"    # untouched, not half-written
+
+
+def test_an_oom_refusal_does_not_kill_the_worker_nor_lose_the_job(
+        redis_single, settings, processes, tmp_path):
+    import redis
+
+    from fusionworker.queue import Queue
+
+    url = f"redis://127.0.0.1:{redis_single}/0"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    s = settings.replace(redis_url=url)
+    processes.settings = s
+    q = Queue("default", client, settings=s)
+    proc = processes.worker("-q", "default")
+    first = q.enqueue("tests.jobs:sleep", 1.0)
+    wait_for(lambda: q.fetch_job(first.id).status == "started")
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")                # every write is refused now: OOM
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        q.enqueue("tests.jobs:noop")                    # the producer gets a clear refusal
+    wait_for(lambda: "refused the outcome" in processes.output(proc), timeout=10)
+    assert proc.poll() is None
+    client.config_set("maxmemory", "0")                # memory back: the outcome lands
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=15)
+    assert q.fetch_job(first.id).result == 1.0
+    second = q.enqueue("tests.jobs:add", 2, 2)
+    wait_for(lambda: q.fetch_job(second.id).status == "finished", timeout=10)
+    assert proc.poll() is None

@@ -11,10 +11,41 @@ end
 local function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
 local function fmt_time(t) return string.format('%.6f', t) end
 
+-- A field of a hash, or nil (no key, no field, or a key that is not a hash:
+-- a record of the wrong type reads as missing instead of failing the script
+-- half-way through its writes).
 local function hget(key, field)
-  local v = redis.call('HGET', key, field)
-  if v == false then return nil end
+  local v = redis.pcall('HGET', key, field)
+  if v == false or type(v) == 'table' then return nil end
   return v
+end
+
+-- Redis does not roll back a script's earlier writes when a later command fails
+-- (WRONGTYPE on a key somebody overwrote by hand), so every script checks the
+-- types of the keys it writes BEFORE its first write and refuses with an error
+-- (nothing written) instead. Returns nil, or the error message.
+local KEY_TYPES = {pending = 'zset', scheduled = 'zset', started = 'zset', failed = 'zset',
+  finished = 'zset', canceled = 'zset', groups = 'hash', seq = 'string'}
+local function key_type(key)
+  local ty = redis.call('TYPE', key)
+  if type(ty) == 'table' then ty = ty['ok'] end
+  return ty
+end
+local function check_types(base, jkey)
+  for name, want in pairs(KEY_TYPES) do
+    local ty = key_type(base .. name)
+    if ty ~= 'none' and ty ~= want then
+      return 'WRONGTYPE ' .. base .. name .. ' holds a ' .. ty .. ', not a ' .. want ..
+        ': refused before any write'
+    end
+  end
+  if jkey then
+    local ty = key_type(jkey)
+    if ty ~= 'none' and ty ~= 'hash' then
+      return 'WRONGTYPE ' .. jkey .. ' holds a ' .. ty .. ', not a hash: refused before any write'
+    end
+  end
+  return nil
 end
 
 -- Write a new job record: next FIFO sequence number, the caller's fields

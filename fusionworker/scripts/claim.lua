@@ -8,6 +8,8 @@
 --         {'capped'} | {'missing', job_id}
 local base = KEYS[1]
 local t = now()
+local bad = check_types(base)
+if bad then return redis.error_reply(bad) end
 promote_due(base, t, 100)
 if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
 local cap = redis.call('GET', base .. 'max_active')
@@ -19,9 +21,15 @@ if #ids == 0 then
   return {'empty', nxt[2] or ''}
 end
 local jid = ids[1]
-redis.call('ZREM', base .. 'pending', jid)
 local jkey = base .. 'job:' .. jid
-if redis.call('EXISTS', jkey) == 0 then
+local jtype = key_type(jkey)
+redis.call('ZREM', base .. 'pending', jid)
+if jtype ~= 'hash' and jtype ~= 'none' then
+  -- a key of the wrong type where the record should be: dead-letter the id, leave the key
+  redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+  return {'missing', jid}
+end
+if jtype == 'none' then
   -- garbage in the queue: an id without a record. Dead-letter it, say why.
   redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
     'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')

@@ -7,6 +7,8 @@ local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
 local t = now()
+local bad = check_types(base, base .. 'job:' .. jid)
+if bad then return redis.error_reply(bad) end
 
 local st = live_status(base, jid, t, window)
 if st then return {'duplicate', jid, st} end

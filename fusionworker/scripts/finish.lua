@@ -10,6 +10,8 @@ local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
 if hget(jkey, 'token') ~= token or hget(jkey, 'status') ~= 'started' then return {'stale'} end
+local bad = check_types(base, jkey)
+if bad then return redis.error_reply(bad) end
 local t = now()
 redis.call('ZREM', base .. 'started', jid)
 if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end

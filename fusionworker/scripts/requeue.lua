@@ -11,6 +11,8 @@
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
+local bad = check_types(base, jkey)
+if bad then return redis.error_reply(bad) end
 local st = hget(jkey, 'status')
 if mode == 'reap' and st ~= 'started' then
   redis.call('ZREM', base .. 'started', jid)  -- a stale entry: no attempt of it can run
