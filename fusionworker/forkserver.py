@@ -125,10 +125,11 @@ class _Running:
 
 
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
-          preload: bool, otel: dict[str, Any] | None = None) -> None:
+          preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1) -> None:
     """Main loop of the fork server. Never returns normally: exits with the worker.
 
-    ``otel``: trace every horse's job (``otel.setup_horses`` arguments).
+    ``otel``: trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``:
+    the worker's horse deadlines (horse.DeadlineBoard), enforced inside each horse.
     """
     import gc
 
@@ -143,6 +144,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
         setup_horses(**otel)
 
     horse_mod.set_pdeathsig()
+    if board_fd >= 0:   # the worker's lease deadlines, enforced inside each horse
+        horse_mod.attach_board(horse_mod.DeadlineBoard(fd=board_fd))
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -336,7 +339,8 @@ class ForkServer:
     """The worker's handle of its fork server (started lazily, restarted if it dies)."""
 
     def __init__(self, allowed: tuple[str, ...], retryable: tuple[str, ...],
-                 otel: dict[str, Any] | None = None) -> None:
+                 otel: dict[str, Any] | None = None, board_fd: int = -1) -> None:
+        self.board_fd = board_fd        # the worker's DeadlineBoard (horse.py), shared
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
         self.otel = otel
@@ -348,13 +352,15 @@ class ForkServer:
         ours, theirs = socket.socketpair()
         pkg_dir = os.path.dirname(os.path.abspath(__file__))
         args = {"fd": theirs.fileno(), "worker_pid": os.getpid(), "allowed": list(self.allowed),
-                "retryable": list(self.retryable), "preload": bool(self.allowed)}
+                "retryable": list(self.retryable), "preload": bool(self.allowed),
+                "board_fd": self.board_fd}
         if self.otel:
             args["otel"] = self.otel
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, pkg_dir, args])],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, close_fds=True,
+                pass_fds=[theirs.fileno()] + ([self.board_fd] if self.board_fd >= 0 else []),
+                stdin=subprocess.DEVNULL, close_fds=True,
             )
         except OSError as exc:
             ours.close()

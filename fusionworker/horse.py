@@ -18,6 +18,35 @@ Sequence (parent P, horse H)::
 H never talks to Redis: everything it needs was in the parent's memory at
 fork time, and everything it produces goes through the pipe.
 
+A horse never outlives its lease (issue 18.2). The lease lives in Redis
+(``started`` score = Redis time of the claim/touch + lease); a frozen
+(SIGSTOP) or partitioned parent cannot renew it, and once it is over the
+reaper hands the job to another worker. So H has a deadline of its own, on
+the host's monotonic clock (CLOCK_MONOTONIC is one clock for every process of
+the host), in a :class:`DeadlineBoard` (8 bytes of shared memory, a memfd
+mapped by the parent, inherited by the fork server and every horse)::
+
+    P: t0 = monotonic(); send claim.lua (Redis: lease until T0 + lease, T0 >= t0)
+    P: board = t0 + lease - margin;   fork H         (margin = heartbeat interval)
+    H: watchdog thread: at monotonic() >= board -> SIGKILL its own process group
+    P: every heartbeat: t1 = monotonic(); send touch.lua; only on its reply 1
+       (the renewal reached Redis: lease until T1 + lease, T1 >= t1):
+       board = t1 + lease - margin
+    P: its own tick also kills H once monotonic() >= board (it cannot renew)
+
+Every deadline is computed from the time a renewal was SENT, so it is never
+later than the lease Redis holds; ``margin`` absorbs clock-rate differences
+and the kill's latency. Crash points: P frozen (SIGSTOP) -> nobody moves the
+board, H's watchdog kills H before the lease ends, the reaper re-queues the job
+after it (P, resumed, finds its attempt taken back: its give-back is fenced by
+the token). P partitioned -> touch fails, the board stays, P's tick and H's
+watchdog both kill H before the lease ends; P gives the job back (not
+counted) if Redis answers again before the reaper, else its give-back is
+refused. P renews -> the lease never ends: P is never reaped. A job holding
+the GIL for longer than the margin in C code delays the watchdog thread (the
+parent's tick still kills H). With N horses per worker the board has one slot
+per horse (``slot``).
+
 If H dies before reporting, the wait status says how: a fatal signal
 (SIGSEGV -> ``segfault``, SIGBUS/SIGILL/SIGFPE/SIGABRT -> ``crash``, SIGKILL or
 SIGTERM from outside -> ``killed``, e.g. the kernel's OOM killer) or an exit
@@ -32,10 +61,13 @@ import errno
 import inspect
 import json
 import logging
+import mmap
 import os
 import select
 import signal
+import struct
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -108,6 +140,59 @@ def _describe(exc: BaseException) -> str:
         return safe_text(str(exc))[:2000]
     except Exception:  # noqa: BLE001 - a broken __str__ must not hide the real error
         return f"<{type(exc).__name__} whose str() failed>"
+
+
+class DeadlineBoard:
+    """Deadlines (monotonic seconds, 0 = none) of the horses, in shared memory.
+
+    Created by the worker parent (``DeadlineBoard()``); the fork server maps the
+    same memfd (``DeadlineBoard(fd=...)``); horses inherit the mapping by fork.
+    """
+
+    _SLOT = struct.Struct("d")
+
+    def __init__(self, slots: int = 1, fd: int | None = None) -> None:
+        if fd is None:
+            fd = os.memfd_create("fusionworker-deadlines", 0)
+            os.ftruncate(fd, self._SLOT.size * slots)
+        self.fd = fd
+        self.slots = slots
+        self._map = mmap.mmap(fd, self._SLOT.size * slots)
+
+    def set(self, deadline: float, slot: int = 0) -> None:
+        self._SLOT.pack_into(self._map, self._SLOT.size * slot, deadline)
+
+    def get(self, slot: int = 0) -> float:
+        return float(self._SLOT.unpack_from(self._map, self._SLOT.size * slot)[0])
+
+
+#: The board of this process (set in the worker parent and the fork server).
+_board: DeadlineBoard | None = None
+
+
+def attach_board(board: DeadlineBoard | None) -> None:
+    global _board
+    _board = board
+
+
+def _watchdog(board: DeadlineBoard, slot: int) -> None:  # pragma: no cover - in the horse
+    """Thread of the horse: SIGKILL the horse's process group at its lease deadline."""
+    while True:
+        deadline = board.get(slot)
+        now = time.monotonic()
+        if deadline > 0 and now >= deadline:
+            try:
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(71)
+        time.sleep(0.05 if deadline <= 0 else min(0.05, max(deadline - now, 0.001)))
+
+
+def start_watchdog(slot: int = 0) -> None:
+    """In the horse: enforce the deadline of ``slot`` (no board: nothing to enforce)."""
+    if _board is not None:
+        threading.Thread(target=_watchdog, args=(_board, slot), daemon=True,
+                         name="fusionworker-lease-watchdog").start()
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -207,6 +292,7 @@ def horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        start_watchdog()          # a horse never outlives its lease (module docstring)
         tracing = _otel
         if tracing is None:
             report = run_job(job, allowed, retryable)
@@ -462,6 +548,8 @@ class Horse:
             "memory": ("HorseMemoryExceeded", "work horse exceeded the memory ceiling and was killed"),
             "lost": ("JobLost", "the job was taken back (reaped or deleted) while it ran"),
             "shutdown": ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
+            "lease": ("LeaseExpired", "the worker could not renew the job's lease in time "
+                      "(frozen or cut off from Redis): its horse was killed"),
         }
         error_type, message = messages.get(reason, ("HorseKilled", f"killed: {reason}"))
         if self._lost_server:

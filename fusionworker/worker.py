@@ -89,7 +89,7 @@ from .connection import decoding
 from .exceptions import FunctionNotAllowed, InvalidFunction
 from .forkserver import ForkServer, ForkServerDied
 from .functions import verify_loaded
-from .horse import Horse, HorseExit
+from .horse import DeadlineBoard, Horse, HorseExit, attach_board
 from .job import Job, MalformedJob, encode_fields
 from .keys import Keys, check_queue_name
 from .middleware import Middleware
@@ -273,6 +273,11 @@ class Worker:
         self._prefetched: Job | None = None
         self._forkserver: ForkServer | None = None
         self._wake_r = self._wake_w = -1
+        #: a horse never outlives its lease (horse.py docstring): the horse's deadline in
+        #: shared memory, and when the last claim/renewal that set it was SENT (monotonic)
+        self._board: DeadlineBoard | None = None
+        self._lease_sent = 0.0
+        self._horse_deadline: float | None = None
         #: queue -> (monotonic time until which it is not claimed from, current delay)
         self._queue_backoff: dict[str, tuple[float, float]] = {}
 
@@ -444,7 +449,13 @@ class Worker:
         """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
         otel = next((mw.horse_tracing() for mw in self.middleware
                      if hasattr(mw, "horse_tracing")), None)   # OpenTelemetry: otel.py
-        server = ForkServer(self.allowed, self.settings.retryable, otel=otel)
+        try:
+            self._board = DeadlineBoard()
+            attach_board(self._board)      # horses forked by the worker itself inherit it
+        except OSError as exc:             # no memfd: the parent's own tick still kills
+            log.warning("Worker %s: no shared memory for horse deadlines (%s)", self.name, exc)
+        server = ForkServer(self.allowed, self.settings.retryable, otel=otel,
+                            board_fd=self._board.fd if self._board is not None else -1)
         try:
             server.start()
         except ForkServerDied as exc:
@@ -528,6 +539,7 @@ class Worker:
         qkeys = self.keys.queue(queue)
         while True:
             token = uuid.uuid4().hex
+            self._lease_sent = time.monotonic()
             try:
                 reply = self.scripts.claim(
                     keys=[qkeys.base],
@@ -655,6 +667,8 @@ class Worker:
             exit_ = self._run_horse(job)
         else:
             self._call("after_claim", job)
+        exit_ = self._lease_verdict(exit_)
+        self._set_deadline(None)
         outcome = self._decide(job, exit_)
         outcome.duration = time.monotonic() - started
         self._record(job, outcome, claim=self._prefetch_queue() if prefetch else None)
@@ -669,10 +683,13 @@ class Worker:
                       kill_children=self.settings.kill_job_children)
         # the claim hooks overlap the fork server's fork; the busy heartbeat waits for
         # the first horse tick (BUSY_AFTER): a short job never writes it (docstring)
+        self._set_deadline(self._lease_sent)   # before the fork: the horse reads it
         horse.start(while_forking=lambda: self._call("after_claim", job))
         return horse.supervise(
             kill_after=job.timeout + self.settings.kill_grace,
             tick=lambda: self._horse_tick(job, horse),
+            # ticks at least every heartbeat: renewals (and the lease check) on time
+            tick_interval=min(1.0, self.settings.heartbeat_interval),
             first_tick=BUSY_AFTER,
             wake_fd=self._wake_r if self._wake_r >= 0 else None,
         )
@@ -691,6 +708,33 @@ class Worker:
             return None
         return None
 
+    # -- a horse never outlives its lease (horse.py docstring, issue 18.2) --------
+
+    def _lease_margin(self) -> float:
+        return self.settings.heartbeat_interval
+
+    def _set_deadline(self, sent: float | None) -> None:
+        """The running horse may live until ``sent`` (when the claim or renewal that reached
+        Redis was sent) + lease - margin; None: no horse runs."""
+        self._horse_deadline = (None if not sent   # 0: a job not claimed by this loop
+                                else sent + self.lease - self._lease_margin())
+        if self._board is not None:
+            self._board.set(self._horse_deadline or 0.0)
+
+    def _lease_over(self) -> bool:
+        deadline = self._horse_deadline
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _lease_verdict(self, exit_: HorseExit) -> HorseExit:
+        """A horse killed (by its watchdog or our tick) once its deadline passed died of
+        the lease: the job is given back, not failed."""
+        if (not exit_.ok and exit_.reason in ("killed", "lease") and self._lease_over()
+                and self._stop != "cold"):
+            exit_.reason, exit_.error_type = "lease", "LeaseExpired"
+            exit_.error_message = ("the worker could not renew the job's lease in time (frozen "
+                                   "or cut off from Redis): its horse was killed")
+        return exit_
+
     def _horse_tick(self, job: Job, horse: Horse) -> str | None:
         if self._stop == "cold":
             return "shutdown"
@@ -701,6 +745,10 @@ class Worker:
                 log.warning("Worker %s: job %s was taken back while running; killing its horse",
                             self.name, job.id)
                 return "lost"
+        if self._lease_over():
+            log.warning("Worker %s: could not renew the lease of job %s in time; killing its "
+                        "horse before the reaper may hand the job on", self.name, job.id)
+            return "lease"
         self._next_tick = time.monotonic() + 1.0
         self._call("on_tick")
         return self._call("on_horse_tick", job, horse.pid)
@@ -711,7 +759,7 @@ class Worker:
         if exit_.ok:
             return Outcome(status="finished", reason="ok", duration=exit_.duration,
                            result=exit_.result_json)
-        if exit_.reason == "shutdown":
+        if exit_.reason in ("shutdown", "lease"):
             return Outcome(status="requeued", **common)
         if exit_.retryable and job.attempts <= job.max_retries:
             delay = (exit_.retry_delay if exit_.retry_delay is not None
@@ -761,6 +809,8 @@ class Worker:
                     self.scripts.claim.queue_by_sha(
                         pipe, [self.keys.queue(claim).base],
                         [self.name, uuid.uuid4().hex, self.lease, self.settings.failed_ttl])
+                if claim is not None and not retrying:
+                    self._lease_sent = time.monotonic()
                 replies = pipe.execute(raise_on_error=False)
                 if claim is not None and not retrying:
                     self._take_prefetch(claim, replies.pop())
@@ -831,8 +881,10 @@ class Worker:
                         self.name, job.id, outcome.error_type, outcome.error_message,
                         job.attempts, job.max_retries, outcome.retry_delay or 0)
         elif outcome.status == "requeued":
-            log.warning("Worker %s: job %s interrupted by cold shutdown, put back on %s",
-                        self.name, job.id, job.queue)
+            why = ("cold shutdown" if outcome.reason == "shutdown"
+                   else "its lease could not be renewed")
+            log.warning("Worker %s: job %s interrupted by %s, put back on %s",
+                        self.name, job.id, why, job.queue)
         else:
             self.failed += 1
             log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
@@ -857,6 +909,7 @@ class Worker:
             if job is not None:
                 self.scripts.touch(keys=[self.keys.queue(job.queue).base], client=pipe,
                                    args=[job.id, job.token or "", self.lease])
+            sent = time.monotonic()
             pipe.hset(self.key, mapping=fields)
             pipe.expire(self.key, self.settings.worker_ttl)
             pipe.sadd(self.keys.workers, self.name)
@@ -875,6 +928,8 @@ class Worker:
             if self.queue_names != before:
                 log.info("Worker %s now serves %s", self.name, ",".join(self.queue_names))
                 self._drop_pubsub()
+        if job is not None and replies[0] == 1:
+            self._set_deadline(sent)     # this renewal reached Redis: the horse may live on
         return replies[0] == 1 if job is not None else True
 
     def _set_state(self, state: str, force: bool = False) -> None:

@@ -181,3 +181,21 @@ def spawn_sleeper(url, key, seconds=600):
     child = subprocess.Popen(["sleep", str(seconds)])
     _redis(url).rpush(key, child.pid)
     return child.pid
+
+
+def exclusive(url, key, marker, seconds):
+    """Count executions from inside the job; an execution that finds another live one
+    holding the exclusive marker (an flock, released when its holder dies) records
+    ``overlap``."""
+    import fcntl
+
+    r = _redis(url)
+    r.rpush(key, f"start:{os.getpid()}")
+    fd = os.open(marker, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        r.rpush(key, "overlap")
+    time.sleep(seconds)
+    r.rpush(key, f"end:{os.getpid()}")
+    return os.getpid()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -144,3 +145,66 @@ def test_an_oom_refusal_does_not_kill_the_worker_nor_lose_the_job(
     second = q.enqueue("tests.jobs:add", 2, 2)
     wait_for(lambda: q.fetch_job(second.id).status == "finished", timeout=10)
     assert proc.poll() is None
+
+
+LEASE_ENV = {"FUSIONWORKER_LEASE": "3", "FUSIONWORKER_HEARTBEAT_INTERVAL": "0.5",
+             "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
+
+
+def _executions(r, key):
+    entries = r.lrange(key, 0, -1)
+    return entries, sum(e.startswith("start:") for e in entries)
+
+
+def _horse_pid(r, key):
+    return int(r.lrange(key, 0, 0)[0].split(":")[1])
+
+
+def test_a_frozen_parents_horse_dies_at_its_lease_before_the_job_is_handed_on(
+        processes, queue, r, prefix, redis_url, tmp_path):
+    q = queue()
+    key, marker = f"{prefix}:runs", str(tmp_path / "marker")
+    job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
+    a = processes.worker("-q", "default", env=LEASE_ENV)
+    wait_for(lambda: r.llen(key) >= 1)
+    first = _horse_pid(r, key)
+    os.kill(a.pid, signal.SIGSTOP)                      # the parent alone
+    try:
+        processes.worker("-q", "default", env=LEASE_ENV)
+        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    entries, runs = _executions(r, key)
+    assert "overlap" not in entries, entries
+    assert runs >= 2 and f"end:{first}" not in entries   # the frozen one's horse was killed
+    assert q.fetch_job(job.id).result != first
+    time.sleep(1.0)                                     # the resumed parent carries on
+    assert a.poll() is None
+    assert q.fetch_job(job.id).status == "finished"
+
+
+def test_a_partitioned_workers_horse_dies_at_its_lease_before_the_job_is_handed_on(
+        processes, queue, r, prefix, redis_url, tmp_path):
+    from tests.tcp_proxy import TcpProxy
+
+    proxy = TcpProxy(("127.0.0.1", int(redis_url.split(":")[2].split("/")[0])))
+    try:
+        q = queue()
+        key, marker = f"{prefix}:runs", str(tmp_path / "marker")
+        job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
+        a = processes.worker("-q", "default", env={**LEASE_ENV, "REDIS_URL": proxy.url})
+        wait_for(lambda: r.llen(key) >= 1)
+        first = _horse_pid(r, key)
+        proxy.cut()
+        processes.worker("-q", "default", env=LEASE_ENV)
+        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
+        proxy.heal()
+        entries, runs = _executions(r, key)
+        assert "overlap" not in entries, entries
+        assert runs >= 2 and f"end:{first}" not in entries
+        assert "could not renew the lease" in processes.output(a)
+        time.sleep(1.0)
+        assert a.poll() is None
+        assert q.fetch_job(job.id).status == "finished"
+    finally:
+        proxy.cut()
