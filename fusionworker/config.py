@@ -15,6 +15,7 @@ The README's configuration table is generated from :data:`SETTINGS`
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +64,47 @@ class Setting:
     parse: Callable[[str], Any]
     help: str
     flag: str = ""     # CLI flag, where one exists
+    #: the one place numbers are range-checked (issue 18.8): every value from the API,
+    #: the CLI, the environment or a config file passes :func:`check_value`
+    min: float | None = None
+    max: float | None = None
+    #: the minimum itself is refused (e.g. a poll interval of 0 would spin)
+    exclusive_min: bool = False
+    choices: tuple[str, ...] = ()
+
+
+def check_value(setting: Setting | str, value: Any, name: str | None = None) -> Any:
+    """``value`` if ``setting`` (or the setting of that name) may take it; ConfigError
+    (one clear line, naming ``name`` or the env var) otherwise.
+
+    Numbers must be finite (no NaN, no infinity) and within the setting's range.
+    """
+    if isinstance(setting, str):
+        setting = _BY_NAME[setting]
+    where = f"{name or setting.env}={value!r}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if setting.choices and str(value).lower() not in {c.lower() for c in setting.choices}:
+            raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
+        if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
+            raise ConfigError(f"{where}: must be a number")
+        return value
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: must be a finite number")
+    if setting.min is not None:
+        if value < setting.min or (setting.exclusive_min and value == setting.min):
+            op = ">" if setting.exclusive_min else ">="
+            raise ConfigError(f"{where}: must be {op} {setting.min:g}")
+    if setting.max is not None and value > setting.max:
+        raise ConfigError(f"{where}: must be <= {setting.max:g}")
+    return value
+
+
+def _positive(**kw: Any) -> dict[str, Any]:
+    return {"min": 0, "exclusive_min": True, **kw}
+
+
+def _percent() -> dict[str, Any]:
+    return {"min": 0, "max": 100}
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -71,19 +113,19 @@ SETTINGS: tuple[Setting, ...] = (
             "redis+cluster://h:7000", "--redis-url"),
     Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
     Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
-            "Default hard time limit of a job, seconds."),
+            "Default hard time limit of a job, seconds.", **_positive()),
     Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
-            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM."),
+            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
     Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
-            "Seconds a finished job and its result are kept."),
+            "Seconds a finished job and its result are kept.", min=-1),
     Setting("worker_ttl", "FUSIONWORKER_WORKER_TTL", 420, int,
-            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl"),
+            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl", min=1),
     Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
-            "Seconds between heartbeats (and job-deadline extensions) of a worker."),
+            "Seconds between heartbeats (and job-deadline extensions) of a worker.", **_positive()),
     Setting("lease", "FUSIONWORKER_LEASE", 30.0, float,
             "Seconds a started job's lease lasts unless its live worker renews it (every "
             "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
-            "At least 3 x the heartbeat interval."),
+            "At least 3 x the heartbeat interval.", **_positive()),
     Setting("kill_job_children", "FUSIONWORKER_KILL_JOB_CHILDREN", True, _bool,
             "After a job's horse exits, SIGKILL the processes the job left in the horse's "
             "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
@@ -99,46 +141,47 @@ SETTINGS: tuple[Setting, ...] = (
             "Directories (separated by ':') the worker puts at the front of sys.path before it "
             "imports job modules; the current directory is always put there too, as with "
             "`rq worker`.", "--path"),
-    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level"),
+    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level",
+            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
     Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
-            "Log format: text (readable lines) or json.", "--log-format"),
+            "Log format: text (readable lines) or json.", "--log-format", choices=("text", "json")),
     Setting("max_retries", "FUSIONWORKER_MAX_RETRIES", 10, int,
-            "Retries of a job that fails with a retryable error."),
+            "Retries of a job that fails with a retryable error.", min=0),
     Setting("retry_delay", "FUSIONWORKER_RETRY_DELAY", 5.0, float,
-            "First retry delay, seconds."),
+            "First retry delay, seconds.", min=0),
     Setting("retry_backoff", "FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
-            "Multiplier of the retry delay per attempt."),
+            "Multiplier of the retry delay per attempt.", min=1),
     Setting("retry_max_delay", "FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
-            "Cap of the retry delay, seconds."),
+            "Cap of the retry delay, seconds.", min=0),
     Setting("retry_jitter", "FUSIONWORKER_RETRY_JITTER", 0.1, float,
-            "Random jitter added to a retry delay, as a fraction of it."),
+            "Random jitter added to a retry delay, as a fraction of it.", min=0, max=10),
     Setting("retryable", "FUSIONWORKER_RETRYABLE", DEFAULT_RETRYABLE, _csv,
             "Exception classes (module.Class, subclasses too) that are retried."),
     Setting("reaper_interval", "FUSIONWORKER_REAPER_INTERVAL", 30.0, float,
-            "Seconds between passes of the stuck-job reaper."),
+            "Seconds between passes of the stuck-job reaper.", **_positive()),
     Setting("failed_ttl", "FUSIONWORKER_FAILED_TTL", 604800, int,
-            "Seconds a failed job stays in the failed registry (dead-letter)."),
+            "Seconds a failed job stays in the failed registry (dead-letter).", min=0),
     Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
-            "Seconds after finishing during which a job with the same job_id/unique_key is skipped."),
+            "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0),
     Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
             "URL POSTed (JSON) after a job's final failure."),
     Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
-            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner)."),
+            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01),
     Setting("memory_check_interval", "MEMORY_CHECK_INTERVAL", 5.0, float,
-            "Seconds between resource-governor samples."),
+            "Seconds between resource-governor samples.", **_positive()),
     Setting("memory_throttle_threshold", "MEMORY_THROTTLE_THRESHOLD", 90.0, float,
-            "RAM use (%) at which workers stop claiming."),
+            "RAM use (%) at which workers stop claiming.", **_percent()),
     Setting("memory_resume_threshold", "MEMORY_RESUME_THRESHOLD", 80.0, float,
-            "RAM use (%) under which throttled workers resume."),
+            "RAM use (%) under which throttled workers resume.", **_percent()),
     Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
-            "Swap use (%) at which workers stop claiming."),
+            "Swap use (%) at which workers stop claiming.", **_percent()),
     Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
-            "GPU memory use (%) of any device at which workers stop claiming."),
+            "GPU memory use (%) of any device at which workers stop claiming.", **_percent()),
     Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
-            "GPU memory use (%) under which throttled workers resume."),
+            "GPU memory use (%) under which throttled workers resume.", **_percent()),
     Setting("max_horse_memory", "FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
             "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
-            "--max-horse-memory"),
+            "--max-horse-memory", min=0),
     Setting("elasticsearch_url", "ELASTICSEARCH_URL", "", str,
             "Elasticsearch for the event log; unset: events go to a capped Redis stream."),
     Setting("elasticsearch_index", "ELASTICSEARCH_INDEX", "active-fusion-logs", str,
@@ -148,11 +191,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("elasticsearch_password", "ELASTICSEARCH_PASSWORD", "", str,
             "Elasticsearch basic-auth password."),
     Setting("event_buffer", "FUSIONWORKER_EVENT_BUFFER", 10000, int,
-            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted."),
+            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted.", min=0),
     Setting("event_stream_maxlen", "FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
-            "Approximate length cap of the Redis event stream."),
+            "Approximate length cap of the Redis event stream.", min=0),
     Setting("metrics_port", "FUSIONWORKER_METRICS_PORT", 0, int,
-            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port"),
+            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port",
+            min=0, max=65535),
     Setting("otel", "FUSIONWORKER_OTEL", False, _bool,
             "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
             "application's providers; the worker sets up SDK providers with OTLP/HTTP exporters "
@@ -163,7 +207,8 @@ SETTINGS: tuple[Setting, ...] = (
             "the built-in OTLP set-up; it installs the global tracer and meter providers."),
     Setting("otel_flush_timeout", "FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
             "Seconds a horse may spend exporting its spans after it reported the job's outcome "
-            "(and the worker its metrics at shutdown); an unreachable collector costs at most this."),
+            "(and the worker its metrics at shutdown); an unreachable collector costs at most "
+            "this.", min=0),
     Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
             "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
             "--metrics-bind"),
@@ -193,6 +238,8 @@ class Settings:
         unknown = set(given) - set(_BY_NAME)
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for name, value in given.items():
+            check_value(_BY_NAME[name], value)
         return dataclasses.replace(
             self, values={**self.values, **given}, explicit=self.explicit | frozenset(given)
         )
@@ -244,7 +291,9 @@ def load_settings(
         if raw is None:
             continue
         try:
-            values[setting.name] = setting.parse(raw)
+            values[setting.name] = check_value(setting, setting.parse(raw))
+        except ConfigError:
+            raise
         except ValueError as exc:
             raise ConfigError(f"{setting.env}={raw!r}: {exc}") from None
         explicit.add(setting.name)

@@ -7,6 +7,7 @@ commands. A ``Queue`` is cheap: make one per call site if you like.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from . import codec
 from . import otel as _otel
-from .config import SETTINGS, Settings, load_settings
+from .config import SETTINGS, Settings, check_value, load_settings
 from .connection import decoding, shared_client
 from .exceptions import InvalidOperation, NoSuchJob
 from .functions import func_ref, verify
@@ -192,12 +193,16 @@ class Queue:
         ref = func_ref(func)
         verify(ref, producer_allowed(self.settings))
         check_priority(priority)
+        # one place for ranges (config.check_value): NaN, infinity, negatives refused here,
+        # before anything is written (a NaN timeout would make every run fail obscurely)
         timeout = float(self.settings.job_timeout if timeout is None else timeout)
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        check_value("job_timeout", timeout, "timeout")
         max_retries = self.settings.max_retries if max_retries is None else int(max_retries)
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        check_value("max_retries", max_retries, "max_retries")
+        if retry_delay is not None:
+            retry_delay = check_value("retry_delay", float(retry_delay), "retry_delay")
+        if _when is not None and not math.isfinite(float(_when[1])):
+            raise ValueError(f"the delay or time must be a finite number, got {_when[1]!r}")
         try:
             args_json = codec.dumps(list(args or []), where="args")
             kwargs_json = codec.dumps(dict(kwargs or {}), where="kwargs")

@@ -208,3 +208,86 @@ def test_a_partitioned_workers_horse_dies_at_its_lease_before_the_job_is_handed_
         assert q.fetch_job(job.id).status == "finished"
     finally:
         proxy.cut()
+
+
+BAD_NUMBERS = [
+    # (setting env var, bad value, what the one line must say)
+    ("FUSIONWORKER_POLL_INTERVAL", "0", ">= 0.01"),         # an idle worker would spin
+    ("FUSIONWORKER_REAPER_INTERVAL", "0", "> 0"),           # would switch reaping off
+    ("FUSIONWORKER_REAPER_INTERVAL", "-5", "> 0"),
+    ("FUSIONWORKER_JOB_TIMEOUT", "nan", "finite"),
+    ("FUSIONWORKER_LEASE", "inf", "finite"),
+    ("FUSIONWORKER_HEARTBEAT_INTERVAL", "0", "> 0"),
+    ("FUSIONWORKER_MAX_RETRIES", "-1", ">= 0"),
+    ("MEMORY_THROTTLE_THRESHOLD", "150", "<= 100"),
+    ("FUSIONWORKER_METRICS_PORT", "70000", "<= 65535"),
+    ("FUSIONWORKER_LOG_FORMAT", "xml", "one of text, json"),
+]
+
+
+@pytest.mark.parametrize(("var", "value", "says"), BAD_NUMBERS)
+def test_a_bad_setting_is_one_clear_line_and_a_refusal_from_env_file_and_api(
+        var, value, says, settings, tmp_path):
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+    from fusionworker.config import SETTINGS, ConfigError, load_settings
+
+    base = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    runner = CliRunner()
+    # environment: the worker refuses to start
+    result = runner.invoke(main, ["worker", "--burst", "-q", "default"], env={**base, var: value})
+    assert result.exit_code != 0 and not isinstance(result.exception, ConfigError)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and var in lines[0] and says in lines[0], result.stderr
+    # config file
+    conf = tmp_path / "bad.env"
+    conf.write_text(f"{var}={value}\n")
+    result = runner.invoke(main, ["-c", str(conf), "worker", "--burst", "-q", "default"], env=base)
+    assert result.exit_code != 0 and says in result.stderr and "Traceback" not in result.stderr
+    # API (code passes typed values)
+    setting = next(s for s in SETTINGS if s.env == var)
+    with pytest.raises(ConfigError, match=says.replace("+", r"\+")):
+        load_settings(environ={}, **{setting.name: setting.parse(value)})
+
+
+@pytest.mark.parametrize("options", [
+    {"timeout": float("nan")}, {"timeout": float("inf")}, {"timeout": -1.0}, {"timeout": 0},
+    {"max_retries": -1}, {"retry_delay": float("nan")},
+])
+def test_enqueue_refuses_nan_inf_and_negative_numbers_and_writes_nothing(options, queue, r,
+                                                                        prefix):
+    q = queue()
+    with pytest.raises(ValueError):
+        q.enqueue("tests.jobs:noop", **options)
+    assert [k for k in r.scan_iter(f"{prefix}:{{default}}:*")] == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--timeout", "nan"], ["--timeout", "inf"], ["--in", "nan"], ["--retry-delay", "inf"],
+])
+def test_cli_enqueue_refuses_nan_and_inf_in_one_line(args, settings, r, prefix):
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    result = CliRunner().invoke(main, ["enqueue", *args, "default", "tests.jobs:noop"], env=env)
+    assert result.exit_code != 0 and "Traceback" not in result.stderr, result.stderr
+    assert len([x for x in result.stderr.splitlines() if x.strip()]) == 1
+    assert "finite" in result.stderr
+    assert [k for k in r.scan_iter(f"{prefix}:{{default}}:*")] == []
+
+
+def test_an_unexpected_error_is_one_line_with_the_password_masked(settings):
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+
+    # a NaN socket timeout in the URL makes redis-py raise a plain ValueError
+    env = {"REDIS_URL": "redis://:s3cretpw@127.0.0.1:6379/0?socket_timeout=nan",
+           "FUSIONWORKER_PREFIX": settings.prefix}
+    result = CliRunner().invoke(main, ["health"], env=env)
+    assert result.exit_code != 0 and "Traceback" not in result.stderr
+    assert "s3cretpw" not in result.output + result.stderr
+    assert len([x for x in result.stderr.splitlines() if x.strip()]) == 1

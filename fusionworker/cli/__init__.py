@@ -7,6 +7,7 @@ become one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -86,6 +87,37 @@ class _Main(click.Group):
             raise click.ClickException(f"cannot reach Redis at {where}: {exc}") from None
         except redis.ResponseError as exc:
             raise click.ClickException(f"Redis refused the command: {exc}") from None
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - no traceback may reach a user (issue 18.8)
+            if os.environ.get("FUSIONWORKER_DEBUG"):
+                raise
+            raise click.ClickException(_one_line(ctx, exc)) from None
+
+
+def _one_line(ctx: click.Context, exc: Exception) -> str:
+    """An unexpected error as one line, secrets masked (FUSIONWORKER_DEBUG=1: traceback)."""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    app = ctx.find_object(App)
+    if app is not None:
+        for secret in _secrets(app.url):
+            text = text.replace(secret, "***")
+    return f"unexpected error: {text} (set FUSIONWORKER_DEBUG=1 for the traceback)"
+
+
+def _secrets(url: str) -> list[str]:
+    """The password(s) of a Redis URL, to mask wherever they appear."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        found += [v for k, v in parse_qsl(parts.query) if "password" in k.lower() and v]
+    except ValueError:
+        pass
+    return [f for f in found if len(f) >= 3]
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
