@@ -215,6 +215,10 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                     os.close(ready[2])
                     exiting.add(ready[0])
                     ready = None
+            # release the report (a 100 MB result) before forking the next horse: the
+            # server would otherwise keep that size for good (issue 18.10)
+            done.buf = bytearray()
+            del done
             if ready is None:
                 ready = spawn()
         if sock in readable:
@@ -241,6 +245,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                 os.set_blocking(read_fd, False)
             running.func = msg["func"]
             send_msg(sock, {"pid": pid})
+            del msg, body         # a job's large arguments: not kept until the next job
 
 
 def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],

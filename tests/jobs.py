@@ -199,3 +199,7 @@ def exclusive(url, key, marker, seconds):
     time.sleep(seconds)
     r.rpush(key, f"end:{os.getpid()}")
     return os.getpid()
+
+
+def big_result(mib):
+    return "x" * (mib * 1024 * 1024)

@@ -291,3 +291,29 @@ def test_an_unexpected_error_is_one_line_with_the_password_masked(settings):
     assert result.exit_code != 0 and "Traceback" not in result.stderr
     assert "s3cretpw" not in result.output + result.stderr
     assert len([x for x in result.stderr.splitlines() if x.strip()]) == 1
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+def test_the_fork_server_releases_a_large_report_before_the_next_horse(queue, burst, settings):
+    from fusionworker.middleware import Middleware
+
+    class ServerRss(Middleware):
+        def __init__(self) -> None:
+            self.kib: list[int] = []
+
+        def on_horse_tick(self, worker, job, pid):   # while a job runs
+            self.kib.append(_rss_kib(worker._forkserver.proc.pid))
+
+    q = queue()
+    q.enqueue("tests.jobs:sleep", 0.3)
+    big = q.enqueue("tests.jobs:big_result", 100)
+    q.enqueue("tests.jobs:sleep", 0.3)
+    probe = ServerRss()
+    w = burst(settings=settings.replace(result_ttl=5), middleware=[probe])
+    assert w.successful == 3 and len(q.fetch_job(big.id).result) == 100 * 1024 * 1024
+    baseline, after = probe.kib[0], probe.kib[-1]     # during the first and the last job
+    assert after < baseline + 30 * 1024, probe.kib
