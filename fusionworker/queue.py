@@ -212,9 +212,15 @@ class Queue:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
             raise ValueError("job_id must be a non-empty string of at most 200 characters")
         mode, when = _when or ("now", 0.0)
-        self._register()
+        # registration (fw:queues, which the reaper, info and health walk) happens inside
+        # enqueue.lua, so it survives a data loss (FLUSHALL, a restart without persistence);
+        # on a Cluster the global set lives on another slot: SADD before every enqueue
+        # instead (a registered empty queue is harmless; an unregistered job would be lost)
+        cluster = _is_cluster(self.connection)
+        if cluster:
+            self.connection.sadd(self.keys.queues, self.name)
         placement, actual_id, status = self.scripts.enqueue(
-            keys=[self.qkeys.base],
+            keys=[self.qkeys.base] if cluster else [self.qkeys.base, self.keys.queues],
             args=[
                 job_id, priority, mode, when, unique_key or "", self.settings.dedup_window,
                 *encode_fields(
@@ -506,6 +512,12 @@ def forget_queue(connection: Any, name: str, prefix: str = "fw") -> int:
         deleted += connection.delete(*batch)
     deleted += connection.delete(qkeys.paused)
     return deleted
+
+
+def _is_cluster(connection: Any) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(connection, RedisCluster)
 
 
 def known_queues(connection: Any, prefix: str = "fw") -> list[str]:

@@ -317,3 +317,16 @@ def test_the_fork_server_releases_a_large_report_before_the_next_horse(queue, bu
     assert w.successful == 3 and len(q.fetch_job(big.id).result) == 100 * 1024 * 1024
     baseline, after = probe.kib[0], probe.kib[-1]     # during the first and the last job
     assert after < baseline + 30 * 1024, probe.kib
+
+
+def test_enqueue_registers_the_queue_again_after_a_data_loss(queue, r, settings, burst):
+    from fusionworker.queue import known_queues
+
+    q = queue("lost")
+    q.enqueue("tests.jobs:noop")
+    assert "lost" in known_queues(r, settings.prefix)
+    r.delete(q.keys.queues)            # the registry lost (FLUSHALL, eviction, restart)
+    job = q.enqueue("tests.jobs:add", 1, 2)   # the same Queue object, registered "once"
+    assert "lost" in known_queues(r, settings.prefix)
+    burst("all")                       # a worker on "all" finds it through the registry
+    assert q.fetch_job(job.id).result == 3

@@ -1,6 +1,8 @@
 -- enqueue: dedup check, sequence number, job record, and pending/scheduled/group
 -- placement in one step.
--- KEYS[1] base
+-- KEYS[1] base ; KEYS[2] (optional) the queue registry SET fw:queues: registered here,
+--   with the job, so a queue emptied by a data loss is registered again by its next job.
+--   A Redis Cluster passes no KEYS[2] (another slot): the producer SADDs before the script.
 -- ARGV: job_id, priority, mode (now|in|at), when, unique_key, dedup_window, field, value, ...
 -- Returns {placement, job_id, status}: placement is queued | scheduled | duplicate.
 local base = KEYS[1]
@@ -9,6 +11,9 @@ local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or
 local t = now()
 local bad = check_types(base, base .. 'job:' .. jid)
 if bad then return redis.error_reply(bad) end
+if KEYS[2] and key_type(KEYS[2]) ~= 'set' and key_type(KEYS[2]) ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a set: refused before any write')
+end
 
 local st = live_status(base, jid, t, window)
 if st then return {'duplicate', jid, st} end
@@ -31,6 +36,7 @@ end
 
 local ok, err = new_job(base, jid, prio, t, ARGV, 7)
 if not ok then return redis.error_reply(err) end
+if KEYS[2] then redis.call('SADD', KEYS[2], string.match(base, '{(.*)}:$')) end
 if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
 
 if mode ~= 'now' then
