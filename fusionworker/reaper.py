@@ -68,20 +68,32 @@ def acquire_lock(connection: Any, settings: Settings, owner: str) -> bool:
     return bool(connection.set(Keys(settings.prefix).reaper_lock, owner, nx=True, px=px))
 
 
-def _why_dead(worker: dict[str, str], job_id: str, now: float) -> str | None:
-    """Why the worker of this job no longer runs it, or None if it still might."""
+def _why_dead(worker: dict[str, str], job_id: str, now: float,
+              pttl: int | None = None) -> str | None:
+    """Why the worker of this job no longer runs it, or None if it still might.
+
+    How long the worker has been silent comes from Redis alone (issue 18.7): every
+    heartbeat re-arms its key's TTL to ``worker_ttl`` (a hash field), so the age of
+    the last heartbeat is ``worker_ttl - PTTL`` on the server's clock, whatever the
+    worker host's clock says. ``last_heartbeat`` (the worker's clock) is only the
+    fallback for a worker that does not publish ``worker_ttl``.
+    """
     if not worker:
         return "worker heartbeat expired"
     current = worker.get("current_job") or ""
     if current != job_id:
         return f"worker now runs {current or 'nothing'}"
     try:
-        last = float(worker.get("last_heartbeat") or 0)
         lease = float(worker.get("lease") or 0)
+        ttl = float(worker.get("worker_ttl") or 0)
+        if ttl > 0 and pttl is not None and pttl > 0:
+            age = ttl - pttl / 1000.0
+        else:
+            age = now - float(worker.get("last_heartbeat") or 0)
     except ValueError:
         return "worker heartbeat unreadable"
-    if lease > 0 and now - last > lease:
-        return f"worker silent for {now - last:.1f} s (lease {lease:g} s)"
+    if lease > 0 and age > lease:
+        return f"worker silent for {age:.1f} s (lease {lease:g} s)"
     return None
 
 
@@ -116,11 +128,13 @@ def _reap_queue(connection: Any, settings: Settings, queue: str, now: float,
     pipe = connection.pipeline(transaction=False)
     for worker_name, _ in owners:
         pipe.hgetall(keys.worker(worker_name or "?"))
-    workers = pipe.execute()
+        pipe.pttl(keys.worker(worker_name or "?"))
+    replies = pipe.execute()
+    workers, pttls = replies[::2], replies[1::2]
     scripts = scripts_for(connection)
-    for job_id, (worker_name, token), worker in zip(expired, owners, workers):
+    for job_id, (worker_name, token), worker, pttl in zip(expired, owners, workers, pttls):
         counts["checked"] += 1
-        why = _why_dead(worker, job_id, now) if token else "job has no live attempt"
+        why = _why_dead(worker, job_id, now, pttl) if token else "job has no live attempt"
         if why is None:
             counts["alive"] += 1
             continue

@@ -313,6 +313,8 @@ class Worker:
             "last_heartbeat": now, "version": __version__, "successful": 0, "failed": 0,
             "total_working_time": 0.0, "heartbeat_interval": self.settings.heartbeat_interval,
             "lease": self.lease,
+            # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
+            "worker_ttl": self.settings.worker_ttl,
         })
         pipe.expire(self.key, self.settings.worker_ttl)
         pipe.sadd(self.keys.workers, self.name)

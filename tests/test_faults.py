@@ -330,3 +330,32 @@ def test_enqueue_registers_the_queue_again_after_a_data_loss(queue, r, settings,
     assert "lost" in known_queues(r, settings.prefix)
     burst("all")                       # a worker on "all" finds it through the registry
     assert q.fetch_job(job.id).result == 3
+
+
+def test_a_dead_worker_with_a_fast_clock_is_reaped_after_its_lease_not_its_ttl(
+        queue, settings, r, prefix):
+    from fusionworker.keys import Keys
+    from fusionworker.reaper import reap_once
+    from tests.test_reaper import claim
+
+    q = queue()
+    job = q.enqueue("tests.jobs:noop", max_retries=3)
+    claim(q, worker="fast.1")
+    key = Keys(prefix).worker("fast.1")
+    # what a worker whose clock runs an hour fast wrote at its last heartbeat, 20 s ago
+    # by the server's clock (TTL re-armed to worker_ttl=420 then, 400 s left now)
+    r.hset(key, mapping={"name": "fast.1", "current_job": job.id, "lease": 15,
+                         "worker_ttl": 420, "last_heartbeat": time.time() + 3600})
+    r.expire(key, 400)
+    r.sadd(Keys(prefix).workers, "fast.1")
+    counts = reap_once(r, settings)
+    assert counts["jobs"] == [job.id]
+    assert q.fetch_job(job.id).status == "queued"
+    # and one that heartbeat 5 s ago is alive, whatever its clock says (an hour slow)
+    jid, _ = claim(q, worker="slow.1")         # the same job, claimed again
+    key = Keys(prefix).worker("slow.1")
+    r.hset(key, mapping={"name": "slow.1", "current_job": jid, "lease": 15,
+                         "worker_ttl": 420, "last_heartbeat": time.time() - 3600})
+    r.expire(key, 415)
+    counts = reap_once(r, settings)
+    assert counts["jobs"] == [] and counts["alive"] == 1
