@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from . import admin
 from .connection import decoding
 
@@ -31,6 +33,33 @@ class Health:
     ok: bool
     message: str
     workers: dict[str, list[str]] = field(default_factory=dict)  # queue -> live worker names
+
+
+def eviction_warning(connection: Any) -> str | None:
+    """A loud warning when Redis may evict keys (any ``maxmemory-policy`` but
+    ``noeviction``): job records, queue keys and registries would vanish silently.
+
+    ``CONFIG GET`` may be refused (managed Redis, ACLs): then None (unknown).
+    """
+    try:
+        reply = connection.config_get("maxmemory-policy")
+    except (redis.ResponseError, redis.exceptions.NoPermissionError):
+        return None
+    policies = set()
+    if isinstance(reply, dict):
+        for key, value in reply.items():      # a Cluster may answer per node
+            if isinstance(value, dict):
+                value = value.get("maxmemory-policy")
+            elif key != "maxmemory-policy":
+                continue
+            if value:
+                policies.add(value.decode() if isinstance(value, bytes) else str(value))
+    evicting = sorted(p for p in policies if p != "noeviction")
+    if not evicting:
+        return None
+    return (f"Redis maxmemory-policy is {', '.join(evicting)}: Redis may evict job records, "
+            "queues and registries silently (jobs lost); set maxmemory-policy noeviction "
+            "(see docs/deployment.md)")
 
 
 def live_workers(connection: Any, prefix: str, now: float) -> list[dict[str, Any]]:
@@ -53,6 +82,16 @@ def check(connection: Any, prefix: str = "fw", queues: Iterable[str] = ()) -> He
     connection = decoding(connection)   # any redis-py client
     connection.ping()
     queues = list(queues)
+    warning = eviction_warning(connection)
+    if warning:    # not unhealthy (restarting workers would not help), but loud
+        health = check_queues(connection, prefix, queues)
+        health.message += f"; WARNING: {warning}"
+        return health
+    return check_queues(connection, prefix, queues)
+
+
+def check_queues(connection: Any, prefix: str, queues: list[str]) -> Health:
+    """The queue part of :func:`check`."""
     if not queues:
         return Health(True, "ok: Redis answers")
     now = admin.server_time(connection)

@@ -419,6 +419,7 @@ class Worker:
             self.register()
             log.info("Worker %s started on queues %s (pid %s, version %s)",
                      self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
+            self._warn_eviction()
             self._start_forkserver()
             self._call("on_start")
             self._set_state("idle")
@@ -446,6 +447,17 @@ class Worker:
             return 0
         finally:
             self._shutdown()
+
+    def _warn_eviction(self) -> None:
+        """Loudly, at start: an evicting maxmemory-policy loses jobs silently (issue 18.5)."""
+        from .health import eviction_warning
+
+        try:
+            warning = eviction_warning(self.connection)
+        except redis.RedisError:
+            return
+        if warning:
+            log.error("Worker %s: %s", self.name, warning)
 
     def _start_forkserver(self) -> None:
         """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""

@@ -133,6 +133,11 @@ def test_an_oom_refusal_does_not_kill_the_worker_nor_lose_the_job(
     proc = processes.worker("-q", "default")
     first = q.enqueue("tests.jobs:sleep", 1.0)
     wait_for(lambda: q.fetch_job(first.id).status == "started")
+    # CONFIG refused (ACL, managed Redis): no crash, no verdict on the policy
+    client.acl_setuser("limited", enabled=True, passwords=["+limitedpw"], keys=["*"],
+                       commands=["+@all", "-config"])
+    limited = redis.Redis(port=redis_single, username="limited", password="limitedpw")
+    assert check(limited, s.prefix).ok
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1")                # every write is refused now: OOM
     with pytest.raises(redis.exceptions.OutOfMemoryError):
@@ -359,3 +364,27 @@ def test_a_dead_worker_with_a_fast_clock_is_reaped_after_its_lease_not_its_ttl(
     r.expire(key, 415)
     counts = reap_once(r, settings)
     assert counts["jobs"] == [] and counts["alive"] == 1
+
+
+def test_an_evicting_policy_is_warned_about_at_start_and_in_health(redis_single, settings,
+                                                                   caplog):
+    import redis
+
+    from fusionworker.health import check
+    from fusionworker.worker import Worker
+
+    client = redis.Redis(port=redis_single, decode_responses=True)
+    s = settings.replace(redis_url=f"redis://127.0.0.1:{redis_single}/0")
+    assert "WARNING" not in check(client, s.prefix).message          # noeviction: quiet
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    health = check(client, s.prefix)
+    assert health.ok and "maxmemory-policy is allkeys-lru" in health.message
+    with caplog.at_level("ERROR", logger="fusionworker"):
+        Worker("default", client, settings=s, burst=True, middleware=[]).work()
+    assert any("maxmemory-policy is allkeys-lru" in rec.getMessage() for rec in caplog.records)
+    # CONFIG refused (ACL, managed Redis): no crash, no verdict on the policy
+    client.acl_setuser("limited", enabled=True, passwords=["+limitedpw"], keys=["*"],
+                       commands=["+@all", "-config"])
+    limited = redis.Redis(port=redis_single, username="limited", password="limitedpw")
+    assert check(limited, s.prefix).ok
+    client.config_set("maxmemory-policy", "noeviction")
