@@ -203,3 +203,17 @@ def exclusive(url, key, marker, seconds):
 
 def big_result(mib):
     return "x" * (mib * 1024 * 1024)
+
+
+def record_exclusive(url, key, value, seconds, marker_dir):
+    """``record``, holding an exclusive marker (an flock on ``marker_dir/value``, released
+    when its holder dies) while it runs: a second execution of the same job running at
+    the same time appends ``overlap:<value>`` to ``key + ':overlap'``."""
+    import fcntl
+
+    fd = os.open(os.path.join(marker_dir, value), os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _redis(url).rpush(key + ":overlap", f"overlap:{value}")
+    return record(url, key, value, seconds)

@@ -12,7 +12,13 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
    re-queued by another worker's reaper once the lease is over) or a random
    horse (its job fails with reason ``killed``; like an operator, the run then
    re-queues such jobs from the dead-letter registry).
+   With ``freeze_for`` a third move: SIGSTOP a random worker parent alone for
+   that many seconds, then SIGCONT (its horse must die at its own lease
+   deadline before the reaper hands the job on: no two executions overlap).
 4. Settle: keep supervising until every job is finished (or the deadline).
+
+Every job holds an exclusive marker (an flock per job id) while it runs; a
+second execution finding it held counts as an overlap (must be 0).
 
 Verdict: every job ``finished``; every id in the list at least once; an id in
 the list more than once belongs to a job with a killed attempt (attempts > 1,
@@ -58,12 +64,14 @@ class ChaosResult:
     worker_restarts: int = 0
     reaped_attempts: int = 0
     requeued_from_failed: int = 0
+    freezes: int = 0
+    overlaps: int = 0
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
         return (self.finished == self.jobs and self.missing == 0
-                and not self.unexplained_duplicates)
+                and not self.unexplained_duplicates and self.overlaps == 0)
 
     def summary(self) -> str:
         return (f"chaos: {self.jobs} jobs, {self.finished} finished "
@@ -73,6 +81,8 @@ class ChaosResult:
                 f"{self.duplicated} ids twice or more "
                 f"({len(self.unexplained_duplicates)} unexplained); "
                 f"kills: {self.parent_kills} parents, {self.horse_kills} horses; "
+                f"{self.freezes} parents frozen (SIGSTOP); {self.overlaps} overlapping "
+                f"executions; "
                 f"{self.worker_restarts} worker restarts; "
                 f"{self.reaped_attempts} extra attempts after a parent death (reaped); "
                 f"{self.requeued_from_failed} re-queued from dead-letter after a horse kill")
@@ -135,11 +145,18 @@ def _horses(procs: list[subprocess.Popen[bytes]]) -> list[psutil.Process]:
     return found
 
 
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               job_seconds: float = 0.02, kill_for: float = 18.0, kill_every: float = 0.4,
               deadline: float = 55.0, reaper_interval: float = 0.5, lease: float | None = None,
               log_dir: Path | None = None, seed: int | None = None,
-              progress: Any = None) -> ChaosResult:
+              progress: Any = None, freeze_for: float = 0.0) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
@@ -152,8 +169,11 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     key = f"{settings.prefix}:chaos:out"
     t0 = time.monotonic()
     ids = [f"c{i:06d}" for i in range(jobs)]
+    markers = log_dir / f"markers-{settings.prefix}"
+    markers.mkdir(parents=True, exist_ok=True)
     for job_id in ids:
-        q.enqueue_call("tests.jobs:record", args=[settings.redis_url, key, job_id, job_seconds],
+        q.enqueue_call("tests.jobs:record_exclusive",
+                       args=[settings.redis_url, key, job_id, job_seconds, str(markers)],
                        job_id=job_id, max_retries=50, timeout=30)
     env = dict(os.environ)
     env.update({
@@ -168,6 +188,7 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     result = ChaosResult(jobs=jobs)
     sup = Supervisor(workers, env, log_dir)
     requeued: set[str] = set()
+    frozen: list[tuple[subprocess.Popen[bytes], float]] = []
     try:
         for _ in range(workers):
             sup.start_one()
@@ -177,9 +198,19 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         while time.monotonic() < end:
             result.worker_restarts += sup.keep_alive()
             now = time.monotonic()
+            for proc, until in [f for f in frozen if f[1] <= now]:
+                frozen.remove((proc, until))
+                _signal(proc, signal.SIGCONT)
             if now < kill_until and now >= next_kill:
                 next_kill = now + rng.uniform(0.5, 1.5) * kill_every
-                if rng.random() < 0.5:
+                thawed = [p for p in sup.procs if all(p is not f for f, _ in frozen)]
+                move = rng.random()
+                if freeze_for and move < 0.2 and len(thawed) > 1:
+                    victim = rng.choice(thawed)
+                    _signal(victim, signal.SIGSTOP)      # the parent alone
+                    frozen.append((victim, now + freeze_for))
+                    result.freezes += 1
+                elif move < 0.6:
                     victim = rng.choice(sup.procs)
                     victim.kill()
                     victim.wait(5)
@@ -206,9 +237,12 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                 progress(f"{time.monotonic() - t0:.0f}s finished={r.zcard(q.qkeys.finished)}")
             time.sleep(0.05)
     finally:
+        for proc, _ in frozen:
+            _signal(proc, signal.SIGCONT)
         sup.stop()
     result.seconds = time.monotonic() - t0
     result.requeued_from_failed = len(requeued)
+    result.overlaps = r.llen(key + ":overlap")
     pipe = r.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(q.qkeys.job(job_id), "status", "attempts")

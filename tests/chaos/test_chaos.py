@@ -1,4 +1,5 @@
-"""Chaos: 4 real workers, 2,000 jobs, random SIGKILLs of parents and horses (≤ 60 s).
+"""Chaos: 4 real workers, 2,000 jobs, random SIGKILLs of parents and horses and SIGSTOPs
+of parents (≤ 60 s).
 
 See ``engine.py`` for the scenario; ``bench/chaos.py`` runs longer versions.
 """
@@ -16,9 +17,11 @@ def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_pa
     # lease 3 s (run_worker.py keeps >= 15 s): a killed parent's job comes back in
     # seconds, so the run can spend most of its minute killing.
     result = run_chaos(settings, jobs=2000, workers=4, job_seconds=0.01, kill_for=20.0,
-                       kill_every=0.35, deadline=55.0, lease=3.0, log_dir=tmp_path)
+                       kill_every=0.35, deadline=55.0, lease=3.0, log_dir=tmp_path,
+                       freeze_for=5.0)
     print("\n" + result.summary())
-    assert result.parent_kills > 0 and result.horse_kills > 0
+    assert result.parent_kills > 0 and result.horse_kills > 0 and result.freezes > 0
+    assert result.overlaps == 0                 # no two executions of one job at once
     assert result.finished == result.jobs, result.not_finished
     assert result.missing == 0
     assert result.unexplained_duplicates == []
