@@ -13,6 +13,7 @@ killed attempt. Exit status 0 when the verdict holds, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import uuid
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reaper-interval", type=float, default=0.5)
     parser.add_argument("--lease", type=float, default=None,
                         help="FUSIONWORKER_LEASE of the workers (default: the setting, 30 s).")
+    parser.add_argument("--freeze-for", type=float, default=5.0,
+                        help="Also SIGSTOP random worker parents (alone) for this many "
+                             "seconds, then SIGCONT (0: no freezes).")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", action="store_true",
                         help="Keep the workers' logs (their folder is printed).")
@@ -57,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                            job_seconds=args.job_seconds, kill_for=args.kill_for,
                            kill_every=args.kill_every, deadline=args.deadline,
                            reaper_interval=args.reaper_interval, lease=args.lease,
-                           log_dir=log_dir,
+                           log_dir=log_dir, freeze_for=args.freeze_for,
                            seed=args.seed, progress=lambda line: print(line, flush=True))
     finally:
         client = redis.Redis.from_url(args.redis_url)
@@ -68,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print("unexplained duplicates:", ", ".join(result.unexplained_duplicates[:20]))
     print(f"worker logs: {log_dir}" if args.keep_logs else "", end="")
     if not args.keep_logs:
-        for path in log_dir.glob("*.log"):
-            path.unlink()
-        log_dir.rmdir()
+        shutil.rmtree(log_dir, ignore_errors=True)    # logs and the jobs' marker files
     print("PASS" if result.ok else "FAIL")
     return 0 if result.ok else 1
 
