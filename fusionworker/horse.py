@@ -397,10 +397,12 @@ class Horse:
 
     def _kill_leftovers(self) -> None:
         """The job's own children (``subprocess.Popen`` in a job) outlive the horse in its
-        process group: kill them with it. A child that called ``setsid()`` (or
+        process group: kill them with it, once the horse itself is gone (it may still be
+        flushing, e.g. its spans, after its report). A child that called ``setsid()`` (or
         ``start_new_session=True``) left the group and escapes, by design."""
         if self.kill_children and self.pid > 0:
-            self._signal_group(signal.SIGKILL)
+            _leftovers.append(self.pid)
+            kill_leftovers()
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -559,6 +561,39 @@ class Horse:
         return HorseExit(ok=False, reason=reason, error_type=_text(error_type),
                          error_message=_text(message),
                          traceback=_text((report or {}).get("traceback")), duration=duration)
+
+
+#: process groups of finished horses whose leftovers are killed once the horse is gone
+_leftovers: list[int] = []
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:
+        return True
+
+
+def kill_leftovers(wait: float = 0.0) -> None:
+    """SIGKILL the process groups of finished horses that have exited (the worker calls
+    this every loop turn; ``wait``: give a horse still exiting that long)."""
+    deadline = time.monotonic() + wait
+    while _leftovers:
+        for pgid in list(_leftovers):
+            if _running(pgid):
+                continue
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _leftovers.remove(pgid)
+        if not _leftovers or time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)
 
 
 def drain(fd: int) -> None:

@@ -89,7 +89,7 @@ from .connection import decoding
 from .exceptions import FunctionNotAllowed, InvalidFunction
 from .forkserver import ForkServer, ForkServerDied
 from .functions import verify_loaded
-from .horse import DeadlineBoard, Horse, HorseExit, attach_board
+from .horse import DeadlineBoard, Horse, HorseExit, attach_board, kill_leftovers
 from .job import Job, MalformedJob, encode_fields
 from .keys import Keys, check_queue_name
 from .middleware import Middleware
@@ -478,6 +478,7 @@ class Worker:
         self._forkserver = server
 
     def _shutdown(self) -> None:
+        kill_leftovers(wait=2.0)
         if self._prefetched is not None:   # shutdown began during the finish pipeline
             self._give_back(self._prefetched)
         if self._forkserver is not None:
@@ -507,6 +508,7 @@ class Worker:
         return answer
 
     def _tick(self) -> None:
+        kill_leftovers()     # what finished jobs left in their process groups (horse.py)
         if self._reload_requested:
             self.reload()
         now = time.monotonic()
