@@ -137,3 +137,33 @@ def stuck_jobs(connection: Any, queue: str, prefix: str = "fw",
         now = server_time(connection)
     return list(connection.zrangebyscore(Keys(prefix).queue(queue).started, "-inf",
                                          f"({now}"))
+
+
+#: Seconds the per-minute outcome counts live (set in ``scripts/finish.lua``).
+MINUTE_COUNTS_TTL = 7200
+
+
+def minute_counts(connection: Any, queues: list[str], prefix: str = "fw",
+                  minutes: int = 60, now: float | None = None) -> list[dict[str, Any]]:
+    """Jobs finished and failed per minute over the last ``minutes`` (oldest first),
+    summed over ``queues``: ``[{"minute": epoch_minute, "finished": n, "failed": n}]``.
+
+    One pipelined HGETALL per queue and minute of the hashes ``finish.lua`` keeps.
+    """
+    connection = decoding(connection)
+    if now is None:
+        now = server_time(connection)
+    last = int(now // 60)
+    span = list(range(last - minutes + 1, last + 1))
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in queues:
+        for minute in span:
+            pipe.hgetall(keys.queue(name).minute(minute))
+    replies = pipe.execute() if queues else []
+    rows = [{"minute": m, "finished": 0, "failed": 0} for m in span]
+    for i, data in enumerate(replies):
+        row = rows[i % len(span)]
+        row["finished"] += int(data.get("finished") or 0)
+        row["failed"] += int(data.get("failed") or 0)
+    return rows

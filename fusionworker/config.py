@@ -214,6 +214,12 @@ SETTINGS: tuple[Setting, ...] = (
             "--metrics-bind"),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
+    Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
+            "Bearer token of the web dashboard and its /api/v1 (`fusionworker web`)."),
+    Setting("web_user", "FUSIONWORKER_WEB_USER", "", str,
+            "User name of the web dashboard's basic auth / login (with the password hash)."),
+    Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
+            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`)."),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

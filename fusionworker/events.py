@@ -24,7 +24,9 @@ and the outcome: ``completed``, ``retry``, ``failed``, ``timeout``,
 (``queued``, ``canceled``, ``deleted``, ``reprioritized``, ``requeued`` with
 reason ``manual``), the reaper (``abandoned``, ``requeued`` with reason
 ``worker died``) and the cron scheduler (``queued`` of each run) through
-:func:`emit_job_event`.
+:func:`emit_job_event`,
+and the web dashboard (``admin``: ``reason`` names the action, ``worker`` who
+did it as ``web:<user>``).
 
 The ``elasticsearch`` package is optional (``pip install fusionworker[elasticsearch]``);
 it is imported only when an :class:`ElasticsearchSink` is built.
@@ -53,7 +55,8 @@ from .middleware import Middleware
 log = logging.getLogger(__name__)
 
 EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
-          "canceled", "requeued", "deleted", "reprioritized")
+          "canceled", "requeued", "deleted", "reprioritized",
+          "admin")
 
 #: Field order of an event document.
 FIELDS = (
@@ -908,3 +911,26 @@ def _follow(connection: Any, key: str, cursor: str, job_id: str | None, queue: s
     while stop is None or not stop.is_set():
         cursor, found = _read_new(connection, key, cursor, job_id, queue, 1000, block_ms)
         yield from found
+
+
+def job_timeline(connection: Any, prefix: str, job_id: str, start: float, end: float | None,
+                 *, limit: int = 200, scan_limit: int = 5000) -> list[tuple[str, dict]]:
+    """Events of job ``job_id`` in the Redis stream between epoch seconds ``start`` and
+    ``end`` (None: up to now), oldest first; reads at most ``scan_limit`` entries of
+    that window (stream ids are millisecond times), so a page never scans the whole log."""
+    key = Keys(prefix).events
+    cursor = f"{max(0, int(start * 1000) - 1000)}-0"
+    top = "+" if end is None else f"{int(end * 1000) + 5000}"
+    found: list[tuple[str, dict]] = []
+    scanned = 0
+    first = True
+    while scanned < scan_limit and len(found) < limit:
+        page = connection.xrange(key, min=cursor if first else f"({cursor}", max=top,
+                                 count=min(1000, scan_limit - scanned))
+        first = False
+        scanned += len(page)
+        found.extend((i, _decode(f)) for i, f in page if f.get("job_id") == job_id)
+        if len(page) < 1000:
+            break
+        cursor = page[-1][0]
+    return found[:limit]

@@ -21,6 +21,7 @@ key                            type     meaning
 ``fw:{q}:groups``              HASH     group -> job id that holds the group
 ``fw:{q}:cron``                ZSET     cron entry name -> next run (server time)
 ``fw:{q}:cron:<name>``         HASH     cron entry definition and last-run info
+``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
 ``fw:{q}:done:<id>``           channel  published on every outcome of job <id> (Job.wait)
 =============================  =======  ==============================================
@@ -120,6 +121,10 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return self.base + "job:" + job_id
+
+    def minute(self, minute: int) -> str:
+        """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (finish.lua)."""
+        return self.base + "minute:" + str(minute)
 
     def done(self, job_id: str) -> str:
         """Channel published on every outcome of the job (``Job.wait`` listens)."""

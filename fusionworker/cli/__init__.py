@@ -146,7 +146,7 @@ def main(ctx: click.Context, config_file: str | None, redis_url: str | None,
         raise click.ClickException(str(exc)) from None
 
 
-from . import admin, cron, demo, jobs, observe, queues, worker_cmd  # noqa: E402,F401  (registers the commands)
+from . import admin, cron, demo, jobs, observe, queues, web, worker_cmd  # noqa: E402,F401  (registers the commands)
 
 __all__ = ["main", "pass_app", "App"]
 

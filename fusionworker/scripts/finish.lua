@@ -46,4 +46,8 @@ else
   to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
 end
 if outcome ~= 'failed' then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
+-- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h
+local mkey = base .. 'minute:' .. fmt_int(math.floor(t / 60))
+redis.call('HINCRBY', mkey, outcome, 1)
+redis.call('EXPIRE', mkey, 7200)
 return {'ok', outcome}

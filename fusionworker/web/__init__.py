@@ -1,0 +1,12 @@
+"""The web dashboard and JSON admin API (``fusionworker web``; extra ``[web]``).
+
+``create_app(settings)`` builds the Starlette application; see ``app.py`` for the
+routes, ``auth.py`` for authentication and CSRF, ``service.py`` for what each
+route reads and does.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,479 @@
+"""The Starlette application: JSON API under ``/api/v1`` and the HTML pages.
+
+Routes run as plain functions in Starlette's thread pool (redis-py is
+synchronous). Every request, page or API, is authenticated first (see
+``auth.py``); a read-only app refuses every action with 403 and its pages show
+none. Errors are JSON ``{"error": "..."}`` on the API and a message on a page,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+import redis
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import __version__
+from ..config import Settings
+from ..connection import mask_url
+from . import auth
+from .openapi import OPENAPI
+from .service import STATUSES, ApiError, Dashboard, parse_int
+
+log = logging.getLogger("fusionworker.web")
+
+_HERE = resources.files(__package__)
+
+
+def _fmt_age(seconds: float | None) -> str:
+    from ..cli.common import fmt_age
+
+    return fmt_age(seconds)
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def create_app(settings: Settings, connection: Any = None, *, read_only: bool = False,
+               poll_interval: float = 2.0) -> Starlette:
+    """The dashboard over ``connection`` (default: a client of ``settings.redis_url``)."""
+    from ..connection import connect
+
+    r = connection if connection is not None else connect(settings.redis_url)
+    from ..connection import decoding
+
+    r = decoding(r)
+    board = Dashboard(r, settings)
+    authn = auth.Authenticator(settings.web_token, settings.web_user, settings.web_password_hash)
+    masked = mask_url(settings.redis_url)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE.joinpath("templates"))),
+        autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["age"] = _fmt_age
+    env.filters["when"] = _fmt_time
+    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def identify(request: Request) -> auth.Identity | None:
+        return authn.identify(request.headers.get("authorization"),
+                              request.cookies.get(auth.SESSION_COOKIE))
+
+    def api_user(request: Request, action: bool = False) -> str:
+        who = identify(request)
+        if who is None:
+            raise ApiError(401, "authentication required: Authorization: Bearer <token> "
+                                "or basic auth")
+        if action:
+            if read_only:
+                raise ApiError(403, "the dashboard runs read-only: actions are refused")
+            if who.method in ("basic", "session"):   # sent by the browser by itself
+                given = request.headers.get("x-csrf-token")
+                if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), given):
+                    raise ApiError(403, "CSRF token missing or wrong (X-CSRF-Token header)")
+        return who.user
+
+    async def body(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "the body must be JSON") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        return data
+
+    def ok(data: Any, status: int = 200) -> JSONResponse:
+        return JSONResponse(data, status_code=status)
+
+    def page(request: Request, name: str, who: auth.Identity, **ctx: Any) -> HTMLResponse:
+        csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        html = env.get_template(name).render(
+            request=request, user=who.user, read_only=read_only, csrf=csrf,
+            version=__version__, redis_url=masked, poll_ms=int(poll_interval * 1000),
+            message=request.query_params.get("msg"), error=request.query_params.get("error"),
+            path=request.url.path, auth_on=authn.configured, qs=urlencode, **ctx)
+        response = HTMLResponse(html)
+        if request.cookies.get(auth.CSRF_COOKIE) != csrf:
+            response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=False, samesite="strict")
+        return response
+
+    def page_user(request: Request) -> auth.Identity | Response:
+        who = identify(request)
+        if who is None:
+            return RedirectResponse("/login?" + urlencode({"next": request.url.path}), 303)
+        return who
+
+    # -- API -------------------------------------------------------------------------
+
+    async def api_openapi(request: Request) -> Response:
+        api_user(request)
+        return ok(OPENAPI)
+
+    def api_queues(request: Request) -> Response:
+        api_user(request)
+        return ok({"queues": board.queues(), "suspended": board.suspended() is not None})
+
+    def api_workers(request: Request) -> Response:
+        api_user(request)
+        return ok({"workers": board.workers()})
+
+    def api_info(request: Request) -> Response:
+        api_user(request)
+        return ok(board.info())
+
+    def api_chart(request: Request) -> Response:
+        api_user(request)
+        minutes = parse_int(request.query_params.get("minutes", 60), "minutes", 1, 120)
+        return ok({"minutes": board.chart(minutes, request.query_params.get("queue") or None)})
+
+    def api_cron(request: Request) -> Response:
+        api_user(request)
+        return ok({"cron": board.cron_entries()})
+
+    def api_jobs(request: Request) -> Response:
+        api_user(request)
+        p = request.query_params
+        return ok(board.jobs(p.get("queue"), p.get("status") or "queued", p.get("priority"),
+                             p.get("function"), p.get("page", 1), p.get("per_page", 50),
+                             p.get("start")))
+
+    def api_job(request: Request) -> Response:
+        api_user(request)
+        return ok(board.job(request.path_params["id"], request.query_params.get("queue")))
+
+    async def api_priority(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        if "priority" not in data:
+            raise ApiError(400, 'give {"priority": N} (-1023..1023)')
+        return ok(await _run(board.set_priority, who, request.path_params["id"], data["priority"],
+                             request.query_params.get("queue")))
+
+    async def api_job_action(request: Request) -> Response:
+        who = api_user(request, action=True)
+        action = request.path_params["action"]
+        job_id = request.path_params["id"]
+        q = request.query_params.get("queue")
+        if action == "requeue":
+            return ok(await _run(board.requeue, who, job_id, q))
+        if action == "cancel":
+            return ok(await _run(board.cancel, who, job_id, q))
+        raise ApiError(404, f"no action {action!r} (requeue, cancel)")
+
+    async def api_delete_job(request: Request) -> Response:
+        who = api_user(request, action=True)
+        return ok(await _run(board.delete, who, request.path_params["id"],
+                             request.query_params.get("queue")))
+
+    async def api_requeue_failed(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        ids = data.get("ids")
+        if ids is not None and (not isinstance(ids, list)
+                                or not all(isinstance(i, str) for i in ids)):
+            raise ApiError(400, '"ids" must be a list of job ids (omit it for all failed jobs)')
+        return ok(await _run(board.requeue_failed, who, request.path_params["q"], ids))
+
+    async def api_queue_pause(request: Request) -> Response:
+        who = api_user(request, action=True)
+        paused = request.path_params["action"] == "pause"
+        if request.path_params["action"] not in ("pause", "unpause"):
+            raise ApiError(404, "pause or unpause")
+        return ok(await _run(board.pause, who, request.path_params["q"], paused))
+
+    async def api_max_active(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        if "max_active" not in data:
+            raise ApiError(400, 'give {"max_active": N} (N >= 1, or null for no cap)')
+        return ok(await _run(board.max_active, who, request.path_params["q"], data["max_active"]))
+
+    async def api_suspend(request: Request) -> Response:
+        who = api_user(request, action=True)
+        return ok(await _run(board.suspend, who, request.url.path.endswith("/suspend")))
+
+    async def api_cron_action(request: Request) -> Response:
+        who = api_user(request, action=True)
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            raise ApiError(404, "pause or resume")
+        return ok(await _run(board.cron, who, request.path_params["name"], action,
+                             request.query_params.get("queue")))
+
+    async def api_cron_delete(request: Request) -> Response:
+        who = api_user(request, action=True)
+        return ok(await _run(board.cron, who, request.path_params["name"], "remove",
+                             request.query_params.get("queue")))
+
+    # -- pages -------------------------------------------------------------------------
+
+    def overview(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        return page(request, "overview.html", who, queues=board.queues(),
+                    workers=board.workers(), suspended=board.suspended(),
+                    chart=board.chart(60))
+
+    def queue_page(request: Request, name: str | None = None, failed: bool = False) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        p = request.query_params
+        names = board.queue_names()
+        if name is None:
+            name = p.get("queue") or next(
+                (s["queue"] for s in board.queues() if s["failed"]), names[0] if names else None)
+        if name is None:
+            return page(request, "empty.html", who, title="Failed jobs")
+        status = "failed" if failed else (p.get("status") or "queued")
+        try:
+            listing = board.jobs(name, status, p.get("priority"), p.get("function"),
+                                 p.get("page", 1), p.get("per_page", 50), p.get("start"))
+        except ApiError as exc:
+            if exc.status == 404:
+                raise
+            return RedirectResponse(f"/queues/{quote(name)}?" + urlencode({"error": exc.message}),
+                                    303)
+        stats = board.queue(name).stats()
+        return page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
+                    names=names, failed_page=failed, status=status,
+                    filters={k: p.get(k) or "" for k in ("priority", "function")})
+
+    def queue_view(request: Request) -> Response:
+        return queue_page(request, request.path_params["q"])
+
+    def failed_view(request: Request) -> Response:
+        return queue_page(request, None, failed=True)
+
+    def job_view(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        job = board.job(request.path_params["id"], request.query_params.get("queue"))
+        return page(request, "job.html", who, job=job)
+
+    def scheduled_view(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        rows = []
+        for name in board.queue_names():
+            listing = board.jobs(name, "scheduled", per_page=50)
+            if listing["total"]:
+                rows.append(listing)
+        return page(request, "scheduled.html", who, listings=rows, cron=board.cron_entries(),
+                    now=board.now())
+
+    def workers_view(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        return page(request, "workers.html", who, workers=board.workers())
+
+    async def login(request: Request) -> Response:
+        nxt = request.query_params.get("next") or "/"
+        error = None
+        if request.method == "POST":
+            form = await request.form()
+            nxt = str(form.get("next") or "/")
+            sid = authn.login(token=str(form.get("token") or ""), user=str(form.get("user") or ""),
+                              password=str(form.get("password") or ""))
+            if sid:
+                response = RedirectResponse(_safe_next(nxt), 303)
+                response.set_cookie(auth.SESSION_COOKIE, sid, httponly=True, samesite="strict")
+                return response
+            log.warning("web: refused login from %s",
+                        request.client.host if request.client else "?")
+            error = "wrong token, user or password"
+        html = env.get_template("login.html").render(
+            next=_safe_next(nxt), error=error, user=None, read_only=read_only, version=__version__,
+            password_login=bool(authn.user and authn.password_hash), path="/login",
+            message=None, redis_url=None, csrf="", auth_on=authn.configured)
+        return HTMLResponse(html, status_code=401 if request.method == "POST" else 200)
+
+    async def logout(request: Request) -> Response:
+        authn.logout(request.cookies.get(auth.SESSION_COOKIE))
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(auth.SESSION_COOKIE)
+        return response
+
+    async def form_action(request: Request) -> Response:
+        """Every button and form of the pages posts here (CSRF checked)."""
+        who = identify(request)
+        if who is None:
+            return RedirectResponse("/login", 303)
+        form = await request.form()
+        back = _safe_next(str(form.get("next") or "/"))
+        if read_only:
+            raise ApiError(403, "the dashboard runs read-only: actions are refused")
+        if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), form.get("csrf")):  # type: ignore[arg-type]
+            raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
+        action = str(form.get("action") or "")
+        queue = str(form.get("queue") or "") or None
+        job_id = str(form.get("job_id") or "")
+        ids = [str(i) for i in form.getlist("ids") if i]
+        user = who.user
+        try:
+            message = await _run(_dispatch, board, user, action, queue, job_id, ids, form)
+        except ApiError as exc:
+            return RedirectResponse(_with(back, "error", exc.message), 303)
+        if action == "delete" and job_id:
+            back = f"/queues/{quote(queue)}" if queue else "/"
+        return RedirectResponse(_with(back, "msg", message), 303)
+
+    routes = [
+        Route("/api/v1/openapi.json", api_openapi),
+        Route("/api/v1/queues", api_queues),
+        Route("/api/v1/workers", api_workers),
+        Route("/api/v1/info", api_info),
+        Route("/api/v1/chart", api_chart),
+        Route("/api/v1/cron", api_cron),
+        Route("/api/v1/jobs", api_jobs),
+        Route("/api/v1/jobs/{id}", api_job, methods=["GET"]),
+        Route("/api/v1/jobs/{id}", api_delete_job, methods=["DELETE"]),
+        Route("/api/v1/jobs/{id}/priority", api_priority, methods=["PUT"]),
+        Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),
+        Route("/api/v1/queues/{q}/requeue-failed", api_requeue_failed, methods=["POST"]),
+        Route("/api/v1/queues/{q}/max-active", api_max_active, methods=["PUT"]),
+        Route("/api/v1/queues/{q}/{action}", api_queue_pause, methods=["POST"]),
+        Route("/api/v1/suspend", api_suspend, methods=["POST"]),
+        Route("/api/v1/resume", api_suspend, methods=["POST"]),
+        Route("/api/v1/cron/{name}/{action}", api_cron_action, methods=["POST"]),
+        Route("/api/v1/cron/{name}", api_cron_delete, methods=["DELETE"]),
+        Route("/", overview),
+        Route("/queues/{q}", queue_view),
+        Route("/failed", failed_view),
+        Route("/jobs/{id}", job_view),
+        Route("/scheduled", scheduled_view),
+        Route("/workers", workers_view),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/action", form_action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"),
+    ]
+
+    def is_api(request: Request) -> bool:
+        return request.url.path.startswith("/api/")
+
+    def error_page(request: Request, status: int, message: str) -> Response:
+        if is_api(request):
+            return JSONResponse({"error": message}, status_code=status)
+        html = env.get_template("error.html").render(
+            status=status, error_text=message, user=None, read_only=read_only,
+            version=__version__, path=request.url.path, message=None, error=None, csrf="",
+            redis_url=None, auth_on=authn.configured)
+        return HTMLResponse(html, status_code=status)
+
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_page(request, exc.status, exc.message)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = {404: "not found", 405: "method not allowed"}.get(exc.status_code,
+                                                                    str(exc.detail))
+        return error_page(request, exc.status_code, message)
+
+    async def on_redis(request: Request, exc: Exception) -> Response:
+        log.warning("web: Redis error on %s: %s", request.url.path, type(exc).__name__)
+        return error_page(request, 503, f"cannot reach Redis at {masked}")
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        log.error("web: error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_page(request, 500, "internal error (see the dashboard's log)")
+
+    app = Starlette(routes=routes, exception_handlers={
+        ApiError: on_api_error, HTTPException: on_http,
+        redis.ConnectionError: on_redis, redis.TimeoutError: on_redis,
+        Exception: on_error,
+    })
+    app.state.dashboard = board
+    app.state.auth = authn
+    return app
+
+
+async def _run(func: Any, *args: Any) -> Any:
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(func, *args)
+
+
+def _safe_next(target: str) -> str:
+    """Only paths of this site (no ``//host``, no scheme)."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+def _with(target: str, key: str, value: str) -> str:
+    base = target.split("?", 1)
+    query = [part for part in (base[1].split("&") if len(base) > 1 else [])
+             if part and not part.startswith(("msg=", "error="))]
+    query.append(urlencode({key: value}))
+    return base[0] + "?" + "&".join(query)
+
+
+def _dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id: str,
+              ids: list[str], form: Any) -> str:
+    """A page's form action -> the same Dashboard call as the API; returns a message."""
+    if action == "suspend":
+        board.suspend(who, True)
+        return "All workers suspended"
+    if action == "resume":
+        board.suspend(who, False)
+        return "Workers resumed"
+    if action in ("cron-pause", "cron-resume", "cron-remove"):
+        name = str(form.get("name") or "")
+        board.cron(who, name, action[5:], queue)
+        return f"Cron entry {name}: {action[5:]} done"
+    if action in ("requeue", "cancel", "delete", "priority") and job_id:
+        if action == "priority":
+            board.set_priority(who, job_id, form.get("priority"), queue)
+            return f"Priority of {job_id} set to {form.get('priority')}"
+        getattr(board, action)(who, job_id, queue)
+        return f"Job {job_id}: {action} done"
+    if not queue:
+        raise ApiError(400, "no queue given")
+    if action in ("pause", "unpause"):
+        board.pause(who, queue, action == "pause")
+        return f"Queue {queue} {action}d"
+    if action == "max-active":
+        result = board.max_active(who, queue, form.get("limit"))
+        return f"Queue {queue}: max active {result['max_active'] or 'none'}"
+    if action == "requeue-all-failed":
+        result = board.requeue_failed(who, queue, None)
+        return f"Requeued {result['requeued']} job(s)"
+    if action in ("requeue-selected", "delete-selected", "cancel-selected"):
+        if not ids:
+            raise ApiError(400, "select at least one job")
+        verb = action.split("-")[0]
+        call = {"requeue": lambda: board.requeue_failed(who, queue, ids),
+                "delete": lambda: board.delete_many(who, queue, ids),
+                "cancel": lambda: board.cancel_many(who, queue, ids)}[verb]
+        result = call()
+        done = result.get("requeued", result.get("deleted", result.get("canceled")))
+        text = f"{verb}: {done} job(s)"
+        if result["errors"]:
+            raise ApiError(409, text + "; " + "; ".join(result["errors"][:5]))
+        return text
+    raise ApiError(400, f"unknown action {action!r}")

@@ -1,0 +1,150 @@
+"""Authentication of the web dashboard: bearer token, basic auth, login sessions, CSRF.
+
+* ``Authorization: Bearer <FUSIONWORKER_WEB_TOKEN>`` (scripts, the API);
+* ``Authorization: Basic`` with ``FUSIONWORKER_WEB_USER`` and a password checked
+  against ``FUSIONWORKER_WEB_PASSWORD_HASH`` (``pbkdf2_sha256$<iterations>$<salt>$<hash>``,
+  made by :func:`hash_password` / ``fusionworker web --hash-password``);
+* a browser session made by ``/login`` (token, or user and password): a random id
+  in an HttpOnly, SameSite=Strict cookie, kept in this process only.
+
+CSRF: a request authenticated by anything but a bearer token (basic auth and
+session cookies are sent by the browser by itself) that changes state must
+carry the per-browser random token of the ``fw_csrf`` cookie in the form field
+``csrf`` or the ``X-CSRF-Token`` header (double submit, compared in constant time).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+ALGORITHM = "pbkdf2_sha256"
+ITERATIONS = 200_000
+SESSION_COOKIE = "fw_session"
+CSRF_COOKIE = "fw_csrf"
+SESSION_TTL = 12 * 3600.0
+
+
+def hash_password(password: str, *, iterations: int = ITERATIONS, salt: str | None = None) -> str:
+    """``pbkdf2_sha256$<iterations>$<salt>$<base64 hash>``."""
+    salt = salt or secrets.token_urlsafe(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt.encode(), iterations)
+    return f"{ALGORITHM}${iterations}${salt}${base64.b64encode(digest).decode()}"
+
+
+def verify_password(password: str, encoded: str) -> bool:
+    """True when ``password`` matches ``encoded``; False on any malformed hash."""
+    try:
+        algorithm, iterations, salt, expected = encoded.split("$", 3)
+        rounds = int(iterations)
+    except ValueError:
+        return False
+    if algorithm != ALGORITHM or rounds < 1:
+        return False
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode(), salt.encode(), rounds)
+    return hmac.compare_digest(base64.b64encode(digest).decode(), expected)
+
+
+@dataclass(frozen=True)
+class Identity:
+    user: str
+    method: str   # bearer | basic | session | none
+
+
+class Authenticator:
+    """Checks credentials against the settings; holds the login sessions."""
+
+    def __init__(self, token: str = "", user: str = "", password_hash: str = "") -> None:
+        self.token = token
+        self.user = user
+        self.password_hash = password_hash
+        self._sessions: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+        #: checked basic credentials (header value digest -> user): pbkdf2 once per browser
+        self._basic_ok: dict[str, str] = {}
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.token or (self.user and self.password_hash))
+
+    def check_token(self, token: str) -> bool:
+        return bool(self.token) and hmac.compare_digest(token.encode(), self.token.encode())
+
+    def check_password(self, user: str, password: str) -> bool:
+        if not (self.user and self.password_hash):
+            return False
+        same_user = hmac.compare_digest(user.encode(), self.user.encode())
+        return verify_password(password, self.password_hash) and same_user
+
+    def identify(self, authorization: str | None, session: str | None) -> Identity | None:
+        """Who sent the request, or None when it is not authenticated."""
+        if not self.configured:
+            return Identity("anonymous", "none")
+        if authorization:
+            scheme, _, value = authorization.partition(" ")
+            scheme = scheme.lower()
+            if scheme == "bearer":
+                return Identity("token", "bearer") if self.check_token(value.strip()) else None
+            if scheme == "basic":
+                return self._basic(value.strip())
+            return None
+        if session:
+            with self._lock:
+                found = self._sessions.get(session)
+                if found and found[1] > time.monotonic():
+                    return Identity(found[0], "session")
+                self._sessions.pop(session, None)
+        return None
+
+    def _basic(self, value: str) -> Identity | None:
+        key = hashlib.sha256(value.encode()).hexdigest()
+        with self._lock:
+            known = self._basic_ok.get(key)
+        if known:
+            return Identity(known, "basic")
+        try:
+            user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not self.check_password(user, password):
+            return None
+        with self._lock:
+            if len(self._basic_ok) > 1000:
+                self._basic_ok.clear()
+            self._basic_ok[key] = user
+        return Identity(user, "basic")
+
+    def login(self, *, token: str = "", user: str = "", password: str = "") -> str | None:
+        """A new session id for good credentials, else None."""
+        if token and self.check_token(token):
+            who = "token"
+        elif user and password and self.check_password(user, password):
+            who = user
+        else:
+            return None
+        sid = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        with self._lock:
+            for key in [k for k, (_, until) in self._sessions.items() if until <= now]:
+                del self._sessions[key]
+            self._sessions[sid] = (who, now + SESSION_TTL)
+        return sid
+
+    def logout(self, session: str | None) -> None:
+        if session:
+            with self._lock:
+                self._sessions.pop(session, None)
+
+
+def csrf_ok(cookie: str | None, given: str | None) -> bool:
+    return bool(cookie) and bool(given) and hmac.compare_digest(cookie.encode(),
+                                                                 str(given).encode())
+
+
+def new_csrf() -> str:
+    return secrets.token_urlsafe(24)

@@ -1,0 +1,107 @@
+"""The OpenAPI 3.1 description of ``/api/v1`` (served at ``/api/v1/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+
+
+def _op(summary: str, *, params: list[dict[str, Any]] | None = None,
+        body: dict[str, Any] | None = None, action: bool = False) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {
+        "200": {"description": "OK (JSON)"},
+        "400": {"$ref": "#/components/responses/Error"},
+        "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"},
+    }}
+    if action:
+        op["responses"]["403"] = {"$ref": "#/components/responses/Error"}
+        op["responses"]["409"] = {"$ref": "#/components/responses/Error"}
+    if params:
+        op["parameters"] = params
+    if body:
+        op["requestBody"] = {"required": True, "content": {"application/json": {
+            "schema": {"type": "object", "properties": body}}}}
+    return op
+
+
+def _p(name: str, where: str = "query", kind: str = "string", required: bool = False,
+       help_: str = "") -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path",
+            "schema": {"type": kind}, "description": help_}
+
+
+_ID = _p("id", "path", help_="job id")
+_Q = _p("q", "path", help_="queue name")
+_QUEUE = _p("queue", help_="queue of the job (default: search every queue)")
+_NAME = _p("name", "path", help_="cron entry name")
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "fusionworker admin API", "version": __version__,
+             "description": "Every CLI read and action of fusionworker over HTTP. "
+                            "Errors are {\"error\": \"...\"} with a 4xx status."},
+    "security": [{"bearer": []}, {"basic": []}],
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "FUSIONWORKER_WEB_TOKEN"},
+            "basic": {"type": "http", "scheme": "basic",
+                      "description": "FUSIONWORKER_WEB_USER and its password; state changes "
+                                     "also need the X-CSRF-Token header (fw_csrf cookie)"},
+        },
+        "responses": {"Error": {"description": "error", "content": {"application/json": {
+            "schema": {"type": "object", "properties": {"error": {"type": "string"}}}}}}},
+    },
+    "paths": {
+        "/api/v1/queues": {"get": _op("Queues: depth by priority band, scheduled, started, "
+                                      "failed, finished, cap, paused, groups, oldest age")},
+        "/api/v1/workers": {"get": _op("Workers: state, throttle reason, current job, "
+                                       "heartbeat age")},
+        "/api/v1/info": {"get": _op("The `info --json` document (same schema)")},
+        "/api/v1/chart": {"get": _op("Jobs finished and failed per minute (all queues or one)",
+                                     params=[_p("minutes", kind="integer"), _p("queue")])},
+        "/api/v1/cron": {"get": _op("Cron entries")},
+        "/api/v1/jobs": {"get": _op(
+            "One page of a queue's jobs by status, newest (queued: best, scheduled: soonest) "
+            "first. A function filter, or a priority filter outside `queued`, reads a window "
+            "of 2000 ids from `start` and gives `next_start`.",
+            params=[_p("queue", required=True),
+                    _p("status", help_="queued|scheduled|started|failed|finished|canceled"),
+                    _p("priority", help_="an integer -1023..1023 or a band: high|normal|low"),
+                    _p("function", help_="substring of module:function"),
+                    _p("page", kind="integer"), _p("per_page", kind="integer"),
+                    _p("start", kind="integer")])},
+        "/api/v1/jobs/{id}": {
+            "get": _op("One job: args, result, error, traceback, attempts, times, events",
+                       params=[_ID, _QUEUE]),
+            "delete": _op("Delete a job", params=[_ID, _QUEUE], action=True)},
+        "/api/v1/jobs/{id}/priority": {"put": _op(
+            "Change the priority of a queued or scheduled job", params=[_ID, _QUEUE],
+            body={"priority": {"type": "integer", "minimum": -1023, "maximum": 1023}},
+            action=True)},
+        "/api/v1/jobs/{id}/requeue": {"post": _op("Requeue a failed job", params=[_ID, _QUEUE],
+                                                  action=True)},
+        "/api/v1/jobs/{id}/cancel": {"post": _op("Cancel a queued or scheduled job",
+                                                 params=[_ID, _QUEUE], action=True)},
+        "/api/v1/queues/{q}/requeue-failed": {"post": _op(
+            "Requeue the given failed jobs, or every failed job when `ids` is absent",
+            params=[_Q], body={"ids": {"type": "array", "items": {"type": "string"}}},
+            action=True)},
+        "/api/v1/queues/{q}/pause": {"post": _op("Pause a queue", params=[_Q], action=True)},
+        "/api/v1/queues/{q}/unpause": {"post": _op("Unpause a queue", params=[_Q],
+                                                   action=True)},
+        "/api/v1/queues/{q}/max-active": {"put": _op(
+            "Cap the jobs of the queue running at once (null: no cap)", params=[_Q],
+            body={"max_active": {"type": ["integer", "null"], "minimum": 1}}, action=True)},
+        "/api/v1/suspend": {"post": _op("Suspend every worker", action=True)},
+        "/api/v1/resume": {"post": _op("Resume the workers", action=True)},
+        "/api/v1/cron/{name}/pause": {"post": _op("Pause a cron entry", params=[_NAME, _QUEUE],
+                                                  action=True)},
+        "/api/v1/cron/{name}/resume": {"post": _op("Resume a cron entry",
+                                                   params=[_NAME, _QUEUE], action=True)},
+        "/api/v1/cron/{name}": {"delete": _op("Remove a cron entry", params=[_NAME, _QUEUE],
+                                              action=True)},
+    },
+}

@@ -1,0 +1,334 @@
+"""What the dashboard reads and does, on top of ``Queue``, ``admin`` and ``cron``.
+
+Every read is bounded: registries are paged with ZRANGE offsets (``LIMIT`` for a
+priority range of the pending set), job records are read with one pipelined
+HGETALL per page, the event timeline reads a window of the stream. Nothing
+scans the keyspace. Errors users can cause raise :class:`ApiError` (a 4xx status
+and a message); every action is logged and emitted as an ``admin`` event naming
+who did it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .. import admin, cron
+from .. import events as ev
+from ..config import Settings
+from ..connection import mask_url
+from ..exceptions import InvalidOperation, NoSuchJob
+from ..job import Job, check_priority
+from ..keys import InvalidQueueName, check_queue_name
+from ..queue import BANDS, Queue, _band_range, find_queue_of, known_queues
+
+log = logging.getLogger("fusionworker.web")
+
+STATUSES = ("queued", "scheduled", "started", "failed", "finished", "canceled")
+MAX_PER_PAGE = 500
+#: ids read per request when a filter needs the job records (function, or priority
+#: outside the pending set): the page then continues from ``next_start``
+FILTER_SCAN = 2000
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def parse_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
+    if (low is not None and number < low) or (high is not None and number > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ApiError(400, f"{name} must be {bounds}, got {number}")
+    return number
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {"id": job.id, "queue": job.queue, "func": job.func, "status": job.status,
+            "priority": job.priority, "enqueued_at": job.enqueued_at,
+            "scheduled_for": job.scheduled_for, "started_at": job.started_at,
+            "ended_at": job.ended_at, "attempts": job.attempts, "error": job.error,
+            "worker": job.worker_name}
+
+
+class _InfoSource:
+    """What ``collect_info`` reads of the CLI's App."""
+
+    def __init__(self, connection: Any, settings: Settings) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.masked_url = mask_url(settings.redis_url)
+
+
+class Dashboard:
+    def __init__(self, connection: Any, settings: Settings) -> None:
+        self.r = connection
+        self.settings = settings
+        self.prefix = settings.prefix
+
+    # -- reads -------------------------------------------------------------------
+
+    def queue_names(self) -> list[str]:
+        return known_queues(self.r, self.prefix)
+
+    def queue(self, name: str, must_exist: bool = True) -> Queue:
+        try:
+            check_queue_name(name)
+        except InvalidQueueName as exc:
+            raise ApiError(400, str(exc)) from None
+        if must_exist and name not in self.queue_names():
+            raise ApiError(404, f"no queue {name!r}")
+        return Queue(name, self.r, settings=self.settings)
+
+    def queues(self) -> list[dict[str, Any]]:
+        return [Queue(n, self.r, settings=self.settings).stats() for n in self.queue_names()]
+
+    def workers(self) -> list[dict[str, Any]]:
+        now = admin.server_time(self.r)
+        return [admin.describe_worker(w, now) for w in admin.workers(self.r, self.prefix)]
+
+    def info(self) -> dict[str, Any]:
+        from ..cli.admin import collect_info
+
+        return collect_info(_InfoSource(self.r, self.settings))  # type: ignore[arg-type]
+
+    def now(self) -> float:
+        return admin.server_time(self.r)
+
+    def suspended(self) -> float | None:
+        return admin.suspended_for(self.r, self.prefix)
+
+    def chart(self, minutes: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
+        names = [self.queue(queue).name] if queue else self.queue_names()
+        return admin.minute_counts(self.r, names, self.prefix, minutes)
+
+    def cron_entries(self) -> list[dict[str, Any]]:
+        return [e.to_dict() for e in cron.list_entries(self.r, self.prefix, self.queue_names())]
+
+    def _records(self, q: Queue, ids: list[str]) -> list[Job]:
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(q.qkeys.job(job_id))
+        return [Job.from_hash(d) for d in pipe.execute() if d]
+
+    def jobs(self, queue: str | None, status: str = "queued", priority: str | None = None,
+             function: str | None = None, page: Any = 1, per_page: Any = 50,
+             start: Any = None) -> dict[str, Any]:
+        """One page of a registry, newest (or best, or soonest) first; see the module doc."""
+        if not queue:
+            raise ApiError(400, "queue is required (GET /api/v1/queues lists them)")
+        if status not in STATUSES:
+            raise ApiError(400, f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+        page_n = parse_int(page, "page", 1)
+        size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
+        q = self.queue(queue)
+        k = q.qkeys
+        key = k.pending if status == "queued" else getattr(k, status)
+        low = high = None
+        if priority not in (None, ""):
+            bands = {b[0]: (b[1], b[2]) for b in BANDS}
+            if priority in bands:
+                low, high = bands[str(priority)]
+            else:
+                low = high = parse_int(priority, "priority", -1023, 1023)
+        newest_first = status not in ("scheduled", "started")
+        result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
+                                  "per_page": size, "priority": priority or None,
+                                  "function": function or None, "next_start": None}
+        offset = (page_n - 1) * size
+        if not function and (low is None or status == "queued"):
+            if low is None:
+                total = int(self.r.zcard(key))
+                ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
+                       else self.r.zrange(key, offset, offset + size - 1))
+            else:
+                lo, hi = _band_range(low, high)  # type: ignore[arg-type]
+                total = int(self.r.zcount(key, lo, hi))
+                ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
+            result["total"] = total
+            result["pages"] = max(1, -(-total // size))
+            result["jobs"] = [job_summary(j) for j in self._records(q, list(ids))]
+            return result
+        # filters on fields of the record: scan a bounded window from ``start``
+        begin = parse_int(start, "start", 0) if start not in (None, "") else 0
+        ids = (self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
+               else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
+        found: list[Job] = []
+        position = begin
+        for chunk in range(0, len(ids), 200):
+            part = list(ids[chunk:chunk + 200])
+            for job in self._records_aligned(q, part):
+                position += 1
+                if job is None:
+                    continue
+                if function and function not in job.func:
+                    continue
+                if low is not None and not (low <= job.priority <= high):  # type: ignore[operator]
+                    continue
+                found.append(job)
+                if len(found) == size:
+                    break
+            if len(found) == size:
+                break
+        total = int(self.r.zcard(key))
+        result["total"] = None
+        result["pages"] = None
+        result["scanned_from"] = begin
+        result["next_start"] = position if position < total else None
+        result["jobs"] = [job_summary(j) for j in found]
+        return result
+
+    def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job | None]:
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(q.qkeys.job(job_id))
+        return [Job.from_hash(d) if d else None for d in pipe.execute()]
+
+    def find(self, job_id: str, queue: str | None = None) -> Queue:
+        if not job_id or len(job_id) > 200:
+            raise ApiError(400, "bad job id")
+        if queue:
+            self.queue(queue)
+        name = find_queue_of(self.r, job_id, self.prefix, queue or None)
+        if name is None:
+            raise ApiError(404, f"no job {job_id!r}" + (f" in queue {queue!r}" if queue else ""))
+        return Queue(name, self.r, settings=self.settings)
+
+    def job(self, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = q.fetch_job(job_id)
+        if job is None:
+            raise ApiError(404, f"no job {job_id!r}")
+        doc = job.to_dict()
+        doc["wait_time"] = job.wait_time
+        start = job.enqueued_at or 0.0
+        end = job.ended_at if job.status in ("finished", "failed", "canceled") else None
+        doc["events"] = [{"id": i, **e} for i, e in
+                         ev.job_timeline(self.r, self.prefix, job_id, start, end)]
+        return doc
+
+    # -- actions -----------------------------------------------------------------
+
+    def _audit(self, who: str, action: str, queue: str | None = None, job: Any = None,
+               detail: str = "") -> None:
+        log.info("web: %s %s%s%s by %s", action, queue or "",
+                 f" job {job.id}" if job is not None else "", f" {detail}" if detail else "",
+                 who)
+        source = job if job is not None else {"id": None, "queue": queue}
+        ev.emit_job_event(self.settings, "admin", source, connection=self.r,
+                          worker=f"web:{who}", reason=action)
+
+    def set_priority(self, who: str, job_id: str, priority: Any,
+                     queue: str | None = None) -> dict[str, Any]:
+        value = parse_int(priority, "priority", -1023, 1023)
+        check_priority(value)
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.reprioritize(job_id, value))
+        self._audit(who, "reprioritize", q.name, job, f"to {value}")
+        return job_summary(job)
+
+    def requeue(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.requeue(job_id))
+        self._audit(who, "requeue", q.name, job)
+        return job_summary(job)
+
+    def cancel(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.cancel(job_id))
+        self._audit(who, "cancel", q.name, job)
+        return job_summary(job)
+
+    def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = q.fetch_job(job_id)
+        self._guard(lambda: q.delete(job_id))
+        self._audit(who, "delete", q.name, job)
+        return {"deleted": job_id, "queue": q.name}
+
+    def requeue_failed(self, who: str, queue: str, ids: list[str] | None) -> dict[str, Any]:
+        q = self.queue(queue)
+        if ids is None:
+            count = q.requeue_all_failed()
+            self._audit(who, "requeue-all-failed", q.name, detail=f"{count} job(s)")
+            return {"queue": q.name, "requeued": count, "errors": []}
+        errors, count = [], 0
+        for job_id in ids:
+            try:
+                job = q.requeue(str(job_id))
+                count += 1
+                self._audit(who, "requeue", q.name, job)
+            except (NoSuchJob, InvalidOperation) as exc:
+                errors.append(str(exc))
+        return {"queue": q.name, "requeued": count, "errors": errors}
+
+    def delete_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
+        q = self.queue(queue)
+        errors, count = [], 0
+        for job_id in ids:
+            job = q.fetch_job(str(job_id))
+            try:
+                q.delete(str(job_id))
+                count += 1
+                self._audit(who, "delete", q.name, job)
+            except NoSuchJob as exc:
+                errors.append(str(exc))
+        return {"queue": q.name, "deleted": count, "errors": errors}
+
+    def cancel_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
+        q = self.queue(queue)
+        errors, count = [], 0
+        for job_id in ids:
+            try:
+                job = q.cancel(str(job_id))
+                count += 1
+                self._audit(who, "cancel", q.name, job)
+            except (NoSuchJob, InvalidOperation) as exc:
+                errors.append(str(exc))
+        return {"queue": q.name, "canceled": count, "errors": errors}
+
+    def pause(self, who: str, queue: str, paused: bool) -> dict[str, Any]:
+        q = self.queue(queue)
+        q.pause() if paused else q.unpause()
+        self._audit(who, "pause" if paused else "unpause", q.name)
+        return {"queue": q.name, "paused": paused}
+
+    def max_active(self, who: str, queue: str, limit: Any) -> dict[str, Any]:
+        q = self.queue(queue)
+        value = None if limit in (None, "", "none") else parse_int(limit, "max_active", 1)
+        q.set_max_active(value)
+        self._audit(who, "set-max-active", q.name, detail=str(value))
+        return {"queue": q.name, "max_active": value}
+
+    def suspend(self, who: str, on: bool) -> dict[str, Any]:
+        admin.suspend(self.r, self.prefix) if on else admin.resume(self.r, self.prefix)
+        self._audit(who, "suspend" if on else "resume")
+        return {"suspended": on}
+
+    def cron(self, who: str, name: str, action: str, queue: str | None = None) -> dict[str, Any]:
+        try:
+            if action == "pause":
+                where = cron.pause(self.r, self.settings, name, queue or None)
+            elif action == "resume":
+                where = cron.resume(self.r, self.settings, name, queue or None).queue
+            else:
+                where = cron.remove(self.r, self.settings, name, queue or None)
+        except cron.NoSuchCronEntry as exc:
+            raise ApiError(404, str(exc)) from None
+        self._audit(who, f"cron-{action}", where, detail=name)
+        return {"cron": name, "queue": where, "action": action}
+
+    @staticmethod
+    def _guard(call: Any) -> Any:
+        try:
+            return call()
+        except NoSuchJob as exc:
+            raise ApiError(404, str(exc)) from None
+        except (InvalidOperation, ValueError) as exc:
+            raise ApiError(409, str(exc)) from None

@@ -1,0 +1,143 @@
+// fusionworker dashboard: live overview by short polling of /api/v1, the SVG chart,
+// confirmations and "select all". No framework, no CDN.
+(function () {
+  "use strict";
+  var poll = parseInt(document.body.getAttribute("data-poll-ms"), 10) || 2000;
+
+  function age(s) {
+    if (s === null || s === undefined) return "-";
+    if (s < 120) return s.toFixed(1) + "s";
+    if (s < 7200) return (s / 60).toFixed(1) + "m";
+    if (s < 172800) return (s / 3600).toFixed(1) + "h";
+    return (s / 86400).toFixed(1) + "d";
+  }
+
+  function el(tag, text, cls) {
+    var e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  var SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  function drawChart(rows) {
+    var box = document.getElementById("chart");
+    if (!box) return;
+    var W = 600, H = 160, pad = 24;
+    var max = 1;
+    rows.forEach(function (r) { max = Math.max(max, r.finished, r.failed); });
+    var s = svg("svg", { viewBox: "0 0 " + W + " " + (H + pad), preserveAspectRatio: "none", role: "img",
+                         "aria-label": "jobs finished and failed per minute" });
+    s.appendChild(svg("line", { x1: pad, y1: H, x2: W, y2: H, stroke: "#cbd5e1" }));
+    var label = svg("text", { x: 2, y: 12, "font-size": 10, fill: "#667085" });
+    label.textContent = String(max);
+    s.appendChild(label);
+    var step = (W - pad) / Math.max(rows.length, 1);
+    rows.forEach(function (r, i) {
+      var x = pad + i * step;
+      var hf = (H - 14) * r.finished / max, hx = (H - 14) * r.failed / max;
+      s.appendChild(svg("rect", { x: x + 1, y: H - hf, width: Math.max(step / 2 - 1, 1), height: hf, fill: "#16a34a" }));
+      s.appendChild(svg("rect", { x: x + step / 2, y: H - hx, width: Math.max(step / 2 - 1, 1), height: hx, fill: "#dc2626" }));
+    });
+    [0, rows.length - 1].forEach(function (i) {
+      if (!rows[i]) return;
+      var d = new Date(rows[i].minute * 60000);
+      var t = svg("text", { x: i === 0 ? pad : W - 30, y: H + 14, "font-size": 10, fill: "#667085" });
+      t.textContent = ("0" + d.getUTCHours()).slice(-2) + ":" + ("0" + d.getUTCMinutes()).slice(-2);
+      s.appendChild(t);
+    });
+    var total = rows.reduce(function (a, r) { return [a[0] + r.finished, a[1] + r.failed]; }, [0, 0]);
+    box.textContent = "";
+    box.appendChild(s);
+    box.appendChild(el("div", "finished (green) " + total[0] + " · failed (red) " + total[1] + " in the last hour (UTC)", "legend"));
+  }
+
+  function updateQueues(data) {
+    var body = document.querySelector("#queues tbody");
+    if (!body) return;
+    data.queues.forEach(function (q) {
+      var row = body.querySelector('tr[data-queue="' + CSS.escape(q.queue) + '"]');
+      if (!row) { document.body.setAttribute("data-stale", "1"); return; }
+      var values = { pending: q.pending, high: q.bands.high, normal: q.bands.normal, low: q.bands.low,
+                     scheduled: q.scheduled, started: q.started, finished: q.finished,
+                     max_active: q.max_active === null ? "-" : q.max_active, busy_groups: q.busy_groups,
+                     oldest_age: age(q.oldest_age) };
+      Object.keys(values).forEach(function (k) {
+        var cell = row.querySelector('[data-k="' + k + '"]');
+        if (cell && cell.textContent !== String(values[k])) cell.textContent = values[k];
+      });
+      var failed = row.querySelector('[data-k="failed"] a');
+      if (failed) failed.textContent = q.failed;
+      var state = row.querySelector('[data-k="state"] .badge');
+      if (state) { state.textContent = q.paused ? "paused" : "active"; state.className = "badge " + (q.paused ? "warn" : "good"); }
+    });
+    var sus = document.getElementById("suspended");
+    if (sus) { sus.textContent = data.suspended ? "workers suspended" : "running"; sus.className = "badge " + (data.suspended ? "warn" : "good"); }
+  }
+
+  function updateWorkers(data) {
+    var body = document.querySelector("#workers tbody");
+    if (!body) return;
+    body.textContent = "";
+    if (!data.workers.length) {
+      var tr0 = el("tr"); var td0 = el("td", "No live worker.", "empty"); td0.colSpan = 10; tr0.appendChild(td0); body.appendChild(tr0);
+    }
+    data.workers.forEach(function (w) {
+      var tr = el("tr");
+      tr.appendChild(el("td", w.name)); tr.appendChild(el("td", w.host)); tr.appendChild(el("td", w.pid, "n"));
+      var st = el("td"); st.appendChild(el("span", w.state, "badge"));
+      if (w.throttle) { st.appendChild(document.createTextNode(" ")); st.appendChild(el("span", w.throttle, "badge warn")); }
+      tr.appendChild(st);
+      tr.appendChild(el("td", w.queues.join(", ")));
+      var job = el("td");
+      if (w.current_job) {
+        var a = el("a", w.current_job);
+        a.href = "/jobs/" + encodeURIComponent(w.current_job) + "?queue=" + encodeURIComponent(w.current_queue || "");
+        job.appendChild(a);
+      } else { job.textContent = "-"; }
+      tr.appendChild(job);
+      tr.appendChild(el("td", w.current_job ? age(w.current_job_age) : "-", "n"));
+      tr.appendChild(el("td", age(w.heartbeat_age), "n"));
+      tr.appendChild(el("td", w.successful, "n")); tr.appendChild(el("td", w.failed, "n"));
+      body.appendChild(tr);
+    });
+    var count = document.getElementById("worker-count");
+    if (count) count.textContent = data.workers.length;
+  }
+
+  function get(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); });
+  }
+
+  function refresh() {
+    var jobs = [];
+    if (document.getElementById("queues")) jobs.push(get("/api/v1/queues").then(updateQueues));
+    if (document.getElementById("workers")) jobs.push(get("/api/v1/workers").then(updateWorkers));
+    if (document.getElementById("chart")) jobs.push(get("/api/v1/chart?minutes=60").then(function (d) { drawChart(d.minutes); }));
+    Promise.all(jobs).then(function () {
+      document.body.setAttribute("data-refreshed", String(Date.now()));
+    }, function () { /* keep the last figures; the next poll tries again */ })
+      .then(function () { setTimeout(refresh, poll); });
+  }
+
+  var initial = document.getElementById("chart-data");
+  if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
+  if (document.getElementById("queues") || document.getElementById("workers")) setTimeout(refresh, poll);
+
+  document.addEventListener("submit", function (ev) {
+    var submitter = ev.submitter;
+    var ask = (submitter && submitter.getAttribute("data-confirm")) || ev.target.getAttribute("data-confirm");
+    if (ask && !window.confirm(ask)) ev.preventDefault();
+  });
+  var all = document.getElementById("select-all");
+  if (all) all.addEventListener("change", function () {
+    document.querySelectorAll('#jobs input[name="ids"]').forEach(function (c) { c.checked = all.checked; });
+  });
+})();
