@@ -209,8 +209,10 @@ class Dashboard:
         doc["wait_time"] = job.wait_time
         start = job.enqueued_at or 0.0
         end = job.ended_at if job.status in ("finished", "failed", "canceled") else None
-        doc["events"] = [{"id": i, **e} for i, e in
-                         ev.job_timeline(self.r, self.prefix, job_id, start, end)]
+        # stream ids are delivery times; producers and workers deliver in batches
+        found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
+        doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
+                               key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
         return doc
 
     # -- actions -----------------------------------------------------------------
