@@ -412,3 +412,56 @@ def test_form_bulk_actions_and_errors_as_messages(client, queue, burst):
     bad_page = client.get("/queues/default?page=zero")
     assert bad_page.status_code == 200 and "page must be an integer" in bad_page.text
     assert client.get("/queues/nosuch").status_code == 404
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_web_command_refuses_a_public_bind_without_auth_and_hashes_passwords(settings):
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+
+    env = {"FUSIONWORKER_WEB_TOKEN": "", "FUSIONWORKER_WEB_USER": "",
+           "FUSIONWORKER_WEB_PASSWORD_HASH": "", "FUSIONWORKER_PREFIX": settings.prefix}
+    out = CliRunner().invoke(main, ["--redis-url", settings.redis_url, "web", "--bind",
+                                    "0.0.0.0"], env=env)
+    assert out.exit_code != 0 and "refusing to listen on 0.0.0.0" in out.output
+    out = CliRunner().invoke(main, ["web", "--hash-password"], input="pw1\npw1\n")
+    assert out.exit_code == 0
+    encoded = out.output.strip().splitlines()[-1]
+    assert encoded.startswith("pbkdf2_sha256$") and verify_password("pw1", encoded)
+
+
+def test_web_command_serves_the_api(settings, queue, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import ROOT, worker_env
+    from tests.web_support import free_port
+
+    queue("default").enqueue("tests.jobs:add", 1, 2)
+    port = free_port()
+    env = worker_env(settings, FUSIONWORKER_WEB_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "web", "--port", str(port)],
+                            env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/queues", headers=BEARER)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert answer.status_code == 200
+        assert answer.json()["queues"][0]["queue"] == "default"
+        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/queues").status_code == 401
+    finally:
+        proc.terminate()
+        output = proc.communicate(timeout=20)[0].decode()
+    assert f"http://127.0.0.1:{port}/" in output

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import ipaddress
 import socket
 
@@ -46,9 +45,10 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
     from ..web.auth import hash_password as make_hash
 
     if hash_password:
-        password = getpass.getpass("Password: ")
-        if not password or password != getpass.getpass("Again: "):
-            raise click.ClickException("the passwords are empty or differ")
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True,
+                                err=True)
+        if not password:
+            raise click.ClickException("empty password")
         click.echo(make_hash(password))
         return
     try:
