@@ -465,3 +465,43 @@ def test_web_command_serves_the_api(settings, queue, tmp_path):
         proc.terminate()
         output = proc.communicate(timeout=20)[0].decode()
     assert f"http://127.0.0.1:{port}/" in output
+
+
+def test_demo_web_serves_the_dashboard_beside_the_demo(settings):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import ROOT, worker_env
+    from tests.web_support import free_port
+
+    port = free_port()
+    env = worker_env(settings, FUSIONWORKER_WEB_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "demo", "--web",
+                             "--web-port", str(port), "--jobs", "3", "--workers", "1"],
+                            env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert f"Dashboard: http://127.0.0.1:{port}/" in line
+        deadline = time.monotonic() + 20
+        while True:
+            names = [q["queue"] for q in httpx.get(f"http://127.0.0.1:{port}/api/v1/queues",
+                                                   headers=BEARER).json()["queues"]]
+            if names == ["email", "sms", "webhook"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert names == ["email", "sms", "webhook"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            import os
+
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()

@@ -19,15 +19,21 @@ QUEUES = ("sms", "email", "webhook")
 @main.command()
 @click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True)
 @click.option("--jobs", "count", type=click.IntRange(1, 10000), default=30, show_default=True)
+@click.option("--web", "with_web", is_flag=True,
+              help="Also serve the web dashboard on 127.0.0.1:--web-port (needs the web "
+                   "extra) and keep it running after the demo until Ctrl-C.")
+@click.option("--web-port", type=click.IntRange(1, 65535), default=9181, show_default=True)
 @click.pass_context
 @pass_app
-def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
+def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
+         web_port: int) -> None:
     """Start WORKERS worker processes, enqueue sample jobs, show progress, end with info.
 
     Uses the Redis at REDIS_URL, or starts an embedded one when none answers.
     Includes a job that fails, one that times out and one that retries.
     """
     r = app.connect(embedded=True)
+    server = _start_web(app, r, web_port) if with_web else None
     from .. import demo as _jobs  # noqa: F401 - registers the demo's job functions
 
     settings = app.settings.replace(max_retries=3)
@@ -75,3 +81,28 @@ def demo(app: App, ctx: click.Context, workers: int, count: int) -> None:
     from .admin import info
 
     ctx.invoke(info)
+    if server is not None:
+        click.echo(f"\nDashboard still on http://127.0.0.1:{web_port}/ ; Ctrl-C to stop")
+        try:
+            while server.thread.is_alive():
+                server.thread.join(0.5)
+        except KeyboardInterrupt:
+            pass
+        server.should_exit = True
+        server.thread.join(10)
+
+
+def _start_web(app: App, connection: object, port: int) -> object:
+    """The dashboard on loopback in a thread of the demo (token login if one is set)."""
+    try:
+        from ..web.app import create_app, serve_in_thread
+    except ImportError as exc:
+        raise click.ClickException("demo --web needs the web extra "
+                                   f"(pip install 'fusionworker[web]'): {exc}") from None
+    try:
+        server = serve_in_thread(create_app(app.settings, connection), "127.0.0.1", port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve the dashboard: {exc} (try --web-port)") from None
+    click.echo(f"Dashboard: http://127.0.0.1:{port}/"
+               + ("  (log in with FUSIONWORKER_WEB_TOKEN)" if app.settings.web_token else ""))
+    return server

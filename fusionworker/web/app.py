@@ -477,3 +477,25 @@ def _dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id
             raise ApiError(409, text + "; " + "; ".join(result["errors"][:5]))
         return text
     raise ApiError(400, f"unknown action {action!r}")
+
+
+def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 9181) -> Any:
+    """Start uvicorn serving ``app`` in a daemon thread; returns the ``uvicorn.Server``
+    once it listens (``server.should_exit = True`` stops it). Raises OSError when the
+    port cannot be bound."""
+    import threading
+    import time
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           access_log=False))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, name="fusionworker-web", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise OSError(f"cannot listen on {host}:{port}")
+        time.sleep(0.02)
+    server.thread = thread  # type: ignore[attr-defined]
+    return server
