@@ -505,3 +505,22 @@ def test_demo_web_serves_the_dashboard_beside_the_demo(settings):
 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+
+
+def test_unreachable_redis_is_a_503_message_without_the_password(settings):
+    import redis as redis_lib
+
+    from tests.web_support import free_port
+
+    port = free_port()   # nothing listens there
+    url = f"redis://:hidden-pw@127.0.0.1:{port}/0"
+    down = redis_lib.Redis.from_url(url, socket_connect_timeout=0.5, decode_responses=True)
+    with TestClient(create_app(settings.replace(web_token=TOKEN, redis_url=url), down),
+                    raise_server_exceptions=False) as c:
+        answer = c.get("/api/v1/queues", headers=BEARER)
+        assert answer.status_code == 503
+        assert "cannot reach Redis" in answer.json()["error"]
+        assert "hidden-pw" not in answer.text
+        page = c.get("/", headers=BEARER)
+        assert page.status_code == 503 and "cannot reach Redis" in page.text
+        assert "hidden-pw" not in page.text and "Traceback" not in page.text
