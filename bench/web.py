@@ -72,7 +72,7 @@ def fill(r: redis.Redis, prefix: str, queued: int, failed: int) -> tuple[str, st
             pipe.zadd(q.failed, dead)
         pipe.execute()
     pipe = r.pipeline(transaction=False)
-    for n in range(20000):
+    for _ in range(20000):
         pipe.xadd(keys.events, {"event": "queued", "job_id": uuid.uuid4().hex, "queue": "big",
                                 "function": "app.tasks:send"}, maxlen=100000, approximate=True)
     pipe.execute()

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -92,7 +93,7 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
         server.thread.join(10)
 
 
-def _start_web(app: App, connection: object, port: int) -> object:
+def _start_web(app: App, connection: Any, port: int) -> Any:
     """The dashboard on loopback in a thread of the demo (token login if one is set)."""
     try:
         from ..web.app import create_app, serve_in_thread

@@ -326,7 +326,7 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
         back = _safe_next(str(form.get("next") or "/"))
         if read_only:
             raise ApiError(403, "the dashboard runs read-only: actions are refused")
-        if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), form.get("csrf")):  # type: ignore[arg-type]
+        if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), form.get("csrf")):
             raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
         action = str(form.get("action") or "")
         queue = str(form.get("queue") or "") or None
@@ -490,7 +490,6 @@ def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 9181) -
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            access_log=False))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     thread = threading.Thread(target=server.run, name="fusionworker-web", daemon=True)
     thread.start()
     while not server.started:

@@ -141,9 +141,11 @@ class Authenticator:
                 self._sessions.pop(session, None)
 
 
-def csrf_ok(cookie: str | None, given: str | None) -> bool:
-    return bool(cookie) and bool(given) and hmac.compare_digest(cookie.encode(),
-                                                                 str(given).encode())
+def csrf_ok(cookie: str | None, given: object) -> bool:
+    """The submitted token (form field or header) equals the browser's cookie."""
+    if not cookie or not isinstance(given, str) or not given:
+        return False
+    return hmac.compare_digest(cookie.encode(), given.encode())
 
 
 def new_csrf() -> str:
