@@ -343,6 +343,11 @@ def test_minute_chart_counts_finished_and_failed(client, queue, burst):
     rows = api(client, "GET", "/api/v1/chart?minutes=60").json()["minutes"]
     assert len(rows) == 60
     assert sum(x["finished"] for x in rows) == 2 and sum(x["failed"] for x in rows) == 1
+    # kept per queue and minute in the queue's hash tag, with a TTL of about 2 h
+    key = q.qkeys.minute(int(q.connection.time()[0]) // 60)
+    if not q.connection.exists(key):   # the burst ran in the previous minute
+        key = q.qkeys.minute(int(q.connection.time()[0]) // 60 - 1)
+    assert key.startswith(q.qkeys.base) and 7000 < q.connection.ttl(key) <= 7200
     assert api(client, "GET", "/api/v1/chart?minutes=0").status_code == 400
 
 
