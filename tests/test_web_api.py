@@ -109,9 +109,53 @@ def test_basic_auth_with_password_hash(r, settings):
         assert done.status_code == 200 and admin.is_suspended(r, settings.prefix)
 
 
-def test_no_auth_configured_means_anonymous_access(r, settings):
-    with TestClient(create_app(settings, r)) as c:
-        assert c.get("/api/v1/queues").status_code == 200
+def test_no_credentials_no_app(r, settings):
+    """Reads and actions both need authentication: there is no anonymous dashboard."""
+    with pytest.raises(ValueError, match="FUSIONWORKER_WEB_TOKEN"):
+        create_app(settings, r)
+
+
+def test_web_without_credentials_makes_a_one_run_token_and_requires_it(settings, queue):
+    """Like Jupyter: nothing configured on loopback -> a random token printed once."""
+    import re
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.conftest import ROOT, worker_env
+    from tests.web_support import free_port
+
+    queue("default").enqueue("tests.jobs:add", 1, 2)
+    port = free_port()
+    env = worker_env(settings)
+    for name in ("FUSIONWORKER_WEB_TOKEN", "FUSIONWORKER_WEB_USER", "FUSIONWORKER_WEB_PASSWORD_HASH"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "web", "--port", str(port)],
+                            env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        token = re.search(r"token \(log in with it\) is (\S+)", line).group(1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                anonymous = httpx.get(f"http://127.0.0.1:{port}/api/v1/queues")
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert anonymous.status_code == 401
+        refused = httpx.post(f"http://127.0.0.1:{port}/api/v1/suspend")
+        assert refused.status_code == 401
+        good = httpx.get(f"http://127.0.0.1:{port}/api/v1/queues",
+                         headers={"Authorization": f"Bearer {token}"})
+        assert good.status_code == 200 and good.json()["queues"][0]["queue"] == "default"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
 
 
 # -- reads ------------------------------------------------------------------------------------

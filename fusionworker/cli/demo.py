@@ -100,10 +100,17 @@ def _start_web(app: App, connection: Any, port: int) -> Any:
     except ImportError as exc:
         raise click.ClickException("demo --web needs the web extra "
                                    f"(pip install 'fusionworker[web]'): {exc}") from None
+    from ..web.auth import ephemeral_token
+
+    settings = app.settings
+    configured = bool(settings.web_token or (settings.web_user and settings.web_password_hash))
+    if not configured:
+        settings = settings.replace(web_token=ephemeral_token())
     try:
-        server = serve_in_thread(create_app(app.settings, connection), "127.0.0.1", port)
+        server = serve_in_thread(create_app(settings, connection), "127.0.0.1", port)
     except OSError as exc:
         raise click.ClickException(f"cannot serve the dashboard: {exc} (try --web-port)") from None
-    click.echo(f"Dashboard: http://127.0.0.1:{port}/"
-               + ("  (log in with FUSIONWORKER_WEB_TOKEN)" if app.settings.web_token else ""))
+    click.echo(f"Dashboard: http://127.0.0.1:{port}/  (log in with "
+               + ("your FUSIONWORKER_WEB_TOKEN or user)" if configured
+                  else f"this run's token {settings.web_token})"))
     return server

@@ -67,12 +67,18 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
     if settings.web_user and not settings.web_password_hash:
         raise click.ClickException("FUSIONWORKER_WEB_USER needs FUSIONWORKER_WEB_PASSWORD_HASH "
                                    "(fusionworker web --hash-password)")
+    if not configured:   # loopback only (refused above otherwise): a token for this run
+        from ..web.auth import ephemeral_token
+
+        settings = settings.replace(web_token=ephemeral_token())
+        click.echo("No FUSIONWORKER_WEB_TOKEN set: this run's token (log in with it) is "
+                   f"{settings.web_token}", err=True)
     connection = app.connection
     connection.ping()
-    application = create_app(app.settings, connection, read_only=read_only)
+    application = create_app(settings, connection, read_only=read_only)
     host = f"[{bind}]" if ":" in bind else bind
     click.echo(f"Dashboard on http://{host}:{port}/ (Redis {app.masked_url}"
                f"{', read-only' if read_only else ''}"
-               f"{'' if configured else ', no authentication: loopback only'}); Ctrl-C to stop",
+               f"{'' if configured else ', one-run token: loopback only'}); Ctrl-C to stop",
                err=True)
     uvicorn.run(application, host=bind, port=port, log_level="warning", access_log=False)

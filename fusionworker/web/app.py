@@ -61,6 +61,9 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
     r = decoding(r)
     board = Dashboard(r, settings)
     authn = auth.Authenticator(settings.web_token, settings.web_user, settings.web_password_hash)
+    if not authn.configured:   # secure by default: reads and actions both need credentials
+        raise ValueError("the dashboard needs authentication: set FUSIONWORKER_WEB_TOKEN (or "
+                         "FUSIONWORKER_WEB_USER and FUSIONWORKER_WEB_PASSWORD_HASH)")
     masked = mask_url(settings.redis_url)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_HERE.joinpath("templates"))),

@@ -30,6 +30,12 @@ CSRF_COOKIE = "fw_csrf"
 SESSION_TTL = 12 * 3600.0
 
 
+def ephemeral_token() -> str:
+    """A random token for one run of a dashboard started with no credentials configured
+    (printed once on the terminal that started it, as Jupyter does)."""
+    return secrets.token_urlsafe(18)
+
+
 def hash_password(password: str, *, iterations: int = ITERATIONS, salt: str | None = None) -> str:
     """``pbkdf2_sha256$<iterations>$<salt>$<base64 hash>``."""
     salt = salt or secrets.token_urlsafe(16)
@@ -53,7 +59,7 @@ def verify_password(password: str, encoded: str) -> bool:
 @dataclass(frozen=True)
 class Identity:
     user: str
-    method: str   # bearer | basic | session | none
+    method: str   # bearer | basic | session
 
 
 class Authenticator:
@@ -83,8 +89,8 @@ class Authenticator:
 
     def identify(self, authorization: str | None, session: str | None) -> Identity | None:
         """Who sent the request, or None when it is not authenticated."""
-        if not self.configured:
-            return Identity("anonymous", "none")
+        if not self.configured:   # create_app refuses this; never anonymous access
+            return None
         if authorization:
             scheme, _, value = authorization.partition(" ")
             scheme = scheme.lower()
