@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .batch import Batch  # noqa: E402
 from .codec import UnsupportedType  # noqa: E402
 from .exceptions import (  # noqa: E402
     FunctionNotAllowed,
@@ -23,7 +24,7 @@ from .registry import JobFunction, job, register  # noqa: E402
 from .worker import Worker  # noqa: E402
 
 __all__ = [
-    "FunctionNotAllowed", "Job", "JobCanceled", "JobFailed", "JobFunction", "JobTimeoutError",
-    "JobWaitTimeout", "NoSuchJob", "Queue", "Retry", "UnsupportedType", "Worker", "__version__",
+    "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobFailed", "JobFunction",
+    "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry", "UnsupportedType", "Worker", "__version__",
     "job", "register",
 ]

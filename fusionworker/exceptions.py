@@ -77,3 +77,15 @@ class JobWaitTimeout(FusionWorkerError, TimeoutError):  # noqa: N818
     def __init__(self, message: str, job: Any = None) -> None:
         super().__init__(message)
         self.job = job
+
+
+class PartialEnqueue(FusionWorkerError):  # noqa: N818
+    """``Queue.enqueue_many`` lost its connection after writing some chunks.
+
+    ``jobs`` are the jobs written (whole chunks, in order); the rest were not.
+    """
+
+    def __init__(self, jobs: list, cause: BaseException) -> None:
+        super().__init__(f"enqueue_many wrote {len(jobs)} job(s), then failed: {cause}")
+        self.jobs = jobs
+

@@ -11,7 +11,8 @@ Hash fields (all strings in Redis):
 ``priority``        integer in [-1023, 1023], higher runs first
 ``seq``             per-queue enqueue sequence number (FIFO inside a priority)
 ``timeout``         hard time limit, seconds
-``status``          queued | scheduled | started | finished | failed | canceled
+``status``          queued | scheduled | started | finished | failed | canceled |
+                    deferred (waiting on ``depends_on``)
 ``enqueued_at``     server time (epoch seconds) of enqueue
 ``scheduled_for``   when a delayed job or a retry becomes due
 ``started_at``      server time of the last claim
@@ -35,6 +36,10 @@ Hash fields (all strings in Redis):
 ``cron_due``        the due time of that cron run (optional)
 ``traceparent``     W3C trace context of the enqueue (OpenTelemetry, optional)
 ``tracestate``      W3C trace state of the enqueue (OpenTelemetry, optional)
+``depends_on``      JSON list of ``"queue:job_id"`` this job waits on (optional)
+``allow_dependency_failure``  ``1``: run even if a dependency failed (optional)
+``has_dependents``  ``1`` once a job waits on this one (optional)
+``batch``           ``queue:batch_id`` of its batch (optional; see ``batch.py``)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -67,7 +72,7 @@ PRIORITY_MIN = -1023
 PRIORITY_MAX = 1023
 SEQ_LIMIT = 2**42
 
-STATUSES = ("queued", "scheduled", "started", "finished", "failed", "canceled")
+STATUSES = ("queued", "scheduled", "started", "finished", "failed", "canceled", "deferred")
 LIVE_STATUSES = ("queued", "scheduled", "started")
 #: statuses ``Job.wait`` returns (or raises) on
 DONE_STATUSES = ("finished", "failed", "canceled")
@@ -106,6 +111,14 @@ def _int(value: str | None, default: int = 0) -> int:
         return int(value) if value not in (None, "") else default
     except ValueError:
         return default
+
+
+def _json_list(value: str | None) -> list | None:
+    try:
+        found = json.loads(value) if value else None
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None
 
 
 class MalformedJob(ValueError):  # noqa: N818
@@ -150,6 +163,13 @@ class Job(Generic[R]):
     duration: float | None = None
     traceparent: str | None = None
     tracestate: str | None = None
+    #: ``"queue:job_id"`` refs this job waits on (``depends_on``), or None
+    depends_on: list[str] | None = None
+    allow_dependency_failure: bool = False
+    #: another job waits on this one (set when it registered; see workflows.py)
+    has_dependents: bool = False
+    #: ``"queue:batch_id"`` of the batch the job belongs to (batch.py), or None
+    batch: str | None = None
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -299,6 +319,10 @@ class Job(Generic[R]):
             duration=_float(data.get("duration")),
             traceparent=data.get("traceparent") or None,
             tracestate=data.get("tracestate") or None,
+            depends_on=_json_list(data.get("depends_on")),
+            allow_dependency_failure=data.get("allow_dependency_failure") == "1",
+            has_dependents=data.get("has_dependents") == "1",
+            batch=data.get("batch") or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -314,7 +338,8 @@ class Job(Generic[R]):
             "error_type": self.error_type, "error_message": self.error_message,
             "traceback": self.traceback, "failure_reason": self.failure_reason,
             "worker": self.worker_name, "group": self.group, "unique_key": self.unique_key,
-            "duration": self.duration,
+            "duration": self.duration, "depends_on": self.depends_on,
+            "allow_dependency_failure": self.allow_dependency_failure, "batch": self.batch,
         }
 
 

@@ -15,6 +15,15 @@ key                            type     meaning
 ``fw:{q}:seq``                 STRING   FIFO sequence counter
 ``fw:{q}:paused``              STRING   present = paused
 ``fw:{q}:max_active``          STRING   concurrency cap (absent = none)
+``fw:{q}:rate``                HASH     rate limit: limit, window (s), held_since, held_seconds
+``fw:{q}:rate:log``            ZSET     starts inside the rate window, score = start time
+``fw:{q}:deferred``            ZSET     jobs waiting on dependencies, score = enqueue time
+``fw:{q}:deps:<id>``           SET      "queue:id" refs job <id> still waits on
+``fw:{q}:dependents:<id>``     SET      "queue:id" refs of jobs waiting on job <id>
+``fw:{q}:outbox``              LIST     dependency and batch notes to replay to other queues
+``fw:{q}:batch:<id>``          HASH     batch on this queue: callbacks, total, sealed, failed, fired
+``fw:{q}:batch:<id>:ended``    SET      "queue:id" refs of the batch's jobs that ended
+``fw:{q}:batches``             ZSET     batches not yet fired, score = creation time
 ``fw:{q}:job:<id>``            HASH     the job record (see ``job.py``)
 ``fw:{q}:unique:<key>``        STRING   dedup key -> job id
 ``fw:{q}:group:<g>``           LIST     jobs of group g waiting behind the running one

@@ -217,8 +217,18 @@ class QueueCollector(Collector):
                                    labels=["queue"])
         oldest = GaugeMetricFamily("fusionworker_queue_oldest_job_age_seconds",
                                    "Age of the oldest pending job", labels=["queue"])
+        rate_limit = GaugeMetricFamily("fusionworker_queue_rate_limit_per_second",
+                                       "Rate limit of a queue, job starts per second "
+                                       "(queues with a limit only)", labels=["queue"])
+        rate_held = CounterMetricFamily("fusionworker_queue_rate_limited_seconds",
+                                        "Seconds a queue had jobs ready but was held by its "
+                                        "rate limit", labels=["queue"])
         for name in names:
             stats = Queue(name, self.connection, settings=self.settings, events=False).stats()
+            if stats.get("rate_limit"):
+                rate = stats["rate_limit"]
+                rate_limit.add_metric([name], rate["limit"] / rate["window"])
+                rate_held.add_metric([name], rate["held_seconds"])
             for band, _, _ in BANDS:
                 pending.add_metric([name, band], stats["bands"].get(band, 0))
             started.add_metric([name], stats["started"])
@@ -243,7 +253,8 @@ class QueueCollector(Collector):
                                       "1 while every worker is suspended")
         suspended.add_metric([], 1 if admin.is_suspended(self.connection, self.settings.prefix)
                              else 0)
-        return [pending, started, scheduled, failed, finished, paused, oldest, workers, suspended]
+        return [pending, started, scheduled, failed, finished, paused, oldest, workers, suspended,
+                rate_limit, rate_held]
 
 
 def exporter_registry(connection: Any, settings: Any,

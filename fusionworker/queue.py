@@ -6,15 +6,22 @@ commands. A ``Queue`` is cheap: make one per call site if you like.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import codec
 from . import otel as _otel
@@ -31,7 +38,7 @@ log = logging.getLogger("fusionworker.queue")
 #: ``enqueue()`` keyword arguments that are job options, not arguments of the job.
 OPTIONS = frozenset({
     "priority", "timeout", "max_retries", "retry_delay", "job_id", "unique_key", "group",
-    "on_failure_url",
+    "on_failure_url", "depends_on", "allow_dependency_failure", "batch",
 })
 
 #: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
@@ -95,6 +102,40 @@ def _at(when: datetime) -> tuple[str, float]:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return ("at", when.timestamp())
+
+
+#: Jobs per ``enqueue_many.lua`` call: one atomic step, a few milliseconds of Redis time.
+BULK_CHUNK = 500
+
+
+#: compact JSON keeping non-ASCII text as UTF-8 (a job's entry for ``enqueue_many.lua``),
+#: without making an encoder per call
+_payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A validated, encoded job that is not written yet (``Queue.prepare``)."""
+
+    queue: str
+    id: str
+    func: str
+    priority: int
+    mode: str
+    when: float
+    unique_key: str
+    #: hash fields as ``[name, value, ...]`` strings (``job.encode_fields``)
+    fields: list[str] = field(repr=False)
+    #: this job's entry of ``enqueue_many.lua``'s JSON argument
+    payload: str = field(repr=False, default="")
+    #: dependencies as ``(queue, job_id)`` (``depends_on``; then ``mode`` is deferred)
+    deps: tuple[tuple[str, str], ...] = ()
+    #: the ``Batch`` the job joins (``batch=``), counted once written
+    batch: Any = field(default=None, repr=False, compare=False)
 
 
 def _band_range(low: int, high: int) -> tuple[int, int]:
@@ -172,6 +213,9 @@ class Queue:
         unique_key: str | None = None,
         group: str | None = None,
         on_failure_url: str | None = None,
+        depends_on: Any = None,
+        allow_dependency_failure: bool = False,
+        batch: Any = None,
         _when: tuple[str, float] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -188,6 +232,32 @@ class Queue:
         a failure of what follows (reading the job back, the ``queued``
         event) is logged and the job returned as known locally.
         """
+        return self._write_one(self.prepare_call(
+            func, args, kwargs, priority=priority, timeout=timeout, max_retries=max_retries,
+            retry_delay=retry_delay, job_id=job_id, unique_key=unique_key, group=group,
+            on_failure_url=on_failure_url, depends_on=depends_on,
+            allow_dependency_failure=allow_dependency_failure, batch=batch, _when=_when))
+
+    def prepare_call(
+        self,
+        func: str | Callable[..., Any],
+        args: Iterable[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        priority: int = 0,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        retry_delay: float | None = None,
+        job_id: str | None = None,
+        unique_key: str | None = None,
+        group: str | None = None,
+        on_failure_url: str | None = None,
+        depends_on: Any = None,
+        allow_dependency_failure: bool = False,
+        batch: Any = None,
+        _when: tuple[str, float] | None = None,
+    ) -> PreparedJob:
+        """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         from .registry import producer_allowed
 
         ref = func_ref(func)
@@ -212,6 +282,46 @@ class Queue:
         if not isinstance(job_id, str) or not job_id or len(job_id) > 200:
             raise ValueError("job_id must be a non-empty string of at most 200 characters")
         mode, when = _when or ("now", 0.0)
+        if batch is not None:
+            from .batch import Batch
+
+            if not isinstance(batch, Batch):
+                raise TypeError(f"batch must be a Batch, got {type(batch).__name__}")
+            if batch.sealed:
+                raise RuntimeError(f"batch {batch.id} is sealed: no job can be added")
+        deps: tuple[tuple[str, str], ...] = ()
+        refs: list[str] = []
+        if depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
+            from .workflows import dependency_ref, normalize_dependencies
+
+            if _when is not None:
+                raise ValueError("depends_on cannot be combined with a delay")
+            deps = tuple(normalize_dependencies(self.name, depends_on))
+            refs = [dependency_ref(q, i) for q, i in deps]
+            mode = "deferred"
+        fields = encode_fields(
+            queue=self.name, func=ref, args=args_json, kwargs=kwargs_json,
+            timeout=timeout, max_retries=max_retries, retry_delay=retry_delay,
+            unique_key=unique_key, group=group, on_failure_url=on_failure_url,
+            depends_on=refs or None,
+            allow_dependency_failure="1" if deps and allow_dependency_failure else None,
+            batch=batch.ref if batch is not None else None,
+        )
+        fields += _otel.trace_fields()   # the producer's trace context, when on
+        entry: list[Any] = [job_id, priority, mode, when, unique_key or "", fields]
+        if refs:
+            entry.append(refs)
+        return PreparedJob(
+            queue=self.name, id=job_id, func=ref, priority=priority, mode=mode, when=when,
+            unique_key=unique_key or "", fields=fields, payload=_payload(entry), deps=deps,
+            batch=batch,
+        )
+
+    def _write_one(self, prepared: PreparedJob) -> Job:
+        self._check_prepared([prepared])
+        if prepared.deps:  # the dependency steps of workflows.py, through enqueue_many
+            return self.enqueue_many([prepared])[0]
+        p = prepared
         # registration (fw:queues, which the reaper, info and health walk) happens inside
         # enqueue.lua, so it survives a data loss (FLUSHALL, a restart without persistence);
         # on a Cluster the global set lives on another slot: SADD before every enqueue
@@ -221,16 +331,10 @@ class Queue:
             self.connection.sadd(self.keys.queues, self.name)
         placement, actual_id, status = self.scripts.enqueue(
             keys=[self.qkeys.base] if cluster else [self.qkeys.base, self.keys.queues],
-            args=[
-                job_id, priority, mode, when, unique_key or "", self.settings.dedup_window,
-                *encode_fields(
-                    queue=self.name, func=ref, args=args_json, kwargs=kwargs_json,
-                    timeout=timeout, max_retries=max_retries, retry_delay=retry_delay,
-                    unique_key=unique_key, group=group, on_failure_url=on_failure_url,
-                ),
-                *_otel.trace_fields(),
-            ],
+            args=[p.id, p.priority, p.mode, p.when, p.unique_key, self.settings.dedup_window,
+                  *p.fields],
         )
+        ref = p.func
         # written: from here on nothing may raise (a caller retrying on an exception
         # would enqueue twice)
         try:
@@ -240,11 +344,10 @@ class Queue:
                         actual_id, self.name, exc)
             job = None
         if job is None:  # finished with result_ttl=0 between the two calls, or unreadable
-            job = Job(id=actual_id, queue=self.name, func=ref, status=status,
-                      args=list(args or []), kwargs=dict(kwargs or {}), priority=priority,
-                      timeout=timeout, max_retries=max_retries)
-            job._queue = self
+            job = self._local_job(p, actual_id, status)
         job.deduplicated = placement == "duplicate"
+        if p.batch is not None and not job.deduplicated:
+            p.batch._added(1)
         if job.deduplicated:
             log.info("Skipped duplicate of job %s on %s (%s, status %s)",
                      actual_id, self.name, ref, status)
@@ -280,6 +383,227 @@ class Queue:
         stamp = job.enqueued_at if event == "queued" and isinstance(job, Job) else None
         self._events.emit(make_event(event, job, timestamp=stamp, **fields))
 
+    # -- bulk enqueue (prepare / enqueue_many) ---------------------------------
+
+    def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
+        """Validate and encode exactly what :meth:`enqueue` takes (options included);
+        writes nothing. Hand the result to :meth:`enqueue_many`.
+
+        Bad input raises here (the same errors as ``enqueue``), so a batch with
+        one bad job fails before anything is written.
+        """
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS}
+        return self.prepare_call(func, args=list(args), kwargs=kwargs, **options)
+
+    def enqueue_many(self, prepared: Iterable[PreparedJob], *, chunk_size: int = BULK_CHUNK,
+                     progress: Callable[[int], None] | None = None) -> list[Job]:
+        """Write many prepared jobs (:meth:`prepare`) in as few round trips as possible.
+
+        Returns one :class:`Job` per prepared job, in order; a job that was not
+        written because a live duplicate exists is that duplicate, with
+        ``deduplicated = True`` (same rules as :meth:`enqueue`). ``progress(n)`` is
+        called after each chunk with the number of jobs it held.
+
+        Atomic per chunk: each chunk of ``chunk_size`` jobs is one Lua script call
+        (``enqueue_many.lua``), so it is written entirely or not at all, and no
+        worker sees half of it. Every job is validated before the first chunk is
+        sent, so bad input writes nothing. On a single Redis (or Sentinel) the
+        next chunk is sent before the reply of the previous one is read, so the
+        server runs one chunk while this process builds the jobs of the other.
+
+        If a chunk fails once others were written (connection lost, Redis out of
+        memory), :class:`~fusionworker.exceptions.PartialEnqueue` lists the jobs
+        known written (``.jobs``); a chunk in flight when the connection broke may
+        or may not have been written. Calling ``enqueue_many`` again with the same
+        prepared jobs is safe: their ids are fixed by ``prepare``, so the ones
+        already written come back as duplicates.
+        """
+        from .exceptions import PartialEnqueue
+
+        items = list(prepared)
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self._check_prepared(items)
+        if not items:
+            return []
+        waiting = [p for p in items if p.deps]
+        if waiting:  # workflows.py steps 1 (read: all exist) and 2 (register on theirs)
+            from .workflows import check_dependencies_exist, register
+
+            check_dependencies_exist(self.connection, self.settings.prefix,
+                                     sorted({d for p in waiting for d in p.deps}))
+            for p in waiting:
+                register(self, list(p.deps), p.id)
+        self._register()
+        chunks = [items[i:i + chunk_size] for i in range(0, len(items), chunk_size)]
+        out: list[Job] = []
+        error: Exception | None = None
+        for chunk, reply in self._chunk_replies(chunks):
+            if isinstance(reply, Exception):
+                error = error or reply
+                continue
+            out += self._bulk_jobs(chunk, json.loads(_text(reply)))
+            self._drain_events(chunk_size)
+            if progress:
+                progress(len(chunk))
+        if error is not None:
+            if out:
+                raise PartialEnqueue(out, error) from error
+            raise error
+        if waiting:  # step 4: dependencies that ended meanwhile
+            from .workflows import recheck
+
+            by_id = {p.id: p for p in waiting}
+            for n, job in enumerate(out):
+                p = by_id.get(job.id)
+                if p is not None and job.status == "deferred" and not job.deduplicated:
+                    if recheck(self, job.id, p.deps):
+                        out[n] = self.fetch_job(job.id) or job
+        return out
+
+    def _chunk_replies(self, chunks: list[list[PreparedJob]]) -> Iterator[tuple[list[PreparedJob], Any]]:
+        """``(chunk, reply or exception)`` of each chunk sent, in order.
+
+        On a client with a connection pool (single Redis, Sentinel) two chunks
+        are in flight on one connection; a Cluster client sends one at a time.
+        After an error no further chunk is sent (the one in flight is still read).
+        """
+        script = self.scripts.enqueue_many
+        base, window = self.qkeys.base, self.settings.dedup_window
+
+        def argv(chunk: list[PreparedJob]) -> list[Any]:
+            return [window, "[" + ",".join(p.payload for p in chunk) + "]"]
+
+        pool = getattr(self.connection, "connection_pool", None)
+        if pool is None:  # Redis Cluster: one script call per chunk
+            for chunk in chunks:
+                try:
+                    yield chunk, script(keys=[base], args=argv(chunk))
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    yield chunk, exc
+                    return
+            return
+        sha = self.connection.script_load(script.script.script)  # no NOSCRIPT mid-way
+        try:
+            conn = pool.get_connection()
+        except TypeError:  # redis-py < 5.3 wants a command name
+            conn = pool.get_connection("EVALSHA")
+        try:
+            inflight: deque[list[PreparedJob]] = deque()
+            for chunk in chunks:
+                try:
+                    conn.send_command("EVALSHA", sha, 1, base, *argv(chunk))
+                except Exception as exc:  # noqa: BLE001 - handed to the caller
+                    yield chunk, exc
+                    break
+                inflight.append(chunk)
+                if len(inflight) > 1:
+                    done = inflight.popleft()
+                    try:
+                        yield done, conn.read_response()
+                    except ResponseError as exc:
+                        yield done, exc
+                        break
+            while inflight:
+                done = inflight.popleft()
+                try:
+                    yield done, conn.read_response()
+                except ResponseError as exc:
+                    yield done, exc
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            conn.disconnect()
+            yield [], exc
+        except BaseException:
+            conn.disconnect()  # a reply may still be unread: never reuse this connection
+            raise
+        finally:
+            pool.release(conn)
+
+    def _bulk_jobs(self, chunk: list[PreparedJob], reply: list[Any]) -> list[Job]:
+        """Jobs of one ``enqueue_many.lua`` reply, built from what was sent (no read
+        back), except duplicates, which are fetched in one pipeline."""
+        stamp = float(reply[-1])
+        jobs: list[Job | None] = []
+        dups: list[tuple[int, str]] = []
+        for n, p in enumerate(chunk):
+            placement, actual_id, status, seq, sched = reply[n * 5:n * 5 + 5]
+            if placement == "duplicate":
+                dups.append((n, actual_id))
+                jobs.append(None)
+                continue
+            job = self._local_job(p, actual_id, status, seq=int(seq), stamp=stamp,
+                                  sched=float(sched) if sched else None)
+            if p.batch is not None:
+                p.batch._added(1)
+            jobs.append(job)
+            try:
+                self._emit("queued", job)
+            except Exception as exc:  # noqa: BLE001 - written: observability never fails it
+                log.warning("Job %s was enqueued on %s; its 'queued' event was not: %s: %s",
+                            actual_id, self.name, type(exc).__name__, exc)
+        if dups:
+            try:
+                pipe = self.connection.pipeline(transaction=False)
+                for _, actual_id in dups:
+                    pipe.hgetall(self.qkeys.job(actual_id))
+                found = pipe.execute()
+            except Exception as exc:  # noqa: BLE001 - written: the duplicates as known locally
+                log.warning("Duplicates on %s could not be read back: %s", self.name, exc)
+                found = [None] * len(dups)
+            for (n, actual_id), data in zip(dups, found):
+                data = {_text(k): _text(v) for k, v in (data or {}).items()}
+                job = Job.from_hash(data) if data else Job(
+                    id=actual_id, queue=self.name, func=chunk[n].func,
+                    status=_text(reply[n * 5 + 2]))
+                job._queue = self
+                job.deduplicated = True
+                jobs[n] = job
+        return [j for j in jobs if j is not None]
+
+    def _drain_events(self, room: int) -> None:
+        """Back-pressure for bulk writes: when the event sink's buffer could not take
+        another ``room`` events, wait (up to 10 s) for it to deliver them, rather than
+        let it drop "queued" events of the jobs just written."""
+        sink = self._events
+        if sink in (None, False) or not hasattr(sink, "stats"):
+            return
+        size = getattr(sink, "buffer_size", None)
+        try:
+            if size is not None and sink.stats()["buffered"] + room > size:
+                sink.flush(10.0)
+        except Exception as exc:  # noqa: BLE001 - written already: never fail on events
+            log.warning("Event sink of %s not drained: %s", self.name, exc)
+
+    def _local_job(self, p: PreparedJob, job_id: str, status: str, *, seq: int = 0,
+                   stamp: float | None = None, sched: float | None = None) -> Job:
+        """The job as written from ``p``: what ``Job.from_hash`` would read back."""
+        f = dict(zip(p.fields[0::2], p.fields[1::2]))
+        delay = f.get("retry_delay")
+        job: Job[Any] = Job(
+            id=job_id, queue=self.name, func=p.func, args=codec.loads(f["args"]),
+            kwargs=codec.loads(f["kwargs"]), priority=p.priority, seq=seq,
+            timeout=float(f["timeout"]), status=status, enqueued_at=stamp,
+            scheduled_for=sched, max_retries=int(f["max_retries"]),
+            retry_delay=float(delay) if delay else None, group=f.get("group"),
+            unique_key=f.get("unique_key"), on_failure_url=f.get("on_failure_url"),
+            depends_on=json.loads(f["depends_on"]) if "depends_on" in f else None,
+            allow_dependency_failure=f.get("allow_dependency_failure") == "1",
+            batch=f.get("batch"), traceparent=f.get("traceparent"),
+            tracestate=f.get("tracestate"),
+        )
+        job._queue = self
+        return job
+
+    def _check_prepared(self, items: list[Any]) -> None:
+        for n, p in enumerate(items):
+            if not isinstance(p, PreparedJob):
+                raise TypeError(f"item {n}: expected a PreparedJob from Queue.prepare(), "
+                                f"got {type(p).__name__}")
+            if p.queue != self.name:
+                raise ValueError(f"item {n}: prepared for queue {p.queue!r}, not {self.name!r}")
+            if p.batch is not None and p.batch.sealed:
+                raise RuntimeError(f"item {n}: batch {p.batch.id} is sealed")
+
     # -- reads -----------------------------------------------------------------
 
     def fetch_job(self, job_id: str) -> Job | None:
@@ -314,6 +638,8 @@ class Queue:
             return list(r.zrevrange(k.pending, 0, stop))
         if status in ("scheduled", "started"):
             return list(r.zrange(getattr(k, status), 0, stop))
+        if status == "deferred":  # waiting on dependencies, oldest first
+            return list(r.zrange(k.base + "deferred", 0, stop))
         if status in ("finished", "failed", "canceled"):
             return list(r.zrevrange(getattr(k, status), 0, stop))
         raise ValueError(f"unknown status {status!r}")
@@ -341,8 +667,14 @@ class Queue:
         pipe.get(k.max_active)
         pipe.zrange(k.pending, -1, -1)
         pipe.hlen(k.groups)
+        pipe.hgetall(k.base + "rate")
+        pipe.zcard(k.base + "deferred")
+        pipe.zcard(k.base + "batches")
         pending, *rest = pipe.execute()
         bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
+        open_batches = rest.pop()
+        deferred = rest.pop()
+        rate = rest.pop()
         started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
         # the oldest pending job is the one with the lowest seq, not the lowest score:
         # look at the tail of each band and take the oldest enqueued_at.
@@ -362,6 +694,8 @@ class Queue:
             "scheduled": scheduled, "failed": failed, "finished": finished,
             "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
             "busy_groups": groups, "oldest_age": oldest_age,
+            "rate_limit": _rate_doc(rate), "deferred": deferred,
+            "open_batches": open_batches,
         }
 
     # -- admin -----------------------------------------------------------------
@@ -460,6 +794,33 @@ class Queue:
         value = self.connection.get(self.qkeys.max_active)
         return int(value) if value is not None else None
 
+    # -- rate limit ------------------------------------------------------------
+
+    def set_rate_limit(self, limit: str | tuple[int, float] | None) -> None:
+        """At most N starts in any window of W seconds, over every worker and host
+        (``"10/s"``, ``"600/m"``, ``"1000/h"`` or ``(N, W)``; None removes the limit).
+
+        Enforced inside the claim script with the Redis server's clock (a
+        sliding-window log, see docs/design.md).
+        """
+        if limit is None:
+            self.connection.delete(self.qkeys.base + "rate", self.qkeys.base + "rate:log")
+            self.connection.publish(self.qkeys.wake, "rate")
+            return
+        count, window = parse_rate(limit) if isinstance(limit, str) else _check_rate(*limit)
+        self.connection.hset(self.qkeys.base + "rate",
+                             mapping={"limit": count, "window": repr(float(window))})
+        # starts already logged stay counted for the new window (a longer one included)
+        self.connection.pexpire(self.qkeys.base + "rate:log", int(window * 1000) + 1000)
+        self.connection.publish(self.qkeys.wake, "rate")
+
+    @property
+    def rate_limit(self) -> dict[str, Any] | None:
+        """``{"limit": N, "window": W, "held_seconds": S}`` or None; ``held_seconds``
+        is how long, in total, the queue had jobs ready but was held by its limit."""
+        data = self.connection.hgetall(self.qkeys.base + "rate")
+        return _rate_doc(data)
+
     def empty(self, progress: Callable[[int], None] | None = None) -> int:
         """Delete every pending and scheduled job; returns how many."""
         removed = 0
@@ -518,6 +879,35 @@ def _is_cluster(connection: Any) -> bool:
     from redis.cluster import RedisCluster
 
     return isinstance(connection, RedisCluster)
+
+
+#: seconds per unit of a rate limit ("10/s", "600/m", "1000/h")
+RATE_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def _check_rate(count: Any, window: Any) -> tuple[int, float]:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"a rate limit allows at least 1 start, got {count!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not (
+            0 < window <= 86400):
+        raise ValueError(f"a rate-limit window is 0 < seconds <= 86400, got {window!r}")
+    return count, float(window)
+
+
+def parse_rate(spec: str) -> tuple[int, float]:
+    """``"10/s"`` -> ``(10, 1.0)``; also ``/m`` and ``/h``. ValueError on anything else."""
+    count, sep, unit = spec.strip().partition("/")
+    if not sep or not count.strip().isdigit() or unit.strip() not in RATE_UNITS:
+        raise ValueError(f"invalid rate {spec!r}: expected N/s, N/m or N/h (e.g. 10/s)")
+    return _check_rate(int(count), RATE_UNITS[unit.strip()])
+
+
+def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:
+    data = {_text(k): _text(v) for k, v in (data or {}).items()}
+    if "limit" not in data:
+        return None
+    return {"limit": int(data["limit"]), "window": float(data["window"]),
+            "held_seconds": round(float(data.get("held_seconds") or 0.0), 6)}
 
 
 def known_queues(connection: Any, prefix: str = "fw") -> list[str]:

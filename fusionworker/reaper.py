@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from . import workflows
 from .config import Settings
 from .connection import decoding
 from .keys import Keys
@@ -215,6 +216,7 @@ def reap_once(connection: Any, settings: Settings, *, lock_owner: str | None = N
         try:
             _reap_queue(connection, settings, queue, now, counts, sink)
             _prune_registries(connection, settings, queue, now)
+            workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
         except redis.ResponseError as exc:
             # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
             counts.setdefault("refused", []).append(queue)

@@ -194,10 +194,11 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
+    from .workflows import DependencyMiddleware
 
     chain: list[Middleware] = [*build_governors(settings), NotifyMiddleware(),
                                ReaperMiddleware(settings), FailureCallbacks(settings),
-                               CronScheduler()]
+                               CronScheduler(), DependencyMiddleware()]
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
     chain.append(EventsMiddleware())
@@ -266,6 +267,7 @@ class Worker:
         self._suspended = False
         self._hold_reason: str | None = None
         self._next_due: float | None = None
+        self._rate_held = False  # the last claim round met a rate-limited queue with jobs
         self._next_tick = 0.0
         self._next_heartbeat = 0.0
         self._pubsub: Any = None
@@ -438,7 +440,7 @@ class Worker:
                 job = self._claim_next()
                 if job is not None:
                     self.perform(job, prefetch=True)
-                elif self.burst:
+                elif self.burst and not self._rate_held:  # held jobs are not "empty"
                     log.info("Worker %s: queues empty, burst done", self.name)
                     break
                 else:
@@ -537,6 +539,7 @@ class Worker:
             return None
         tried: set[str] = set()
         self._next_due = None
+        self._rate_held = False
         n = len(self._cycle)
         for i in range(n):
             name = self._cycle[(self._pos + i) % n]
@@ -575,7 +578,9 @@ class Worker:
             if kind == "missing":
                 self._log_missing(queue, reply)
                 continue
-            if kind == "empty" and reply[1]:
+            if kind == "limited":
+                self._rate_held = True  # jobs wait for a slot: a burst worker waits too
+            if kind in ("empty", "limited") and reply[1]:  # limited: the next rate-limit slot
                 due = float(reply[1])
                 self._next_due = due if self._next_due is None else min(self._next_due, due)
             return None

@@ -217,3 +217,10 @@ def record_exclusive(url, key, value, seconds, marker_dir):
     except BlockingIOError:
         _redis(url).rpush(key + ":overlap", f"overlap:{value}")
     return record(url, key, value, seconds)
+
+
+def batch_callback(batch_id):
+    """A batch callback: appends the batch id to ``<prefix>:callbacks`` (the worker's env)."""
+    r = _redis(os.environ["REDIS_URL"])
+    r.rpush(f"{os.environ['FUSIONWORKER_PREFIX']}:callbacks", batch_id)
+    return batch_id

@@ -18,7 +18,7 @@ from ..exceptions import InvalidOperation, NoSuchJob
 from ..groups import describe_busy_groups
 from ..health import check
 from ..keys import check_queue_name
-from ..queue import BANDS, Queue, find_queue_of, known_queues
+from ..queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
 from . import main
 from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
 
@@ -66,6 +66,9 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     cron = any("cron" in q for q in queues)
     if cron:  # cron entries (per queue), when the cron feature reports them
         headers.insert(-1, "CRON")
+    rated = any(q.get("rate_limit") for q in queues)
+    if rated:  # rate limits and how long they held their queue
+        headers.insert(-1, "RATE")
     rows = []
     for q in queues:
         row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
@@ -75,12 +78,23 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
         if cron:
             value = q.get("cron")
             row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)
+        if rated:
+            row.insert(-1, fmt_rate(q.get("rate_limit")))
         rows.append(row)
     lines = table(headers, rows, right=range(1, len(headers) - 1))
     total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}
     lines.append(f"{len(queues)} queue(s): {total['pending']} pending, {total['started']} "
                  f"started, {total['failed']} failed")
     return lines
+
+
+def fmt_rate(rate: dict[str, Any] | None) -> str | None:
+    """``10/s (held 3.2 s)`` for ``info``; None without a limit."""
+    if not rate:
+        return None
+    unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(rate["window"])
+    text = f"{rate['limit']}/{unit}" if unit else f"{rate['limit']}/{rate['window']:g}s"
+    return f"{text} (held {rate['held_seconds']:.1f} s)" if rate["held_seconds"] else text
 
 
 def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
@@ -232,6 +246,30 @@ def set_max_active(app: App, queue: str, limit: int | None, no_cap: bool) -> Non
     _warn_unknown(app, queue).set_max_active(None if no_cap else limit)
     click.echo(f"{queue}: no cap on running jobs" if no_cap
                else f"{queue}: at most {limit} job(s) running at once")
+
+
+@main.command("set-rate-limit")
+@click.argument("queue")
+@click.argument("rate", metavar="N/s|N/m|N/h", required=False)
+@click.option("--none", "no_limit", is_flag=True, help="Remove the rate limit.")
+@pass_app
+def set_rate_limit(app: App, queue: str, rate: str | None, no_limit: bool) -> None:
+    """Start at most N jobs of QUEUE per second, minute or hour, over all workers
+    and hosts (--none: no limit).
+
+    Enforced in the claim script by the Redis server's clock: in no window of
+    that length do more than N jobs of QUEUE start. Other queues are not held.
+    """
+    if (rate is None) == (not no_limit):
+        raise click.UsageError("give a rate such as 10/s, 600/m, 1000/h, or --none")
+    if rate is not None:
+        try:
+            parse_rate(rate)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="RATE") from None
+    _warn_unknown(app, queue).set_rate_limit(None if no_limit else rate)
+    click.echo(f"{queue}: no rate limit" if no_limit
+               else f"{queue}: at most {rate} job starts")
 
 
 @main.command()

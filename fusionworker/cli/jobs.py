@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from ..admin import server_time
-from ..exceptions import NoSuchJob
+from ..exceptions import FusionWorkerError, NoSuchJob, PartialEnqueue
 from ..job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job
-from ..queue import Queue, find_queue_of, known_queues
+from ..queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
 from ..registry import import_configured
 from . import main
 from .common import (
@@ -19,6 +20,7 @@ from .common import (
     parse_arg,
     parse_kwargs,
     pass_app,
+    progress,
     require_queue,
     search_queue_option,
     table,
@@ -44,7 +46,7 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 
 @main.command()
 @click.argument("queue")
-@click.argument("func")
+@click.argument("func", required=False)
 @click.argument("args", nargs=-1)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
 @click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
@@ -55,15 +57,34 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 @click.option("--unique-key", help="Skip if a live job with this key exists.")
 @click.option("--group", help="Jobs of one group run one at a time, in order.")
 @click.option("--in", "delay", type=click.FloatRange(min=0), help="Run after this many seconds.")
+@click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8"), metavar="JSONL",
+              help="Enqueue one job per line of this file ('-' = stdin): a JSON object with "
+                   "func, and optionally args, kwargs, options. Every line is checked before "
+                   "anything is written.")
 @pass_app
-def enqueue(app: App, queue: str, func: str, args: tuple[str, ...], kwargs_json: str | None,
-            priority: int, timeout: float | None, max_retries: int | None,
-            retry_delay: float | None, job_id: str | None, unique_key: str | None,
-            group: str | None, delay: float | None) -> None:
+def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
+            kwargs_json: str | None, priority: int, timeout: float | None,
+            max_retries: int | None, retry_delay: float | None, job_id: str | None,
+            unique_key: str | None, group: str | None, delay: float | None,
+            from_file: Any) -> None:
     """Enqueue FUNC (module:function) on QUEUE; prints the job id.
 
     ARGS are parsed as JSON where they parse, else kept as strings.
+    With --from-file, enqueue every job of a JSON-lines file in bulk instead.
     """
+    if from_file is not None:
+        ctx = click.get_current_context()
+        given = [name for name in ("func", "args", "kwargs_json", "priority", "timeout",
+                                   "max_retries", "retry_delay", "job_id", "unique_key",
+                                   "group", "delay")
+                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError("--from-file takes the jobs and their options from the "
+                                   f"file; drop {', '.join(given).replace('_json', '')}")
+        _enqueue_file(app, queue, from_file)
+        return
+    if func is None:
+        raise click.UsageError("Missing argument 'FUNC' (or give --from-file).")
     kwargs = parse_kwargs(kwargs_json)
     import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
@@ -78,6 +99,73 @@ def enqueue(app: App, queue: str, func: str, args: tuple[str, ...], kwargs_json:
         click.echo(f"{job.id} (duplicate: existing job is {job.status})")
     else:
         click.echo(job.id)
+
+
+#: Keys of one ``--from-file`` line, and the options it may give (enqueue's, plus ``in``).
+FILE_FIELDS = ("func", "args", "kwargs", "options")
+FILE_OPTIONS = tuple(sorted(OPTIONS)) + ("in",)
+
+
+def _prepare_line(q: Queue, number: int, line: str) -> PreparedJob:
+    """One line of a --from-file file, validated and encoded; UsageError naming the line."""
+    def bad(message: str) -> click.UsageError:
+        return click.UsageError(f"line {number}: {message}")
+
+    try:
+        doc = json.loads(line)
+    except ValueError as exc:
+        raise bad(f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise bad("expected a JSON object with func, args, kwargs, options")
+    for name in doc:
+        if name not in FILE_FIELDS:
+            raise bad(f"unknown field {name!r} (expected {', '.join(FILE_FIELDS)})")
+    if "func" not in doc:
+        raise bad("'func' is required")
+    args, kwargs, options = doc.get("args", []), doc.get("kwargs", {}), doc.get("options", {})
+    if not isinstance(args, list):
+        raise bad("'args' must be a JSON list")
+    if not isinstance(kwargs, dict):
+        raise bad("'kwargs' must be a JSON object")
+    if not isinstance(options, dict):
+        raise bad("'options' must be a JSON object")
+    for name in options:
+        if name not in FILE_OPTIONS:
+            raise bad(f"unknown option {name!r} (expected {', '.join(FILE_OPTIONS)})")
+    options = dict(options)
+    delay = options.pop("in", None)
+    try:
+        when = None
+        if delay is not None:
+            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+                raise ValueError(f"'in' must be a number of seconds >= 0, got {delay!r}")
+            when = ("in", float(delay))
+        return q.prepare_call(doc["func"], args, kwargs, _when=when, **options)
+    except (FusionWorkerError, ValueError, TypeError) as exc:
+        raise bad(str(exc)) from None
+
+
+def _enqueue_file(app: App, queue: str, source: Any) -> None:
+    import_configured(app.settings)   # their @job functions may be enqueued by name
+    q = _queue(app, queue)
+    name = getattr(source, "name", "-")
+    prepared = []
+    for number, line in enumerate(source, 1):
+        if line.strip():
+            try:
+                prepared.append(_prepare_line(q, number, line))
+            except click.UsageError as exc:
+                raise click.UsageError(f"{name} {exc.message}; nothing was enqueued") from None
+    with progress(len(prepared) if len(prepared) > BULK_CHUNK else 0, "Enqueueing") as advance:
+        try:
+            jobs = q.enqueue_many(prepared, progress=advance)
+        except PartialEnqueue as exc:
+            raise click.ClickException(
+                f"{exc}: the jobs of the first {len(exc.jobs)} lines were enqueued; the next "
+                f"{BULK_CHUNK} may have been") from None
+    dups = sum(1 for j in jobs if j.deduplicated)
+    tail = f", {dups} duplicate{'s' if dups != 1 else ''} skipped" if dups else ""
+    click.echo(f"{len(jobs) - dups} jobs enqueued on {queue}{tail}")
 
 
 @main.group()
@@ -96,12 +184,29 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
     if found is None:
         raise NoSuchJob(f"no job {job_id!r}")
     if as_json:
-        echo_json(found.to_dict())
+        doc = found.to_dict()
+        if found.batch:  # additive: the batch's counts and progress
+            from ..batch import batch_status
+
+            bq, _, bid = found.batch.partition(":")
+            doc["batch_status"] = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+        echo_json(doc)
         return
     click.echo(f"job       {found.id}")
     click.echo(f"queue     {found.queue}    priority {found.priority}")
     click.echo(f"function  {found.func}")
     click.echo(f"status    {found.status}    attempts {found.attempts}/{found.max_retries + 1}")
+    if found.depends_on:
+        extra = " (runs even if one fails)" if found.allow_dependency_failure else ""
+        click.echo(f"after     {', '.join(found.depends_on)}{extra}")
+    if found.batch:
+        from ..batch import batch_status
+
+        bq, _, bid = found.batch.partition(":")
+        st = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+        if st.get("exists"):
+            click.echo(f"batch     {bid} on {bq}: {st['ended']}/{st['total']} ended, "
+                       f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
     if found.worker_name:
         click.echo(f"worker    {found.worker_name}")
     if found.status == "finished":

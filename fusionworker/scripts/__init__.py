@@ -21,7 +21,7 @@ from redis.cluster import ClusterPipeline
 
 NAMES = (
     "enqueue", "claim", "finish", "touch", "requeue", "cancel", "delete", "reprioritize",
-    "cron_tick",
+    "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
 )
 
 

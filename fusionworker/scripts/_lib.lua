@@ -134,6 +134,24 @@ local function prune(zkey, cutoff)
   redis.call('ZREMRANGEBYSCORE', zkey, '-inf', '(' .. fmt_time(cutoff))
 end
 
+-- Dependencies (fusionworker/workflows.py): job jid ended for good with `outcome`
+-- (finished | failed | canceled). Each job waiting on it gets a note in this queue's
+-- outbox; a worker or the reaper replays the note to the dependent's queue
+-- (dep_done.lua, idempotent), then removes it.
+local function notify_dependents(base, jid, outcome)
+  local dkey = base .. 'dependents:' .. jid
+  local refs = redis.call('SMEMBERS', dkey)
+  for _, ref in ipairs(refs) do
+    redis.call('RPUSH', base .. 'outbox', cjson.encode({outcome, ref, jid}))
+  end
+  if #refs > 0 then redis.call('DEL', dkey) end
+  -- batches (fusionworker/batch.py): the same outbox carries "job of batch B ended"
+  local batch = hget(base .. 'job:' .. jid, 'batch')
+  if batch and batch ~= '' then
+    redis.call('RPUSH', base .. 'outbox', cjson.encode({'batch:' .. outcome, batch, jid}))
+  end
+end
+
 -- Move a job to the failed registry (dead-letter) with retention failed_ttl.
 local function to_failed(base, jid, t, failed_ttl)
   local jkey = base .. 'job:' .. jid
@@ -143,6 +161,7 @@ local function to_failed(base, jid, t, failed_ttl)
   if failed_ttl > 0 then redis.call('EXPIRE', jkey, failed_ttl) end
   drop_unique(base, jid)
   release_group(base, jid)
+  notify_dependents(base, jid, 'failed')
   if failed_ttl > 0 then prune(base .. 'failed', t - failed_ttl) end
   redis.call('PUBLISH', base .. 'done:' .. jid, 'failed')   -- Job.wait
 end
@@ -163,7 +182,7 @@ local function live_status(base, jid, t, window)
   local jkey = base .. 'job:' .. jid
   local st = hget(jkey, 'status')
   if not st then return nil end
-  if st == 'queued' or st == 'scheduled' or st == 'started' then return st end
+  if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'deferred' then return st end
   if st == 'finished' and t - (tonumber(hget(jkey, 'ended_at') or '0') or 0) < window then
     return st
   end

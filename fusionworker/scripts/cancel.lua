@@ -6,16 +6,19 @@ local jid, ttl = ARGV[1], tonumber(ARGV[2])
 local jkey = base .. 'job:' .. jid
 local st = hget(jkey, 'status')
 if not st then return {'missing'} end
-if st ~= 'queued' and st ~= 'scheduled' then return {'refused', st} end
+if st ~= 'queued' and st ~= 'scheduled' and st ~= 'deferred' then return {'refused', st} end
 local t = now()
 redis.call('ZREM', base .. 'pending', jid)
 redis.call('ZREM', base .. 'scheduled', jid)
+redis.call('ZREM', base .. 'deferred', jid)  -- waiting on dependencies
+redis.call('DEL', base .. 'deps:' .. jid)
 local group = hget(jkey, 'group')
 if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
 redis.call('HSET', jkey, 'status', 'canceled', 'ended_at', fmt_time(t))
 redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
 drop_unique(base, jid)
 release_group(base, jid)
+notify_dependents(base, jid, 'canceled')
 redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
 if ttl > 0 then
   redis.call('EXPIRE', jkey, ttl)

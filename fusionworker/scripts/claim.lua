@@ -5,7 +5,7 @@
 -- KEYS[1] base
 -- ARGV: worker_name, token, lease_seconds, failed_ttl
 -- Returns {'job', now, {hash...}, job_id} | {'empty', next_scheduled_score} | {'paused'} |
---         {'capped'} | {'missing', job_id}
+--         {'capped'} | {'missing', job_id} | {'limited', next_allowed_time}
 local base = KEYS[1]
 local t = now()
 local bad = check_types(base)
@@ -20,6 +20,20 @@ if #ids == 0 then
   local nxt = redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
   return {'empty', nxt[2] or ''}
 end
+-- rate limit (sliding-window log, docs/design.md): at most `limit` starts in any
+-- `window` seconds, by this server's clock; refused -> {'limited', when the oldest
+-- start leaves the window}. Only a queue with pending jobs is held.
+local rate = redis.call('HMGET', base .. 'rate', 'limit', 'window')
+if rate[1] then
+  local rlog, window = base .. 'rate:log', tonumber(rate[2])
+  redis.call('ZREMRANGEBYSCORE', rlog, '-inf', fmt_time(t - window))
+  if redis.call('ZCARD', rlog) >= tonumber(rate[1]) then
+    redis.call('HSETNX', base .. 'rate', 'held_since', fmt_time(t))
+    local oldest = redis.call('ZRANGE', rlog, 0, 0, 'WITHSCORES')
+    return {'limited', fmt_time(tonumber(oldest[2]) + window)}
+  end
+end
+
 local jid = ids[1]
 local jkey = base .. 'job:' .. jid
 local jtype = key_type(jkey)
@@ -35,6 +49,16 @@ if jtype == 'none' then
     'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
   to_failed(base, jid, t, tonumber(ARGV[4]))
   return {'missing', jid}
+end
+if rate[1] then  -- this start takes a place in the rate window
+  local window = tonumber(rate[2])
+  redis.call('ZADD', base .. 'rate:log', fmt_time(t), ARGV[2])
+  redis.call('PEXPIRE', base .. 'rate:log', math.ceil(window * 1000) + 1000)
+  local held = hget(base .. 'rate', 'held_since')
+  if held then
+    redis.call('HINCRBYFLOAT', base .. 'rate', 'held_seconds', fmt_time(t - tonumber(held)))
+    redis.call('HDEL', base .. 'rate', 'held_since')
+  end
 end
 redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
 redis.call('HINCRBY', jkey, 'attempts', 1)

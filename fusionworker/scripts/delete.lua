@@ -7,7 +7,9 @@ local jid = ARGV[1]
 local jkey = base .. 'job:' .. jid
 local st = hget(jkey, 'status')
 if not st then return {'missing'} end
-for _, reg in ipairs({'pending', 'started', 'scheduled', 'failed', 'finished', 'canceled'}) do
+redis.call('DEL', base .. 'deps:' .. jid)
+for _, reg in ipairs({'pending', 'started', 'scheduled', 'failed', 'finished', 'canceled',
+                      'deferred'}) do
   redis.call('ZREM', base .. reg, jid)
 end
 local group = hget(jkey, 'group')

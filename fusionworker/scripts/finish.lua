@@ -28,6 +28,7 @@ if outcome == 'finished' then
     end
   end
   release_group(base, jid)
+  notify_dependents(base, jid, 'finished')
   if result_ttl == 0 then
     redis.call('DEL', jkey)
   else

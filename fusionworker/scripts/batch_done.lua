@@ -1,0 +1,43 @@
+-- batch_done: "job JID of batch BID ended with OUTCOME", on the BATCH's queue
+-- (fusionworker/batch.py); and batch_seal's check. Idempotent: a job counts once
+-- (SADD), and the callbacks are enqueued once (HSETNX fired) when the batch is
+-- sealed and every job has ended.
+-- KEYS[1] base of the batch's queue
+-- ARGV: batch_id, job ref ("queue:id") or '' (seal check only), outcome, total or ''
+-- Returns {'fired', n_callbacks} | {'counted'} | {'already'} | {'missing'}
+local base = KEYS[1]
+local bid, ref, outcome, total = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local bkey = base .. 'batch:' .. bid
+if redis.call('EXISTS', bkey) == 0 then return {'missing'} end
+local reply = 'counted'
+if total ~= '' then redis.call('HSET', bkey, 'total', total, 'sealed', '1') end
+if ref ~= '' then
+  if redis.call('SADD', bkey .. ':ended', ref) == 0 then
+    reply = 'already'
+  elseif outcome ~= 'finished' then
+    redis.call('HINCRBY', bkey, 'failed', 1)
+  end
+end
+if hget(bkey, 'sealed') ~= '1' then return {reply} end
+if redis.call('SCARD', bkey .. ':ended') < tonumber(hget(bkey, 'total') or '0') then
+  return {reply}
+end
+if redis.call('HSETNX', bkey, 'fired', '1') == 0 then return {reply} end
+local t = now()
+redis.call('HSET', bkey, 'ended_at', fmt_time(t))
+redis.call('ZREM', base .. 'batches', bid)
+local failed = tonumber(hget(bkey, 'failed') or '0') > 0
+local callbacks = cjson.decode(hget(bkey, 'callbacks') or '{}')
+local n = 0
+for _, kind in ipairs({'on_complete', 'on_success', 'on_failure'}) do
+  local cb = callbacks[kind]
+  if cb and (kind == 'on_complete' or (kind == 'on_success') == not failed) then
+    local jid = cb[1]
+    if not hget(base .. 'job:' .. jid, 'status') then
+      new_job(base, jid, 0, t, cb[2], 1)
+      make_ready(base, jid)
+      n = n + 1
+    end
+  end
+end
+return {'fired', n}

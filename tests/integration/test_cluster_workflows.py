@@ -1,0 +1,63 @@
+"""Bulk enqueue and rate limits on a real 3-master Redis Cluster: queues on every shard."""
+
+from __future__ import annotations
+
+import uuid
+
+from fusionworker.events import make_sink
+from fusionworker.queue import Queue
+from fusionworker.worker import Worker
+from tests.integration.test_cluster import _spread_queues, cluster_prefix, rc, settings
+from tests.redis_servers import redis_cluster
+
+__all__ = ["cluster_prefix", "rc", "redis_cluster", "settings"]  # fixtures used below
+
+
+def test_enqueue_many_and_rate_limits_on_every_shard(rc, settings, cluster_prefix):
+    queues = _spread_queues(rc, cluster_prefix)
+    sink = make_sink(settings, rc)
+    for name in queues:
+        q = Queue(name, rc, settings=settings, events=sink)
+        prepared = [q.prepare("tests.jobs:add", i, 1, priority=i % 3,
+                              group="g" if i < 2 else None) for i in range(40)]
+        prepared.append(q.prepare("tests.jobs:noop", job_id=prepared[5].id))  # a duplicate
+        jobs = q.enqueue_many(prepared, chunk_size=16)
+        assert len(jobs) == 41 and jobs[-1].deduplicated and jobs[-1].id == jobs[5].id
+        assert all(q.fetch_job(j.id) == j for j in jobs[:40])
+        assert q.count == 39  # the second job of group g waits on the group's list
+
+        q.set_rate_limit("5/h")
+        replies = [q.scripts.claim(keys=[q.qkeys.base],
+                                   args=["w", uuid.uuid4().hex, 60, settings.failed_ttl])[0]
+                   for _ in range(6)]
+        assert replies == ["job"] * 5 + ["limited"]
+        assert q.stats()["rate_limit"]["limit"] == 5
+        q.set_rate_limit(None)
+        w = Worker(name, rc, settings=settings, burst=True, middleware=[])
+        assert w.work() == 0
+        assert q.count == 0
+    sink.close()
+
+
+def test_dependencies_across_shards(rc, settings, cluster_prefix):
+    """A chain over three queues on three masters: each step waits for the previous one,
+    every note crosses slots through the finishing queue's outbox."""
+    from fusionworker.worker import default_middleware
+
+    names = list(_spread_queues(rc, cluster_prefix))
+    fast = settings.replace(reaper_interval=0.0)
+    sink = make_sink(fast, rc)
+    queues = [Queue(n, rc, settings=fast, events=sink) for n in names]
+    first = queues[0].enqueue("tests.jobs:add", 1, 2)
+    second = queues[1].enqueue("tests.jobs:noop", depends_on=[first])
+    third = queues[2].enqueue("tests.jobs:noop", depends_on=[second, first])
+    failing = queues[0].enqueue("tests.jobs:boom")
+    canceled = queues[2].enqueue("tests.jobs:noop", depends_on=[failing])
+    assert second.status == third.status == canceled.status == "deferred"
+    for q in reversed(queues * 3):  # the last queue first: one step of the chain a round
+        w = Worker(q.name, rc, settings=fast, burst=True, middleware=default_middleware(fast))
+        assert w.work() == 0
+    assert [q.fetch_job(j.id).status for q, j in
+            zip(queues, (first, second, third))] == ["finished"] * 3
+    assert queues[2].fetch_job(canceled.id).status == "canceled"
+    sink.close()
