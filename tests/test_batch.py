@@ -83,7 +83,8 @@ def test_job_show_and_info_show_batches(queue, r, settings):
     q = queue("work")
     with Batch(on_complete="tests.jobs:echo", queue=q) as batch:
         job = q.enqueue("tests.jobs:noop", batch=batch)
-    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
     out = CliRunner().invoke(main, ["job", "show", job.id], env=env).output
     assert f"batch     {batch.id} on work: 0/1 ended, 0 failed" in out
     doc = json.loads(CliRunner().invoke(main, ["job", "show", job.id, "--json"], env=env).output)

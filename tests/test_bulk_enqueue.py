@@ -173,7 +173,8 @@ def test_worker_processes_run_bulk_enqueued_jobs(queue, r, settings, processes, 
 
 
 def _cli(settings, *args, input=None):
-    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
     return CliRunner().invoke(main, list(args), env=env, input=input, catch_exceptions=False)
 
 
@@ -215,7 +216,8 @@ def test_from_file_bad_line_is_named_and_nothing_is_written(queue, r, settings, 
     path.write_text("\n".join([good, good, bad, good]) + "\n")
     result = CliRunner().invoke(main, ["enqueue", "bulk", "--from-file", str(path)],
                                 env={"REDIS_URL": settings.redis_url,
-                                     "FUSIONWORKER_PREFIX": settings.prefix})
+                                     "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"})
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert _written(r, queue("bulk")) == 0
@@ -224,7 +226,8 @@ def test_from_file_bad_line_is_named_and_nothing_is_written(queue, r, settings, 
 def test_from_file_refuses_func_or_options_beside_it(settings, tmp_path):
     path = tmp_path / "jobs.jsonl"
     path.write_text(json.dumps({"func": "tests.jobs:noop"}) + "\n")
-    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
     result = CliRunner().invoke(main, ["enqueue", "bulk", "tests.jobs:noop", "--from-file",
                                        str(path)], env=env)
     assert result.exit_code == 2 and "--from-file" in result.output

@@ -150,7 +150,8 @@ def test_job_show_lists_dependencies(queue, settings):
     q = queue("wf")
     a = q.enqueue("tests.jobs:noop")
     d = q.enqueue("tests.jobs:noop", depends_on=[a], allow_dependency_failure=True)
-    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
     out = CliRunner().invoke(main, ["job", "show", d.id], env=env).output
     assert "deferred" in out and f"after     wf:{a.id} (runs even if one fails)" in out
     doc = json.loads(CliRunner().invoke(main, ["job", "show", d.id, "--json"], env=env).output)

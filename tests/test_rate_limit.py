@@ -78,7 +78,8 @@ def test_bad_limits_are_refused_and_write_nothing(queue, r):
 
 
 def _cli(settings, *args):
-    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix}
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
     return CliRunner().invoke(main, list(args), env=env)
 
 
