@@ -46,7 +46,8 @@ SYSTEMS = ("fw", "fw-noevents", "rq", "fw-single")
 
 def run_fw(url: str, prefix: str, n: int, events: bool = True) -> float:
     r = redis.Redis.from_url(url, decode_responses=True)
-    q = Queue("bulk", r, settings=load_settings(environ={}, redis_url=url, prefix=prefix),
+    q = Queue("bulk", r, settings=load_settings(environ={}, redis_url=url, prefix=prefix,
+                                                          allowed_modules=("bench",)),
               events=None if events else False)
     start = time.perf_counter()
     jobs = q.enqueue_many([q.prepare("bench.jobs:noop", i) for i in range(n)])
@@ -59,7 +60,8 @@ def run_fw(url: str, prefix: str, n: int, events: bool = True) -> float:
 
 def run_fw_single(url: str, prefix: str, n: int) -> float:
     r = redis.Redis.from_url(url, decode_responses=True)
-    q = Queue("single", r, settings=load_settings(environ={}, redis_url=url, prefix=prefix))
+    q = Queue("single", r, settings=load_settings(environ={}, redis_url=url, prefix=prefix,
+                                                          allowed_modules=("bench",)))
     n = max(1, n // 10)
     start = time.perf_counter()
     for i in range(n):

@@ -108,6 +108,8 @@ def _at(when: datetime) -> tuple[str, float]:
 BULK_CHUNK = 500
 
 
+#: ``codec.dumps``'s JSON text of an encoded value, without making an encoder per call
+_tagged_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 #: compact JSON keeping non-ASCII text as UTF-8 (a job's entry for ``enqueue_many.lua``),
 #: without making an encoder per call
 _payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -274,8 +276,8 @@ class Queue:
         if _when is not None and not math.isfinite(float(_when[1])):
             raise ValueError(f"the delay or time must be a finite number, got {_when[1]!r}")
         try:
-            args_json = codec.dumps(list(args or []), where="args")
-            kwargs_json = codec.dumps(dict(kwargs or {}), where="kwargs")
+            args_json = _tagged_json(codec.encode(list(args or []), "args"))   # codec.dumps
+            kwargs_json = _tagged_json(codec.encode(dict(kwargs or {}), "kwargs"))
         except codec.UnsupportedType as exc:
             raise codec.UnsupportedType(f"cannot enqueue {ref}: {exc}") from None
         job_id = job_id or new_job_id()
