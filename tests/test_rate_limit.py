@@ -133,7 +133,7 @@ def test_four_workers_never_start_more_than_20_in_any_second(queue, r, settings,
     procs = [processes.worker("--customq", "limited,free", "--burst", env=env)
              for _ in range(4)]
     for proc in procs:  # a burst worker waits for the limit's next slot, it does not exit
-        assert proc.wait(60) == 0, processes.output(proc)
+        assert proc.wait(100) == 0, processes.output(proc)
     inside = {int(x.split(":")[1]): float(x.split(":")[2]) for x in r.lrange(key, 0, -1)
               if x.startswith("start:")}
     claimed = {i: limited.fetch_job(job_id).started_at for i, job_id in enumerate(ids)}
@@ -156,5 +156,6 @@ def test_four_workers_never_start_more_than_20_in_any_second(queue, r, settings,
     assert sorted(inside.values())[-1] - sorted(inside.values())[0] >= 9.0 - (max(lag) - min(lag))
     free_starts = [float(x.split(":")[2]) for x in r.lrange(free_key, 0, -1)
                    if x.startswith("start:")]
-    assert len(free_starts) == 40 and max(free_starts) < starts[-1] - 5.0
+    # not held behind the limited queue: all done long before the limited queue is
+    assert len(free_starts) == 40 and max(free_starts) < starts[-1] - 2.0
     assert limited.rate_limit["held_seconds"] > 0
