@@ -139,7 +139,7 @@ def test_producer_crash_after_writing_the_dependent_the_sweep_recovers(queue, r,
     [d] = list(downstream._chunk_replies([[prepared]]))
     assert json.loads(d[1])[0] == "deferred"
     assert downstream.fetch_job(prepared.id).status == "deferred"
-    fast = settings.replace(reaper_interval=0.0)
+    fast = settings.replace(reaper_interval=0.1)
     r.zadd(downstream.qkeys.base + "deferred", {prepared.id: 1.0})  # enqueued long ago
     reaper.reap_once(r, fast)
     assert downstream.fetch_job(prepared.id).status == "queued"

@@ -45,7 +45,7 @@ def test_dependencies_across_shards(rc, settings, cluster_prefix):
     from fusionworker.worker import default_middleware
 
     names = list(_spread_queues(rc, cluster_prefix))
-    fast = settings.replace(reaper_interval=0.0)
+    fast = settings.replace(reaper_interval=0.1)
     sink = make_sink(fast, rc)
     queues = [Queue(n, rc, settings=fast, events=sink) for n in names]
     first = queues[0].enqueue("tests.jobs:add", 1, 2)
