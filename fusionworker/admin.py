@@ -97,6 +97,10 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "throttle": data.get("throttle") or None,
         "queues": [q for q in (data.get("queues") or "").split(",") if q],
         "current_job": current,
+        # a worker with --concurrency N runs up to N jobs at once (current_job: the first)
+        "current_jobs": ([j for j in (data.get("current_jobs") or "").split(",") if j]
+                         or ([current] if current else [])),
+        "concurrency": _num(data.get("concurrency"), int) or 1,
         "current_queue": (data.get("current_queue") or None) if current else None,
         "current_job_age": max(0.0, now - started) if current and started else None,
         "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,

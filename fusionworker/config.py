@@ -130,6 +130,10 @@ SETTINGS: tuple[Setting, ...] = (
             "After a job's horse exits, SIGKILL the processes the job left in the horse's "
             "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
             "if jobs start daemons that must outlive them."),
+    Setting("concurrency", "FUSIONWORKER_CONCURRENCY", 1, int,
+            "Jobs one worker runs at once, each in a fresh horse with its own timeout and "
+            "memory ceiling (one parent and one fork server for all of them).",
+            "--concurrency", min=1, max=10000),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "

@@ -85,9 +85,13 @@ serve(**args)
 """
 
 
-def send_msg(sock: socket.socket, msg: dict[str, Any]) -> None:
+def _frame(msg: dict[str, Any]) -> bytes:
     data = json.dumps(msg).encode()
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def send_msg(sock: socket.socket, msg: dict[str, Any]) -> None:
+    sock.sendall(_frame(msg))
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -157,7 +161,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     sock = socket.socket(fileno=fd)
     allowed_t, retryable_t = tuple(allowed), tuple(retryable)
-    running: _Running | None = None
+    running: dict[int, _Running] = {}   # by pid: every horse whose exit is not reported
     exiting: set[int] = set()        # horses that reported, not reaped yet
     preloaded: set[str] = set()
     server_pid = os.getpid()
@@ -183,30 +187,33 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     ready = spawn()      # the next job's horse, forked ahead (off the job's critical path)
 
     while True:
-        fds = [sock, wake_r] + ([running.fd] if running and running.fd >= 0 else [])
+        fds = [sock, wake_r] + [r.fd for r in running.values() if r.fd >= 0]
         try:
             readable, _, _ = select.select(fds, [], [])
         except InterruptedError:
             continue
         if wake_r in readable:
             horse_mod.drain(wake_r)
-        if running is not None and running.fd in readable:
-            _read_report(running)
-        if running is not None or exiting:
+        for run in list(running.values()):
+            if run.fd >= 0 and run.fd in readable:
+                _read_report(run)
+        if running or exiting:
             _reap_children(running, exiting)
-        if running is not None and running.status is None and running.fd < 0 and running.buf:
-            # the horse closed its pipe after its report (horse_main): the outcome is
-            # known; it is reaped later, while it unmaps its memory (off the critical path)
-            exiting.add(running.pid)
-            running.status = 0
-        if running is not None and running.status is not None:
-            if running.fd >= 0:   # it exited: everything it wrote is in the pipe already
-                _read_report(running, final=True)
-            done, running = running, None
-            send_msg(sock, {"pid": done.pid, "status": done.status,
-                            "report": done.buf.decode("utf-8", "replace")})
-            module = done.func.partition(":")[0]
-            if preload and module not in preloaded and _reported_ok(done.buf):
+        for run in list(running.values()):
+            if run.status is None and run.fd < 0 and run.buf:
+                # the horse closed its pipe after its report (horse_main): the outcome is
+                # known; it is reaped later, while it unmaps its memory (off the critical path)
+                exiting.add(run.pid)
+                run.status = 0
+            if run.status is None:
+                continue
+            if run.fd >= 0:   # it exited: everything it wrote is in the pipe already
+                _read_report(run, final=True)
+            del running[run.pid]
+            send_msg(sock, {"pid": run.pid, "status": run.status,
+                            "report": run.buf.decode("utf-8", "replace")})
+            module = run.func.partition(":")[0]
+            if preload and module not in preloaded and _reported_ok(run.buf):
                 preloaded.add(module)
                 _preload(module)
                 gc.freeze()
@@ -240,10 +247,11 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                     break
                 os.close(read_fd)
                 read_fd = -1
-            running = _Running(pid, read_fd)
+            new = _Running(pid, read_fd)
             if read_fd >= 0:
                 os.set_blocking(read_fd, False)
-            running.func = msg["func"]
+            new.func = msg["func"]
+            running[pid] = new
             send_msg(sock, {"pid": pid})
             del msg, body         # a job's large arguments: not kept until the next job
 
@@ -280,20 +288,22 @@ def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[st
     horse_mod.horse_main(job, write_fd, server_pid, allowed, retryable)
 
 
-def _reap_children(running: _Running | None, exiting: set[int]) -> None:
-    """Reap every horse that exited: the running one gets its status."""
+def _reap_children(running: dict[int, _Running], exiting: set[int]) -> None:
+    """Reap every horse that exited: running ones get their status."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            if running is not None and running.status is None:
-                running.status = 0
+            for run in running.values():
+                if run.status is None:
+                    run.status = 0
             exiting.clear()
             return
         if not pid:
             return
-        if running is not None and pid == running.pid and running.status is None:
-            running.status = status
+        run = running.get(pid)
+        if run is not None and run.status is None:
+            run.status = status
         exiting.discard(pid)
 
 
@@ -351,6 +361,7 @@ class ForkServer:
         self.otel = otel
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
+        self._exits: dict[int, dict[str, Any]] = {}
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -428,6 +439,60 @@ class ForkServer:
             readable, _, _ = select.select([self.sock], [], [], 0)
             if not readable:
                 return None
+        try:
+            msg = recv_msg(self.sock)
+        except OSError:
+            msg = None
+        if msg is None:
+            self.close()
+            raise ForkServerDied("the fork server went away")
+        return msg
+
+    # -- many horses at once (--concurrency N, see pool.py) -------------------------
+
+    def spawn_many(self, jobs: list[Any]) -> list[int]:
+        """Ask for one horse per job, all requests sent before any answer is read (the
+        server answers in order); returns their pids. Exit messages of other horses
+        that arrive meanwhile are kept for :meth:`exits`. Raises ForkServerDied."""
+        if not self.alive:
+            self.close()
+            self.start()
+        assert self.sock is not None
+        data = b"".join(_frame({"id": job.id, "queue": job.queue, "func": job.func,
+                                "args": job.args, "kwargs": job.kwargs,
+                                "timeout": job.timeout}) for job in jobs)
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                raise
+            self.close()
+            raise ForkServerDied("the fork server went away") from None
+        pids: list[int] = []
+        while len(pids) < len(jobs):
+            msg = self._recv()
+            if "status" in msg:
+                self._exits[int(msg["pid"])] = msg
+            else:
+                pids.append(int(msg["pid"]))
+        return pids
+
+    def exits(self) -> tuple[dict[int, dict[str, Any]], bool]:
+        """Every exit message the server sent so far (read without blocking), by pid,
+        each handed over once; and whether the server is gone (its other horses then
+        die with it: PDEATHSIG)."""
+        died = False
+        try:
+            while self.sock is not None and select.select([self.sock], [], [], 0)[0]:
+                msg = self._recv()
+                self._exits[int(msg["pid"])] = msg
+        except ForkServerDied:
+            died = True
+        out, self._exits = self._exits, {}
+        return out, died or self.sock is None
+
+    def _recv(self) -> dict[str, Any]:
+        assert self.sock is not None
         try:
             msg = recv_msg(self.sock)
         except OSError:

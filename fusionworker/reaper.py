@@ -9,7 +9,8 @@ outcome. One pass, for each known queue::
     2. HMGET job worker token                    who ran the attempt, which attempt
     3. HMGET worker:<name> current_job ...       is that worker still on it?
        reap when the heartbeat key is gone (TTL expired), or it names another
-       job, or its last_heartbeat is older than its own lease
+       job (neither current_job nor in current_jobs, --concurrency N), or
+       its last_heartbeat is older than its own lease
     4. requeue.lua mode 'reap' with the token    re-checks lease and token
        atomically: back to pending at its original priority/FIFO place with the
        attempt counted, or failed as 'abandoned' when attempts > max_retries
@@ -82,7 +83,7 @@ def _why_dead(worker: dict[str, str], job_id: str, now: float,
     if not worker:
         return "worker heartbeat expired"
     current = worker.get("current_job") or ""
-    if current != job_id:
+    if current != job_id and job_id not in (worker.get("current_jobs") or "").split(","):
         return f"worker now runs {current or 'nothing'}"
     try:
         lease = float(worker.get("lease") or 0)

@@ -254,6 +254,11 @@ class Worker:
         #: the state the heartbeat hash is known to hold (None: unknown, e.g. a write failed)
         self._published: str | None = None
         self.current_job: Job | None = None
+        #: every job running now (a worker with --concurrency N runs up to N; see pool.py)
+        self.current_jobs: list[Job] = []
+        self.concurrency = int(self.settings.concurrency)
+        if self.concurrency < 1:
+            raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
         self.successful = 0
         self.failed = 0
         self.total_working_time = 0.0
@@ -314,7 +319,7 @@ class Worker:
             "queues": ",".join(self.queue_names), "state": "started", "current_job": "",
             "last_heartbeat": now, "version": __version__, "successful": 0, "failed": 0,
             "total_working_time": 0.0, "heartbeat_interval": self.settings.heartbeat_interval,
-            "lease": self.lease,
+            "lease": self.lease, "concurrency": self.concurrency, "current_jobs": "",
             # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
             "worker_ttl": self.settings.worker_ttl,
         })
@@ -425,6 +430,10 @@ class Worker:
             self._start_forkserver()
             self._call("on_start")
             self._set_state("idle")
+            if self.concurrency > 1:     # N slots: the pool's loop (pool.py)
+                from .pool import Pool
+
+                return Pool(self).run()
             while self._stop is None:
                 self._tick()
                 job, self._prefetched = self._prefetched, None

@@ -224,3 +224,13 @@ def batch_callback(batch_id):
     r = _redis(os.environ["REDIS_URL"])
     r.rpush(f"{os.environ['FUSIONWORKER_PREFIX']}:callbacks", batch_id)
     return batch_id
+
+
+def count_active(url, key, seconds):
+    """Count the jobs running at once (``key``) and record each count seen (``key:seen``)."""
+    r = _redis(url)
+    r.rpush(f"{key}:seen", r.incr(key))
+    try:
+        time.sleep(seconds)
+    finally:
+        r.decr(key)

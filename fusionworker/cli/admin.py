@@ -102,6 +102,8 @@ def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
     for w in workers:
         state = w["state"] + (f" ({w['throttle']})" if w["throttle"] else "")
         job = (f"{w['current_job']} ({w['current_queue']})" if w["current_job"] else None)
+        if job and len(w.get("current_jobs") or ()) > 1:   # --concurrency N: N jobs at once
+            job += f" +{len(w['current_jobs']) - 1} more"
         rows.append([w["name"], w["host"], w["pid"], state, ",".join(w["queues"]) or None, job,
                      fmt_age(w["current_job_age"]) if job else None, fmt_age(w["heartbeat_age"]),
                      w["successful"], w["failed"]])

@@ -44,6 +44,9 @@ from .common import App, pass_app
               envvar="FUSIONWORKER_PROCESSES",
               help="Worker processes to run under a supervisor that restarts them; "
                    "1 = run the worker in this process.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Jobs each worker process runs at once, each in its own fresh horse "
+                   "(FUSIONWORKER_CONCURRENCY, default 1); with --processes P: P x N slots.")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
 @click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
@@ -53,7 +56,7 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
-           metrics_bind: str | None = None) -> None:
+           metrics_bind: str | None = None, concurrency: int | None = None) -> None:
     """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
@@ -70,7 +73,8 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         os.environ["FUSIONWORKER_IMPORTS"] = ",".join((*app.settings.imports, *imports))
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                                         metrics_port=metrics_port, metrics_bind=metrics_bind,
-                                        imports=(*app.settings.imports, *imports) or None)
+                                        imports=(*app.settings.imports, *imports) or None,
+                                        concurrency=concurrency)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
     except ConfigError as exc:
@@ -78,9 +82,9 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     connection = app.connect(embedded=True)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
-                            processes, max_restarts, restart_window))
+                            processes, max_restarts, restart_window, concurrency))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
-                 metrics_port=metrics_port, metrics_bind=metrics_bind)
+                 metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process
@@ -102,7 +106,7 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
 
 def _supervise(app: App, connection: object, queues: str, burst: bool, name: str | None,
                worker_ttl: int | None, max_horse_memory: int | None, processes: int,
-               max_restarts: int, restart_window: float) -> int:
+               max_restarts: int, restart_window: float, concurrency: int | None = None) -> int:
     """Run ``processes`` children of the same ``worker`` command under a :class:`Supervisor`."""
     # Children resolve settings like we did (same env, same config file). The URL goes
     # in their environment (not argv: `ps` would show a password) so that they use an
@@ -120,6 +124,8 @@ def _supervise(app: App, connection: object, queues: str, burst: bool, name: str
         args += ["--worker-ttl", str(worker_ttl)]
     if max_horse_memory is not None:
         args += ["--max-horse-memory", str(max_horse_memory)]
+    if concurrency is not None:
+        args += ["--concurrency", str(concurrency)]
 
     port = app.settings.metrics_port
 

@@ -20,8 +20,8 @@ from typing import Any
 from redis.cluster import ClusterPipeline
 
 NAMES = (
-    "enqueue", "claim", "finish", "touch", "requeue", "cancel", "delete", "reprioritize",
-    "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
+    "enqueue", "claim", "finish", "touch", "touch_many", "requeue", "cancel", "delete",
+    "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
 )
 
 

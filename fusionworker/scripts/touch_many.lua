@@ -1,0 +1,19 @@
+-- touch_many: one heartbeat renews the lease of every job a worker runs in this
+-- queue (a worker with --concurrency N runs up to N at once).
+-- KEYS[1] base ; ARGV: lease_seconds, job_id, token, job_id, token, ...
+-- Returns a list with, per job: 1, or 0 when that attempt no longer owns its job
+-- (reaped, canceled): the parent then kills that horse (as with touch.lua).
+local base = KEYS[1]
+local until_ = fmt_time(now() + tonumber(ARGV[1]))
+local out = {}
+for i = 2, #ARGV - 1, 2 do
+  local jid, token = ARGV[i], ARGV[i + 1]
+  local jkey = base .. 'job:' .. jid
+  if hget(jkey, 'token') ~= token or hget(jkey, 'status') ~= 'started' then
+    out[#out + 1] = 0
+  else
+    redis.call('ZADD', base .. 'started', 'XX', until_, jid)
+    out[#out + 1] = 1
+  end
+end
+return out
