@@ -156,11 +156,13 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               job_seconds: float = 0.02, kill_for: float = 18.0, kill_every: float = 0.4,
               deadline: float = 55.0, reaper_interval: float = 0.5, lease: float | None = None,
               log_dir: Path | None = None, seed: int | None = None,
-              progress: Any = None, freeze_for: float = 0.0) -> ChaosResult:
+              progress: Any = None, freeze_for: float = 0.0,
+              concurrency: int = 1) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
-    brings the jobs of killed parents back sooner.
+    brings the jobs of killed parents back sooner. ``concurrency``: slots per worker
+    (``FUSIONWORKER_CONCURRENCY``): a killed parent then takes all its jobs down.
     """
     rng = random.Random(seed)
     log_dir = log_dir or Path("/tmp")
@@ -185,6 +187,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     })
     if lease:
         env["FUSIONWORKER_LEASE"] = str(lease)
+    if concurrency > 1:
+        env["FUSIONWORKER_CONCURRENCY"] = str(concurrency)
     result = ChaosResult(jobs=jobs)
     sup = Supervisor(workers, env, log_dir)
     requeued: set[str] = set()

@@ -1,0 +1,191 @@
+"""``worker --concurrency N``: N horses at once, each job still isolated (pool.py).
+
+Real Redis, real worker processes, real signals. Concurrency is asserted from
+the jobs' own start/end stamps or counts, never from wall-clock thresholds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+
+from fusionworker.admin import describe_worker
+from fusionworker.job import Job
+from fusionworker.keys import Keys
+from tests.conftest import wait_for
+
+
+def _spans(r, key):
+    starts, ends = {}, {}
+    for item in r.lrange(key, 0, -1):
+        kind, value, stamp = item.split(":")
+        (starts if kind == "start" else ends)[value] = float(stamp)
+    return starts, ends
+
+
+def _warm_up(q, r, settings, key):
+    """One job first: the fork server then preloads tests.jobs (and redis) for the rest."""
+    job = q.enqueue_call("tests.jobs:record", args=[settings.redis_url, key, "warm"])
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=20)
+
+
+def _status(q, job_id):
+    job = q.fetch_job(job_id)
+    return job.status if job else None
+
+
+def _horse_pids(proc):
+    return [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+
+
+def test_fifty_jobs_run_at_once_with_concurrency_50(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:spans"
+    w = processes.worker("--customq", "default", "--concurrency", "50")
+    _warm_up(q, r, settings, f"{settings.prefix}:warm")
+    jobs = [q.enqueue_call("tests.jobs:record_span", args=[settings.redis_url, key, i, 3.0])
+            for i in range(50)]
+    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=60,
+             interval=0.2)
+    starts, ends = _spans(r, key)
+    assert len(starts) == len(ends) == 50
+    # every job started before any ended: all 50 ran at the same time
+    assert max(starts.values()) < min(ends.values())
+    data = r.hgetall(Keys(settings.prefix).worker(f"{os.uname().nodename}.{w.pid}"))
+    assert data["concurrency"] == "50"
+
+
+def test_info_and_heartbeat_show_every_current_job(processes, queue, r, settings):
+    q = queue()
+    processes.worker("--customq", "default", "--concurrency", "4")
+    key = f"{settings.prefix}:pids"
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 30])
+            for _ in range(4)]
+    wait_for(lambda: r.llen(key) == 4, timeout=20)
+    keys = Keys(settings.prefix)
+
+    def listed():
+        names = r.smembers(keys.workers)
+        info = [describe_worker(r.hgetall(keys.worker(n)), time.time()) for n in names]
+        return info and set(info[0]["current_jobs"]) == {j.id for j in jobs} and info[0]
+    info = wait_for(listed, timeout=10)
+    assert info["current_job"] in {j.id for j in jobs}
+    assert info["state"] == "busy"
+
+
+def test_sigkill_of_one_horse_fails_only_its_job(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", "5")
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 2.5])
+            for _ in range(5)]
+    wait_for(lambda: r.llen(key) == 5, timeout=20)
+    victim = int(r.lindex(key, 2))
+    assert victim in _horse_pids(w)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in jobs), timeout=30,
+             interval=0.1)
+    failed = [q.fetch_job(j.id) for j in jobs if _status(q, j.id) == "failed"]
+    assert len(failed) == 1
+    assert failed[0].failure_reason == "killed"
+    assert sum(_status(q, j.id) == "finished" for j in jobs) == 4
+
+
+def test_a_job_over_its_timeout_fails_alone(processes, queue, r, settings):
+    q = queue()
+    processes.worker("--customq", "default", "--concurrency", "4")
+    slow = q.enqueue_call("tests.jobs:sleep", args=[30], timeout=1)
+    others = [q.enqueue_call("tests.jobs:sleep", args=[2]) for _ in range(3)]
+    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in [slow, *others]),
+             timeout=30, interval=0.1)
+    job = q.fetch_job(slow.id)
+    assert job.status == "failed" and job.failure_reason == "timeout"
+    assert [_status(q, j.id) for j in others] == ["finished"] * 3
+
+
+def test_max_active_holds_across_slots(processes, queue, r, settings):
+    q = queue()
+    q.set_max_active(3)
+    key = f"{settings.prefix}:active"
+    jobs = [q.enqueue_call("tests.jobs:count_active", args=[settings.redis_url, key, 0.3])
+            for _ in range(12)]
+    processes.worker("--customq", "default", "--concurrency", "10")
+    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=60,
+             interval=0.1)
+    seen = [int(n) for n in r.lrange(f"{key}:seen", 0, -1)]
+    assert len(seen) == 12
+    assert max(seen) == 3      # never more than 3 running, counted inside the jobs
+
+
+def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_job(
+        processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    env = {"FUSIONWORKER_LEASE": "1.5", "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
+    w = processes.worker("--customq", "default", "--concurrency", "10", env=env)
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 1.0],
+                           max_retries=3) for _ in range(10)]
+    wait_for(lambda: r.llen(key) == 10, timeout=20)
+    horses = [int(p) for p in r.lrange(key, 0, -1)]
+    os.kill(w.pid, signal.SIGKILL)
+    w.wait(10)
+
+    def gone():
+        return not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                       for p in horses)
+    wait_for(gone, timeout=10)
+    assert all(_status(q, j.id) == "started" for j in jobs)   # nobody recorded them
+    processes.worker("--customq", "default", "--concurrency", "10", env=env)
+    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=40,
+             interval=0.1)
+    assert r.llen(key) == 20                         # each ran exactly once more
+    assert all(q.fetch_job(j.id).attempts == 2 for j in jobs)
+
+
+def test_warm_shutdown_waits_for_every_running_job(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", "4")
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 1.5])
+            for _ in range(4)]
+    wait_for(lambda: r.llen(key) == 4, timeout=20)
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(30) == 0
+    assert [_status(q, j.id) for j in jobs] == ["finished"] * 4
+
+
+def test_cold_shutdown_returns_every_job_unstarted(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", "4")
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 60])
+            for _ in range(4)]
+    wait_for(lambda: r.llen(key) == 4, timeout=20)
+    horses = [int(p) for p in r.lrange(key, 0, -1)]
+    w.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(30) == 0
+    for j in jobs:
+        job = q.fetch_job(j.id)
+        assert job.status == "queued"
+        assert job.attempts == 0          # the interrupted attempt is not counted
+    assert q.count == 4
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                   for p in horses)
+
+
+@pytest.mark.parametrize("n", [3])
+def test_burst_worker_with_slots_runs_everything_once(burst, queue, r, settings, n):
+    q = queue()
+    key = f"{settings.prefix}:done"
+    jobs = [q.enqueue_call("tests.jobs:record", args=[settings.redis_url, key, i])
+            for i in range(20)]
+    w = burst(settings=settings.replace(concurrency=n))
+    assert w.successful == 20
+    assert sorted(int(x) for x in r.lrange(key, 0, -1)) == list(range(20))
+    assert all(isinstance(q.fetch_job(j.id), Job) for j in jobs)
