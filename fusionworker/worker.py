@@ -66,6 +66,17 @@ no CPU burnt, wake-up within a millisecond, a poll every ``poll_interval``
 Signals: first SIGTERM/SIGINT = warm shutdown (finish the job, deregister,
 exit 0); second = cold (kill the horse, give its job back at its original
 place without counting the attempt, deregister, exit 0).
+
+N slots (``--concurrency N``, pool.py): the table above holds for each slot.
+What changes: step 1 claims up to the number of free slots in one claim.lua
+call per queue (same order, cap checked per job); steps 3-4 are one
+heartbeat pipeline for all slots (touch_many.lua renews every running job's
+lease; current_jobs lists them all, current_job the first); step 5 records
+every job that ended since the last pass and carries the claims of the freed
+slots. The parent's death kills every horse (PDEATHSIG through the fork
+server) and the reaper returns every job. Warm shutdown waits for every
+slot; cold kills every horse and gives every job back, attempt not counted.
+With N = 1 the loop below runs, unchanged.
 """
 
 from __future__ import annotations

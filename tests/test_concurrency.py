@@ -189,3 +189,26 @@ def test_burst_worker_with_slots_runs_everything_once(burst, queue, r, settings,
     assert w.successful == 20
     assert sorted(int(x) for x in r.lrange(key, 0, -1)) == list(range(20))
     assert all(isinstance(q.fetch_job(j.id), Job) for j in jobs)
+
+
+def test_claim_with_a_count_keeps_priority_order_and_checks_the_cap_per_job(queue, r, settings):
+    from fusionworker.queue import scripts_for
+
+    q = queue()
+    low = q.enqueue_call("tests.jobs:noop", priority=0)
+    high = q.enqueue_call("tests.jobs:noop", priority=5)
+    mid = q.enqueue_call("tests.jobs:noop", priority=2)
+    q.enqueue_call("tests.jobs:noop", priority=0)
+    q.set_max_active(3)
+    scripts = scripts_for(r)
+    reply = scripts.claim(keys=[q.qkeys.base], args=["w1", "tok", 30, 60, 10])
+    assert reply[0] == "job"
+    ids = [dict(zip(h[::2], h[1::2]))["id"] for h in reply[2:]]
+    assert ids == [high.id, mid.id, low.id]                   # cap 3 stopped the 4th
+    tokens = [dict(zip(h[::2], h[1::2]))["token"] for h in reply[2:]]
+    assert tokens == ["tok:1", "tok:2", "tok:3"]
+    assert scripts.claim(keys=[q.qkeys.base], args=["w1", "t2", 30, 60, 10]) == ["capped"]
+    # one heartbeat renews them all; a stale token answers 0 for that job only
+    answer = scripts.touch_many(keys=[q.qkeys.base],
+                                args=[30, high.id, "tok:1", mid.id, "wrong", low.id, "tok:3"])
+    assert answer == [1, 0, 1]

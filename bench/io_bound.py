@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""I/O-bound jobs at concurrency 100: fusionworker against its peers, in one run.
+
+    python bench/io_bound.py [--jobs 1000] [--seconds 0.1] [--concurrency 100]
+                             [--systems fw-c,fw-p,rq,celery,dramatiq,arq] [--json out.json]
+
+Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
+``await asyncio.sleep(0.1)``), one after the other on the same Redis database
+(default ``redis://127.0.0.1:6379/13``; the bench flushes it and refuses one that
+holds keys of its own it did not write, unless --force-flush):
+
+* ``fw-c``: ONE fusionworker worker, ``--concurrency 100``;
+* ``fw-p``: fusionworker ``--processes 100`` (today's way; ``--fw-processes P
+  --fw-concurrency N`` to change it, e.g. 20 x 5);
+* ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
+* ``celery``: Celery prefork ``-c 100``, Redis broker;
+* ``dramatiq``: Dramatiq, 1 process x 100 threads;
+* ``arq``: arq with ``max_jobs=100``, run from its own virtualenv (``--arq-python``;
+  arq pins ``redis<6``, which the rest of the bench environment must not get).
+
+Per system: the worker is started and warmed with one job (so every system has
+imported the job module before the clock starts), then the jobs are enqueued
+as fast as the system's client goes, each carrying ``time.time()`` taken just
+before its enqueue call. Figures, from the lines the jobs append to a file:
+
+* jobs/s = jobs / (last end - first start);
+* enqueue -> start: p50 and p99 of (job start - its enqueue stamp); all the jobs
+  are enqueued at once, so this includes the wait behind earlier jobs;
+* PSS: the sum of ``Pss:`` of ``/proc/<pid>/smaps_rollup`` over the worker's
+  whole process tree (the launched process and every descendant), sampled every
+  0.5 s during the run; the peak is reported, and the idle figure before the
+  jobs were enqueued;
+* jobs/s per GiB of peak PSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS = ("fw-c", "fw-p", "rq", "celery", "dramatiq", "arq")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * pct / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def tree_pss_kib(root: int) -> tuple[int, int]:
+    """(sum of Pss in KiB, number of processes) over ``root`` and all its descendants."""
+    try:
+        procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    total = count = 0
+    for proc in procs:
+        try:
+            with open(f"/proc/{proc.pid}/smaps_rollup", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        count += 1
+                        break
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total, count
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.samples: list[tuple[int, int]] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.samples.append(tree_pss_kib(self.pid))
+            self.stopped.wait(0.5)
+
+    def stop(self) -> tuple[int, int]:
+        self.stopped.set()
+        self.join()
+        return max(self.samples) if self.samples else (0, 0)
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.url = args.redis_url
+        self.r = redis.Redis.from_url(self.url, decode_responses=True)
+        self.prefix = f"fwio{uuid.uuid4().hex[:6]}"
+        self.workdir = workdir
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep
+                    + os.environ.get("PYTHONPATH", ""), "REDIS_URL": self.url,
+                    "BENCH_REDIS_URL": self.url, "FUSIONWORKER_PREFIX": self.prefix,
+                    "FUSIONWORKER_ALLOWED_MODULES": "bench", "FUSIONWORKER_LOG_LEVEL": "WARNING",
+                    "BENCH_CONCURRENCY": str(args.concurrency)}
+
+    # -- per system ---------------------------------------------------------------
+
+    def command(self, system: str) -> tuple[list[str], dict[str, str], int]:
+        """argv, extra env, and the least number of processes in the ready tree."""
+        a, py = self.args, sys.executable
+        if system == "fw-c":
+            return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
+                     str(a.concurrency)], {}, 2)
+        if system == "fw-p":
+            n = a.fw_processes
+            return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--processes",
+                     str(n), "--concurrency", str(a.fw_concurrency)], {}, 1 + 2 * n)
+        if system == "rq":
+            return ([py, "-m", "rq.cli", "worker-pool", "-n", str(a.rq_workers), "--url",
+                     self.url, "-q", "ioq"], {}, 1 + a.rq_workers)
+        if system == "celery":
+            return ([py, "-m", "celery", "-A", "bench.io_peers:celery_app", "worker", "-P",
+                     "prefork", "-c", str(a.concurrency), "-Q", "ioq", "--loglevel", "WARNING",
+                     "--without-gossip", "--without-mingle"], {"BENCH_PEER": "celery"},
+                    1 + a.concurrency)
+        if system == "dramatiq":
+            return ([py, "-m", "dramatiq", "bench.io_peers:dramatiq_broker", "-p", "1", "-t",
+                     str(a.concurrency), "-Q", "ioq"], {"BENCH_PEER": "dramatiq"}, 2)
+        if system == "arq":
+            return ([a.arq_python, "-m", "arq", "bench.io_peers.ArqSettings"],
+                    {"BENCH_PEER": "arq"}, 1)
+        raise ValueError(system)
+
+    def enqueue(self, system: str, path: str, n: int) -> None:
+        seconds = self.args.seconds
+        if system.startswith("fw"):
+            from fusionworker.config import load_settings
+            from fusionworker.queue import Queue
+
+            q = Queue("ioq", self.r, settings=load_settings(
+                environ={}, redis_url=self.url, prefix=self.prefix))
+            for _ in range(n):
+                q.enqueue_call("bench.io_jobs:io_sleep", args=[path, time.time(), seconds])
+        elif system == "rq":
+            from rq import Queue as RQQueue
+
+            q = RQQueue("ioq", connection=redis.Redis.from_url(self.url))
+            for _ in range(n):
+                q.enqueue("bench.io_jobs.io_sleep", path, time.time(), seconds)
+        elif system == "celery":
+            from celery import Celery
+
+            app = Celery("bench_io", broker=self.url)
+            for _ in range(n):
+                app.send_task("bench.io_sleep", args=[path, time.time(), seconds], queue="ioq")
+        elif system == "dramatiq":
+            import dramatiq
+            from dramatiq.brokers.redis import RedisBroker
+
+            broker = RedisBroker(url=self.url)
+            for _ in range(n):
+                broker.enqueue(dramatiq.Message(queue_name="ioq", actor_name="io_sleep",
+                                                args=(path, time.time(), seconds), kwargs={},
+                                                options={}))
+        elif system == "arq":
+            subprocess.run([self.args.arq_python, str(ROOT / "bench" / "io_peers.py"),
+                            "arq-enqueue", path, str(n), str(seconds)],
+                           env=self.env, cwd=str(ROOT), check=True)
+
+    def one(self, system: str) -> dict[str, Any]:
+        self.r.flushdb()
+        argv, extra, least = self.command(system)
+        log = open(self.workdir / f"{system}.log", "w")  # noqa: SIM115
+        proc = subprocess.Popen(argv, env={**self.env, **extra}, cwd=str(ROOT), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            warm = str(self.workdir / f"{system}.warm")
+            self.enqueue(system, warm, 1)
+            deadline = time.monotonic() + self.args.start_timeout
+            while True:
+                ready = os.path.exists(warm) and tree_pss_kib(proc.pid)[1] >= least
+                if ready or time.monotonic() > deadline or proc.poll() is not None:
+                    break
+                time.sleep(0.2)
+            if not ready:
+                raise RuntimeError(f"{system} did not start (see {log.name})")
+            time.sleep(2.0)                  # let the start-up settle
+            idle_pss, nprocs = tree_pss_kib(proc.pid)
+            sampler = Sampler(proc.pid)
+            sampler.start()
+            path = str(self.workdir / f"{system}.lines")
+            t0 = time.time()
+            self.enqueue(system, path, self.args.jobs)
+            enqueue_s = time.time() - t0
+            deadline = time.monotonic() + self.args.run_timeout
+            lines: list[str] = []
+            while time.monotonic() < deadline:
+                if os.path.exists(path):
+                    with open(path, encoding="ascii") as fh:
+                        lines = fh.read().splitlines()
+                if len(lines) >= self.args.jobs:
+                    break
+                time.sleep(0.1)
+            peak_pss, peak_procs = sampler.stop()
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            log.close()
+        rows = [tuple(map(float, line.split())) for line in lines if line.count(" ") == 2]
+        done = len(rows)
+        first, last = min(s for _, s, _ in rows), max(e for _, _, e in rows)
+        waits = [s - q for q, s, _ in rows]
+        jobs_s = done / (last - first)
+        gib = peak_pss / 1024 / 1024
+        return {"system": system, "argv": " ".join(argv[1:]), "done": done,
+                "jobs_per_s": jobs_s, "enqueue_s": enqueue_s,
+                "start_p50_ms": percentile(waits, 50) * 1000,
+                "start_p99_ms": percentile(waits, 99) * 1000,
+                "pss_idle_mib": idle_pss / 1024, "pss_peak_mib": peak_pss / 1024,
+                "processes_idle": nprocs, "processes_peak": peak_procs,
+                "jobs_per_s_per_gib": jobs_s / gib if gib else float("nan")}
+
+
+LABEL = {"fw-c": "fusionworker --concurrency {c}", "fw-p": "fusionworker --processes {p} x{pc}",
+         "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
+         "dramatiq": "Dramatiq 1 proc x {c} threads", "arq": "arq max_jobs={c}"}
+
+
+def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    head = ["system", "done", "jobs/s", "p50 start ms", "p99 start ms", "PSS idle MiB",
+            "PSS peak MiB", "procs", "jobs/s/GiB"]
+    rows = []
+    for res in results:
+        label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
+                                            pc=args.fw_concurrency, rq=args.rq_workers)
+        rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
+                     f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
+                     f"{res['pss_idle_mib']:.0f}", f"{res['pss_peak_mib']:.0f}",
+                     str(res["processes_peak"]), f"{res['jobs_per_s_per_gib']:.0f}"])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(head, widths))]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
+    by = {res["system"]: res for res in results}
+    if "fw-c" in by:
+        fw = by["fw-c"]
+        for other in ("fw-p", "rq", "celery", "dramatiq", "arq"):
+            if other in by:
+                o = by[other]
+                out.append(f"fw-c vs {other}: jobs/s x{fw['jobs_per_s'] / o['jobs_per_s']:.2f}, "
+                           f"peak PSS x{fw['pss_peak_mib'] / o['pss_peak_mib']:.3f}, "
+                           f"jobs/s per GiB x{fw['jobs_per_s_per_gib'] / o['jobs_per_s_per_gib']:.1f}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, default=1000)
+    p.add_argument("--seconds", type=float, default=0.1, help="each job's sleep")
+    p.add_argument("--concurrency", type=int, default=100)
+    p.add_argument("--fw-processes", type=int, default=100)
+    p.add_argument("--fw-concurrency", type=int, default=1)
+    p.add_argument("--rq-workers", type=int, default=100)
+    p.add_argument("--systems", default=",".join(SYSTEMS))
+    p.add_argument("--redis-url", default=os.environ.get("BENCH_IO_REDIS_URL",
+                                                         "redis://127.0.0.1:6379/13"))
+    p.add_argument("--arq-python", default=os.environ.get("BENCH_ARQ_PYTHON", "python"),
+                   help="python of a virtualenv with arq installed (arq pins redis<6)")
+    p.add_argument("--start-timeout", type=float, default=180.0)
+    p.add_argument("--run-timeout", type=float, default=120.0)
+    p.add_argument("--force-flush", action="store_true")
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args(argv)
+    r = redis.Redis.from_url(args.redis_url)
+    if r.connection_pool.connection_kwargs.get("db", 0) == 0:
+        raise SystemExit("refusing db 0 (the bench flushes its database): use /13 or another")
+    if r.dbsize() and not args.force_flush:
+        raise SystemExit(f"{args.redis_url} is not empty; pass --force-flush to flush it")
+    workdir = Path(tempfile.mkdtemp(prefix="fwio-"))
+    run = Run(args, workdir)
+    load = os.getloadavg()
+    results = []
+    try:
+        for system in args.systems.split(","):
+            print(f"... {system}", file=sys.stderr, flush=True)
+            try:
+                results.append(run.one(system))
+            except (RuntimeError, ValueError, OSError, subprocess.CalledProcessError) as exc:
+                print(f"{system}: FAILED: {exc}", file=sys.stderr)
+    finally:
+        run.r.flushdb()
+    info = {"cpus": os.cpu_count(), "loadavg_before": load, "loadavg_after": os.getloadavg(),
+            "jobs": args.jobs, "seconds": args.seconds, "results": results}
+    print(f"{args.jobs} jobs x {args.seconds:g} s sleep; {os.cpu_count()} CPUs; load average "
+          f"before {load[0]:.2f}, after {info['loadavg_after'][0]:.2f}")
+    print(table(results, args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(info, indent=2))
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
