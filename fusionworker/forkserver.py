@@ -458,8 +458,10 @@ class ForkServer:
             self.close()
             self.start()
         assert self.sock is not None
+        from .codec import encode  # tagged JSON: _waiting_horse decodes
+
         data = b"".join(_frame({"id": job.id, "queue": job.queue, "func": job.func,
-                                "args": job.args, "kwargs": job.kwargs,
+                                "args": encode(job.args), "kwargs": encode(job.kwargs),
                                 "timeout": job.timeout}) for job in jobs)
         try:
             self.sock.sendall(data)

@@ -366,7 +366,7 @@ class Pool:
                 w._call("after_claim", job)
                 self.state.ended.append((job, w._decide(job, refusal)))
                 continue
-            to_fork.append((job, Horse(job, allowed=w.settings.allowed_modules,
+            to_fork.append((job, Horse(job, allowed=w.allowed,
                                        retryable=w.settings.retryable, server=w._forkserver)))
         if not to_fork:
             return
