@@ -55,6 +55,13 @@ Crash points (the per-job table of worker.py holds for every slot; what differs)
                           while it ran: claimed jobs never started and are
                           given back (requeue.lua 'return', attempt not counted).
 
+A horse never outlives its lease, per slot: each slot holds the time its job's
+last claim or renewal that reached Redis was SENT, + lease - heartbeat
+interval; past it (Redis unreachable, the parent starved) the parent kills that
+horse and gives the job back (``lease``, attempt not counted, fenced by the
+token), before the reaper may hand the job to another worker. A queue whose
+claim Redis refuses (OOM, WRONGTYPE) is backed off alone (Worker._refused).
+
 Shutdown: warm stops claiming and waits for every slot; cold kills every horse
 (reason ``shutdown``) and gives every job back unstarted, without counting the
 attempt, exactly as a single-slot worker does with its one job.
@@ -91,11 +98,14 @@ KILL_ESCALATION = 2.0
 class Slot:
     """One running horse: its job, its hard deadline, its kill."""
 
-    def __init__(self, job: Job, horse: Horse, kill_after: float) -> None:
+    def __init__(self, job: Job, horse: Horse, kill_after: float, lease_until: float) -> None:
         self.job = job
         self.horse = horse
         self.started = time.monotonic()
         self.deadline = self.started + kill_after
+        #: a horse never outlives its lease: the time (monotonic) of the last claim or
+        #: renewal of this job that reached Redis, + lease - margin (worker.py, horse.py)
+        self.lease_until = lease_until
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
         self.done = False
 
@@ -170,6 +180,7 @@ class Recorder:
 
     def __init__(self, worker: Worker) -> None:
         self.w = worker
+        self.sent = 0.0      # when the last pipeline (and the claims in it) was sent
 
     def record(self, ended: list[tuple[Job, Outcome]], quota: dict[str, int] | None,
                current: list[Job]) -> list[Job]:
@@ -215,6 +226,7 @@ class Recorder:
         for queue, count in claims:
             w.scripts.claim.queue_by_sha(pipe, [w.keys.queue(queue).base],
                                          [w.name, token, w.lease, w.settings.failed_ttl, count])
+        self.sent = time.monotonic()
         try:
             replies = pipe.execute(raise_on_error=False)
             for i, reply in enumerate(replies[:len(ended)]):
@@ -247,6 +259,14 @@ class Recorder:
         return claimed
 
 
+def _requeued(exit_: HorseExit) -> Outcome:
+    from .worker import Outcome
+
+    return Outcome(status="requeued", reason=exit_.reason, duration=exit_.duration,
+                   error_type=exit_.error_type, error_message=exit_.error_message,
+                   traceback=exit_.traceback)
+
+
 def current_fields(current: list[Job], state: str) -> dict[str, Any]:
     """Heartbeat-hash fields naming every running job (``current_job``: the first)."""
     first = current[0] if current else None
@@ -258,6 +278,11 @@ def current_fields(current: list[Job], state: str) -> dict[str, Any]:
 
 def parse_claim(w: Worker, queue: str, reply: Any) -> list[Job]:
     """The jobs of one claim.lua reply (count form or single)."""
+    refused = getattr(w, "_refused", None)    # OOM, WRONGTYPE...: back that queue off
+    if (refused is not None and isinstance(reply, redis.ResponseError)
+            and not isinstance(reply, redis.exceptions.NoScriptError)):
+        refused(queue, reply)
+        return []
     if isinstance(reply, Exception) or not reply:
         return []       # e.g. NOSCRIPT after a Redis restart: the loop's claim loads it
     kind = reply[0]
@@ -285,6 +310,9 @@ class Pool:
         self.n = worker.concurrency
         self.state = PoolState()
         self.recorder = Recorder(worker)
+        self.claim_sent = 0.0
+        #: renewals are sent every heartbeat; the horse must die a heartbeat before its lease
+        self.margin = worker.settings.heartbeat_interval
 
     # -- claiming --------------------------------------------------------------
 
@@ -308,7 +336,8 @@ class Pool:
             return []
         w._next_due = None
         jobs: list[Job] = []
-        queues = set(w.queue_names)
+        backed_off = getattr(w, "_backed_off", None)   # a queue whose claim Redis refused
+        queues = {q for q in w.queue_names if not (backed_off and backed_off(q))}
         for _ in range(len(w.queue_names) + 1):   # queues that ran dry hand over their share
             want = free - len(jobs)
             if want <= 0 or not queues:
@@ -318,6 +347,7 @@ class Pool:
                 quota = {q: want for q in sorted(queues)[:1]}
             items = list(quota.items())
             token = uuid.uuid4().hex
+            self.claim_sent = time.monotonic()
             try:
                 pipe = w.connection.pipeline(transaction=False)
                 calls = [([w.keys.queue(queue).base],
@@ -350,7 +380,7 @@ class Pool:
 
     # -- slots -----------------------------------------------------------------
 
-    def _start(self, jobs: list[Job]) -> None:
+    def _start(self, jobs: list[Job], sent: float) -> None:
         """Fork a horse for each job (refused jobs end at once, without a fork)."""
         w = self.w
         if w._stop is not None:          # shutdown began meanwhile: never started
@@ -385,7 +415,8 @@ class Pool:
             else:
                 horse.server = None
                 horse.start()
-            slot = Slot(job, horse, job.timeout + w.settings.kill_grace)
+            slot = Slot(job, horse, job.timeout + w.settings.kill_grace,
+                        sent + w.lease - self.margin)
             self.state.slots[horse.pid] = slot
             w._call("after_claim", job)
         self._sync_current()
@@ -418,7 +449,15 @@ class Pool:
             if not slot.done:
                 continue
             del self.state.slots[slot.pid]
-            outcome = w._decide(slot.job, slot.outcome())
+            exit_ = slot.outcome()
+            if (not exit_.ok and exit_.reason in ("killed", "lease") and w._stop != "cold"
+                    and time.monotonic() >= slot.lease_until):
+                # died of the lease: given back (attempt not counted), not failed
+                exit_.reason, exit_.error_type = "lease", "LeaseExpired"
+                exit_.error_message = ("the worker could not renew the job's lease in time "
+                                       "(frozen or cut off from Redis): its horse was killed")
+            outcome = (w._decide(slot.job, exit_) if exit_.reason != "lease" else
+                       _requeued(exit_))
             outcome.duration = time.monotonic() - slot.started
             self.state.ended.append((slot.job, outcome))
 
@@ -436,6 +475,12 @@ class Pool:
         for slot in st.slots.values():
             if now >= slot.deadline and slot.horse._kill_reason is None:
                 slot.kill("timeout")
+            if (now >= slot.lease_until and slot.horse._kill_reason is None
+                    and w._stop != "cold"):
+                log.warning("Worker %s: could not renew the lease of job %s in time; killing "
+                            "its horse before the reaper may hand the job on", w.name,
+                            slot.job.id)
+                slot.kill("lease")
             slot.escalate(now)
             if tick and slot.kill_at is None:
                 reason = w._call("on_horse_tick", slot.job, slot.pid)
@@ -474,14 +519,20 @@ class Pool:
             pipe.expire(w.key, w.settings.worker_ttl)
             pipe.sadd(w.keys.workers, w.name)
             pipe.exists(w.keys.suspended)
+            sent = time.monotonic()
             replies = pipe.execute()
         except UNREACHABLE as exc:
             w._redis_down(exc)
             return
+        except redis.ResponseError as exc:   # e.g. OOM: these renewals did not happen
+            log.warning("Worker %s: Redis refused the heartbeat (%s)", w.name, exc)
+            return
         w._set_suspended(bool(replies[-1]))
         for group, reply in zip(by_queue.values(), replies):
             for slot, owned in zip(group, reply):
-                if not owned and slot.horse._kill_reason is None:
+                if owned:     # this renewal reached Redis: the horse may live on
+                    slot.lease_until = sent + w.lease - self.margin
+                elif slot.horse._kill_reason is None:
                     log.warning("Worker %s: job %s was taken back while running; killing its "
                                 "horse", w.name, slot.job.id)
                     slot.kill("lost")
@@ -525,7 +576,8 @@ class Pool:
         now = time.monotonic()
         until = min(w._next_heartbeat, w._next_tick, st.next_slot_tick)
         for slot in st.slots.values():
-            until = min(until, slot.deadline if slot.kill_at is None else slot.kill_at)
+            until = min(until, slot.deadline if slot.kill_at is None else slot.kill_at,
+                        slot.lease_until)
         fds: list[Any] = [w._wake_r] if w._wake_r >= 0 else []
         if w._forkserver is not None and w._forkserver.sock is not None and st.slots:
             fds.append(w._forkserver.sock)
@@ -581,7 +633,7 @@ class Pool:
                 else:
                     st.want_claim = False
                     st.next_poll = time.monotonic() + w.settings.poll_interval
-                self._start(claimed)
+                self._start(claimed, self.recorder.sent)
                 self._sync_current()
                 continue
             if w._stop is not None and not st.slots:
@@ -605,7 +657,7 @@ class Pool:
                     st.want_claim = False
                     st.next_poll = time.monotonic() + w.settings.poll_interval
                 if jobs:
-                    self._start(jobs)
+                    self._start(jobs, self.claim_sent)
                     continue
             self._wait(free)
         return 0

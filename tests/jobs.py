@@ -234,3 +234,18 @@ def count_active(url, key, seconds):
         time.sleep(seconds)
     finally:
         r.decr(key)
+
+
+def barrier(url, key, n, timeout=60.0):
+    """Arrive, then wait until ``n`` jobs arrived (True) or ``timeout`` passed (False):
+    all n ran at the same time exactly when every one of them returns True."""
+    r = _redis(url)
+    r.incr(key)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if int(r.get(key) or 0) >= n:
+            r.rpush(f"{key}:met", 1)
+            return True
+        time.sleep(0.05)
+    r.rpush(f"{key}:met", 0)
+    return False

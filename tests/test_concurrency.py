@@ -19,14 +19,6 @@ from fusionworker.keys import Keys
 from tests.conftest import wait_for
 
 
-def _spans(r, key):
-    starts, ends = {}, {}
-    for item in r.lrange(key, 0, -1):
-        kind, value, stamp = item.split(":")
-        (starts if kind == "start" else ends)[value] = float(stamp)
-    return starts, ends
-
-
 def _warm_up(q, r, settings, key):
     """One job first: the fork server then preloads tests.jobs (and redis) for the rest."""
     job = q.enqueue_call("tests.jobs:record", args=[settings.redis_url, key, "warm"])
@@ -44,17 +36,16 @@ def _horse_pids(proc):
 
 def test_fifty_jobs_run_at_once_with_concurrency_50(processes, queue, r, settings):
     q = queue()
-    key = f"{settings.prefix}:spans"
+    key = f"{settings.prefix}:barrier"
     w = processes.worker("--customq", "default", "--concurrency", "50")
     _warm_up(q, r, settings, f"{settings.prefix}:warm")
-    jobs = [q.enqueue_call("tests.jobs:record_span", args=[settings.redis_url, key, i, 3.0])
-            for i in range(50)]
-    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=60,
+    # each job waits (up to 60 s) until all 50 arrived: every one meets the others only
+    # if all 50 run at the same time (a worker running fewer at once never meets them)
+    jobs = [q.enqueue_call("tests.jobs:barrier", args=[settings.redis_url, key, 50])
+            for _ in range(50)]
+    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=90,
              interval=0.2)
-    starts, ends = _spans(r, key)
-    assert len(starts) == len(ends) == 50
-    # every job started before any ended: all 50 ran at the same time
-    assert max(starts.values()) < min(ends.values())
+    assert r.lrange(f"{key}:met", 0, -1) == ["1"] * 50
     data = r.hgetall(Keys(settings.prefix).worker(f"{os.uname().nodename}.{w.pid}"))
     assert data["concurrency"] == "50"
 
@@ -127,7 +118,7 @@ def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_jo
     key = f"{settings.prefix}:pids"
     env = {"FUSIONWORKER_LEASE": "1.5", "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
     w = processes.worker("--customq", "default", "--concurrency", "10", env=env)
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 1.0],
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 4.0],
                            max_retries=3) for _ in range(10)]
     wait_for(lambda: r.llen(key) == 10, timeout=20)
     horses = [int(p) for p in r.lrange(key, 0, -1)]
