@@ -403,14 +403,7 @@ class ForkServer:
             self.start()
         assert self.sock is not None
         try:
-            from .codec import encode  # tagged JSON: _waiting_horse decodes
-
-            msg = {"id": job.id, "queue": job.queue, "func": job.func,
-                   "args": encode(job.args), "kwargs": encode(job.kwargs),
-                   "timeout": job.timeout}
-            if self.otel:
-                msg["trace"] = [job.attempts, job.priority, job.traceparent, job.tracestate]
-            send_msg(self.sock, msg)
+            send_msg(self.sock, self._run_msg(job))
         except OSError as exc:
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
                 raise
@@ -448,6 +441,16 @@ class ForkServer:
             raise ForkServerDied("the fork server went away")
         return msg
 
+    def _run_msg(self, job: Any) -> dict[str, Any]:
+        """The ``run`` request of one job (what _waiting_horse reads)."""
+        from .codec import encode  # tagged JSON: _waiting_horse decodes
+
+        msg = {"id": job.id, "queue": job.queue, "func": job.func,
+               "args": encode(job.args), "kwargs": encode(job.kwargs), "timeout": job.timeout}
+        if self.otel:
+            msg["trace"] = [job.attempts, job.priority, job.traceparent, job.tracestate]
+        return msg
+
     # -- many horses at once (--concurrency N, see pool.py) -------------------------
 
     def spawn_many(self, jobs: list[Any]) -> list[int]:
@@ -458,11 +461,7 @@ class ForkServer:
             self.close()
             self.start()
         assert self.sock is not None
-        from .codec import encode  # tagged JSON: _waiting_horse decodes
-
-        data = b"".join(_frame({"id": job.id, "queue": job.queue, "func": job.func,
-                                "args": encode(job.args), "kwargs": encode(job.kwargs),
-                                "timeout": job.timeout}) for job in jobs)
+        data = b"".join(_frame(self._run_msg(job)) for job in jobs)
         try:
             self.sock.sendall(data)
         except OSError as exc:

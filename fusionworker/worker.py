@@ -441,7 +441,9 @@ class Worker:
             self._start_forkserver()
             self._call("on_start")
             self._set_state("idle")
-            if self.concurrency > 1:     # N slots: the pool's loop (pool.py)
+            # N slots: the pool's loop (pool.py); a subclass that runs jobs its own way
+            # (testing.InProcessWorker overrides _run_horse) keeps the one-job loop
+            if self.concurrency > 1 and type(self)._run_horse is Worker._run_horse:
                 from .pool import Pool
 
                 return Pool(self).run()
