@@ -85,7 +85,7 @@ QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "fi
               "paused", "max_active", "busy_groups", "oldest_age", "cron"}
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
-               "failed", "total_working_time", "lease", "version"}
+               "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency"}
 
 
 def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:
@@ -111,6 +111,7 @@ def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None
     assert ws["name"] == w.name and ws["pid"] == w.pid and ws["queues"] == ["sms"]
     assert ws["state"] == "busy" and ws["throttle"] == "RAM at 93.0%"
     assert ws["current_job"] == "abc" and 4 < ws["current_job_age"] < 60
+    assert ws["current_jobs"] == ["abc"] and ws["concurrency"] == 1   # one-slot worker
     assert ws["successful"] == 7 and ws["failed"] == 0 and ws["heartbeat_age"] < 60
 
 
