@@ -203,3 +203,17 @@ def test_claim_with_a_count_keeps_priority_order_and_checks_the_cap_per_job(queu
     answer = scripts.touch_many(keys=[q.qkeys.base],
                                 args=[30, high.id, "tok:1", mid.id, "wrong", low.id, "tok:3"])
     assert answer == [1, 0, 1]
+
+
+def test_processes_times_concurrency_gives_p_x_n_slots(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:barrier"
+    processes.worker("--customq", "default", "--processes", "2", "--concurrency", "3")
+    keys = Keys(settings.prefix)
+    wait_for(lambda: len(r.smembers(keys.workers)) == 2, timeout=30)
+    assert {r.hget(keys.worker(n), "concurrency") for n in r.smembers(keys.workers)} == {"3"}
+    jobs = [q.enqueue_call("tests.jobs:barrier", args=[settings.redis_url, key, 6])
+            for _ in range(6)]
+    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=90,
+             interval=0.2)
+    assert r.lrange(f"{key}:met", 0, -1) == ["1"] * 6     # 2 x 3 ran at the same time
