@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from .forkserver import ForkServerDied
+from .forkserver import ForkServer, ForkServerDied
 from .horse import Horse, HorseExit, drain
 from .job import Job, encode_fields
 
@@ -311,6 +311,7 @@ class Pool:
         self.state = PoolState()
         self.recorder = Recorder(worker)
         self.claim_sent = 0.0
+        self.retiring: list[ForkServer] = []     # old fork servers still running horses
         #: renewals are sent every heartbeat; the horse must die a heartbeat before its lease
         self.margin = worker.settings.heartbeat_interval
 
@@ -401,13 +402,16 @@ class Pool:
         if not to_fork:
             return
         pids: list[int] | None = None
-        if w._forkserver is not None:
+        server = w._forkserver
+        if server is not None:
+            if not server.alive:      # died unnoticed: its horses are gone; it restarts
+                self._server_died(server)
             try:
-                pids = w._forkserver.spawn_many([job for job, _ in to_fork])
+                pids = server.spawn_many([job for job, _ in to_fork])
             except ForkServerDied as exc:
                 log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
                             w.name, exc)
-                self._server_died()
+                self._server_died(server)
         now = time.monotonic()
         for i, (job, horse) in enumerate(to_fork):
             if pids is not None:
@@ -421,28 +425,35 @@ class Pool:
             w._call("after_claim", job)
         self._sync_current()
 
-    def _server_died(self) -> None:
-        """The fork server is gone: its horses died with it (PDEATHSIG)."""
-        if self.w._forkserver is not None:      # exits it reported before it went
-            for pid, msg in self.w._forkserver.exits()[0].items():
-                if pid in self.state.slots:
-                    self.state.slots[pid].exited(msg)
+    def _servers(self) -> list[ForkServer]:
+        """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
+        found: dict[int, ForkServer] = {}
         for slot in self.state.slots.values():
             if slot.horse.server is not None and not slot.done:
-                slot.server_died()
+                found[id(slot.horse.server)] = slot.horse.server
+        return list(found.values())
+
+    def _server_died(self, server: ForkServer) -> None:
+        """A fork server is gone: its horses died with it (PDEATHSIG)."""
+        exits, _ = server.exits()          # what it reported before it went
+        for slot in self.state.slots.values():
+            if slot.horse.server is server and not slot.done:
+                if slot.pid in exits:
+                    slot.exited(exits[slot.pid])
+                else:
+                    slot.server_died()
 
     def _collect(self) -> None:
         """Slots whose horse ended -> outcomes waiting to be recorded."""
         w = self.w
-        server = w._forkserver
-        if server is not None and any(s.horse.server is not None for s in self.state.slots.values()):
+        for server in self._servers():
             exits, died = server.exits()
             for pid, msg in exits.items():
                 slot = self.state.slots.get(pid)
-                if slot is not None:
+                if slot is not None and slot.horse.server is server:
                     slot.exited(msg)
             if died:
-                self._server_died()
+                self._server_died(server)
         for slot in list(self.state.slots.values()):
             if slot.horse.server is None:
                 slot.poll_own()
@@ -579,8 +590,7 @@ class Pool:
             until = min(until, slot.deadline if slot.kill_at is None else slot.kill_at,
                         slot.lease_until)
         fds: list[Any] = [w._wake_r] if w._wake_r >= 0 else []
-        if w._forkserver is not None and w._forkserver.sock is not None and st.slots:
-            fds.append(w._forkserver.sock)
+        fds.extend(server.sock for server in self._servers() if server.sock is not None)
         fds.extend(s.horse._fd for s in st.slots.values() if s.horse._fd >= 0)
         sock = None
         if free and w._stop is None:
@@ -601,15 +611,44 @@ class Pool:
         if sock is not None and sock in readable:
             self._pubsub_sock()
 
+    def _reload(self) -> None:
+        """SIGHUP. When reload() renews the fork server (so that the next jobs import
+        changed code), horses still running on the old one must not die with it: the
+        old server is kept until its last horse ended, the new one forks the next jobs."""
+        w = self.w
+        old = w._forkserver
+        busy = old is not None and any(s.horse.server is old for s in self.state.slots.values())
+        if not (busy and hasattr(w, "_renew_forkserver")):
+            w.reload()
+            return
+        w._forkserver = None          # reload() closes the server it holds: none
+        w.reload()
+        w._start_forkserver()
+        self.retiring.append(old)
+
+    def _retire(self) -> None:
+        """Close old fork servers (SIGHUP) once no horse of theirs runs."""
+        in_use = {id(server) for server in self._servers()}
+        for old in [o for o in self.retiring if id(o) not in in_use]:
+            self.retiring.remove(old)
+            old.close()
+
     # -- the loop --------------------------------------------------------------
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            for old in self.retiring:
+                old.close()
+
+    def _run(self) -> int:
         w = self.w
         st = self.state
         w.current_jobs = []
         while True:
             if w._reload_requested:
-                w.reload()
+                self._reload()
             now = time.monotonic()
             if now >= w._next_heartbeat:
                 self.heartbeat()
@@ -618,6 +657,8 @@ class Pool:
                 w._call("on_tick")
             self._police(time.monotonic())
             self._collect()
+            if self.retiring:
+                self._retire()
             if st.ended:
                 ended, st.ended = st.ended, []
                 free = self.n - len(st.slots)
