@@ -217,3 +217,20 @@ def test_processes_times_concurrency_gives_p_x_n_slots(processes, queue, r, sett
     wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=90,
              interval=0.2)
     assert r.lrange(f"{key}:met", 0, -1) == ["1"] * 6     # 2 x 3 ran at the same time
+
+
+def test_fork_server_killed_fails_its_running_jobs_and_a_new_one_serves(processes, queue, r,
+                                                                         settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", "3")
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 30])
+            for _ in range(3)]
+    wait_for(lambda: r.llen(key) == 3, timeout=20)
+    [server] = [c for c in psutil.Process(w.pid).children() if "fork server" in " ".join(c.cmdline())]
+    server.kill()
+    wait_for(lambda: all(_status(q, j.id) == "failed" for j in jobs), timeout=20, interval=0.1)
+    assert {q.fetch_job(j.id).failure_reason for j in jobs} == {"killed"}
+    after = q.enqueue_call("tests.jobs:add", args=[2, 3])
+    wait_for(lambda: _status(q, after.id) == "finished", timeout=20)
+    assert q.fetch_job(after.id).result == 5
