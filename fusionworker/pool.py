@@ -289,10 +289,13 @@ def parse_claim(w: Worker, queue: str, reply: Any) -> list[Job]:
     if kind == "job":
         jobs = []
         for item in reply[2:]:
-            if isinstance(item, list):
-                jobs.append(w._job_from(queue, dict(zip(item[::2], item[1::2]))))
-            else:
+            if not isinstance(item, list):
                 w._log_missing(queue, ["missing", item])
+            elif item and isinstance(item[0], list):   # {hash, claimed id}
+                data = dict(zip(item[0][::2], item[0][1::2]))
+                jobs.append(w._job_from(queue, data, item[1]))
+            else:
+                jobs.append(w._job_from(queue, dict(zip(item[::2], item[1::2]))))
         return jobs
     if kind == "missing":
         w._log_missing(queue, reply)
