@@ -453,7 +453,7 @@ class ForkServer:
 
     # -- many horses at once (--concurrency N, see pool.py) -------------------------
 
-    def spawn_many(self, jobs: list[Any]) -> list[int]:
+    def spawn_many(self, jobs: list[Any], slots: list[int] | None = None) -> list[int]:
         """Ask for one horse per job, all requests sent before any answer is read (the
         server answers in order); returns their pids. Exit messages of other horses
         that arrive meanwhile are kept for :meth:`exits`. Raises ForkServerDied."""
@@ -461,7 +461,10 @@ class ForkServer:
             self.close()
             self.start()
         assert self.sock is not None
-        data = b"".join(_frame(self._run_msg(job)) for job in jobs)
+        msgs = [self._run_msg(job) for job in jobs]
+        for msg, slot in zip(msgs, slots or ()):
+            msg["slot"] = slot        # the horse's entry on the deadline board (pool.py)
+        data = b"".join(_frame(msg) for msg in msgs)
         try:
             self.sock.sendall(data)
         except OSError as exc:

@@ -106,6 +106,7 @@ class Slot:
         #: a horse never outlives its lease: the time (monotonic) of the last claim or
         #: renewal of this job that reached Redis, + lease - margin (worker.py, horse.py)
         self.lease_until = lease_until
+        self.index = 0         # its entry on the worker's deadline board, if there is one
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
         self.done = False
 
@@ -315,6 +316,11 @@ class Pool:
         self.recorder = Recorder(worker)
         self.claim_sent = 0.0
         self.retiring: list[ForkServer] = []     # old fork servers still running horses
+        #: the horses' own lease deadlines in shared memory (horse.DeadlineBoard), one entry
+        #: per slot, enforced by a watchdog inside each horse; None: the parent alone
+        board = getattr(worker, "_board", None)
+        self.board = board if board is not None and board.slots >= self.n else None
+        self.free_index = list(range(self.n - 1, -1, -1))
         #: renewals are sent every heartbeat; the horse must die a heartbeat before its lease
         self.margin = worker.settings.heartbeat_interval
 
@@ -404,13 +410,16 @@ class Pool:
                                        retryable=w.settings.retryable, server=w._forkserver)))
         if not to_fork:
             return
+        indexes = [self.free_index.pop() for _ in to_fork]
+        for index in indexes:
+            self._board_set(index, sent + w.lease - self.margin)
         pids: list[int] | None = None
         server = w._forkserver
         if server is not None:
             if not server.alive:      # died unnoticed: its horses are gone; it restarts
                 self._server_died(server)
             try:
-                pids = server.spawn_many([job for job, _ in to_fork])
+                pids = server.spawn_many([job for job, _ in to_fork], indexes)
             except ForkServerDied as exc:
                 log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
                             w.name, exc)
@@ -421,12 +430,26 @@ class Pool:
                 horse.pid, horse._started = pids[i], now
             else:
                 horse.server = None
-                horse.start()
+                self._start_own(horse, indexes[i])
             slot = Slot(job, horse, job.timeout + w.settings.kill_grace,
                         sent + w.lease - self.margin)
+            slot.index = indexes[i]
             self.state.slots[horse.pid] = slot
             w._call("after_claim", job)
         self._sync_current()
+
+    def _board_set(self, index: int, deadline: float) -> None:
+        if self.board is not None:
+            self.board.set(deadline, index)
+
+    @staticmethod
+    def _start_own(horse: Horse, index: int) -> None:
+        """Fork a horse from the worker itself (no fork server); it watches entry ``index``."""
+        from . import horse as horse_mod
+
+        if hasattr(horse_mod, "watch_slot"):
+            horse_mod.watch_slot = index       # read by horse_main in the child
+        horse.start()
 
     def _servers(self) -> list[ForkServer]:
         """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
@@ -463,6 +486,8 @@ class Pool:
             if not slot.done:
                 continue
             del self.state.slots[slot.pid]
+            self._board_set(slot.index, 0.0)
+            self.free_index.append(slot.index)
             exit_ = slot.outcome()
             if (not exit_.ok and exit_.reason in ("killed", "lease") and w._stop != "cold"
                     and time.monotonic() >= slot.lease_until):
@@ -546,6 +571,7 @@ class Pool:
             for slot, owned in zip(group, reply):
                 if owned:     # this renewal reached Redis: the horse may live on
                     slot.lease_until = sent + w.lease - self.margin
+                    self._board_set(slot.index, slot.lease_until)
                 elif slot.horse._kill_reason is None:
                     log.warning("Worker %s: job %s was taken back while running; killing its "
                                 "horse", w.name, slot.job.id)
