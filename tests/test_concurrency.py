@@ -234,3 +234,26 @@ def test_fork_server_killed_fails_its_running_jobs_and_a_new_one_serves(processe
     after = q.enqueue_call("tests.jobs:add", args=[2, 3])
     wait_for(lambda: _status(q, after.id) == "finished", timeout=20)
     assert q.fetch_job(after.id).result == 5
+
+
+def test_sighup_renews_the_fork_server_and_running_horses_finish(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", "3")
+
+    def servers():
+        return [c.pid for c in psutil.Process(w.pid).children()
+                if "fork server" in " ".join(c.cmdline())]
+    wait_for(lambda: len(servers()) == 1, timeout=20)
+    [old] = servers()
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 2.5])
+            for _ in range(2)]
+    wait_for(lambda: r.llen(key) == 2, timeout=20)
+    w.send_signal(signal.SIGHUP)
+    wait_for(lambda: any(pid != old for pid in servers()), timeout=20)
+    after = q.enqueue_call("tests.jobs:add", args=[2, 3])
+    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in [*jobs, after]),
+             timeout=30, interval=0.1)
+    # the horses of the old server ran to their end; the next job ran on the new server
+    assert [_status(q, j.id) for j in [*jobs, after]] == ["finished"] * 3
+    wait_for(lambda: servers() and old not in servers(), timeout=20)   # old one retired
