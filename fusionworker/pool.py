@@ -62,6 +62,10 @@ horse and gives the job back (``lease``, attempt not counted, fenced by the
 token), before the reaper may hand the job to another worker. A queue whose
 claim Redis refuses (OOM, WRONGTYPE) is backed off alone (Worker._refused).
 
+SIGHUP: the worker starts a new fork server for the next jobs; the old one is
+kept until its last horse ended, then closed (closing it at once would kill
+its horses: PDEATHSIG), so no running job is dropped.
+
 Shutdown: warm stops claiming and waits for every slot; cold kills every horse
 (reason ``shutdown``) and gives every job back unstarted, without counting the
 attempt, exactly as a single-slot worker does with its one job.
