@@ -31,7 +31,7 @@ def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_pa
 @pytest.mark.timeout(90)
 def test_chaos_at_concurrency_4_loses_nothing(settings, tmp_path):
     # 2 workers x 4 slots: a killed parent takes up to 4 running jobs down at once
-    result = run_chaos(settings, jobs=1000, workers=2, job_seconds=0.01, kill_for=15.0,
+    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=12.0,
                        kill_every=0.35, deadline=55.0, lease=3.0, log_dir=tmp_path,
                        concurrency=4)
     print("\n" + result.summary())
