@@ -149,7 +149,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
 
     horse_mod.set_pdeathsig()
     if board_fd >= 0:   # the worker's lease deadlines, enforced inside each horse
-        horse_mod.attach_board(horse_mod.DeadlineBoard(fd=board_fd))
+        slots = max(1, os.fstat(board_fd).st_size // 8)   # one entry per worker slot
+        horse_mod.attach_board(horse_mod.DeadlineBoard(slots=slots, fd=board_fd))
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -224,8 +225,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                     ready = None
             # release the report (a 100 MB result) before forking the next horse: the
             # server would otherwise keep that size for good (issue 18.10)
-            done.buf = bytearray()
-            del done
+            run.buf = bytearray()
+            del run
             if ready is None:
                 ready = spawn()
         if sock in readable:
@@ -283,6 +284,7 @@ def _waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[st
                   kwargs=decode(msg["kwargs"]), timeout=msg["timeout"])
         if "trace" in msg:   # OpenTelemetry on: what the job's span needs
             job.attempts, job.priority, job.traceparent, job.tracestate = msg["trace"]
+        horse_mod.watch_slot = int(msg.get("slot", 0))   # its deadline entry (pool.py)
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         os._exit(70)
     horse_mod.horse_main(job, write_fd, server_pid, allowed, retryable)

@@ -188,6 +188,11 @@ def _watchdog(board: DeadlineBoard, slot: int) -> None:  # pragma: no cover - in
         time.sleep(0.05 if deadline <= 0 else min(0.05, max(deadline - now, 0.001)))
 
 
+#: The board entry this horse watches (a worker with N slots: the fork server sets it
+#: from the run request; a worker forking its own horses sets it before the fork).
+watch_slot = 0
+
+
 def start_watchdog(slot: int = 0) -> None:
     """In the horse: enforce the deadline of ``slot`` (no board: nothing to enforce)."""
     if _board is not None:
@@ -292,7 +297,7 @@ def horse_main(job: Job, write_fd: int, parent_pid: int, allowed: tuple[str, ...
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        start_watchdog()          # a horse never outlives its lease (module docstring)
+        start_watchdog(watch_slot)   # a horse never outlives its lease (module docstring)
         tracing = _otel
         if tracing is None:
             report = run_job(job, allowed, retryable)

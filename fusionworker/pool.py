@@ -165,6 +165,7 @@ class Slot:
         # a grandchild may keep the pipe of a killed horse open: the group is killed
         if self.horse._kill_reason is not None:
             self.horse._signal_group(signal.SIGKILL)
+        self.horse._kill_leftovers()     # what the job left in its process group
         return self.horse._outcome(time.monotonic() - self.started)
 
 
@@ -410,8 +411,9 @@ class Pool:
                 w._call("after_claim", job)
                 self.state.ended.append((job, w._decide(job, refusal)))
                 continue
-            to_fork.append((job, Horse(job, allowed=w.allowed,
-                                       retryable=w.settings.retryable, server=w._forkserver)))
+            to_fork.append((job, Horse(job, allowed=w.allowed, retryable=w.settings.retryable,
+                                       server=w._forkserver,
+                                       kill_children=w.settings.kill_job_children)))
         if not to_fork:
             return
         indexes = [self.free_index.pop() for _ in to_fork]

@@ -488,7 +488,7 @@ class Worker:
         otel = next((mw.horse_tracing() for mw in self.middleware
                      if hasattr(mw, "horse_tracing")), None)   # OpenTelemetry: otel.py
         try:
-            self._board = DeadlineBoard()
+            self._board = DeadlineBoard(slots=self.concurrency)   # one entry per slot
             attach_board(self._board)      # horses forked by the worker itself inherit it
         except OSError as exc:             # no memfd: the parent's own tick still kills
             log.warning("Worker %s: no shared memory for horse deadlines (%s)", self.name, exc)
