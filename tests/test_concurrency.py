@@ -194,9 +194,10 @@ def test_claim_with_a_count_keeps_priority_order_and_checks_the_cap_per_job(queu
     scripts = scripts_for(r)
     reply = scripts.claim(keys=[q.qkeys.base], args=["w1", "tok", 30, 60, 10])
     assert reply[0] == "job"
-    ids = [dict(zip(h[::2], h[1::2]))["id"] for h in reply[2:]]
-    assert ids == [high.id, mid.id, low.id]                   # cap 3 stopped the 4th
-    tokens = [dict(zip(h[::2], h[1::2]))["token"] for h in reply[2:]]
+    records = [dict(zip(h[::2], h[1::2])) for h, _ in reply[2:]]   # {hash, claimed id}
+    assert [jid for _, jid in reply[2:]] == [high.id, mid.id, low.id]  # cap 3 stopped the 4th
+    assert [rec["id"] for rec in records] == [high.id, mid.id, low.id]
+    tokens = [rec["token"] for rec in records]
     assert tokens == ["tok:1", "tok:2", "tok:3"]
     assert scripts.claim(keys=[q.qkeys.base], args=["w1", "t2", 30, 60, 10]) == ["capped"]
     # one heartbeat renews them all; a stale token answers 0 for that job only
