@@ -258,3 +258,32 @@ def test_sighup_renews_the_fork_server_and_running_horses_finish(processes, queu
     # the horses of the old server ran to their end; the next job ran on the new server
     assert [_status(q, j.id) for j in [*jobs, after]] == ["finished"] * 3
     wait_for(lambda: servers() and old not in servers(), timeout=20)   # old one retired
+
+
+def test_a_frozen_parents_horses_each_die_at_their_own_lease(processes, queue, r, settings,
+                                                             tmp_path):
+    q = queue()
+    env = {"FUSIONWORKER_LEASE": "3", "FUSIONWORKER_HEARTBEAT_INTERVAL": "0.5",
+           "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
+    keys = [f"{settings.prefix}:runs{i}" for i in range(3)]
+    # a short job first: it takes the board's first entry and frees it, so the horses
+    # below are killed only if each watches an entry of its own
+    short = q.enqueue_call("tests.jobs:add", args=[1, 2])
+    jobs = [q.enqueue_call("tests.jobs:exclusive", max_retries=5,
+                           args=[settings.redis_url, key, str(tmp_path / f"m{i}"), 5.0])
+            for i, key in enumerate(keys)]
+    a = processes.worker("--customq", "default", "--concurrency", "4", env=env)
+    wait_for(lambda: all(r.llen(key) >= 1 for key in keys), timeout=20)
+    wait_for(lambda: _status(q, short.id) == "finished", timeout=20)
+    first = [r.lindex(key, 0).split(":")[1] for key in keys]
+    os.kill(a.pid, signal.SIGSTOP)           # the parent alone: nobody renews any lease
+    try:
+        processes.worker("--customq", "default", "--concurrency", "3", env=env)
+        wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=40,
+                 interval=0.1)
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    for key, pid in zip(keys, first):
+        entries = r.lrange(key, 0, -1)
+        assert "overlap" not in entries, entries          # never two horses for one job
+        assert f"end:{pid}" not in entries                # each frozen horse was killed
