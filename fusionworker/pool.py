@@ -305,7 +305,9 @@ def parse_claim(w: Worker, queue: str, reply: Any) -> list[Job]:
         return jobs
     if kind == "missing":
         w._log_missing(queue, reply)
-    elif kind == "empty" and reply[1]:
+    if kind == "limited":
+        w._rate_held = True       # jobs wait for a rate-limit slot: a burst worker waits too
+    if kind in ("empty", "limited") and reply[1]:   # limited: the next rate-limit slot
         due = float(reply[1])
         w._next_due = due if w._next_due is None else min(w._next_due, due)
     return []
@@ -350,6 +352,7 @@ class Pool:
                 w._resolve_queues()
             return []
         w._next_due = None
+        w._rate_held = False
         jobs: list[Job] = []
         backed_off = getattr(w, "_backed_off", None)   # a queue whose claim Redis refused
         queues = {q for q in w.queue_names if not (backed_off and backed_off(q))}
@@ -725,7 +728,7 @@ class Pool:
                             w._idle_timeout() if not st.slots and not jobs
                             else w.settings.poll_interval)
                     if not jobs and not st.slots:
-                        if w.burst:
+                        if w.burst and not getattr(w, "_rate_held", False):
                             log.info("Worker %s: queues empty, burst done", w.name)
                             break
                         w._set_state("idle")
