@@ -213,7 +213,9 @@ def test_three_groups_four_workers_serial_inside_parallel_across(r, settings, qu
 def test_a_killed_worker_releases_its_group(r, settings, queue, processes):
     q = queue()
     key = f"{settings.prefix}:span"
-    env = {"FUSIONWORKER_REAPER_INTERVAL": "0.5", "FUSIONWORKER_WORKER_TTL": "2"}
+    # a short lease: the dead workers' jobs come back in seconds, not the default 30 s
+    env = {"FUSIONWORKER_REAPER_INTERVAL": "0.5", "FUSIONWORKER_WORKER_TTL": "10",
+           "FUSIONWORKER_LEASE": "1.5"}
     # a: retried after its worker dies (keeps the group); c: abandoned (passes it on)
     a = q.enqueue("tests.jobs:record_span", settings.redis_url, key, "a", 3,
                   group="g1", max_retries=1).id

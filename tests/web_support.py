@@ -93,6 +93,9 @@ def login(driver: Any, base: str, token: str) -> None:
 
 
 def wait(driver: Any, predicate: Any, timeout: float = 15.0) -> Any:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(predicate)
+    # a form post redirects: an element found just before the new page is stale
+    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(
+        NoSuchElementException, StaleElementReferenceException)).until(predicate)
