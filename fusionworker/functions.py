@@ -130,6 +130,11 @@ def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
     return obj
 
 
+#: (ref, allowed) pairs whose full walk passed in this process (bulk enqueue repeats them)
+_WALKED: set[tuple[str, tuple[str, ...]]] = set()
+_WALKED_MAX = 4096
+
+
 def verify(ref: str, allowed: Iterable[str] = ()) -> None:
     """The producer's check: by name, then the attribute walk.
 
@@ -137,7 +142,12 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
     process; it is trusted code by the allow-list's definition). If the
     producer cannot import it (the job code is deployed on the workers
     only), only the name is checked here and the worker checks the rest.
+    A walk that passed is remembered for the same ``allowed`` (a module's
+    functions do not move once imported); the worker checks every job again.
     """
+    allowed = tuple(allowed)
+    if (ref, allowed) in _WALKED:
+        return
     module_name, attr = check_allowed(ref, allowed)
     module_obj = sys.modules.get(module_name)
     if module_obj is None:
@@ -146,6 +156,8 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
         except ImportError:
             return
     _walk(ref, module_obj, attr, allowed)
+    if len(_WALKED) < _WALKED_MAX:
+        _WALKED.add((ref, allowed))
 
 
 def verify_loaded(ref: str, allowed: Iterable[str] = ()) -> None:
