@@ -128,6 +128,18 @@ def test_info_text_shows_queues_bands_and_workers(cli: Run, queue: Any, register
     assert "1 queue(s): 1 pending" in out and "1 worker(s): 1 throttled" in out
 
 
+def test_info_shows_the_last_hour_of_outcomes(cli: Run, queue: Any, burst: Any) -> None:
+    """The per-minute counts finish.lua keeps (the dashboard's chart) reach ``info``."""
+    q = queue("default")
+    for _ in range(3):
+        q.enqueue("tests.jobs:noop")
+    q.enqueue("tests.jobs:boom")
+    burst("default")
+    [qs] = json.loads(cli("info", "-Q", "--json").stdout)["queues"]
+    assert qs["last_hour"] == {"finished": 3, "failed": 1}
+    assert "last hour 3 finished, 1 failed" in cli("info", "-Q").stdout
+
+
 def test_info_only_workers_and_only_queues(cli: Run, queue: Any, registered: Any) -> None:
     queue("sms").enqueue("tests.jobs:noop")
     registered("sms")

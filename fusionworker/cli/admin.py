@@ -45,6 +45,10 @@ def collect_info(app: App, queues: bool = True, workers: bool = True) -> dict[st
     if queues:
         names = known_queues(r, prefix)
         doc["queues"] = [Queue(n, r, settings=app.settings).stats() for n in names]
+        for q in doc["queues"]:   # the per-minute counts finish.lua keeps (the web chart's)
+            rows = admin.minute_counts(r, [q["queue"]], prefix, now=now)
+            q["last_hour"] = {"finished": sum(row["finished"] for row in rows),
+                              "failed": sum(row["failed"] for row in rows)}
         entries = cron.list_entries(r, prefix, names)
         doc["cron"] = [e.to_dict() for e in entries]
         for q in doc["queues"]:
@@ -83,8 +87,12 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
         rows.append(row)
     lines = table(headers, rows, right=range(1, len(headers) - 1))
     total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}
-    lines.append(f"{len(queues)} queue(s): {total['pending']} pending, {total['started']} "
-                 f"started, {total['failed']} failed")
+    summary = (f"{len(queues)} queue(s): {total['pending']} pending, {total['started']} "
+               f"started, {total['failed']} failed")
+    if all("last_hour" in q for q in queues):
+        hour = {k: sum(q["last_hour"][k] for q in queues) for k in ("finished", "failed")}
+        summary += f"; last hour {hour['finished']} finished, {hour['failed']} failed"
+    lines.append(summary)
     return lines
 
 
