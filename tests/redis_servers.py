@@ -425,3 +425,52 @@ def redis_sentinel() -> Iterator[SentinelServers]:
         yield SentinelServers(master, replica, sentinel, name)
     finally:
         stop()
+
+
+# ---------------------------------------------------------------- restartable single server
+
+
+class RestartableRedis:
+    """A private redis-server that can be SIGKILLed and started again on the same port and
+    dir (with ``--appendonly yes --appendfsync always`` it comes back with every
+    acknowledged write). ``stop()`` kills it and removes its files."""
+
+    def __init__(self, *extra: str) -> None:
+        self.binary = require_binaries("redis-server")["redis-server"]
+        self.workdir = Path(tempfile.mkdtemp(prefix="fw-restartable-"))
+        self.port = free_port()
+        self.args = [self.binary, "--port", str(self.port), "--bind", HOST, "--save", "",
+                     "--dir", str(self.workdir), *extra]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._stop = _make_stop([], self.workdir)
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def start(self) -> None:
+        """Start the server (again) and wait until it answers PING (AOF loaded)."""
+        self.proc = _spawn(self.args, self.workdir, "redis.log")
+        _wait_ping(self.port, self.proc, self.workdir)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no final fsync (what ``appendfsync always`` must survive)."""
+        if self.proc is not None:
+            _kill([self.proc])
+            self.proc = None
+
+    def restart(self, down: float = 0.0) -> None:
+        self.kill()
+        time.sleep(down)
+        self.start()
+        self.restarts += 1
+
+    def stop(self) -> None:
+        self.kill()
+        self._stop()

@@ -15,6 +15,22 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
    With ``freeze_for`` a third move: SIGSTOP a random worker parent alone for
    that many seconds, then SIGCONT (its horse must die at its own lease
    deadline before the reaper hands the job on: no two executions overlap).
+   Widened faults (each off by default; one at a time, every ``fault_every`` s
+   randomized, during the kill phase; each enabled kind once per round, in a
+   random order):
+   - ``partition_for``: each worker slot reaches Redis through its own
+     ``tests/tcp_proxy.py`` proxy; a partition cuts one worker's proxy (every
+     connection dropped, new ones refused) for that many seconds, then heals it.
+     Longer than the lease, the other workers reap its job while its horse must
+     already be dead (its own deadline).
+   - ``restart_down``: SIGKILL the private Redis ``server`` (``appendonly yes``,
+     ``appendfsync always``), leave it down that many seconds, start it again on
+     the same port and dir; it must come back with every acknowledged write.
+   - ``oom_for``: ``CONFIG SET maxmemory`` below ``used_memory`` (policy
+     ``noeviction``) on the private ``server`` for that many seconds: every write
+     is refused with OOM; then ``maxmemory 0`` again.
+   Jobs whose own ``RPUSH`` meets a fault fail and are retried (``retry_delay``);
+   their record is then written once, by the attempt that succeeded.
 4. Settle: keep supervising until every job is finished (or the deadline).
 
 Every job holds an exclusive marker (an flock per job id) while it runs; a
@@ -44,6 +60,7 @@ import redis
 from fusionworker.config import Settings
 from fusionworker.exceptions import InvalidOperation, NoSuchJob
 from fusionworker.queue import Queue
+from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "chaos"
@@ -65,6 +82,9 @@ class ChaosResult:
     reaped_attempts: int = 0
     requeued_from_failed: int = 0
     freezes: int = 0
+    partitions: int = 0
+    redis_restarts: int = 0
+    oom_windows: int = 0
     overlaps: int = 0
     seconds: float = 0.0
 
@@ -81,7 +101,9 @@ class ChaosResult:
                 f"{self.duplicated} ids twice or more "
                 f"({len(self.unexplained_duplicates)} unexplained); "
                 f"kills: {self.parent_kills} parents, {self.horse_kills} horses; "
-                f"{self.freezes} parents frozen (SIGSTOP); {self.overlaps} overlapping "
+                f"{self.freezes} parents frozen (SIGSTOP); {self.partitions} partitions; "
+                f"{self.redis_restarts} Redis restarts; {self.oom_windows} OOM windows; "
+                f"{self.overlaps} overlapping "
                 f"executions; "
                 f"{self.worker_restarts} worker restarts; "
                 f"{self.reaped_attempts} extra attempts after a parent death (reaped); "
@@ -89,31 +111,43 @@ class ChaosResult:
 
 
 class Supervisor:
-    """Keeps ``count`` worker processes running; logs go to ``log_dir``."""
+    """Keeps ``count`` worker processes running; logs go to ``log_dir``.
 
-    def __init__(self, count: int, env: dict[str, str], log_dir: Path) -> None:
-        self.count, self.env, self.log_dir = count, env, log_dir
+    With ``urls`` (one per slot), the worker in slot i reaches Redis at ``urls[i]``
+    (its own proxy), and a replacement takes the dead worker's slot."""
+
+    def __init__(self, count: int, env: dict[str, str], log_dir: Path,
+                 urls: list[str] | None = None) -> None:
+        self.count, self.env, self.log_dir, self.urls = count, env, log_dir, urls
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.slot_of: dict[int, int] = {}
         self.started = 0
 
-    def start_one(self) -> subprocess.Popen[bytes]:
+    def start_one(self, slot: int | None = None) -> subprocess.Popen[bytes]:
+        if slot is None:
+            slot = len(self.procs)
+        env = self.env
+        if self.urls:
+            env = {**env, "REDIS_URL": self.urls[slot]}
         log = open(self.log_dir / f"chaos-worker{self.started}.log", "wb")  # noqa: SIM115
         cmd = [sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", QUEUE]
-        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=str(ROOT))
         log.close()
         self.started += 1
         self.procs.append(proc)
+        self.slot_of[proc.pid] = slot
         return proc
 
     def keep_alive(self) -> int:
         """Replace dead workers; returns how many were restarted."""
-        alive = [p for p in self.procs if p.poll() is None]
-        restarted = self.count - len(alive)
-        self.procs = alive
-        for _ in range(restarted):
+        dead = [p for p in self.procs if p.poll() is not None]
+        self.procs = [p for p in self.procs if p.poll() is None]
+        for proc in dead:
+            self.start_one(self.slot_of.pop(proc.pid, None))
+        for _ in range(self.count - len(self.procs)):
             self.start_one()
-        return restarted
+        return len(dead)
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -152,19 +186,48 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
+def _admin(server: Any) -> redis.Redis:
+    return redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=5)
+
+
+def _operator_round(r: redis.Redis, q: Queue, requeued: set[str], jobs: int) -> bool:
+    """Re-queue the jobs whose horse was killed (from the dead-letter); True when every
+    job is finished."""
+    for job_id in r.zrange(q.qkeys.failed, 0, -1):
+        reason = r.hget(q.qkeys.job(job_id), "failure_reason")
+        if reason == "killed":           # the operator's move: requeue from dead-letter
+            try:
+                q.requeue(job_id)
+                requeued.add(job_id)
+            except (InvalidOperation, NoSuchJob):  # raced with a worker: next round
+                continue
+    return r.zcard(q.qkeys.finished) >= jobs
+
+
 def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               job_seconds: float = 0.02, kill_for: float = 18.0, kill_every: float = 0.4,
               deadline: float = 55.0, reaper_interval: float = 0.5, lease: float | None = None,
               log_dir: Path | None = None, seed: int | None = None,
               progress: Any = None, freeze_for: float = 0.0,
-              concurrency: int = 1) -> ChaosResult:
+              concurrency: int = 1, partition_for: float = 0.0, restart_down: float = 0.0,
+              oom_for: float = 0.0, fault_every: float = 4.0, server: Any = None,
+              retry_delay: float | None = None) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
     brings the jobs of killed parents back sooner. ``concurrency``: slots per worker
     (``FUSIONWORKER_CONCURRENCY``): a killed parent then takes all its jobs down.
+    ``partition_for``/``restart_down``/``oom_for``: the widened faults (module
+    docstring); the last two need ``server``, a ``tests.redis_servers.RestartableRedis``
+    that ``settings.redis_url`` points to (never the shared server: its config is
+    changed and it is killed).
     """
+    if (restart_down or oom_for) and server is None:
+        raise ValueError("Redis restarts and OOM windows need a private server (server=...)")
+    if server is not None and settings.redis_url != server.url:
+        raise ValueError(f"settings.redis_url must be the private server's ({server.url})")
     rng = random.Random(seed)
+    fault_rng = random.Random(None if seed is None else seed + 1)
     log_dir = log_dir or Path("/tmp")
     r = redis.Redis.from_url(settings.redis_url, decode_responses=True)
     q = Queue(QUEUE, r, settings=settings)
@@ -176,7 +239,7 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     for job_id in ids:
         q.enqueue_call("tests.jobs:record_exclusive",
                        args=[settings.redis_url, key, job_id, job_seconds, str(markers)],
-                       job_id=job_id, max_retries=50, timeout=30)
+                       job_id=job_id, max_retries=50, timeout=30, retry_delay=retry_delay)
     env = dict(os.environ)
     env.update({
         "REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
@@ -190,9 +253,61 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     if concurrency > 1:
         env["FUSIONWORKER_CONCURRENCY"] = str(concurrency)
     result = ChaosResult(jobs=jobs)
-    sup = Supervisor(workers, env, log_dir)
+    proxies: list[TcpProxy] = []
+    if partition_for:
+        target = (r.connection_pool.connection_kwargs["host"],
+                  int(r.connection_pool.connection_kwargs["port"]))
+        proxies = [TcpProxy(target) for _ in range(workers)]
+        db = r.connection_pool.connection_kwargs.get("db", 0)
+        password = r.connection_pool.connection_kwargs.get("password")
+        auth = f":{password}@" if password else ""
+        urls = [f"redis://{auth}127.0.0.1:{p.port}/{db}" for p in proxies]
+    sup = Supervisor(workers, env, log_dir, urls=urls if proxies else None)
     requeued: set[str] = set()
     frozen: list[tuple[subprocess.Popen[bytes], float]] = []
+    kinds = ([("partition", partition_for)] if partition_for else []) + (
+        [("restart", restart_down)] if restart_down else []) + (
+        [("oom", oom_for)] if oom_for else [])
+    fault: tuple[str, Any, float] | None = None           # (kind, what, until)
+    pending: list[tuple[str, float]] = []
+    next_fault = time.monotonic() + fault_rng.uniform(0.5, 1.5) * fault_every
+
+    def end_fault() -> None:
+        nonlocal fault, next_fault
+        if fault is None:
+            return
+        kind, what, _ = fault
+        if kind == "partition":
+            what.heal()
+        elif kind == "restart":
+            server.start()
+        elif kind == "oom":
+            _admin(server).config_set("maxmemory", "0")
+        fault = None
+        next_fault = time.monotonic() + fault_rng.uniform(0.5, 1.5) * fault_every
+
+    def start_fault(now: float) -> None:
+        nonlocal fault
+        if not pending:                   # every kind once per round, in random order
+            pending.extend(fault_rng.sample(kinds, len(kinds)))
+        kind, seconds = pending.pop()
+        if kind == "partition":
+            proxy = fault_rng.choice(proxies)
+            proxy.cut()
+            fault = (kind, proxy, now + seconds)
+            result.partitions += 1
+        elif kind == "restart":
+            server.kill()
+            fault = (kind, None, now + seconds)
+            result.redis_restarts += 1
+        else:
+            admin = _admin(server)
+            admin.config_set("maxmemory-policy", "noeviction")
+            used = int(admin.info("memory")["used_memory"])
+            admin.config_set("maxmemory", str(max(1, used // 2)))   # every write: OOM
+            fault = (kind, None, now + seconds)
+            result.oom_windows += 1
+
     try:
         for _ in range(workers):
             sup.start_one()
@@ -205,6 +320,10 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
             for proc, until in [f for f in frozen if f[1] <= now]:
                 frozen.remove((proc, until))
                 _signal(proc, signal.SIGCONT)
+            if fault is not None and fault[2] <= now:
+                end_fault()
+            elif fault is None and kinds and now < kill_until and now >= next_fault:
+                start_fault(now)
             if now < kill_until and now >= next_kill:
                 next_kill = now + rng.uniform(0.5, 1.5) * kill_every
                 thawed = [p for p in sup.procs if all(p is not f for f, _ in frozen)]
@@ -227,23 +346,22 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                             result.horse_kills += 1
                         except psutil.NoSuchProcess:
                             pass
-            for job_id in r.zrange(q.qkeys.failed, 0, -1):
-                reason = r.hget(q.qkeys.job(job_id), "failure_reason")
-                if reason == "killed":           # the operator's move: requeue from dead-letter
-                    try:
-                        q.requeue(job_id)
-                        requeued.add(job_id)
-                    except (InvalidOperation, NoSuchJob):  # raced with a worker: next round
-                        continue
-            if now >= kill_until and r.zcard(q.qkeys.finished) >= jobs:
-                break
-            if progress and int(now - t0) != int(time.monotonic() - t0):
-                progress(f"{time.monotonic() - t0:.0f}s finished={r.zcard(q.qkeys.finished)}")
+            try:
+                if _operator_round(r, q, requeued, jobs) and now >= kill_until:
+                    break
+                if progress and int(now - t0) != int(time.monotonic() - t0):
+                    progress(f"{time.monotonic() - t0:.0f}s "
+                             f"finished={r.zcard(q.qkeys.finished)}")
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+                pass                             # Redis down or refusing (OOM): next round
             time.sleep(0.05)
     finally:
         for proc, _ in frozen:
             _signal(proc, signal.SIGCONT)
+        end_fault()
         sup.stop()
+        for proxy in proxies:
+            proxy.cut()
     result.seconds = time.monotonic() - t0
     result.requeued_from_failed = len(requeued)
     result.overlaps = r.llen(key + ":overlap")

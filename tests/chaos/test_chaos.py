@@ -1,5 +1,6 @@
 """Chaos: 4 real workers, 2,000 jobs, random SIGKILLs of parents and horses and SIGSTOPs
-of parents (≤ 60 s).
+of parents (≤ 60 s); and on a private Redis, 2 workers, 400 jobs, the same plus TCP
+partitions, Redis SIGKILL + restarts (AOF, fsync always) and OOM refusal windows (≤ 45 s).
 
 See ``engine.py`` for the scenario; ``bench/chaos.py`` runs longer versions.
 """
@@ -36,6 +37,33 @@ def test_chaos_at_concurrency_4_loses_nothing(settings, tmp_path):
                        concurrency=4)
     print("\n" + result.summary())
     assert result.parent_kills > 0 and result.horse_kills > 0
+    assert result.finished == result.jobs, result.not_finished
+    assert result.missing == 0
+    assert result.unexplained_duplicates == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+def test_chaos_with_partitions_redis_restarts_and_oom_windows(settings, tmp_path):
+    # a PRIVATE server (it is SIGKILLed, and its maxmemory is changed): AOF, fsync always
+    from tests.redis_servers import RestartableRedis
+
+    server = RestartableRedis("--appendonly", "yes", "--appendfsync", "always",
+                              "--maxmemory-policy", "noeviction")
+    try:
+        s = settings.replace(redis_url=server.url)
+        # partitions (4 s) outlast the 3 s lease: the others reap the job while the
+        # partitioned worker's horse must already be dead
+        result = run_chaos(s, jobs=400, workers=2, job_seconds=0.01, kill_for=16.0,
+                           kill_every=0.6, deadline=40.0, lease=3.0, log_dir=tmp_path,
+                           freeze_for=4.0, partition_for=4.0, restart_down=1.0,
+                           oom_for=2.0, fault_every=1.5, server=server, retry_delay=0.2)
+    finally:
+        server.stop()
+    print("\n" + result.summary())
+    assert result.parent_kills > 0 and result.horse_kills > 0
+    assert result.partitions > 0 and result.redis_restarts > 0 and result.oom_windows > 0
+    assert result.overlaps == 0                 # no two executions of one job at once
     assert result.finished == result.jobs, result.not_finished
     assert result.missing == 0
     assert result.unexplained_duplicates == []
