@@ -107,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
             for key in client.scan_iter(match=f"{prefix}:*", count=1000):
                 client.delete(key)
     print(result.summary())
+    for job_id, detail in result.not_finished_detail.items():
+        print(f"not finished: {job_id} {detail}")
     if result.unexplained_duplicates:
         print("unexplained duplicates:", ", ".join(result.unexplained_duplicates[:20]))
-    print(f"worker logs: {log_dir}" if args.keep_logs else "", end="")
+    if args.keep_logs:
+        print(f"worker logs: {log_dir}")
     if not args.keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)    # logs and the jobs' marker files
     print("PASS" if result.ok else "FAIL")

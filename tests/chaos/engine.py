@@ -29,8 +29,10 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
    - ``oom_for``: ``CONFIG SET maxmemory`` below ``used_memory`` (policy
      ``noeviction``) on the private ``server`` for that many seconds: every write
      is refused with OOM; then ``maxmemory 0`` again.
-   Jobs whose own ``RPUSH`` meets a fault fail and are retried (``retry_delay``);
-   their record is then written once, by the attempt that succeeded.
+   Jobs whose own ``RPUSH`` meets a fault fail and are retried (``retry_delay``;
+   with ``oom_for`` the workers also retry ``redis.exceptions.OutOfMemoryError``,
+   which ``FUSIONWORKER_RETRYABLE`` leaves out by default); their record is then
+   written once, by the attempt that succeeded.
 4. Settle: keep supervising until every job is finished (or the deadline).
 
 Every job holds an exclusive marker (an flock per job id) while it runs; a
@@ -57,7 +59,7 @@ from typing import Any
 import psutil
 import redis
 
-from fusionworker.config import Settings
+from fusionworker.config import DEFAULT_RETRYABLE, Settings
 from fusionworker.exceptions import InvalidOperation, NoSuchJob
 from fusionworker.queue import Queue
 from tests.tcp_proxy import TcpProxy
@@ -71,6 +73,8 @@ class ChaosResult:
     jobs: int = 0
     finished: int = 0
     not_finished: dict[str, int] = field(default_factory=dict)
+    #: up to 10 jobs not finished: id -> "status reason attempts=N: last traceback line"
+    not_finished_detail: dict[str, str] = field(default_factory=dict)
     recorded: int = 0
     unique_recorded: int = 0
     missing: int = 0
@@ -106,7 +110,8 @@ class ChaosResult:
                 f"{self.overlaps} overlapping "
                 f"executions; "
                 f"{self.worker_restarts} worker restarts; "
-                f"{self.reaped_attempts} extra attempts after a parent death (reaped); "
+                f"{self.reaped_attempts} extra attempts (reaped after a parent death, "
+                f"or retried after a fault); "
                 f"{self.requeued_from_failed} re-queued from dead-letter after a horse kill")
 
 
@@ -252,6 +257,11 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         env["FUSIONWORKER_LEASE"] = str(lease)
     if concurrency > 1:
         env["FUSIONWORKER_CONCURRENCY"] = str(concurrency)
+    if oom_for:
+        # the jobs' own RPUSH meets the OOM window too: like a connection error (retried
+        # by default), the operator declares that refusal transient for these jobs
+        env["FUSIONWORKER_RETRYABLE"] = ",".join(
+            (*DEFAULT_RETRYABLE, "redis.exceptions.OutOfMemoryError"))
     result = ChaosResult(jobs=jobs)
     proxies: list[TcpProxy] = []
     if partition_for:
@@ -372,6 +382,12 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     statuses = Counter(status for status, _ in records.values())
     result.finished = statuses.pop("finished", 0)
     result.not_finished = dict(statuses)
+    for job_id, (status, attempts) in records.items():
+        if status != "finished" and len(result.not_finished_detail) < 10:
+            reason, tb = r.hmget(q.qkeys.job(job_id), "failure_reason", "traceback")
+            last = (tb or "").strip().splitlines()[-1:] or [""]
+            result.not_finished_detail[job_id] = (
+                f"{status} {reason} attempts={attempts}: {last[0][:200]}")
     counts = Counter(r.lrange(key, 0, -1))
     result.recorded = sum(counts.values())
     result.unique_recorded = len(counts)
