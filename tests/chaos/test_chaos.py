@@ -61,8 +61,10 @@ def test_chaos_with_partitions_redis_restarts_and_oom_windows(settings, tmp_path
     finally:
         server.stop()
     print("\n" + result.summary())
-    print(result.not_finished_detail)
-    assert result.parent_kills > 0 and result.horse_kills > 0
+    if result.not_finished_detail:
+        print(result.not_finished_detail)
+    # (horse kills are left to chance here: 10 ms jobs, and ~25 moves in 16 s)
+    assert result.parent_kills > 0 and result.freezes > 0
     assert result.partitions > 0 and result.redis_restarts > 0 and result.oom_windows > 0
     assert result.overlaps == 0                 # no two executions of one job at once
     assert result.finished == result.jobs, result.not_finished
