@@ -1,4 +1,4 @@
-"""Chaos: 4 real workers, 2,000 jobs, random SIGKILLs of parents and horses and SIGSTOPs
+"""Chaos: 4 real workers, 1,000 jobs, random SIGKILLs of parents and horses and SIGSTOPs
 of parents (≤ 60 s); and on a private Redis, 2 workers, 400 jobs, the same plus TCP
 partitions, Redis SIGKILL + restarts (AOF, fsync always) and OOM refusal windows (≤ 45 s).
 
@@ -17,7 +17,9 @@ from tests.chaos.engine import run_chaos
 def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_path):
     # lease 3 s (run_worker.py keeps >= 15 s): a killed parent's job comes back in
     # seconds, so the run can spend most of its minute killing.
-    result = run_chaos(settings, jobs=2000, workers=4, job_seconds=0.01, kill_for=20.0,
+    # 1,000 jobs (2,000 before the widened faults test joined it): the suite stays under
+    # 10 minutes and the run keeps its margin on a loaded machine; bench/chaos.py runs more
+    result = run_chaos(settings, jobs=1000, workers=4, job_seconds=0.01, kill_for=15.0,
                        kill_every=0.35, deadline=55.0, lease=3.0, log_dir=tmp_path,
                        freeze_for=5.0)
     print("\n" + result.summary())
