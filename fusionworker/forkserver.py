@@ -434,14 +434,7 @@ class ForkServer:
             readable, _, _ = select.select([self.sock], [], [], 0)
             if not readable:
                 return None
-        try:
-            msg = recv_msg(self.sock)
-        except OSError:
-            msg = None
-        if msg is None:
-            self.close()
-            raise ForkServerDied("the fork server went away")
-        return msg
+        return self._recv()
 
     def _run_msg(self, job: Any) -> dict[str, Any]:
         """The ``run`` request of one job (what _waiting_horse reads)."""
