@@ -9,6 +9,10 @@ run at the same moment, so interpreter start-up is never part of a measurement.
 ``BENCH_COUNT_FILE`` set: every request the process (or a child it forks)
 writes to Redis appends one byte to that file. redis-py sends a pipeline as
 one packed write, so the file's size is the number of client round trips.
+
+``BENCH_CPU_FILE`` set: at exit, the CPU seconds (user + system) used from the
+gate on are written there as JSON: ``self`` (this process) and ``children``
+(the fork server and the horses it reaped, once waited for).
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ def main() -> int:
         _count_round_trips(os.environ["BENCH_COUNT_FILE"])
 
     if kind == "fw":
-        from fusionworker.config import load_settings
-        from fusionworker.connection import connect
-        from fusionworker.logs import setup_logging
+        from fusionworker.core.config import load_settings
+        from fusionworker.core.connection import connect
+        from fusionworker.core.logs import setup_logging
         from fusionworker.worker import Worker
 
         settings = load_settings(redis_url=url)
@@ -63,7 +67,22 @@ def main() -> int:
     os.dup2(2, 1)       # nobody reads the pipe after "ready": RQ logs to stdout, send it to the log
     if not sys.stdin.readline():          # bench gone: do nothing
         return 1
-    return int(run() or 0)
+    cpu_file = os.environ.get("BENCH_CPU_FILE")
+    if not cpu_file:
+        return int(run() or 0)
+    import json
+    import resource
+
+    def used(who: int) -> float:
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
+    before = used(resource.RUSAGE_SELF), used(resource.RUSAGE_CHILDREN)
+    code = int(run() or 0)
+    with open(cpu_file, "w", encoding="ascii") as fh:
+        json.dump({"self": used(resource.RUSAGE_SELF) - before[0],
+                   "children": used(resource.RUSAGE_CHILDREN) - before[1]}, fh)
+    return code
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
-from fusionworker.config import load_settings  # noqa: E402
+from fusionworker.core.config import load_settings  # noqa: E402
 from tests.chaos.engine import run_chaos  # noqa: E402
 
 

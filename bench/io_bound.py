@@ -147,8 +147,8 @@ class Run:
     def enqueue(self, system: str, path: str, n: int) -> None:
         seconds = self.args.seconds
         if system.startswith("fw"):
-            from fusionworker.config import load_settings
-            from fusionworker.queue import Queue
+            from fusionworker.core.config import load_settings
+            from fusionworker.core.queue import Queue
 
             q = Queue("ioq", self.r, settings=load_settings(
                 environ={}, redis_url=self.url, prefix=self.prefix, allowed_modules=("bench",)))

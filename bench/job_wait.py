@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     prefix = f"jw{uuid.uuid4().hex[:8]}"
     from fusionworker import Queue
-    from fusionworker.config import load_settings
+    from fusionworker.core.config import load_settings
 
     settings = load_settings(environ={}, redis_url=url, prefix=prefix, allowed_modules=("bench",))
     client = redis.Redis.from_url(url)

@@ -5,7 +5,7 @@
                                   [--enqueues 2000] [--jobs 300]
 
 * micro: the code the off path adds — the setting's dict lookup per
-  ``Queue()``, ``trace_fields()`` per enqueue, the ``horse._otel`` test per
+  ``Queue()``, ``trace_fields()`` per enqueue, the ``tracing.horse_tracing`` test per
   job — timed with ``timeit`` against an empty call.
 * enqueue: µs per ``Queue.enqueue`` (median of the rounds), this checkout
   with OpenTelemetry off and on (SDK, spans to a no-op exporter, metrics to
@@ -52,8 +52,8 @@ def null_setup() -> None:
 def child(kind: str, mode: str, n: int) -> float:
     import redis
 
-    from fusionworker.config import load_settings
-    from fusionworker.queue import Queue
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
     from fusionworker.worker import Worker
 
     prefix = f"bench-otel-{uuid.uuid4().hex[:8]}"
@@ -64,7 +64,7 @@ def child(kind: str, mode: str, n: int) -> float:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-        from fusionworker import otel
+        from fusionworker.middleware import otel
 
         null_setup()
         meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
@@ -97,8 +97,9 @@ def child(kind: str, mode: str, n: int) -> float:
 
 def micro() -> dict[str, float]:
     sys.path.insert(0, str(ROOT))
-    from fusionworker import horse, otel
-    from fusionworker.config import load_settings
+    from fusionworker.core import tracing
+    from fusionworker.core.config import load_settings
+    from fusionworker.middleware import otel
 
     settings = load_settings(environ={})
     n = 1_000_000
@@ -109,8 +110,8 @@ def micro() -> dict[str, float]:
     empty = best(lambda: None)
 
     def check() -> None:
-        tracing = horse._otel
-        if tracing is None:
+        horse_tracing = tracing.horse_tracing
+        if horse_tracing is None:
             return
 
     return {"queue_init_setting_check_ns": best(lambda: settings.values.get("otel")) - empty,

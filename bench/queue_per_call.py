@@ -23,7 +23,7 @@ import uuid
 import redis
 
 
-def _measure(n: int, enqueue) -> list[float]:  # noqa: ANN001
+def _measure(n: int, enqueue) -> list[float]:
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["FUSIONWORKER_ALLOWED_MODULES"] = "bench"
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     os.environ["REDIS_URL"] = url
+    from fusionworker.core.queue import Queue
     from fusionworker.events import flush_default_sinks
-    from fusionworker.queue import Queue
 
     try:
         Queue("warm").enqueue("bench.jobs:noop")          # first use: imports, scripts, sink

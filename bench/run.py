@@ -48,7 +48,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -83,7 +83,7 @@ def _parse_rq_time(value: bytes | str | None) -> float | None:
         return None
     text = value.decode() if isinstance(value, bytes) else value
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=timezone.utc).timestamp()
+        tzinfo=UTC).timestamp()
 
 
 class Bench:
@@ -188,8 +188,8 @@ class Bench:
 
     def enqueue_many(self, system: str, queue: str, n: int) -> list[str]:
         if system == "fw":
-            from fusionworker.config import load_settings
-            from fusionworker.queue import Queue
+            from fusionworker.core.config import load_settings
+            from fusionworker.core.queue import Queue
 
             q = Queue(queue, self.rs, settings=load_settings(environ={}, redis_url=self.url,
                                                              prefix=self.prefix,
@@ -297,8 +297,8 @@ class Bench:
     def _probe(self, system: str, queue: str) -> tuple[Callable[[str], str],
                                                         Callable[[str], bool]]:
         if system == "fw":
-            from fusionworker.config import load_settings
-            from fusionworker.queue import Queue
+            from fusionworker.core.config import load_settings
+            from fusionworker.core.queue import Queue
 
             q = Queue(queue, self.rs, settings=load_settings(environ={}, redis_url=self.url,
                                                              prefix=self.prefix,
@@ -352,6 +352,7 @@ class Bench:
         queue = "bench"
         if n:
             self.enqueue_many(system, queue, n)
+        self._count_begins()
         count_file = self.workdir / f"count-{uuid.uuid4().hex[:6]}"
         count_file.touch()
         proc = self.spawn(system, queue, burst=True, count_file=str(count_file))
@@ -364,9 +365,16 @@ class Bench:
         finally:
             totals = monitor.stop()
         trips = count_file.stat().st_size
+        self._count_ends()
         self.clean()
         return {"round_trips": trips, "client_commands": totals["client"],
                 "commands": totals["client"] + totals["lua"]}
+
+    def _count_begins(self) -> None:
+        """Hook: the counted run starts (its jobs are enqueued, no worker yet)."""
+
+    def _count_ends(self) -> None:
+        """Hook: the counted run's worker is gone (before the clean-up)."""
 
     @staticmethod
     def floor(forks: int) -> dict[str, Any]:
@@ -374,7 +382,7 @@ class Bench:
         code = r"""
 import gc, os, sys, time, resource
 if sys.argv[1] == "fw":
-    import fusionworker.worker, fusionworker.cli, fusionworker.horse
+    import fusionworker.worker, fusionworker.cli, fusionworker.runtime.horse
 else:
     import rq.worker, rq.cli
 times = []

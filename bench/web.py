@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import redis  # noqa: E402
-from starlette.testclient import TestClient  # noqa: E402
+import redis
+from starlette.testclient import TestClient
 
-from fusionworker.config import load_settings  # noqa: E402
-from fusionworker.job import score  # noqa: E402
-from fusionworker.keys import Keys  # noqa: E402
-from fusionworker.web import create_app  # noqa: E402
+from fusionworker.core.config import load_settings
+from fusionworker.core.job import score
+from fusionworker.core.keys import Keys
+from fusionworker.web import create_app
 
 TOKEN = "bench"
 TRACEBACK = ("Traceback (most recent call last):\n  File \"app/tasks.py\", line 12, in send\n"

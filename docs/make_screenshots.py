@@ -2,7 +2,7 @@
 
 Builds a demo state on the Redis at REDIS_URL (default 127.0.0.1:6379) under a
 private key prefix (deleted at the end): two real worker processes run the
-demo jobs (``fusionworker.demo``) — some finish, some fail with a traceback,
+demo jobs (``fusionworker.ops.demo``) — some finish, some fail with a traceback,
 one webhook retries — then two long jobs keep the workers busy while more
 jobs wait at mixed priorities; a paused ``reports`` queue, delayed webhooks and
 a cron entry. The chart's earlier minutes are simulated (written into the same
@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 
-import fusionworker.demo  # noqa: E402,F401  (registers the demo job functions)
-from fusionworker import cron  # noqa: E402
-from fusionworker.config import load_settings  # noqa: E402
+import fusionworker.ops.demo  # noqa: E402,F401  (registers the demo job functions)
+from fusionworker.core.config import load_settings  # noqa: E402
+from fusionworker.core.keys import Keys  # noqa: E402
+from fusionworker.core.queue import Queue  # noqa: E402
 from fusionworker.events import flush_default_sinks  # noqa: E402
-from fusionworker.keys import Keys  # noqa: E402
-from fusionworker.queue import Queue  # noqa: E402
+from fusionworker.middleware import cron  # noqa: E402
 from fusionworker.web import create_app  # noqa: E402
 from tests.web_support import chromium, login, serve, wait  # noqa: E402
 
@@ -45,7 +45,7 @@ def build_state(r: redis.Redis, url: str, workers: list[subprocess.Popen[bytes]]
     settings = load_settings(environ={}, redis_url=url, prefix=PREFIX, max_retries=3)
     q = {n: Queue(n, r, settings=settings) for n in ("sms", "email", "webhook", "reports")}
     env = dict(os.environ, REDIS_URL=url, FUSIONWORKER_PREFIX=PREFIX,
-               FUSIONWORKER_IMPORTS="fusionworker.demo", FUSIONWORKER_MAX_RETRIES="3",
+               FUSIONWORKER_IMPORTS="fusionworker.ops.demo", FUSIONWORKER_MAX_RETRIES="3",
                PYTHONPATH=str(ROOT))
     env.pop("NOTIFY_SOCKET", None)
     for n in (1, 2):   # appended one by one: the caller stops whatever was started
@@ -55,17 +55,17 @@ def build_state(r: redis.Redis, url: str, workers: list[subprocess.Popen[bytes]]
                                         stderr=subprocess.DEVNULL))
     jobs = []
     for i in range(40):
-        jobs.append(q["sms"].enqueue("fusionworker.demo:send_sms", f"+1555{i:04d}", "Your code",
+        jobs.append(q["sms"].enqueue("fusionworker.ops.demo:send_sms", f"+1555{i:04d}", "Your code",
                                      priority=10 if i % 4 == 0 else 0))
     for i in range(16):
-        jobs.append(q["email"].enqueue("fusionworker.demo:send_email", f"user{i}@example.com",
+        jobs.append(q["email"].enqueue("fusionworker.ops.demo:send_email", f"user{i}@example.com",
                                        "Welcome", priority=5))
     for i in range(10):
-        jobs.append(q["webhook"].enqueue("fusionworker.demo:call_webhook",
+        jobs.append(q["webhook"].enqueue("fusionworker.ops.demo:call_webhook",
                                          f"https://hooks.example/{i}"))
     for name in ("welcome-v2", "invoice-de", "reset-password", "welcome-v2", "digest"):
-        jobs.append(q["email"].enqueue("fusionworker.demo:broken_template", name))
-    jobs.append(q["webhook"].enqueue("fusionworker.demo:flaky_webhook", "https://flaky.example"))
+        jobs.append(q["email"].enqueue("fusionworker.ops.demo:broken_template", name))
+    jobs.append(q["webhook"].enqueue("fusionworker.ops.demo:flaky_webhook", "https://flaky.example"))
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         states = [q[j.queue].fetch_job(j.id) for j in jobs]
@@ -73,25 +73,25 @@ def build_state(r: redis.Redis, url: str, workers: list[subprocess.Popen[bytes]]
             break
         time.sleep(0.3)
     # now keep the workers busy and let work pile up
-    q["sms"].enqueue("fusionworker.demo:stuck_provider", 120, timeout=300)
-    q["email"].enqueue("fusionworker.demo:stuck_provider", 120, timeout=300)
+    q["sms"].enqueue("fusionworker.ops.demo:stuck_provider", 120, timeout=300)
+    q["email"].enqueue("fusionworker.ops.demo:stuck_provider", 120, timeout=300)
     time.sleep(1.5)
     for i in range(180):
-        q["sms"].enqueue("fusionworker.demo:send_sms", f"+1666{i:04d}", "Reminder",
+        q["sms"].enqueue("fusionworker.ops.demo:send_sms", f"+1666{i:04d}", "Reminder",
                          priority=random.choice((10, 0, 0, 0, -5)))
     for i in range(35):
-        q["email"].enqueue("fusionworker.demo:send_email", f"team{i}@example.com", "Digest")
+        q["email"].enqueue("fusionworker.ops.demo:send_email", f"team{i}@example.com", "Digest")
     for i in range(6):
-        q["webhook"].enqueue_in(600 + 60 * i, "fusionworker.demo:call_webhook",
+        q["webhook"].enqueue_in(600 + 60 * i, "fusionworker.ops.demo:call_webhook",
                                 f"https://hooks.example/later/{i}")
     q["reports"].pause()
     for i in range(25):
-        q["reports"].enqueue("fusionworker.demo:send_email", f"boss{i}@example.com",
+        q["reports"].enqueue("fusionworker.ops.demo:send_email", f"boss{i}@example.com",
                              "Monthly report")
     q["sms"].set_max_active(2)
-    cron.register(r, settings, "nightly-digest", "0 3 * * *", "fusionworker.demo:send_email",
+    cron.register(r, settings, "nightly-digest", "0 3 * * *", "fusionworker.ops.demo:send_email",
                   args=["all@example.com", "Nightly digest"], queue="email")
-    cron.register(r, settings, "hourly-ping", "0 * * * *", "fusionworker.demo:call_webhook",
+    cron.register(r, settings, "hourly-ping", "0 * * * *", "fusionworker.ops.demo:call_webhook",
                   args=["https://status.example/ping"], queue="webhook")
     # simulated history for the chart's earlier minutes (see the module docstring)
     now_minute = int(r.time()[0]) // 60

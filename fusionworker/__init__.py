@@ -1,30 +1,139 @@
-"""fusionworker: a fork-per-job worker daemon on Redis priority queues."""
+"""fusionworker: a fork-per-job worker daemon on Redis priority queues.
+
+The public names (``__all__``) are imported on first use (PEP 562
+``__getattr__``): ``import fusionworker`` imports neither the worker nor redis,
+so a job's ``from fusionworker import Retry`` in a horse or the fork server
+loads only what it names. ``from fusionworker import admin, codec, health,
+otel`` give those modules (docs/api.md). The layers are described in
+docs/design.md ("Layers").
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .batch import Batch  # noqa: E402
-from .codec import UnsupportedType  # noqa: E402
-from .exceptions import (  # noqa: E402
-    FunctionNotAllowed,
-    JobCanceled,
-    JobFailed,
-    JobTimeoutError,
-    JobWaitTimeout,
-    NoSuchJob,
-    Retry,
-)
-from .job import Job  # noqa: E402
-from .queue import Queue  # noqa: E402
+#: public name -> the module that defines it
+_PUBLIC = {
+    "Batch": "fusionworker.core.batch",
+    "FunctionNotAllowed": "fusionworker.exceptions",
+    "Job": "fusionworker.core.job",
+    "JobContext": "fusionworker.runtime.progress",
+    "JobCanceled": "fusionworker.exceptions",
+    "JobFailed": "fusionworker.exceptions",
+    "JobFunction": "fusionworker.core.registry",
+    "JobTimeoutError": "fusionworker.exceptions",
+    "JobWaitTimeout": "fusionworker.exceptions",
+    "NoSuchJob": "fusionworker.exceptions",
+    "Queue": "fusionworker.core.queue",
+    "Retry": "fusionworker.exceptions",
+    "UnsupportedType": "fusionworker.core.codec",
+    "Worker": "fusionworker.worker",
+    "current_job": "fusionworker.runtime.progress",
+    "job": "fusionworker.core.registry",
+    "register": "fusionworker.core.registry",
+}
 
-# after ``.job`` (the module): ``fusionworker.job`` is the decorator from here on;
-# ``from fusionworker.job import Job`` still finds the module
-from .registry import JobFunction, job, register  # noqa: E402
-from .worker import Worker  # noqa: E402
+#: modules the docs reach as attributes of the package (``from fusionworker import otel``)
+_SUBMODULES = {
+    "admin": "fusionworker.core.admin",
+    "codec": "fusionworker.core.codec",
+    "health": "fusionworker.ops.health",
+    "otel": "fusionworker.middleware.otel",
+}
 
 __all__ = [
-    "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobFailed", "JobFunction",
-    "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry", "UnsupportedType", "Worker", "__version__",
-    "job", "register",
+    "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobContext", "JobFailed",
+    "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
+    "UnsupportedType", "Worker", "__version__", "current_job", "job", "register",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - what type checkers see
+    from .core import admin as admin
+    from .core import codec as codec
+    from .core.batch import Batch
+    from .core.codec import UnsupportedType
+    from .core.job import Job
+    from .core.queue import Queue
+    from .core.registry import JobFunction, job, register
+    from .exceptions import (
+        FunctionNotAllowed,
+        JobCanceled,
+        JobFailed,
+        JobTimeoutError,
+        JobWaitTimeout,
+        NoSuchJob,
+        Retry,
+    )
+    from .middleware import otel as otel
+    from .ops import health as health
+    from .runtime.progress import JobContext, current_job
+    from .worker import Worker
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: import a public name on first use (then it is a plain attribute)."""
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(_SUBMODULES[name])
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
+
+
+# -- documented module paths of modules that moved into the layers --------------------
+# docs/api.md, docs/testing.md and README name ``fusionworker.config`` (also
+# ``python -m fusionworker.config``), ``fusionworker.connection`` and
+# ``from fusionworker.job import Job``: each of these names is the core module itself
+# (one module object, not a copy). No file sits at the old paths, so that git follows
+# the renames. ``fusionworker.job`` is registered at once (its module is light, and the
+# attribute ``fusionworker.job`` must stay the decorator, which a later import of the
+# submodule would overwrite); the others when first imported.
+_MODULE_ALIASES = {
+    "fusionworker.config": "fusionworker.core.config",
+    "fusionworker.connection": "fusionworker.core.connection",
+    "fusionworker.job": "fusionworker.core.job",
+}
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the documented old paths (:data:`_MODULE_ALIASES`) and nothing else."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in _MODULE_ALIASES:
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec: Any) -> Any:
+        module = importlib.import_module(_MODULE_ALIASES[spec.name])
+        spec.loader_state = module.__spec__   # the import system replaces it: put back below
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing runs (the core module ran when it was imported); the import system
+        set the alias's spec on it, its own goes back."""
+        module.__spec__ = module.__spec__.loader_state
+
+    def get_code(self, name: str) -> Any:
+        """For ``python -m fusionworker.config``: the core module's code."""
+        target = _MODULE_ALIASES[name]
+        spec = importlib.util.find_spec(target)
+        assert spec is not None and spec.loader is not None
+        return spec.loader.get_code(target)  # type: ignore[attr-defined]
+
+
+if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _AliasFinder())   # before any finder of an old checkout
+sys.modules.setdefault("fusionworker.job", importlib.import_module("fusionworker.core.job"))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - job.py imports this module
+    from .core.job import Job
 
 
 class FusionWorkerError(Exception):
     """Base class of fusionworker's own errors."""
 
 
-class Retry(Exception):  # noqa: N818 - the name users raise: ``raise Retry(delay=30)``
+class Retry(Exception):
     """Raise from a job to ask for a retry (counts against ``max_retries``).
 
     ``delay`` (seconds) overrides the exponential backoff for this retry.
@@ -28,32 +31,32 @@ class JobTimeoutError(BaseException):
     """
 
 
-class FunctionNotAllowed(FusionWorkerError):  # noqa: N818
+class FunctionNotAllowed(FusionWorkerError):
     """The job names a module that is not on the allow-list (or is on the deny-list)."""
 
 
-class InvalidFunction(FusionWorkerError):  # noqa: N818
+class InvalidFunction(FusionWorkerError):
     """The job's function reference is not ``module:function``."""
 
 
-class NoSuchJob(FusionWorkerError):  # noqa: N818
+class NoSuchJob(FusionWorkerError):
     """No job with that id exists (any more)."""
 
 
-class InvalidOperation(FusionWorkerError):  # noqa: N818
+class InvalidOperation(FusionWorkerError):
     """The job is not in a state that allows the operation (e.g. reprioritize a started job)."""
 
 
-class PriorityOutOfRange(FusionWorkerError, ValueError):  # noqa: N818
+class PriorityOutOfRange(FusionWorkerError, ValueError):
     """Priorities are whole numbers in [-1023, 1023] (see ``job.score``)."""
 
 
-class JobFailed(FusionWorkerError):  # noqa: N818 - reads as a sentence: ``except JobFailed``
+class JobFailed(FusionWorkerError):
     """``job.wait()`` found the job failed. ``.job`` is the failed job; ``.reason``
     (exception, timeout, crash, refused, ...), ``.error_type``, ``.error_message``
     and ``.traceback`` are copied from it."""
 
-    def __init__(self, job: Any) -> None:
+    def __init__(self, job: Job[Any]) -> None:
         self.job = job
         self.reason = job.failure_reason
         self.error_type = job.error_type
@@ -68,24 +71,29 @@ class JobCanceled(JobFailed):
     """``job.wait()`` found the job canceled."""
 
 
-class JobWaitTimeout(FusionWorkerError, TimeoutError):  # noqa: N818
+class JobWaitTimeout(FusionWorkerError, TimeoutError):
     """``job.wait(timeout)`` gave up waiting; the job itself goes on (``.job``).
 
     Not to be confused with a job's own time limit
     (:class:`JobTimeoutError`, failure reason ``timeout``)."""
 
-    def __init__(self, message: str, job: Any = None) -> None:
+    def __init__(self, message: str, job: Job[Any] | None = None) -> None:
         super().__init__(message)
         self.job = job
 
 
-class PartialEnqueue(FusionWorkerError):  # noqa: N818
+class PartialEnqueue(FusionWorkerError):
     """``Queue.enqueue_many`` lost its connection after writing some chunks.
 
     ``jobs`` are the jobs written (whole chunks, in order); the rest were not.
     """
 
-    def __init__(self, jobs: list, cause: BaseException) -> None:
+    def __init__(self, jobs: list[Job[Any]], cause: BaseException) -> None:
         super().__init__(f"enqueue_many wrote {len(jobs)} job(s), then failed: {cause}")
         self.jobs = jobs
 
+
+
+class MetaTooLarge(FusionWorkerError, ValueError):
+    """A job's ``current_job().meta`` would exceed its size limit (``progress.META_LIMIT``);
+    raised in the job, at the assignment, with the meta unchanged."""

@@ -33,6 +33,9 @@ the test process, no per-job memory ceiling, no fork server), no background
 middleware (reaper, cron, events, metrics), and delayed jobs
 (``enqueue_in``/retries with a delay) run only once they are due. The
 timeout still applies (SIGALRM), so call it from the main thread.
+``fusionworker.current_job()`` works in the job (progress, meta): its changes
+are written from the job's own thread, rate-limited as in a worker, and the
+last ones with the outcome.
 """
 
 from __future__ import annotations
@@ -40,47 +43,65 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from .config import Settings
-from .horse import HorseExit, exit_from_report, run_job
-from .job import Job
-from .middleware import Middleware
-from .queue import Queue
+from .core.config import Settings, load_settings
+from .core.hooks import Middleware
+from .core.job import Job
+from .core.queue import Queue
+from .runtime import progress
+from .runtime.horse import HorseExit, exit_from_report, run_job
+from .runtime.slot import Slot
 from .worker import Outcome, Worker
 
 
 class InProcessWorker(Worker):
     """A :class:`~fusionworker.worker.Worker` that runs each job in this process.
 
-    Everything but the horse is the real worker: claim, outcome, retries.
+    Everything but the horse is the real worker: claim, outcome, retries. One job
+    at a time, whatever ``concurrency`` says.
     """
+
+    def __init__(self, *args: Any, settings: Settings | None = None, **kwargs: Any) -> None:
+        settings = (settings or load_settings()).replace(concurrency=1)
+        super().__init__(*args, settings=settings, **kwargs)
 
     def _start_forkserver(self) -> None:
         """No fork server: nothing is forked."""
 
-    def _run_horse(self, job: Job) -> HorseExit:
-        self._call("after_claim", job)
+    def _spawn(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
+               while_forking: Callable[[], None]) -> list[Slot]:
+        while_forking()          # the after_claim hooks, before the job runs
+        return [Slot.ended(job, self._run_here(job), index)
+                for job, index in zip(jobs, entries)]
+
+    def _run_here(self, job: Job[Any]) -> HorseExit:
         started = time.monotonic()
         previous = signal.getsignal(signal.SIGALRM)
+        # current_job() works here too: its changes go straight to the worker's relay
+        progress.begin(job, deliver=lambda frame: self.progress.received(job, frame))
         try:
             report = run_job(job, self.allowed, self.settings.retryable)
         finally:
             signal.signal(signal.SIGALRM, previous)
+            final = progress.end()
+        if final is not None:
+            report["progress"] = final
         # the report crosses the same JSON encoding as a horse's pipe
         return exit_from_report(json.loads(json.dumps(report)), time.monotonic() - started)
 
 
 class _Collect(Middleware):
     def __init__(self) -> None:
-        self.ran: list[tuple[Job, Outcome]] = []
+        self.ran: list[tuple[Job[Any], Outcome]] = []
 
-    def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
+    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
         self.ran.append((job, outcome))
 
 
 def run_burst(queue: Queue | Iterable[Queue], *, settings: Settings | None = None,
-              max_jobs: int | None = None) -> list[Job]:
+              max_jobs: int | None = None) -> list[Job[Any]]:
     """Run the due jobs of ``queue`` (or of several, round-robin) in this process.
 
     Returns the jobs in the order they ran, read back after their outcome
@@ -97,7 +118,7 @@ def run_burst(queue: Queue | Iterable[Queue], *, settings: Settings | None = Non
                              middleware=[collect, *([_Limit(max_jobs)] if max_jobs else [])])
     worker.work()
     by_name = {q.name: q for q in queues}
-    out: list[Job] = []
+    out: list[Job[Any]] = []
     for job, _ in collect.ran:
         fresh = by_name[job.queue].fetch_job(job.id) if job.queue in by_name else None
         out.append(fresh if fresh is not None else job)
@@ -108,7 +129,7 @@ class _Limit(Middleware):
     def __init__(self, limit: int) -> None:
         self.left = limit
 
-    def after_finish(self, worker: Worker, job: Job, outcome: Outcome) -> None:
+    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
         self.left -= 1
         if self.left <= 0:
             worker.request_stop("warm")

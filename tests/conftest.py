@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,13 +18,43 @@ from typing import Any
 import pytest
 import redis
 
-from fusionworker.config import Settings, load_settings
+from fusionworker.core.config import Settings, load_settings
+from fusionworker.core.queue import Queue
 from fusionworker.events import flush_default_sinks
-from fusionworker.queue import Queue
 from fusionworker.worker import Worker
+from tests.waiting import wait_for  # noqa: F401 - the one wait helper; also importable from here
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("FUSIONWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+#: tests that use one of these fixtures share what it starts once per xdist worker (a private
+#: Redis Cluster): ``--dist loadgroup`` runs them all on one worker, so a run starts one
+GROUP_BY_FIXTURE = {"redis_cluster": "redis-cluster"}
+
+#: a test that starts worker processes or private Redis servers is ``slow`` (seconds of
+#: process start-up and shutdown): ``-m "not slow"`` runs what stays in this process
+SLOW_FIXTURES = frozenset({"processes", "redis_single", "redis_cluster", "redis_sentinel"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups, before -m selects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SLOW_FIXTURES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("serial") is not None:   # one at a time under -n too
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        for fixture, group in GROUP_BY_FIXTURE.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one xdist worker per core and one more, at least two. Most tests wait
+    (on worker processes, sleeps inside jobs, Redis), so the extra one keeps the cores
+    busy; more would only starve the worker processes the tests start."""
+    return max(2, (os.cpu_count() or 1) + 1)
 
 
 @pytest.fixture(autouse=True)
@@ -69,10 +98,18 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def settings(prefix: str, redis_url: str) -> Settings:
-    """Fast settings for tests (short polls and heartbeats)."""
+    """Fast settings for tests: short polls, heartbeats, leases and reaper passes, so no
+    test ever waits out a production default (a 30 s lease, a 30 s reaper interval).
+
+    ``worker_env``/``processes`` hand the same values to worker processes. The lease
+    (10 s, 20 heartbeats) is a third of the default, and still long enough that a live
+    horse on a machine loaded far past its cores is never killed by its own lease
+    watchdog (horse.py: it dies when no renewal reached Redis for lease - heartbeat).
+    A test of crash recovery sets a shorter one (``FUSIONWORKER_LEASE=1.5``).
+    """
     return load_settings(environ={}, redis_url=redis_url, prefix=prefix, poll_interval=0.2,
-                         heartbeat_interval=0.5, max_retries=0, kill_grace=2.0,
-                         allowed_modules=("tests",))
+                         heartbeat_interval=0.5, lease=10.0, reaper_interval=0.5,
+                         max_retries=0, kill_grace=2.0, allowed_modules=("tests",))
 
 
 @pytest.fixture
@@ -100,6 +137,8 @@ def worker_env(settings: Settings, **extra: str) -> dict[str, str]:
         "FUSIONWORKER_PREFIX": settings.prefix,
         "FUSIONWORKER_POLL_INTERVAL": str(settings.poll_interval),
         "FUSIONWORKER_HEARTBEAT_INTERVAL": str(settings.heartbeat_interval),
+        "FUSIONWORKER_LEASE": str(settings.lease),
+        "FUSIONWORKER_REAPER_INTERVAL": str(settings.reaper_interval),
         "FUSIONWORKER_KILL_GRACE": str(settings.kill_grace),
         "FUSIONWORKER_ALLOWED_MODULES": ",".join(settings.allowed_modules),
         "FUSIONWORKER_MAX_RETRIES": str(settings.max_retries),
@@ -146,20 +185,17 @@ class WorkerProcesses:
                 proc.wait(10)
 
 
+def run_one(queue: Any, burst: Any, func: str, *args: Any, **options: Any) -> Any:
+    """Enqueue one job on a fresh queue (the ``queue`` fixture), run a burst worker (the
+    ``burst`` fixture), and return the job as Redis holds it afterwards."""
+    q = queue()
+    job = q.enqueue(func, *args, **options)
+    burst()
+    return q.fetch_job(job.id)
+
+
 @pytest.fixture
 def processes(settings: Settings, tmp_path: Path) -> Iterator[WorkerProcesses]:
     procs = WorkerProcesses(settings, tmp_path)
     yield procs
     procs.stop_all()
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll until predicate() is truthy; fail the test on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)

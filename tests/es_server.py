@@ -10,6 +10,9 @@ Failure switches:
 * ``set_mode("503")``  every request gets ``503 Service Unavailable``;
 * ``set_mode("down")`` the listening socket and every open connection are
   closed, so the client sees "connection refused";
+* ``set_mode("hold")`` every request is read, counted in ``held``, and left
+  unanswered until the mode changes (then answered as the new mode says): a
+  server that hangs;
 * ``set_mode("ok")``   serve again, on the same port;
 * ``item_status = 429`` (or 400, ...) every bulk item fails with that status;
 * ``template_status = 403`` the template PUT fails with that status.
@@ -101,6 +104,10 @@ class _Handler(BaseHTTPRequestHandler):
         fixture = self.server.fixture
         body = self._body()
         fixture.requests.append((self.command, self.path, dict(self.headers)))
+        if fixture.mode == "hold":
+            with fixture._lock:
+                fixture.held += 1
+            fixture._released.wait(60)
         if fixture.mode == "503":
             self._reply(503, {"error": {"type": "unavailable", "reason": "fixture 503"},
                               "status": 503})
@@ -123,7 +130,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"error": {"type": "not_found", "reason": path}, "status": 404})
 
-    do_GET = do_HEAD = do_PUT = do_POST = _dispatch
+    do_GET = do_HEAD = do_PUT = do_POST = _dispatch  # noqa: N815 - http.server's names
 
 
 class EsServer:
@@ -137,6 +144,10 @@ class EsServer:
         self.bulks: list[list[tuple[dict, dict]]] = []
         self.indexed: list[tuple[str, str, dict]] = []
         self.templates: dict[str, dict] = {}
+        #: requests that arrived while the mode was "hold"
+        self.held = 0
+        self._released = threading.Event()
+        self._released.set()
         self.port = 0
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -155,6 +166,7 @@ class EsServer:
         return self
 
     def stop(self) -> None:
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.cut_connections()
@@ -162,13 +174,17 @@ class EsServer:
             self._server = None
 
     def set_mode(self, mode: str) -> None:
-        if mode not in ("ok", "503", "down"):
+        if mode not in ("ok", "503", "down", "hold"):
             raise ValueError(mode)
+        if mode == "hold":
+            self._released.clear()
         if mode == "down":
             self.stop()
         elif self._server is None:
             self.start()
         self.mode = mode
+        if mode != "hold":
+            self._released.set()
 
     def record_bulk(self, body: bytes, default_index: str | None) -> dict:
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]

@@ -123,8 +123,8 @@ def allocate(mib, seconds):
 
 def enqueue_child(url, prefix):
     """A job that enqueues another job (its 'queued' event must not be lost)."""
-    from fusionworker.config import load_settings
-    from fusionworker.queue import Queue
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
 
     settings = load_settings(environ={}, redis_url=url, prefix=prefix,
                              allowed_modules=("tests",))
@@ -148,8 +148,8 @@ def calls_patched_target(value):
 
 def enqueue_child_with_env_settings(url, prefix):
     """Enqueue a job on queue 'child' with settings from the environment (+ url, prefix)."""
-    from fusionworker.config import load_settings
-    from fusionworker.queue import Queue
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
 
     settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
     return Queue("child", _redis(url), settings=settings, events=False).enqueue(

@@ -27,8 +27,9 @@ from fusionworker import (
     admin,
     health,
 )
-from fusionworker.queue import known_queues, scripts_for
+from fusionworker.core.queue import known_queues, scripts_for
 from tests.conftest import ROOT, worker_env
+from tests.waiting import wait_for
 
 RICH = {
     "when": datetime(2026, 11, 23, 8, 0, 1, 250, tzinfo=timezone(timedelta(hours=2))),
@@ -164,7 +165,7 @@ def test_wait_returns_the_finished_job_and_raises_the_failure(r, settings, proce
     assert ok.status == "queued"
     assert ok.wait(30) is ok and ok.status == "finished" and ok.result == 0.3
     done = q.enqueue("tests.jobs:add", 1, 2)
-    time.sleep(1.0)                              # finished before anyone waits: no hang
+    wait_for(lambda: q.fetch_job(done.id).status == "finished")   # before anyone waits
     assert done.wait(5).result == 3
     bad = q.enqueue("tests.jobs:boom", "nope")
     with pytest.raises(JobFailed) as info:
@@ -256,6 +257,7 @@ reveal_type(Queue("x").fetch_job("id"))
 """
 
 
+@pytest.mark.slow
 def test_a_type_checker_sees_the_handle_and_job_types(tmp_path):
     pytest.importorskip("mypy")
     (tmp_path / "snippet.py").write_text(TYPED_SNIPPET)
@@ -265,8 +267,8 @@ def test_a_type_checker_sees_the_handle_and_job_types(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
         env={**os.environ, "MYPYPATH": str(ROOT)})
     out = proc.stdout
-    assert 'Revealed type is "fusionworker.job.Job[builtins.int]"' in out or \
-        'Revealed type is "fusionworker.job.Job[int]"' in out, out
+    assert 'Revealed type is "fusionworker.core.job.Job[builtins.int]"' in out or \
+        'Revealed type is "fusionworker.core.job.Job[int]"' in out, out
     assert 'Revealed type is "int | None"' in out or 'builtins.int | None' in out, out
     assert 'has incompatible type "int"; expected "str"' in out, out
     assert "Job[Any] | None" in out, out
@@ -284,6 +286,7 @@ def test_api_reference_covers_every_public_name_with_an_example():
     assert text.count("```python") >= len(fusionworker.__all__) - 1
 
 
+@pytest.mark.slow
 def test_the_readme_use_it_example_runs(settings, processes, tmp_path):
     """README "Use it": app/tasks.py with @job, enqueue.py, a worker with --import."""
     import re

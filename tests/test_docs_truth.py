@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import fusionworker.worker
-from fusionworker.config import Settings
-from fusionworker.demo import flaky_webhook
+import fusionworker.runtime.loop
+from fusionworker.core.config import Settings
+from fusionworker.core.groups import describe_busy_groups
 from fusionworker.exceptions import Retry
-from fusionworker.groups import describe_busy_groups
+from fusionworker.ops.demo import flaky_webhook
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def test_every_numbered_invariant_the_code_names_is_in_design_md():
 
 def test_worker_docstring_states_the_real_default_lease():
     lease = Settings().lease
-    stated = re.findall(r"lease \(default (\d+) s", fusionworker.worker.__doc__)
+    stated = re.findall(r"lease \(default (\d+) s", fusionworker.runtime.loop.__doc__)
     assert stated == [f"{lease:.0f}"]
 
 
@@ -66,7 +66,8 @@ def test_flaky_webhook_fails_at_random_as_its_docstring_says():
 def test_readme_says_when_the_embedded_redis_starts():
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert "when none answers at `REDIS_URL`" not in readme
-    assert "an explicit `REDIS_URL` that does not answer is an error" in readme
+    assert "an explicit `REDIS_URL` that does not answer is never silently replaced" in readme
+    assert "a `worker` says so and waits for it" in readme
 
 
 @pytest.mark.parametrize("limit", [1, 2])
@@ -78,3 +79,11 @@ def test_busy_groups_are_listed_most_waiting_first(queue, r, settings, limit):
     got = [(g.group, g.waiting) for g in describe_busy_groups(r, settings.prefix, q.name,
                                                               limit=limit)]
     assert got == [("b", 3), ("c", 2)][:limit]
+
+
+def test_the_readme_shows_the_test_commands_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    commands = [line for line in ci.splitlines() if line.startswith("python3 -m pytest")]
+    assert commands, "no pytest command in .ci/run"
+    readme = (ROOT / "README.md").read_text()
+    assert [c for c in commands if c not in readme] == []

@@ -1,6 +1,6 @@
 """Serving the dashboard on a free loopback port and driving Debian's Chromium.
 
-Used by tests/test_web_browser.py and docs/make_screenshots.py. Nothing is
+Used by tests/web/test_web_browser.py and docs/make_screenshots.py. Nothing is
 downloaded: Selenium is given /usr/bin/chromedriver and /usr/bin/chromium, so
 Selenium Manager never runs.
 """
@@ -11,10 +11,11 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from tests.waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -48,11 +49,10 @@ def serve(app: Any) -> Iterator[str]:
                                            log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the dashboard did not start")
-        time.sleep(0.02)
+    def started() -> bool:
+        assert thread.is_alive(), "the dashboard's server thread died"
+        return server.started
+    wait_for(started, timeout=10, what="the dashboard to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

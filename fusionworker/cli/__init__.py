@@ -1,6 +1,7 @@
 """``python run_worker.py <command>`` / ``fusionworker <command>``.
 
-Each command group lives in its own module and registers itself on :data:`main`.
+Each command group lives in its own module; :data:`COMMANDS` lists them all and
+registers them on :data:`main` (``add_command``).
 Errors users can cause (bad flags, unknown jobs, unreachable Redis, bad config)
 become one line on stderr and a non-zero exit, never a traceback.
 """
@@ -13,11 +14,12 @@ import sys
 import click
 import redis
 
-from ..config import ConfigError
-from ..embedded import RedisUnavailable
+from ..core.config import ConfigError
+from ..core.job import MalformedJob
+from ..core.keys import InvalidQueueName
 from ..exceptions import FusionWorkerError
-from ..job import MalformedJob
-from ..keys import InvalidQueueName
+from ..ops.embedded import RedisUnavailable
+from . import admin, cron, demo, jobs, observe, queues, web, worker_cmd
 from .common import App, pass_app
 
 #: Global options that take a value; also accepted after the subcommand.
@@ -89,7 +91,7 @@ class _Main(click.Group):
             raise click.ClickException(f"Redis refused the command: {exc}") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
-        except Exception as exc:  # noqa: BLE001 - no traceback may reach a user (issue 18.8)
+        except Exception as exc:  # no traceback may reach a user (issue 18.8)
             if os.environ.get("FUSIONWORKER_DEBUG"):
                 raise
             raise click.ClickException(_one_line(ctx, exc)) from None
@@ -146,7 +148,29 @@ def main(ctx: click.Context, config_file: str | None, redis_url: str | None,
         raise click.ClickException(str(exc)) from None
 
 
-from . import admin, cron, demo, jobs, observe, queues, web, worker_cmd  # noqa: E402,F401  (registers the commands)
+#: Every command, registered explicitly (the command modules do not import this one).
+COMMANDS: tuple[click.Command, ...] = (
+    admin.info,
+    admin.suspend,
+    admin.resume,
+    admin.pause,
+    admin.unpause,
+    admin.set_max_active,
+    admin.set_rate_limit,
+    admin.requeue,
+    admin.health,
+    cron.cron,
+    demo.demo,
+    jobs.enqueue,
+    jobs.job,
+    observe.events,
+    observe.exporter,
+    queues.queue_group,
+    web.web,
+    worker_cmd.worker,
+)
+for _command in COMMANDS:
+    main.add_command(_command)
 
 __all__ = ["main", "pass_app", "App"]
 

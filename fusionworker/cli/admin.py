@@ -5,62 +5,20 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 import redis
 
-from .. import __version__, admin, cron
-from ..embedded import RedisUnavailable
+from ..core import admin
+from ..core.keys import check_queue_name
+from ..core.queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
 from ..exceptions import InvalidOperation, NoSuchJob
-from ..groups import describe_busy_groups
-from ..health import check
-from ..keys import check_queue_name
-from ..queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
-from . import main
+from ..ops.embedded import RedisUnavailable
+from ..ops.health import check
+from ..ops.info import collect_info
 from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
-
-#: Version of the ``info --json`` document (see docs/operations.md). Fields may be
-#: added within a version; none is renamed or removed.
-INFO_SCHEMA = 1
-
-
-def collect_info(app: App, queues: bool = True, workers: bool = True) -> dict[str, Any]:
-    """Everything ``info`` shows, as the documented JSON document."""
-    r = app.connection
-    prefix = app.settings.prefix
-    now = admin.server_time(r)
-    remaining = admin.suspended_for(r, prefix)
-    doc: dict[str, Any] = {
-        "schema": INFO_SCHEMA,
-        "version": __version__,
-        "redis_url": app.masked_url,
-        "prefix": prefix,
-        "time": now,
-        "suspended": remaining is not None,
-        "suspended_remaining": remaining if remaining is not None and remaining >= 0 else None,
-    }
-    if queues:
-        names = known_queues(r, prefix)
-        doc["queues"] = [Queue(n, r, settings=app.settings).stats() for n in names]
-        for q in doc["queues"]:   # the per-minute counts finish.lua keeps (the web chart's)
-            rows = admin.minute_counts(r, [q["queue"]], prefix, now=now)
-            q["last_hour"] = {"finished": sum(row["finished"] for row in rows),
-                              "failed": sum(row["failed"] for row in rows)}
-        entries = cron.list_entries(r, prefix, names)
-        doc["cron"] = [e.to_dict() for e in entries]
-        for q in doc["queues"]:
-            q["cron"] = sum(1 for e in entries if e.queue == q["queue"])
-        doc["groups"] = [
-            {"queue": n, **asdict(g)}
-            for n, q in zip(names, doc["queues"]) if q.get("busy_groups")
-            for g in describe_busy_groups(r, prefix, n, limit=10)
-        ]
-    if workers:
-        doc["workers"] = [admin.describe_worker(w, now) for w in admin.workers(r, prefix)]
-    return doc
 
 
 def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
@@ -70,7 +28,7 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     cron = any("cron" in q for q in queues)
     if cron:  # cron entries (per queue), when the cron feature reports them
         headers.insert(-1, "CRON")
-    rated = any(q.get("rate_limit") for q in queues)
+    rated = any(q.get("rate_limit") or q.get("group_rate_limit") for q in queues)
     if rated:  # rate limits and how long they held their queue
         headers.insert(-1, "RATE")
     rows = []
@@ -83,7 +41,9 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
             value = q.get("cron")
             row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)
         if rated:
-            row.insert(-1, fmt_rate(q.get("rate_limit")))
+            row.insert(-1, "; ".join(filter(None, (fmt_rate(q.get("rate_limit")),
+                                                    fmt_group_rate(q.get("group_rate_limit")))))
+                       or None)
         rows.append(row)
     lines = table(headers, rows, right=range(1, len(headers) - 1))
     total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}
@@ -102,6 +62,20 @@ def fmt_rate(rate: dict[str, Any] | None) -> str | None:
         return None
     unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(rate["window"])
     text = f"{rate['limit']}/{unit}" if unit else f"{rate['limit']}/{rate['window']:g}s"
+    return f"{text} (held {rate['held_seconds']:.1f} s)" if rate["held_seconds"] else text
+
+
+def fmt_group_rate(rate: dict[str, Any] | None) -> str | None:
+    """``5/s per group, 2 groups own (held 3.2 s)`` for ``info``; None without any."""
+    if not rate:
+        return None
+    parts = []
+    if rate["every"]:
+        parts.append(f"{fmt_rate({**rate['every'], 'held_seconds': 0})} per group")
+    if rate["groups"]:
+        n = len(rate["groups"])
+        parts.append(f"{n} group{'s' if n > 1 else ''} own")
+    text = ", ".join(parts)
     return f"{text} (held {rate['held_seconds']:.1f} s)" if rate["held_seconds"] else text
 
 
@@ -144,7 +118,7 @@ def _group_lines(groups: list[dict[str, Any]]) -> list[str]:
 
 def render_info(doc: dict[str, Any]) -> str:
     """The text screen of ``info`` from its JSON document."""
-    stamp = datetime.fromtimestamp(doc["time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    stamp = datetime.fromtimestamp(doc["time"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [f"fusionworker {doc['version']} on {doc['redis_url']} (prefix {doc['prefix']}) "
              f"at {stamp}"]
     if doc["suspended"]:
@@ -162,7 +136,7 @@ def render_info(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@main.command()
+@click.command()
 @click.option("-W", "--only-workers", is_flag=True, help="Workers only.")
 @click.option("-Q", "--only-queues", is_flag=True, help="Queues only.")
 @click.option("--json", "as_json", is_flag=True,
@@ -196,7 +170,7 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
         return
 
 
-@main.command()
+@click.command()
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Resume by itself after this many seconds.")
 @pass_app
@@ -207,7 +181,7 @@ def suspend(app: App, duration: float | None) -> None:
                                           " (until `resume`)"))
 
 
-@main.command()
+@click.command()
 @pass_app
 def resume(app: App) -> None:
     """Resume suspended workers."""
@@ -223,7 +197,7 @@ def _warn_unknown(app: App, queue: str) -> Queue:
     return q
 
 
-@main.command()
+@click.command()
 @click.argument("queue")
 @pass_app
 def pause(app: App, queue: str) -> None:
@@ -232,7 +206,7 @@ def pause(app: App, queue: str) -> None:
     click.echo(f"Paused {queue}")
 
 
-@main.command()
+@click.command()
 @click.argument("queue")
 @pass_app
 def unpause(app: App, queue: str) -> None:
@@ -241,7 +215,7 @@ def unpause(app: App, queue: str) -> None:
     click.echo(f"Unpaused {queue}")
 
 
-@main.command("set-max-active")
+@click.command("set-max-active")
 @click.argument("queue")
 @click.argument("limit", metavar="N", type=click.IntRange(min=1), required=False)
 @click.option("--none", "no_cap", is_flag=True, help="Remove the cap.")
@@ -258,31 +232,52 @@ def set_max_active(app: App, queue: str, limit: int | None, no_cap: bool) -> Non
                else f"{queue}: at most {limit} job(s) running at once")
 
 
-@main.command("set-rate-limit")
+@click.command("set-rate-limit")
 @click.argument("queue")
 @click.argument("rate", metavar="N/s|N/m|N/h", required=False)
-@click.option("--none", "no_limit", is_flag=True, help="Remove the rate limit.")
+@click.option("--none", "no_limit", is_flag=True,
+              help="Remove the rate limit (with --per-group or --group: that one).")
+@click.option("--per-group", is_flag=True,
+              help="A limit for every group of QUEUE, each in its own window.")
+@click.option("--group", "group", metavar="G", default=None,
+              help="A limit for group G only (in place of the --per-group one).")
 @pass_app
-def set_rate_limit(app: App, queue: str, rate: str | None, no_limit: bool) -> None:
+def set_rate_limit(app: App, queue: str, rate: str | None, no_limit: bool, per_group: bool,
+                   group: str | None) -> None:
     """Start at most N jobs of QUEUE per second, minute or hour, over all workers
     and hosts (--none: no limit).
 
     Enforced in the claim script by the Redis server's clock: in no window of
     that length do more than N jobs of QUEUE start. Other queues are not held.
+
+    With --per-group, every group of QUEUE (jobs enqueued with group=...) gets
+    its own window of N; with --group G, group G alone. A job whose group's
+    window is full waits (scheduled) for its group's next slot; the queue's
+    other groups and jobs go on. The queue's own limit, if any, applies too.
     """
     if (rate is None) == (not no_limit):
         raise click.UsageError("give a rate such as 10/s, 600/m, 1000/h, or --none")
+    if per_group and group is not None:
+        raise click.UsageError("give --per-group or --group G, not both")
+    if group is not None and not group:
+        raise click.BadParameter("the group name is empty", param_hint="--group")
     if rate is not None:
         try:
             parse_rate(rate)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="RATE") from None
-    _warn_unknown(app, queue).set_rate_limit(None if no_limit else rate)
-    click.echo(f"{queue}: no rate limit" if no_limit
-               else f"{queue}: at most {rate} job starts")
+    _warn_unknown(app, queue).set_rate_limit(None if no_limit else rate, per_group=per_group,
+                                             group=group)
+    scope = (f"{queue}, every group" if per_group
+             else f"{queue}, group {group}" if group is not None else queue)
+    if no_limit and group is not None:
+        click.echo(f"{scope}: no rate limit of its own (the per-group one applies, if any)")
+    else:
+        click.echo(f"{scope}: no rate limit" if no_limit
+                   else f"{scope}: at most {rate} job starts")
 
 
-@main.command()
+@click.command()
 @click.argument("job_ids", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every failed job.")
 @click.option("--queue", "-q", help="Only this queue.")
@@ -325,7 +320,7 @@ def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -
         sys.exit(1)
 
 
-@main.command()
+@click.command()
 @click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE",
               help="Also require a live worker on QUEUE and no job of it stuck past its "
                    "deadline (repeatable).")

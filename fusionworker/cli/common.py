@@ -7,17 +7,21 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis
 
-from ..config import ConfigError, Settings, load_settings
-from ..connection import connect, mask_url
-from ..embedded import RedisUnavailable, connect_or_embed
-from ..keys import check_queue_name
-from ..logs import setup_logging
-from ..queue import known_queues
+from ..core.config import ConfigError, Settings, load_settings
+from ..core.connection import connect, mask_url
+from ..core.keys import check_queue_name
+from ..core.logs import setup_logging
+from ..core.queue import known_queues
+from ..ops.embedded import RedisUnavailable, connect_or_embed
+from ..ops.info import fmt_age as fmt_age  # the CLI's age format (re-exported)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
 
 
 class App:
@@ -34,7 +38,7 @@ class App:
         self.settings: Settings = load_settings(config_file, **self.overrides)
         self.config_file = config_file
         setup_logging(self.settings.log_level, self.settings.log_format)
-        self._connection: Any = None
+        self._connection: RedisClient | None = None
         self.url = self.settings.redis_url
         #: socket timeout of the client (``health --timeout``); None = redis-py's default
         self.socket_timeout: float | None = None
@@ -120,19 +124,6 @@ def parse_arg(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def fmt_age(seconds: float | None) -> str:
-    """``4.2s``, ``3.5m``, ``2.1h``, ``3.0d``; ``-`` for unknown."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],

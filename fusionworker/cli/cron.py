@@ -7,10 +7,9 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from .. import cron as cron_api
-from ..keys import Keys
-from ..registry import import_configured
-from . import main
+from ..core.keys import Keys
+from ..core.registry import import_configured
+from ..middleware import cron as cron_api
 from .common import App, echo_json, parse_arg, parse_kwargs, pass_app, search_queue_option
 
 
@@ -20,7 +19,7 @@ def _when(ts: float | None, tz: str) -> str:
     return datetime.fromtimestamp(ts, ZoneInfo(tz)).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-@main.group()
+@click.group()
 def cron() -> None:
     """Jobs enqueued on a schedule (exactly once per due time, by any running worker).
 

@@ -6,18 +6,21 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..queue import Queue
-from . import main
+from ..core.job import LIVE_STATUSES, JobStatus
+from ..core.queue import Queue
 from .common import App, pass_app
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
 
 QUEUES = ("sms", "email", "webhook")
 
 
-@main.command()
+@click.command()
 @click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True)
 @click.option("--jobs", "count", type=click.IntRange(1, 10000), default=30, show_default=True)
 @click.option("--web", "with_web", is_flag=True,
@@ -35,7 +38,7 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
     """
     r = app.connect(embedded=True)
     server = _start_web(app, r, web_port) if with_web else None
-    from .. import demo as _jobs  # noqa: F401 - registers the demo's job functions
+    from ..ops import demo as _jobs  # noqa: F401 - registers the demo's job functions
 
     settings = app.settings.replace(max_retries=3)
     queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
@@ -43,21 +46,21 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
     for i in range(count):
         name = QUEUES[i % 3]
         if name == "sms":
-            job = queues[name].enqueue("fusionworker.demo:send_sms", f"+1555{i:04d}", "hello",
+            job = queues[name].enqueue("fusionworker.ops.demo:send_sms", f"+1555{i:04d}", "hello",
                                        priority=10 if i % 2 else 0)
         elif name == "email":
-            job = queues[name].enqueue("fusionworker.demo:send_email", f"user{i}@example.com",
+            job = queues[name].enqueue("fusionworker.ops.demo:send_email", f"user{i}@example.com",
                                        "Welcome", priority=5)
         else:
-            job = queues[name].enqueue("fusionworker.demo:call_webhook", f"https://hooks.example/{i}")
+            job = queues[name].enqueue("fusionworker.ops.demo:call_webhook", f"https://hooks.example/{i}")
         ids.append(job)
-    ids.append(queues["email"].enqueue("fusionworker.demo:broken_template", "welcome-v2"))
-    ids.append(queues["sms"].enqueue("fusionworker.demo:stuck_provider", 60, timeout=2))
-    ids.append(queues["webhook"].enqueue("fusionworker.demo:flaky_webhook", "https://flaky.example"))
+    ids.append(queues["email"].enqueue("fusionworker.ops.demo:broken_template", "welcome-v2"))
+    ids.append(queues["sms"].enqueue("fusionworker.ops.demo:stuck_provider", 60, timeout=2))
+    ids.append(queues["webhook"].enqueue("fusionworker.ops.demo:flaky_webhook", "https://flaky.example"))
     click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url}")
 
     env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=settings.prefix,
-               FUSIONWORKER_IMPORTS="fusionworker.demo", FUSIONWORKER_ALLOWED_MODULES="",
+               FUSIONWORKER_IMPORTS="fusionworker.ops.demo", FUSIONWORKER_ALLOWED_MODULES="",
                FUSIONWORKER_MAX_RETRIES="3")
     env.pop("NOTIFY_SOCKET", None)
     procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--queue",
@@ -67,10 +70,11 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
         while True:
             jobs = [queues[j.queue].fetch_job(j.id) for j in ids]
             states = {s: sum(1 for j in jobs if j and j.status == s)
-                      for s in ("queued", "scheduled", "started", "finished", "failed")}
+                      for s in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED,
+                                JobStatus.FINISHED, JobStatus.FAILED)}
             line = "  ".join(f"{k} {v}" for k, v in states.items())
             click.echo(f"\r{line}   ", nl=not sys.stdout.isatty())
-            if states["queued"] + states["scheduled"] + states["started"] == 0:
+            if sum(states[s] for s in LIVE_STATUSES) == 0:
                 break
             time.sleep(0.5)
         click.echo("")
@@ -93,7 +97,7 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
         server.thread.join(10)
 
 
-def _start_web(app: App, connection: Any, port: int) -> Any:
+def _start_web(app: App, connection: RedisClient, port: int) -> Any:
     """The dashboard on loopback in a thread of the demo (token login if one is set)."""
     try:
         from ..web.app import create_app, serve_in_thread

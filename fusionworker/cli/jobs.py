@@ -7,12 +7,11 @@ from typing import Any
 
 import click
 
-from ..admin import server_time
+from ..core.admin import server_time
+from ..core.job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job, JobStatus
+from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
+from ..core.registry import import_configured
 from ..exceptions import FusionWorkerError, NoSuchJob, PartialEnqueue
-from ..job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job
-from ..queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
-from ..registry import import_configured
-from . import main
 from .common import (
     App,
     echo_json,
@@ -44,7 +43,7 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
     return _queue(app, name)
 
 
-@main.command()
+@click.command()
 @click.argument("queue")
 @click.argument("func", required=False)
 @click.argument("args", nargs=-1)
@@ -88,13 +87,11 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     kwargs = parse_kwargs(kwargs_json)
     import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
-    options = dict(priority=priority, timeout=timeout, max_retries=max_retries,
-                   retry_delay=retry_delay, job_id=job_id, unique_key=unique_key, group=group)
     arguments = [parse_arg(a) for a in args]
-    if delay:
-        job = q.enqueue_call(func, arguments, kwargs, _when=("in", delay), **options)
-    else:
-        job = q.enqueue_call(func, arguments, kwargs, **options)
+    job = q.enqueue_call(func, arguments, kwargs, priority=priority, timeout=timeout,
+                         max_retries=max_retries, retry_delay=retry_delay, job_id=job_id,
+                         unique_key=unique_key, group=group,
+                         _when=("in", delay) if delay else None)
     if job.deduplicated:
         click.echo(f"{job.id} (duplicate: existing job is {job.status})")
     else:
@@ -168,7 +165,7 @@ def _enqueue_file(app: App, queue: str, source: Any) -> None:
     click.echo(f"{len(jobs) - dups} jobs enqueued on {queue}{tail}")
 
 
-@main.group()
+@click.group()
 def job() -> None:
     """Inspect and manage single jobs."""
 
@@ -179,14 +176,14 @@ def job() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
-    """Status, result or error of JOB_ID."""
+    """Status, progress and meta, result or error of JOB_ID."""
     found = _find(app, job_id, queue).fetch_job(job_id)
     if found is None:
         raise NoSuchJob(f"no job {job_id!r}")
     if as_json:
         doc = found.to_dict()
         if found.batch:  # additive: the batch's counts and progress
-            from ..batch import batch_status
+            from ..core.batch import batch_status
 
             bq, _, bid = found.batch.partition(":")
             doc["batch_status"] = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
@@ -200,7 +197,7 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
         extra = " (runs even if one fails)" if found.allow_dependency_failure else ""
         click.echo(f"after     {', '.join(found.depends_on)}{extra}")
     if found.batch:
-        from ..batch import batch_status
+        from ..core.batch import batch_status
 
         bq, _, bid = found.batch.partition(":")
         st = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
@@ -209,7 +206,12 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
                        f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
     if found.worker_name:
         click.echo(f"worker    {found.worker_name}")
-    if found.status == "finished":
+    if found.progress is not None:    # what the job reported (current_job().set_progress)
+        message = f"  {found.progress_message}" if found.progress_message else ""
+        click.echo(f"progress  {found.progress * 100:.0f}%{message}")
+    if found.meta:
+        click.echo(f"meta      {json.dumps(found.to_dict()['meta'])}")
+    if found.status == JobStatus.FINISHED:
         click.echo(f"result    {json.dumps(found.to_dict()['result'])}")
     if found.error:
         click.echo(f"error     {found.error}  [{found.failure_reason}]")
@@ -219,7 +221,7 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
 
 @job.command("list")
 @click.option("--queue", "-q", help="Only this queue (default: every queue).")
-@click.option("--status", "-s", "statuses", multiple=True, type=click.Choice(STATUSES),
+@click.option("--status", "-s", "statuses", multiple=True, type=click.Choice([s.value for s in STATUSES]),
               help="Only jobs in this registry (repeatable; default: all).")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
               help="At most this many jobs.")
@@ -232,7 +234,7 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
     r = app.connection
     names = [require_queue(app, queue)] if queue else known_queues(r, app.settings.prefix)
     wanted = statuses or STATUSES
-    found: list[Job] = []
+    found: list[Job[Any]] = []
     truncated = False
     for status in STATUSES:  # lifecycle order, whatever order the flags came in
         if status not in wanted:
@@ -254,7 +256,8 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
     rows = []
     for j in found:
         since = j.ended_at or j.started_at or j.enqueued_at
-        if j.status == "scheduled" and j.scheduled_for:
+        when: str | None
+        if j.status == JobStatus.SCHEDULED and j.scheduled_for:
             when = "in " + fmt_age(max(0.0, j.scheduled_for - now))
         else:
             when = fmt_age(now - since) + " ago" if since else None

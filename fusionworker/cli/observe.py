@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from .. import events as ev
-from . import main
 from .common import App, pass_app
 
 #: Width of the event column: the longest event name plus two spaces.
@@ -44,6 +43,10 @@ def format_event(doc: dict[str, Any]) -> str:
         parts.append(f"waited {doc['wait_time'] * 1000:.1f} ms")
     if doc.get("duration") is not None:
         parts.append(f"in {doc['duration'] * 1000:.1f} ms")
+    if doc.get("progress") is not None:
+        parts.append(f"{float(doc['progress']) * 100:.0f}%")
+        if doc.get("progress_message"):
+            parts.append(str(doc["progress_message"]))
     if doc.get("reason") and doc.get("event") != doc.get("reason"):
         parts.append(f"[{doc['reason']}]")
     if doc.get("error_type"):
@@ -58,7 +61,7 @@ def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
         click.echo(format_event(doc))
 
 
-@main.command()
+@click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--job", "job_id", metavar="ID", help="Only events of this job.")
 @click.option("--queue", "-q", metavar="Q", help="Only events of this queue.")
@@ -70,8 +73,8 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
            limit: int) -> None:
     """Print job events from the Redis event stream, oldest first.
 
-    Events are queued, processing, completed, failed, retry, timeout,
-    abandoned, canceled, requeued, deleted and reprioritized; `--job ID`
+    Events are queued, processing, progress, completed, failed, retry,
+    timeout, abandoned, canceled, requeued, deleted and reprioritized; `--job ID`
     lists one job's events in the order they happened. When ELASTICSEARCH_URL
     is set, workers and producers send events to Elasticsearch (index ELASTICSEARCH_INDEX)
     instead and this stream stays empty: query the index there.
@@ -101,7 +104,7 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
         signal.signal(signal.SIGTERM, previous)
 
 
-@main.command()
+@click.command()
 @click.option("--port", "-p", type=click.IntRange(min=1, max=65535), required=True,
               help="Port of the /metrics endpoint.")
 @click.option("--bind", "--addr", "addr", default="127.0.0.1", show_default=True, metavar="ADDR",
@@ -118,7 +121,7 @@ def exporter(app: App, port: int, addr: str, queues: str | None) -> None:
     """
     from prometheus_client import start_http_server
 
-    from ..metrics import exporter_registry
+    from ..middleware.metrics import exporter_registry
 
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     r = app.connection

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ..queue import Queue, forget_queue, known_queues
-from . import main
+from ..core.queue import Queue, forget_queue, known_queues
 from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
 
 
-@main.group("queue")
+@click.group("queue")
 def queue_group() -> None:
     """Inspect and manage whole queues."""
 

@@ -7,7 +7,6 @@ import socket
 
 import click
 
-from . import main
 from .common import App, pass_app
 
 
@@ -24,7 +23,7 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
-@main.command()
+@click.command()
 @click.option("--bind", default="127.0.0.1", show_default=True,
               help="Address to listen on. A non-loopback address needs authentication "
                    "(FUSIONWORKER_WEB_TOKEN, or FUSIONWORKER_WEB_USER + "

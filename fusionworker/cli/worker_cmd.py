@@ -7,16 +7,18 @@ import socket
 import sys
 
 import click
+import redis
 
-from ..config import ConfigError, Settings, load_settings, read_config_file
-from ..registry import worker_allowed
-from ..supervisor import Supervisor, child_command
+from ..core.config import ConfigError, Settings, load_settings, read_config_file
+from ..core.connection import RedisClient, connect
+from ..core.registry import worker_allowed
+from ..ops.embedded import RedisUnavailable
+from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
-from . import main
 from .common import App, pass_app
 
 
-@main.command()
+@click.command()
 @click.option("--queue", "--queues", "--customq", "-q", "queues", default="all", show_default=True,
               metavar="QUEUES",
               help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
@@ -79,7 +81,15 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         worker_allowed(app.settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    connection = app.connect(embedded=True)
+    try:
+        connection = app.connect(embedded=True)
+    except RedisUnavailable as exc:
+        if burst or exc.refused:   # a one-shot run (a script, CI), a wrong password: exit 1
+            raise
+        # the URL was given and does not answer yet (a deploy racing a Redis restart):
+        # a long-running worker waits for it and registers once it answers (Worker.work)
+        click.echo(f"warning: {exc}; the worker waits for it", err=True)
+        connection = connect(app.url)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window, concurrency))
@@ -101,10 +111,12 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         code = w.work()
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
+        raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
 
 
-def _supervise(app: App, connection: object, queues: str, burst: bool, name: str | None,
+def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name: str | None,
                worker_ttl: int | None, max_horse_memory: int | None, processes: int,
                max_restarts: int, restart_window: float, concurrency: int | None = None) -> int:
     """Run ``processes`` children of the same ``worker`` command under a :class:`Supervisor`."""

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from datetime import UTC
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -25,38 +27,37 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import __version__
-from ..config import Settings
-from ..connection import mask_url
+from ..core.config import Settings
+from ..core.connection import mask_url
+from ..core.job import JobStatus
+from ..ops.info import fmt_age
 from . import auth
 from .openapi import OPENAPI
 from .service import STATUSES, ApiError, Dashboard, parse_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
 
 log = logging.getLogger("fusionworker.web")
 
 _HERE = resources.files(__package__)
 
 
-def _fmt_age(seconds: float | None) -> str:
-    from ..cli.common import fmt_age
-
-    return fmt_age(seconds)
-
-
 def _fmt_time(ts: float | None) -> str:
     if not ts:
         return "-"
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def create_app(settings: Settings, connection: Any = None, *, read_only: bool = False,
+def create_app(settings: Settings, connection: RedisClient | None = None, *, read_only: bool = False,
                poll_interval: float = 2.0) -> Starlette:
     """The dashboard over ``connection`` (default: a client of ``settings.redis_url``)."""
-    from ..connection import connect
+    from ..core.connection import connect
 
     r = connection if connection is not None else connect(settings.redis_url)
-    from ..connection import decoding
+    from ..core.connection import decoding
 
     r = decoding(r)
     board = Dashboard(r, settings)
@@ -68,7 +69,7 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_HERE.joinpath("templates"))),
         autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["age"] = _fmt_age
+    env.filters["age"] = fmt_age
     env.filters["when"] = _fmt_time
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
 
@@ -155,7 +156,7 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
     def api_jobs(request: Request) -> Response:
         api_user(request)
         p = request.query_params
-        return ok(board.jobs(p.get("queue"), p.get("status") or "queued", p.get("priority"),
+        return ok(board.jobs(p.get("queue"), p.get("status") or JobStatus.QUEUED, p.get("priority"),
                              p.get("function"), p.get("page", 1), p.get("per_page", 50),
                              p.get("start")))
 
@@ -248,7 +249,7 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
                 (s["queue"] for s in board.queues() if s["failed"]), names[0] if names else None)
         if name is None:
             return page(request, "empty.html", who, title="Failed jobs")
-        status = "failed" if failed else (p.get("status") or "queued")
+        status = JobStatus.FAILED if failed else (p.get("status") or JobStatus.QUEUED)
         try:
             listing = board.jobs(name, status, p.get("priority"), p.get("function"),
                                  p.get("page", 1), p.get("per_page", 50), p.get("start"))
@@ -281,7 +282,7 @@ def create_app(settings: Settings, connection: Any = None, *, read_only: bool = 
             return who
         rows = []
         for name in board.queue_names():
-            listing = board.jobs(name, "scheduled", per_page=50)
+            listing = board.jobs(name, JobStatus.SCHEDULED, per_page=50)
             if listing["total"]:
                 rows.append(listing)
         return page(request, "scheduled.html", who, listings=rows, cron=board.cron_entries(),
@@ -470,9 +471,11 @@ def _dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id
         if not ids:
             raise ApiError(400, "select at least one job")
         verb = action.split("-")[0]
-        call = {"requeue": lambda: board.requeue_failed(who, queue, ids),
-                "delete": lambda: board.delete_many(who, queue, ids),
-                "cancel": lambda: board.cancel_many(who, queue, ids)}[verb]
+        call: Callable[[], dict[str, Any]] = {
+            "requeue": lambda: board.requeue_failed(who, queue, ids),
+            "delete": lambda: board.delete_many(who, queue, ids),
+            "cancel": lambda: board.cancel_many(who, queue, ids),
+        }[verb]
         result = call()
         done = result.get("requeued", result.get("deleted", result.get("canceled")))
         text = f"{verb}: {done} job(s)"

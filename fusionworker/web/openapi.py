@@ -74,7 +74,7 @@ OPENAPI: dict[str, Any] = {
                     _p("page", kind="integer"), _p("per_page", kind="integer"),
                     _p("start", kind="integer")])},
         "/api/v1/jobs/{id}": {
-            "get": _op("One job: args, result, error, traceback, attempts, times, events",
+            "get": _op("One job: args, result, error, traceback, attempts, times, progress, meta, events",
                        params=[_ID, _QUEUE]),
             "delete": _op("Delete a job", params=[_ID, _QUEUE], action=True)},
         "/api/v1/jobs/{id}/priority": {"put": _op(

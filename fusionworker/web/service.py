@@ -11,20 +11,27 @@ who did it.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import admin, cron
 from .. import events as ev
-from ..config import Settings
-from ..connection import mask_url
+from ..core import admin
+from ..core.config import Settings
+from ..core.connection import mask_url, texts
+from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
+from ..core.keys import InvalidQueueName, check_queue_name
+from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..exceptions import InvalidOperation, NoSuchJob
-from ..job import Job, check_priority
-from ..keys import InvalidQueueName, check_queue_name
-from ..queue import BANDS, Queue, _band_range, find_queue_of, known_queues
+from ..middleware import cron
+from ..ops.info import collect_info
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
 
 log = logging.getLogger("fusionworker.web")
 
-STATUSES = ("queued", "scheduled", "started", "failed", "finished", "canceled")
+#: the dashboard's tabs, in its order (``jobs list --status deferred`` lists deferred jobs)
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.FAILED,
+            JobStatus.FINISHED, JobStatus.CANCELED)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -49,7 +56,7 @@ def parse_int(value: Any, name: str, low: int | None = None, high: int | None = 
     return number
 
 
-def job_summary(job: Job) -> dict[str, Any]:
+def job_summary(job: Job[Any]) -> dict[str, Any]:
     return {"id": job.id, "queue": job.queue, "func": job.func, "status": job.status,
             "priority": job.priority, "enqueued_at": job.enqueued_at,
             "scheduled_for": job.scheduled_for, "started_at": job.started_at,
@@ -60,14 +67,14 @@ def job_summary(job: Job) -> dict[str, Any]:
 class _InfoSource:
     """What ``collect_info`` reads of the CLI's App."""
 
-    def __init__(self, connection: Any, settings: Settings) -> None:
+    def __init__(self, connection: RedisClient, settings: Settings) -> None:
         self.connection = connection
         self.settings = settings
         self.masked_url = mask_url(settings.redis_url)
 
 
 class Dashboard:
-    def __init__(self, connection: Any, settings: Settings) -> None:
+    def __init__(self, connection: RedisClient, settings: Settings) -> None:
         self.r = connection
         self.settings = settings
         self.prefix = settings.prefix
@@ -94,9 +101,7 @@ class Dashboard:
         return [admin.describe_worker(w, now) for w in admin.workers(self.r, self.prefix)]
 
     def info(self) -> dict[str, Any]:
-        from ..cli.admin import collect_info
-
-        return collect_info(_InfoSource(self.r, self.settings))  # type: ignore[arg-type]
+        return collect_info(_InfoSource(self.r, self.settings))
 
     def now(self) -> float:
         return admin.server_time(self.r)
@@ -111,13 +116,13 @@ class Dashboard:
     def cron_entries(self) -> list[dict[str, Any]]:
         return [e.to_dict() for e in cron.list_entries(self.r, self.prefix, self.queue_names())]
 
-    def _records(self, q: Queue, ids: list[str]) -> list[Job]:
+    def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
         return [Job.from_hash(d) for d in pipe.execute() if d]
 
-    def jobs(self, queue: str | None, status: str = "queued", priority: str | None = None,
+    def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
              start: Any = None) -> dict[str, Any]:
         """One page of a registry, newest (or best, or soonest) first; see the module doc."""
@@ -129,7 +134,7 @@ class Dashboard:
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
         q = self.queue(queue)
         k = q.qkeys
-        key = k.pending if status == "queued" else getattr(k, status)
+        key = k.registry(status)
         low = high = None
         if priority not in (None, ""):
             bands = {b[0]: (b[1], b[2]) for b in BANDS}
@@ -137,12 +142,12 @@ class Dashboard:
                 low, high = bands[str(priority)]
             else:
                 low = high = parse_int(priority, "priority", -1023, 1023)
-        newest_first = status not in ("scheduled", "started")
+        newest_first = status not in (JobStatus.SCHEDULED, JobStatus.STARTED)
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
         offset = (page_n - 1) * size
-        if not function and (low is None or status == "queued"):
+        if not function and (low is None or status == JobStatus.QUEUED):
             if low is None:
                 total = int(self.r.zcard(key))
                 ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
@@ -153,16 +158,16 @@ class Dashboard:
                 ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
-            result["jobs"] = [job_summary(j) for j in self._records(q, list(ids))]
+            result["jobs"] = [job_summary(j) for j in self._records(q, texts(ids))]
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
-        ids = (self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
-               else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
-        found: list[Job] = []
+        window = texts(self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
+                       else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
+        found: list[Job[Any]] = []
         position = begin
-        for chunk in range(0, len(ids), 200):
-            part = list(ids[chunk:chunk + 200])
+        for chunk in range(0, len(window), 200):
+            part = window[chunk:chunk + 200]
             for job in self._records_aligned(q, part):
                 position += 1
                 if job is None:
@@ -184,7 +189,7 @@ class Dashboard:
         result["jobs"] = [job_summary(j) for j in found]
         return result
 
-    def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job | None]:
+    def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job[Any] | None]:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
@@ -208,7 +213,7 @@ class Dashboard:
         doc = job.to_dict()
         doc["wait_time"] = job.wait_time
         start = job.enqueued_at or 0.0
-        end = job.ended_at if job.status in ("finished", "failed", "canceled") else None
+        end = job.ended_at if job.status in DONE_STATUSES else None
         # stream ids are delivery times; producers and workers deliver in batches
         found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),

@@ -33,7 +33,13 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
    with ``oom_for`` the workers also retry ``redis.exceptions.OutOfMemoryError``,
    which ``FUSIONWORKER_RETRYABLE`` leaves out by default); their record is then
    written once, by the attempt that succeeded.
-4. Settle: keep supervising until every job is finished (or the deadline).
+   With ``require`` (e.g. ``("parent", "horse")``) the kill phase goes on past
+   ``kill_for`` until each required move happened once (only the missing moves
+   then): on a loaded machine a horse may never be running when a horse kill is
+   drawn while parents keep dying.
+4. Settle: keep supervising until every job is finished (or the deadline). With
+   ``stall`` the run also ends, unfinished, once no job finished for that many
+   seconds: a stuck run is told from a slow one by progress, not by the clock.
 
 Every job holds an exclusive marker (an flock per job id) while it runs; a
 second execution finding it held counts as an overlap (must be 0).
@@ -59,9 +65,9 @@ from typing import Any
 import psutil
 import redis
 
-from fusionworker.config import DEFAULT_RETRYABLE, Settings
+from fusionworker.core.config import DEFAULT_RETRYABLE, Settings
+from fusionworker.core.queue import Queue
 from fusionworker.exceptions import InvalidOperation, NoSuchJob
-from fusionworker.queue import Queue
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,15 +175,16 @@ class Supervisor:
 
 def _horses(procs: list[subprocess.Popen[bytes]]) -> list[psutil.Process]:
     """Running horses: forked by each worker's fork server, each leads its own process
-    group (the fork server itself does not, so it is never the target)."""
+    group. The fork server leads one too (a stop signal to the worker's group must not
+    stop it), but it is the worker's own child, so it is never the target."""
     found = []
     for proc in procs:
         try:
             for child in psutil.Process(proc.pid).children(recursive=True):
                 try:
-                    if os.getpgid(child.pid) == child.pid:
+                    if os.getpgid(child.pid) == child.pid and child.ppid() != proc.pid:
                         found.append(child)
-                except ProcessLookupError:
+                except (ProcessLookupError, psutil.NoSuchProcess):
                     continue
         except psutil.NoSuchProcess:
             continue
@@ -216,7 +223,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               progress: Any = None, freeze_for: float = 0.0,
               concurrency: int = 1, partition_for: float = 0.0, restart_down: float = 0.0,
               oom_for: float = 0.0, fault_every: float = 4.0, server: Any = None,
-              retry_delay: float | None = None) -> ChaosResult:
+              retry_delay: float | None = None, require: tuple[str, ...] = (),
+              stall: float = 0.0) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
@@ -225,7 +233,9 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     ``partition_for``/``restart_down``/``oom_for``: the widened faults (module
     docstring); the last two need ``server``, a ``tests.redis_servers.RestartableRedis``
     that ``settings.redis_url`` points to (never the shared server: its config is
-    changed and it is killed).
+    changed and it is killed). ``require``: moves (``parent``, ``horse``, ``freeze``)
+    the kill phase waits for; ``stall``: seconds without a finished job that end a
+    settling run (module docstring).
     """
     if (restart_down or oom_for) and server is None:
         raise ValueError("Redis restarts and OOM windows need a private server (server=...)")
@@ -324,6 +334,17 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         kill_until = time.monotonic() + kill_for
         end = t0 + deadline
         next_kill = time.monotonic() + rng.uniform(0.5, 1.5) * kill_every
+        done_count, progress_at = 0, time.monotonic()
+
+        def missing() -> list[str]:
+            """Required moves that did not happen yet."""
+            counts = {"parent": result.parent_kills, "horse": result.horse_kills,
+                      "freeze": result.freezes if freeze_for else 1}
+            return [kind for kind in require if not counts[kind]]
+
+        def killing(now: float) -> bool:
+            return now < kill_until or bool(missing())
+
         while time.monotonic() < end:
             result.worker_restarts += sup.keep_alive()
             now = time.monotonic()
@@ -334,10 +355,13 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                 end_fault()
             elif fault is None and kinds and now < kill_until and now >= next_fault:
                 start_fault(now)
-            if now < kill_until and now >= next_kill:
+            if killing(now) and now >= next_kill:
                 next_kill = now + rng.uniform(0.5, 1.5) * kill_every
                 thawed = [p for p in sup.procs if all(p is not f for f, _ in frozen)]
                 move = rng.random()
+                if now >= kill_until:        # past kill_for: only the missing moves
+                    wanted = missing()
+                    move = 0.0 if "freeze" in wanted else 0.3 if "parent" in wanted else 1.0
                 if freeze_for and move < 0.2 and len(thawed) > 1:
                     victim = rng.choice(thawed)
                     _signal(victim, signal.SIGSTOP)      # the parent alone
@@ -357,8 +381,14 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                         except psutil.NoSuchProcess:
                             pass
             try:
-                if _operator_round(r, q, requeued, jobs) and now >= kill_until:
+                if _operator_round(r, q, requeued, jobs) and not killing(now):
                     break
+                if stall:
+                    finished_now = r.zcard(q.qkeys.finished)
+                    if killing(now) or finished_now > done_count:
+                        done_count, progress_at = finished_now, now
+                    elif now - progress_at > stall:
+                        break                    # stuck: no job finished for `stall` s
                 if progress and int(now - t0) != int(time.monotonic() - t0):
                     progress(f"{time.monotonic() - t0:.0f}s "
                              f"finished={r.zcard(q.qkeys.finished)}")

@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import collections
 import signal
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from fusionworker import admin, reaper
-from fusionworker.config import Settings, load_settings
-from fusionworker.connection import connect, is_cluster
+from fusionworker.core import admin
+from fusionworker.core.config import Settings, load_settings
+from fusionworker.core.connection import connect, is_cluster
+from fusionworker.core.queue import Queue
 from fusionworker.events import make_sink, read_events
 from fusionworker.exceptions import InvalidOperation
-from fusionworker.queue import Queue
+from fusionworker.middleware import reaper
 from fusionworker.worker import Worker, default_middleware
-from tests.conftest import wait_for
 from tests.redis_servers import HOST, ClusterServers, redis_cluster
+from tests.waiting import wait_for
 
 __all__ = ["redis_cluster"]  # fixture used below
+
+pytestmark = pytest.mark.slow  # private Redis servers: a 3-master cluster
 
 #: Queue names tried in order; the first one per master is used.
 CANDIDATES = ("sms", "email", "reports", "push", "webhook", "billing", "audit", "images")
@@ -88,6 +90,7 @@ def _spread_queues(rc: redis.RedisCluster, prefix: str) -> dict[str, int]:
     return chosen
 
 
+@pytest.mark.serial  # CPU-bound, with deadlines: alone, after the parallel part
 def test_two_workers_drain_1000_jobs_over_three_shards(processes, settings, rc, cluster_prefix):
     queues = _spread_queues(rc, cluster_prefix)
     # proof of execution: a list with its own hash tag; the job writes it through a plain
@@ -173,8 +176,12 @@ def test_every_queue_operation_works_on_every_shard(rc, settings, cluster_prefix
 
         w = Worker(name, rc, settings=fast, burst=True, middleware=default_middleware(fast))
         assert w.work() == 0
-        time.sleep(0.1)  # the retry's backoff
-        assert Worker(name, rc, settings=fast, burst=True, middleware=[]).work() == 0
+
+        def retried_and_failed(name=name, q=q, job_id=retried.id) -> bool:
+            # burst again once the retry's backoff is over
+            assert Worker(name, rc, settings=fast, burst=True, middleware=[]).work() == 0
+            return q.fetch_job(job_id).status == "failed"
+        wait_for(retried_and_failed, timeout=10, interval=0.05)
 
         status = {j.id: q.fetch_job(j.id).status for j in (ok, bad, retried, dup, *grouped)}
         assert status == {ok.id: "finished", bad.id: "failed", retried.id: "failed",

@@ -1,16 +1,21 @@
-"""Bulk enqueue and rate limits on a real 3-master Redis Cluster: queues on every shard."""
+"""Bulk enqueue and rate limits (per queue and per group) on a real 3-master Redis
+Cluster: queues on every shard."""
 
 from __future__ import annotations
 
 import uuid
 
+import pytest
+
+from fusionworker.core.queue import Queue
 from fusionworker.events import make_sink
-from fusionworker.queue import Queue
 from fusionworker.worker import Worker
 from tests.integration.test_cluster import _spread_queues, cluster_prefix, rc, settings
 from tests.redis_servers import redis_cluster
 
 __all__ = ["cluster_prefix", "rc", "redis_cluster", "settings"]  # fixtures used below
+
+pytestmark = pytest.mark.slow  # private Redis servers: a 3-master cluster
 
 
 def test_enqueue_many_and_rate_limits_on_every_shard(rc, settings, cluster_prefix):
@@ -36,6 +41,17 @@ def test_enqueue_many_and_rate_limits_on_every_shard(rc, settings, cluster_prefi
         w = Worker(name, rc, settings=settings, burst=True, middleware=[])
         assert w.work() == 0
         assert q.count == 0
+
+        # a per-group limit: the second job of a full group is set aside (scheduled)
+        q.set_rate_limit("1/h", per_group=True)
+        first, second = (q.enqueue("tests.jobs:noop", group="h") for _ in range(2))
+        claim = [q.qkeys.base], ["w", uuid.uuid4().hex, 60, settings.failed_ttl]
+        assert q.scripts.claim(keys=claim[0], args=claim[1])[3] == first.id
+        q.delete(first.id)
+        assert q.scripts.claim(keys=claim[0], args=claim[1])[0] == "limited"
+        assert q.fetch_job(second.id).status == "scheduled"
+        assert q.stats()["group_rate_limit"]["held_jobs"] == 1
+        q.set_rate_limit(None, per_group=True)
     sink.close()
 
 

@@ -14,14 +14,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from fusionworker.config import Settings, load_settings
-from fusionworker.connection import connect, refresh_master
-from fusionworker.keys import Keys
-from fusionworker.queue import Queue
-from tests.conftest import wait_for
+from fusionworker.core.config import Settings, load_settings
+from fusionworker.core.connection import connect, refresh_master
+from fusionworker.core.keys import Keys
+from fusionworker.core.queue import Queue
 from tests.redis_servers import HOST, SentinelServers, redis_sentinel
+from tests.waiting import wait_for
 
 __all__ = ["redis_sentinel"]  # fixture used below
+
+pytestmark = pytest.mark.slow  # private Redis servers: a sentinel set-up per test
 
 #: Seconds the job running across the failover takes.
 LONG_JOB = 10.0
@@ -111,7 +113,7 @@ def test_a_plain_bytes_sentinel_client_works(settings, redis_sentinel):
     """A Sentinel master_for() client made by the user (bytes replies)."""
     from redis.sentinel import Sentinel
 
-    from fusionworker import admin
+    from fusionworker.core import admin
     from fusionworker.worker import Worker
 
     plain = Sentinel([(HOST, redis_sentinel.sentinel_port)]).master_for(

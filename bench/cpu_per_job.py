@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""CPU per job, split by process, for this tree and (optionally) others, alternating.
+
+    python bench/cpu_per_job.py [--jobs 1000] [--runs 5] [--concurrency 1]
+                                [--func bench.jobs:noop] [--sleep S]
+                                [--tree /path/to/other/checkout ...] [--json out.json]
+
+Each run is a fresh interpreter with ``PYTHONPATH`` set to the tree measured (so
+``import fusionworker`` and ``import bench`` come from that tree). It enqueues
+``--jobs`` jobs under a key prefix of its own, then runs a burst worker in that
+process (``Worker(q, settings=..., burst=True).work()``) and reads, around
+``work()`` only:
+
+* parent: ``time.process_time()`` of the worker process (user + system);
+* fork server: ``utime + stime`` of ``/proc/<pid>/stat`` of the fork server,
+  read just before the worker closes it;
+* horses: the fork server's ``cutime + cstime`` (the horses it reaped), and
+  horses the worker forked itself (``RUSAGE_CHILDREN`` minus the fork server);
+* children: ``resource.getrusage(RUSAGE_CHILDREN)`` delta (fork server + horses);
+* Redis: ``used_cpu_user + used_cpu_sys`` of ``INFO cpu`` (the server is shared
+  with whatever else runs: read it as a rough figure);
+* jobs/s: jobs / wall time of ``work()``;
+* a second table: the system (kernel) time of parent, fork server and horses, and
+  the minor page faults (copy-on-write, mostly) of a horse (the server's cminflt).
+
+With ``--tree``, the runs alternate between this tree and each other tree
+(A B A B ...), so drift of a loaded machine hits every tree alike; medians are
+printed. ``/proc`` figures are in clock ticks (10 ms): over 1,000 jobs that is
+0.01 ms per job.
+
+``--sleep S`` runs ``bench.io_jobs:io_sleep`` (``time.sleep(S)``) instead of the
+no-op, e.g. ``--concurrency 100 --sleep 0.1`` for the I/O-bound case of
+``bench/io_bound.py``, measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+TICK = os.sysconf("SC_CLK_TCK")
+
+FIGURES = ("parent_ms", "server_ms", "horses_ms", "children_ms", "total_ms", "redis_ms",
+           "jobs_per_s")
+#: the kernel's share (system time) of the figures above, printed as a second table
+SYSTEM = ("parent_sys_ms", "server_sys_ms", "horses_sys_ms", "horse_faults")
+
+
+def _stat_cpu(pid: int) -> tuple[int, int, int, int, int]:
+    """utime, stime, cutime, cstime (clock ticks) and cminflt (minor page faults of the
+    reaped children) of ``pid`` from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return utime, stime, cutime, cstime, int(fields[8])
+
+
+def _redis_cpu(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def child(args: argparse.Namespace) -> None:
+    """One measurement, in the tree ``PYTHONPATH`` points at; prints one JSON line."""
+    import importlib
+
+    import redis
+
+    import fusionworker
+
+    # the package's layout changed (flat modules, then core/ and runtime/): either tree
+    # works; decided by the tree's files (an editable install elsewhere on the path may
+    # answer an import of a name this tree does not have)
+    layered = os.path.isdir(os.path.join(os.path.dirname(fusionworker.__file__), "runtime"))
+
+    def first(new: str, old: str = "") -> Any:
+        return importlib.import_module(new if layered or not old else old)
+
+    forkserver = first("fusionworker.runtime.forkserver", "fusionworker.forkserver")
+    load_settings = first("fusionworker.core.config", "fusionworker.config").load_settings
+    queue_cls = first("fusionworker.core.queue", "fusionworker.queue").Queue
+    worker_cls = first("fusionworker.worker").Worker
+
+    prefix = f"fwcpu{uuid.uuid4().hex[:8]}"
+    overrides: dict[str, Any] = {"redis_url": REDIS_URL, "prefix": prefix,
+                                 "allowed_modules": ("bench",), "log_level": "WARNING"}
+    if args.concurrency > 1:
+        overrides["concurrency"] = args.concurrency
+    settings = load_settings(environ={}, **overrides)
+    r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        q = queue_cls("cpu", connection=r, settings=settings)
+        if args.sleep:
+            for _ in range(args.jobs):
+                q.enqueue("bench.io_jobs:io_sleep", os.devnull, 0.0, args.sleep)
+        else:
+            for _ in range(args.jobs):
+                q.enqueue(args.func)
+
+        server_cpu = [0, 0, 0, 0, 0]   # the fork server's /proc figures (all of them, summed)
+        close = forkserver.ForkServer.close
+
+        def close_and_count(self: Any) -> None:   # the fork server's own /proc figures
+            if self.proc is not None and self.proc.poll() is None:
+                try:
+                    for i, ticks in enumerate(_stat_cpu(self.proc.pid)):
+                        server_cpu[i] += ticks
+                except OSError:
+                    pass
+            close(self)
+
+        forkserver.ForkServer.close = close_and_count   # type: ignore[method-assign]
+        worker = worker_cls("cpu", r, settings=settings, burst=True)
+        redis0 = _redis_cpu(r)
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self0 = resource.getrusage(resource.RUSAGE_SELF)
+        worker.work()
+        wall = time.perf_counter() - wall0
+        parent = time.process_time() - cpu0
+        parent_sys = resource.getrusage(resource.RUSAGE_SELF).ru_stime - self0.ru_stime
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        redis_cpu = _redis_cpu(r) - redis0
+        children = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+        done = worker.successful
+        n = max(done, 1)
+        server = (server_cpu[0] + server_cpu[1]) / TICK
+        reaped = (server_cpu[2] + server_cpu[3]) / TICK
+        # horses forked by the worker itself (no fork server) count as children too
+        own_horses = max(0.0, children - server - reaped)
+        out = {
+            "jobs": done, "failed": worker.failed,
+            "parent_ms": parent * 1000 / n,
+            "server_ms": server * 1000 / n,
+            "horses_ms": (reaped + own_horses) * 1000 / n,
+            "parent_sys_ms": parent_sys * 1000 / n,
+            "server_sys_ms": server_cpu[1] / TICK * 1000 / n,
+            "horses_sys_ms": server_cpu[3] / TICK * 1000 / n,
+            "horse_faults": server_cpu[4] / n,
+            "children_ms": children * 1000 / n,
+            "total_ms": (parent + children) * 1000 / n,
+            "redis_ms": redis_cpu * 1000 / n,
+            "jobs_per_s": done / wall,
+            "parent_s": parent, "children_s": children, "wall_s": wall,
+        }
+        print(json.dumps(out), flush=True)
+    finally:
+        keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            r.delete(*keys[i:i + 500])
+
+
+def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
+           "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
+           "--func", args.func, "--sleep", str(args.sleep)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"run in {tree} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    fig = json.loads(lines[-1])
+    if fig["jobs"] != args.jobs:
+        raise SystemExit(f"run in {tree}: {fig['jobs']} of {args.jobs} jobs finished "
+                         f"({fig['failed']} failed):\n{out.stderr[-3000:]}")
+    return fig
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5, help="runs per tree (alternating)")
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--func", default="bench.jobs:noop")
+    parser.add_argument("--sleep", type=float, default=0.0,
+                        help="run bench.io_jobs:io_sleep for S seconds instead of --func")
+    parser.add_argument("--tree", action="append", default=[],
+                        help="another checkout to measure alternately (repeatable)")
+    parser.add_argument("--json", help="write every run's figures here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return 0
+    trees = [ROOT, *(Path(t).resolve() for t in args.tree)]
+    results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in trees}
+    for i in range(args.runs):
+        order = trees if i % 2 == 0 else trees[::-1]
+        for tree in order:
+            fig = run_once(tree, args)
+            results[str(tree)].append(fig)
+            print(f"run {i + 1} {tree}: " + " ".join(f"{k}={fig[k]:.3f}" for k in FIGURES),
+                  file=sys.stderr, flush=True)
+    what = f"sleep {args.sleep:g} s" if args.sleep else args.func
+    print(f"\n{args.jobs} jobs ({what}), "
+          f"concurrency {args.concurrency}, median of {args.runs} runs; CPU in ms per job")
+    print(f"{'tree':40} " + " ".join(f"{k:>11}" for k in FIGURES))
+    for tree, figs in results.items():
+        meds = {k: statistics.median(f[k] for f in figs) for k in FIGURES}
+        print(f"{tree[-40:]:40} " + " ".join(f"{meds[k]:11.3f}" for k in FIGURES))
+    print("of which system time (kernel: fork, page faults, exit), ms per job; page faults "
+          "per horse")
+    print(f"{'tree':40} " + " ".join(f"{k:>13}" for k in SYSTEM))
+    for tree, figs in results.items():
+        print(f"{tree[-40:]:40} "
+              + " ".join(f"{statistics.median(f[k] for f in figs):13.3f}" for k in SYSTEM))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

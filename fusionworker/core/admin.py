@@ -1,0 +1,177 @@
+"""Deployment-wide operations on Redis: suspend/resume, worker listing, one-screen status.
+
+Reads here back the operator CLI (``info``, ``health``); every function takes a
+client (any redis-py client: bytes replies are decoded, see
+:func:`fusionworker.connection.decoding`) and a key prefix and nothing else,
+so a script can use them too.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .connection import decoding, texts
+from .keys import Keys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import RedisClient
+
+
+def suspend(connection: RedisClient, prefix: str = "fw", duration: float | None = None) -> None:
+    """Every worker finishes its current job, then claims nothing until :func:`resume`."""
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    if duration:
+        connection.set(keys.suspended, str(time.time()), px=int(duration * 1000))
+    else:
+        connection.set(keys.suspended, str(time.time()))
+    connection.publish(keys.control, "suspend")
+
+
+def resume(connection: RedisClient, prefix: str = "fw") -> None:
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    connection.delete(keys.suspended)
+    connection.publish(keys.control, "resume")
+
+
+def is_suspended(connection: RedisClient, prefix: str = "fw") -> bool:
+    connection = decoding(connection)
+    return bool(connection.exists(Keys(prefix).suspended))
+
+
+def suspended_for(connection: RedisClient, prefix: str = "fw") -> float | None:
+    """Seconds until a timed suspension ends; ``-1.0`` when suspended indefinitely;
+    ``None`` when not suspended."""
+    connection = decoding(connection)
+    pttl = connection.pttl(Keys(prefix).suspended)
+    if pttl == -2:
+        return None
+    if pttl == -1:
+        return -1.0
+    return pttl / 1000.0
+
+
+def server_time(connection: RedisClient) -> float:
+    """The Redis server's clock (epoch seconds): one clock for every age we show."""
+    connection = decoding(connection)
+    seconds, micros = connection.time()
+    return seconds + micros / 1e6
+
+
+def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]:
+    """Heartbeat hashes of live workers (names whose key expired are left out).
+
+    Read-only: ``info``, the exporter's scrape, the web dashboard and ``health``
+    call this, and a read never writes. Names whose heartbeat key expired stay in
+    ``<prefix>:workers`` until the reaper's pass drops them
+    (:func:`fusionworker.middleware.reaper.prune_workers`); a worker that stops removes its
+    own name.
+    """
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    names = sorted(texts(connection.smembers(keys.workers)))
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(keys.worker(name))
+    return [data for data in pipe.execute() if data]
+
+
+def _num(value: str | None, kind: type = float) -> Any:
+    if value in (None, ""):
+        return None
+    try:
+        return kind(float(value)) if kind is int else kind(value)
+    except ValueError:
+        return None
+
+
+def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
+    """A heartbeat hash as typed fields with ages relative to ``now`` (the ``info`` schema)."""
+    started = _num(data.get("current_job_started"))
+    heartbeat = _num(data.get("last_heartbeat"))
+    birth = _num(data.get("birth"))
+    current = data.get("current_job") or None
+    return {
+        "name": data.get("name", ""),
+        "host": data.get("host", ""),
+        "pid": _num(data.get("pid"), int),
+        "state": data.get("state", ""),
+        "throttle": data.get("throttle") or None,
+        "queues": [q for q in (data.get("queues") or "").split(",") if q],
+        "current_job": current,
+        # a worker with --concurrency N runs up to N jobs at once (current_job: the first)
+        "current_jobs": ([j for j in (data.get("current_jobs") or "").split(",") if j]
+                         or ([current] if current else [])),
+        "concurrency": _num(data.get("concurrency"), int) or 1,
+        "current_queue": (data.get("current_queue") or None) if current else None,
+        "current_job_age": max(0.0, now - started) if current and started else None,
+        "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,
+        "uptime": max(0.0, now - birth) if birth else None,
+        "successful": _num(data.get("successful"), int) or 0,
+        "failed": _num(data.get("failed"), int) or 0,
+        "total_working_time": _num(data.get("total_working_time")) or 0.0,
+        "lease": _num(data.get("lease")),
+        "version": data.get("version") or None,
+    }
+
+
+def forget_worker(connection: RedisClient, name: str, pid: int, prefix: str = "fw") -> bool:
+    """Remove the heartbeat of worker ``name`` if it still names ``pid`` (known dead).
+
+    The supervisor calls this for a child it saw die: the dead worker then
+    stops showing in ``info`` at once instead of after ``worker_ttl``, and a
+    restarted child may take the same name. A job the dead worker held stays
+    in ``started`` until its lease runs out; the reaper then re-queues it.
+    """
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    key = keys.worker(name)
+    if connection.hget(key, "pid") != str(pid):
+        return False
+    pipe = connection.pipeline(transaction=False)
+    pipe.delete(key)
+    pipe.srem(keys.workers, name)
+    pipe.execute()
+    return True
+
+
+def stuck_jobs(connection: RedisClient, queue: str, prefix: str = "fw",
+               now: float | None = None) -> list[str]:
+    """Ids of started jobs of ``queue`` whose lease deadline (score) is before ``now``."""
+    connection = decoding(connection)
+    if now is None:
+        now = server_time(connection)
+    return texts(connection.zrangebyscore(Keys(prefix).queue(queue).started, "-inf",
+                                          f"({now}"))
+
+
+#: Seconds the per-minute outcome counts live (set in ``scripts/finish.lua``).
+MINUTE_COUNTS_TTL = 7200
+
+
+def minute_counts(connection: RedisClient, queues: list[str], prefix: str = "fw",
+                  minutes: int = 60, now: float | None = None) -> list[dict[str, Any]]:
+    """Jobs finished and failed per minute over the last ``minutes`` (oldest first),
+    summed over ``queues``: ``[{"minute": epoch_minute, "finished": n, "failed": n}]``.
+
+    One pipelined HGETALL per queue and minute of the hashes ``finish.lua`` keeps.
+    """
+    connection = decoding(connection)
+    if now is None:
+        now = server_time(connection)
+    last = int(now // 60)
+    span = list(range(last - minutes + 1, last + 1))
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in queues:
+        for minute in span:
+            pipe.hgetall(keys.queue(name).minute(minute))
+    replies = pipe.execute() if queues else []
+    rows = [{"minute": m, "finished": 0, "failed": 0} for m in span]
+    for i, data in enumerate(replies):
+        row = rows[i % len(span)]
+        row["finished"] += int(data.get("finished") or 0)
+        row["failed"] += int(data.get("failed") or 0)
+    return rows

@@ -1,0 +1,144 @@
+"""Batches with callbacks: a callback job enqueued exactly once when every job ended.
+
+    with Batch(on_success="app.tasks:done", on_complete=..., on_failure=..., queue="reports",
+               connection=r) as batch:
+        for row in rows:
+            q.enqueue("app.tasks:import_row", row, batch=batch)
+    batch.status()   # {"total": ..., "ended": ..., "failed": ..., "progress": 0.42, ...}
+
+Keys on the batch's queue Q (one slot): ``Q:batch:<id>`` (HASH: callbacks,
+total, sealed, failed, fired, created_at, ended_at) and ``Q:batch:<id>:ended``
+(SET of the refs ``"queue:job_id"`` of its jobs that ended for good).
+A job of the batch, on any queue, carries the field ``batch`` = ``"Q:<id>"``.
+
+Sequence:
+
+1. ``Batch.__enter__``: one ``HSET`` of the batch hash (callbacks prepared and
+   validated by ``Queue.prepare_call`` first: nothing is written on bad input).
+2. ``enqueue(..., batch=b)``: the job is written with its ``batch`` field (the
+   enqueue script); the batch object counts it (``Batch.total``).
+3. A job of the batch ends for good (finished, failed after its retries,
+   abandoned, canceled): the ending script puts the note
+   ``["batch:<outcome>", "Q:<id>", job_id]`` in its queue's outbox (the outbox
+   of workflows.py, replayed the same way: by the worker at once, by the reaper
+   as a backstop). The replay runs ``batch_done.lua`` on Q: ``SADD`` the job to
+   the ended set (a replayed note counts once), count a failure.
+4. ``Batch.__exit__`` (sealing): ``batch_done.lua`` with the total. Whenever
+   the batch is sealed and the ended set holds ``total`` jobs, the same script
+   (``HSETNX fired``) enqueues the callbacks on Q, each with the batch id as
+   first argument: ``on_complete`` always, ``on_success`` when no job failed,
+   ``on_failure`` when one did. The callbacks' job ids were fixed in step 1.
+
+Crash points: a worker killed while running a job of the batch -> the reaper
+re-queues or fails the job (an attempt), which ends later and writes its
+note. A replayer dying between ``batch_done`` and ``LREM`` -> the note is
+replayed again and ``SADD`` ignores it. The producer dying before step 4 -> the
+batch is never sealed and its callbacks never fire (nothing says how many jobs
+it was meant to have); ``status()`` shows ``sealed: false``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .queue import Queue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .connection import RedisClient
+
+
+class Batch:
+    """Jobs whose end fires callbacks. Use as a context manager; sealed on exit."""
+
+    def __init__(
+        self,
+        on_success: str | Callable[..., Any] | None = None,
+        on_complete: str | Callable[..., Any] | None = None,
+        on_failure: str | Callable[..., Any] | None = None,
+        queue: str | Queue = "default",
+        *,
+        connection: RedisClient | None = None,
+        settings: Settings | None = None,
+        batch_id: str | None = None,
+    ) -> None:
+        self.queue = queue if isinstance(queue, Queue) else Queue(
+            queue, connection, settings=settings, events=False)
+        self.id = batch_id or uuid.uuid4().hex
+        if not isinstance(self.id, str) or not self.id or ":" in self.id or len(self.id) > 100:
+            raise ValueError("batch_id must be 1-100 characters without ':'")
+        #: kind -> [callback job id, its encoded fields] (JSON in the batch hash)
+        self._callbacks: dict[str, tuple[str, list[str]]] = {}
+        for kind, func in (("on_success", on_success), ("on_complete", on_complete),
+                           ("on_failure", on_failure)):
+            if func is not None:
+                p = self.queue.prepare_call(func, [self.id])
+                self._callbacks[kind] = (p.id, p.fields)
+        self.total = 0
+        self.sealed = False
+        self._key = self.queue.qkeys.base + f"batch:{self.id}"
+
+    @property
+    def ref(self) -> str:
+        """What a job of this batch carries in its ``batch`` field."""
+        return f"{self.queue.name}:{self.id}"
+
+    def callback_ids(self) -> dict[str, str]:
+        return {kind: cb[0] for kind, cb in self._callbacks.items()}
+
+    def __enter__(self) -> Batch:
+        self.queue._register()
+        self.queue.connection.hset(self._key, mapping={
+            "callbacks": json.dumps(self._callbacks, separators=(",", ":")),
+            "total": 0, "sealed": 0, "failed": 0, "created_at": repr(time.time()),
+        })
+        self.queue.connection.zadd(self.queue.qkeys.base + "batches", {self.id: time.time()})
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seal()
+
+    def _added(self, n: int) -> None:
+        if self.sealed:
+            raise RuntimeError(f"batch {self.id} is sealed: no job can be added")
+        self.total += n
+
+    def seal(self) -> None:
+        """No more jobs: the callbacks fire once every job counted so far has ended."""
+        if self.sealed:
+            return
+        self.sealed = True
+        self.queue.scripts.batch_done(keys=[self.queue.qkeys.base],
+                                      args=[self.id, "", "", self.total])
+
+    def status(self) -> dict[str, Any]:
+        """Counts and progress (``ended / total``) read from Redis."""
+        return batch_status(self.queue.connection, self.queue.qkeys.base, self.id)
+
+
+def batch_status(connection: RedisClient, base: str, batch_id: str) -> dict[str, Any]:
+    key = base + f"batch:{batch_id}"
+    data = {_text(k): _text(v) for k, v in connection.hgetall(key).items()}
+    if not data:
+        return {"id": batch_id, "exists": False}
+    ended = int(connection.scard(key + ":ended"))
+    total = int(data.get("total") or 0)
+    failed = int(data.get("failed") or 0)
+    callbacks = json.loads(data.get("callbacks") or "{}")
+    return {
+        "id": batch_id, "exists": True, "sealed": data.get("sealed") == "1",
+        "total": total, "ended": ended, "finished": ended - failed, "failed": failed,
+        "pending": max(0, total - ended), "progress": (ended / total) if total else None,
+        "fired": data.get("fired") == "1",
+        "callbacks": {kind: cb[0] for kind, cb in callbacks.items()},
+        "created_at": float(data["created_at"]) if data.get("created_at") else None,
+        "ended_at": float(data["ended_at"]) if data.get("ended_at") else None,
+    }
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,418 @@
+"""Every setting of fusionworker in one table.
+
+Resolution order for each setting (highest first):
+
+1. an explicit value passed in code or by a CLI flag (``overrides``),
+2. the process environment,
+3. the config file given with ``-c CONFIG_FILE`` (``KEY=VALUE`` lines, the
+   same format as a systemd ``EnvironmentFile``; ``#`` starts a comment),
+4. the default in :data:`SETTINGS`.
+
+The README's configuration table is generated from :data:`SETTINGS`
+(``python -m fusionworker.config`` prints it), so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+#: Exceptions retried by default, by qualified class name (subclasses match).
+DEFAULT_RETRYABLE = (
+    "builtins.ConnectionError",
+    "builtins.TimeoutError",
+    "requests.exceptions.ConnectionError",
+    "requests.exceptions.Timeout",
+    "redis.exceptions.ConnectionError",
+    "redis.exceptions.TimeoutError",
+    "fusionworker.exceptions.Retry",
+)
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used."""
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _paths(value: str) -> tuple[str, ...]:
+    return tuple(part for part in value.split(os.pathsep) if part.strip())
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str          # attribute on Settings
+    env: str           # environment variable / config-file key
+    default: Any
+    parse: Callable[[str], Any]
+    help: str
+    flag: str = ""     # CLI flag, where one exists
+    #: the one place numbers are range-checked (issue 18.8): every value from the API,
+    #: the CLI, the environment or a config file passes :func:`check_value`
+    min: float | None = None
+    max: float | None = None
+    #: the minimum itself is refused (e.g. a poll interval of 0 would spin)
+    exclusive_min: bool = False
+    choices: tuple[str, ...] = ()
+
+
+def check_value(setting: Setting | str, value: Any, name: str | None = None) -> Any:
+    """``value`` if ``setting`` (or the setting of that name) may take it; ConfigError
+    (one clear line, naming ``name`` or the env var) otherwise.
+
+    Numbers must be finite (no NaN, no infinity) and within the setting's range.
+    """
+    if isinstance(setting, str):
+        setting = _BY_NAME[setting]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        where = f"{name or setting.env}={value!r}"
+        if setting.choices and str(value).lower() not in {c.lower() for c in setting.choices}:
+            raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
+        if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
+            raise ConfigError(f"{where}: must be a number")
+        return value
+    # the message is formatted only on failure (a producer checks values per job)
+    if not math.isfinite(value):
+        raise ConfigError(f"{name or setting.env}={value!r}: must be a finite number")
+    if setting.min is not None:
+        if value < setting.min or (setting.exclusive_min and value == setting.min):
+            op = ">" if setting.exclusive_min else ">="
+            raise ConfigError(f"{name or setting.env}={value!r}: must be {op} {setting.min:g}")
+    if setting.max is not None and value > setting.max:
+        raise ConfigError(f"{name or setting.env}={value!r}: must be <= {setting.max:g}")
+    return value
+
+
+def _positive(**kw: Any) -> dict[str, Any]:
+    return {"min": 0, "exclusive_min": True, **kw}
+
+
+def _percent() -> dict[str, Any]:
+    return {"min": 0, "max": 100}
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("redis_url", "REDIS_URL", DEFAULT_REDIS_URL, str,
+            "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
+            "redis+cluster://h:7000", "--redis-url"),
+    Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
+    Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
+            "Default hard time limit of a job, seconds.", **_positive()),
+    Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
+            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
+    Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
+            "Seconds a finished job and its result are kept.", min=-1),
+    Setting("worker_ttl", "FUSIONWORKER_WORKER_TTL", 420, int,
+            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl", min=1),
+    Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
+            "Seconds between heartbeats (and job-deadline extensions) of a worker.", **_positive()),
+    Setting("lease", "FUSIONWORKER_LEASE", 30.0, float,
+            "Seconds a started job's lease lasts unless its live worker renews it (every "
+            "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
+            "At least 3 x the heartbeat interval.", **_positive()),
+    Setting("kill_job_children", "FUSIONWORKER_KILL_JOB_CHILDREN", True, _bool,
+            "After a job's horse exits, SIGKILL the processes the job left in the horse's "
+            "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
+            "if jobs start daemons that must outlive them."),
+    Setting("concurrency", "FUSIONWORKER_CONCURRENCY", 1, int,
+            "Jobs one worker runs at once, each in a fresh horse with its own timeout and "
+            "memory ceiling (one parent and one fork server for all of them).",
+            "--concurrency", min=1, max=10000),
+    Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
+            "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
+            "components). Unset: only functions registered with @fusionworker.job (default "
+            "deny; a worker with neither refuses to start)."),
+    Setting("imports", "FUSIONWORKER_IMPORTS", (), _csv,
+            "Comma-separated modules the worker imports at start, so that the functions they "
+            "register with @fusionworker.job may run.", "--import"),
+    Setting("path", "FUSIONWORKER_PATH", (), _paths,
+            "Directories (separated by ':') the worker puts at the front of sys.path before it "
+            "imports job modules; the current directory is always put there too, as with "
+            "`rq worker`.", "--path"),
+    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level",
+            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
+            "Log format: text (readable lines) or json.", "--log-format", choices=("text", "json")),
+    Setting("max_retries", "FUSIONWORKER_MAX_RETRIES", 10, int,
+            "Retries of a job that fails with a retryable error.", min=0),
+    Setting("retry_delay", "FUSIONWORKER_RETRY_DELAY", 5.0, float,
+            "First retry delay, seconds.", min=0),
+    Setting("retry_backoff", "FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
+            "Multiplier of the retry delay per attempt.", min=1),
+    Setting("retry_max_delay", "FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
+            "Cap of the retry delay, seconds.", min=0),
+    Setting("retry_jitter", "FUSIONWORKER_RETRY_JITTER", 0.1, float,
+            "Random jitter added to a retry delay, as a fraction of it.", min=0, max=10),
+    Setting("retryable", "FUSIONWORKER_RETRYABLE", DEFAULT_RETRYABLE, _csv,
+            "Exception classes (module.Class, subclasses too) that are retried."),
+    Setting("reaper_interval", "FUSIONWORKER_REAPER_INTERVAL", 30.0, float,
+            "Seconds between passes of the stuck-job reaper.", **_positive()),
+    Setting("failed_ttl", "FUSIONWORKER_FAILED_TTL", 604800, int,
+            "Seconds a failed job stays in the failed registry (dead-letter).", min=0),
+    Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
+            "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0),
+    Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
+            "URL POSTed (JSON) after a job's final failure."),
+    Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
+            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01),
+    Setting("progress_interval", "FUSIONWORKER_PROGRESS_INTERVAL", 1.0, float,
+            "At most one write per this many seconds of a running job's progress and meta "
+            "(current_job().set_progress / .meta); the last values are always written with "
+            "the job's outcome.", **_positive()),
+    Setting("memory_check_interval", "MEMORY_CHECK_INTERVAL", 5.0, float,
+            "Seconds between resource-governor samples.", **_positive()),
+    Setting("memory_throttle_threshold", "MEMORY_THROTTLE_THRESHOLD", 90.0, float,
+            "RAM use (%) at which workers stop claiming.", **_percent()),
+    Setting("memory_resume_threshold", "MEMORY_RESUME_THRESHOLD", 80.0, float,
+            "RAM use (%) under which throttled workers resume.", **_percent()),
+    Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
+            "Swap use (%) at which workers stop claiming.", **_percent()),
+    Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
+            "GPU memory use (%) of any device at which workers stop claiming.", **_percent()),
+    Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
+            "GPU memory use (%) under which throttled workers resume.", **_percent()),
+    Setting("max_horse_memory", "FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
+            "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
+            "--max-horse-memory", min=0),
+    Setting("elasticsearch_url", "ELASTICSEARCH_URL", "", str,
+            "Elasticsearch for the event log; unset: events go to a capped Redis stream."),
+    Setting("elasticsearch_index", "ELASTICSEARCH_INDEX", "active-fusion-logs", str,
+            "Elasticsearch index of the event log."),
+    Setting("elasticsearch_api_key", "ELASTICSEARCH_API_KEY", "", str, "Elasticsearch API key."),
+    Setting("elasticsearch_username", "ELASTICSEARCH_USERNAME", "", str, "Elasticsearch basic-auth user."),
+    Setting("elasticsearch_password", "ELASTICSEARCH_PASSWORD", "", str,
+            "Elasticsearch basic-auth password."),
+    Setting("event_buffer", "FUSIONWORKER_EVENT_BUFFER", 10000, int,
+            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted.", min=0),
+    Setting("event_stream_maxlen", "FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
+            "Approximate length cap of the Redis event stream.", min=0),
+    Setting("metrics_port", "FUSIONWORKER_METRICS_PORT", 0, int,
+            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port",
+            min=0, max=65535),
+    Setting("otel", "FUSIONWORKER_OTEL", False, _bool,
+            "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
+            "application's providers; the worker sets up SDK providers with OTLP/HTTP exporters "
+            "configured by the standard OTEL_* variables, records the queue.* metrics and a "
+            "consumer span per job in its horses."),
+    Setting("otel_setup", "FUSIONWORKER_OTEL_SETUP", "", str,
+            "module:function called (no arguments) in the worker and its fork server instead of "
+            "the built-in OTLP set-up; it installs the global tracer and meter providers."),
+    Setting("otel_flush_timeout", "FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
+            "Seconds a horse may spend exporting its spans after it reported the job's outcome "
+            "(and the worker its metrics at shutdown); an unreachable collector costs at most "
+            "this.", min=0),
+    Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
+            "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
+            "--metrics-bind"),
+    Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
+            "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
+    Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
+            "Bearer token of the web dashboard and its /api/v1 (`fusionworker web`)."),
+    Setting("web_user", "FUSIONWORKER_WEB_USER", "", str,
+            "User name of the web dashboard's basic auth / login (with the password hash)."),
+    Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
+            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`)."),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _default(name: str) -> Any:
+    """The table's default of setting ``name`` (the one place defaults are written)."""
+    return _BY_NAME[name].default
+
+
+#: settings whose value never appears in a repr (nor, through it, in a log or an error)
+SECRETS = frozenset({"elasticsearch_api_key", "elasticsearch_password", "web_token",
+                     "web_password_hash"})
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class Settings:
+    """Resolved settings, one typed attribute per row of :data:`SETTINGS`, in its order.
+
+    Build with :func:`load_settings`, or ``Settings(values={name: value, ...})``
+    (the rest default; ``Settings()`` is every default); never mutate
+    (:meth:`replace` makes a changed copy). The defaults are the table's; the
+    fields and the table are checked against each other at import.
+    """
+
+    redis_url: str = _default("redis_url")
+    prefix: str = _default("prefix")
+    job_timeout: float = _default("job_timeout")
+    kill_grace: float = _default("kill_grace")
+    result_ttl: int = _default("result_ttl")
+    worker_ttl: int = _default("worker_ttl")
+    heartbeat_interval: float = _default("heartbeat_interval")
+    lease: float = _default("lease")
+    kill_job_children: bool = _default("kill_job_children")
+    concurrency: int = _default("concurrency")
+    allowed_modules: tuple[str, ...] = _default("allowed_modules")
+    imports: tuple[str, ...] = _default("imports")
+    path: tuple[str, ...] = _default("path")
+    log_level: str = _default("log_level")
+    log_format: str = _default("log_format")
+    max_retries: int = _default("max_retries")
+    retry_delay: float = _default("retry_delay")
+    retry_backoff: float = _default("retry_backoff")
+    retry_max_delay: float = _default("retry_max_delay")
+    retry_jitter: float = _default("retry_jitter")
+    retryable: tuple[str, ...] = _default("retryable")
+    reaper_interval: float = _default("reaper_interval")
+    failed_ttl: int = _default("failed_ttl")
+    dedup_window: int = _default("dedup_window")
+    failure_webhook_url: str = _default("failure_webhook_url")
+    poll_interval: float = _default("poll_interval")
+    progress_interval: float = _default("progress_interval")
+    memory_check_interval: float = _default("memory_check_interval")
+    memory_throttle_threshold: float = _default("memory_throttle_threshold")
+    memory_resume_threshold: float = _default("memory_resume_threshold")
+    swap_throttle_threshold: float = _default("swap_throttle_threshold")
+    gpu_throttle_threshold: float = _default("gpu_throttle_threshold")
+    gpu_resume_threshold: float = _default("gpu_resume_threshold")
+    max_horse_memory: int = _default("max_horse_memory")
+    elasticsearch_url: str = _default("elasticsearch_url")
+    elasticsearch_index: str = _default("elasticsearch_index")
+    elasticsearch_api_key: str = _default("elasticsearch_api_key")
+    elasticsearch_username: str = _default("elasticsearch_username")
+    elasticsearch_password: str = _default("elasticsearch_password")
+    event_buffer: int = _default("event_buffer")
+    event_stream_maxlen: int = _default("event_stream_maxlen")
+    metrics_port: int = _default("metrics_port")
+    otel: bool = _default("otel")
+    otel_setup: str = _default("otel_setup")
+    otel_flush_timeout: float = _default("otel_flush_timeout")
+    metrics_bind: str = _default("metrics_bind")
+    embedded_dir: str = _default("embedded_dir")
+    web_token: str = _default("web_token")
+    web_user: str = _default("web_user")
+    web_password_hash: str = _default("web_password_hash")
+    #: names whose value came from an override, the environment or the file
+    #: the values set (by name), as given; the others are the table's defaults
+    values: Mapping[str, Any] = field(default_factory=dict)
+    #: names whose value came from an override, the environment or the file
+    explicit: frozenset[str] = frozenset()
+
+    def __init__(self, values: Mapping[str, Any] | None = None,
+                 explicit: Iterable[str] = frozenset()) -> None:
+        given = dict(values or {})
+        unknown = set(given) - set(_BY_NAME)
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for setting in SETTINGS:
+            object.__setattr__(self, setting.name, given.get(setting.name, setting.default))
+        object.__setattr__(self, "values", given)
+        object.__setattr__(self, "explicit", frozenset(explicit))
+
+    def replace(self, **overrides: Any) -> Settings:
+        """A copy with some values replaced (``None`` values are ignored)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        unknown = set(given) - set(_BY_NAME)
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        for name, value in given.items():
+            check_value(_BY_NAME[name], value)
+        return Settings({**self.values, **given}, self.explicit | frozenset(given))
+
+    def is_explicit(self, name: str) -> bool:
+        return name in self.explicit
+
+    def __repr__(self) -> str:
+        """The values set only, secrets and the Redis URL's password masked."""
+        from .connection import mask_url
+
+        shown = {name: "***" if name in SECRETS and value else
+                 mask_url(value) if name == "redis_url" else value
+                 for name, value in self.values.items()}
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in sorted(shown.items()))})"
+
+
+def _check_fields() -> None:
+    """The dataclass declares exactly the table's settings, in its order."""
+    names = [f.name for f in dataclasses.fields(Settings) if f.name not in ("values", "explicit")]
+    if names != [s.name for s in SETTINGS]:
+        raise RuntimeError("config.Settings and config.SETTINGS disagree: "
+                           f"{sorted(set(names) ^ {s.name for s in SETTINGS})}")
+
+
+_check_fields()
+
+
+def read_config_file(path: str) -> dict[str, str]:
+    """Read ``KEY=VALUE`` lines. ``-c instance`` also finds ``instance.env``."""
+    candidates = [path] if os.path.splitext(path)[1] else [path, path + ".env"]
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            break
+    else:
+        raise ConfigError(f"config file not found: {path}")
+    values: dict[str, str] = {}
+    with open(candidate, encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("export "):
+                line = line[len("export "):]
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ConfigError(f"{candidate}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            values[key.strip()] = value
+    return values
+
+
+def load_settings(
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Resolve every setting: overrides > environment > config file > default."""
+    env = os.environ if environ is None else environ
+    file_values = read_config_file(config_file) if config_file else {}
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        raw = env.get(setting.env)
+        if raw is None:
+            raw = file_values.get(setting.env)
+        if raw is None:
+            continue
+        try:
+            values[setting.name] = check_value(setting, setting.parse(raw))
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{setting.env}={raw!r}: {exc}") from None
+    return Settings(values, explicit=frozenset(values)).replace(**overrides)
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (for the README)."""
+    rows = ["| env / config key | CLI flag | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        default = ",".join(s.default) if isinstance(s.default, tuple) else s.default
+        rows.append(f"| `{s.env}` | {f'`{s.flag}`' if s.flag else ''} | `{default}` | {s.help} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(settings_table())

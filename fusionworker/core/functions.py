@@ -1,0 +1,190 @@
+"""Jobs name their function as ``module:function``; this module guards that name.
+
+Invariant 6 (no code execution from data): **default deny.** A job may run
+only a function that is
+
+* registered in the running process (``@fusionworker.job`` / ``register()``,
+  see :mod:`fusionworker.registry`): its exact ``module:qualname``, or
+* defined in a module on the allow-list ``FUSIONWORKER_ALLOWED_MODULES``
+  (matching on whole dotted components: ``app`` admits ``app`` and
+  ``app.tasks`` but not ``apple``).
+
+An *allowed* tuple mixes both: entries with a ``:`` are exact registered
+references, the others module prefixes. Empty: nothing may run.
+
+The attribute path after the ``:`` is walked one component at a time and
+every step is checked, so a name cannot escape through what an allowed
+module happens to import: a component may not start with ``_`` (no dunders,
+no privates), may not be a module (``app:os.system``, ``app:sub.attr``), and
+must have been *defined* in an allowed module (its ``__module__``;
+``app:system`` after ``from os import system`` in app names ``posix.system``
+and is refused). A registered reference must lead to the very function that
+was registered (same ``__module__:__qualname__``).
+
+The check runs at enqueue (nothing is written for a refused name; for the
+walk the producer imports an allowed module, and checks only the name if it
+cannot), again in the worker before forking (:func:`verify_loaded`: the name,
+and the walk if the module is imported there; both remember a walk that
+passed) and in the horse (all): by the horse itself, or, once the fork server
+preloaded the function's module, by the server, whose result every horse it
+forks inherits with the very module state it was computed on
+(``forkserver._remember``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import sys
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..exceptions import FunctionNotAllowed, InvalidFunction
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_ATTR = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)*$")
+
+
+def func_ref(func: str | Callable[..., Any]) -> str:
+    """``"module:name"`` for a reference string or a module-level callable."""
+    if isinstance(func, str):
+        parse_func_ref(func)
+        return func
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        raise InvalidFunction(
+            f"{func!r} is not a module-level callable importable by name; pass 'module:function'"
+        )
+    return f"{module}:{qualname}"
+
+
+def parse_func_ref(ref: str) -> tuple[str, str]:
+    """Split ``module:attr``; raise :class:`InvalidFunction` on anything else."""
+    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not sep or not _MODULE.match(module) or not _ATTR.match(attr):
+        raise InvalidFunction(
+            f"invalid function reference {ref!r}: expected 'module:function' "
+            "(e.g. 'app.tasks:send_sms'; private names are not callable as jobs)"
+        )
+    return module, attr
+
+
+def _matches(module: str, prefixes: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def split_allowed(allowed: Iterable[str]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """(module prefixes, exact registered references) of an *allowed* tuple."""
+    return _split(tuple(allowed))
+
+
+@functools.lru_cache(maxsize=64)
+def _split(allowed: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
+    return (tuple(a for a in allowed if ":" not in a),
+            frozenset(a for a in allowed if ":" in a))
+
+
+#: the one line a refusal ends with: what to set
+HOW_TO_ALLOW = ("register the function with @fusionworker.job (and name its module in "
+                "FUSIONWORKER_IMPORTS for the worker) or set FUSIONWORKER_ALLOWED_MODULES")
+
+
+def check_allowed(ref: str, allowed: Iterable[str] = ()) -> tuple[str, str]:
+    """Validate ``ref`` by name against ``allowed`` (default deny; no import)."""
+    module, attr = parse_func_ref(ref)
+    prefixes, refs = split_allowed(allowed)
+    if ref in refs or _matches(module, prefixes):
+        return module, attr
+    if not prefixes and not refs:
+        raise FunctionNotAllowed(f"{ref!r} is not allowed: nothing is (default deny); "
+                                 + HOW_TO_ALLOW)
+    listed = ",".join(prefixes) or "(unset)"
+    raise FunctionNotAllowed(
+        f"{ref!r} is neither a registered job function nor in an allowed module "
+        f"(FUSIONWORKER_ALLOWED_MODULES={listed})")
+
+
+def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
+    """Follow ``attr`` from the module, checking every step (module docstring)."""
+    prefixes, refs = split_allowed(allowed)
+    registered = ref in refs
+    obj = module_obj
+    for part in attr.split("."):
+        if part.startswith("_"):
+            raise FunctionNotAllowed(f"{ref!r}: private or dunder name {part!r}")
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidFunction(f"{ref!r}: no attribute {part!r}") from None
+        if isinstance(obj, types.ModuleType):
+            raise FunctionNotAllowed(f"{ref!r}: {part!r} is a module, not a function")
+        owner = getattr(obj, "__module__", None)
+        if not registered and (not isinstance(owner, str) or not _matches(owner, prefixes)):
+            raise FunctionNotAllowed(
+                f"{ref!r}: {part!r} is defined in {owner!r}, not in an allowed module")
+    if registered:
+        here = f"{getattr(obj, '__module__', None)}:{getattr(obj, '__qualname__', None)}"
+        if here != ref:
+            raise FunctionNotAllowed(f"{ref!r} leads to {here!r}, not the registered function")
+    if not callable(obj):
+        raise InvalidFunction(f"{ref!r} is not callable")
+    return obj
+
+
+#: (ref, allowed) pairs whose full walk passed in this process (bulk enqueue repeats them)
+_WALKED: set[tuple[str, tuple[str, ...]]] = set()
+_WALKED_MAX = 4096
+
+
+def verify(ref: str, allowed: Iterable[str] = ()) -> None:
+    """The producer's check: by name, then the attribute walk.
+
+    The walk needs the module: an allowed one is imported here (once per
+    process; it is trusted code by the allow-list's definition). If the
+    producer cannot import it (the job code is deployed on the workers
+    only), only the name is checked here and the worker checks the rest.
+    A walk that passed is remembered for the same ``allowed`` (a module's
+    functions do not move once imported); the worker checks every job again.
+    """
+    allowed = tuple(allowed)
+    if (ref, allowed) in _WALKED:
+        return
+    module_name, attr = check_allowed(ref, allowed)
+    module_obj = sys.modules.get(module_name)
+    if module_obj is None:
+        try:
+            module_obj = importlib.import_module(module_name)
+        except ImportError:
+            return
+    _walk(ref, module_obj, attr, allowed)
+    if len(_WALKED) < _WALKED_MAX:
+        _WALKED.add((ref, allowed))
+
+
+def verify_loaded(ref: str, allowed: Iterable[str] = ()) -> None:
+    """The worker parent's check before forking: by name, and the attribute walk
+    if the module is imported in this process already (registered modules are:
+    ``FUSIONWORKER_IMPORTS``). Never imports: job code is imported in horses.
+
+    A full walk that passed is remembered (as :func:`verify` does): this early
+    refusal only spares a fork; the horse checks every job in full (:func:`resolve`).
+    """
+    allowed = tuple(allowed)
+    if (ref, allowed) in _WALKED:
+        return
+    module_name, attr = check_allowed(ref, allowed)
+    module_obj = sys.modules.get(module_name)
+    if module_obj is not None:
+        _walk(ref, module_obj, attr, allowed)
+        if len(_WALKED) < _WALKED_MAX:
+            _WALKED.add((ref, allowed))
+
+
+def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:
+    """Import and return the callable ``ref`` names, after every check."""
+    module_name, attr = check_allowed(ref, allowed)
+    found: Callable[..., Any] = _walk(ref, importlib.import_module(module_name), attr, allowed)
+    return found

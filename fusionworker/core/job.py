@@ -1,0 +1,503 @@
+"""The job record (one Redis HASH ``fw:{queue}:job:<id>``) and its vocabulary.
+
+The vocabulary: :class:`JobStatus`, :class:`FailureReason` and
+:class:`WorkerState` are ``StrEnum``s whose values are the strings stored in
+Redis (and compared by the Lua scripts: ``tests/test_vocabulary.py`` checks
+every status and reason literal of ``scripts/*.lua`` against them). Their
+members, listed with their meaning, are the documentation of record.
+
+The record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle.
+
+Hash fields (all strings in Redis):
+
+==================  ==========================================================
+``id``              job id (uuid4 hex unless the producer chose one)
+``queue``           queue name
+``func``            ``module:function``
+``args``            JSON list (tagged JSON, see ``codec.py``)
+``kwargs``          JSON object (tagged JSON)
+``priority``        integer in [-1023, 1023], higher runs first
+``seq``             per-queue enqueue sequence number (FIFO inside a priority)
+``timeout``         hard time limit, seconds
+``status``          a :class:`JobStatus` value
+``enqueued_at``     server time (epoch seconds) of enqueue
+``scheduled_for``   when a delayed job or a retry becomes due
+``started_at``      server time of the last claim
+``ended_at``        server time of the last outcome
+``attempts``        how many times the job was claimed
+``max_retries``     retries allowed on retryable errors
+``retry_delay``     first backoff delay of this job (optional)
+``result``          tagged JSON of the return value (finished jobs)
+``error_type``      exception class (or ``Timeout``, ``Segfault``, ...)
+``error_message``   one line
+``traceback``       the horse's traceback
+``failure_reason``  a :class:`FailureReason` value
+``worker``          name of the worker that ran the last attempt
+``token``           attempt token: fences a late outcome of an older attempt
+``group``           serialization group (optional)
+``unique_key``      dedup key (optional)
+``on_failure_url``  webhook POSTed after a final failure (optional)
+``duration``        seconds the last attempt ran
+``cron``            name of the cron entry that enqueued the job (optional)
+``cron_due``        the due time of that cron run (optional)
+``traceparent``     W3C trace context of the enqueue (OpenTelemetry, optional)
+``tracestate``      W3C trace state of the enqueue (OpenTelemetry, optional)
+``depends_on``      JSON list of ``"queue:job_id"`` this job waits on (optional)
+``allow_dependency_failure``  ``1``: run even if a dependency failed (optional)
+``has_dependents``  ``1`` once a job waits on this one (optional)
+``batch``           ``queue:batch_id`` of its batch (optional; see ``batch.py``)
+``progress``        fraction in [0, 1] the job last reported (``current_job().set_progress``;
+                    written by the worker parent, see ``progress.py``; optional)
+``progress_message``  the message that came with it (optional)
+``progress_at``     epoch seconds (the horse's clock) the job reported it (optional)
+``meta``            tagged-JSON object the job keeps in ``current_job().meta`` (optional;
+                    kept across attempts: the next attempt starts from it)
+``progress_writes`` how many rate-limited progress/meta writes the worker made
+==================  ==========================================================
+
+Score encoding of the pending ZSET (invariant 4)::
+
+    score = priority * 2**42 - seq
+
+``ZREVRANGE 0 0`` takes the highest score: the highest priority first and,
+inside one priority, the lowest sequence number (first enqueued). With
+``|priority| <= 1023`` and ``seq < 2**42`` (4.4e12 jobs per queue) the
+magnitude stays below ``1024 * 2**42 = 2**52``, so every score is an exact
+integer in a double. ``seq`` comes from ``INCR`` inside the enqueue script,
+so the order is the order of arrival at Redis, not of anybody's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, Self, TypeVar
+
+from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
+from . import codec
+
+R = TypeVar("R")
+
+PRIORITY_MIN = -1023
+PRIORITY_MAX = 1023
+SEQ_LIMIT = 2**42
+
+
+
+class _Vocabulary(StrEnum):
+    """A ``StrEnum`` whose values are stored in Redis as they are."""
+
+    @classmethod
+    def read(cls, value: str) -> Self:
+        """The member whose value is ``value``, for text read from Redis.
+
+        Reading never fails: a value this version does not know (written by a
+        newer version, or a middleware's own kill reason) becomes an unnamed
+        member of the class that compares, prints and serializes as its text.
+        Use ``cls(value)`` where an unknown value is an error (user input).
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            member = str.__new__(cls, value)
+            member._name_ = value
+            member._value_ = value
+            return member
+
+
+class JobStatus(_Vocabulary):
+    """``status`` of a job record, in lifecycle order."""
+
+    QUEUED = "queued"          #: on the pending ZSET, ready to be claimed
+    SCHEDULED = "scheduled"    #: waits for ``scheduled_for`` (delayed job or retry backoff)
+    STARTED = "started"        #: claimed: a worker's horse runs it under a lease
+    FINISHED = "finished"      #: returned; ``result`` holds the value
+    FAILED = "failed"          #: final failure; ``failure_reason`` says how
+    CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
+    DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
+
+
+class FailureReason(_Vocabulary):
+    """How an attempt ended without a result: ``failure_reason`` of the job record and
+    ``reason`` of its events, webhooks and span attributes."""
+
+    EXCEPTION = "exception"    #: the function raised (or its result could not be serialized)
+    TIMEOUT = "timeout"        #: the hard time limit ran out
+    SEGFAULT = "segfault"      #: the horse died of SIGSEGV
+    CRASH = "crash"            #: the horse died of SIGBUS, SIGILL, SIGFPE or SIGABRT
+    KILLED = "killed"          #: the horse died of another signal (the OOM killer?)
+    EXIT = "exit"              #: the horse exited before it reported (``os._exit`` in the job)
+    MEMORY = "memory"          #: the horse went over ``--max-horse-memory``
+    REFUSED = "refused"        #: the function is not allowed or cannot be imported
+    MALFORMED = "malformed"    #: the record cannot be read (bad JSON, missing field)
+    LOST = "lost"              #: the job was taken back (reaped, deleted) while it ran
+    ABANDONED = "abandoned"    #: its worker died and its attempts are used up (reaper)
+    DEPENDENCY = "dependency"  #: a job it depends on failed (the job is ``canceled``)
+    #: the worker could not renew the lease: the horse is killed, the job re-queued
+    LEASE = "lease"
+    #: cold shutdown interrupted the job: re-queued, the attempt not counted
+    SHUTDOWN = "shutdown"
+
+
+class WorkerState(_Vocabulary):
+    """``state`` of a worker's heartbeat hash (and the ``fusionworker_worker_state`` gauge)."""
+
+    STARTED = "started"        #: registered, not yet polling
+    IDLE = "idle"              #: waiting for a job
+    BUSY = "busy"              #: running a job for longer than a moment
+    SUSPENDED = "suspended"    #: ``fusionworker suspend``: claims nothing
+    THROTTLED = "throttled"    #: the resource governor holds claims back
+
+
+STATUSES = tuple(JobStatus)
+LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
+#: statuses ``Job.wait`` returns (or raises) on
+DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+#: every worker state, for gauges and listings
+STATES = tuple(WorkerState)
+
+
+def check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise PriorityOutOfRange(f"priority must be an integer, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise PriorityOutOfRange(
+            f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]"
+        )
+    return priority
+
+
+def score(priority: int, seq: int) -> int:
+    """The pending-ZSET score of a job (see the module docstring)."""
+    return priority * SEQ_LIMIT - seq
+
+
+#: bits of a random 128-bit number kept / set to make it a version-4 UUID (RFC 4122)
+_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def new_job_id() -> str:
+    """32 hex digits of a random version-4 UUID: ``uuid.uuid4().hex`` without the
+    ``UUID`` object (half the cost; a bulk producer makes one per job)."""
+    return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
+
+
+def _float(value: str | None) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def _meta(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        found = codec.loads(value)
+    except (ValueError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+def _reason(value: str | None) -> FailureReason | None:
+    return FailureReason.read(value) if value else None
+
+
+def _json_list(value: str | None) -> list[Any] | None:
+    try:
+        found = json.loads(value) if value else None
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None
+
+
+class MalformedJob(ValueError):
+    """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
+
+
+@dataclass
+class Job(Generic[R]):
+    """A job as read from Redis. Attributes mirror the hash fields.
+
+    ``Job[R]``: ``result`` is what the function (returning ``R``) returned,
+    once ``status == JobStatus.FINISHED``. A job got from a ``Queue`` (``enqueue``,
+    ``fetch_job``) can :meth:`refresh` and :meth:`wait`.
+    """
+
+    id: str
+    queue: str
+    func: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    seq: int = 0
+    timeout: float = 180.0
+    status: JobStatus = JobStatus.QUEUED
+    enqueued_at: float | None = None
+    scheduled_for: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    attempts: int = 0
+    max_retries: int = 0
+    retry_delay: float | None = None
+    result: R | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    failure_reason: FailureReason | None = None
+    worker_name: str | None = None
+    token: str | None = None
+    group: str | None = None
+    unique_key: str | None = None
+    on_failure_url: str | None = None
+    duration: float | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    #: ``"queue:job_id"`` refs this job waits on (``depends_on``), or None
+    depends_on: list[str] | None = None
+    allow_dependency_failure: bool = False
+    #: another job waits on this one (set when it registered; see workflows.py)
+    has_dependents: bool = False
+    #: ``"queue:batch_id"`` of the batch the job belongs to (batch.py), or None
+    batch: str | None = None
+    #: what the job last reported with ``current_job().set_progress`` (see progress.py)
+    progress: float | None = None
+    progress_message: str | None = None
+    #: when it reported it (epoch seconds, the horse's clock)
+    progress_at: float | None = None
+    #: what the job keeps in ``current_job().meta`` (kept across its attempts)
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: rate-limited progress/meta writes the worker made while the job ran
+    progress_writes: int = 0
+    #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
+    deduplicated: bool = False
+    #: the Queue this job was read through (refresh/wait use its connection)
+    _queue: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def error(self) -> str | None:
+        """``"Type: message"`` of the last failure, or None."""
+        if not self.error_type:
+            return None
+        return f"{self.error_type}: {self.error_message}" if self.error_message else self.error_type
+
+    @property
+    def wait_time(self) -> float | None:
+        """Seconds between enqueue (or becoming due) and the last start."""
+        if self.started_at is None or self.enqueued_at is None:
+            return None
+        since = self.enqueued_at
+        if self.scheduled_for is not None and self.scheduled_for > since:
+            since = self.scheduled_for
+        return max(0.0, self.started_at - since)
+
+    # -- seeing it change --------------------------------------------------------
+
+    def _require_queue(self) -> Any:
+        if self._queue is None:
+            raise ValueError("this Job was not read through a Queue: use queue.fetch_job(id)")
+        return self._queue
+
+    def refresh(self) -> Job[R]:
+        """Read the job again from Redis (in place; returns self). One ``HGETALL``.
+
+        Raises :class:`~fusionworker.exceptions.NoSuchJob` if it is gone (deleted,
+        expired, or finished with ``result_ttl=0``).
+        """
+        q = self._require_queue()
+        data = q.connection.hgetall(q.qkeys.job(self.id))
+        if not data:
+            raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists")
+        fresh = Job.from_hash(data)
+        for f in dataclasses.fields(self):
+            if f.name not in ("deduplicated", "_queue"):
+                setattr(self, f.name, getattr(fresh, f.name))
+        return self
+
+    def wait(self, timeout: float | None = None) -> Job[R]:
+        """Block until the job is finished, failed or canceled; return it (refreshed).
+
+        Raises :class:`~fusionworker.exceptions.JobFailed` (reason, error type,
+        message and traceback on it) for a failed job,
+        :class:`~fusionworker.exceptions.JobCanceled` for a canceled one, and
+        :class:`~fusionworker.exceptions.JobWaitTimeout` when ``timeout``
+        seconds pass first (the job itself goes on). A retry in between is
+        not an end: waiting goes on through it.
+
+        No polling: it subscribes to the job's channel ``fw:{q}:done:<id>``
+        (published by every outcome script), then reads the job once (closing
+        the race with an outcome recorded before the subscription) and again
+        only when a message arrives. Cost when the job is done already: one
+        pub/sub connection from the pool, SUBSCRIBE, one HGETALL.
+        """
+        from .connection import new_pubsub_connection
+
+        q = self._require_queue()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        pubsub = new_pubsub_connection(q.connection)
+        try:
+            pubsub.subscribe(q.qkeys.done(self.id))
+            while True:   # the confirmation: from now on every outcome reaches us
+                msg = pubsub.get_message(timeout=remaining() if deadline else 1.0)
+                if msg is not None and msg.get("type") == "subscribe":
+                    break
+                if deadline is not None and remaining() == 0:
+                    break
+            while True:
+                self.refresh()
+                if self.status in DONE_STATUSES:
+                    break
+                left = remaining()
+                if left == 0:
+                    raise JobWaitTimeout(
+                        f"job {self.id} ({self.func}) is still {self.status} after "
+                        f"waiting {timeout:g} s", job=self)
+                while True:
+                    msg = pubsub.get_message(timeout=left if left is not None else 60.0)
+                    if msg is not None or deadline is not None:
+                        break
+        finally:
+            pubsub.close()
+        if self.status == JobStatus.FAILED:
+            raise JobFailed(self)
+        if self.status == JobStatus.CANCELED:
+            raise JobCanceled(self)
+        return self
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job[Any]:
+        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on bad JSON."""
+        args_raw, kwargs_raw = data.get("args", "[]"), data.get("kwargs", "{}")
+        try:
+            args = codec.loads(args_raw) if args_raw else []
+            kwargs = codec.loads(kwargs_raw) if kwargs_raw else {}
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise MalformedJob("args must be a JSON list and kwargs a JSON object")
+        except (ValueError, TypeError) as exc:
+            if strict:
+                raise MalformedJob(f"job payload is not valid JSON: {exc}") from None
+            args, kwargs = [], {}
+        if strict and not data.get("func"):
+            raise MalformedJob("job record has no 'func'")
+        result_raw = data.get("result")
+        try:
+            result = codec.loads(result_raw) if result_raw else None
+        except (ValueError, TypeError):
+            result = result_raw
+        return cls(
+            id=data.get("id", ""),
+            queue=data.get("queue", ""),
+            func=data.get("func", ""),
+            args=args,
+            kwargs=kwargs,
+            priority=_int(data.get("priority")),
+            seq=_int(data.get("seq")),
+            timeout=_float(data.get("timeout")) or 180.0,
+            status=JobStatus.read(data.get("status") or JobStatus.QUEUED),
+            enqueued_at=_float(data.get("enqueued_at")),
+            scheduled_for=_float(data.get("scheduled_for")),
+            started_at=_float(data.get("started_at")),
+            ended_at=_float(data.get("ended_at")),
+            attempts=_int(data.get("attempts")),
+            max_retries=_int(data.get("max_retries")),
+            retry_delay=_float(data.get("retry_delay")),
+            result=result,
+            error_type=data.get("error_type") or None,
+            error_message=data.get("error_message") or None,
+            traceback=data.get("traceback") or None,
+            failure_reason=_reason(data.get("failure_reason")),
+            worker_name=data.get("worker") or None,
+            token=data.get("token") or None,
+            group=data.get("group") or None,
+            unique_key=data.get("unique_key") or None,
+            on_failure_url=data.get("on_failure_url") or None,
+            duration=_float(data.get("duration")),
+            traceparent=data.get("traceparent") or None,
+            tracestate=data.get("tracestate") or None,
+            depends_on=_json_list(data.get("depends_on")),
+            allow_dependency_failure=data.get("allow_dependency_failure") == "1",
+            has_dependents=data.get("has_dependents") == "1",
+            batch=data.get("batch") or None,
+            progress=_float(data.get("progress")),
+            progress_message=data.get("progress_message") or None,
+            progress_at=_float(data.get("progress_at")),
+            meta=_meta(data.get("meta")),
+            progress_writes=_int(data.get("progress_writes")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly view (CLI ``--json``, events)."""
+        return {
+            "id": self.id, "queue": self.queue, "func": self.func,
+            "args": _plain(self.args), "kwargs": _plain(self.kwargs),
+            "priority": self.priority, "timeout": self.timeout,
+            "status": self.status, "enqueued_at": self.enqueued_at,
+            "scheduled_for": self.scheduled_for, "started_at": self.started_at,
+            "ended_at": self.ended_at, "attempts": self.attempts,
+            "max_retries": self.max_retries, "result": _plain(self.result),
+            "error_type": self.error_type, "error_message": self.error_message,
+            "traceback": self.traceback, "failure_reason": self.failure_reason,
+            "worker": self.worker_name, "group": self.group, "unique_key": self.unique_key,
+            "duration": self.duration, "depends_on": self.depends_on,
+            "allow_dependency_failure": self.allow_dependency_failure, "batch": self.batch,
+            "progress": self.progress, "progress_message": self.progress_message,
+            "progress_at": self.progress_at, "meta": _plain(self.meta),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """Tagged-JSON form of a decoded value (JSON-able for events and ``--json``)."""
+    try:
+        return codec.encode(value)
+    except codec.UnsupportedType:
+        return repr(value)
+
+
+def safe_text(value: str) -> str:
+    """``value`` as text every encoder takes (Redis, JSON, logs, webhooks).
+
+    A lone surrogate (``"caf\\udce9"``, common in text built from undecodable
+    file names) cannot be encoded as UTF-8: redis-py, a log handler or a
+    webhook body would raise. It becomes the escape ``\\udce9`` instead, so
+    the text stays readable and the information is kept.
+    """
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def encode_fields(**fields: Any) -> list[str]:
+    """Flatten ``name=value`` pairs into ``[name, value, ...]`` strings for a script.
+
+    ``None`` values are skipped; lists/dicts are JSON; text is made encodable
+    (:func:`safe_text`).
+    """
+    out: list[str] = []
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, dict)):
+            value = json.dumps(value, separators=(",", ":"))
+        elif isinstance(value, float):
+            value = repr(value)
+        out.extend((name, safe_text(str(value))))
+    return out

@@ -1,0 +1,201 @@
+"""The whole Redis key schema, in one place.
+
+Per-queue keys share the queue's hash tag, ``{prefix}:{<queue>}:…``, so that
+every Lua script touches one Redis Cluster slot only:
+
+=============================  =======  ==============================================
+key                            type     meaning
+=============================  =======  ==============================================
+``fw:{q}:pending``             ZSET     job ids ready to run, score = priority/FIFO
+``fw:{q}:started``             ZSET     claimed job ids, score = deadline (server time)
+``fw:{q}:scheduled``           ZSET     delayed jobs and retries, score = run-at
+``fw:{q}:failed``              ZSET     dead-letter, score = failure time
+``fw:{q}:finished``            ZSET     finished job ids, score = end time (pruned)
+``fw:{q}:canceled``            ZSET     canceled job ids, score = cancel time (pruned)
+``fw:{q}:seq``                 STRING   FIFO sequence counter
+``fw:{q}:paused``              STRING   present = paused
+``fw:{q}:max_active``          STRING   concurrency cap (absent = none)
+``fw:{q}:rate``                HASH     rate limit: limit, window (s), held_since, held_seconds
+``fw:{q}:rate:log``            ZSET     starts inside the rate window, score = start time
+``fw:{q}:group_rate``          HASH     per-group rate limits: ``every`` / ``group:<g>`` -> "N W"
+``fw:{q}:group_rate:log:<g>``  ZSET     group g's starts inside its window, score = start time
+``fw:{q}:group_rate:parked``   ZSET     jobs set aside by their group's limit, score = slot
+``fw:{q}:group_rate:held``     HASH     held_seconds, held_jobs: totals of the set-asides
+``fw:{q}:deferred``            ZSET     jobs waiting on dependencies, score = enqueue time
+``fw:{q}:deps:<id>``           SET      "queue:id" refs job <id> still waits on
+``fw:{q}:dependents:<id>``     SET      "queue:id" refs of jobs waiting on job <id>
+``fw:{q}:outbox``              LIST     dependency and batch notes to replay to other queues
+``fw:{q}:batch:<id>``          HASH     batch on this queue: callbacks, total, sealed, failed, fired
+``fw:{q}:batch:<id>:ended``    SET      "queue:id" refs of the batch's jobs that ended
+``fw:{q}:batches``             ZSET     batches not yet fired, score = creation time
+``fw:{q}:job:<id>``            HASH     the job record (see ``job.py``)
+``fw:{q}:unique:<key>``        STRING   dedup key -> job id
+``fw:{q}:group:<g>``           LIST     jobs of group g waiting behind the running one
+``fw:{q}:groups``              HASH     group -> job id that holds the group
+``fw:{q}:cron``                ZSET     cron entry name -> next run (server time)
+``fw:{q}:cron:<name>``         HASH     cron entry definition and last-run info
+``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h)
+``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
+``fw:{q}:done:<id>``           channel  published on every outcome of job <id> (Job.wait)
+=============================  =======  ==============================================
+
+Global keys (touched by single-key commands only):
+
+=============================  =======  ==============================================
+``fw:queues``                  SET      every queue ever enqueued to
+``fw:workers``                 SET      names of registered workers
+``fw:worker:<name>``           HASH     heartbeat hash of a worker, with TTL
+``fw:suspended``               STRING   present = all workers suspended (TTL = duration)
+``fw:reaper``                  STRING   reaper lock (SET NX PX)
+``fw:events``                  STREAM   default event log (capped)
+``fw:control``                 channel  suspend/resume notifications
+=============================  =======  ==============================================
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .job import JobStatus
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+class InvalidQueueName(ValueError):
+    """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
+
+
+def check_queue_name(name: str) -> str:
+    if not isinstance(name, str) or not _QUEUE_NAME.match(name) or name == "all":
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-128 characters of letters, digits, '_', '.', '-' "
+            "('all' is reserved)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Keys of one queue; ``base`` is the hash-tagged prefix ``fw:{q}:``."""
+
+    prefix: str
+    name: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.name}}}:"
+
+    @property
+    def pending(self) -> str:
+        return self.base + "pending"
+
+    @property
+    def started(self) -> str:
+        return self.base + "started"
+
+    @property
+    def scheduled(self) -> str:
+        return self.base + "scheduled"
+
+    @property
+    def failed(self) -> str:
+        return self.base + "failed"
+
+    @property
+    def finished(self) -> str:
+        return self.base + "finished"
+
+    @property
+    def canceled(self) -> str:
+        return self.base + "canceled"
+
+    @property
+    def deferred(self) -> str:
+        return self.base + "deferred"
+
+    def registry(self, status: str) -> str:
+        """The ZSET listing the jobs of ``status`` (a ``JobStatus``): ``pending`` for
+        queued jobs, the status's own name for the others."""
+        return self.pending if status == JobStatus.QUEUED else self.base + str(status)
+
+    @property
+    def seq(self) -> str:
+        return self.base + "seq"
+
+    @property
+    def paused(self) -> str:
+        return self.base + "paused"
+
+    @property
+    def max_active(self) -> str:
+        return self.base + "max_active"
+
+    @property
+    def groups(self) -> str:
+        return self.base + "groups"
+
+    @property
+    def cron(self) -> str:
+        return self.base + "cron"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    def job(self, job_id: str) -> str:
+        return self.base + "job:" + job_id
+
+    def minute(self, minute: int) -> str:
+        """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (finish.lua)."""
+        return self.base + "minute:" + str(minute)
+
+    def done(self, job_id: str) -> str:
+        """Channel published on every outcome of the job (``Job.wait`` listens)."""
+        return self.base + "done:" + job_id
+
+    def unique(self, key: str) -> str:
+        return self.base + "unique:" + key
+
+    def group(self, group: str) -> str:
+        return self.base + "group:" + group
+
+    def cron_entry(self, name: str) -> str:
+        return self.base + "cron:" + name
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Entry point of the schema: ``Keys("fw").queue("sms").pending``."""
+
+    prefix: str = "fw"
+
+    def queue(self, name: str) -> QueueKeys:
+        return QueueKeys(self.prefix, name)
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}:queues"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def worker(self, name: str) -> str:
+        return f"{self.prefix}:worker:{name}"
+
+    @property
+    def suspended(self) -> str:
+        return f"{self.prefix}:suspended"
+
+    @property
+    def reaper_lock(self) -> str:
+        return f"{self.prefix}:reaper"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:events"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}:control"

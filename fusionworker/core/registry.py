@@ -1,0 +1,192 @@
+"""Registered job functions: ``@job`` / ``register()`` and their typed handles.
+
+The registry is process-wide and filled by code only (importing the module
+that defines the function runs the decorator): data in Redis can never add to
+it. It is keyed by ``module:qualname``, the reference a job record names.
+
+How a worker knows the registered names: it imports the modules listed in
+``FUSIONWORKER_IMPORTS`` (``worker --import app.tasks``) when it starts, and
+every function they register may run (plus whatever ``FUSIONWORKER_ALLOWED_MODULES``
+admits). A worker for which both are empty refuses to start (:func:`worker_allowed`).
+The worker hands the exact references to its horses; a horse imports the
+module again (the fork server preloads it after its first job) and checks
+that the reference still leads to the registered function
+(:func:`fusionworker.functions.resolve`).
+
+Example::
+
+    # app/tasks.py
+    from fusionworker import job
+
+    @job(queue="sms", max_retries=3)
+    def send(number: str, body: str) -> str:
+        ...
+
+    send.enqueue("+1555", body="hi")             # -> Job[str]
+    send.options(priority=10).enqueue("+1555", body="urgent")
+    send.enqueue_in(60, "+1555", body="later")
+    send("+1555", body="now, in this process")   # a plain call
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from .config import ConfigError, Settings
+from .functions import HOW_TO_ALLOW, func_ref, parse_func_ref
+
+if TYPE_CHECKING:
+    from .connection import RedisClient
+    from .job import Job
+    from .queue import Queue
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: ``module:qualname`` -> handle
+_REGISTRY: dict[str, JobFunction[Any, Any]] = {}
+#: ``tuple(sorted(_REGISTRY))``, kept by :func:`register` (a producer asks per job)
+_REFS: tuple[str, ...] = ()
+
+#: options a handle passes to ``Queue.enqueue_call``
+_ENQUEUE_OPTIONS = frozenset({
+    "priority", "timeout", "max_retries", "retry_delay", "job_id", "unique_key", "group",
+    "on_failure_url",
+})
+
+
+class JobFunction(Generic[P, R]):
+    """A registered job function: call it, or enqueue it with its own arguments.
+
+    ``enqueue``/``enqueue_in``/``enqueue_at`` take exactly the function's
+    arguments (none is taken as an option, unlike ``Queue.enqueue``); job
+    options go through :meth:`options`.
+    """
+
+    def __init__(self, func: Callable[P, R], *, queue: str | Queue = "default",
+                 connection: RedisClient | None = None, settings: Settings | None = None,
+                 **options: Any) -> None:
+        unknown = set(options) - _ENQUEUE_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown job options: {', '.join(sorted(unknown))} "
+                            f"(known: {', '.join(sorted(_ENQUEUE_OPTIONS))})")
+        functools.update_wrapper(self, func)  # __module__/__qualname__ are the function's
+        self.func = func
+        self.ref = func_ref(func)
+        parse_func_ref(self.ref)     # private names (_helper) cannot be job functions
+        self.queue = queue
+        self.connection = connection
+        self.settings = settings
+        self.default_options = options
+
+    def __repr__(self) -> str:
+        return f"<job {self.ref} queue={getattr(self.queue, 'name', self.queue)!r}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def options(self, *, queue: str | Queue | None = None, connection: RedisClient | None = None,
+                settings: Settings | None = None, **options: Any) -> JobFunction[P, R]:
+        """A copy with other defaults (``queue``, ``priority``, ``timeout``, ``max_retries``,
+        ``retry_delay``, ``job_id``, ``unique_key``, ``group``, ``on_failure_url``)."""
+        return JobFunction(self.func, queue=self.queue if queue is None else queue,
+                           connection=connection or self.connection,
+                           settings=settings or self.settings,
+                           **{**self.default_options, **options})
+
+    def _queue(self) -> Queue:
+        from .queue import Queue
+
+        if isinstance(self.queue, Queue):
+            return self.queue
+        return Queue(self.queue, self.connection, settings=self.settings)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue a run with these arguments now."""
+        return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
+                                          **self.default_options)
+
+    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue a run ``seconds`` from now (Redis server clock)."""
+        return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
+                                          _when=("in", seconds), **self.default_options)
+
+    def enqueue_at(self, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue a run at ``when`` (naive datetimes are UTC)."""
+        from .queue import _at
+
+        return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
+                                          _when=_at(when), **self.default_options)
+
+
+def register(func: Callable[P, R], *, queue: str | Queue = "default", connection: RedisClient | None = None,
+             settings: Settings | None = None, **options: Any) -> JobFunction[P, R]:
+    """Register ``func`` (a module-level function) and return its handle."""
+    global _REFS
+    handle = JobFunction(func, queue=queue, connection=connection, settings=settings, **options)
+    _REGISTRY[handle.ref] = handle
+    _REFS = tuple(sorted(_REGISTRY))
+    return handle
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+@overload
+def job(*, queue: str | Queue = "default", connection: RedisClient | None = None,
+        settings: Settings | None = None,
+        **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(func: Any = None, /, **kwargs: Any) -> Any:
+    """Decorator: ``@job`` or ``@job(queue="sms", priority=5, timeout=30, max_retries=3)``."""
+    if func is not None:
+        return register(func, **kwargs)
+    return lambda f: register(f, **kwargs)
+
+
+def registered() -> tuple[str, ...]:
+    """References of every function registered in this process, sorted."""
+    return _REFS
+
+
+def lookup(ref: str) -> JobFunction[Any, Any] | None:
+    return _REGISTRY.get(ref)
+
+
+def producer_allowed(settings: Settings) -> tuple[str, ...]:
+    """What ``enqueue`` accepts in this process: the allow-list plus registered refs."""
+    return tuple(settings.allowed_modules) + registered()
+
+
+def import_configured(settings: Settings) -> None:
+    """Import the modules of ``FUSIONWORKER_IMPORTS`` (their ``@job`` functions register).
+
+    Raises :class:`ConfigError` (one line) when one cannot be imported.
+    """
+    for module in settings.imports:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - any import error is a configuration error
+            raise ConfigError(f"FUSIONWORKER_IMPORTS: cannot import {module!r}: "
+                              f"{type(exc).__name__}: {exc}") from None
+
+
+def worker_allowed(settings: Settings) -> tuple[str, ...]:
+    """Import ``FUSIONWORKER_IMPORTS``; what the worker's jobs may run.
+
+    Raises :class:`ConfigError` (one line) when an import fails or nothing may run.
+    """
+    import_configured(settings)
+    allowed = producer_allowed(settings)
+    if not allowed:
+        raise ConfigError("no job may run (default deny): set FUSIONWORKER_ALLOWED_MODULES to "
+                          "your jobs' modules, or FUSIONWORKER_IMPORTS (--import) to modules "
+                          "with @fusionworker.job functions")
+    return allowed
+
+
+__all__ = ["HOW_TO_ALLOW", "JobFunction", "job", "register", "registered", "worker_allowed"]

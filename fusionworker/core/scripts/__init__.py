@@ -1,0 +1,77 @@
+"""Loads the Lua scripts: each ``<name>.lua`` with ``_lib.lua`` prepended.
+
+Every multi-key state change is one script, registered once per client and
+called by SHA (redis-py's ``Script`` falls back to ``EVAL`` after a
+``NOSCRIPT``, e.g. after a Redis restart or a failover).
+
+On a Redis Cluster a script can still be queued on a pipeline (the worker
+records an outcome and its own counters in one round trip): redis-py refuses
+``EVALSHA`` on a ``ClusterPipeline``, so there it is sent as ``EVAL`` with
+the script's text (the server caches it by SHA; routed by the one key, the
+queue's hash-tagged base).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from redis.cluster import ClusterPipeline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..connection import RedisClient
+
+NAMES = (
+    "enqueue", "claim", "finish", "touch", "touch_many", "requeue", "cancel", "delete",
+    "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
+    "progress",
+)
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The full text of script ``name`` (library included)."""
+    folder = resources.files(__package__)
+    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
+    return lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+class _Script:
+    """A registered redis-py ``Script`` that a Redis Cluster pipeline accepts too."""
+
+    def __init__(self, script: Any) -> None:
+        self.script = script
+
+    def __call__(self, keys: list[Any], args: list[Any], client: RedisClient | None = None) -> Any:
+        if isinstance(client, ClusterPipeline):
+            return client.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
+        return self.script(keys=keys, args=args, client=client)
+
+    def queue_by_sha(self, pipe: Any, keys: list[Any], args: list[Any]) -> None:
+        """Queue on ``pipe`` by SHA alone, without the ``SCRIPT EXISTS`` round trip that
+        redis-py adds to every ``execute()`` of a pipeline holding a ``Script``.
+
+        The caller must handle a ``NoScriptError`` reply (after a Redis restart or a
+        failover), e.g. by calling the script once directly, which loads it.
+        A Cluster pipeline gets ``EVAL`` with the source, as ``__call__`` does.
+        """
+        if isinstance(pipe, ClusterPipeline):
+            pipe.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
+        else:
+            pipe.evalsha(self.script.sha, len(keys), *keys, *args)
+
+
+class Scripts:
+    """The scripts registered on one client: ``Scripts(r).claim(keys=[...], args=[...])``."""
+
+    def __init__(self, connection: RedisClient, extra: tuple[str, ...] = ()) -> None:
+        self._scripts = {
+            name: _Script(connection.register_script(source(name))) for name in NAMES + extra
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["_scripts"][name]
+        except KeyError:
+            raise AttributeError(name) from None

@@ -1,0 +1,179 @@
+-- claim: the atomic take (invariant 1). Promotes due scheduled jobs, honours
+-- pause and the concurrency cap, pops the best pending job and records it as
+-- started with a lease deadline and a fresh attempt token, in one round trip.
+-- There is no moment when a claimed job is in no structure.
+-- KEYS[1] base
+-- ARGV: worker_name, token, lease_seconds, failed_ttl[, count]
+-- Returns {'job', now, {hash...}, job_id} | {'empty', next_scheduled_score, now} |
+--         {'paused'} | {'capped'} | {'missing', job_id} | {'limited', next_allowed_time, now}
+-- (now: this server's clock, so the worker can sleep until the next time without a TIME)
+-- With count (a worker with free slots, --concurrency): up to count jobs, each
+-- taken exactly as a single claim would (priority/FIFO order, the cap and the
+-- rate limit checked before each one); their tokens are token .. ':' .. i
+-- (i = 1, 2, ...). Returns {'job', now, {{hash...}, job_id} | missing_id, ...}
+-- when it took at least one, else the single claim's answers (a queue entry
+-- without a record is dead-lettered and named by its id in place of a pair).
+-- When it took fewer than count because the rate limit refused (or only jobs
+-- scheduled for later are left), a last item {'limited' | 'empty', time} says
+-- when to claim again, as the single answers do.
+-- Per-group rate limits (fw:{q}:group_rate, docs/design.md): a job whose group's
+-- window is full is set aside until its slot opens, and the next job is taken.
+local base = KEYS[1]
+local t = now()
+local bad = check_types(base)
+if bad then return redis.error_reply(bad) end
+local group_rates = redis.call('EXISTS', base .. 'group_rate') == 1
+if group_rates then  -- the per-group keys written below, checked before any write too
+  for k, want in pairs({group_rate = 'hash', ['group_rate:held'] = 'hash',
+                        ['group_rate:parked'] = 'zset'}) do
+    local ty = key_type(base .. k)
+    if ty ~= 'none' and ty ~= want then
+      return redis.error_reply('WRONGTYPE ' .. base .. k .. ' holds a ' .. ty ..
+        ': refused before any write')
+    end
+  end
+end
+local count = tonumber(ARGV[5] or '')
+promote_due(base, t, math.max(100, count or 1))
+if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
+local cap = redis.call('GET', base .. 'max_active')
+if cap then cap = tonumber(cap) end
+
+-- Nothing pending. Jobs set aside by their group's rate limit (see park) are jobs
+-- ready, not an empty queue: answered 'limited' (a burst worker waits for them)
+-- with the earliest scheduled time, when the first of them is due again.
+local function nothing_pending()
+  local nxt = redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
+  if group_rates and nxt[2] then
+    local parked = base .. 'group_rate:parked'
+    redis.call('ZREMRANGEBYSCORE', parked, '-inf', fmt_time(t))
+    if redis.call('ZCARD', parked) > 0 then return {'limited', nxt[2], fmt_time(t)} end
+  end
+  return {'empty', nxt[2] or '', fmt_time(t)}
+end
+
+-- Per-group rate limit of job jid's group: the limit of that group ('group:' .. g)
+-- or of every group ('every'), "N W" (N starts in any W seconds, a sliding-window
+-- log per group, as the queue's own). Returns the time the group's next slot
+-- opens when its window is full; else nil and, for a limited group, its log key
+-- and window (the start is logged there once the job is taken).
+local function group_slot(jid)
+  local g = hget(base .. 'job:' .. jid, 'group')
+  if not g or g == '' then return nil end
+  local spec = redis.call('HMGET', base .. 'group_rate', 'group:' .. g, 'every')
+  spec = spec[1] or spec[2]
+  if not spec then return nil end
+  local limit, window = string.match(spec, '^(%S+) (%S+)$')
+  limit, window = tonumber(limit), tonumber(window)
+  if not limit or not window then return nil end  -- not ours (written by hand): no limit
+  local glog = base .. 'group_rate:log:' .. g
+  local ty = key_type(glog)
+  if ty ~= 'none' and ty ~= 'zset' then return nil end  -- not ours (written by hand)
+  redis.call('ZREMRANGEBYSCORE', glog, '-inf', fmt_time(t - window))
+  if redis.call('ZCARD', glog) >= limit then
+    local oldest = redis.call('ZRANGE', glog, 0, 0, 'WITHSCORES')
+    return tonumber(oldest[2]) + window
+  end
+  return nil, glog, window
+end
+
+-- Set job jid aside until `slot`: to `scheduled`, as a retry's backoff is, so it
+-- keeps its group and promote_due makes it pending again at the slot (a worker
+-- sleeps until the earliest scheduled time). It is the group's only job in pending
+-- (groups run one job at a time), so the group holds no other job back, and the
+-- loop in take() parks each limited group at most once per claim.
+local function park(jid, slot)
+  local at = fmt_time(slot)
+  redis.call('ZREM', base .. 'pending', jid)
+  redis.call('ZADD', base .. 'scheduled', at, jid)
+  redis.call('HSET', base .. 'job:' .. jid, 'status', 'scheduled', 'scheduled_for', at)
+  redis.call('ZADD', base .. 'group_rate:parked', at, jid)
+  redis.call('HINCRBYFLOAT', base .. 'group_rate:held', 'held_seconds', fmt_time(slot - t))
+  redis.call('HINCRBY', base .. 'group_rate:held', 'held_jobs', 1)
+end
+
+local function take(token)
+  if cap and redis.call('ZCARD', base .. 'started') >= cap then return {'capped'} end
+  local ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
+  if #ids == 0 then return nothing_pending() end
+  -- rate limit (sliding-window log, docs/design.md): at most `limit` starts in any
+  -- `window` seconds, by this server's clock; refused -> {'limited', when the oldest
+  -- start leaves the window}. Only a queue with pending jobs is held.
+  local rate = redis.call('HMGET', base .. 'rate', 'limit', 'window')
+  if rate[1] then
+    local rlog, window = base .. 'rate:log', tonumber(rate[2])
+    redis.call('ZREMRANGEBYSCORE', rlog, '-inf', fmt_time(t - window))
+    if redis.call('ZCARD', rlog) >= tonumber(rate[1]) then
+      redis.call('HSETNX', base .. 'rate', 'held_since', fmt_time(t))
+      local oldest = redis.call('ZRANGE', rlog, 0, 0, 'WITHSCORES')
+      return {'limited', fmt_time(tonumber(oldest[2]) + window), fmt_time(t)}
+    end
+  end
+
+  local jid = ids[1]
+  local glog, gwindow
+  while group_rates do  -- the best job whose group (if limited) has room
+    local slot
+    slot, glog, gwindow = group_slot(jid)
+    if not slot then break end
+    park(jid, slot)
+    ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
+    if #ids == 0 then return nothing_pending() end
+    jid = ids[1]
+  end
+  local jkey = base .. 'job:' .. jid
+  local jtype = key_type(jkey)
+  redis.call('ZREM', base .. 'pending', jid)
+  if jtype ~= 'hash' and jtype ~= 'none' then
+    -- a key of the wrong type where the record should be: dead-letter the id, leave the key
+    redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+    return {'missing', jid}
+  end
+  if jtype == 'none' then
+    -- garbage in the queue: an id without a record. Dead-letter it, say why.
+    redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
+      'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
+    to_failed(base, jid, t, tonumber(ARGV[4]))
+    return {'missing', jid}
+  end
+  if rate[1] then  -- this start takes a place in the rate window
+    local window = tonumber(rate[2])
+    redis.call('ZADD', base .. 'rate:log', fmt_time(t), token)
+    redis.call('PEXPIRE', base .. 'rate:log', math.ceil(window * 1000) + 1000)
+    local held = hget(base .. 'rate', 'held_since')
+    if held then
+      redis.call('HINCRBYFLOAT', base .. 'rate', 'held_seconds', fmt_time(t - tonumber(held)))
+      redis.call('HDEL', base .. 'rate', 'held_since')
+    end
+  end
+  if glog then  -- this start takes a place in its group's window
+    redis.call('ZADD', glog, fmt_time(t), token)
+    redis.call('PEXPIRE', glog, math.ceil(gwindow * 1000) + 1000)
+  end
+  redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
+  redis.call('HINCRBY', jkey, 'attempts', 1)
+  redis.call('HSET', jkey, 'status', 'started', 'started_at', fmt_time(t), 'worker', ARGV[1],
+    'token', token)
+  return {'job', fmt_time(t), redis.call('HGETALL', jkey), jid}
+end
+
+if not count then return take(ARGV[2]) end
+local out = {'job', fmt_time(t)}
+local last
+for i = 1, count do
+  last = take(ARGV[2] .. ':' .. i)
+  if last[1] == 'job' then
+    out[#out + 1] = {last[3], last[4]}
+  elseif last[1] == 'missing' then
+    out[#out + 1] = last[2]
+  else
+    break
+  end
+end
+if #out > 2 then
+  if last[1] == 'limited' or (last[1] == 'empty' and last[2] ~= '') then
+    out[#out + 1] = {last[1], last[2]}
+  end
+  return out
+end
+return last

@@ -1,0 +1,163 @@
+-- enqueue_many: a chunk of enqueues in one step (Queue.enqueue_many). Each job
+-- goes through the steps of enqueue.lua (dedup by id and unique key, replace an
+-- ended record, sequence number, group/pending/scheduled placement), in the
+-- order given; a later job of the chunk sees the earlier ones (two jobs with one
+-- unique key: the second is a duplicate).
+-- All-or-nothing per chunk: the keys written are type-checked and the sequence's
+-- room is checked for the whole chunk before the first write, so no command
+-- of the script can fail half-way (Redis would keep the writes before it).
+-- Jobs travel as one JSON argument, the reply as one JSON string: a few
+-- thousand small arguments and reply items would cost more to pack and parse
+-- on the client than the enqueues cost on the server.
+-- Cheaper per job than enqueue.lua, same result: one HSET writes the whole
+-- record (status included), the sequence is counted here and SET once, jobs
+-- without a group go to pending/scheduled/deferred in one ZADD per chunk, and
+-- idle workers are woken by one PUBLISH per chunk (a worker claims until the
+-- queue is empty, whatever woke it). A job with a group takes make_ready's
+-- path (the group's holder decides pending or the group's list).
+-- KEYS[1] base
+-- KEYS[2] (optional) the event stream <prefix>:events: a "queued" event per job
+--   written is XADDed to it in this same step (the fields of events.make_event;
+--   Queue passes it on a single Redis when its events go to that stream; a
+--   Redis Cluster never: another slot. Without it the producer emits them).
+-- ARGV[1] dedup_window
+-- ARGV[2] JSON list, per job: [job_id, priority, mode (now|in|at|deferred), when,
+--         unique_key, group, [field, value, ...], [dependency ref, ...] (mode
+--         deferred only)]; the fields start with queue, name, func, ref.
+-- ARGV[3..5] (with KEYS[2]) the stream's approximate MAXLEN, the host name and
+--         the queue name of the events.
+-- Returns a JSON list: per job placement, job_id, status, seq, scheduled_for
+-- (seq '0' and scheduled_for '' for a duplicate), then the enqueue time last.
+local base = KEYS[1]
+local stream = KEYS[2]
+local window = tonumber(ARGV[1]) or 0
+local jobs = cjson.decode(ARGV[2])
+local n = #jobs
+local clock = redis.call('TIME')
+local t = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local stamp = fmt_time(t)
+
+-- the checks: nothing is written before they all pass
+local bad = check_types(base)
+if bad then return redis.error_reply(bad) end
+for _, k in ipairs({base .. 'deferred', stream}) do
+  local ty = key_type(k)
+  if ty ~= 'none' and ty ~= (k == stream and 'stream' or 'zset') then
+    return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. ty .. ': refused before any write')
+  end
+end
+local seq0 = tonumber(redis.call('GET', base .. 'seq') or '0')
+if seq0 + n >= SEQ_LIMIT then
+  return redis.error_reply('queue sequence exhausted (2^42 enqueues)')
+end
+
+-- "2024-05-01T12:00:00.123Z" of the server clock: events.make_event's @timestamp
+-- (UTC, milliseconds truncated), by the days-to-civil-date algorithm
+local function iso_utc(secs, usecs)
+  local days = math.floor(secs / 86400)
+  local rest = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
+end
+local event_time, maxlen, host, qname
+if stream then
+  event_time = iso_utc(tonumber(clock[1]), tonumber(clock[2]))
+  maxlen, host, qname = ARGV[3], ARGV[4], ARGV[5]
+end
+
+-- score/member pairs, each ZADDed once at the end (nothing in this script reads
+-- these sets; slices keep unpack() within Lua's stack)
+local adds = {pending = {}, scheduled = {}, deferred = {}}
+local function zadd_all(name, pairs_)
+  for i = 1, #pairs_, 1000 do
+    redis.call('ZADD', base .. name, unpack(pairs_, i, math.min(i + 999, #pairs_)))
+  end
+end
+
+local out = {}
+local seq = seq0
+for i = 1, n do
+  local job = jobs[i]
+  local jid, prio, mode = job[1], tonumber(job[2]), job[3]
+  local when, ukey, group, fields = tonumber(job[4]) or 0, job[5], job[6], job[7]
+  local jkey = base .. 'job:' .. jid
+
+  local exists = redis.call('EXISTS', jkey) == 1
+  local dup, dupst = nil, nil
+  if exists then
+    dupst = live_status(base, jid, t, window)
+    if dupst then dup = jid end
+  end
+  if not dup and ukey ~= '' then
+    local other = redis.pcall('GET', base .. 'unique:' .. ukey)  -- a wrong type: no owner
+    if type(other) == 'string' then
+      dupst = live_status(base, other, t, window)
+      if dupst then dup = other end
+    end
+  end
+
+  if dup then
+    out[#out + 1] = 'duplicate'; out[#out + 1] = dup; out[#out + 1] = dupst
+    out[#out + 1] = '0'; out[#out + 1] = ''
+  else
+    if exists then  -- an ended record with the same id (or a stray key): replace it
+      for _, reg in ipairs({'failed', 'finished', 'canceled', 'scheduled', 'pending', 'started',
+                            'deferred'}) do
+        redis.call('ZREM', base .. reg, jid)
+      end
+      redis.call('DEL', jkey, base .. 'deps:' .. jid)
+    end
+    seq = seq + 1   -- SET once below: nobody else runs between two steps of a script
+    local status, at = 'queued', nil
+    if mode == 'deferred' then  -- waits on dependencies (job[8]: their refs), see workflows.py
+      status = 'deferred'
+    elseif mode ~= 'now' then
+      at = when
+      if mode == 'in' then at = t + when end
+      if at > t then status = 'scheduled' else at = nil end
+    end
+    redis.call('HSET', jkey, 'id', jid, 'seq', fmt_int(seq), 'priority', fmt_int(prio),
+      'attempts', 0, 'enqueued_at', stamp, 'status', status, unpack(fields))
+    if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+    local sched = ''
+    if status == 'deferred' then
+      local d = adds.deferred
+      d[#d + 1] = stamp; d[#d + 1] = jid
+      redis.call('SADD', base .. 'deps:' .. jid, unpack(job[8]))
+    elseif status == 'scheduled' then
+      sched = fmt_time(at)
+      redis.call('HSET', jkey, 'scheduled_for', sched)
+      local s = adds.scheduled
+      s[#s + 1] = sched; s[#s + 1] = jid
+    elseif group ~= '' then
+      make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
+    else
+      local p = adds.pending
+      p[#p + 1] = fmt_int(prio * SEQ_LIMIT - seq); p[#p + 1] = jid
+    end
+    out[#out + 1] = status; out[#out + 1] = jid; out[#out + 1] = status
+    out[#out + 1] = fmt_int(seq); out[#out + 1] = sched
+    if stream then
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', '@timestamp', event_time,
+        'event', 'queued', 'job_id', jid, 'queue', qname, 'function', fields[4],
+        'priority', fmt_int(prio), 'attempt', '0', 'host', host)
+    end
+  end
+end
+if seq > seq0 then redis.call('SET', base .. 'seq', fmt_int(seq)) end
+for name, pairs_ in pairs(adds) do
+  if #pairs_ > 0 then zadd_all(name, pairs_) end
+end
+if #adds.pending > 0 then redis.call('PUBLISH', base .. 'wake', 'bulk') end
+out[#out + 1] = stamp
+return cjson.encode(out)

@@ -1,0 +1,356 @@
+"""What each Lua script answers, parsed once into a small dataclass.
+
+A script replies with a Lua table whose first element names the answer
+(``'job'``, ``'missing'``, ``'refused'``...) and whose other elements depend on
+it; each script's header gives that contract. The functions here (one per
+script, named after it, listed in :data:`PARSERS`) are the only code that
+reads a reply by position: callers read named fields::
+
+    verdict = replies.cancel(scripts.cancel(keys=[base], args=[job_id, ttl]))
+    if verdict.outcome == "refused":
+        ...  # verdict.status is the job's status
+
+A reply is parsed after the call succeeded: an error reply (``redis.error_reply``
+in the script, OOM, NOSCRIPT) is raised by the client, or returned in place of
+the reply by a pipeline, and is the caller's to handle before parsing. Text may
+arrive as ``bytes`` (a client without ``decode_responses``): it is decoded here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from ..job import JobStatus
+
+#: a reply as redis-py returns it: nested lists of text, numbers and lists
+Raw = Any
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _items(reply: Raw) -> list[Any]:
+    if not isinstance(reply, (list, tuple)) or not reply:
+        raise ValueError(f"unexpected script reply {reply!r}")
+    return list(reply)
+
+
+def _hash(flat: Sequence[Any]) -> dict[str, str]:
+    """``{k: v}`` of an ``HGETALL`` reply passed through a script (``[k, v, k, v...]``)."""
+    return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2])}
+
+
+def _is_hash(item: Any) -> bool:
+    """A flat ``HGETALL`` list (a count-form item is an ``{hash, id}`` pair or an id)."""
+    return isinstance(item, list) and not (item and isinstance(item[0], list))
+
+
+def _status(value: Any) -> JobStatus:
+    return JobStatus.read(_text(value))
+
+
+def _time(value: Any) -> float | None:
+    text = _text(value)
+    return float(text) if text else None
+
+
+# --------------------------------------------------------------------------- enqueue
+
+Placement = Literal["queued", "scheduled", "duplicate"]
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """``enqueue.lua``: where the job went; a duplicate names the live job it matched."""
+
+    placement: Placement
+    job_id: str
+    status: JobStatus
+    #: the new job's sequence number (0 for a duplicate)
+    seq: int = 0
+    #: when a scheduled job becomes due
+    scheduled_for: float | None = None
+    #: enqueue.lua: the new job's ``enqueued_at`` (enqueue_many.lua: the call's ``now``)
+    enqueued_at: float | None = None
+
+    @property
+    def duplicate(self) -> bool:
+        return self.placement == "duplicate"
+
+
+def enqueue(reply: Raw) -> Enqueued:
+    items = _items(reply)
+    placement, job_id, status = items[:3]
+    return Enqueued(cast(Placement, _text(placement)), _text(job_id), _status(status),
+                    seq=int(_text(items[3])) if len(items) > 3 else 0,
+                    scheduled_for=_time(items[5]) if len(items) > 5 else None,
+                    enqueued_at=_time(items[4]) if len(items) > 4 else None)
+
+
+@dataclass(frozen=True)
+class EnqueuedMany:
+    """``enqueue_many.lua``: one :class:`Enqueued` per job sent, in order."""
+
+    jobs: tuple[Enqueued, ...]
+    #: the server time of the enqueue (the jobs' ``enqueued_at``)
+    now: float
+
+
+def enqueue_many(reply: Raw) -> EnqueuedMany:
+    """The script answers one JSON string (cheaper to build and parse than a table)."""
+    flat = json.loads(_text(reply))
+    jobs = tuple(
+        Enqueued(cast(Placement, placement), job_id, JobStatus.read(status), int(seq),
+                 float(sched) if sched else None)
+        for placement, job_id, status, seq, sched in
+        (flat[i:i + 5] for i in range(0, len(flat) - 1, 5))
+    )
+    return EnqueuedMany(jobs, float(flat[-1]))
+
+
+# --------------------------------------------------------------------------- claim
+
+ClaimKind = Literal["job", "empty", "paused", "capped", "missing", "limited"]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One job taken by ``claim.lua``: its record, and its id as the queue held it."""
+
+    data: dict[str, str]
+    job_id: str | None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``claim.lua``, single or count form.
+
+    ``kind`` is ``job`` when at least one job was taken (``jobs``); ``missing``
+    lists queue entries that had no record (moved to the failed registry);
+    ``next_due`` is, for ``empty``, when the next scheduled job is due and, for
+    ``limited``, when the rate limit next allows a claim (None: unknown). A count
+    claim that took jobs and stopped short at the rate limit (or at jobs scheduled
+    for later) has kind ``job``, ``next_due`` from its last item, and ``limited``
+    True when the rate limit stopped it.
+    """
+
+    kind: ClaimKind
+    jobs: tuple[Claimed, ...] = ()
+    missing: tuple[str, ...] = ()
+    now: float | None = None
+    next_due: float | None = None
+    limited: bool = False
+
+
+def claim(reply: Raw) -> Claim:
+    items = _items(reply)
+    kind = cast(ClaimKind, _text(items[0]))
+    if kind == "job":
+        if len(items) == 4 and _is_hash(items[2]):               # single: now, hash, id
+            return Claim(kind, jobs=(Claimed(_hash(items[2]), _text(items[3])),),
+                         now=_time(items[1]))
+        jobs: list[Claimed] = []
+        missing: list[str] = []
+        stop: tuple[str, float | None] | None = None
+        for item in items[2:]:                      # count: {hash, id} | id, [{why, when}]
+            if (isinstance(item, list) and len(item) == 2 and not isinstance(item[0], list)
+                    and _text(item[0]) in ("limited", "empty")):
+                stop = (_text(item[0]), _time(item[1]))
+            elif not isinstance(item, list):
+                missing.append(_text(item))
+            elif item and isinstance(item[0], list):
+                jobs.append(Claimed(_hash(item[0]), _text(item[1])))
+            else:
+                jobs.append(Claimed(_hash(item), None))
+        return Claim(kind, jobs=tuple(jobs), missing=tuple(missing), now=_time(items[1]),
+                     next_due=stop[1] if stop else None,
+                     limited=stop is not None and stop[0] == "limited")
+    if kind == "missing":
+        return Claim(kind, missing=(_text(items[1]),))
+    if kind in ("empty", "limited"):
+        return Claim(kind, next_due=_time(items[1]) if len(items) > 1 else None,
+                     now=_time(items[2]) if len(items) > 2 else None)
+    return Claim(kind)
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True)
+class Finished:
+    """``finish.lua``: ``stale`` when the attempt no longer owned the job (nothing
+    written); else ``outcome`` is what was recorded (finished, failed, retry)."""
+
+    stale: bool
+    outcome: str | None = None
+
+
+def finish(reply: Raw) -> Finished:
+    items = _items(reply)
+    if _text(items[0]) == "stale":
+        return Finished(stale=True)
+    return Finished(stale=False, outcome=_text(items[1]) if len(items) > 1 else None)
+
+
+def touch(reply: Raw) -> bool:
+    """``touch.lua``: whether the attempt still owns its job (its lease was renewed)."""
+    return bool(int(reply))
+
+
+def touch_many(reply: Raw) -> list[bool]:
+    """``touch_many.lua``: per job sent, whether its attempt still owns it."""
+    return [bool(int(x)) for x in reply]
+
+
+def progress(reply: Raw) -> bool:
+    """``progress.lua``: whether it was written (False: not this attempt's job any more)."""
+    return bool(int(reply))
+
+
+RequeueOutcome = Literal["requeued", "abandoned", "skipped"]
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """``requeue.lua``: ``requeued``, ``abandoned`` (reap mode: attempts used up, the
+    job failed) or ``skipped`` with the reason why (``missing`` when there is no job)."""
+
+    outcome: RequeueOutcome
+    why: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.outcome == "skipped" and self.why == "no such job"
+
+
+def requeue(reply: Raw) -> Requeued:
+    items = _items(reply)
+    return Requeued(cast(RequeueOutcome, _text(items[0])),
+                    _text(items[1]) if len(items) > 1 else None)
+
+
+# --------------------------------------------------------------------------- admin
+
+Verdict = Literal["ok", "canceled", "deleted", "refused", "missing"]
+
+
+@dataclass(frozen=True)
+class Changed:
+    """``cancel.lua``, ``delete.lua``, ``reprioritize.lua``: ``outcome`` is the change
+    made (``canceled``, ``deleted``, ``ok``), ``refused`` (the job's status does not
+    allow it) or ``missing``. ``status``: the job's status before (or that refused);
+    ``old_priority``: reprioritize's previous priority."""
+
+    outcome: Verdict
+    status: JobStatus | None = None
+    old_priority: int | None = None
+
+
+def cancel(reply: Raw) -> Changed:
+    items = _items(reply)
+    outcome = cast(Verdict, _text(items[0]))
+    return Changed(outcome, _status(items[1]) if len(items) > 1 else None)
+
+
+delete = cancel
+
+
+def reprioritize(reply: Raw) -> Changed:
+    items = _items(reply)
+    outcome = cast(Verdict, _text(items[0]))
+    if outcome == "ok":
+        return Changed(outcome, old_priority=int(items[1]))
+    return Changed(outcome, _status(items[1]) if len(items) > 1 else None)
+
+
+# --------------------------------------------------------------------------- cron
+
+CronOutcome = Literal["queued", "skipped", "missed", "moved", "early", "paused"]
+
+
+@dataclass(frozen=True)
+class CronTick:
+    """``cron_tick.lua``: ``queued`` (``job_id`` is the new job), ``skipped`` (``job_id``
+    is the run still live), ``missed``, ``moved``, ``early`` or ``paused``."""
+
+    outcome: CronOutcome
+    job_id: str | None = None
+
+
+def cron_tick(reply: Raw) -> CronTick:
+    items = _items(reply)
+    return CronTick(cast(CronOutcome, _text(items[0])),
+                    _text(items[1]) if len(items) > 1 else None)
+
+
+# --------------------------------------------------------------------------- workflows
+
+
+@dataclass(frozen=True)
+class DepRegistered:
+    """``dep_register.lua``: ``registered`` (the dependency is live: it will notify),
+    or not, with the dependency's ``status`` (an ended one) or None (it is missing)."""
+
+    registered: bool
+    status: JobStatus | None
+
+
+def dep_register(reply: Raw) -> DepRegistered:
+    items = [_text(x) for x in _items(reply)]
+    if items[0] == "registered":
+        return DepRegistered(True, JobStatus.read(items[1]))
+    if items[0] == "missing":
+        return DepRegistered(False, None)
+    return DepRegistered(False, JobStatus.read(items[0]))
+
+
+DepOutcome = Literal["queued", "waiting", "canceled", "already", "ignored"]
+
+
+@dataclass(frozen=True)
+class DepDone:
+    """``dep_done.lua``: what the note did to the dependent: ``queued`` (its last
+    dependency ended), ``waiting``, ``canceled`` (a dependency failed), ``already``
+    (note seen before) or ``ignored`` (the dependent is no longer deferred:
+    ``status`` is its status, or None when it is missing)."""
+
+    outcome: DepOutcome
+    status: JobStatus | None = None
+
+
+def dep_done(reply: Raw) -> DepDone:
+    items = [_text(x) for x in _items(reply)]
+    status = items[1] if len(items) > 1 and items[1] != "missing" else None
+    return DepDone(cast(DepOutcome, items[0]), JobStatus.read(status) if status else None)
+
+
+BatchOutcome = Literal["fired", "counted", "already", "missing"]
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    """``batch_done.lua``: ``fired`` (the batch completed; ``callbacks`` enqueued),
+    ``counted``, ``already`` (note seen before) or ``missing`` (no such batch)."""
+
+    outcome: BatchOutcome
+    callbacks: int = 0
+
+
+def batch_done(reply: Raw) -> BatchDone:
+    items = _items(reply)
+    outcome = cast(BatchOutcome, _text(items[0]))
+    return BatchDone(outcome, int(items[1]) if outcome == "fired" and len(items) > 1 else 0)
+
+
+#: the parser of every script, by script name
+PARSERS: dict[str, Callable[[Raw], Any]] = {
+    "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
+    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel,
+    "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
+    "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
+    "progress": progress,
+}

@@ -1,0 +1,61 @@
+-- requeue: put a job back on its queue at its original priority and FIFO place.
+-- KEYS[1] base
+-- ARGV: job_id, mode, token, failed_ttl[, field, value, ...]
+--   mode 'reap'   : a started job whose lease expired and whose worker is gone
+--                   (the caller checked the worker). Re-queued with the attempt
+--                   counted, or failed as 'abandoned' once attempts > max_retries.
+--   mode 'return' : cold shutdown gives back the job its horse was running; the
+--                   interrupted attempt is not counted. Fields given after
+--                   failed_ttl (the attempt's last progress and meta) are
+--                   written with it.
+--   mode 'failed' : from the failed registry (dead-letter); attempts start over.
+-- Returns {'requeued'} | {'abandoned'} | {'skipped', why}
+local base = KEYS[1]
+local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local jkey = base .. 'job:' .. jid
+local bad = check_types(base, jkey)
+if bad then return redis.error_reply(bad) end
+local st = hget(jkey, 'status')
+if mode == 'reap' and st ~= 'started' then
+  redis.call('ZREM', base .. 'started', jid)  -- a stale entry: no attempt of it can run
+end
+if not st then return {'skipped', 'no such job'} end
+local t = now()
+
+if mode == 'failed' then
+  if st ~= 'failed' then return {'skipped', 'job is ' .. st .. ', not failed'} end
+  redis.call('ZREM', base .. 'failed', jid)
+  redis.call('PERSIST', jkey)
+  redis.call('HSET', jkey, 'attempts', 0)
+  redis.call('HDEL', jkey, 'ended_at', 'token')
+  local ukey = hget(jkey, 'unique_key')
+  if ukey and ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+  make_ready(base, jid)
+  return {'requeued'}
+end
+
+if st ~= 'started' then return {'skipped', 'job is ' .. st} end
+if token ~= '' and hget(jkey, 'token') ~= token then return {'skipped', 'attempt changed'} end
+local deadline = redis.call('ZSCORE', base .. 'started', jid)
+if mode == 'reap' and deadline and tonumber(deadline) > t then
+  return {'skipped', 'lease still valid'}
+end
+redis.call('ZREM', base .. 'started', jid)
+redis.call('HDEL', jkey, 'token')
+if mode == 'return' then
+  if #ARGV > 4 then redis.call('HSET', jkey, unpack(ARGV, 5)) end
+  redis.call('HINCRBY', jkey, 'attempts', -1)
+  push_pending(base, jid)
+  return {'requeued'}
+end
+local attempts = tonumber(hget(jkey, 'attempts') or '0') or 0
+local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
+if attempts > max_retries then
+  redis.call('HSET', jkey, 'error_type', 'Abandoned', 'failure_reason', 'abandoned',
+    'error_message', 'worker ' .. (hget(jkey, 'worker') or '?') ..
+    ' died while running the job; attempts used up (' .. attempts .. ')')
+  to_failed(base, jid, t, failed_ttl)
+  return {'abandoned'}
+end
+push_pending(base, jid)
+return {'requeued'}

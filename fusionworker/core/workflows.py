@@ -1,0 +1,237 @@
+"""Job dependencies: ``enqueue(..., depends_on=[...])``, across queues and Cluster slots.
+
+A dependent job D (queue QD) waits, status ``deferred``, until every dependency
+(job A on queue QA, any queue) has ended. Every step below is one Lua script on
+ONE queue's keys, so it works on Redis Cluster where QA and QD live on
+different slots. A dependency is named by its ref ``"<queue>:<job id>"``
+(queue names cannot hold ``:``).
+
+Keys: ``QA:dependents:<A>`` (SET of dependent refs), ``QA:outbox`` (LIST of
+notes ``[outcome, dependent ref, A]``), ``QD:deps:<D>`` (SET of the refs D
+still waits on), ``QD:deferred`` (ZSET, deferred jobs by enqueue time).
+
+Enqueue of D (producer), in this order:
+
+1. read: every dependency exists (else ``NoSuchJob``, nothing written);
+2. ``dep_register.lua`` on each QA: ``SADD QA:dependents:<A> D-ref`` (unless A
+   already ended), and flag A ``has_dependents``;
+3. ``enqueue_many.lua`` on QD: D written ``deferred`` with ``QD:deps:<D>`` =
+   every dependency;
+4. re-check: each dependency that has ended by now (or vanished) is applied
+   to D with ``dep_done.lua`` on QD.
+
+When A ends for good (``finish.lua`` finished, ``to_failed`` in any script,
+``cancel.lua``, or ``dep_done.lua`` canceling A because of its own
+dependency), the same script moves one note per dependent into ``QA:outbox``
+and deletes ``QA:dependents:<A>``. Replay (:func:`replay_outbox`): read a
+note, ``dep_done.lua`` on QD (``SREM QD:deps:<D> A-ref``; the last one makes D
+ready through the normal group/pending placement; a failure cancels D, reason
+``dependency QA:A failed``, unless ``allow_dependency_failure``), then ``LREM``
+the note. The worker that ended A replays at once when A was flagged at
+claim time, else within about a second (``DependencyMiddleware.on_tick``); the
+reaper replays every outbox on each pass, and sweeps deferred jobs.
+
+Crash points (none loses D or runs it twice; ``dep_done`` is idempotent: the
+``SREM`` of a ref already removed changes nothing and makes nothing ready):
+
+* producer dies after 2, before 3: a stray ``dependents`` entry; its note is
+  later replayed to a D that does not exist and is ignored.
+* producer dies after 3, before 4, and A ended in between (its note was
+  replayed before D existed, and ignored): the reaper's sweep re-checks the
+  dependencies of deferred jobs older than ``reaper_interval`` and applies the
+  ended ones. Both 4 and a replay applying the same dependency: counted once.
+* a replayer dies after ``dep_done`` and before ``LREM``: the note is replayed
+  again by the next replay or reaper pass; ``dep_done`` answers ``already``.
+* a replayer dies before ``dep_done``: the note is still in the outbox.
+* two replayers read the same note: both apply (once in effect), both LREM
+  (the second removes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import NoSuchJob
+from .connection import text
+from .hooks import Middleware
+from .job import DONE_STATUSES
+from .keys import Keys, check_queue_name
+from .scripts import replies
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..worker import Outcome, Worker
+    from .config import Settings
+    from .connection import RedisClient
+    from .job import Job
+    from .queue import Queue
+
+log = logging.getLogger("fusionworker.workflows")
+
+#: statuses of a dependency that has ended (``Job.wait``'s too)
+ENDED = DONE_STATUSES
+
+
+def dependency_ref(queue: str, job_id: str) -> str:
+    return f"{queue}:{job_id}"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    queue, _, job_id = ref.partition(":")
+    return queue, job_id
+
+
+def normalize_dependencies(queue: str, depends_on: Any) -> list[tuple[str, str]]:
+    """``depends_on`` -> ``[(queue, job_id), ...]``: a Job (any queue), a ``(queue, id)``
+    pair, or a job id string (a job of ``queue``). Duplicates dropped, order kept."""
+    items = [depends_on] if isinstance(depends_on, (str, tuple)) or hasattr(
+        depends_on, "queue") else list(depends_on)
+    if not items:
+        raise ValueError("depends_on is empty")
+    out: list[tuple[str, str]] = []
+    for item in items:
+        if isinstance(item, str):
+            pair = (queue, item)
+        elif isinstance(item, tuple) and len(item) == 2:
+            pair = (str(item[0]), str(item[1]))
+        elif hasattr(item, "queue") and hasattr(item, "id"):
+            pair = (item.queue, item.id)
+        else:
+            raise TypeError(f"depends_on takes Jobs, job ids or (queue, id) pairs, got {item!r}")
+        check_queue_name(pair[0])
+        if not pair[1] or len(pair[1]) > 200:
+            raise ValueError(f"invalid dependency job id {pair[1]!r}")
+        if pair not in out:
+            out.append(pair)
+    return out
+
+
+def check_dependencies_exist(connection: RedisClient, prefix: str, deps: list[tuple[str, str]]) -> None:
+    keys = Keys(prefix)
+    for queue, job_id in deps:
+        if not connection.exists(keys.queue(queue).job(job_id)):
+            raise NoSuchJob(f"dependency {job_id!r} is no job of queue {queue!r}")
+
+
+def register(q: Queue, deps: list[tuple[str, str]], dependent_id: str) -> None:
+    """Step 2: record D on each dependency's queue (one script per dependency)."""
+    ref = dependency_ref(q.name, dependent_id)
+    for queue, job_id in deps:
+        q.scripts.dep_register(keys=[q.keys.queue(queue).base], args=[job_id, ref])
+
+
+def recheck(q: Queue, dependent_id: str, deps: Iterable[tuple[str, str]]) -> list[str]:
+    """Step 4 (and the sweep): apply every dependency that has ended (or vanished);
+    returns what each note did (``dep_done.lua``'s outcomes)."""
+    outcomes: list[str] = []
+    for queue, job_id in deps:
+        status = q.connection.hget(q.keys.queue(queue).job(job_id), "status")
+        status = status.decode() if isinstance(status, bytes) else status
+        if status is None or status in ENDED:
+            reply = replies.dep_done(q.scripts.dep_done(
+                keys=[q.qkeys.base],
+                args=[dependent_id, dependency_ref(queue, job_id), status or "missing",
+                      q.settings.result_ttl]))
+            outcomes.append(reply.outcome)
+    return outcomes
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit: int = 500) -> int:
+    """Replay the notes in ``queue``'s outbox to the dependents' queues; returns how many
+    notes were replayed. Safe to run anywhere, any number of times (see module doc)."""
+    from .queue import scripts_for
+
+    keys = Keys(settings.prefix)
+    outbox = keys.queue(queue).base + "outbox"
+    scripts = scripts_for(connection)
+    done = 0
+    while done < limit:
+        notes = connection.lrange(outbox, 0, min(99, limit - done - 1))
+        if not notes:
+            break
+        for note in notes:
+            try:
+                outcome, dependent, job_id = json.loads(_text(note))
+                dq, did = split_ref(dependent)
+                check_queue_name(dq)
+            except (ValueError, TypeError) as exc:
+                log.error("Dropped a malformed dependency note in %s: %s", outbox, exc)
+            else:
+                if outcome.startswith("batch:"):  # a job of a batch ended (batch.py)
+                    scripts.batch_done(keys=[keys.queue(dq).base],
+                                       args=[did, dependency_ref(queue, job_id),
+                                             outcome[6:], ""])
+                else:
+                    scripts.dep_done(keys=[keys.queue(dq).base],
+                                     args=[did, dependency_ref(queue, job_id), outcome,
+                                           settings.result_ttl])
+            connection.lrem(outbox, 1, text(note))
+            done += 1
+    return done
+
+
+def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, older_than: float,
+                   now: float, limit: int = 200) -> int:
+    """Re-check the dependencies of deferred jobs enqueued more than ``older_than`` s
+    ago (a lost note: a producer that died mid-enqueue, a deleted dependency)."""
+    from .queue import Queue
+
+    q = Queue(queue, connection, settings=settings, events=False)
+    base = q.qkeys.base
+    ids = connection.zrangebyscore(q.qkeys.deferred, "-inf", f"{now - older_than:.6f}",
+                                   start=0, num=limit)
+    applied = 0
+    for job_id in ids:
+        job_id = _text(job_id)
+        refs = [split_ref(_text(r)) for r in connection.smembers(base + "deps:" + job_id)]
+        applied += len(recheck(q, job_id, refs))
+    return applied
+
+
+class DependencyMiddleware(Middleware):
+    """Replays the outbox of a queue after one of its jobs ended: at once when the job
+    had dependents at claim time, else on the next tick (one ``LLEN`` per queue a
+    second, only after jobs ended)."""
+
+    def __init__(self) -> None:
+        self._dirty: set[str] = set()
+        self.replayed = 0
+
+    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+        if getattr(job, "has_dependents", False) or getattr(job, "batch", None):
+            self._replay(worker, job.queue)
+        else:
+            self._dirty.add(job.queue)
+
+    def on_tick(self, worker: Worker) -> None:
+        if not self._dirty:
+            return
+        queues, self._dirty = sorted(self._dirty), set()
+        keys = Keys(worker.settings.prefix)
+        try:
+            lengths = [worker.connection.llen(keys.queue(q).base + "outbox") for q in queues]
+        except Exception as exc:  # noqa: BLE001 - the reaper replays later
+            log.warning("Dependency outbox check skipped: %s", exc)
+            return
+        for queue, length in zip(queues, lengths):
+            if length:
+                self._replay(worker, queue)
+
+    def _replay(self, worker: Worker, queue: str) -> None:
+        try:
+            self.replayed += replay_outbox(worker.connection, worker.settings, queue)
+        except Exception as exc:  # noqa: BLE001 - notes stay in the outbox for the reaper
+            log.warning("Dependency outbox of %s not replayed yet: %s", queue, exc)
+
+
+def reaper_pass(connection: RedisClient, settings: Settings, queue: str, now: float) -> None:
+    """The reaper's share: replay the outbox, then sweep old deferred jobs."""
+    replay_outbox(connection, settings, queue)
+    sweep_deferred(connection, settings, queue, max(settings.reaper_interval, 1.0), now)
+

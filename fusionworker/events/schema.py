@@ -1,0 +1,145 @@
+"""The event document: names, fields, the Elasticsearch mapping, and
+:func:`make_event`, which turns a job (or a job's fields) into one flat document.
+
+One document per job event; the list of events and who emits each is in the
+package docstring (``events/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from ..core.job import FailureReason
+
+EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
+          "canceled", "requeued", "deleted", "reprioritized",
+          "admin", "progress")
+
+#: Field order of an event document.
+FIELDS = (
+    "@timestamp", "event", "job_id", "queue", "function", "priority", "attempt",
+    "worker", "host", "duration", "wait_time", "error_type", "error_message", "reason",
+    "progress", "progress_message",
+)
+
+_INT_FIELDS = frozenset(("priority", "attempt"))
+_FLOAT_FIELDS = frozenset(("duration", "wait_time", "progress"))
+
+#: Mappings of the Elasticsearch index template.
+ES_MAPPINGS: dict[str, Any] = {
+    "properties": {
+        "@timestamp": {"type": "date"},
+        "event": {"type": "keyword"},
+        "job_id": {"type": "keyword"},
+        "queue": {"type": "keyword"},
+        "function": {"type": "keyword"},
+        "priority": {"type": "integer"},
+        "attempt": {"type": "integer"},
+        "worker": {"type": "keyword"},
+        "host": {"type": "keyword"},
+        "duration": {"type": "float"},
+        "wait_time": {"type": "float"},
+        "error_type": {"type": "keyword"},
+        "error_message": {"type": "text"},
+        "reason": {"type": "keyword"},
+        "progress": {"type": "float"},
+        "progress_message": {"type": "text"},
+    }
+}
+
+_HOSTNAME = socket.gethostname()
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def _iso_utc(timestamp: float) -> str:
+    moment = datetime.fromtimestamp(timestamp, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _job_field(job: Any, name: str) -> Any:
+    if isinstance(job, Mapping):
+        return job.get(name)
+    return getattr(job, name, None)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None or value == "" else int(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None or value == "" else float(value)
+
+
+def make_event(
+    event: str,
+    job: Any,
+    *,
+    worker: str | None = None,
+    host: str | None = None,
+    duration: float | None = None,
+    wait_time: float | None = None,
+    error_type: str | None = None,
+    error_message: str | None = None,
+    reason: str | None = None,
+    timestamp: float | None = None,
+    progress: float | None = None,
+    progress_message: str | None = None,
+) -> dict[str, Any]:
+    """One flat event document for ``job`` (a Job, or a Mapping with the same keys).
+
+    ``job`` provides ``id``, ``queue``, ``func``, ``priority`` and ``attempts``;
+    missing ones become ``None``. ``timestamp`` is epoch seconds (default: now).
+    ``reason`` is the worker's outcome reason (``exception``, ``timeout``,
+    ``segfault``, ``memory``, ``shutdown``, ...) where there is one.
+    ``progress`` / ``progress_message``: what a running job reported (``progress``).
+    """
+    if event not in EVENTS:
+        raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
+    func = _job_field(job, "func")
+    return {
+        "@timestamp": _iso_utc(time.time() if timestamp is None else timestamp),
+        "event": event,
+        "job_id": _job_field(job, "id"),
+        "queue": _job_field(job, "queue"),
+        "function": None if func is None else str(func),
+        "priority": _int_or_none(_job_field(job, "priority")),
+        "attempt": _int_or_none(_job_field(job, "attempts")),
+        "worker": worker,
+        "host": _HOSTNAME if host is None else host,
+        "duration": _float_or_none(duration),
+        "wait_time": _float_or_none(wait_time),
+        "error_type": error_type,
+        "error_message": error_message,
+        "reason": reason,
+        "progress": _float_or_none(progress),
+        "progress_message": progress_message,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe scalar (documents built by hand may hold anything)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def outcome_event(status: str, reason: str | None) -> str:
+    """Event name of a worker outcome (``Outcome.status`` / ``Outcome.reason``).
+
+    ``finished`` -> completed, ``retry`` -> retry, ``requeued`` (cold shutdown:
+    the job went back to its queue, attempt not counted) -> requeued;
+    ``failed`` -> timeout / abandoned when that was the reason, else failed.
+    """
+    if status == "finished":
+        return "completed"
+    if status in ("retry", "requeued"):
+        return status
+    if reason in (FailureReason.TIMEOUT, FailureReason.ABANDONED):
+        return reason
+    return "failed"

@@ -1,0 +1,166 @@
+"""Failure callbacks: POST a JSON note to a webhook after a job's final failure.
+
+The URL is the job's ``on_failure_url`` or, failing that, the global
+``FAILURE_WEBHOOK_URL``. The body::
+
+    {"event": "failed", "job_id": ..., "queue": ..., "function": ...,
+     "error": "Type: message", "error_type": ..., "error_message": ...,
+     "reason": "exception", "attempts": 3, "worker": "host.123"}
+
+Jobs the reaper fails as ``abandoned`` are reported too (``reason``
+``abandoned``), by the worker whose reaper pass found them.
+
+The worker loop only puts the note on a bounded in-memory queue
+(``after_finish``, after the outcome is recorded); a daemon thread does the
+HTTP call with a short timeout. So a slow or dead webhook never delays a claim
+or a job. A failed POST is logged and counted (``callbacks_failed`` in the
+heartbeat hash), a full queue drops the note and counts it
+(``callbacks_dropped``); nothing here ever raises into the worker.
+
+If the worker process dies with notes still queued, those notes are lost
+(the job's failure itself is already recorded in Redis). A note is sent
+once: there is no retry of the webhook.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+import requests
+
+from ..core.config import Settings
+from ..core.hooks import Middleware
+from ..core.job import FailureReason
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.job import Job
+    from ..worker import Outcome, Worker
+
+__all__ = ["FailureCallbacks", "failure_payload"]
+
+log = logging.getLogger("fusionworker.callbacks")
+
+#: Seconds a webhook POST may take (connect and read each).
+TIMEOUT = 5.0
+#: Notes waiting to be sent; beyond this they are dropped and counted.
+BUFFER = 1000
+
+
+def failure_payload(job: Job[Any], outcome: Outcome, worker_name: str) -> dict[str, Any]:
+    """The JSON body POSTed for a job's final failure."""
+    error = (f"{outcome.error_type}: {outcome.error_message}" if outcome.error_message
+             else outcome.error_type)
+    return {
+        "event": "failed", "job_id": job.id, "queue": job.queue, "function": job.func,
+        "error": error, "error_type": outcome.error_type,
+        "error_message": outcome.error_message, "reason": outcome.reason,
+        "attempts": job.attempts, "worker": worker_name,
+    }
+
+
+class FailureCallbacks(Middleware):
+    """Middleware: queue a webhook POST when a job failed for good."""
+
+    def __init__(self, settings: Settings, *, timeout: float = TIMEOUT,
+                 buffer: int = BUFFER) -> None:
+        self.default_url = settings.failure_webhook_url
+        self.timeout = timeout
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(buffer)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- worker side (never blocks, never raises) --------------------------------
+
+    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+        if outcome.status != "failed" or not outcome.recorded:
+            return
+        url = job.on_failure_url or self.default_url
+        if url:
+            self.submit(url, failure_payload(job, outcome, worker.name))
+
+    def on_job_reaped(self, worker: Worker, job: Job[Any], outcome: str) -> None:
+        if outcome == "abandoned":
+            self.abandoned(worker, job)
+
+    def abandoned(self, worker: Worker, job: Job[Any]) -> None:
+        """The reaper failed ``job`` as abandoned (its workers died; attempts used up)."""
+        url = job.on_failure_url or self.default_url
+        if url:
+            error = f"{job.error_type}: {job.error_message}" if job.error_type else "abandoned"
+            self.submit(url, {
+                "event": "failed", "job_id": job.id, "queue": job.queue, "function": job.func,
+                "error": error, "error_type": job.error_type,
+                "error_message": job.error_message, "reason": FailureReason.ABANDONED,
+                "attempts": job.attempts, "worker": worker.name,
+            })
+
+    def submit(self, url: str, payload: dict[str, Any]) -> bool:
+        """Queue one POST; False (and counted) if the buffer is full."""
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait((url, payload))
+        except queue.Full:
+            with self._lock:
+                self.dropped += 1
+            log.error("Failure callback for job %s dropped: %d notes already waiting",
+                      payload.get("job_id"), self._queue.maxsize)
+            return False
+        return True
+
+    def on_stop(self, worker: Worker) -> None:
+        self.close(timeout=2.0)
+
+    def describe(self) -> dict[str, Any]:
+        return {"callbacks_sent": self.sent, "callbacks_failed": self.failed,
+                "callbacks_dropped": self.dropped}
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Let queued notes go out for up to ``timeout`` seconds, then stop the thread."""
+        thread = self._thread
+        if thread is None:
+            return
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        thread.join(timeout)
+        self._thread = None
+
+    # -- sender thread -------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="fusionworker-callbacks",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        session = requests.Session()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                self._post(session, *item)
+        finally:
+            session.close()
+
+    def _post(self, session: requests.Session, url: str, payload: dict[str, Any]) -> None:
+        try:
+            response = session.post(url, json=payload, timeout=self.timeout)
+            response.raise_for_status()
+        except requests.RequestException as exc:
+            with self._lock:
+                self.failed += 1
+            log.warning("Failure callback for job %s to %s failed: %s",
+                        payload.get("job_id"), url, exc)
+            return
+        with self._lock:
+            self.sent += 1
+        log.info("Failure callback for job %s sent to %s", payload.get("job_id"), url)

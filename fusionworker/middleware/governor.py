@@ -1,0 +1,455 @@
+"""Resource governor: stop claiming jobs while the machine is short of memory.
+
+Two middlewares live here:
+
+* :class:`Governor` answers ``before_claim``: the worker claims nothing while
+  RAM, swap or any GPU's memory is above its throttle threshold, and resumes
+  only once every resource is back under its resume threshold (hysteresis, as
+  in seed 000: RAM 90/80, GPU 85/75, swap 70 with no separate resume level).
+  Refusing new work is the only lever a worker has: a job already running is
+  never touched by the governor, so a full machine drains instead of
+  OOM-killing horses at random.
+* :class:`HorseMemoryLimit` answers ``on_horse_tick``: one job whose horse
+  grows past ``max_horse_memory`` MiB is killed and failed with reason
+  ``memory`` (Celery's ``max_memory_per_child``, but per job, since every job
+  gets a fresh horse anyway).
+
+Sampling is cheap but not free (psutil reads ``/proc``, NVML talks to the
+driver), and a throttled worker asks on every loop turn, so the governor
+samples at most every ``memory_check_interval`` seconds and answers from the
+last sample in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from ..core.hooks import Middleware
+from ..core.job import FailureReason
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.config import Settings
+    from ..core.job import Job
+    from ..worker import Worker
+
+__all__ = [
+    "GpuReading",
+    "Governor",
+    "HorseMemoryLimit",
+    "NvmlGpuReader",
+    "Reading",
+    "build_governors",
+    "read_ram_percent",
+    "read_swap_percent",
+    "rss_mib",
+]
+
+log = logging.getLogger("fusionworker.governor")   # the name before the layers (logging configs use it)
+
+#: ``(device_index, used_percent)`` of one GPU.
+GpuReading = tuple[int, float]
+
+MIB = 1024 * 1024
+
+
+def read_ram_percent() -> float:
+    """Used RAM in percent, as ``free`` would judge it (psutil counts
+    reclaimable page cache as available, so a big file cache never throttles)."""
+    return float(psutil.virtual_memory().percent)
+
+
+def read_swap_percent() -> float:
+    """Used swap in percent; 0 on a machine without swap (nothing to exhaust)."""
+    swap = psutil.swap_memory()
+    if not swap.total:
+        return 0.0
+    return float(swap.percent)
+
+
+class NvmlGpuReader:
+    """Memory use of every NVIDIA GPU through NVML, or ``None`` when there is none.
+
+    Most workers run on machines without a GPU, where ``nvidia-ml-py`` is not
+    installed or the driver library is missing. That must cost nothing and
+    never fail a claim, so the reader turns itself off for good on the first
+    problem — import error, any ``NVMLError`` at init, zero devices, or an
+    ``NVMLError`` on a later read (driver unloaded, GPU fell off the bus) —
+    logs why once at INFO, and from then on returns ``None``. It never raises.
+
+    NVML is initialized lazily, on the first call, so building the reader (and
+    importing this module) stays free for CLI commands that never claim.
+
+    :param nvml: the ``pynvml`` module, or a stand-in with the same names
+        (``nvmlInit``, ``nvmlShutdown``, ``nvmlDeviceGetCount``,
+        ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetMemoryInfo``,
+        ``NVMLError``); default: ``import pynvml`` on first use.
+    """
+
+    def __init__(self, *, nvml: ModuleType | Any | None = None,
+                 logger: logging.Logger | None = None) -> None:
+        self._nvml = nvml
+        self._log = logger or log
+        self._handles: list[tuple[int, Any]] | None = None  # None: not initialized yet
+        self._off_reason: str | None = None
+
+    @property
+    def off_reason(self) -> str | None:
+        """Why the GPU check is off, or ``None`` while it is on (or untried)."""
+        return self._off_reason
+
+    def __call__(self) -> list[GpuReading] | None:
+        """Used memory in percent of each device, or ``None`` when the check is off."""
+        if self._off_reason is not None:
+            return None
+        if self._handles is None and not self._init():
+            return None
+        nvml = self._nvml
+        assert nvml is not None and self._handles is not None
+        readings: list[GpuReading] = []
+        try:
+            for index, handle in self._handles:
+                info = nvml.nvmlDeviceGetMemoryInfo(handle)
+                total = float(info.total)
+                readings.append((index, 100.0 * float(info.used) / total if total else 0.0))
+        except nvml.NVMLError as exc:
+            self._turn_off(f"NVML read failed ({exc})", shutdown=True)
+            return None
+        return readings
+
+    def close(self) -> None:
+        """Release NVML (harmless when it was never initialized)."""
+        if self._handles is not None and self._off_reason is None:
+            self._shutdown()
+        self._handles = None
+
+    def _init(self) -> bool:
+        if self._nvml is None:
+            try:
+                import pynvml  # optional extra "gpu" (nvidia-ml-py)
+            except ImportError:
+                self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]')")
+                return False
+            self._nvml = pynvml
+        nvml = self._nvml
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            self._turn_off(f"NVML unavailable ({exc})")
+            return False
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        except nvml.NVMLError as exc:
+            self._turn_off(f"NVML device query failed ({exc})", shutdown=True)
+            return False
+        if not handles:
+            self._turn_off("no NVIDIA GPU found", shutdown=True)
+            return False
+        self._handles = handles
+        return True
+
+    def _turn_off(self, why: str, *, shutdown: bool = False) -> None:
+        if shutdown:
+            self._shutdown()
+        self._off_reason = why
+        self._handles = None
+        self._log.info("GPU check off: %s", why)
+
+    def _shutdown(self) -> None:
+        nvml = self._nvml
+        if nvml is None:
+            return
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as exc:  # already broken; nothing left to release
+            self._log.debug("nvmlShutdown failed: %s", exc)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One sample of the machine's memory, taken at ``at`` (governor clock)."""
+
+    ram: float
+    swap: float
+    gpus: tuple[GpuReading, ...]
+    at: float
+
+    def figures(self) -> str:
+        """``RAM at 93.1%, swap at 2.0%, GPU0 at 12.0%`` — for the log lines."""
+        parts = [f"RAM at {self.ram:.1f}%", f"swap at {self.swap:.1f}%"]
+        parts += [f"GPU{index} at {used:.1f}%" for index, used in self.gpus]
+        return ", ".join(parts)
+
+
+def _pct(value: float) -> str:
+    """A threshold as written in the config: ``90`` not ``90.0``, ``92.5`` kept."""
+    return f"{value:g}%"
+
+
+class Governor(Middleware):
+    """Refuse claims while RAM, swap or GPU memory is too high (with hysteresis).
+
+    Throttle when RAM >= ``memory_throttle_threshold`` or swap >=
+    ``swap_throttle_threshold`` or any GPU >= ``gpu_throttle_threshold``. Once
+    throttled, stay throttled until RAM < ``memory_resume_threshold`` AND swap
+    < ``swap_throttle_threshold`` AND every GPU < ``gpu_resume_threshold``.
+    Swap has no resume level of its own (seed 000 lists it as N/A): swap is
+    freed slowly and only by the kernel, so a second, lower level would keep
+    a worker idle long after RAM has recovered. The gap between throttle and
+    resume exists so a worker near the limit does not flap between claiming
+    and refusing on every sample.
+
+    A resume threshold above its throttle threshold makes no sense (it would
+    release on the very next sample); it is clamped to the throttle threshold
+    and a warning is logged.
+
+    Entering the throttle is logged once at WARNING, leaving it once at INFO,
+    with the figures, so the log shows when and why a worker stood still.
+
+    :param ram_reader: zero-arg callable, used RAM in percent.
+    :param swap_reader: zero-arg callable, used swap in percent.
+    :param gpu_reader: zero-arg callable, ``[(device_index, used_percent), ...]``,
+        or ``None`` when no GPU can be read. If it raises, the GPU check is
+        turned off for good (logged once) — a broken GPU probe must not stop
+        a CPU-only worker from claiming. Default: :class:`NvmlGpuReader`.
+    :param clock: monotonic seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        ram_reader: Callable[[], float] | None = None,
+        swap_reader: Callable[[], float] | None = None,
+        gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self._log = logger or log
+        self._configure(settings)
+        self._ram_reader = ram_reader or read_ram_percent
+        self._swap_reader = swap_reader or read_swap_percent
+        self._gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = (
+            gpu_reader if gpu_reader is not None else NvmlGpuReader(logger=self._log))
+        self._clock = clock
+        self._throttled = False
+        self._reason: str | None = None
+        self._last: Reading | None = None
+
+    def _configure(self, settings: Settings) -> None:
+        self.interval = max(0.0, float(settings.memory_check_interval))
+        self.ram_throttle = float(settings.memory_throttle_threshold)
+        self.ram_resume = self._resume_level(
+            "MEMORY_RESUME_THRESHOLD", float(settings.memory_resume_threshold), self.ram_throttle)
+        self.swap_throttle = float(settings.swap_throttle_threshold)
+        self.gpu_throttle = float(settings.gpu_throttle_threshold)
+        self.gpu_resume = self._resume_level(
+            "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
+
+    def reload(self, worker: Worker, settings: Settings) -> None:
+        """New thresholds (SIGHUP); the next check samples at once and applies them."""
+        self._configure(settings)
+        self._last = None
+        self._log.info("Resource governor thresholds: RAM %s (resume %s), swap %s, GPU %s "
+                       "(resume %s), every %gs", _pct(self.ram_throttle), _pct(self.ram_resume),
+                       _pct(self.swap_throttle), _pct(self.gpu_throttle), _pct(self.gpu_resume),
+                       self.interval)
+
+    def _resume_level(self, env: str, resume: float, throttle: float) -> float:
+        if resume > throttle:
+            self._log.warning("%s=%s is above its throttle threshold %s; using %s",
+                              env, _pct(resume), _pct(throttle), _pct(throttle))
+            return throttle
+        return resume
+
+    # -- public state -------------------------------------------------------
+
+    @property
+    def throttled(self) -> bool:
+        """True while claiming is refused (as of the last sample)."""
+        return self._throttled
+
+    @property
+    def reason(self) -> str | None:
+        """Why claiming is refused, e.g. ``RAM at 93.1% (throttle 90%)``; ``None`` if allowed."""
+        return self._reason
+
+    @property
+    def last_reading(self) -> Reading | None:
+        """The last sample, or ``None`` before the first :meth:`check`."""
+        return self._last
+
+    def next_check_in(self) -> float:
+        """Seconds until :meth:`check` samples again (0: the next call samples).
+
+        A throttled worker can sleep this long instead of asking in a loop.
+        """
+        if self._last is None:
+            return 0.0
+        return max(0.0, self._last.at + self.interval - self._clock())
+
+    # -- the check ----------------------------------------------------------
+
+    def check(self) -> str | None:
+        """``None`` when claiming is allowed, else a short reason.
+
+        Samples when ``memory_check_interval`` seconds have passed since the
+        last sample (the first call always samples); otherwise answers from
+        the last sample without calling any reader.
+        """
+        now = self._clock()
+        if self._last is None or now - self._last.at >= self.interval:
+            self._update(self._sample(now))
+        return self._reason
+
+    def _sample(self, now: float) -> Reading:
+        ram = float(self._ram_reader())
+        swap = float(self._swap_reader())
+        return Reading(ram=ram, swap=swap, gpus=self._read_gpus(), at=now)
+
+    def _read_gpus(self) -> tuple[GpuReading, ...]:
+        reader = self._gpu_reader
+        if reader is None:
+            return ()
+        try:
+            readings = reader()
+        except Exception as exc:  # noqa: BLE001 - a pluggable probe; the GPU check is optional
+            self._gpu_reader = None
+            self._log.info("GPU check off: %s: %s", type(exc).__name__, exc)
+            return ()
+        if not readings:
+            return ()
+        return tuple((int(index), float(used)) for index, used in readings)
+
+    def _update(self, reading: Reading) -> None:
+        self._last = reading
+        if not self._throttled:
+            blocking = self._over_throttle(reading)
+            if blocking:
+                self._throttled = True
+                self._log.warning("MEMORY THROTTLE ACTIVE: %s (throttle %s)",
+                                  reading.figures(), self._levels(reading, resume=False))
+        else:
+            blocking = self._over_throttle(reading) or self._over_resume(reading)
+            if not blocking:
+                self._throttled = False
+                self._log.info("MEMORY THROTTLE RELEASED: %s (resume %s)",
+                               reading.figures(), self._levels(reading, resume=True))
+        self._reason = "; ".join(blocking) if self._throttled else None
+
+    def _over_throttle(self, r: Reading) -> list[str]:
+        """Reasons of every resource at or above its throttle threshold."""
+        out = []
+        if r.ram >= self.ram_throttle:
+            out.append(f"RAM at {r.ram:.1f}% (throttle {_pct(self.ram_throttle)})")
+        if r.swap >= self.swap_throttle:
+            out.append(f"swap at {r.swap:.1f}% (throttle {_pct(self.swap_throttle)})")
+        out += [f"GPU{i} at {used:.1f}% (throttle {_pct(self.gpu_throttle)})"
+                for i, used in r.gpus if used >= self.gpu_throttle]
+        return out
+
+    def _over_resume(self, r: Reading) -> list[str]:
+        """Reasons of resources below throttle but not yet below resume (swap has none)."""
+        out = []
+        if self.ram_resume <= r.ram < self.ram_throttle:
+            out.append(f"RAM at {r.ram:.1f}% (resume below {_pct(self.ram_resume)})")
+        out += [f"GPU{i} at {used:.1f}% (resume below {_pct(self.gpu_resume)})"
+                for i, used in r.gpus if self.gpu_resume <= used < self.gpu_throttle]
+        return out
+
+    def _levels(self, r: Reading, *, resume: bool) -> str:
+        ram = self.ram_resume if resume else self.ram_throttle
+        parts = [f"RAM {_pct(ram)}", f"swap {_pct(self.swap_throttle)}"]
+        if r.gpus:
+            parts.append(f"GPU {_pct(self.gpu_resume if resume else self.gpu_throttle)}")
+        return ", ".join(parts)
+
+    # -- middleware hooks ---------------------------------------------------
+
+    def before_claim(self, worker: Worker) -> str | None:
+        """Refuse the claim while throttled (see :meth:`check`)."""
+        return self.check()
+
+    def describe(self) -> dict[str, Any]:
+        """``{"throttle": reason}`` for the heartbeat hash; ``""`` when not throttled.
+
+        Does not sample: the heartbeat shows what the claim loop last saw.
+        """
+        return {"throttle": self._reason or ""}
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` plus all its descendants, in MiB.
+
+    Children count because a job that spawns a subprocess (ffmpeg, a model
+    server) must not escape its ceiling that way. A process that vanishes
+    while being measured counts as 0, and so does ``pid`` itself when it is
+    gone: a horse that already exited holds no memory.
+
+    RSS includes pages a horse still shares with its parent after ``fork``
+    (copy-on-write), so a horse starts at roughly the parent's RSS; set
+    ``max_horse_memory`` above that.
+    """
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+    total = 0
+    for proc in processes:
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total / MIB
+
+
+class HorseMemoryLimit(Middleware):
+    """Fail a job whose horse (with its children) grows past ``max_horse_memory`` MiB.
+
+    One runaway job must not push the whole machine into swap or the OOM
+    killer, which would take innocent horses (or the worker) with it. The
+    worker calls :meth:`on_horse_tick` about once a second; the answer
+    ``"memory"`` makes it kill the horse and fail the job with that reason.
+    ``max_horse_memory = 0`` disables the check.
+    """
+
+    #: Also reachable as ``HorseMemoryLimit.rss_mib(pid)``.
+    rss_mib = staticmethod(rss_mib)
+
+    def __init__(self, settings: Settings, *, logger: logging.Logger | None = None) -> None:
+        self.limit_mib = max(0, int(settings.max_horse_memory))
+        self._log = logger or log
+
+    def reload(self, worker: Worker, settings: Settings) -> None:
+        """A new ceiling (SIGHUP) applies from the next horse tick."""
+        self.limit_mib = max(0, int(settings.max_horse_memory))
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit_mib > 0
+
+    def on_horse_tick(self, worker: Worker, job: Job[Any], horse_pid: int) -> FailureReason | None:
+        """``FailureReason.MEMORY`` when the horse is over the ceiling, else ``None``."""
+        if not self.enabled:
+            return None
+        used = rss_mib(horse_pid)
+        if used <= self.limit_mib:
+            return None
+        self._log.warning("Horse %d of job %s uses %.1f MiB (limit %d MiB): killing it",
+                          horse_pid, getattr(job, "id", job), used, self.limit_mib)
+        return FailureReason.MEMORY
+
+
+def build_governors(settings: Settings) -> list[Middleware]:
+    """The resource middlewares a worker installs: the governor and the per-horse
+    memory ceiling (inert while ``max_horse_memory`` is 0)."""
+    # the ceiling is installed even when off (0): SIGHUP may turn it on
+    return [Governor(settings), HorseMemoryLimit(settings)]

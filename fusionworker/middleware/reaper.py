@@ -1,0 +1,293 @@
+"""The reaper: finds claimed jobs whose worker died and gives them back (invariant 2).
+
+A claimed job sits in its queue's ``started`` ZSET scored by a lease deadline
+that the live parent renews every heartbeat (``touch.lua``). A job whose lease
+ran out *and* whose worker is gone is stuck: nobody will ever record its
+outcome. One pass, for each known queue::
+
+    1. ZRANGEBYSCORE started -inf <server now>   jobs whose lease ran out
+    2. HMGET job worker token                    who ran the attempt, which attempt
+    3. HMGET worker:<name> current_job ...       is that worker still on it?
+       reap when the heartbeat key is gone (TTL expired), or it names another
+       job (neither current_job nor in current_jobs, --concurrency N), or
+       its last_heartbeat is older than its own lease
+    4. requeue.lua mode 'reap' with the token    re-checks lease and token
+       atomically: back to pending at its original priority/FIFO place with the
+       attempt counted, or failed as 'abandoned' when attempts > max_retries
+
+If the reaping process dies at any step nothing is half done: steps 1-3 only
+read, step 4 is one script (it ran or it did not), and the next pass of any
+worker repeats the decision. A worker that was only slow (not dead) and
+renews its lease between steps 3 and 4 makes the script answer
+``lease still valid``; if it renews after step 4, its ``touch.lua`` answers 0
+and it kills its horse, and its late ``finish.lua`` is refused by the token,
+so a job never has two horses and never two recorded outcomes.
+
+Cluster-wide at most one pass runs per ``reaper_interval``: a pass starts only
+after ``SET <prefix>:reaper <worker> NX PX <interval>``. The lock is never
+released early, it expires; a crashed reaper therefore delays the next pass by
+at most one interval.
+
+The pass also drops names from ``<prefix>:workers`` whose heartbeat key
+expired, and prunes failed/finished registry entries older than their
+retention (their job hashes expire by TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core import workflows
+from ..core.config import Settings
+from ..core.connection import decoding, text_hash, texts
+from ..core.hooks import Middleware
+from ..core.job import FailureReason
+from ..core.keys import Keys
+from ..core.queue import known_queues, scripts_for
+from ..core.scripts import replies
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
+    from ..events.sinks import EventSink
+    from ..worker import Worker
+
+__all__ = ["ReaperMiddleware", "acquire_lock", "prune_workers", "reap_once"]
+
+log = logging.getLogger("fusionworker.reaper")
+
+#: Most started entries looked at per queue and pass (the rest wait for the next pass).
+BATCH = 1000
+
+
+def _server_time(connection: RedisClient) -> float:
+    seconds, micros = connection.time()
+    return float(seconds) + float(micros) / 1e6
+
+
+def acquire_lock(connection: RedisClient, settings: Settings, owner: str) -> bool:
+    """Take the cluster-wide reaper lock for one ``reaper_interval``; True if we got it."""
+    px = max(int(settings.reaper_interval * 1000), 100)
+    return bool(connection.set(Keys(settings.prefix).reaper_lock, owner, nx=True, px=px))
+
+
+def _why_dead(worker: dict[str, str], job_id: str, now: float,
+              pttl: int | None = None) -> str | None:
+    """Why the worker of this job no longer runs it, or None if it still might.
+
+    How long the worker has been silent comes from Redis alone (issue 18.7): every
+    heartbeat re-arms its key's TTL to ``worker_ttl`` (a hash field), so the age of
+    the last heartbeat is ``worker_ttl - PTTL`` on the server's clock, whatever the
+    worker host's clock says. ``last_heartbeat`` (the worker's clock) is only the
+    fallback for a worker that does not publish ``worker_ttl``.
+    """
+    if not worker:
+        return "worker heartbeat expired"
+    current = worker.get("current_job") or ""
+    if current != job_id and job_id not in (worker.get("current_jobs") or "").split(","):
+        return f"worker now runs {current or 'nothing'}"
+    try:
+        lease = float(worker.get("lease") or 0)
+        ttl = float(worker.get("worker_ttl") or 0)
+        if ttl > 0 and pttl is not None and pttl > 0:
+            age = ttl - pttl / 1000.0
+        else:
+            age = now - float(worker.get("last_heartbeat") or 0)
+    except ValueError:
+        return "worker heartbeat unreadable"
+    if lease > 0 and age > lease:
+        return f"worker silent for {age:.1f} s (lease {lease:g} s)"
+    return None
+
+
+def prune_workers(connection: RedisClient, settings: Settings) -> list[str]:
+    """Drop names from the workers set whose heartbeat key expired; returns them."""
+    keys = Keys(settings.prefix)
+    names = sorted(texts(connection.smembers(keys.workers)))
+    if not names:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(keys.worker(name))
+    gone = [name for name, alive in zip(names, pipe.execute()) if not alive]
+    if gone:
+        connection.srem(keys.workers, *gone)
+        log.info("Reaper: removed %d dead worker(s) from the registry: %s",
+                 len(gone), ", ".join(gone))
+    return gone
+
+
+def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: float,
+                counts: dict[str, Any], sink: EventSink | None = None) -> None:
+    keys = Keys(settings.prefix)
+    qkeys = keys.queue(queue)
+    expired = texts(connection.zrangebyscore(qkeys.started, "-inf", now, start=0, num=BATCH))
+    if not expired:
+        return
+    pipe = connection.pipeline(transaction=False)
+    for job_id in expired:
+        pipe.hmget(qkeys.job(job_id), "worker", "token")
+    owners = pipe.execute()
+    pipe = connection.pipeline(transaction=False)
+    for worker_name, _ in owners:
+        pipe.hgetall(keys.worker(worker_name or "?"))
+        pipe.pttl(keys.worker(worker_name or "?"))
+    found = pipe.execute()
+    workers, pttls = found[::2], found[1::2]
+    scripts = scripts_for(connection)
+    for job_id, (worker_name, token), worker, pttl in zip(expired, owners, workers, pttls):
+        counts["checked"] += 1
+        why = _why_dead(worker, job_id, now, pttl) if token else "job has no live attempt"
+        if why is None:
+            counts["alive"] += 1
+            continue
+        verdict = replies.requeue(scripts.requeue(
+            keys=[qkeys.base], args=[job_id, "reap", token or "", settings.failed_ttl]))
+        what = verdict.outcome
+        if what in ("requeued", "abandoned"):
+            counts["reaped"].append((queue, job_id, what))
+            _emit_reaped(connection, settings, sink, qkeys.job(job_id), what,
+                         worker_name or "?", why)
+        if what == "requeued":
+            counts["requeued"] += 1
+            counts["jobs"].append(job_id)
+            log.warning("Reaper: job %s on %s was stuck (worker %s: %s); re-queued",
+                        job_id, queue, worker_name or "?", why)
+        elif what == "abandoned":
+            counts["abandoned"] += 1
+            counts["jobs"].append(job_id)
+            counts["abandoned_jobs"].append((queue, job_id))
+            log.error("Reaper: job %s on %s was stuck (worker %s: %s); attempts used up, "
+                      "failed as abandoned", job_id, queue, worker_name or "?", why)
+        else:
+            counts["skipped"] += 1
+            log.info("Reaper: left job %s on %s alone (%s)", job_id, queue, verdict.why or what)
+
+
+def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | None,
+                 job_key: str, what: str, worker_name: str, why: str) -> None:
+    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises."""
+    from ..events.middleware import emit_job_event
+    try:
+        data = connection.hgetall(job_key)
+        if not data:
+            return
+        fields: dict[str, Any] = {"worker": worker_name, "reason": "worker died" if
+                                  what == "requeued" else FailureReason.ABANDONED}
+        if what == "abandoned":
+            fields.update(error_type="Abandoned", error_message=f"worker {worker_name}: {why}")
+        emit_job_event(sink if sink is not None else settings, what, data,
+                       connection=connection, **fields)
+    except Exception:  # observability never blocks (docs/design.md)
+        log.exception("Reaper: could not emit the %s event of %s", what, job_key)
+
+
+def _prune_registries(connection: RedisClient, settings: Settings, queue: str, now: float) -> None:
+    qkeys = Keys(settings.prefix).queue(queue)
+    pipe = connection.pipeline(transaction=False)
+    if settings.failed_ttl > 0:
+        pipe.zremrangebyscore(qkeys.failed, "-inf", f"({now - settings.failed_ttl:.6f}")
+    if settings.result_ttl > 0:
+        pipe.zremrangebyscore(qkeys.finished, "-inf", f"({now - settings.result_ttl:.6f}")
+    pipe.execute()
+
+
+def reap_once(connection: RedisClient, settings: Settings, *, lock_owner: str | None = None,
+              sink: EventSink | None = None) -> dict[str, Any]:
+    """One reaper pass over every known queue; returns what it did.
+
+    With ``lock_owner`` the pass runs only if it gets the cluster-wide lock
+    (``{"locked": False}`` otherwise); without, it runs unconditionally (safe:
+    every change is one fenced script, see the module docstring).
+
+    Each job it re-queues or fails emits a ``requeued`` / ``abandoned`` event to
+    ``sink`` (default: the process's default sink for ``settings``); ``reaped``
+    lists ``(queue, job_id, outcome)``.
+    """
+    connection = decoding(connection)   # any redis-py client
+    counts: dict[str, Any] = {"locked": True, "checked": 0, "alive": 0, "requeued": 0,
+                              "abandoned": 0, "skipped": 0, "jobs": [], "abandoned_jobs": [],
+                              "reaped": [],
+                              "workers_pruned": []}
+    if lock_owner is not None and not acquire_lock(connection, settings, lock_owner):
+        counts["locked"] = False
+        return counts
+    now = _server_time(connection)
+    for queue in known_queues(connection, settings.prefix):
+        try:
+            _reap_queue(connection, settings, queue, now, counts, sink)
+            _prune_registries(connection, settings, queue, now)
+            workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
+        except redis.ResponseError as exc:
+            # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
+            counts.setdefault("refused", []).append(queue)
+            log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
+                      queue, exc)
+    counts["workers_pruned"] = prune_workers(connection, settings)
+    return counts
+
+
+class ReaperMiddleware(Middleware):
+    """Runs :func:`reap_once` about every ``reaper_interval`` seconds in every worker.
+
+    The lock makes it one pass per interval cluster-wide, whichever worker wins.
+    A pass that fails (Redis unreachable) is logged and tried again next interval.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.interval = settings.reaper_interval
+        self._next = time.monotonic() + self.interval * 0.5
+        self.passes = 0
+        self.reaped = 0
+
+    def on_tick(self, worker: Worker) -> None:
+        now = time.monotonic()
+        if self.interval <= 0 or now < self._next:
+            return
+        self._next = now + self.interval
+        try:
+            counts = reap_once(worker.connection, worker.settings, lock_owner=worker.name,
+                               sink=_sink_of(worker))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("Reaper pass of %s skipped: Redis unreachable (%s)", worker.name, exc)
+            return
+        except redis.ResponseError as exc:   # the lock's SET refused (OOM, a read-only replica)
+            log.warning("Reaper pass of %s skipped: Redis refused it (%s)", worker.name, exc)
+            return
+        if counts["locked"]:
+            self.passes += 1
+            self.reaped += counts["requeued"] + counts["abandoned"]
+            self._notify_reaped(worker, counts["reaped"])
+
+    def _notify_reaped(self, worker: Worker, reaped: list[tuple[str, str, str]]) -> None:
+        """Call every middleware's ``on_job_reaped`` hook, each guarded alike."""
+        from ..core.job import Job
+
+        if not reaped:
+            return
+        keys = Keys(worker.settings.prefix)
+        for queue, job_id, outcome in reaped:
+            try:
+                data = worker.connection.hgetall(keys.queue(queue).job(job_id))
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("Reaper: job %s reaped, hooks not called (Redis: %s)", job_id, exc)
+                continue
+            if not data:
+                continue
+            job = Job.from_hash(text_hash(data))
+            for mw in worker.middleware:
+                try:
+                    mw.on_job_reaped(worker, job, outcome)
+                except Exception:  # a broken middleware must not stop jobs
+                    log.exception("middleware %s.on_job_reaped failed", type(mw).__name__)
+
+
+def _sink_of(worker: Worker) -> Any:
+    from ..events.middleware import sink_of
+    try:
+        return sink_of(worker)
+    except Exception:  # noqa: BLE001 - no sink: the default one is used
+        return None

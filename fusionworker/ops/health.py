@@ -1,0 +1,88 @@
+"""Health check for systemd, Docker ``HEALTHCHECK`` and orchestrators.
+
+Healthy means: Redis answers, and for each queue asked about, at least one
+live worker serves it and no job of it is stuck past its lease deadline.
+
+A worker is *live* when its heartbeat hash exists and its last heartbeat is
+younger than its lease (a worker that stopped heartbeating for a whole lease
+is as good as dead: its job would be taken back by the reaper). A job is
+*stuck* when its deadline in the queue's ``started`` ZSET is before the Redis
+server's clock: nobody renewed its lease and the reaper has not recovered it
+yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core import admin
+from ..core.connection import decoding, eviction_warning
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
+
+#: Lease assumed for a worker whose heartbeat hash does not say (older versions).
+DEFAULT_LEASE = 30.0
+
+__all__ = ["DEFAULT_LEASE", "Health", "check", "check_queues", "eviction_warning",
+           "live_workers"]
+
+
+@dataclass
+class Health:
+    """Result of :func:`check`: ``ok`` and one line saying why (or what is fine)."""
+
+    ok: bool
+    message: str
+    workers: dict[str, list[str]] = field(default_factory=dict)  # queue -> live worker names
+
+
+def live_workers(connection: RedisClient, prefix: str, now: float) -> list[dict[str, Any]]:
+    """Workers (``info`` schema) whose heartbeat is younger than their lease."""
+    out = []
+    for data in admin.workers(connection, prefix):
+        w = admin.describe_worker(data, now)
+        lease = w["lease"] or DEFAULT_LEASE
+        if w["heartbeat_age"] is not None and w["heartbeat_age"] <= lease:
+            out.append(w)
+    return out
+
+
+def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = ()) -> Health:
+    """Check Redis and, for every queue in ``queues``, its workers and stuck jobs.
+
+    Raises :class:`redis.ConnectionError` (or a subclass) when Redis does not
+    answer; the caller turns that into the one-line "unhealthy" verdict.
+    """
+    connection = decoding(connection)   # any redis-py client
+    connection.ping()
+    queues = list(queues)
+    warning = eviction_warning(connection)
+    if warning:    # not unhealthy (restarting workers would not help), but loud
+        health = check_queues(connection, prefix, queues)
+        health.message += f"; WARNING: {warning}"
+        return health
+    return check_queues(connection, prefix, queues)
+
+
+def check_queues(connection: RedisClient, prefix: str, queues: list[str]) -> Health:
+    """The queue part of :func:`check`."""
+    if not queues:
+        return Health(True, "ok: Redis answers")
+    now = admin.server_time(connection)
+    live = live_workers(connection, prefix, now)
+    served: dict[str, list[str]] = {}
+    for q in queues:
+        names = [w["name"] for w in live if q in w["queues"]]
+        served[q] = names
+        if not names:
+            return Health(False, f"unhealthy: no live worker serves queue {q}", served)
+        stuck = admin.stuck_jobs(connection, q, prefix, now)
+        if stuck:
+            more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+            return Health(False, f"unhealthy: job {stuck[0]}{more} of queue {q} is stuck past "
+                                 "its lease deadline", served)
+    detail = ", ".join(f"{q}: {len(n)} worker(s)" for q, n in served.items())
+    return Health(True, f"ok: Redis answers; {detail}; no stuck jobs", served)

@@ -1,0 +1,323 @@
+"""Claiming: which queues, in which order, and reading claim.lua's answers.
+
+A worker walks a cycle of its queues in which a queue of weight w appears w
+times (``sms:3,email:1`` -> sms, sms, sms, email). To fill ``want`` free
+slots it takes the next ``want`` places of the cycle, from where the last
+claim that got a job left off, skipping queues known to be dry this round
+and queues backed off after a refusal; one claim.lua call per queue asks for
+that queue's share (``count``; a single claim without it). The calls go in
+one pipeline, either on their own (:meth:`Claimer.claim`) or at the end of
+the previous jobs' finish pipeline (recorder.py). A queue that gave fewer
+than asked is dry for this round and the rest of the want goes to the next
+queues. With one slot this is exactly "each claim starts one place after
+the queue that gave the previous job and skips empty or paused queues".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core.job import FailureReason, Job, MalformedJob
+from ..core.keys import check_queue_name
+from ..core.queue import known_queues
+from ..core.scripts import replies
+from .errors import UNREACHABLE, is_refusal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .worker import Worker
+
+log = logging.getLogger("fusionworker.worker")
+
+#: Back-off of a queue whose claim Redis refused: first delay, cap (seconds).
+QUEUE_BACKOFF = (1.0, 60.0)
+
+
+def parse_queue_spec(spec: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"sms:3,email"`` -> ``[("sms", 3), ("email", 1)]``; ``all`` stays ``all``."""
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        name, _, weight = part.partition(":")
+        try:
+            w = int(weight) if weight else 1
+        except ValueError:
+            raise ValueError(f"bad weight in {part!r}: expected NAME:INTEGER") from None
+        if w < 1:
+            raise ValueError(f"weight of {name!r} must be >= 1")
+        if name != "all":
+            check_queue_name(name)
+        out.append((name, w))
+    if not out:
+        raise ValueError("no queue given")
+    return out
+
+
+def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str | None:
+    """Why a claimed record disagrees with the key it was claimed under, or None.
+
+    A missing field is no disagreement: the claimed id and queue fill it in.
+    """
+    if claimed_id is not None and data.get("id") not in (None, claimed_id):
+        return (f"job record field 'id' ({data.get('id')!r}) disagrees with the claimed "
+                f"id {claimed_id!r}")
+    if data.get("queue") not in (None, "", queue):
+        return (f"job record field 'queue' ({data.get('queue')!r}) disagrees with the queue "
+                f"{queue!r} it was claimed from")
+    return None
+
+
+def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job[Any]:
+    """The claimed job. The key we claimed is the truth (issue 18.6): a record whose
+    ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
+    claimed id and queue, without running."""
+    try:
+        job = Job.from_hash(data, strict=True)
+        mismatch = _mismatch(data, queue, claimed_id)
+        if mismatch:
+            raise MalformedJob(mismatch)
+        return job
+    except MalformedJob as exc:
+        job = Job.from_hash(data)
+        job.error_type, job.error_message = "MalformedJob", str(exc)
+        job.failure_reason = FailureReason.MALFORMED
+    job.queue = queue
+    if claimed_id:
+        job.id = claimed_id
+    return job
+
+
+@dataclass
+class Plan:
+    """The claim.lua calls of one round: (queue, count) in cycle order, and their places."""
+
+    calls: list[tuple[str, int]]
+    places: list[int]               # the cycle index of each claimed place, in order
+    sent: float = 0.0               # monotonic time the calls were sent
+
+    @property
+    def asked(self) -> int:
+        return len(self.places)
+
+
+@dataclass
+class ClaimRound:
+    """What a claim round brought: the jobs, and what it learnt about the queues."""
+
+    jobs: list[Job[Any]] = field(default_factory=list)
+    asked: int = 0
+    dry: set[str] = field(default_factory=set)   # gave fewer than asked: nothing more now
+    sent: float = 0.0     # when the claim was sent: every lease started no earlier
+
+    @property
+    def short(self) -> bool:
+        return len(self.jobs) < self.asked
+
+
+class Claimer:
+    """The queues of one worker and the claim.lua calls over them."""
+
+    def __init__(self, worker: Worker, spec: str | Sequence[str]) -> None:
+        self.w = worker
+        self.spec = parse_queue_spec(spec)
+        self.queue_names: list[str] = []
+        self.cycle: list[str] = []
+        self.pos = 0
+        #: queue -> (monotonic time until which it is not claimed from, current delay)
+        self.backoff: dict[str, tuple[float, float]] = {}
+        #: the last round met a rate-limited queue holding jobs (a burst worker waits)
+        self.rate_held = False
+        #: server time at which a scheduled (or rate-held) job is due, from the last round
+        self.next_due: float | None = None
+        #: (the server's time in a reply of the last claim, time.monotonic() then)
+        self.server_clock: tuple[float, float] | None = None
+        self.resolve()
+
+    # -- the queues -------------------------------------------------------------
+
+    @property
+    def follows_all(self) -> bool:
+        return any(name == "all" for name, _ in self.spec)
+
+    def resolve(self) -> bool:
+        """(Re)build the queue list and cycle (``all``: every known queue). True: changed."""
+        names: list[str] = []
+        cycle: list[str] = []
+        for name, weight in self.spec:
+            expanded = (known_queues(self.w.connection, self.w.settings.prefix)
+                        if name == "all" else [name])
+            for q in expanded:
+                if q not in names:
+                    names.append(q)
+                    cycle.extend([q] * weight)
+        changed = names != self.queue_names
+        self.queue_names, self.cycle = names, cycle
+        return changed
+
+    def backed_off(self, queue: str) -> bool:
+        return time.monotonic() < self.backoff.get(queue, (0.0, 0.0))[0]
+
+    def refused(self, queue: str, exc: Exception) -> None:
+        """Redis refused a claim on ``queue`` (OOM, WRONGTYPE...): back this queue off,
+        doubling up to QUEUE_BACKOFF[1]; the worker goes on with its other queues."""
+        delay = min(self.backoff.get(queue, (0.0, QUEUE_BACKOFF[0] / 2))[1] * 2,
+                    QUEUE_BACKOFF[1])
+        self.backoff[queue] = (time.monotonic() + delay, delay)
+        log.error("Worker %s: Redis refused to claim from queue %s (%s); backing this queue "
+                  "off for %.0f s", self.w.name, queue, exc, delay)
+
+    def server_now(self) -> float | None:
+        """The server's time now, from the last claim's reply (no round trip); None
+        when no reply of it said."""
+        if self.server_clock is None:
+            return None
+        said, at = self.server_clock
+        return said + (time.monotonic() - at)
+
+    def untried(self, dry: set[str]) -> bool:
+        """Some queue may still hold a job: not dry this round, not backed off."""
+        return any(q not in dry and not self.backed_off(q) for q in self.queue_names)
+
+    # -- one round --------------------------------------------------------------
+
+    def plan(self, want: int, dry: set[str] | None = None) -> Plan | None:
+        """The next ``want`` places of the cycle from :attr:`pos`, skipping dry and
+        backed-off queues; None when no queue is left."""
+        n = len(self.cycle)
+        if want <= 0 or not n:
+            return None
+        skip = set(dry) if dry else set()
+        if self.backoff:
+            skip.update(q for q in self.queue_names if q in self.backoff and self.backed_off(q))
+        if not skip and want == 1:           # the steady state of one slot
+            index = self.pos % n
+            return Plan([(self.cycle[index], 1)], [index])
+        places: list[int] = []
+        counts: dict[str, int] = {}
+        i = 0
+        while len(places) < want:
+            if i >= n and not places:
+                return None                     # a whole turn of the cycle found no queue
+            index = (self.pos + i) % n
+            queue = self.cycle[index]
+            i += 1
+            if queue in skip:
+                continue
+            places.append(index)
+            counts[queue] = counts.get(queue, 0) + 1
+        return Plan(list(counts.items()), places)
+
+    def forget(self) -> None:
+        """Start a claim (one or more rounds): forget what the last one met. Not per
+        round: a round asking one queue must not forget that an earlier round of the
+        same claim met a rate-limited queue (a burst worker would end with jobs held)."""
+        self.rate_held = False
+        self.next_due = None
+        self.server_clock = None
+
+    def queue_calls(self, pipe: Any, plan: Plan) -> None:
+        """Queue the round's claim.lua calls on ``pipe`` (sent by the caller)."""
+        w = self.w
+        for queue, count in plan.calls:
+            args: list[Any] = [w.name, uuid.uuid4().hex, w.lease, w.settings.failed_ttl]
+            if count > 1:
+                args.append(count)
+            w.scripts.claim.queue_by_sha(pipe, [w.keys.queue(queue).base], args)
+
+    def reload_scripts(self, plan: Plan, answers: list[Any]) -> None:
+        """A NOSCRIPT reply (Redis restarted or failed over): the Script call loads the
+        script and runs that claim once more, on its own."""
+        w = self.w
+        for i, reply in enumerate(answers):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                queue, count = plan.calls[i]
+                args: list[Any] = [w.name, uuid.uuid4().hex, w.lease, w.settings.failed_ttl]
+                if count > 1:
+                    args.append(count)
+                try:
+                    answers[i] = w.scripts.claim(keys=[w.keys.queue(queue).base], args=args)
+                except redis.RedisError as exc:
+                    answers[i] = exc
+
+    def take(self, plan: Plan, answers: list[Any], dry: set[str]) -> list[Job[Any]]:
+        """The jobs of the round's replies; queues that gave less than asked join ``dry``.
+
+        :attr:`pos` moves one place past the last place that got a job."""
+        jobs: list[Job[Any]] = []
+        got: dict[str, int] = {}
+        for (queue, count), reply in zip(plan.calls, answers):
+            found, taken = self.parse(queue, reply)
+            jobs.extend(found)
+            got[queue] = len(found)
+            if taken < count:
+                dry.add(queue)
+        last = None
+        for index in plan.places:
+            name = self.cycle[index] if index < len(self.cycle) else None
+            if name is not None and got.get(name, 0) > 0:
+                got[name] -= 1
+                last = index
+        if last is not None and self.cycle:
+            self.pos = (last + 1) % len(self.cycle)
+        return jobs
+
+    def claim(self, want: int) -> ClaimRound:
+        """Claim up to ``want`` jobs on our own (one round trip per round): the rounds go
+        on until ``want`` jobs came or every queue is dry or backed off."""
+        out = ClaimRound(asked=want)
+        self.forget()
+        if not self.cycle and self.follows_all:
+            self.resolve()
+        while len(out.jobs) < want:
+            plan = self.plan(want - len(out.jobs), out.dry)
+            if plan is None:
+                break
+            try:
+                pipe = self.w.connection.pipeline(transaction=False)
+                self.queue_calls(pipe, plan)
+                plan.sent = time.monotonic()
+                answers = pipe.execute(raise_on_error=False)
+                self.reload_scripts(plan, answers)
+            except UNREACHABLE as exc:
+                self.w.loop.redis_down(exc)
+                break
+            out.sent = out.sent or plan.sent        # the earliest: the leases' lower bound
+            out.jobs.extend(self.take(plan, answers, out.dry))
+        return out
+
+    # -- claim.lua's answers ----------------------------------------------------
+
+    def parse(self, queue: str, reply: Any) -> tuple[list[Job[Any]], int]:
+        """One claim.lua reply (single or count form): its jobs, and how many places it
+        took (a dead-lettered entry without a record takes one, yields no job)."""
+        if is_refusal(reply):                 # OOM, WRONGTYPE...: back that queue off
+            self.refused(queue, reply)
+            return [], 0
+        if isinstance(reply, Exception) or not reply:
+            return [], 0
+        self.backoff.pop(queue, None)
+        answer = replies.claim(reply)
+        for job_id in answer.missing:
+            self._log_missing(queue, job_id)
+        if answer.kind == "limited" or answer.limited:
+            self.rate_held = True    # jobs wait for a rate-limit slot: a burst worker waits too
+        if answer.next_due is not None:
+            due = answer.next_due         # limited: when the rate limit next allows a claim
+            self.next_due = due if self.next_due is None else min(self.next_due, due)
+        if answer.now is not None:
+            self.server_clock = (answer.now, time.monotonic())
+        jobs = [job_from(queue, taken.data, taken.job_id) for taken in answer.jobs]
+        return jobs, len(answer.jobs) + len(answer.missing)
+
+    @staticmethod
+    def _log_missing(queue: str, job_id: Any) -> None:
+        log.error("Queue %s held job id %s without a job record: moved to failed",
+                  queue, job_id)

@@ -1,0 +1,774 @@
+"""The claim/dispatch loop: claim, fork, wait, record, over ``concurrency`` slots.
+
+One loop for every worker: with ``--concurrency 1`` it has one slot and runs
+the same code as with N. One job, step by step, and what happens if the
+parent dies at each step (each slot goes through the same steps)::
+
+    1. claim.lua          job moves pending -> started (lease deadline, token);
+                          up to ``free`` jobs in one call per queue (count form,
+                          each taken as a single claim would: priority/FIFO,
+                          pause, the max_active cap checked before each one).
+                          In steady state it rides at the end of the previous
+                          job's finish pipeline (step 5).
+                          Dies before: nothing changed. Dies after (or the reply
+                          is lost): every claimed job is in `started` with a
+                          lease nobody renews -> the reaper re-queues it
+                          (attempt counted) once the lease is over.
+    2. fork the horse     every request is sent to the fork server before any
+                          answer is read (the after_claim hooks run meanwhile).
+                          PDEATHSIG chain: parent dies -> fork server dies ->
+                          every horse dies, so a dead parent never leaves a job
+                          running unsupervised. The fork server dies alone ->
+                          the horses it forked die with it; each of their jobs
+                          fails as killed (``fork server died``) and a new
+                          server forks the next ones.
+    3. heartbeat hash     state=busy, current_job (the first), current_jobs
+                          (all): written only once a job not listed yet still
+                          runs BUSY_AFTER (50 ms) after its start, or in a
+                          pipeline sent anyway (heartbeat, finish); a shorter
+                          job at concurrency 1 never writes it, and its finish
+                          pipeline then skips the matching state=idle.
+    4. supervise          every heartbeat_interval, one pipeline: touch_many.lua
+                          per queue renews the lease of every running job and
+                          the worker key's TTL. A 0 for a job: the attempt was
+                          taken back; its horse is killed (the others run on),
+                          so a job never has two horses.
+    5. finish pipeline    finish.lua of every job that ended since the last pass
+                          (requeue.lua 'return' for one given back): outcome
+                          recorded, fenced by the token (a late finish of a
+                          reaped attempt is refused); the worker counters; the
+                          hash's list of running jobs if it changed; then, if
+                          the loop may claim (not stopping, no reload, no
+                          heartbeat due, not suspended, no middleware holding
+                          claims: all known locally before sending), claim.lua
+                          for the freed slots (step 1). Redis runs a pipeline's
+                          commands in order, so a claimed next job implies a
+                          recorded outcome (on a Cluster: when the queues share
+                          a shard). The recorder RETURNS the claimed jobs.
+                          Dies after sending: the outcomes stand; the claimed
+                          jobs are step 1's "dies after". Redis unreachable:
+                          each outcome is retried on its own with backoff,
+                          without the claims, until it answers (or the lease
+                          runs out and the reaper takes over; our late finish
+                          is then refused); a claim whose reply was lost is
+                          step 1's lost reply. A shutdown signalled while the
+                          pipeline ran: the claimed jobs never started and are
+                          given back (requeue.lua 'return', attempt not counted).
+
+Round trips per job in steady state at concurrency 1: 1, the finish pipeline
+that claims the next job (plus the busy write for a job longer than
+BUSY_AFTER, the heartbeat every heartbeat_interval, and a claim of its own for
+the first job after idling, suspension, throttling or a due heartbeat). With
+N slots one finish pipeline records every job that ended since the last pass.
+
+Why the lazy busy write cannot mislead the reaper: the reaper looks only at
+jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
+job whose worker hash names it (current_job or current_jobs) with a
+last_heartbeat younger than the lease. The lease (default 30 s >= 3 x
+heartbeat_interval) is set by the claim and renewed only by touch_many.lua,
+sent in the same pipeline as the heartbeat hash that lists every running job
+and last_heartbeat. So a job not listed yet ended long before its lease could
+run out, unless the parent died or hung (no touch for a whole lease): then
+last_heartbeat is at least a lease old too (every write of it while a job runs
+comes with a touch), so ``_why_dead`` answers "silent" (or "heartbeat
+expired", "now runs nothing") and reaps it: the verdict is the same as with
+an eager busy write.
+
+A horse never outlives its lease, per slot (slot.py, horse.py): the slot's
+deadline is the time its job's last claim or renewal that reached Redis was
+SENT, + lease - heartbeat interval; past it (Redis unreachable, the parent
+starved) the loop kills that horse and gives the job back (``lease``, attempt
+not counted, fenced by the token), before the reaper may hand it on. The
+same deadline is on the shared deadline board, where the fork server's lease
+watchdog (one thread for all its horses) enforces it even while this parent is
+frozen; a horse the worker forked itself (no fork server) watches its own
+entry. After SIGHUP every fork server maps the same board. A queue whose
+claim Redis refuses (OOM, WRONGTYPE) is backed off alone.
+
+Waiting: one ``select()`` over the fork servers' sockets (each horse's exit
+comes on its own), the pipes of horses the worker forked itself, the signal
+wake-up fd, and the pub/sub connection subscribed to ``fw:{q}:wake`` of each
+queue (published by enqueue/promotion inside the scripts) and ``fw:control``
+(suspend/resume), while a slot is free. Its timeout is the nearest of: a
+slot's deadline or kill escalation, a busy write due, the heartbeat, the
+once-a-second tick, the next poll (``poll_interval``, or sooner when a
+scheduled job is due). No CPU burnt; wake-up within a millisecond.
+
+Signals: first SIGTERM/SIGINT = warm shutdown (claim nothing more, let every
+running job finish, deregister, exit 0); second = cold (kill every horse,
+give every job back at its original place without counting the attempt,
+deregister, exit 0). SIGHUP: the settings are read again and a new fork
+server forks the next jobs; the old one is kept until its last horse ended,
+then closed (closing it at once would kill its horses: PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import select
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.typing import EncodableT
+
+from ..core.job import FailureReason, Job
+from ..core.scripts import replies
+from .claim import ClaimRound, Plan
+from .errors import UNREACHABLE
+from .forkserver import ForkServer, ForkServerDied
+from .horse import Horse, drain, kill_leftovers
+from .recorder import Outcome, decide
+from .slot import Slot
+from .state import LoopState, Stop, View
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .worker import Worker
+
+log = logging.getLogger("fusionworker.worker")
+
+#: Seconds a job runs before the heartbeat hash lists it on its own write (step 3).
+BUSY_AFTER = 0.05
+
+
+class _Once:
+    """Run ``fn`` the first time this is called, never again."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn: Callable[[], Any] | None = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
+
+
+class Loop:
+    """The claim/dispatch loop of one worker over ``worker.concurrency`` slots."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.state = LoopState()
+        self.slots: list[Slot] = []
+        #: the running horses' slots by pid (whose progress frame is whose: progress.py)
+        self.by_pid: dict[int, Slot] = {}
+        #: entries of the deadline board not held by a running horse
+        self.free_index = list(range(worker.concurrency - 1, -1, -1))
+        self.retiring: list[ForkServer] = []     # old fork servers still running horses
+        self.burst_done = False
+        self._pubsub: Any = None
+        #: what the last select() found readable: only those servers are read
+        self._readable: list[Any] = []
+
+    @property
+    def n(self) -> int:
+        return self.w.concurrency
+
+    @property
+    def margin(self) -> float:
+        """A horse must die this long before its lease: renewals go every heartbeat."""
+        return float(self.w.settings.heartbeat_interval)
+
+    def running(self) -> list[Slot]:
+        return [s for s in self.slots if not s.done]
+
+    # -- the loop ----------------------------------------------------------------
+
+    def run(self) -> int:
+        """Turn until shut down (or, in burst mode, until the queues are empty)."""
+        self.state.looping = True
+        try:
+            self._subscribe()
+        except UNREACHABLE:
+            self._drop_pubsub()      # the first wait subscribes again
+        try:
+            while self.turn():
+                pass
+        finally:
+            for old in self.retiring:
+                old.close()
+            self.retiring.clear()
+        return 0
+
+    def turn(self) -> bool:
+        """One pass: periodic work, police the slots, record what ended (carrying the
+        next claims), claim on our own, wait. False: the loop is done. In steady state
+        a job takes one pass: its end is recorded, the carried claim's job started, and
+        the loop waits for the next end."""
+        st = self.state
+        kill_leftovers()     # what finished jobs left in their process groups (horse.py)
+        if st.reload_requested:
+            self.w.reload()
+        self._periodic()
+        ended = self._collect()
+        if self.slots:
+            self._police(time.monotonic())
+        if self.retiring:
+            self._retire()
+        if ended:
+            self._finish(ended)
+        if not self.slots and (st.stop is not None or self.burst_done):
+            return False
+        free = self.n - len(self.slots)
+        if free and st.stop is None and (st.want_claim or time.monotonic() >= st.next_poll):
+            claimed = self._claim(free)
+            if claimed.jobs:
+                self._start(claimed.jobs, claimed.sent)
+                free = self.n - len(self.slots)
+            elif self.burst_done and not self.slots:
+                log.info("Worker %s: queues empty, burst done", self.w.name)
+                return False
+        self._publish()
+        self._wait(free)
+        return True
+
+    def run_one(self, job: Job[Any], sent: float) -> Outcome:
+        """Run one claimed job in a slot to its end and record it; no claim rides."""
+        self._start([job], sent)
+        while True:
+            self._periodic()
+            ended = self._collect()
+            if ended:
+                break
+            self._police(time.monotonic())
+            if not self.slots:      # given back: shutdown began
+                return Outcome(status="requeued", reason="shutdown")
+            self._publish()
+            self._wait(0)
+        self.w.recorder.record(ended, None, self._view_change())
+        for done, outcome in ended:
+            self.w._call("after_finish", done, outcome)
+        return ended[0][1]
+
+    def _periodic(self) -> None:
+        st = self.state
+        now = time.monotonic()
+        if now >= st.next_heartbeat:
+            self.heartbeat()
+        if now >= st.next_tick:
+            st.next_tick = now + 1.0
+            self.w._call("on_tick")
+        self.w.progress.flush_due()      # the jobs' rate-limited progress writes
+
+    # -- claiming ----------------------------------------------------------------
+
+    def _claim(self, free: int) -> ClaimRound:
+        """A claim of our own (the loop's, not carried by a finish pipeline)."""
+        st = self.state
+        if not self._may_claim():
+            st.want_claim = False
+            st.next_poll = time.monotonic() + self.w.settings.poll_interval
+            return ClaimRound()
+        claimed = self.w.claimer.claim(free)
+        self._after_claim(claimed)
+        return claimed
+
+    def _may_claim(self) -> bool:
+        st = self.state
+        self._drain_control()
+        if st.suspended:
+            return False
+        st.hold = self.w._call("before_claim")
+        return st.hold is None
+
+    def _carried_plan(self, free: int) -> Plan | None:
+        """The claims that may ride in this finish pipeline, or None.
+
+        Only when the loop would claim right away anyway, from facts known here
+        without a round trip: not stopping, no reload pending, no heartbeat due
+        (it reads the suspend flag first), not suspended (pub/sub already read),
+        no middleware holding claims. The places are those a claim of our own
+        would take first (round-robin order unchanged).
+        """
+        st = self.state
+        if (free <= 0 or st.stop is not None or st.reload_requested
+                or not self.w.claimer.cycle or time.monotonic() >= st.next_heartbeat):
+            return None
+        self._drain_control()
+        if st.suspended or st.hold is not None:
+            return None
+        if self.w._call("before_claim") is not None:
+            return None
+        return self.w.claimer.plan(free)
+
+    def _after_claim(self, claimed: ClaimRound, carried: bool = False) -> None:
+        """After a claim round: claim again at once, or wait for a wake-up (pub/sub) or
+        the poll; a burst worker with nothing left is done. ``carried``: the claim rode
+        in a finish pipeline, before the after_finish hooks, which may have made jobs
+        ready (a dependent, a batch callback): it cannot end a burst."""
+        st = self.state
+        w = self.w
+        if not claimed.short or w.claimer.untried(claimed.dry):
+            st.want_claim = True    # the queues may hold more, or some were not asked
+            return
+        busy = bool(self.slots or claimed.jobs)
+        if not busy and w.burst and not w.claimer.rate_held:   # held jobs are not "empty"
+            if carried:
+                st.want_claim = True      # a claim of our own decides
+            else:
+                self.burst_done = True
+            return
+        st.want_claim = False
+        # busy with free slots and a time known (a rate limit's next slot, a scheduled
+        # job): claim then, not at the next poll
+        due_matters = not busy or (w.claimer.next_due is not None
+                                   and len(self.slots) + len(claimed.jobs) < self.n)
+        st.next_poll = time.monotonic() + (self._idle_timeout() if due_matters
+                                           else w.settings.poll_interval)
+
+    def _idle_timeout(self) -> float:
+        """The poll interval, or less when a scheduled job or a rate limit's slot is due
+        sooner (server clock: from the claim's reply, else one TIME)."""
+        timeout = float(self.w.settings.poll_interval)
+        due = self.w.claimer.next_due
+        if due is None:
+            return timeout
+        now = self.w.claimer.server_now()
+        if now is None:
+            try:
+                sec, usec = self.w.connection.time()
+            except UNREACHABLE:
+                return timeout
+            now = sec + usec / 1e6
+        return min(timeout, max(0.0, due - now))
+
+    # -- recording ---------------------------------------------------------------
+
+    def _finish(self, ended: list[tuple[Job[Any], Outcome]]) -> None:
+        """Record what ended; the claims of the freed slots ride in the same round trip."""
+        w = self.w
+        plan = self._carried_plan(self.n - len(self.slots))
+        claimed = w.recorder.record(ended, plan, self._view_change())
+        for job, outcome in ended:
+            w._call("after_finish", job, outcome)
+        if plan is None:
+            self.state.want_claim = True
+        else:
+            self._after_claim(claimed, carried=True)
+        self._start(claimed.jobs, claimed.sent)
+
+    # -- slots -------------------------------------------------------------------
+
+    def _start(self, jobs: list[Job[Any]], sent: float) -> None:
+        """A slot for each claimed job: a horse, or its end at once (refused)."""
+        if not jobs:
+            return
+        w = self.w
+        if self.state.stop is not None:      # shutdown began meanwhile: never started
+            for job in jobs:
+                w.recorder.give_back(job)
+            return
+        lease_until = sent + w.lease - self.margin if sent else math.inf
+        slots: list[Slot] = []
+        to_fork: list[Job[Any]] = []
+        for job in jobs:
+            log.info("Worker %s pulled job %s from %s (%s, priority %d, attempt %d)",
+                     w.name, job.id, job.queue, job.func, job.priority, job.attempts)
+            refusal = w._refusal(job)
+            if refusal is None:
+                to_fork.append(job)
+            else:
+                slots.append(Slot.ended(job, refusal))
+        entries = [self.free_index.pop() for _ in to_fork]
+        for entry in entries:
+            self._board_set(entry, lease_until)
+        hooks = _Once(lambda: [w._call("after_claim", job) for job in jobs])
+        slots.extend(w._spawn(to_fork, entries, lease_until, hooks))
+        hooks()
+        self.slots.extend(slots)
+        self.by_pid.update((s.pid, s) for s in slots if s.horse is not None)
+
+    def fork(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
+             while_forking: Callable[[], None]) -> list[Slot]:
+        """A horse per job, forked by the fork server (or by the worker itself when
+        there is none); ``while_forking`` runs while the server forks."""
+        if not jobs:
+            return []
+        w = self.w
+        server = w._forkserver
+        pids: list[int] | None = None
+        if server is not None:
+            if self.slots and not server.alive:    # died unnoticed: its horses went with it
+                self._server_died(server)          # (before spawn_many starts a new one)
+            try:
+                pids = server.spawn_many(jobs, entries, while_forking)
+            except ForkServerDied as exc:
+                log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
+                            w.name, exc)
+                self._server_died(server)
+        now = time.monotonic()
+        slots: list[Slot] = []
+        for i, job in enumerate(jobs):
+            horse = Horse(job, allowed=w.allowed, retryable=w.settings.retryable,
+                          server=server, kill_children=w.settings.kill_job_children,
+                          on_update=w._horse_update)
+            if pids is not None:
+                horse.pid, horse._started = pids[i], now
+            else:
+                horse.server = None
+                self._fork_own(horse, entries[i])
+            slot = Slot(job, horse, kill_after=job.timeout + w.settings.kill_grace,
+                        lease_until=lease_until, index=entries[i])
+            slot.next_tick = slot.started + BUSY_AFTER    # first horse tick: with the busy write
+            slots.append(slot)
+        return slots
+
+    @staticmethod
+    def _fork_own(horse: Horse, index: int) -> None:
+        """Fork a horse from the worker itself (no fork server); it watches entry ``index``."""
+        from . import horse as horse_mod
+
+        horse_mod.watch_slot = index       # read by horse_main in the child
+        horse.start()
+
+    def _board_set(self, index: int, deadline: float) -> None:
+        board = self.w._board
+        if board is not None and 0 <= index < board.slots:
+            board.set(0.0 if math.isinf(deadline) else deadline, index)
+
+    def _servers(self) -> list[ForkServer]:
+        """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
+        found: dict[int, ForkServer] = {}
+        for slot in self.slots:
+            server = slot.horse.server if slot.horse is not None else None
+            if server is not None and not slot.done:
+                found[id(server)] = server
+        return list(found.values())
+
+    def _server_died(self, server: ForkServer) -> None:
+        """A fork server is gone: its horses died with it (PDEATHSIG)."""
+        exits, _ = server.exits()          # what it reported before it went
+        for slot in self.slots:
+            if slot.horse is not None and slot.horse.server is server and not slot.done:
+                if slot.pid in exits:
+                    slot.exited(exits[slot.pid])
+                else:
+                    slot.server_died()
+
+    def _collect(self) -> list[tuple[Job[Any], Outcome]]:
+        """Slots whose horse ended -> their outcomes, to be recorded. A server is read
+        when the last select() found its socket readable (an exit, or its death) or it
+        handed exits over while spawning: no system call on a turn with nothing new."""
+        readable, self._readable = self._readable, []
+        for server in self._servers():
+            if server.sock is not None and server.sock not in readable and not server.has_exits:
+                continue
+            exits, died = server.exits()
+            if exits:
+                by_pid = {s.pid: s for s in self.slots
+                          if s.horse is not None and s.horse.server is server}
+                for pid, msg in exits.items():
+                    slot = by_pid.get(pid)
+                    if slot is not None:
+                        slot.exited(msg)
+            if died:
+                self._server_died(server)
+        ended: list[tuple[Job[Any], Outcome]] = []
+        running: list[Slot] = []
+        cold = self.state.stop == Stop.COLD
+        for slot in self.slots:
+            if slot.horse is not None and slot.horse.server is None:
+                slot.poll_own()
+            if not slot.done:
+                running.append(slot)
+                continue
+            if slot.index >= 0:
+                self._board_set(slot.index, 0.0)
+                self.free_index.append(slot.index)
+            if slot.horse is not None:
+                self.by_pid.pop(slot.pid, None)
+            exit_ = slot.outcome(cold=cold)
+            outcome = decide(self.w.settings, slot.job, exit_)
+            outcome.duration = time.monotonic() - slot.started
+            # the job's last progress/meta ride with its outcome (progress_store.py)
+            outcome.progress_fields = self.w.progress.final_fields(slot.job, exit_.progress)
+            ended.append((slot.job, outcome))
+        if ended:
+            self.slots = running
+        return ended
+
+    def _police(self, now: float) -> None:
+        """Deadlines, kill escalations, cold shutdown, and the horse tick (memory ceiling):
+        BUSY_AFTER after the horse's start, then every second (or heartbeat, if shorter)."""
+        st = self.state
+        w = self.w
+        cold = st.stop == Stop.COLD
+        if cold and not st.cold_done:
+            st.cold_done = True
+            for slot in self.slots:
+                slot.kill(FailureReason.SHUTDOWN)
+        interval = min(1.0, float(w.settings.heartbeat_interval))
+        for slot in self.slots:
+            if slot.horse is None or slot.done:
+                continue
+            if now >= slot.deadline and not slot.killed:
+                slot.kill(FailureReason.TIMEOUT)
+            if now >= slot.lease_until and not slot.killed and not cold:
+                log.warning("Worker %s: could not renew the lease of job %s in time; killing "
+                            "its horse before the reaper may hand the job on", w.name,
+                            slot.job.id)
+                slot.kill(FailureReason.LEASE)
+            slot.escalate(now)
+            if now >= slot.next_tick:
+                slot.next_tick = now + interval
+                reason = w._call("on_horse_tick", slot.job, slot.pid) if not slot.killed else None
+                if reason:
+                    slot.kill(reason)
+
+    # -- the heartbeat hash --------------------------------------------------------
+
+    def _view(self, running: list[Slot]) -> tuple[View, dict[EncodableT, Any]]:
+        """What the hash should say about the work now, and the fields that say it."""
+        st = self.state
+        state = st.state(busy=bool(running))
+        view = View(state, st.hold or "", tuple(s.job.id for s in running))
+        first = running[0] if running else None
+        return view, {"state": str(state), "throttle": view.throttle,
+                      "current_job": first.job.id if first else "",
+                      "current_queue": first.job.queue if first else "",
+                      "current_jobs": ",".join(view.jobs),
+                      "current_job_started": first.started_at if first else ""}
+
+    def _view_change(self) -> tuple[View, dict[EncodableT, Any]] | None:
+        """The view to write in a pipeline sent anyway, or None when the hash has it."""
+        view, fields = self._view(self.running())
+        return None if view == self.state.published else (view, fields)
+
+    def _publish(self) -> None:
+        """A write of its own, only when due: a job not listed has run BUSY_AFTER (step 3),
+        or, with no job running, the state (idle, suspended, throttled) changed."""
+        st = self.state
+        if self.slots:
+            listed = st.published.jobs if st.published is not None else ()
+            young = time.monotonic() - BUSY_AFTER
+            if all(s.done or s.job.id in listed or s.started > young for s in self.slots):
+                return
+        change = self._view_change()
+        if change is None:
+            return
+        view, fields = change
+        st.published = None
+        try:
+            pipe = self.w.connection.pipeline(transaction=False)
+            pipe.hset(self.w.key, mapping=fields)
+            pipe.expire(self.w.key, self.w.settings.worker_ttl)
+            pipe.execute()
+        except UNREACHABLE as exc:
+            self.redis_down(exc)
+            return
+        except redis.ResponseError as exc:
+            log.warning("Worker %s: Redis refused the state write (%s)", self.w.name, exc)
+            return
+        st.published = view
+
+    def heartbeat(self) -> bool:
+        """Renew the worker key and, in one pipeline, the lease of every running job.
+
+        False: a running job was taken back (its horse is being killed)."""
+        w = self.w
+        st = self.state
+        st.next_heartbeat = time.monotonic() + w.settings.heartbeat_interval
+        running = [s for s in self.running() if s.horse is not None]
+        by_queue: dict[str, list[Slot]] = {}
+        for slot in running:
+            by_queue.setdefault(slot.job.queue, []).append(slot)
+        fields: dict[EncodableT, Any] = {"last_heartbeat": time.time()}
+        for mw in w.middleware:
+            try:  # guarded like every other hook (Worker._call)
+                fields.update(mw.describe())
+            except Exception:
+                log.exception("middleware %s.describe failed", type(mw).__name__)
+        view, current = self._view(running)
+        fields.update(current)
+        touches = []
+        try:
+            pipe = w.connection.pipeline(transaction=False)
+            for queue, group in by_queue.items():
+                args: list[Any] = [w.lease]
+                for slot in group:
+                    args += [slot.job.id, slot.job.token or ""]
+                touches.append(([w.keys.queue(queue).base], args))
+                w.scripts.touch_many.queue_by_sha(pipe, *touches[-1])
+            pipe.hset(w.key, mapping=fields)
+            pipe.expire(w.key, w.settings.worker_ttl)
+            pipe.sadd(w.keys.workers, w.name)
+            pipe.exists(w.keys.suspended)
+            sent = time.monotonic()
+            answers = pipe.execute(raise_on_error=False)
+            for i, (keys, args) in enumerate(touches):
+                if isinstance(answers[i], redis.exceptions.NoScriptError):
+                    try:     # Redis restarted or failed over: the Script call loads it
+                        answers[i] = w.scripts.touch_many(keys=keys, args=args)
+                    except redis.ResponseError as exc:
+                        answers[i] = exc
+        except UNREACHABLE as exc:
+            st.published = None
+            self.redis_down(exc)
+            return True
+        refused = next((r for r in answers if isinstance(r, Exception)), None)
+        if refused is not None:     # e.g. OOM: these renewals did not happen
+            st.published = None
+            log.warning("Worker %s: Redis refused the heartbeat (%s)", w.name, refused)
+            return True
+        st.published = view
+        self._set_suspended(bool(answers[-1]))
+        lost = False
+        for group, reply in zip(by_queue.values(), answers):
+            for slot, owned in zip(group, replies.touch_many(reply)):
+                if owned:     # this renewal reached Redis: the horse may live on
+                    slot.lease_until = sent + w.lease - self.margin
+                    self._board_set(slot.index, slot.lease_until)
+                elif not slot.killed:
+                    log.warning("Worker %s: job %s was taken back while running; killing its "
+                                "horse", w.name, slot.job.id)
+                    slot.kill(FailureReason.LOST)
+                    lost = True
+        if w.claimer.follows_all and w.claimer.resolve():
+            log.info("Worker %s now serves %s", w.name, ",".join(w.claimer.queue_names))
+            self._drop_pubsub()
+        return not lost
+
+    def _set_suspended(self, suspended: bool) -> None:
+        st = self.state
+        if suspended != st.suspended:
+            st.suspended = suspended
+            log.warning("Worker %s %s", self.w.name,
+                        "suspended: claiming nothing until resumed" if suspended else "resumed")
+
+    # -- waiting -------------------------------------------------------------------
+
+    def _wait(self, free: int) -> None:
+        """Block in one select() until something is due; burns no CPU."""
+        w = self.w
+        st = self.state
+        now = time.monotonic()
+        until = min(st.next_heartbeat, st.next_tick)
+        progress_due = w.progress.next_due()      # rate-limited progress writes
+        if progress_due is not None:
+            until = min(until, progress_due)
+        for slot in self.slots:
+            if slot.done:
+                return          # ended at birth: collect it now
+            until = min(until, slot.wakes_at())   # its first tick is its busy write's time
+        fds: list[Any] = [w._wake_r] if w._wake_r >= 0 else []
+        fds.extend(server.sock for server in self._servers() if server.sock is not None)
+        fds.extend(s.horse._fd for s in self.slots if s.horse is not None and s.horse._fd >= 0)
+        sock = None
+        if free and st.stop is None:
+            until = min(until, st.next_poll)
+            sock = self._pubsub_sock()
+            if sock is not None:
+                fds.append(sock)
+            if st.want_claim:
+                self._readable = fds     # no select(): let the next turn look at every server
+                return
+        try:
+            readable, _, _ = select.select(fds, [], [], max(0.0, until - now))
+        except (OSError, ValueError):   # a socket closed under us: read every server
+            self._readable = [s.sock for s in self._servers()]
+            return
+        self._readable = readable
+        if w._wake_r >= 0 and w._wake_r in readable:
+            drain(w._wake_r)
+        if sock is not None and sock in readable:
+            self._pubsub_sock()
+
+    def _subscribe(self) -> Any:
+        if self._pubsub is None:
+            from ..core.connection import new_pubsub_connection
+
+            w = self.w
+            pubsub = new_pubsub_connection(w.connection, ignore_subscribe_messages=True)
+            pubsub.subscribe(w.keys.control,
+                             *(w.keys.queue(q).wake for q in w.claimer.queue_names))
+            self._pubsub = pubsub
+        return self._pubsub
+
+    def _drop_pubsub(self) -> None:
+        """Close the pub/sub connection; wake-ups may be missed until it is back: claim
+        at the next chance."""
+        old, self._pubsub = self._pubsub, None
+        self.state.want_claim = True
+        if old is not None:
+            try:
+                old.close()
+            except (redis.RedisError, OSError):
+                pass
+
+    def _pubsub_sock(self) -> Any:
+        """The pub/sub socket to select() on, after handling what it already holds."""
+        try:
+            pubsub = self._subscribe()
+            self._read_messages(pubsub)
+            conn = pubsub.connection
+            return conn._sock if conn is not None else None
+        except UNREACHABLE as exc:
+            self.redis_down(exc)
+            return None
+
+    def _drain_control(self) -> None:
+        """Read whatever pub/sub already holds (no round trip): suspend/resume, wake-ups.
+
+        Every read drains the client's buffer, so a socket with nothing to read means
+        no message: one ``select()`` instead of redis-py's read path on every job."""
+        pubsub = self._pubsub
+        if pubsub is None:
+            return
+        conn = pubsub.connection
+        sock = conn._sock if conn is not None else None
+        try:
+            if sock is not None and not select.select([sock], [], [], 0)[0]:
+                return
+            self._read_messages(pubsub)
+        except (OSError, ValueError):    # closed under us: subscribe again
+            self._drop_pubsub()
+        except UNREACHABLE:
+            self._drop_pubsub()
+
+    def _read_messages(self, pubsub: Any) -> None:
+        while True:
+            msg = pubsub.get_message(timeout=0)
+            if msg is None:
+                return
+            if msg.get("type") != "message":
+                continue
+            if msg.get("channel") == self.w.keys.control:
+                if msg.get("data") == "suspend":
+                    self._set_suspended(True)
+                elif msg.get("data") == "resume":
+                    self._set_suspended(False)
+            self.state.want_claim = True     # a job was enqueued or promoted; or resumed
+
+    def redis_down(self, exc: Exception) -> None:
+        log.warning("Worker %s: Redis unreachable (%s); backing off", self.w.name, exc)
+        self._drop_pubsub()
+        if self.state.stop is None:
+            time.sleep(min(self.w.settings.poll_interval * 2, 5.0))
+
+    # -- fork servers (SIGHUP) -----------------------------------------------------
+
+    def renew_forkserver(self) -> None:
+        """A fresh fork server, so changed job code is seen by the next job. Horses still
+        running on the old one must not die with it: it is kept until its last horse
+        ended (:meth:`_retire`), the new one forks the next jobs."""
+        w = self.w
+        old, w._forkserver = w._forkserver, None
+        if old is None:
+            return
+        if any(s.horse is not None and s.horse.server is old and not s.done
+               for s in self.slots):
+            self.retiring.append(old)
+        else:
+            old.close()
+        w._start_forkserver()
+        log.info("Worker %s: new fork server; the next job imports its code afresh", w.name)
+
+    def _retire(self) -> None:
+        """Close old fork servers (SIGHUP) once no horse of theirs runs."""
+        in_use = {id(server) for server in self._servers()}
+        for old in [o for o in self.retiring if id(o) not in in_use]:
+            self.retiring.remove(old)
+            old.close()
+

@@ -1,0 +1,317 @@
+"""The outcome recorder: the finish pipeline, which carries the next claim.
+
+:meth:`Recorder.record` writes, in ONE round trip, the outcome of every job
+that ended since the last pass (finish.lua, or requeue.lua ``return`` for a
+job given back), the worker's counters, the heartbeat hash's list of running
+jobs when it changed, and, at the end, the claim.lua calls of the next jobs
+when the loop may claim. Redis runs a pipeline's commands in order, so a
+claimed next job implies recorded outcomes (on a Cluster: when the queues
+share a shard). It RETURNS what the claims brought (:class:`~.claim.ClaimRound`);
+nothing is left behind in a field for the loop to find.
+
+When the round trip fails (Redis unreachable, a refusal), each outcome is
+recorded on its own (:meth:`Recorder.record_alone`), without claims, with
+backoff until Redis answers; after a lost reply it first looks whether the
+write landed (:meth:`Recorder.landed`), so nothing is counted twice. The
+crash points are in loop.py's docstring (step 5).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+from redis.typing import EncodableT
+
+from ..core.config import Settings
+from ..core.job import FailureReason, Job, encode_fields
+from ..core.scripts import replies
+from .claim import ClaimRound, Plan
+from .errors import REFUSED, UNREACHABLE, is_oom
+from .horse import HorseExit
+from .state import Stop, View
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .worker import Worker
+
+log = logging.getLogger("fusionworker.worker")
+
+
+@dataclass
+class Outcome:
+    """What the worker recorded for one attempt."""
+
+    status: str              # finished | retry | failed | requeued (cold shutdown)
+    reason: str              # ok | exception | timeout | segfault | crash | killed | exit |
+    #                          memory | refused | malformed | lost | shutdown | lease
+    duration: float = 0.0
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retry_delay: float | None = None
+    recorded: bool = True    # False: the attempt's token was stale (reaped meanwhile)
+    #: the job's last progress/meta, written with the outcome (progress_store.py)
+    progress_fields: list[str] = field(default_factory=list)
+
+
+def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
+    """Delay before retry number ``attempt`` (1-based): initial * backoff^(n-1), capped, jittered."""
+    base = settings.retry_delay if initial is None else initial
+    delay = min(settings.retry_max_delay, base * settings.retry_backoff ** max(attempt - 1, 0))
+    return delay * (1.0 + settings.retry_jitter * random.random())
+
+
+def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
+    """The outcome of an attempt from the way its horse ended and the job's retry policy."""
+    common: dict[str, Any] = dict(
+        reason=exit_.reason, duration=exit_.duration, error_type=exit_.error_type,
+        error_message=exit_.error_message, traceback=exit_.traceback)
+    if exit_.ok:
+        return Outcome(status="finished", reason="ok", duration=exit_.duration,
+                       result=exit_.result_json)
+    if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
+        return Outcome(status="requeued", **common)
+    if exit_.retryable and job.attempts <= job.max_retries:
+        delay = (exit_.retry_delay if exit_.retry_delay is not None
+                 else backoff_delay(settings, job.attempts, job.retry_delay))
+        return Outcome(status="retry", retry_delay=max(0.0, float(delay)), **common)
+    return Outcome(status="failed", **common)
+
+
+_COUNTERS = {"finished": "successful", "failed": "failed"}
+_EXPECTED = {"finished": "finished", "retry": "scheduled", "failed": "failed",
+             "requeued": "queued"}
+
+
+class Recorder:
+    """Writes outcomes (and carries claims) for one worker."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    # -- the finish pipeline ----------------------------------------------------
+
+    def record(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None = None,
+               view: tuple[View, dict[EncodableT, Any]] | None = None) -> ClaimRound:
+        """Record every outcome in ``ended`` in one round trip; ``plan``'s claims ride at
+        its end, ``view`` (the hash's new list of running jobs) in its middle.
+
+        Returns what the claims brought (nothing when ``plan`` is None)."""
+        w = self.w
+        pipe = w.connection.pipeline(transaction=False)
+        calls = [self._queue_outcome(pipe, job, outcome) for job, outcome in ended]
+        n_counters = self._queue_counters(pipe, ended)
+        if view is not None:
+            pipe.hset(w.key, mapping=view[1])
+        if plan is not None:
+            w.claimer.forget()
+            w.claimer.queue_calls(pipe, plan)
+            plan.sent = time.monotonic()
+        try:
+            answers = pipe.execute(raise_on_error=False)
+        except UNREACHABLE as exc:
+            w.loop.state.published = None
+            log.warning("Worker %s: Redis unreachable while recording %d job(s) (%s); "
+                        "recording each on its own", w.name, len(ended), exc)
+            for job, outcome in ended:
+                self.record_alone(job, outcome, lost_reply=True)
+            return ClaimRound(asked=plan.asked if plan else 0)
+        counters = next((r for r in answers[len(ended):len(ended) + n_counters]
+                         if isinstance(r, Exception)), None)
+        for (job, outcome), call, reply in zip(ended, calls, answers):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                reply = self._direct(call)     # Redis restarted or failed over: load, run once
+            if isinstance(reply, Exception):
+                self._failed(job, outcome, reply, counted=counters is None)
+            elif counters is not None and is_oom(counters):
+                # the outcome's own writes were refused in part (out of memory): as for a
+                # refused script, written again once Redis takes it (its script landed:
+                # landed() says so, it is not written twice)
+                log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying",
+                            w.name, job.id, counters)
+                self.record_alone(job, outcome, lost_reply=True)
+            else:
+                self._recorded(job, outcome, self._stale(call[0], reply))
+        if view is not None:
+            hset = answers[len(ended) + n_counters]
+            w.loop.state.published = None if isinstance(hset, Exception) else view[0]
+        if plan is None:
+            return ClaimRound()
+        claims = answers[len(answers) - len(plan.calls):]
+        w.claimer.reload_scripts(plan, claims)
+        out = ClaimRound(asked=plan.asked, sent=plan.sent)
+        out.jobs = w.claimer.take(plan, claims, out.dry)
+        return out
+
+    def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception, counted: bool) -> None:
+        """The pipeline ran but this outcome's script answered an error."""
+        w = self.w
+        if isinstance(exc, REFUSED) and (w.loop.state.stop == Stop.COLD or not is_oom(exc)):
+            self._refused(job, exc)      # e.g. WRONGTYPE: sending it again cannot help
+            return
+        log.error("Worker %s: recording job %s failed: %s; recording it again",
+                  w.name, job.id, exc)
+        self.record_alone(job, outcome, counted=counted)
+
+    def _refused(self, job: Job[Any], exc: Exception) -> None:
+        """The job stays started; the reaper takes it back once its lease is over."""
+        self.w.loop.state.published = None
+        log.error("Worker %s: Redis refused the outcome of job %s (%s); it stays "
+                  "started until the reaper recovers it", self.w.name, job.id, exc)
+
+    def _queue_outcome(self, pipe: Any, job: Job[Any], outcome: Outcome) -> tuple[str, list[Any],
+                                                                             list[Any]]:
+        """Queue the outcome's script on ``pipe``; returns (script, keys, args) to re-run."""
+        w = self.w
+        keys = [w.keys.queue(job.queue).base]
+        if outcome.status == "requeued":
+            name, args = "requeue", [job.id, "return", job.token or "", w.settings.failed_ttl,
+                                     *outcome.progress_fields]
+        else:
+            fields = encode_fields(
+                result=outcome.result, error_type=outcome.error_type,
+                error_message=outcome.error_message, traceback=outcome.traceback,
+                failure_reason=None if outcome.status == "finished" else outcome.reason,
+                duration=round(outcome.duration, 6),
+            ) + outcome.progress_fields
+            name = "finish"
+            args = [job.id, job.token or "", outcome.status, w.settings.result_ttl,
+                    w.settings.failed_ttl, outcome.retry_delay or 0, w.settings.dedup_window,
+                    *fields]
+        getattr(w.scripts, name).queue_by_sha(pipe, keys, args)
+        return name, keys, args
+
+    def _queue_counters(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]) -> int:
+        """The worker hash's counters for ``ended``; returns how many commands it queued."""
+        counts: dict[str, int] = {}
+        working = 0.0
+        for _, outcome in ended:
+            name = _COUNTERS.get(outcome.status)
+            if name:
+                counts[name] = counts.get(name, 0) + 1
+            working += outcome.duration
+        for name, n in counts.items():
+            pipe.hincrby(self.w.key, name, n)
+        pipe.hincrbyfloat(self.w.key, "total_working_time", working)
+        return len(counts) + 1
+
+    def _direct(self, call: tuple[str, list[Any], list[Any]]) -> Any:
+        name, keys, args = call
+        try:
+            return getattr(self.w.scripts, name)(keys=keys, args=args)
+        except redis.RedisError as exc:
+            return exc
+
+    # -- one outcome on its own, until Redis takes it ----------------------------
+
+    def record_alone(self, job: Job[Any], outcome: Outcome, *, counted: bool = False,
+                     lost_reply: bool = False) -> None:
+        """Record one outcome (no claim), retrying with backoff while Redis is unreachable
+        or out of memory. ``counted``: the counters were written already; ``lost_reply``:
+        an earlier attempt may have landed (looked up before writing again)."""
+        w = self.w
+        delay = 0.5
+        retrying = lost_reply
+        while True:
+            try:
+                if retrying and self.landed(job, outcome):
+                    stale = False        # the lost reply's write went through: not twice
+                    break
+                pipe = w.connection.pipeline(transaction=False)
+                call = self._queue_outcome(pipe, job, outcome)
+                if not counted:
+                    self._queue_counters(pipe, [(job, outcome)])
+                answers = pipe.execute(raise_on_error=False)
+                if isinstance(answers[0], redis.exceptions.NoScriptError):
+                    answers[0] = getattr(w.scripts, call[0])(keys=call[1], args=call[2])
+                for value in answers:
+                    if isinstance(value, Exception):
+                        raise value
+                stale = self._stale(call[0], answers[0])
+                break
+            except UNREACHABLE as exc:
+                if w.loop.state.stop == Stop.COLD:
+                    log.error("Worker %s: Redis unreachable at cold shutdown; job %s stays "
+                              "started and the reaper will recover it", w.name, job.id)
+                    return
+                log.warning("Worker %s: Redis unreachable while recording job %s (%s); "
+                            "retrying in %.1f s", w.name, job.id, exc, delay)
+            except REFUSED as exc:
+                if w.loop.state.stop == Stop.COLD or not is_oom(exc):
+                    self._refused(job, exc)      # e.g. WRONGTYPE: retrying cannot help
+                    return
+                log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying "
+                            "in %.1f s", w.name, job.id, exc, delay)
+            retrying = True
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+        self._recorded(job, outcome, stale)
+
+    def landed(self, job: Job[Any], outcome: Outcome) -> bool:
+        """After a lost reply: did our outcome write reach Redis before the connection broke?
+
+        The scripts drop the token when they record; the job then shows the state
+        our outcome gives it, under our worker name (a reaper's re-queue or another
+        worker's claim looks different).
+        """
+        w = self.w
+        token, worker, status, reason = w.connection.hmget(
+            w.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
+        if status is None:  # finished with result_ttl 0, or deleted
+            return outcome.status == "finished"
+        return (token != job.token and worker == w.name and status == _EXPECTED[outcome.status]
+                and (outcome.status != "failed" or reason == outcome.reason))
+
+    def give_back(self, job: Job[Any]) -> None:
+        """Shutdown began after a claim brought ``job``: it never ran, return it at its
+        place without counting the attempt (as a cold shutdown does)."""
+        w = self.w
+        try:
+            w.scripts.requeue(keys=[w.keys.queue(job.queue).base],
+                              args=[job.id, "return", job.token or "", w.settings.failed_ttl])
+        except redis.RedisError as exc:
+            log.error("Worker %s: Redis unreachable at shutdown (%s); job %s stays started "
+                      "and the reaper will recover it", w.name, exc, job.id)
+            return
+        log.info("Worker %s: gave job %s back to %s (claimed as shutdown began, not started)",
+                 w.name, job.id, job.queue)
+
+    # -- after the write --------------------------------------------------------
+
+    @staticmethod
+    def _stale(script: str, reply: Any) -> bool:
+        """The script wrote nothing: the attempt no longer owned its job (token fence)."""
+        if script == "finish":
+            return replies.finish(reply).stale
+        return replies.requeue(reply).outcome == "skipped"
+
+    def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool) -> None:
+        w = self.w
+        w.total_working_time += outcome.duration
+        if stale:
+            outcome.recorded = False
+            log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
+                        "meanwhile (attempt token no longer current)", w.name, job.id)
+            return
+        ms = outcome.duration * 1000
+        if outcome.status == "finished":
+            w.successful += 1
+            log.info("Worker %s finished job %s in %.1f ms", w.name, job.id, ms)
+        elif outcome.status == "retry":
+            log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
+                        w.name, job.id, outcome.error_type, outcome.error_message,
+                        job.attempts, job.max_retries, outcome.retry_delay or 0)
+        elif outcome.status == "requeued":
+            why = ("cold shutdown" if outcome.reason == "shutdown"
+                   else "its lease could not be renewed")
+            log.warning("Worker %s: job %s interrupted by %s, put back on %s",
+                        w.name, job.id, why, job.queue)
+        else:
+            w.failed += 1
+            log.error("Worker %s: job %s failed [%s] %s: %s", w.name, job.id,
+                      outcome.reason, outcome.error_type, outcome.error_message)

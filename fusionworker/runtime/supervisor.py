@@ -1,0 +1,353 @@
+"""``worker --processes N``: a supervisor keeping N worker processes alive.
+
+Each child is the ordinary ``worker`` command, started with fork+exec of the
+same Python (``python -c 'from fusionworker.cli import main; main()' ...``):
+a fresh interpreter, its own Redis connections, its own name (``HOST.PID``, or
+``NAME.SLOT`` when ``--name`` was given), nothing inherited but the
+environment. The supervisor itself holds no job and runs no job code.
+
+What it does:
+
+* **Restarts** a child that exits (crash, SIGKILL, OOM kill, or a clean exit
+  outside burst mode), at most ``max_restarts`` times per ``restart_window``
+  seconds per slot; beyond that the slot waits until the window allows it
+  again (logged), so a child that dies at start-up cannot spin.
+* **Forwards signals.** The first SIGTERM/SIGINT is forwarded to every child
+  (warm shutdown: each finishes its current job, deregisters, exits 0); the
+  second is forwarded again (cold shutdown: horses killed, jobs re-queued).
+  Children live in their own process groups, so a Ctrl-C in a terminal
+  reaches the supervisor only and is not counted twice by the children.
+  Children get ``PR_SET_PDEATHSIG=SIGTERM``: if the supervisor is killed,
+  they shut down warm instead of running on unsupervised.
+* **Exits** when every child has exited after a shutdown (or, in burst mode,
+  when every child finished): 0 if every child exited 0, else 1.
+* **systemd.** The supervisor is the service's main process: it sends
+  ``READY=1`` once the children are started, ``WATCHDOG=1`` while its loop
+  turns, ``STATUS=`` ("3/3 worker processes running") and ``STOPPING=1``.
+  Children get no ``NOTIFY_SOCKET``/``WATCHDOG_*`` so they never speak for
+  the service.
+* When a child died, its heartbeat hash is removed (if it still names the
+  dead pid) so ``info`` does not show a ghost; the job it held is recovered
+  by the reaper once its lease runs out, as for any dead worker.
+
+Crash safety: if the supervisor dies, its children get SIGTERM (warm
+shutdown); no job is lost either way, as each child is a normal worker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..core import admin
+from ..middleware.notify import SystemdNotifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from types import FrameType
+
+    from ..core.connection import RedisClient
+
+log = logging.getLogger("fusionworker.supervisor")
+
+__all__ = ["Supervisor", "child_command", "child_env"]
+
+_PR_SET_PDEATHSIG = 1
+#: Environment a child must not inherit: only the supervisor talks to systemd.
+NOTIFY_VARS = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+#: Python code a child runs: the ordinary CLI, nothing else.
+CHILD_BOOT = "from fusionworker.cli import main; main(prog_name='fusionworker')"
+
+
+def child_command(cli_args: Sequence[str]) -> list[str]:
+    """argv of a child: this Python running the fusionworker CLI with ``cli_args``."""
+    return [sys.executable, "-c", CHILD_BOOT, *cli_args]
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The supervisor's environment minus systemd's notification variables."""
+    env = dict(os.environ if environ is None else environ)
+    for name in NOTIFY_VARS:
+        env.pop(name, None)
+    return env
+
+
+def _child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: children outlive a killed supervisor
+        pass
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class Slot:
+    """One of the N places a worker process runs in."""
+
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    name: str | None = None
+    next_start: float | None = 0.0            # monotonic time of the next (re)start; None = done
+    restarts: deque[float] = field(default_factory=deque)
+    last_code: int | None = None
+
+
+class Supervisor:
+    """Runs ``processes`` children built by ``command(slot)`` until shut down."""
+
+    def __init__(
+        self,
+        command: Callable[[int], Sequence[str]],
+        processes: int,
+        *,
+        names: Callable[[int, int], str] | None = None,
+        env: Mapping[str, str] | None = None,
+        burst: bool = False,
+        connection: RedisClient | None = None,
+        prefix: str = "fw",
+        max_restarts: int = 5,
+        restart_window: float = 60.0,
+        restart_delay: float = 0.5,
+        notifier: SystemdNotifier | None = None,
+        description: str = "",
+    ) -> None:
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        self.command = command
+        self.names = names or (lambda slot, pid: f"{socket.gethostname()}.{pid}")
+        self.env = child_env(env)
+        self.burst = burst
+        self.connection = connection
+        self.prefix = prefix
+        self.max_restarts = max_restarts
+        self.restart_window = restart_window
+        self.restart_delay = restart_delay
+        self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
+        self.description = description
+        self.slots = [Slot(i) for i in range(processes)]
+        self.stop_level = 0        # 0 running, 1 warm, 2 cold: signals received
+        self._forwarded = 0        # how many of them were forwarded to the children
+        self._last_signal = signal.SIGTERM
+        self._wake_r = self._wake_w = -1
+        self._last_ping: float | None = None
+        self._status: str | None = None
+        self.failures = 0          # children that exited non-zero during shutdown/burst
+
+    # -- signals ---------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._last_signal = signal.Signals(signum)
+        self.stop_level = min(self.stop_level + 1, 2)
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        """SIGHUP: every child re-reads its config file (governor thresholds, log level)."""
+        for slot in self.slots:
+            if slot.proc is not None and slot.proc.poll() is None:
+                try:
+                    os.kill(slot.proc.pid, signal.SIGHUP)
+                except ProcessLookupError:
+                    pass
+
+    def _install(self) -> dict[int, Any]:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        old: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, self._on_signal)
+        old[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda s, f: None)
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hup)
+        return old
+
+    def _uninstall(self, old: dict[int, Any]) -> None:
+        signal.set_wakeup_fd(-1)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def request_stop(self) -> None:
+        """Begin a warm shutdown (as a first SIGTERM would)."""
+        self.stop_level = max(self.stop_level, 1)
+
+    # -- the loop --------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start the children, keep them alive, return the exit code after shutdown."""
+        old = self._install()
+        try:
+            self._start_due()
+            log.info("Supervisor pid %d started %d worker process(es)%s: pids %s", os.getpid(),
+                     len(self.slots), f" on {self.description}" if self.description else "",
+                     ", ".join(str(s.proc.pid) for s in self.slots if s.proc))
+            self.notifier.ready(self._status_text())
+            self._ping()
+            while True:
+                self._forward_signals()
+                self._reap()
+                if all(s.proc is None and s.next_start is None for s in self.slots):
+                    break
+                if not self.stop_level:
+                    self._start_due()
+                self._ping()
+                self._report_status()
+                self._sleep(self._timeout())
+        finally:
+            self._forward_signals()
+            self._uninstall(old)
+        code = 1 if self.failures else 0
+        log.info("Supervisor pid %d: all worker processes exited; exit %d", os.getpid(), code)
+        return code
+
+    def _timeout(self) -> float:
+        timeout = 1.0
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.proc is None and slot.next_start is not None:
+                timeout = min(timeout, max(0.0, slot.next_start - now))
+        interval = self.notifier.watchdog_interval()
+        if interval:
+            timeout = min(timeout, interval / 4)
+        return timeout
+
+    def _sleep(self, timeout: float) -> None:
+        try:
+            select.select([self._wake_r], [], [], timeout)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for safety
+            pass
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _forward_signals(self) -> None:
+        while self._forwarded < self.stop_level:
+            self._forwarded += 1
+            mode = "warm" if self._forwarded == 1 else "cold"
+            live = [s for s in self.slots if s.proc is not None]
+            log.info("Supervisor got %s: %s shutdown of %d worker process(es)%s",
+                     self._last_signal.name, mode, len(live),
+                     "; send it again for a cold shutdown" if mode == "warm" else "")
+            if self._forwarded == 1:
+                self.notifier.stopping(f"Supervisor: {mode} shutdown")
+            for slot in self.slots:
+                if slot.proc is None:
+                    slot.next_start = None  # waiting for a restart: stays down
+                    continue
+                try:
+                    slot.proc.send_signal(self._last_signal)
+                except ProcessLookupError:  # exited meanwhile: _reap sees it
+                    pass
+
+    def _start_due(self) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            if slot.proc is None and slot.next_start is not None and slot.next_start <= now:
+                self._start(slot)
+
+    def _start(self, slot: Slot) -> None:
+        argv = list(self.command(slot.index))
+        slot.proc = subprocess.Popen(argv, env=self.env, preexec_fn=_child_setup,  # noqa: PLW1509
+                                     close_fds=True)
+        slot.name = self.names(slot.index, slot.proc.pid)
+        slot.next_start = None
+        log.debug("Supervisor: slot %d runs pid %d (%s)", slot.index, slot.proc.pid, slot.name)
+
+    def _reap(self) -> None:
+        for slot in self.slots:
+            if slot.proc is None:
+                continue
+            code = slot.proc.poll()
+            if code is None:
+                continue
+            pid, slot.proc, slot.last_code = slot.proc.pid, None, code
+            if code != 0:
+                self._forget(slot, pid)
+            if self.stop_level or (self.burst and code == 0):
+                if code != 0:
+                    self.failures += 1
+                    log.warning("Worker process %d (pid %d) %s during shutdown", slot.index,
+                                pid, describe_exit(code))
+                else:
+                    log.info("Worker process %d (pid %d) exited", slot.index, pid)
+                slot.next_start = None
+                continue
+            self._schedule_restart(slot, pid, code)
+
+    def _schedule_restart(self, slot: Slot, pid: int, code: int) -> None:
+        now = time.monotonic()
+        while slot.restarts and slot.restarts[0] <= now - self.restart_window:
+            slot.restarts.popleft()
+        if len(slot.restarts) >= self.max_restarts:
+            at = slot.restarts[0] + self.restart_window
+            log.error("Worker process %d (pid %d) %s; restarted %d times in %g s already: "
+                      "next start in %.0f s", slot.index, pid, describe_exit(code),
+                      len(slot.restarts), self.restart_window, at - now)
+        else:
+            at = now + (self.restart_delay if slot.restarts else 0.0)
+            log.warning("Worker process %d (pid %d) %s; restarting it", slot.index, pid,
+                        describe_exit(code))
+        slot.restarts.append(max(at, now))
+        slot.next_start = at
+
+    def _forget(self, slot: Slot, pid: int) -> None:
+        if self.connection is None or slot.name is None:
+            return
+        try:
+            admin.forget_worker(self.connection, slot.name, pid, self.prefix)
+        except redis.RedisError as exc:
+            log.warning("Supervisor could not remove the heartbeat of dead worker %s: %s",
+                        slot.name, exc)
+
+    # -- systemd ---------------------------------------------------------------
+
+    def _status_text(self) -> str:
+        running = sum(1 for s in self.slots if s.proc is not None)
+        text = f"Supervisor: {running}/{len(self.slots)} worker processes running"
+        if self.description:
+            text += f" on {self.description}"
+        if self.stop_level:
+            text += " (shutting down)"
+        return text
+
+    def _report_status(self) -> None:
+        if not self.notifier.enabled:
+            return
+        text = self._status_text()
+        if text != self._status:
+            self._status = text
+            self.notifier.status(text)
+
+    def _ping(self) -> None:
+        interval = self.notifier.watchdog_interval()
+        if interval is None:
+            return
+        now = time.monotonic()
+        if self._last_ping is None or now - self._last_ping >= interval / 2:
+            self.notifier.watchdog()
+            self._last_ping = now

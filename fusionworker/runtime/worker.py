@@ -1,0 +1,410 @@
+"""The worker: identity, registration, signals, reload, the middleware, and its parts.
+
+A :class:`Worker` is what users and middleware hold. It owns the parts that
+do the work, each in its own module:
+
+* :class:`~.claim.Claimer` (``worker.claimer``): the queues, their order, claim.lua;
+* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline;
+* :class:`~.loop.Loop` (``worker.loop``): the claim/dispatch loop over the slots
+  (:class:`~.slot.Slot`), with its explicit state (:class:`~.state.LoopState`).
+
+The crash-point analysis of one job is loop.py's docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import redis
+
+from .. import __version__
+from ..core.config import Settings, load_settings
+from ..core.connection import decoding
+from ..core.functions import verify_loaded
+from ..core.hooks import Middleware
+from ..core.job import FailureReason, Job
+from ..core.keys import Keys
+from ..core.queue import scripts_for
+from ..core.registry import worker_allowed
+from ..exceptions import FunctionNotAllowed, InvalidFunction
+from ..middleware import default_middleware  # the one list, in its documented order
+from .claim import Claimer
+from .errors import REFUSED, UNREACHABLE, is_oom
+from .forkserver import ForkServer, ForkServerDied
+from .horse import DeadlineBoard, HorseExit, attach_board, drain, kill_leftovers
+from .loop import Loop
+from .progress_store import ProgressRelay
+from .recorder import Outcome, Recorder
+from .slot import Slot
+from .state import Stop, View, WorkerState
+
+log = logging.getLogger("fusionworker.worker")
+
+
+class Worker:
+    """A worker parent process serving one or more queues with ``concurrency`` slots."""
+
+    def __init__(
+        self,
+        queues: str | Sequence[str],
+        connection: Any = None,
+        *,
+        settings: Settings | None = None,
+        name: str | None = None,
+        burst: bool = False,
+        middleware: Iterable[Middleware] | None = None,
+        reload_settings: Callable[[], Settings] | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
+        #: plus the allow-list (functions.py). Neither: ConfigError, one line.
+        self.allowed = worker_allowed(self.settings)
+        #: SIGHUP calls this for fresh settings (the CLI re-reads its -c file); see reload()
+        self._reload_settings = reload_settings
+        if connection is None:
+            from ..core.connection import connect
+
+            connection = connect(self.settings.redis_url)
+        self.connection = decoding(connection)   # any redis-py client; replies as str
+        self.keys = Keys(self.settings.prefix)
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.name = name or f"{self.host}.{self.pid}"
+        self.burst = burst
+        self.concurrency = int(self.settings.concurrency)
+        if self.concurrency < 1:
+            raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
+        self.lease = self.settings.lease
+        if self.lease < 3 * self.settings.heartbeat_interval:
+            raise ValueError(f"FUSIONWORKER_LEASE ({self.lease:g} s) must be at least 3 x the "
+                             f"heartbeat interval ({self.settings.heartbeat_interval:g} s)")
+        self.scripts = scripts_for(self.connection)
+        self.middleware = list(default_middleware(self.settings) if middleware is None
+                               else middleware)
+        self.successful = 0
+        self.failed = 0
+        self.total_working_time = 0.0
+        self._forkserver: ForkServer | None = None
+        #: a horse never outlives its lease (horse.py docstring): the horses' deadlines in
+        #: shared memory, one entry per slot, made once (every fork server maps the same)
+        self._board: DeadlineBoard | None = None
+        self._wake_r = self._wake_w = -1
+        #: progress/meta the running jobs report (progress_store.py)
+        self.progress = ProgressRelay(self)
+        self.claimer = Claimer(self, queues)
+        self.recorder = Recorder(self)
+        self.loop = Loop(self)
+
+    # -- what it is ----------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return self.keys.worker(self.name)
+
+    @property
+    def queue_names(self) -> list[str]:
+        return self.claimer.queue_names
+
+    @property
+    def state(self) -> WorkerState:
+        """What the worker is now (busy while a horse runs; see state.py)."""
+        return self.loop.state.state(busy=bool(self.loop.running()))
+
+    @property
+    def hold_reason(self) -> str | None:
+        """Why a middleware (the governor) holds claims, or None."""
+        return self.loop.state.hold
+
+    @property
+    def current_jobs(self) -> list[Job[Any]]:
+        """Every job running now (up to ``concurrency``)."""
+        return [slot.job for slot in self.loop.running()]
+
+    @property
+    def current_job(self) -> Job[Any] | None:
+        jobs = self.current_jobs
+        return jobs[0] if jobs else None
+
+    # -- registration --------------------------------------------------------------
+
+    def register(self) -> None:
+        """Check the name is free, then write the heartbeat hash and join ``fw:workers``."""
+        existing = self.connection.hget(self.key, "pid")
+        if existing is not None and existing != str(self.pid):
+            raise ValueError(f"a live worker named {self.name!r} exists already")
+        now = time.time()
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.delete(self.key)
+        pipe.hset(self.key, mapping={
+            "name": self.name, "host": self.host, "pid": self.pid, "birth": now,
+            "queues": ",".join(self.queue_names), "state": "started", "current_job": "",
+            "last_heartbeat": now, "version": __version__, "successful": 0, "failed": 0,
+            "total_working_time": 0.0, "heartbeat_interval": self.settings.heartbeat_interval,
+            "lease": self.lease, "concurrency": self.concurrency, "current_jobs": "",
+            # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
+            "worker_ttl": self.settings.worker_ttl,
+        })
+        pipe.expire(self.key, self.settings.worker_ttl)
+        pipe.sadd(self.keys.workers, self.name)
+        pipe.execute()
+        self.loop.state.published = View(WorkerState.STARTED)
+        self.loop.state.next_heartbeat = 0.0  # the first turn heartbeats: reads the suspend flag
+
+    def deregister(self) -> None:
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.srem(self.keys.workers, self.name)
+        pipe.delete(self.key)
+        pipe.execute()
+
+    # -- signals ---------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _restore_signals(self) -> None:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """The wake-up fd ends the loop's select(); the loop reads the state next turn."""
+        name = signal.Signals(signum).name
+        st = self.loop.state
+        if st.stop is None:
+            st.stop = Stop.WARM
+            log.info("Worker %s got %s: warm shutdown (finishing the current jobs; "
+                     "send it again for a cold shutdown)", self.name, name)
+        else:
+            st.stop = Stop.COLD
+            log.warning("Worker %s got %s again: cold shutdown", self.name, name)
+
+    def _on_hup(self, signum: int, frame: Any) -> None:
+        self.loop.state.reload_requested = True
+
+    def request_stop(self, mode: str = "warm") -> None:
+        """Ask the loop to stop (from a middleware or a test): ``warm`` or ``cold``."""
+        self.loop.state.stop = Stop(mode)
+
+    #: Settings SIGHUP may change in a running worker; the rest need a restart.
+    RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
+                  "memory_resume_threshold", "swap_throttle_threshold",
+                  "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
+                  "log_level")
+
+    def reload(self) -> None:
+        """Re-read the settings and apply :data:`RELOADABLE` ones (SIGHUP, like nginx);
+        a new fork server forks the next jobs (running ones finish on the old one)."""
+        self.loop.state.reload_requested = False
+        try:
+            fresh = self._reload_settings() if self._reload_settings else load_settings()
+        except (ValueError, OSError) as exc:  # ConfigError is a ValueError
+            log.error("Worker %s: reload failed, keeping the current settings: %s",
+                      self.name, exc)
+            return
+        changes = {name: getattr(fresh, name) for name in self.RELOADABLE
+                   if getattr(fresh, name) != getattr(self.settings, name)}
+        self.settings = self.settings.replace(**changes)
+        logging.getLogger("fusionworker").setLevel(self.settings.log_level.upper())
+        log.info("Worker %s reloaded its settings: %s", self.name,
+                 ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
+        self.loop.renew_forkserver()
+        self._call("reload", self.settings)
+
+    # -- running ---------------------------------------------------------------------
+
+    def work(self) -> int:
+        """Run until shut down (or, in burst mode, until the queues are empty). Exit code.
+
+        Redis down or refusing at start (a deploy racing a Redis restart, OOM): a
+        worker that is not a burst waits for it, like a running worker does, instead
+        of exiting."""
+        self._install_signals()
+        try:
+            registered = self._register_when_reachable()
+        except BaseException:
+            self._restore_signals()      # nothing of ours to undo in Redis: never registered
+            raise
+        if not registered:
+            self._restore_signals()
+            log.info("Worker %s stopped before Redis answered", self.name)
+            return 0
+        try:
+            log.info("Worker %s started on queues %s (pid %s, version %s)",
+                     self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
+            self._warn_eviction()
+            self._start_forkserver()
+            self._call("on_start")
+            return self.loop.run()
+        finally:
+            self._shutdown()
+
+    def _register_when_reachable(self) -> bool:
+        """:meth:`register`, retried while Redis is unreachable or refuses for a passing
+        reason (loading, OOM, a read-only replica during a failover): every 0.5 s at
+        first, doubling to 30 s, logging each try. False: a signal stopped the wait.
+
+        A wrong password, a name in use or a wrong-typed key are not waited out: they
+        raise (the CLI prints them and exits 1). A worker that never registered writes
+        nothing on its way out; before this, a refused name deleted the live worker's
+        heartbeat hash. A burst worker (a one-shot run) does not wait: it raises."""
+        if self.burst:
+            self.register()
+            return True
+        delay = 0.5
+        while True:
+            try:
+                self.register()
+                return True
+            except (redis.AuthenticationError, redis.exceptions.AuthorizationError):
+                raise
+            except (*UNREACHABLE, REFUSED) as exc:
+                if isinstance(exc, REFUSED) and not _passing(exc):
+                    raise
+                log.warning("Worker %s: Redis did not take the registration (%s); "
+                            "trying again in %.1f s", self.name, exc, delay)
+            if self._wait_for_signal(delay):
+                return False
+            delay = min(delay * 2, 30.0)
+
+    def _wait_for_signal(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, woken by a signal (the wake-up fd). True: stop."""
+        try:
+            readable, _, _ = select.select([self._wake_r], [], [], seconds)
+        except InterruptedError:
+            readable = []
+        if readable:
+            drain(self._wake_r)
+        return self.loop.state.stop is not None
+
+    def perform(self, job: Job[Any], sent: float = 0.0) -> Outcome:
+        """Run one claimed job in a horse and record its outcome (no claim rides).
+
+        ``sent``: when its claim was sent (its lease's start); 0: not known, the
+        horse gets no lease deadline of its own."""
+        return self.loop.run_one(job, sent)
+
+    def heartbeat(self) -> bool:
+        """Renew the worker key and every running job's lease. False: a job was lost."""
+        return self.loop.heartbeat()
+
+    def _warn_eviction(self) -> None:
+        """Loudly, at start: an evicting maxmemory-policy loses jobs silently (issue 18.5)."""
+        from ..core.connection import eviction_warning
+
+        try:
+            warning = eviction_warning(self.connection)
+        except redis.RedisError:
+            return
+        if warning:
+            log.error("Worker %s: %s", self.name, warning)
+
+    def _start_forkserver(self) -> None:
+        """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
+        otel = next((mw.horse_tracing() for mw in self.middleware
+                     if hasattr(mw, "horse_tracing")), None)   # OpenTelemetry: otel.py
+        if self._board is None:
+            try:
+                self._board = DeadlineBoard(slots=self.concurrency)   # one entry per slot
+                attach_board(self._board)      # horses forked by the worker itself inherit it
+            except OSError as exc:             # no memfd: the parent's own police still kills
+                log.warning("Worker %s: no shared memory for horse deadlines (%s)",
+                            self.name, exc)
+        server = ForkServer(self.allowed, self.settings.retryable, otel=otel,
+                            board_fd=self._board.fd if self._board is not None else -1,
+                            kill_children=self.settings.kill_job_children)
+        server.on_update = self._horse_update
+        try:
+            server.start()
+        except ForkServerDied as exc:
+            log.warning("Worker %s: %s; forking horses from the worker itself", self.name, exc)
+            return
+        self._forkserver = server
+
+    def _spawn(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
+               while_forking: Callable[[], None]) -> list[Slot]:
+        """Start a horse for each job; ``entries``: their deadline-board entries.
+
+        The seam where a job's process is made: ``fusionworker.testing`` runs each
+        job in this process instead and returns slots that ended at birth. Call
+        ``while_forking`` (the after_claim hooks) once, before a job runs."""
+        return self.loop.fork(jobs, entries, lease_until, while_forking)
+
+    def _horse_update(self, pid: int, frame: str) -> None:
+        """A progress frame of the horse ``pid`` (progress.py): to the relay, as that
+        horse's attempt (its token fences the write; a frame of a horse no longer ours
+        is dropped)."""
+        slot = self.loop.by_pid.get(pid)
+        if slot is not None:
+            self.progress.received(slot.job, frame)
+
+    def _refusal(self, job: Job[Any]) -> HorseExit | None:
+        """Fail bad jobs without forking: malformed payload, refused module."""
+        if job.failure_reason == "malformed":
+            return HorseExit(ok=False, reason=FailureReason.MALFORMED, error_type=job.error_type,
+                             error_message=job.error_message)
+        try:
+            verify_loaded(job.func, self.allowed)
+        except (FunctionNotAllowed, InvalidFunction) as exc:
+            return HorseExit(ok=False, reason=FailureReason.REFUSED, error_type=type(exc).__name__,
+                             error_message=str(exc))
+        except Exception:  # noqa: BLE001 - a module's own __getattr__ failing: the horse reports it
+            return None
+        return None
+
+    def _shutdown(self) -> None:
+        kill_leftovers(wait=2.0)
+        if self._forkserver is not None:
+            self._forkserver.close()
+            self._forkserver = None
+        self._call("on_stop")
+        try:
+            self.deregister()
+        except redis.RedisError as exc:
+            log.warning("Worker %s could not deregister: %s", self.name, exc)
+        self.loop._drop_pubsub()
+        self._restore_signals()
+        log.info("Worker %s stopped (%d finished, %d failed)",
+                 self.name, self.successful, self.failed)
+
+    def _call(self, hook: str, *args: Any) -> Any:
+        """Run a hook on every middleware; the first non-None answer wins. Never raises."""
+        answer = None
+        for mw in self.middleware:
+            try:
+                value = getattr(mw, hook)(self, *args)
+            except Exception:
+                log.exception("middleware %s.%s failed", type(mw).__name__, hook)
+                continue
+            if answer is None and value is not None:
+                answer = value
+        return answer
+
+
+#: Refusals that pass: out of memory, a replica that is read-only until a failover
+#: finished, a master or cluster that is down for now (redis-py turns each reply's
+#: prefix into its class; LOADING is a ConnectionError, so UNREACHABLE already).
+_PASSING = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
+            redis.exceptions.MasterDownError, redis.exceptions.ClusterDownError,
+            redis.exceptions.TryAgainError)
+
+
+def _passing(exc: Exception) -> bool:
+    return isinstance(exc, _PASSING) or is_oom(exc)

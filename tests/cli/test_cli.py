@@ -1,0 +1,407 @@
+"""Every CLI command through click's runner, against the real Redis (per-test prefix)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fusionworker.cli import main
+from fusionworker.core.config import Settings
+from fusionworker.core.keys import Keys
+from fusionworker.worker import Worker
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(settings: Settings) -> Iterator[Run]:
+    """``cli("info", "--json", code=0, input=None)``: run a command; check its exit code.
+
+    The CLI configures the ``fusionworker`` logger (own handler, no propagation);
+    it is put back afterwards so that other tests' ``caplog`` still sees records.
+    """
+    logger = logging.getLogger("fusionworker")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    runner = CliRunner()
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_LEVEL": "WARNING"}
+
+    def run(*args: str, code: int = 0, input: str | None = None,
+            env_extra: dict[str, str] | None = None) -> Result:
+        result = runner.invoke(main, list(args), env={**env, **(env_extra or {})}, input=input)
+        assert "Traceback" not in result.stderr, result.stderr  # (a job's own may be shown)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception
+        assert result.exit_code == code, (result.exit_code, result.output)
+        return result
+    yield run
+    logger.handlers[:] = saved[0]
+    logger.setLevel(saved[1])
+    logger.propagate = saved[2]
+
+
+def one_error_line(result: Result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def registered(r: Any, settings: Settings) -> Iterator[Callable[..., Worker]]:
+    """A worker registered in Redis (heartbeat hash) without running its loop."""
+    made: list[Worker] = []
+
+    def make(queues: str = "default", **fields: Any) -> Worker:
+        w = Worker(queues, r, settings=settings, name=f"w{len(made)}", middleware=[])
+        w.register()
+        if fields:
+            r.hset(w.key, mapping=fields)
+        made.append(w)
+        return w
+    yield make
+    for w in made:
+        w.deregister()
+
+
+def failed_jobs(queue: Callable[..., Any], burst: Callable[..., Any], n: int,
+                name: str = "default") -> list[str]:
+    q = queue(name)
+    ids = [q.enqueue("tests.jobs:boom", f"no {i}").id for i in range(n)]
+    burst(name)
+    return ids
+
+
+# -- info -------------------------------------------------------------------------
+
+INFO_KEYS = {"schema", "version", "redis_url", "prefix", "time", "suspended",
+             "suspended_remaining", "queues", "workers", "cron", "groups"}
+QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "finished",
+              "paused", "max_active", "busy_groups", "oldest_age", "cron"}
+WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
+               "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
+               "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency"}
+
+
+def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:
+    q = queue("sms")
+    q.enqueue("tests.jobs:noop", priority=20)
+    q.enqueue("tests.jobs:noop")
+    q.enqueue("tests.jobs:noop", priority=-3)
+    q.enqueue_in(60, "tests.jobs:noop")
+    q.pause()
+    q.set_max_active(4)
+    w = registered("sms", state="busy", current_job="abc", current_queue="sms",
+                   current_job_started=time.time() - 5, throttle="RAM at 93.0%", successful=7)
+    doc = json.loads(cli("info", "--json").stdout)
+    assert set(doc) == INFO_KEYS
+    assert doc["schema"] == 1 and doc["suspended"] is False
+    [qs] = doc["queues"]
+    assert QUEUE_KEYS <= set(qs)
+    assert qs["queue"] == "sms" and qs["pending"] == 3 and qs["scheduled"] == 1
+    assert qs["bands"] == {"high": 1, "normal": 1, "low": 1}
+    assert qs["paused"] is True and qs["max_active"] == 4 and qs["oldest_age"] >= 0
+    [ws] = doc["workers"]
+    assert set(ws) == WORKER_KEYS
+    assert ws["name"] == w.name and ws["pid"] == w.pid and ws["queues"] == ["sms"]
+    assert ws["state"] == "busy" and ws["throttle"] == "RAM at 93.0%"
+    assert ws["current_job"] == "abc" and 4 < ws["current_job_age"] < 60
+    assert ws["current_jobs"] == ["abc"] and ws["concurrency"] == 1   # one-slot worker
+    assert ws["successful"] == 7 and ws["failed"] == 0 and ws["heartbeat_age"] < 60
+
+
+def test_info_text_shows_queues_bands_and_workers(cli: Run, queue: Any, registered: Any) -> None:
+    q = queue("sms")
+    q.enqueue("tests.jobs:noop", priority=20)
+    q.pause()
+    registered("sms", state="throttled", throttle="RAM at 93.0%")
+    out = cli("info").stdout
+    assert "QUEUE" in out and "HIGH" in out and "NORMAL" in out and "LOW" in out
+    sms = next(line for line in out.splitlines() if line.startswith("sms"))
+    assert sms.split()[1:3] == ["1", "1"] and sms.endswith("paused")
+    assert "throttled (RAM at 93.0%)" in out and "w0" in out
+    assert "1 queue(s): 1 pending" in out and "1 worker(s): 1 throttled" in out
+
+
+def test_info_shows_the_last_hour_of_outcomes(cli: Run, queue: Any, burst: Any) -> None:
+    """The per-minute counts finish.lua keeps (the dashboard's chart) reach ``info``."""
+    q = queue("default")
+    for _ in range(3):
+        q.enqueue("tests.jobs:noop")
+    q.enqueue("tests.jobs:boom")
+    burst("default")
+    [qs] = json.loads(cli("info", "-Q", "--json").stdout)["queues"]
+    assert qs["last_hour"] == {"finished": 3, "failed": 1}
+    assert "last hour 3 finished, 1 failed" in cli("info", "-Q").stdout
+
+
+def test_info_only_workers_and_only_queues(cli: Run, queue: Any, registered: Any) -> None:
+    queue("sms").enqueue("tests.jobs:noop")
+    registered("sms")
+    only_w = cli("info", "-W").stdout
+    assert "WORKER" in only_w and "QUEUE " not in only_w
+    only_q = cli("info", "--only-queues").stdout
+    assert "QUEUE" in only_q and "WORKER" not in only_q
+    doc = json.loads(cli("info", "-W", "--json").stdout)
+    assert "queues" not in doc and len(doc["workers"]) == 1
+    doc = json.loads(cli("info", "-Q", "--json").stdout)
+    assert "workers" not in doc and len(doc["queues"]) == 1
+    result = cli("info", "-W", "-Q", code=2)
+    assert "exclude each other" in result.stderr
+
+
+def test_info_interval_refreshes_until_ctrl_c(cli: Run, queue: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    queue("sms").enqueue("tests.jobs:noop")
+    sleeps: list[float] = []
+
+    def fake_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr("fusionworker.cli.admin.time.sleep", fake_sleep)
+    out = cli("info", "--interval", "0.5", "--json").stdout
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["schema"] == 1 for x in lines)
+    assert sleeps == [0.5, 0.5]
+
+
+def test_info_shows_suspension(cli: Run) -> None:
+    cli("suspend", "--duration", "30")
+    out = cli("info").stdout
+    assert "SUSPENDED (resume in" in out
+    doc = json.loads(cli("info", "--json").stdout)
+    assert doc["suspended"] is True and 0 < doc["suspended_remaining"] <= 30
+    cli("resume")
+    assert json.loads(cli("info", "--json").stdout)["suspended"] is False
+
+
+# -- suspend / resume / pause / caps ----------------------------------------------
+
+def test_suspend_and_resume(cli: Run, r: Any, prefix: str) -> None:
+    key = Keys(prefix).suspended
+    assert "until `resume`" in cli("suspend").stdout
+    assert r.exists(key) and r.ttl(key) == -1
+    assert cli("resume").stdout.strip() == "Resumed all workers"
+    assert not r.exists(key)
+    assert "for 2.5 s" in cli("suspend", "--duration", "2.5").stdout
+    assert 0 < r.pttl(key) <= 2500
+    cli("suspend", "--duration", "0", code=2)
+
+
+def test_pause_unpause_and_unknown_queue_note(cli: Run, queue: Any) -> None:
+    q = queue("sms")
+    q.enqueue("tests.jobs:noop")
+    assert cli("pause", "sms").stdout.strip() == "Paused sms"
+    assert q.is_paused
+    assert cli("unpause", "sms").stdout.strip() == "Unpaused sms"
+    assert not q.is_paused
+    result = cli("pause", "smss")
+    assert "typo?" in result.stderr
+    cli("pause", "bad name!", code=1)
+
+
+def test_set_max_active(cli: Run, queue: Any) -> None:
+    q = queue("sms")
+    q.enqueue("tests.jobs:noop")
+    assert "at most 3 job(s)" in cli("set-max-active", "sms", "3").stdout
+    assert q.max_active == 3
+    assert "no cap" in cli("set-max-active", "sms", "--none").stdout
+    assert q.max_active is None
+    assert "0 is not in the range" in cli("set-max-active", "sms", "0", code=2).stderr
+    assert "give N" in cli("set-max-active", "sms", code=2).stderr
+    assert "give N" in cli("set-max-active", "sms", "2", "--none", code=2).stderr
+
+
+# -- requeue --------------------------------------------------------------------------
+
+def test_requeue_all_and_by_id(cli: Run, queue: Any, burst: Any) -> None:
+    ids = failed_jobs(queue, burst, 5)
+    q = queue("default")
+    out = cli("requeue", ids[0], ids[1]).stdout
+    assert out.strip() == "Requeued 2 job(s)"  # piped: no progress bar
+    assert q.fetch_job(ids[0]).status == "queued"
+    assert cli("requeue", "--all").stdout.strip() == "Requeued 3 job(s)"
+    assert q.count == 5 and q.stats()["failed"] == 0
+    assert cli("requeue", "--all", "--queue", "default").stdout.strip() == "Requeued 0 job(s)"
+
+
+def test_requeue_errors(cli: Run, queue: Any, burst: Any) -> None:
+    [failed] = failed_jobs(queue, burst, 1)
+    pending = queue("default").enqueue("tests.jobs:noop").id
+    result = cli("requeue", failed, "nope", pending, code=1)
+    assert result.stdout.strip() == "Requeued 1 job(s)"
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2 and "no job 'nope'" in errors[0] and "not failed" in errors[1]
+    assert "JOB_IDs or --all" in cli("requeue", code=2).stderr
+    assert "JOB_IDs or --all" in cli("requeue", "--all", failed, code=2).stderr
+    assert "no queue 'other'" in one_error_line(cli("requeue", "--all", "--queue", "other",
+                                                    code=1))
+
+
+# -- job --------------------------------------------------------------------------
+
+def test_job_list_filters_limit_and_json(cli: Run, queue: Any, burst: Any) -> None:
+    failed = failed_jobs(queue, burst, 2)
+    a = queue("default").enqueue("tests.jobs:add", 1, 2, priority=5).id
+    b = queue("other").enqueue("tests.jobs:noop").id
+    out = cli("job", "list").stdout
+    assert all(i in out for i in (*failed, a, b)) and "4 job(s)" in out
+    out = cli("job", "list", "--status", "failed").stdout
+    assert failed[0] in out and a not in out and "ValueError: no" in out
+    out = cli("job", "list", "--queue", "other").stdout
+    assert b in out and a not in out
+    doc = json.loads(cli("job", "list", "--status", "queued", "--json").stdout)
+    assert set(doc) == {"schema", "jobs", "count", "truncated"}
+    assert doc["count"] == 2 and doc["truncated"] is False
+    assert {j["id"] for j in doc["jobs"]} == {a, b}
+    job = next(j for j in doc["jobs"] if j["id"] == a)
+    assert job["args"] == [1, 2] and job["priority"] == 5 and job["status"] == "queued"
+    doc = json.loads(cli("job", "list", "--limit", "1", "--json").stdout)
+    assert doc["count"] == 1 and doc["truncated"] is True
+    assert "raise --limit" in cli("job", "list", "-n", "1").stdout
+    assert "'lost' is not one of" in cli("job", "list", "--status", "lost", code=2).stderr
+    assert "no queue 'nope'" in one_error_line(cli("job", "list", "--queue", "nope", code=1))
+
+
+def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
+    [failed] = failed_jobs(queue, burst, 1)
+    out = cli("job", "show", failed).stdout
+    assert "status    failed" in out and "ValueError: no 0" in out
+    assert "raise ValueError(message)" in out  # the job's traceback
+    doc = json.loads(cli("job", "show", failed, "--json").stdout)
+    assert doc["id"] == failed and doc["status"] == "failed"
+    assert "no job 'nope'" in one_error_line(cli("job", "show", "nope", code=1))
+
+
+def test_job_retry_delete_cancel(cli: Run, queue: Any, burst: Any) -> None:
+    q = queue("default")
+    [failed] = failed_jobs(queue, burst, 1)
+    assert cli("job", "retry", failed).stdout.strip() == f"Requeued {failed} on default"
+    assert q.fetch_job(failed).status == "queued"
+    assert "not failed" in one_error_line(cli("job", "retry", failed, code=1))
+    assert cli("job", "cancel", failed).stdout.startswith("Canceled")
+    assert q.fetch_job(failed).status == "canceled"
+    assert "only queued or scheduled" in one_error_line(cli("job", "cancel", failed, code=1))
+    assert cli("job", "delete", failed).stdout.startswith("Deleted")
+    assert q.fetch_job(failed) is None
+    for verb in ("retry", "delete", "cancel"):
+        assert "no job 'nope'" in one_error_line(cli("job", verb, "nope", code=1))
+
+
+def test_job_priority(cli: Run, queue: Any, burst: Any) -> None:
+    q = queue("default")
+    low = q.enqueue("tests.jobs:noop").id
+    q.enqueue("tests.jobs:noop", priority=5)
+    assert cli("job", "priority", low, "9").stdout.strip() == f"{low} on default: priority 9"
+    assert q.job_ids("queued")[0] == low
+    cli("job", "priority", "--", low, "-7")
+    assert q.fetch_job(low).priority == -7
+    assert "not in the range" in cli("job", "priority", low, "5000", code=2).stderr
+    burst("default")
+    line = one_error_line(cli("job", "priority", low, "1", code=1))
+    assert "is finished; only a pending job can be reprioritized" in line
+    assert "no job 'nope'" in one_error_line(cli("job", "priority", "nope", "1", code=1))
+
+
+# -- queue --------------------------------------------------------------------------
+
+def test_queue_list(cli: Run, queue: Any) -> None:
+    queue("sms").enqueue("tests.jobs:noop")
+    queue("email").pause()
+    queue("email").enqueue("tests.jobs:noop")
+    out = cli("queue", "list").stdout.splitlines()
+    assert out[0].split()[0] == "QUEUE" and out[-1] == "2 queue(s)"
+    assert out[1].startswith("email") and out[1].endswith("paused")
+    doc = json.loads(cli("queue", "list", "--json").stdout)
+    assert [q["queue"] for q in doc["queues"]] == ["email", "sms"]
+
+
+def test_queue_empty_asks_unless_yes(cli: Run, queue: Any) -> None:
+    q = queue("sms")
+    for _ in range(3):
+        q.enqueue("tests.jobs:noop")
+    q.enqueue_in(60, "tests.jobs:noop")
+    result = cli("queue", "empty", "sms", input="n\n", code=1)
+    assert "Delete 4 pending and scheduled job(s) of sms?" in result.stderr
+    assert q.count == 3
+    assert "Deleted 4 job(s)" in cli("queue", "empty", "sms", input="y\n").stdout
+    assert q.count == 0
+    q.enqueue("tests.jobs:noop")
+    assert cli("queue", "empty", "sms", "--yes").stdout.strip() == "Deleted 1 job(s) from sms"
+    assert "empty already" in cli("queue", "empty", "sms", "-y").stdout
+    assert "no queue 'nope'" in one_error_line(cli("queue", "empty", "nope", "--yes", code=1))
+
+
+# -- health ---------------------------------------------------------------------------
+
+def test_health(cli: Run, queue: Any, registered: Any, r: Any, prefix: str) -> None:
+    queue("sms").enqueue("tests.jobs:noop")
+    assert cli("health").stdout.strip() == "ok: Redis answers"
+    line = one_error_line(cli("health", "--queue", "sms", code=1))
+    assert line == "unhealthy: no live worker serves queue sms"
+    registered("sms,email")
+    assert "sms: 1 worker(s)" in cli("health", "--queue", "sms").stdout
+    r.zadd(Keys(prefix).queue("sms").started, {"stuck1": time.time() - 10})
+    line = one_error_line(cli("health", "-q", "email", "-q", "sms", code=1))
+    assert line == "unhealthy: job stuck1 of queue sms is stuck past its lease deadline"
+
+
+# -- errors -------------------------------------------------------------------------
+
+def test_unreachable_redis_is_one_line_with_masked_url(cli: Run) -> None:
+    url = "redis://:s3cret@127.0.0.1:1/0"
+    for args in (["info"], ["job", "list"], ["requeue", "--all"], ["queue", "list"]):
+        line = one_error_line(cli(*args, code=1, env_extra={"REDIS_URL": url}))
+        assert line.startswith("Error: cannot reach Redis at redis://:***@127.0.0.1:1/0")
+        assert "s3cret" not in line
+    line = one_error_line(cli("health", code=1, env_extra={"REDIS_URL": url}))
+    assert line.startswith("unhealthy: cannot reach Redis at redis://:***@127.0.0.1:1/0")
+    line = one_error_line(cli("--redis-url", url, "info", code=1))
+    assert "s3cret" not in line and "***" in line
+
+
+def test_bad_url_and_bad_flags(cli: Run) -> None:
+    line = one_error_line(cli("info", code=1, env_extra={"REDIS_URL": "redis://h:port/0"}))
+    assert line.startswith("Error: bad Redis URL")
+    assert "No such option '--frobnicate'" in cli("info", "--frobnicate", code=2).stderr
+    assert "No such command" in cli("jobb", code=2).stderr
+    assert "not a valid integer" in cli("set-max-active", "sms", "x", code=2).stderr
+
+
+def test_info_shows_cron_entries_and_busy_groups(cli: Run, queue: Any, settings: Any,
+                                                 r: Any) -> None:
+    from fusionworker.middleware import cron
+
+    q = queue("email")
+    cron.register(r, settings, "nightly", "0 3 * * *", "tests.jobs:noop", queue="email",
+                  timezone="Europe/Berlin")
+    holder = q.enqueue("tests.jobs:noop", group="cust-1")
+    q.enqueue("tests.jobs:noop", group="cust-1")
+    doc = json.loads(cli("info", "--json").stdout)
+    assert doc["queues"][0]["cron"] == 1
+    [entry] = doc["cron"]
+    assert entry["name"] == "nightly" and entry["timezone"] == "Europe/Berlin"
+    assert entry["next_run"] > doc["time"] and entry["paused"] is False
+    assert doc["groups"] == [{"queue": "email", "group": "cust-1", "job_id": holder.id,
+                              "job_status": "queued", "waiting": 1}]
+    out = cli("info").stdout
+    assert "nightly" in out and "0 3 * * *" in out and "Europe/Berlin" in out
+    row = next(line for line in out.splitlines() if line.startswith("cust-1"))
+    assert holder.id in row and row.split()[-1] == "1"
+
+
+@pytest.mark.parametrize("command", [["enqueue", "q"], ["cron", "add", "n", "* * * * *"]])
+@pytest.mark.parametrize("bad, message", [("{nope", "not JSON"), ("[1, 2]", "must be a JSON object")])
+def test_bad_kwargs_is_a_usage_error_and_enqueues_nothing(cli: Run, r: Any, settings: Any,
+                                                          command: list[str], bad: str,
+                                                          message: str) -> None:
+    result = cli(*command, "tests.jobs:noop", "--kwargs", bad, code=2)
+    assert message in result.output and "Traceback" not in result.output
+    assert not list(r.scan_iter(f"{settings.prefix}:*job:*"))
+    assert not list(r.scan_iter(f"{settings.prefix}:*cron*"))

@@ -1,0 +1,81 @@
+"""``config.Settings``: one typed attribute per row of the settings table."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from fusionworker.core import config
+from fusionworker.core.config import SETTINGS, ConfigError, Settings, load_settings
+
+HINTS = typing.get_type_hints(Settings)
+
+
+def _is(value: object, hint: object) -> bool:
+    if hint == tuple[str, ...]:
+        return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    if hint is float:           # an int default of a float setting would print "180", not 180.0
+        return type(value) is float
+    if hint is int:
+        return type(value) is int
+    assert isinstance(hint, type)
+    return isinstance(value, hint)
+
+
+def test_the_dataclass_declares_the_table_in_its_order():
+    fields = [f.name for f in dataclasses.fields(Settings) if f.name not in ("values", "explicit")]
+    assert fields == [s.name for s in SETTINGS]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_each_attribute_has_the_type_of_its_default_and_of_its_parsed_value(setting):
+    hint = HINTS[setting.name]
+    assert _is(getattr(Settings(), setting.name), hint)
+    assert getattr(Settings(), setting.name) == setting.default
+    raw = ",".join(setting.default) if isinstance(setting.default, tuple) else (
+        {True: "1", False: "0"}[setting.default] if isinstance(setting.default, bool)
+        else str(setting.default))
+    parsed = load_settings(environ={setting.env: raw})
+    assert _is(getattr(parsed, setting.name), hint), (setting.env, raw)
+    assert parsed.is_explicit(setting.name)
+
+
+def test_resolution_order_and_explicit_names(tmp_path):
+    file = tmp_path / "fw.env"
+    file.write_text("FUSIONWORKER_CONCURRENCY=3\nFUSIONWORKER_PREFIX=file\n")
+    s = load_settings(str(file), environ={"FUSIONWORKER_PREFIX": "env"}, lease=12.0)
+    assert (s.concurrency, s.prefix, s.lease, s.job_timeout) == (3, "env", 12.0, 180.0)
+    assert s.explicit == {"concurrency", "prefix", "lease"}
+    assert s.values == {"concurrency": 3, "prefix": "env", "lease": 12.0}
+    again = s.replace(prefix="other", lease=None)
+    assert (again.prefix, again.lease) == ("other", 12.0) and s.prefix == "env"
+    with pytest.raises(ConfigError, match="unknown settings: nope"):
+        s.replace(nope=1)
+    with pytest.raises(ConfigError, match="must be >= 1"):
+        s.replace(concurrency=0)
+    with pytest.raises(AttributeError):
+        s.no_such_setting  # noqa: B018 - the attribute access is the test
+
+
+def test_the_constructor_of_before_still_works():
+    s = Settings(values={"redis_url": "redis://127.0.0.1:1/0", "concurrency": 4})
+    assert (s.redis_url, s.concurrency, s.lease) == ("redis://127.0.0.1:1/0", 4, 30.0)
+    assert s.explicit == frozenset() and s.values == {"redis_url": "redis://127.0.0.1:1/0",
+                                                      "concurrency": 4}
+    assert Settings(values={"prefix": "x"}, explicit={"prefix"}).is_explicit("prefix")
+    with pytest.raises(ConfigError, match="unknown settings: nope"):
+        Settings(values={"nope": 1})
+
+
+def test_repr_never_shows_a_secret():
+    s = load_settings(environ={
+        "REDIS_URL": "redis://user:hunter2@db:6379/0", "FUSIONWORKER_WEB_TOKEN": "tok-secret",
+        "ELASTICSEARCH_PASSWORD": "es-secret", "ELASTICSEARCH_API_KEY": "key-secret",
+        "FUSIONWORKER_WEB_PASSWORD_HASH": "pbkdf2_sha256$hash-secret"})
+    text = repr(s)
+    for secret in ("hunter2", "tok-secret", "es-secret", "key-secret", "hash-secret"):
+        assert secret not in text
+    assert "redis://user:***@db:6379/0" in text
+    assert config.SECRETS <= {s.name for s in SETTINGS}

@@ -1,0 +1,142 @@
+"""Issue 4 on real Redis and real worker processes: suspend/resume, pause, fairness, throttle.
+
+Order rule (proved below): a worker walks a cycle of its queues in which a
+queue of weight w appears w times (``--customq sms:3,email:1`` ->
+sms, sms, sms, email); each claim starts one place after the queue that gave
+the previous job and skips empty or paused queues. With both queues non-empty
+that is 3 sms per email, and a deep queue never starves a shallow one.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+import time
+
+import pytest
+
+from fusionworker.core import admin
+from fusionworker.core.keys import Keys
+from fusionworker.worker import parse_queue_spec
+from tests.waiting import heartbeats, wait_for
+
+
+def _one_worker_key(r, prefix):
+    names = wait_for(lambda: r.smembers(Keys(prefix).workers))
+    return Keys(prefix).worker(next(iter(names)))
+
+
+@pytest.mark.slow
+def test_suspend_lets_the_running_job_finish_then_claims_nothing(processes, queue, r, prefix):
+    q = queue()
+    processes.worker("--customq", "default")
+    key = _one_worker_key(r, prefix)
+    running = q.enqueue("tests.jobs:sleep", 1.0)
+    wait_for(lambda: r.hget(key, "state") == "busy")
+    admin.suspend(r, prefix)
+    waiting = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: q.fetch_job(running.id).status == "finished", timeout=10)
+    wait_for(lambda: r.hget(key, "state") == "suspended", timeout=5)
+    heartbeats(r, key)             # went round its loop with the job there: claimed nothing
+    assert q.fetch_job(waiting.id).status == "queued"
+    admin.resume(r, prefix)
+    wait_for(lambda: q.fetch_job(waiting.id).status == "finished", timeout=5)
+
+
+@pytest.mark.slow
+def test_suspend_with_a_duration_ends_by_itself(processes, queue, r, prefix):
+    q = queue()
+    processes.worker("--customq", "default")
+    key = _one_worker_key(r, prefix)
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    before = time.time()
+    admin.suspend(r, prefix, duration=4.0)
+    wait_for(lambda: r.hget(key, "state") == "suspended")
+    job = q.enqueue("tests.jobs:noop")
+    # nobody resumes: the key expires, the worker sees it and runs the job, never earlier
+    done = wait_for(lambda: (j := q.fetch_job(job.id)).status == "finished" and j)
+    assert done.started_at >= before + 4.0
+    assert not r.exists(Keys(prefix).suspended)
+
+
+def test_pause_one_queue_while_another_drains(queue, burst, r):
+    a, b = queue("a"), queue("b")
+    ids_a = [a.enqueue("tests.jobs:noop").id for _ in range(5)]
+    ids_b = [b.enqueue("tests.jobs:noop").id for _ in range(5)]
+    a.pause()
+    burst("a,b")
+    assert all(b.fetch_job(i).status == "finished" for i in ids_b)
+    assert all(a.fetch_job(i).status == "queued" for i in ids_a) and a.count == 5
+    a.unpause()
+    burst("a,b")
+    assert all(a.fetch_job(i).status == "finished" for i in ids_a)
+
+
+def _order(q_by_name, ids):
+    jobs = [q_by_name[name].fetch_job(i) for name, i in ids]
+    jobs.sort(key=lambda j: (j.started_at, j.ended_at))
+    return [j.queue for j in jobs]
+
+
+@pytest.mark.slow
+def test_weighted_round_robin_holds_its_ratio_over_600_jobs(queue, burst):
+    sms, email = queue("sms"), queue("email")
+    ids = [("sms", sms.enqueue("tests.jobs:noop").id) for _ in range(450)]
+    ids += [("email", email.enqueue("tests.jobs:noop").id) for _ in range(150)]
+    burst("sms:3,email:1")
+    order = _order({"sms": sms, "email": email}, ids)
+    assert len(order) == 600
+    for start in (0, 200, 400):                     # any stretch keeps 3:1 within 10 %
+        window = collections.Counter(order[start:start + 200])
+        assert abs(window["sms"] / 200 - 0.75) <= 0.075, (start, window)
+
+
+def test_a_deep_queue_does_not_starve_a_shallow_one(queue, burst):
+    deep, shallow = queue("deep"), queue("shallow")
+    ids = [("deep", deep.enqueue("tests.jobs:noop").id) for _ in range(100)]
+    ids += [("shallow", shallow.enqueue("tests.jobs:noop").id) for _ in range(5)]
+    burst("deep,shallow")
+    order = _order({"deep": deep, "shallow": shallow}, ids)
+    assert [i for i, name in enumerate(order) if name == "shallow"] == [1, 3, 5, 7, 9]
+
+
+def test_queue_spec_parsing():
+    assert parse_queue_spec("sms:3,email") == [("sms", 3), ("email", 1)]
+    for bad in ("sms:0", "sms:x", "", "bad name"):
+        try:
+            parse_queue_spec(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} must be refused")
+
+
+def test_real_worker_throttles_below_current_ram_use_until_raised(processes, queue, r, prefix,
+                                                                  tmp_path):
+    """MEMORY_THROTTLE_THRESHOLD under this machine's RAM use: the worker claims nothing
+    and says why; the threshold raised in its config file + SIGHUP: it resumes."""
+    import psutil
+
+    used = psutil.virtual_memory().percent
+    low = {"MEMORY_THROTTLE_THRESHOLD": f"{used / 2:.1f}",
+           "MEMORY_RESUME_THRESHOLD": f"{used / 4:.1f}", "MEMORY_CHECK_INTERVAL": "0.2"}
+    config = tmp_path / "worker.env"
+    config.write_text("".join(f"{k}={v}\n" for k, v in low.items()))
+    q = queue()
+    # as under systemd: the same file also loaded into the environment at start
+    proc = processes.start("-c", str(config), "worker", "--customq", "default", env=low)
+    key = _one_worker_key(r, prefix)
+    job = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: r.hget(key, "state") == "throttled", timeout=10)
+    assert "RAM at" in r.hget(key, "throttle")
+    heartbeats(r, key)             # went round its loop with the job there: claimed nothing
+    assert q.fetch_job(job.id).status == "queued"
+    assert "MEMORY THROTTLE ACTIVE: RAM at" in processes.output(proc)
+
+    config.write_text("MEMORY_THROTTLE_THRESHOLD=99.9\nMEMORY_RESUME_THRESHOLD=99.8\n"
+                      "MEMORY_CHECK_INTERVAL=0.2\n")
+    proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=10)
+    out = processes.output(proc)
+    assert "MEMORY THROTTLE RELEASED" in out and "reloaded its settings" in out
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    assert r.hget(key, "throttle") == ""

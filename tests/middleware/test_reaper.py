@@ -1,0 +1,162 @@
+"""The reaper: stuck jobs come back, live ones are left alone (invariant 2)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from fusionworker.core.keys import Keys
+from fusionworker.core.queue import scripts_for
+from fusionworker.middleware.reaper import ReaperMiddleware, acquire_lock, prune_workers, reap_once
+from tests.chaos import worker_proc
+from tests.waiting import wait_for
+
+
+def claim(q, worker="ghost.1", lease=-1.0):
+    """Claim the best job of ``q`` as ``worker``; a negative lease is already over."""
+    token = uuid.uuid4().hex
+    reply = scripts_for(q.connection).claim(keys=[q.qkeys.base],
+                                            args=[worker, token, lease, 3600])
+    assert reply[0] == "job", reply
+    data = dict(zip(reply[2][::2], reply[2][1::2]))
+    return data["id"], token
+
+
+def fake_worker(r, prefix, name, current_job, age=0.0, lease=15.0):
+    r.hset(Keys(prefix).worker(name), mapping={
+        "name": name, "current_job": current_job, "last_heartbeat": time.time() - age,
+        "lease": lease})
+    r.sadd(Keys(prefix).workers, name)
+
+
+def test_dead_worker_job_requeued_at_its_place(queue, settings, r):
+    q = queue()
+    a = q.enqueue("tests.jobs:noop", priority=5, max_retries=3)
+    b = q.enqueue("tests.jobs:noop", priority=5)
+    c = q.enqueue("tests.jobs:noop", priority=1)
+    jid, _ = claim(q)
+    assert jid == a.id
+    counts = reap_once(r, settings)       # no heartbeat key for ghost.1 at all
+    assert counts["requeued"] == 1 and counts["jobs"] == [a.id]
+    job = q.fetch_job(a.id)
+    assert job.status == "queued" and job.attempts == 1
+    assert q.job_ids() == [a.id, b.id, c.id]    # original priority and FIFO place
+    assert r.zcard(q.qkeys.started) == 0
+
+
+def test_attempts_used_up_fails_as_abandoned(queue, settings, r):
+    q = queue()
+    job = q.enqueue("tests.jobs:noop", max_retries=1)
+    claim(q)
+    assert reap_once(r, settings)["requeued"] == 1
+    claim(q)
+    counts = reap_once(r, settings)
+    assert counts["abandoned"] == 1
+    job = q.fetch_job(job.id)
+    assert job.status == "failed" and job.failure_reason == "abandoned"
+    assert job.error_type == "Abandoned" and "attempts used up" in job.error_message
+    assert q.job_ids("failed") == [job.id]
+
+
+def test_live_worker_with_fresh_heartbeat_is_left_alone(queue, settings, r, prefix):
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    claim(q, worker="busy.1")
+    fake_worker(r, prefix, "busy.1", job.id, age=1.0)
+    counts = reap_once(r, settings)
+    assert counts["alive"] == 1 and counts["requeued"] == 0
+    assert q.fetch_job(job.id).status == "started"
+
+
+def test_worker_naming_another_job_or_silent_is_reaped(queue, settings, r, prefix):
+    q = queue()
+    j1 = q.enqueue("tests.jobs:noop", max_retries=3)
+    j2 = q.enqueue("tests.jobs:noop", max_retries=3)
+    claim(q, worker="moved.1")
+    claim(q, worker="silent.1")
+    fake_worker(r, prefix, "moved.1", "some-other-job")
+    fake_worker(r, prefix, "silent.1", j2.id, age=20.0, lease=15.0)
+    counts = reap_once(r, settings)
+    assert sorted(counts["jobs"]) == sorted([j1.id, j2.id])
+    assert {q.fetch_job(j).status for j in (j1.id, j2.id)} == {"queued"}
+
+
+def test_lease_still_valid_is_never_reaped(queue, settings, r):
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    claim(q, lease=60)                    # worker key gone, but the lease runs
+    assert reap_once(r, settings)["checked"] == 0
+    assert q.fetch_job(job.id).status == "started"
+
+
+def test_reap_with_an_old_token_is_refused(queue, settings, r):
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    claim(q)
+    verdict = scripts_for(r).requeue(keys=[q.qkeys.base],
+                                     args=[job.id, "reap", "not-the-token", 3600])
+    assert verdict == ["skipped", "attempt changed"]
+
+
+def test_stale_started_entry_is_dropped(queue, settings, r):
+    q = queue()
+    r.zadd(q.qkeys.started, {"no-such-job": 1})
+    r.sadd(Keys(settings.prefix).queues, q.name)
+    counts = reap_once(r, settings)
+    assert counts["skipped"] == 1
+    assert r.zcard(q.qkeys.started) == 0
+
+
+def test_lock_allows_one_pass_per_interval(r, settings):
+    s = settings.replace(reaper_interval=0.3)
+    assert reap_once(r, s, lock_owner="w1")["locked"] is True
+    assert reap_once(r, s, lock_owner="w2")["locked"] is False
+    assert not acquire_lock(r, s, "w3")
+    assert 0 < r.pttl(Keys(s.prefix).reaper_lock) <= 300       # it expires by itself
+    wait_for(lambda: reap_once(r, s, lock_owner="w2")["locked"], timeout=5)
+
+
+def test_dead_workers_pruned_from_registry(r, prefix, settings):
+    keys = Keys(prefix)
+    fake_worker(r, prefix, "alive.1", "")
+    r.sadd(keys.workers, "dead.1", "dead.2")
+    assert sorted(prune_workers(r, settings)) == ["dead.1", "dead.2"]
+    assert r.smembers(keys.workers) == {"alive.1"}
+
+
+def test_middleware_runs_on_tick_once_per_interval(queue, settings, r):
+    q = queue()
+    q.enqueue("tests.jobs:noop", max_retries=3)
+    claim(q)
+
+    class FakeWorker:
+        connection, name, middleware = r, "w.1", []
+    FakeWorker.settings = settings.replace(reaper_interval=0.1)
+    mw = ReaperMiddleware(FakeWorker.settings)
+    mw.on_tick(FakeWorker)               # too early: half an interval after start
+    assert mw.passes == 0
+    time.sleep(0.06)
+    mw.on_tick(FakeWorker)
+    assert mw.passes == 1 and mw.reaped == 1
+
+
+# -- real processes ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_live_long_job_outlives_several_leases(processes, queue, r, prefix, redis_url, settings):
+    """Lease 2 s, job 7 s: the parent keeps the lease fresh; a hammering reaper takes nothing."""
+    q = queue()
+    job = q.enqueue("tests.jobs:record", redis_url, f"{prefix}:out", "long", 7, timeout=30)
+    worker_proc.start(processes, lease=2.0, FUSIONWORKER_REAPER_INTERVAL="0.2")
+    wait_for(lambda: q.fetch_job(job.id).status == "started")
+    reaped = 0
+    while q.fetch_job(job.id).status == "started":
+        reaped += len(reap_once(r, settings)["jobs"])
+        time.sleep(0.1)
+    job = q.fetch_job(job.id)
+    assert reaped == 0
+    assert job.status == "finished" and job.attempts == 1
+    assert r.lrange(f"{prefix}:out", 0, -1) == ["long"]

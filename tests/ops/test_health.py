@@ -1,0 +1,65 @@
+"""health.check: Redis, live workers per queue, jobs stuck past their lease."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from fusionworker.core import admin
+from fusionworker.core.connection import connect
+from fusionworker.core.keys import Keys
+from fusionworker.ops import health
+from fusionworker.worker import Worker
+
+
+@pytest.fixture
+def worker(r: Any, settings: Any) -> Any:
+    w = Worker("sms,email", r, settings=settings, name="hw", middleware=[])
+    w.register()
+    yield w
+    w.deregister()
+
+
+def test_redis_only(r: Any, prefix: str) -> None:
+    result = health.check(r, prefix)
+    assert result.ok and result.message == "ok: Redis answers"
+
+
+def test_queue_needs_a_live_worker(r: Any, prefix: str, worker: Worker) -> None:
+    assert health.check(r, prefix, ["sms"]).ok
+    assert health.check(r, prefix, ["sms"]).workers == {"sms": ["hw"]}
+    result = health.check(r, prefix, ["other"])
+    assert not result.ok and result.message == "unhealthy: no live worker serves queue other"
+
+
+def test_a_worker_silent_for_its_lease_is_not_live(r: Any, prefix: str, worker: Worker) -> None:
+    r.hset(worker.key, "last_heartbeat", time.time() - worker.lease - 5)
+    assert not health.check(r, prefix, ["sms"]).ok
+    assert health.live_workers(r, prefix, admin.server_time(r)) == []
+
+
+def test_stuck_job(r: Any, prefix: str, worker: Worker) -> None:
+    started = Keys(prefix).queue("sms").started
+    r.zadd(started, {"fresh": time.time() + 60})
+    assert health.check(r, prefix, ["sms"]).ok
+    r.zadd(started, {"a": time.time() - 5, "b": time.time() - 1})
+    result = health.check(r, prefix, ["sms"])
+    assert not result.ok
+    assert result.message == ("unhealthy: job a (and 1 more) of queue sms is stuck past its "
+                              "lease deadline")
+    assert admin.stuck_jobs(r, "sms", prefix) == ["a", "b"]
+
+
+def test_unreachable_redis_raises() -> None:
+    with pytest.raises(redis.ConnectionError):
+        health.check(connect("redis://127.0.0.1:1/0"), "fw")
+
+
+def test_forget_worker_only_when_the_pid_matches(r: Any, prefix: str, worker: Worker) -> None:
+    assert not admin.forget_worker(r, "hw", worker.pid + 1, prefix)
+    assert r.exists(worker.key)
+    assert admin.forget_worker(r, "hw", worker.pid, prefix)
+    assert not r.exists(worker.key) and "hw" not in r.smembers(Keys(prefix).workers)

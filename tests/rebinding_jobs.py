@@ -1,0 +1,8 @@
+"""Job functions for the fork server's remembered resolutions (tests/test_forkserver.py):
+importing :mod:`tests.rebinding_patch` rebinds :func:`which` here."""
+
+from __future__ import annotations
+
+
+def which() -> str:
+    return "original"

@@ -1,0 +1,236 @@
+"""The layers (docs/design.md, "Layers"): every module imports only its own layer and
+the layers below it, and no two modules import each other when they are imported.
+
+The imports are read from the source (``ast``), so nothing is imported to check
+them. Every ``import`` counts, also the ones inside functions; only the ones under
+``if TYPE_CHECKING:`` (annotations, never run) do not, nor ``from fusionworker import
+__version__`` (a literal in the package root). ``python -m tests.test_layers``
+prints the layer graph and the cycles through deferred imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fusionworker"
+
+#: bottom to top; a module may import its own layer and the ones before it
+LAYERS = ("core", "events", "middleware", "runtime", "ops", "web", "cli", "face")
+
+#: modules outside a layer folder, and their layer
+PLACED = {
+    "fusionworker.exceptions": "core",      # its classes' qualified names are configuration
+                                            # (FUSIONWORKER_RETRYABLE)
+    "fusionworker.worker": "runtime",       # the worker's public names (runtime/ re-exported)
+    "fusionworker.testing": "face",         # public: runs a worker in the test process
+    "fusionworker": "face",                 # lazy public names (strings, PEP 562)
+}
+
+#: the upward imports there are, each with its reason; a new one fails the test
+ALLOWED_UPWARD = {
+    ("fusionworker.core.queue", "fusionworker.events.registry"):
+        "Queue emits queued/canceled/deleted/... through the process-wide producer sink; "
+        "deferred to the first event",
+    ("fusionworker.core.queue", "fusionworker.events.schema"):
+        "the same: the event document of those events",
+}
+
+#: cycles that exist only through imports inside functions (each inside one layer);
+#: a new one fails the test, one that went away asks to be taken out of this list
+KNOWN_DEFERRED_CYCLES = {
+    frozenset({"fusionworker.core.batch", "fusionworker.core.queue",
+               "fusionworker.core.registry", "fusionworker.core.tracing",
+               "fusionworker.core.workflows"}),
+    frozenset({"fusionworker.runtime.forkserver", "fusionworker.runtime.horse"}),
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = [root.name, *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    if module in PLACED:
+        return PLACED[module]
+    layer = module.split(".")[1]
+    if layer not in LAYERS:
+        raise AssertionError(f"{module}: in no layer (put it in a layer folder or PLACED)")
+    return layer
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    """Line numbers inside ``if TYPE_CHECKING:`` blocks."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[tuple[str, bool]]:
+    """(imported module of the package, imported at import time) for every import in
+    ``path`` that runs, resolving ``from pkg import submodule`` to the submodule."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_lines(tree)
+    top_level = {id(node) for node in tree.body}
+    for node in tree.body:       # also a module's own top-level try/if blocks
+        if isinstance(node, (ast.If, ast.Try)):
+            top_level.update(id(n) for n in ast.walk(node))
+    found: list[tuple[str, bool]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno in skip:
+            continue
+        now = id(node) in top_level
+        if isinstance(node, ast.Import):
+            found += [(a.name, now) for a in node.names if a.name.split(".")[0] == root.name]
+            continue
+        assert isinstance(node, ast.ImportFrom)
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != root.name:
+            continue
+        for alias in node.names:
+            if target == root.name and alias.name == "__version__":
+                continue      # a literal in the package root, read by every layer
+            sub = f"{target}.{alias.name}"
+            found.append((sub if sub in modules else target, now))
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, list[tuple[str, bool]]]:
+    paths = sorted(root.rglob("*.py"))
+    modules = {module_name(p, root) for p in paths}
+    return {module_name(p, root): imports_of(p, modules, root) for p in paths}
+
+
+def upward_imports(graph: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    return sorted({(src, dst) for src, edges in graph.items() for dst, _ in edges
+                   if rank[layer_of(dst)] > rank[layer_of(src)]})
+
+
+def cycles(graph: dict[str, Iterable[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _edges(graph: dict[str, list[tuple[str, bool]]], at_import_only: bool) -> dict[str, set[str]]:
+    return {src: {dst for dst, now in edges if dst != src and (now or not at_import_only)}
+            for src, edges in graph.items()}
+
+
+# ------------------------------------------------------------------------------- tests
+
+
+def test_every_module_imports_only_its_layer_and_the_layers_below():
+    graph = import_graph()
+    assert len(graph) > 50                       # the whole package was read
+    upward = [edge for edge in upward_imports(graph) if edge not in ALLOWED_UPWARD]
+    assert upward == [], "upward imports (see docs/design.md, Layers):\n" + "\n".join(
+        f"  {src} ({layer_of(src)}) -> {dst} ({layer_of(dst)})" for src, dst in upward)
+
+
+def test_the_allowed_upward_imports_still_exist_and_are_deferred():
+    graph = import_graph()
+    for src, dst in ALLOWED_UPWARD:
+        edges = [now for target, now in graph[src] if target == dst]
+        assert edges and not any(edges), f"{src} -> {dst}: gone, or imported at import time"
+
+
+def test_no_import_cycle_at_import_time():
+    found = cycles(_edges(import_graph(), at_import_only=True))
+    assert found == [], f"modules that import each other at import time: {found}"
+
+
+def test_cycles_through_deferred_imports_are_the_known_ones():
+    found = set(cycles(_edges(import_graph(), at_import_only=False)))
+    assert found - KNOWN_DEFERRED_CYCLES == set(), "new cycle(s) through deferred imports"
+    assert KNOWN_DEFERRED_CYCLES - found == set(), "a known cycle went away: drop it here"
+    for cycle in found:       # each one stays inside its layer
+        assert len({layer_of(m) for m in cycle}) == 1, cycle
+
+
+def test_the_checker_finds_an_upward_import_and_a_cycle(tmp_path):
+    """The checks above can fail: a made-up package with both faults."""
+    root = tmp_path / "fusionworker"
+    for folder in ("core", "ops"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "core" / "a.py").write_text("from . import b\n")
+    (root / "core" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nfrom .a import x\n"
+        "if TYPE_CHECKING:\n    from ..ops import tool\n"
+        "def f():\n    from ..ops.tool import y\n")
+    (root / "ops" / "tool.py").write_text("from ..core import a\n")
+    graph = import_graph(root)
+    assert upward_imports(graph) == [("fusionworker.core.b", "fusionworker.ops.tool")]
+    assert ("fusionworker.ops.tool", False) in graph["fusionworker.core.b"]   # deferred
+    assert len(graph["fusionworker.core.b"]) == 2                # TYPE_CHECKING left out
+    assert cycles(_edges(graph, at_import_only=True)) == [
+        frozenset({"fusionworker.core.a", "fusionworker.core.b"})]
+
+
+def main() -> None:
+    graph = import_graph()
+    counts: dict[tuple[str, str], int] = {}
+    for src, edges in graph.items():
+        for dst, _ in edges:
+            pair = (layer_of(src), layer_of(dst))
+            if pair[0] != pair[1]:
+                counts[pair] = counts.get(pair, 0) + 1
+    print("layer -> layers it imports (number of import statements)")
+    for layer in reversed(LAYERS):
+        used = [f"{dst} ({n})" for (src, dst), n in sorted(
+            counts.items(), key=lambda kv: LAYERS.index(kv[0][1])) if src == layer]
+        print(f"  {layer:<10} -> {', '.join(used) or '-'}")
+    print("upward imports:", ", ".join(f"{s} -> {d}" for s, d in upward_imports(graph)) or "none")
+    print("cycles at import time:", cycles(_edges(graph, at_import_only=True)) or "none")
+    print("cycles through deferred imports:")
+    for cycle in cycles(_edges(graph, at_import_only=False)):
+        print("  " + ", ".join(sorted(cycle)))
+
+
+if __name__ == "__main__":
+    main()
