@@ -33,11 +33,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
 
+from tests.waiting import wait_for
+
 HOST = "127.0.0.1"
+_T = TypeVar("_T")
 _live: list[subprocess.Popen[bytes]] = []
 
 
@@ -71,17 +75,41 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def free_port(cluster_bus: bool = False) -> int:
-    """A free loopback port; with ``cluster_bus`` also port + 10000 is free."""
+def free_port(cluster_bus: bool = False, taken: frozenset[int] = frozenset()) -> int:
+    """A free loopback port; with ``cluster_bus`` also port + 10000 is free.
+
+    ``taken``: ports already promised to servers about to start (their data and
+    bus ports); neither the port nor its bus port may be one of them. Without
+    it, one node's data port could be another node's bus port (both free when
+    asked, and the second ``bind`` fails).
+    """
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((HOST, 0))
             port = sock.getsockname()[1]
+        if port in taken:
+            continue
         if not cluster_bus:
             return port
-        if port < 55000 and _port_free(port + 10000):
+        if port < 55000 and port + 10000 not in taken and _port_free(port + 10000):
             return port
     raise RuntimeError("no free port pair found for a cluster node")
+
+
+def _cluster_ports(n: int) -> list[int]:
+    """``n`` node ports whose data and bus ports are all distinct and free now."""
+    ports: list[int] = []
+    taken: set[int] = set()
+    for _ in range(n):
+        port = free_port(cluster_bus=True, taken=frozenset(taken))
+        ports.append(port)
+        taken.update((port, port + 10000))
+    return ports
+
+
+class PortRaceError(RuntimeError):
+    """A server could not bind a port that was free when it was chosen (another
+    process of the test run took it in between): start again on new ports."""
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -95,7 +123,8 @@ def _spawn(args: list[str], workdir: Path, log_name: str) -> subprocess.Popen[by
     try:
         proc = subprocess.Popen(
             args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            # the test process has threads, but the child only calls prctl() before exec
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
         )
     finally:
         log.close()
@@ -126,19 +155,8 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (redis.RedisError, OSError) as exc:
-            last_error = exc
-        time.sleep(0.05)
-    raise TimeoutError(
-        f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error})"
-    )
+#: errors that mean "not up yet" while a server starts, syncs or fails over
+STARTING = (redis.RedisError, OSError)
 
 
 def _client(port: int) -> redis.Redis:
@@ -149,11 +167,16 @@ def _wait_ping(port: int, proc: subprocess.Popen[bytes], workdir: Path) -> None:
     def up() -> bool:
         if proc.poll() is not None:
             log = "\n".join(p.read_text(errors="replace") for p in workdir.glob("*.log"))
-            raise RuntimeError(f"redis-server on port {port} exited ({proc.returncode}):\n{log[-2000:]}")
+            error = PortRaceError if "Address already in use" in log else RuntimeError
+            raise error(f"redis-server on port {port} exited ({proc.returncode}):\n{log[-2000:]}")
         with _client(port) as client:
-            return bool(client.ping())
+            try:
+                return bool(client.ping())
+            except redis.AuthenticationError:   # --requirepass: it answers, it is up
+                return True
 
-    _wait_for(up, 10, f"redis on port {port}")
+    wait_for(up, timeout=10, interval=0.05,
+             what=f"redis on port {port}", ignore=STARTING)
 
 
 def _make_stop(procs: list[subprocess.Popen[bytes]], workdir: Path) -> Callable[[], None]:
@@ -170,11 +193,29 @@ def _make_stop(procs: list[subprocess.Popen[bytes]], workdir: Path) -> Callable[
 # ---------------------------------------------------------------- single server
 
 
-def start_single(*extra: str) -> tuple[int, Callable[[], None]]:
-    """A private redis-server (e.g. for CONFIG SET maxmemory, restarts): (port, stop)."""
+def _on_fresh_ports(start: Callable[[], _T], attempts: int = 3) -> _T:
+    """``start()``, again on new ports when a chosen port was taken in between."""
+    for attempt in range(attempts):
+        try:
+            return start()
+        except PortRaceError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def start_single(*extra: str, port: int | None = None) -> tuple[int, Callable[[], None]]:
+    """A private redis-server (e.g. for CONFIG SET maxmemory, restarts): (port, stop).
+    ``port``: that one (a port a client already waits on), else a free one."""
+    if port is None:
+        return _on_fresh_ports(lambda: _start_single(*extra))
+    return _start_single(*extra, port=port)
+
+
+def _start_single(*extra: str, port: int | None = None) -> tuple[int, Callable[[], None]]:
     binary = require_binaries("redis-server")["redis-server"]
     workdir = Path(tempfile.mkdtemp(prefix="fw-single-"))
-    port = free_port()
+    port = port or free_port()
     proc = _spawn([binary, "--port", str(port), "--bind", HOST, "--save", "",
                    "--dir", str(workdir), *extra], workdir, "redis.log")
     stop = _make_stop([proc], workdir)
@@ -205,12 +246,16 @@ def start_cluster(n_masters: int = 3) -> tuple[list[int], Callable[[], None]]:
     Returns ``(ports, stop)`` once every node reports ``cluster_state:ok``.
     ``stop()`` kills the nodes and removes their files; it is idempotent.
     """
+    return _on_fresh_ports(lambda: _start_cluster(n_masters))
+
+
+def _start_cluster(n_masters: int) -> tuple[list[int], Callable[[], None]]:
     bins = require_binaries("redis-server", "redis-cli")
     workdir = Path(tempfile.mkdtemp(prefix="fw-cluster-"))
     procs: list[subprocess.Popen[bytes]] = []
     stop = _make_stop(procs, workdir)
     try:
-        ports = [free_port(cluster_bus=True) for _ in range(n_masters)]
+        ports = _cluster_ports(n_masters)
         for port in ports:
             procs.append(_spawn([
                 bins["redis-server"], "--port", str(port), "--bind", HOST,
@@ -238,7 +283,8 @@ def start_cluster(n_masters: int = 3) -> tuple[list[int], Callable[[], None]]:
                         return False
             return True
 
-        _wait_for(all_ok, 30, "cluster_state:ok on every node")
+        wait_for(all_ok, timeout=30, interval=0.05,
+                 what="cluster_state:ok on every node", ignore=STARTING)
     except BaseException:
         stop()
         raise
@@ -260,12 +306,18 @@ def start_sentinel_setup(
     start at once). ``down-after-milliseconds`` is 1000 and
     ``failover-timeout`` 5000, so failovers finish in about a second.
     """
+    return _on_fresh_ports(lambda: _start_sentinel_setup(master_name))
+
+
+def _start_sentinel_setup(master_name: str) -> tuple[int, int, int, str, Callable[[], None]]:
     bins = require_binaries("redis-server")
     workdir = Path(tempfile.mkdtemp(prefix="fw-sentinel-"))
     procs: list[subprocess.Popen[bytes]] = []
     stop = _make_stop(procs, workdir)
     try:
-        master_port, replica_port, sentinel_port = free_port(), free_port(), free_port()
+        master_port = free_port()
+        replica_port = free_port(taken=frozenset({master_port}))
+        sentinel_port = free_port(taken=frozenset({master_port, replica_port}))
         common = ["--bind", HOST, "--dir", str(workdir), "--save", "", "--appendonly", "no"]
         procs.append(_spawn([bins["redis-server"], "--port", str(master_port), *common,
                              "--logfile", "master.log"], workdir, "master.out"))
@@ -279,7 +331,8 @@ def start_sentinel_setup(
             with _client(replica_port) as client:
                 return client.info("replication").get("master_link_status") == "up"
 
-        _wait_for(replica_synced, 15, "the replica to sync with the master")
+        wait_for(replica_synced, timeout=15, interval=0.05,
+                 what="the replica to sync with the master", ignore=STARTING)
 
         conf = workdir / "sentinel.conf"  # sentinel rewrites its config: must be a writable file
         conf.write_text(
@@ -297,7 +350,8 @@ def start_sentinel_setup(
                 replicas = client.execute_command("SENTINEL", "REPLICAS", master_name)
             return any(_good_replica(r) for r in replicas)
 
-        _wait_for(sentinel_knows_replica, 20, "the sentinel to discover the replica")
+        wait_for(sentinel_knows_replica, timeout=20, interval=0.05,
+                 what="the sentinel to discover the replica", ignore=STARTING)
     except BaseException:
         stop()
         raise
@@ -359,7 +413,8 @@ def wait_for_new_master(
         with _client(new[1]) as client:
             return client.info("replication").get("role") == "master"
 
-    _wait_for(switched, timeout, f"failover of {master_name}")
+    wait_for(switched, timeout=timeout, interval=0.05,
+             what=f"failover of {master_name}", ignore=STARTING)
     return master_address(sentinel_port, master_name)[1]
 
 
