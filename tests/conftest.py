@@ -22,6 +22,7 @@ from fusionworker.core.config import Settings, load_settings
 from fusionworker.core.queue import Queue
 from fusionworker.events import flush_default_sinks
 from fusionworker.worker import Worker
+from tests.children import die_with_parent
 from tests.waiting import wait_for  # noqa: F401 - the one wait helper; also importable from here
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +164,7 @@ class WorkerProcesses:
             [sys.executable, str(ROOT / "run_worker.py"), *args],
             env={**worker_env(self.settings), **(env or {})}, stdout=log,
             stderr=subprocess.STDOUT, cwd=str(ROOT),
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - prctl() only, before exec
         )
         proc.log_path = log.name  # type: ignore[attr-defined]
         self.procs.append(proc)

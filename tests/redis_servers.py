@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from typing import TypeVar
 import pytest
 import redis
 
+from tests.children import die_with_parent
 from tests.waiting import wait_for
 
 HOST = "127.0.0.1"
@@ -112,19 +111,13 @@ class PortRaceError(RuntimeError):
     process of the test run took it in between): start again on new ports."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def _spawn(args: list[str], workdir: Path, log_name: str) -> subprocess.Popen[bytes]:
     log = open(workdir / log_name, "ab")  # noqa: SIM115 - owned by the process
     try:
         proc = subprocess.Popen(
             args, cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
             # the test process has threads, but the child only calls prctl() before exec
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=die_with_parent(),  # noqa: PLW1509
         )
     finally:
         log.close()

@@ -68,6 +68,7 @@ import redis
 from fusionworker.core.config import DEFAULT_RETRYABLE, Settings
 from fusionworker.core.queue import Queue
 from fusionworker.exceptions import InvalidOperation, NoSuchJob
+from tests.children import die_with_parent
 from tests.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +144,8 @@ class Supervisor:
         log = open(self.log_dir / f"chaos-worker{self.started}.log", "wb")  # noqa: SIM115
         cmd = [sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", QUEUE]
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                cwd=str(ROOT))
+                                cwd=str(ROOT),
+                                preexec_fn=die_with_parent())  # noqa: PLW1509 - prctl() only
         log.close()
         self.started += 1
         self.procs.append(proc)
