@@ -5,6 +5,7 @@ Redis: ``REDIS_URL`` or ``redis://127.0.0.1:6379/0`` (``.ci/run`` starts it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
 
@@ -177,14 +179,26 @@ class WorkerProcesses:
         return Path(proc.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
 
     def stop_all(self) -> None:
+        """SIGKILL every process started and all their descendants. A ``--processes``
+        supervisor's children live in their own process groups and shut down warm
+        when it dies (PDEATHSIG=SIGTERM): left alone, they would write their last
+        events and heartbeats after the test's keys were deleted."""
         for proc in self.procs:
             if proc.poll() is None:
+                try:
+                    tree = psutil.Process(proc.pid).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    tree = []
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
                 proc.kill()
+                for child in tree:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        child.kill()
                 proc.wait(10)
+                psutil.wait_procs(tree, timeout=10)
 
 
 def run_one(queue: Any, burst: Any, func: str, *args: Any, **options: Any) -> Any:
