@@ -15,8 +15,11 @@ holds keys of its own it did not write, unless --force-flush):
 * ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
 * ``celery``: Celery prefork ``-c 100``, Redis broker;
 * ``dramatiq``: Dramatiq, 1 process x 100 threads;
-* ``arq``: arq with ``max_jobs=100``, run from its own virtualenv (``--arq-python``;
-  arq pins ``redis<6``, which the rest of the bench environment must not get).
+* ``arq``: arq with ``max_jobs=100``, run from its own virtualenv: arq pins
+  ``redis<6``, which the rest of the bench environment must not get. Without
+  ``--arq-python`` (or ``BENCH_ARQ_PYTHON``) the bench makes that virtualenv
+  itself the first time (``python -m venv`` + ``pip install arq``, under
+  ``$XDG_CACHE_HOME/fusionworker-bench/``, default ``~/.cache``) and reuses it.
 
 Per system: the worker is started and warmed with one job (so every system has
 imported the job module before the clock starts), then the jobs are enqueued
@@ -269,6 +272,22 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(out)
 
 
+def arq_python() -> str:
+    """The python of the bench's own arq virtualenv, made (once) if missing."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    venv = cache / "fusionworker-bench" / "arq-venv"
+    python = venv / "bin" / "python"
+    ready = venv / ".arq-installed"
+    if not ready.exists():
+        print(f"arq: making its own virtualenv at {venv} (arq pins redis<6; once)",
+              file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q",
+                        "--disable-pip-version-check", "arq"], check=True)
+        ready.touch()
+    return str(python)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=1000)
@@ -280,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--redis-url", default=os.environ.get("BENCH_IO_REDIS_URL",
                                                          "redis://127.0.0.1:6379/13"))
-    p.add_argument("--arq-python", default=os.environ.get("BENCH_ARQ_PYTHON", "python"),
-                   help="python of a virtualenv with arq installed (arq pins redis<6)")
+    p.add_argument("--arq-python", default=os.environ.get("BENCH_ARQ_PYTHON"),
+                   help="python of a virtualenv with arq installed (arq pins redis<6); "
+                        "default: one the bench makes under ~/.cache/fusionworker-bench")
     p.add_argument("--start-timeout", type=float, default=180.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--force-flush", action="store_true")
@@ -292,12 +312,20 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("refusing db 0 (the bench flushes its database): use /13 or another")
     if r.dbsize() and not args.force_flush:
         raise SystemExit(f"{args.redis_url} is not empty; pass --force-flush to flush it")
+    systems = args.systems.split(",")
+    if "arq" in systems and not args.arq_python:
+        try:
+            args.arq_python = arq_python()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            print(f"arq: FAILED: no virtualenv with arq ({exc}); pass --arq-python",
+                  file=sys.stderr)
+            systems.remove("arq")
     workdir = Path(tempfile.mkdtemp(prefix="fwio-"))
     run = Run(args, workdir)
     load = os.getloadavg()
     results = []
     try:
-        for system in args.systems.split(","):
+        for system in systems:
             print(f"... {system}", file=sys.stderr, flush=True)
             try:
                 results.append(run.one(system))
