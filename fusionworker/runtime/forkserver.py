@@ -311,14 +311,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
             if efd == wake_r:
                 horse_mod.drain(wake_r)
             elif efd == fd:
-                try:
-                    chunk = sock.recv(1 << 18)
-                except ConnectionResetError:   # the worker died with data unread: gone
-                    chunk = b""
-                if chunk:
-                    inbox.extend(chunk)
-                else:
-                    eof = True               # the worker is gone or done with us
+                eof = _receive(sock, inbox)
             else:
                 run = by_fd.get(efd)
                 if run is None:
@@ -366,6 +359,25 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
             ready.append(spawn())
             if ep.poll(0):
                 break
+
+
+def _receive(sock: socket.socket, inbox: bytearray) -> bool:
+    """Everything the worker's socket holds now, into ``inbox``; True at EOF (the worker
+    is gone or done with us). It reads on until the socket would block, so requests
+    followed by the worker's end are seen as that end in the same turn: a worker
+    killed right after sending them starts no job (nobody would record it)."""
+    flags = 0                               # the first read: epoll said it is readable
+    while True:
+        try:
+            chunk = sock.recv(1 << 18, flags)
+        except BlockingIOError:             # all read, the worker is still there
+            return False
+        except ConnectionResetError:        # the worker died with data unread: gone
+            return True
+        if not chunk:
+            return True
+        inbox.extend(chunk)
+        flags = socket.MSG_DONTWAIT
 
 
 def _send(sock: socket.socket, out: list[bytes]) -> bool:

@@ -6,6 +6,7 @@ import json
 import os
 import select
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -84,6 +85,28 @@ def test_server_exits_when_the_worker_closes_it(server: ForkServer) -> None:
     proc = server.proc
     server.close()
     assert proc.poll() is not None
+
+
+def test_requests_followed_by_the_workers_end_start_no_job(server: ForkServer) -> None:
+    """A worker killed right after sending run requests: the server sees the requests and
+    the end in one turn and starts none of them (nobody would record the job; its lease
+    gives it back). The server is frozen while the request and the end are written, so
+    both wait in the socket; the worker's side is only shut for writing, so a pid answer
+    (a started job) would still reach the test."""
+    proc = server.proc
+    assert server.sock is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        job = Job(id="j1", queue="q", func="tests.jobs:noop", timeout=10)
+        server.sock.sendall(server._run_msg(job))
+        server.sock.shutdown(socket.SHUT_WR)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(10) == 0
+    said = b""
+    while chunk := server.sock.recv(1 << 16):
+        said += chunk
+    assert said == b""          # no {"pid": ...}: no horse was given the job
 
 
 def _exit_of(fs: ForkServer, pid: int) -> dict:
