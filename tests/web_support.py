@@ -92,10 +92,29 @@ def login(driver: Any, base: str, token: str) -> None:
     wait(driver, lambda d: d.current_url.rstrip("/") == base)
 
 
+#: what Chromium answers for an element of the page a navigation is replacing
+_LEFT_THE_DOCUMENT = "does not belong to the document"
+
+
 def wait(driver: Any, predicate: Any, timeout: float = 15.0) -> Any:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    """``predicate(driver)`` once it is true. A form post redirects: an element found
+    just before the new page is stale, or missing, or (Chromium, mid-navigation) "does
+    not belong to the document"; each of these is asked again, any other error raises."""
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        WebDriverException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # a form post redirects: an element found just before the new page is stale
-    return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(
-        NoSuchElementException, StaleElementReferenceException)).until(predicate)
+    def asked(d: Any) -> Any:
+        try:
+            return predicate(d)
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+        except WebDriverException as exc:
+            if _LEFT_THE_DOCUMENT in str(exc):
+                return False
+            raise
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(asked)

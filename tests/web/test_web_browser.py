@@ -49,7 +49,7 @@ def test_refused_without_a_token(base, driver, queue):
     driver.get(base + "/login")
     driver.find_element(By.ID, "token").send_keys("wrong")
     driver.find_element(By.ID, "login").click()
-    assert "wrong token" in driver.find_element(By.ID, "login-error").text
+    wait(driver, lambda d: "wrong token" in d.find_element(By.ID, "login-error").text)
     assert not driver.find_elements(By.ID, "queues")
 
 
