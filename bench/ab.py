@@ -80,7 +80,8 @@ class TreeBench(Bench):
 
     def __init__(self, url: str, workdir: Path, root: Path, concurrency: int) -> None:
         super().__init__(url, workdir)
-        self.root = root
+        self.root = self.cwd = root
+        self.log_tag = f"{root.name}-"
         self.concurrency = concurrency
         self.cpu_file: Path | None = None
         self._stats_before: dict[str, int] = {}
@@ -106,23 +107,6 @@ class TreeBench(Bench):
         out["parent_cpu_ms_per_job"] = cpu["self"] * 1000 / n
         out["horses_cpu_ms_per_job"] = cpu["children"] * 1000 / n
         return out
-
-    def spawn(self, system: str, queue: str, *, burst: bool, count_file: str | None = None
-              ) -> subprocess.Popen[str]:
-        self._logs += 1
-        log = open(self.workdir / f"{self.root.name}-{self._logs}.log", "w")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "_worker.py"), system, queue, self.url,
-             *(["--burst"] if burst else [])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-            env=self.env(count_file), cwd=str(self.root), start_new_session=True,
-        )
-        self.live.append(proc)
-        line = proc.stdout.readline() if proc.stdout else ""
-        if not line.startswith("ready"):
-            proc.kill()
-            raise RuntimeError(f"worker of {self.root} did not start; see {log.name}")
-        return proc
 
     def commandstats(self) -> dict[str, int]:
         stats = self.r.info("commandstats")

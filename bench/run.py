@@ -98,6 +98,10 @@ class Bench:
         self.workdir = workdir
         self._logs = 0
         self.live: list[subprocess.Popen[str]] = []
+        #: where the workers start (their ``import fusionworker`` finds it first) and
+        #: what their log files are named after
+        self.cwd = ROOT
+        self.log_tag = ""
 
     # -- the database ---------------------------------------------------------
 
@@ -144,17 +148,17 @@ class Bench:
               ) -> subprocess.Popen[str]:
         """Start one worker process; returns once it is ready and waiting at the gate."""
         self._logs += 1
-        log = open(self.workdir / f"{system}-{self._logs}.log", "w")  # noqa: SIM115
+        log = open(self.workdir / f"{self.log_tag}{system}-{self._logs}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(
             [sys.executable, str(WORKER), system, queue, self.url, *(["--burst"] if burst else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-            env=self.env(count_file), cwd=str(ROOT), start_new_session=True,
+            env=self.env(count_file), cwd=str(self.cwd), start_new_session=True,
         )
         self.live.append(proc)
         line = proc.stdout.readline() if proc.stdout else ""
         if not line.startswith("ready"):
             proc.kill()
-            raise RuntimeError(f"{system} worker did not start; see {log.name}")
+            raise RuntimeError(f"{system} worker ({self.cwd}) did not start; see {log.name}")
         return proc
 
     @staticmethod

@@ -32,6 +32,24 @@ def _project(folder: Path, package: str = "app") -> Path:
     return folder
 
 
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+def _queue(r, settings) -> Queue:
+    """The queue the tests enqueue ``app.tasks:where`` on (app is allowed)."""
+    return Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
+                 events=False)
+
+
+def _ran_from(q: Queue, job, project: Path) -> None:
+    """``job`` finished, running the ``app/tasks.py`` of ``project``."""
+    got = q.fetch_job(job.id)
+    assert got.status == "finished", (got.error, got.traceback)
+    assert got.result["file"] == str(project / "app" / "tasks.py")
+
+
 def _console_script(folder: Path) -> Path:
     """What pip writes for the ``fusionworker`` console script (sys.path[0] is its folder)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -51,49 +69,40 @@ def _run(argv: list[str], cwd: Path, settings, allowed: str, **env: str):
 @pytest.mark.parametrize("entry", ["console script"])
 def test_worker_imports_job_modules_from_its_current_directory(entry, r, settings, tmp_path):
     project = _project(tmp_path / "project")
-    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
-              events=False)
+    q = _queue(r, settings)
     job = q.enqueue("app.tasks:where", "cwd")
     script = ROOT / "run_worker.py" if entry == "run_worker.py" else _console_script(
         tmp_path / "bin")
     done = _run([sys.executable, str(script), "worker", "--customq", "paths", "--burst"],
                 project, settings, "app")
     assert done.returncode == 0, done.stdout + done.stderr
-    got = q.fetch_job(job.id)
-    assert got.status == "finished", (got.error, got.traceback)
-    assert got.result["file"] == str(project / "app" / "tasks.py")
+    _ran_from(q, job, project)
 
 
 
 def test_path_reaches_every_process_of_a_supervised_pool(r, settings, tmp_path):
     project = _project(tmp_path / "project")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
-              events=False)
+    elsewhere = _folder(tmp_path / "elsewhere")
+    q = _queue(r, settings)
     jobs = [q.enqueue("app.tasks:where", i) for i in range(4)]
     done = _run([sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
                  "--burst", "--processes", "2", "--path", "../project"],
                 elsewhere, settings, "app")
     assert done.returncode == 0, done.stdout + done.stderr
     for job in jobs:
-        got = q.fetch_job(job.id)
-        assert got.status == "finished", (got.error, got.traceback)
-        assert got.result["file"] == str(project / "app" / "tasks.py")
+        _ran_from(q, job, project)
 
 
 def test_fusionworker_path_setting_and_its_errors(r, settings, tmp_path):
     project = _project(tmp_path / "project")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    q = Queue("paths", r, settings=settings.replace(allowed_modules=("app", "billing")),
-              events=False)
+    elsewhere = _folder(tmp_path / "elsewhere")
+    q = _queue(r, settings)
     job = q.enqueue("app.tasks:where", "env")
     argv = [sys.executable, str(ROOT / "run_worker.py"), "worker", "--customq", "paths",
             "--burst"]
     done = _run(argv, elsewhere, settings, "app", FUSIONWORKER_PATH=str(project))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert q.fetch_job(job.id).result["file"] == str(project / "app" / "tasks.py")
+    _ran_from(q, job, project)
 
     untouched = q.enqueue("app.tasks:where", "never run")
     missing = str(tmp_path / "missing")

@@ -30,6 +30,26 @@ def _status(q, job_id):
     return job.status if job else None
 
 
+def _until(q, jobs, statuses=("finished",), timeout=30):
+    """Wait until every job of ``jobs`` is in one of ``statuses``."""
+    wait_for(lambda: all(_status(q, j.id) in statuses for j in jobs), timeout=timeout,
+             interval=0.1)
+
+
+ENDED = ("finished", "failed")
+
+
+def _running(processes, q, r, settings, n, seconds, env=None, **options):
+    """A worker with ``n`` slots and ``n`` jobs that each push their horse's pid to a list
+    and sleep ``seconds``; returns (worker, jobs, the list's key) once all ``n`` run."""
+    key = f"{settings.prefix}:pids"
+    w = processes.worker("--customq", "default", "--concurrency", str(n), env=env)
+    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, seconds],
+                           **options) for _ in range(n)]
+    wait_for(lambda: r.llen(key) == n, timeout=20)
+    return w, jobs, key
+
+
 def _horse_pids(proc):
     return [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
 
@@ -43,8 +63,7 @@ def test_fifty_jobs_run_at_once_with_concurrency_50(processes, queue, r, setting
     # if all 50 run at the same time (a worker running fewer at once never meets them)
     jobs = [q.enqueue_call("tests.jobs:barrier", args=[settings.redis_url, key, 50])
             for _ in range(50)]
-    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=90,
-             interval=0.2)
+    _until(q, jobs, timeout=90)
     assert r.lrange(f"{key}:met", 0, -1) == ["1"] * 50
     data = r.hgetall(Keys(settings.prefix).worker(f"{os.uname().nodename}.{w.pid}"))
     assert data["concurrency"] == "50"
@@ -72,16 +91,11 @@ def test_info_and_heartbeat_show_every_current_job(processes, queue, r, settings
 @pytest.mark.slow
 def test_sigkill_of_one_horse_fails_only_its_job(processes, queue, r, settings):
     q = queue()
-    key = f"{settings.prefix}:pids"
-    w = processes.worker("--customq", "default", "--concurrency", "5")
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 2.5])
-            for _ in range(5)]
-    wait_for(lambda: r.llen(key) == 5, timeout=20)
+    w, jobs, key = _running(processes, q, r, settings, 5, 2.5)
     victim = int(r.lindex(key, 2))
     assert victim in _horse_pids(w)
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in jobs), timeout=30,
-             interval=0.1)
+    _until(q, jobs, ENDED)
     failed = [q.fetch_job(j.id) for j in jobs if _status(q, j.id) == "failed"]
     assert len(failed) == 1
     assert failed[0].failure_reason == "killed"
@@ -94,8 +108,7 @@ def test_a_job_over_its_timeout_fails_alone(processes, queue, r, settings):
     processes.worker("--customq", "default", "--concurrency", "4")
     slow = q.enqueue_call("tests.jobs:sleep", args=[30], timeout=1)
     others = [q.enqueue_call("tests.jobs:sleep", args=[2]) for _ in range(3)]
-    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in [slow, *others]),
-             timeout=30, interval=0.1)
+    _until(q, [slow, *others], ENDED)
     job = q.fetch_job(slow.id)
     assert job.status == "failed" and job.failure_reason == "timeout"
     assert [_status(q, j.id) for j in others] == ["finished"] * 3
@@ -109,8 +122,7 @@ def test_max_active_holds_across_slots(processes, queue, r, settings):
     jobs = [q.enqueue_call("tests.jobs:count_active", args=[settings.redis_url, key, 0.3])
             for _ in range(12)]
     processes.worker("--customq", "default", "--concurrency", "10")
-    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=60,
-             interval=0.1)
+    _until(q, jobs, timeout=60)
     seen = [int(n) for n in r.lrange(f"{key}:seen", 0, -1)]
     assert len(seen) == 12
     assert max(seen) == 3      # never more than 3 running, counted inside the jobs
@@ -120,20 +132,15 @@ def test_max_active_holds_across_slots(processes, queue, r, settings):
 def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_job(
         processes, queue, r, settings):
     q = queue()
-    key = f"{settings.prefix}:pids"
     env = {"FUSIONWORKER_LEASE": "1.5", "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
-    w = processes.worker("--customq", "default", "--concurrency", "10", env=env)
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 4.0],
-                           max_retries=3) for _ in range(10)]
-    wait_for(lambda: r.llen(key) == 10, timeout=20)
+    w, jobs, key = _running(processes, q, r, settings, 10, 4.0, env=env, max_retries=3)
     horses = processes_of(r.lrange(key, 0, -1))
     os.kill(w.pid, signal.SIGKILL)
     w.wait(10)
     wait_for(lambda: gone(horses), timeout=10, what="every horse gone")
     assert all(_status(q, j.id) == "started" for j in jobs)   # nobody recorded them
     processes.worker("--customq", "default", "--concurrency", "10", env=env)
-    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=40,
-             interval=0.1)
+    _until(q, jobs, timeout=40)
     assert r.llen(key) == 20                         # each ran exactly once more
     assert all(q.fetch_job(j.id).attempts == 2 for j in jobs)
 
@@ -141,11 +148,7 @@ def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_jo
 @pytest.mark.slow
 def test_warm_shutdown_waits_for_every_running_job(processes, queue, r, settings):
     q = queue()
-    key = f"{settings.prefix}:pids"
-    w = processes.worker("--customq", "default", "--concurrency", "4")
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 1.5])
-            for _ in range(4)]
-    wait_for(lambda: r.llen(key) == 4, timeout=20)
+    w, jobs, _ = _running(processes, q, r, settings, 4, 1.5)
     w.send_signal(signal.SIGTERM)
     assert w.wait(30) == 0
     assert [_status(q, j.id) for j in jobs] == ["finished"] * 4
@@ -153,11 +156,7 @@ def test_warm_shutdown_waits_for_every_running_job(processes, queue, r, settings
 
 def test_cold_shutdown_returns_every_job_unstarted(processes, queue, r, settings):
     q = queue()
-    key = f"{settings.prefix}:pids"
-    w = processes.worker("--customq", "default", "--concurrency", "4")
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 60])
-            for _ in range(4)]
-    wait_for(lambda: r.llen(key) == 4, timeout=20)
+    w, jobs, key = _running(processes, q, r, settings, 4, 60)
     horses = processes_of(r.lrange(key, 0, -1))
     w.send_signal(signal.SIGTERM)
     wait_for(lambda: "warm shutdown" in processes.output(w))
@@ -216,22 +215,17 @@ def test_processes_times_concurrency_gives_p_x_n_slots(processes, queue, r, sett
     assert {r.hget(keys.worker(n), "concurrency") for n in r.smembers(keys.workers)} == {"3"}
     jobs = [q.enqueue_call("tests.jobs:barrier", args=[settings.redis_url, key, 6])
             for _ in range(6)]
-    wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=90,
-             interval=0.2)
+    _until(q, jobs, timeout=90)
     assert r.lrange(f"{key}:met", 0, -1) == ["1"] * 6     # 2 x 3 ran at the same time
 
 
 def test_fork_server_killed_fails_its_running_jobs_and_a_new_one_serves(processes, queue, r,
                                                                          settings):
     q = queue()
-    key = f"{settings.prefix}:pids"
-    w = processes.worker("--customq", "default", "--concurrency", "3")
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 30])
-            for _ in range(3)]
-    wait_for(lambda: r.llen(key) == 3, timeout=20)
+    w, jobs, _ = _running(processes, q, r, settings, 3, 30)
     [server] = [c for c in psutil.Process(w.pid).children() if "fork server" in " ".join(c.cmdline())]
     server.kill()
-    wait_for(lambda: all(_status(q, j.id) == "failed" for j in jobs), timeout=20, interval=0.1)
+    _until(q, jobs, ("failed",), timeout=20)
     assert {q.fetch_job(j.id).failure_reason for j in jobs} == {"killed"}
     after = q.enqueue_call("tests.jobs:add", args=[2, 3])
     wait_for(lambda: _status(q, after.id) == "finished", timeout=20)
@@ -261,8 +255,7 @@ def test_sighup_renews_the_fork_server_and_running_horses_finish(processes, queu
     w.send_signal(signal.SIGHUP)
     wait_for(lambda: any(pid != old for pid in servers()), timeout=20)
     after = q.enqueue_call("tests.jobs:add", args=[2, 3])
-    wait_for(lambda: all(_status(q, j.id) in ("finished", "failed") for j in [*jobs, after]),
-             timeout=30, interval=0.1)
+    _until(q, [*jobs, after], ENDED)
     # the horses of the old server ran to their end; the next job ran on the new server
     assert [_status(q, j.id) for j in [*jobs, after]] == ["finished"] * 3
     wait_for(lambda: servers() and old not in servers(), timeout=20)   # old one retired
@@ -281,8 +274,7 @@ def _freeze_then_hand_on(processes, q, r, frozen, jobs, keys, concurrency):
     try:
         processes.worker("--customq", "default", "--concurrency", str(concurrency),
                          env=SHORT_LEASE)
-        wait_for(lambda: all(_status(q, j.id) == "finished" for j in jobs), timeout=40,
-                 interval=0.1)
+        _until(q, jobs, timeout=40)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     for key, pid in zip(keys, first):

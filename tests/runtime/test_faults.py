@@ -268,6 +268,25 @@ def _horse_pid(r, key):
     return int(r.lrange(key, 0, 0)[0].split(":")[1])
 
 
+def _frozen_then_handed_on(processes, q, r, job, key, send) -> int:
+    """Once ``job`` (tests.jobs:exclusive, writing to ``key``) runs, ``send(SIGSTOP)``
+    freezes its worker; a second worker takes the job over when the lease ran out, then
+    ``send(SIGCONT)``. Checks that no two horses ever ran it at once and that the frozen
+    horse was killed before its end; returns that horse's pid."""
+    wait_for(lambda: r.llen(key) >= 1)
+    first = _horse_pid(r, key)
+    send(signal.SIGSTOP)
+    try:
+        processes.worker("-q", "default", env=LEASE_ENV)
+        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
+    finally:
+        send(signal.SIGCONT)
+    entries, runs = _executions(r, key)
+    assert "overlap" not in entries, entries
+    assert runs >= 2 and f"end:{first}" not in entries
+    return first
+
+
 @pytest.mark.slow
 def test_a_frozen_parents_horse_dies_at_its_lease_before_the_job_is_handed_on(
         processes, queue, r, prefix, redis_url, tmp_path):
@@ -275,17 +294,8 @@ def test_a_frozen_parents_horse_dies_at_its_lease_before_the_job_is_handed_on(
     key, marker = f"{prefix}:runs", str(tmp_path / "marker")
     job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
     a = processes.worker("-q", "default", env=LEASE_ENV)
-    wait_for(lambda: r.llen(key) >= 1)
-    first = _horse_pid(r, key)
-    os.kill(a.pid, signal.SIGSTOP)                      # the parent alone
-    try:
-        processes.worker("-q", "default", env=LEASE_ENV)
-        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
-    finally:
-        os.kill(a.pid, signal.SIGCONT)
-    entries, runs = _executions(r, key)
-    assert "overlap" not in entries, entries
-    assert runs >= 2 and f"end:{first}" not in entries   # the frozen one's horse was killed
+    first = _frozen_then_handed_on(processes, q, r, job, key,
+                                   lambda sig: os.kill(a.pid, sig))   # the parent alone
     assert q.fetch_job(job.id).result != first
     heartbeats(r, Keys(prefix).worker(f"{socket.gethostname()}.{a.pid}"))  # carries on
     assert a.poll() is None
@@ -308,18 +318,8 @@ def test_a_stopped_workers_process_group_still_has_its_horse_die_at_its_lease(
                          env=worker_env(settings, **LEASE_ENV), cwd=str(ROOT),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                          start_new_session=True)
-    try:
-        wait_for(lambda: r.llen(key) >= 1)
-        first = _horse_pid(r, key)
-        os.killpg(a.pid, signal.SIGSTOP)                # the worker's group, as Ctrl-Z does
-        try:
-            processes.worker("-q", "default", env=LEASE_ENV)
-            wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
-        finally:
-            os.killpg(a.pid, signal.SIGCONT)
-        entries, runs = _executions(r, key)
-        assert "overlap" not in entries, entries
-        assert runs >= 2 and f"end:{first}" not in entries   # the stopped one's horse was killed
+    try:                                                # the worker's group, as Ctrl-Z does
+        _frozen_then_handed_on(processes, q, r, job, key, lambda sig: os.killpg(a.pid, sig))
     finally:
         os.killpg(a.pid, signal.SIGKILL)
         a.wait(10)

@@ -33,6 +33,7 @@ from fusionworker.middleware.callbacks import FailureCallbacks
 from fusionworker.middleware.reaper import reap_once
 from tests.chaos import worker_proc
 from tests.conftest import WorkerProcesses
+from tests.redis_servers import free_port
 from tests.waiting import wait_for
 
 
@@ -384,12 +385,6 @@ def test_failure_callback_errors_are_counted_and_never_block(queue, burst, setti
 
 
 # -- Redis down ----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_redis(port: int, folder) -> subprocess.Popen:

@@ -17,6 +17,7 @@ import pytest
 from fusionworker.core import admin
 from fusionworker.middleware.notify import SystemdNotifier
 from fusionworker.runtime.supervisor import Supervisor, child_env
+from tests.redis_servers import free_port
 from tests.waiting import wait_for
 
 
@@ -169,24 +170,18 @@ def test_workers_shut_down_when_the_supervisor_is_killed(processes: Any, r: Any,
         wait_for(lambda s=status: not s.exists() or "zombie" in s.read_text(), timeout=5)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_each_process_of_a_pool_serves_its_own_metrics_port(
         processes: Any, r: Any, prefix: str) -> None:
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     while True:  # PORT and PORT+1 both free
         try:
             with socket.socket() as s:
                 s.bind(("127.0.0.1", port + 1))
             break
         except OSError:
-            port = _free_port()
+            port = free_port()
     sup = processes.worker("--customq", "default", "--processes", "2", "--name", "m",
                            "--metrics-port", str(port))
     wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
