@@ -313,6 +313,11 @@ def test_three_workers_enqueue_exactly_once_per_tick(r, settings, processes):
     assert stopped.wait(15) == 0, processes.output(stopped)
     runs_then = cron.get_entry(r, settings, "tick").runs
     wait_for(lambda: cron.get_entry(r, settings, "tick").runs >= runs_then + 5, timeout=40)
+    # no more ticks, and the ones enqueued ran, before the workers stop (a run enqueued
+    # just before a warm shutdown stays queued for the next worker: not lost, not run here)
+    cron.pause(r, settings, "tick")
+    wait_for(lambda: all(j["status"] == "finished" for j in cron_jobs(r, settings)),
+             timeout=20)
     for proc in processes.procs:
         proc.send_signal(signal.SIGTERM)
     for proc in processes.procs:
