@@ -56,16 +56,11 @@ import psutil
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import percentile  # noqa: E402
+
 SYSTEMS = ("fw-c", "fw-p", "rq", "celery", "dramatiq", "arq")
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * pct / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
@@ -183,8 +178,17 @@ class Run:
                             "arq-enqueue", path, str(n), str(seconds)],
                            env=self.env, cwd=str(ROOT), check=True)
 
-    def one(self, system: str) -> dict[str, Any]:
+    def flush(self) -> None:
+        """Empty the bench's database, after the events fusionworker's producer still
+        holds (its sink writes them from a thread: else they land after the flush, and
+        the next run finds the database not empty)."""
+        from fusionworker.events import flush_default_sinks
+
+        flush_default_sinks()
         self.r.flushdb()
+
+    def one(self, system: str) -> dict[str, Any]:
+        self.flush()
         argv, extra, least = self.command(system)
         log = open(self.workdir / f"{system}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(argv, env={**self.env, **extra}, cwd=str(ROOT), stdout=log,
@@ -332,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - one system failing must not end the run
                 print(f"{system}: FAILED: {exc}", file=sys.stderr)
     finally:
-        run.r.flushdb()
+        run.flush()
     info = {"cpus": os.cpu_count(), "loadavg_before": load, "loadavg_after": os.getloadavg(),
             "jobs": args.jobs, "seconds": args.seconds, "results": results}
     print(f"{args.jobs} jobs x {args.seconds:g} s sleep; {os.cpu_count()} CPUs; load average "
