@@ -44,7 +44,6 @@ KNOWN_DEFERRED_CYCLES = {
     frozenset({"fusionworker.core.batch", "fusionworker.core.queue",
                "fusionworker.core.registry", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
-    frozenset({"fusionworker.runtime.forkserver", "fusionworker.runtime.horse"}),
 }
 
 
