@@ -24,6 +24,7 @@ from .common import (
     search_queue_option,
     table,
 )
+from .worker_cmd import extend_sys_path
 
 #: Version of the ``job list --json`` document (see docs/operations.md).
 JOB_LIST_SCHEMA = 1
@@ -48,9 +49,14 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 @click.argument("func", required=False)
 @click.argument("args", nargs=-1)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
-@click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
-@click.option("--max-retries", type=click.IntRange(min=0))
+@click.option("--priority", type=click.IntRange(-1023, 1023),
+              help="-1023..1023, higher runs first. Default: the function's @job priority, "
+                   "else 0.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds. Default: the function's @job timeout, else "
+                   "FUSIONWORKER_JOB_TIMEOUT.")
+@click.option("--max-retries", type=click.IntRange(min=0),
+              help="Default: the function's @job max_retries, else FUSIONWORKER_MAX_RETRIES.")
 @click.option("--retry-delay", type=click.FloatRange(min=0), help="First retry delay, seconds.")
 @click.option("--job-id")
 @click.option("--unique-key", help="Skip if a live job with this key exists.")
@@ -62,7 +68,7 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
                    "anything is written.")
 @pass_app
 def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
-            kwargs_json: str | None, priority: int, timeout: float | None,
+            kwargs_json: str | None, priority: int | None, timeout: float | None,
             max_retries: int | None, retry_delay: float | None, job_id: str | None,
             unique_key: str | None, group: str | None, delay: float | None,
             from_file: Any) -> None:
@@ -70,6 +76,9 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
 
     ARGS are parsed as JSON where they parse, else kept as strings.
     With --from-file, enqueue every job of a JSON-lines file in bulk instead.
+    The current directory and FUSIONWORKER_PATH are searched for FUNC's module
+    (as the worker does): an allowed module is imported, so that its @job
+    options are the job's defaults and a missing function is refused here.
     """
     if from_file is not None:
         ctx = click.get_current_context()
@@ -85,6 +94,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     if func is None:
         raise click.UsageError("Missing argument 'FUNC' (or give --from-file).")
     kwargs = parse_kwargs(kwargs_json)
+    extend_sys_path(app.settings.path)   # the worker's search path: the job's module
     import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
     arguments = [parse_arg(a) for a in args]
@@ -143,6 +153,7 @@ def _prepare_line(q: Queue, number: int, line: str) -> PreparedJob:
 
 
 def _enqueue_file(app: App, queue: str, source: Any) -> None:
+    extend_sys_path(app.settings.path)   # the worker's search path: the jobs' modules
     import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
     name = getattr(source, "name", "-")

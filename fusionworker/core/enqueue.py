@@ -14,7 +14,7 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -29,8 +29,8 @@ from .config import check_value
 from .connection import text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
-from .options import JobOptions
-from .registry import lookup, producer_allowed, registered
+from .options import JobOptions, registered_defaults
+from .registry import producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,9 +99,9 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: Iterable[Any] | None
     allowed, default_timeout, default_retries = defaults(q)
     ref = func if func.__class__ is str and func in _CHECKED_REFS else _checked_ref(func)
     verify(ref, allowed)
-    handle = lookup(ref)   # registered (@job): its options are the defaults
-    if handle is not None and handle.default_options:
-        options = options.over(handle.default_options)
+    # registered (@job, register(); verify() imported its module when it may): the
+    # function's options are the defaults, however it was named
+    options = options.over(registered_defaults(ref))
     opts = options.checked(default_timeout, default_retries)
     if when is not None and not math.isfinite(float(when[1])):
         raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
@@ -149,15 +149,33 @@ def defaults(q: Queue) -> tuple[tuple[str, ...], float, int]:
 
 def _encode_arguments(ref: str, args: Iterable[Any] | None,
                       kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
-    """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job."""
+    """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job.
+
+    ``args`` is a list or a tuple (a string would be its characters), ``kwargs`` a
+    dict (or another mapping); TypeError otherwise."""
+    if args is None:
+        args = []
+    elif not isinstance(args, (list, tuple)):
+        raise TypeError(f"args must be a list or a tuple, got {type(args).__name__} "
+                        f"{_short(args)} (one argument: args=[value])")
+    if kwargs is None:
+        kwargs = {}
+    elif kwargs.__class__ is not dict:
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__} "
+                            f"{_short(kwargs)}")
+        kwargs = dict(kwargs)
     try:
-        args_enc = codec.encode(args if isinstance(args, (list, tuple))
-                                else list(args or []), "args")
-        kwargs_enc = codec.encode(kwargs if kwargs.__class__ is dict
-                                  else dict(kwargs or {}), "kwargs")
+        args_enc = codec.encode(args, "args")
+        kwargs_enc = codec.encode(kwargs, "kwargs")
     except codec.UnsupportedType as exc:
         raise codec.UnsupportedType(f"cannot enqueue {ref}: {exc}") from None
     return args_enc, kwargs_enc
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
