@@ -46,6 +46,7 @@ from .scripts import Scripts, replies
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
     from .connection import RedisClient
+    from .registries import JobRegistry
 
 log = logging.getLogger("fusionworker.queue")
 
@@ -186,7 +187,7 @@ class Queue:
 
     def __init__(
         self,
-        name: str,
+        name: str = "default",
         connection: RedisClient | None = None,
         *,
         settings: Settings | None = None,
@@ -1002,6 +1003,53 @@ class Queue:
                     if progress:
                         progress(1)
         return removed
+
+    # -- RQ's names (docs/from-rq.md); thin layers over the methods above --------
+
+    @classmethod
+    def all(cls, connection: RedisClient | None = None, *,
+            settings: Settings | None = None) -> list[Queue]:
+        """Every queue ever enqueued to (``fw:queues``), by name."""
+        settings = settings or settings_from_env()
+        conn = shared_client(settings.redis_url) if connection is None else connection
+        return [cls(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
+
+    def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
+        """Queued ids in the order they will run, ``length`` of them from ``offset``
+        (-1: all)."""
+        stop = -1 if length < 0 else offset + length - 1
+        return texts(self.connection.zrevrange(self.qkeys.pending, offset, stop))
+
+    def get_jobs(self, offset: int = 0, length: int = -1) -> list[Job[Any]]:
+        """The queued jobs of :meth:`get_job_ids`."""
+        found = (self.fetch_job(i) for i in self.get_job_ids(offset, length))
+        return [j for j in found if j is not None]
+
+    def is_empty(self) -> bool:
+        """No job is queued (scheduled and deferred ones are not counted)."""
+        return self.count == 0
+
+    def registry(self, status: JobStatus | str) -> JobRegistry:
+        """The registry object of ``status`` (``"failed"``, ``"started"``, ...)."""
+        from .registries import REGISTRIES
+
+        if str(status) not in REGISTRIES:
+            raise ValueError(f"no registry for status {status!r}; one of "
+                             f"{', '.join(sorted(REGISTRIES))}")
+        return REGISTRIES[str(status)](queue=self)
+
+    failed_job_registry = property(lambda self: self.registry("failed"),
+                                   doc="The queue's :class:`FailedJobRegistry`.")
+    finished_job_registry = property(lambda self: self.registry("finished"),
+                                     doc="The queue's :class:`FinishedJobRegistry`.")
+    started_job_registry = property(lambda self: self.registry("started"),
+                                    doc="The queue's :class:`StartedJobRegistry`.")
+    scheduled_job_registry = property(lambda self: self.registry("scheduled"),
+                                      doc="The queue's :class:`ScheduledJobRegistry`.")
+    deferred_job_registry = property(lambda self: self.registry("deferred"),
+                                     doc="The queue's :class:`DeferredJobRegistry`.")
+    canceled_job_registry = property(lambda self: self.registry("canceled"),
+                                     doc="The queue's :class:`CanceledJobRegistry`.")
 
 
 def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
