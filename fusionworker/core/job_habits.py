@@ -140,18 +140,33 @@ class JobHabits:
 
     # -- status ------------------------------------------------------------------
 
-    def get_status(self, refresh: bool = True) -> JobStatus | None:
+    def get_status(self, refresh: bool = True) -> JobStatus:
         """The job's status, read again from Redis (one ``HGET``) unless
-        ``refresh=False``; None once the record is gone (deleted or expired)."""
+        ``refresh=False``. Raises :class:`~fusionworker.exceptions.NoSuchJob`
+        once the record is gone (deleted, expired), as RQ raises."""
         from .job import JobStatus
 
         if refresh and self._queue is not None:
             q = self._queue
             value = q.connection.hget(q.qkeys.job(self.id), "status")
             if value is None:
-                return None
+                raise NoSuchJob(f"job {self.id!r} of queue {self.queue!r} no longer exists")
             self.status = JobStatus.read(value)
         return self.status
+
+    def get_meta(self, refresh: bool = True) -> dict[str, Any]:
+        """``job.meta``, read again from Redis (one ``HGET``) unless ``refresh=False``."""
+        if refresh and self._queue is not None:
+            q = self._queue
+            raw = q.connection.hget(q.qkeys.job(self.id), "meta")
+            found = codec.loads(raw) if raw else {}
+            self.meta = found if isinstance(found, dict) else {}
+        return self.meta
+
+    def get_position(self) -> int | None:
+        """Place of the job in its queue's run order (0 runs next), or None when it
+        is not queued."""
+        return cast("int | None", self._queue_for("get_position").get_job_position(self.id))
 
     def _is(self, status: str) -> bool:
         return self.get_status() == status

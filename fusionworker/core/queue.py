@@ -1029,6 +1029,20 @@ class Queue:
         """No job is queued (scheduled and deferred ones are not counted)."""
         return self.count == 0
 
+    def get_job_position(self, job: Job[Any] | str) -> int | None:
+        """Place of a queued job in the run order (0 runs next), or None."""
+        place = self.connection.zrevrank(self.qkeys.pending, job if isinstance(job, str)
+                                         else job.id)
+        return None if place is None else int(cast("int", place))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Queue):
+            return NotImplemented
+        return (self.name, self.settings.prefix) == (other.name, other.settings.prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.settings.prefix))
+
     def registry(self, status: JobStatus | str) -> JobRegistry:
         """The registry object of ``status`` (``"failed"``, ``"started"``, ...)."""
         from .registries import REGISTRIES

@@ -56,6 +56,14 @@ class JobRegistry:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobRegistry):
+            return NotImplemented
+        return type(self) is type(other) and self.queue == other.queue
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.queue))
+
     @property
     def count(self) -> int:
         """How many ids the registry holds (``ZCARD``; see :meth:`cleanup`)."""

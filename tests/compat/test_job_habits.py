@@ -64,12 +64,16 @@ def test_scheduled_deferred_and_started_states(queue, r):
     assert parent.is_started
 
 
-def test_get_status_is_none_once_the_record_is_gone(queue):
+def test_get_status_raises_once_the_record_is_gone(queue):
     q = queue()
     job = q.enqueue("tests.jobs:noop")
     job.delete()
     assert q.fetch_job(job.id) is None
-    assert job.get_status() is None and not job.is_queued
+    with pytest.raises(NoSuchJob):
+        job.get_status()
+    with pytest.raises(NoSuchJob):
+        assert job.is_queued
+    assert job.get_status(refresh=False) == "queued"
 
 
 def test_description_func_name_and_origin(queue):
