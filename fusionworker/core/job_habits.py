@@ -165,8 +165,10 @@ class JobHabits:
 
     def get_position(self) -> int | None:
         """Place of the job in its queue's run order (0 runs next), or None when it
-        is not queued."""
-        return cast("int | None", self._queue_for("get_position").get_job_position(self.id))
+        is not queued (or was not read through a queue)."""
+        if self._queue is None:
+            return None
+        return cast("int | None", self._queue.get_job_position(self.id))
 
     def _is(self, status: str) -> bool:
         return self.get_status() == status
@@ -211,11 +213,21 @@ class JobHabits:
             self._refreshed()
         return self.result if self.status == "finished" else None
 
-    def latest_result(self) -> JobResult | None:
+    def latest_result(self, timeout: float | None = None) -> JobResult | None:
         """The outcome of the last attempt (:class:`~fusionworker.core.job.JobResult`),
-        or None while the job has none (queued, started, deferred, scheduled)."""
+        or None while the job has none (queued, started, deferred, scheduled).
+
+        ``timeout``: wait up to that many seconds for an outcome first (no
+        polling: :meth:`~fusionworker.core.job.Job.wait`); None after it too.
+        """
+        from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout
         from .job import JobResult
 
+        if timeout is not None:
+            try:
+                cast("Job[Any]", self).wait(timeout)
+            except (JobFailed, JobCanceled, JobWaitTimeout):
+                pass       # the outcome (or its absence) is read below
         self._refreshed()
         kind = {"finished": "successful", "failed": "failed", "canceled": "canceled"}.get(
             self.status)
