@@ -143,7 +143,7 @@ def main(ctx: click.Context, config_file: str | None, redis_url: str | None,
     The global options (-c, -u/--redis-url, --prefix, --log-level,
     --log-format) may also follow the command: `worker -u URL` works.
     A short flag means one thing in every command (-q queue, -n how many
-    to show, -u Redis URL, -y no confirmation, -f follow, -s status).
+    to show, -u Redis URL, -b burst, -y no confirmation, -f follow, -s status).
     """
     try:
         ctx.obj = App(config_file=config_file, redis_url=redis_url, log_level=log_level,

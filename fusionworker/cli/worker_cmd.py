@@ -33,7 +33,7 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
                    "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
                    "known queue (the default when no queue is given).")
 @click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
-@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
