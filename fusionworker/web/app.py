@@ -260,6 +260,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                                     303)
         stats = board.queue(name).stats()
         return page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
+                    counts=board.status_counts(name),
                     names=names, failed_page=failed, status=status,
                     filters={k: p.get(k) or "" for k in ("priority", "function")})
 

@@ -68,7 +68,7 @@ OPENAPI: dict[str, Any] = {
             "first. A function filter, or a priority filter outside `queued`, reads a window "
             "of 2000 ids from `start` and gives `next_start`.",
             params=[_p("queue", required=True),
-                    _p("status", help_="queued|scheduled|started|failed|finished|canceled"),
+                    _p("status", help_="queued|scheduled|deferred|started|failed|finished|canceled"),
                     _p("priority", help_="an integer -1023..1023 or a band: high|normal|low"),
                     _p("function", help_="substring of module:function"),
                     _p("page", kind="integer"), _p("per_page", kind="integer"),

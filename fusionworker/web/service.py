@@ -23,15 +23,18 @@ from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..exceptions import InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
+from . import details
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
 log = logging.getLogger("fusionworker.web")
 
-#: the dashboard's tabs, in its order (``jobs list --status deferred`` lists deferred jobs)
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.FAILED,
-            JobStatus.FINISHED, JobStatus.CANCELED)
+#: the dashboard's tabs, in its order: every status a job can have
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
+            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+#: registries listed oldest (or soonest) first; the others newest (or best) first
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -116,6 +119,14 @@ class Dashboard:
     def cron_entries(self) -> list[dict[str, Any]]:
         return [e.to_dict() for e in cron.list_entries(self.r, self.prefix, self.queue_names())]
 
+    def status_counts(self, queue: str) -> dict[str, int]:
+        """How many jobs each status tab of ``queue`` holds (one pipeline of ZCARDs)."""
+        k = self.queue(queue).qkeys
+        pipe = self.r.pipeline(transaction=False)
+        for status in STATUSES:
+            pipe.zcard(k.registry(status))
+        return {str(s): int(n) for s, n in zip(STATUSES, pipe.execute(), strict=True)}
+
     def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
@@ -142,7 +153,7 @@ class Dashboard:
                 low, high = bands[str(priority)]
             else:
                 low = high = parse_int(priority, "priority", -1023, 1023)
-        newest_first = status not in (JobStatus.SCHEDULED, JobStatus.STARTED)
+        newest_first = status not in OLDEST_FIRST
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
@@ -216,6 +227,13 @@ class Dashboard:
         end = job.ended_at if job.status in DONE_STATUSES else None
         # stream ids are delivery times; producers and workers deliver in batches
         found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
+        doc["dependencies"] = details.dependencies(self.r, self.prefix, job.id, q.name,
+                                                   job.depends_on)
+        doc["dependents"] = (details.dependents(self.r, self.prefix, job.id, q.name)
+                             if job.has_dependents and job.status not in DONE_STATUSES else [])
+        doc["batch_status"] = details.batch_of(self.r, self.prefix, job.batch)
+        doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
+            job.traceback)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
                                key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
         return doc
