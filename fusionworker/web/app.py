@@ -30,8 +30,9 @@ from .. import __version__
 from ..core.config import Settings
 from ..core.connection import mask_url
 from ..core.job import JobStatus
+from ..core.queue import find_queue_of
 from ..ops.info import fmt_age
-from . import auth
+from . import auth, listings
 from .openapi import OPENAPI
 from .service import STATUSES, ApiError, Dashboard, parse_int
 
@@ -289,6 +290,22 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         return page(request, "scheduled.html", who, listings=rows, cron=board.cron_entries(),
                     now=board.now())
 
+    def search_view(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        text = (request.query_params.get("q") or "").strip()
+        if not text:
+            return RedirectResponse("/", 303)
+        if len(text) > 200:
+            raise ApiError(400, "search for at most 200 characters")
+        if listings.looks_like_job_id(text):
+            where = find_queue_of(r, text, settings.prefix)
+            if where is not None:
+                return RedirectResponse(f"/jobs/{quote(text)}?queue={quote(where)}", 303)
+        result = listings.search_functions(r, settings.prefix, board.queue_names(), text)
+        return page(request, "search.html", who, result=result)
+
     def workers_view(request: Request) -> Response:
         who = page_user(request)
         if isinstance(who, Response):
@@ -371,6 +388,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/jobs/{id}", job_view),
         Route("/scheduled", scheduled_view),
         Route("/workers", workers_view),
+        Route("/search", search_view),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/action", form_action, methods=["POST"]),

@@ -90,21 +90,28 @@
     }
     data.workers.forEach(function (w) {
       var tr = el("tr");
-      tr.appendChild(el("td", w.name)); tr.appendChild(el("td", w.host)); tr.appendChild(el("td", w.pid, "n"));
-      var st = el("td"); st.appendChild(el("span", w.state, "badge"));
+      function td(text, cls, label) {
+        var c = el("td", text, cls);
+        if (label) c.setAttribute("data-label", label);
+        tr.appendChild(c);
+        return c;
+      }
+      var name = td(null, "first"), link = el("a", w.name);
+      link.href = "/workers/" + encodeURIComponent(w.name);
+      name.appendChild(link);
+      td(w.host, "minor"); td(w.pid, "n minor");
+      var st = td(null, "key"); st.appendChild(el("span", w.state, "badge"));
       if (w.throttle) { st.appendChild(document.createTextNode(" ")); st.appendChild(el("span", w.throttle, "badge warn")); }
-      tr.appendChild(st);
-      tr.appendChild(el("td", w.queues.join(", ")));
-      var job = el("td");
+      td(w.queues.join(", "), "", "queues");
+      var job = td(null, "key", "job");
       if (w.current_job) {
         var a = el("a", w.current_job);
         a.href = "/jobs/" + encodeURIComponent(w.current_job) + "?queue=" + encodeURIComponent(w.current_queue || "");
         job.appendChild(a);
       } else { job.textContent = "-"; }
-      tr.appendChild(job);
-      tr.appendChild(el("td", w.current_job ? age(w.current_job_age) : "-", "n"));
-      tr.appendChild(el("td", age(w.heartbeat_age), "n"));
-      tr.appendChild(el("td", w.successful, "n")); tr.appendChild(el("td", w.failed, "n"));
+      td(w.current_job ? age(w.current_job_age) : "-", "n", "running");
+      td(age(w.heartbeat_age), "n", "heartbeat");
+      td(w.successful, "n", "ok"); td(w.failed, "n", "failed");
       body.appendChild(tr);
     });
     var count = document.getElementById("worker-count");
@@ -130,6 +137,16 @@
   var initial = document.getElementById("chart-data");
   if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
   if (document.getElementById("queues") || document.getElementById("workers")) setTimeout(refresh, poll);
+
+  var toggle = document.getElementById("theme-toggle");
+  if (toggle) toggle.addEventListener("click", function () {
+    var root = document.documentElement;
+    var now = root.getAttribute("data-theme") ||
+      (window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+    var next = now === "dark" ? "light" : "dark";
+    root.setAttribute("data-theme", next);
+    try { window.localStorage.setItem("fw-theme", next); } catch (e) { /* not kept */ }
+  });
 
   document.addEventListener("submit", function (ev) {
     var submitter = ev.submitter;
