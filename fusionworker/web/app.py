@@ -111,15 +111,23 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
 
     def page(request: Request, name: str, who: auth.Identity, **ctx: Any) -> HTMLResponse:
         csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         html = env.get_template(name).render(
             request=request, user=who.user, read_only=read_only, csrf=csrf,
             version=__version__, redis_url=masked, poll_ms=int(poll_interval * 1000),
             message=request.query_params.get("msg"), error=request.query_params.get("error"),
-            path=request.url.path, auth_on=authn.configured, qs=urlencode, **ctx)
+            path=request.url.path, here=here, auth_on=authn.configured, qs=urlencode, **ctx)
         response = HTMLResponse(html)
         if request.cookies.get(auth.CSRF_COOKIE) != csrf:
             response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=False, samesite="strict")
         return response
+
+    def fragment(name: str, request: Request, user: str, here: str, **ctx: Any) -> str:
+        """A part of a page, rendered as the page renders it (for live updates)."""
+        return env.get_template(name).render(
+            request=request, user=user, read_only=read_only,
+            csrf=request.cookies.get(auth.CSRF_COOKIE) or "", here=here,
+            path=here.split("?", 1)[0], qs=urlencode, **ctx)
 
     def page_user(request: Request) -> auth.Identity | Response:
         who = identify(request)
@@ -164,6 +172,44 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     def api_job(request: Request) -> Response:
         api_user(request)
         return ok(board.job(request.path_params["id"], request.query_params.get("queue")))
+
+    def api_job_live(request: Request) -> Response:
+        """What the job page polls: nothing new while the record is unchanged (one
+        HGETALL), else the page's body rendered again."""
+        who = api_user(request)
+        job_id = request.path_params["id"]
+        name, seen = board.job_fingerprint(job_id, request.query_params.get("queue"))
+        if seen == request.query_params.get("seen"):
+            return ok({"changed": False, "seen": seen})
+        job = board.job(job_id, name)
+        here = f"/jobs/{quote(job_id)}?" + urlencode({"queue": name})
+        return ok({"changed": True, "seen": job["fingerprint"], "status": job["status"],
+                   "html": fragment("job_body.html", request, who, here, job=job)})
+
+    def api_queue_live(request: Request) -> Response:
+        """What a queue page polls: the counts, and its rows only when the ids of the
+        page changed (a listing filtered on record fields keeps its rows)."""
+        who = api_user(request)
+        p = request.query_params
+        name = request.path_params["q"]
+        status = p.get("status") or JobStatus.QUEUED
+        stats = board.queue(name).stats()
+        counts = board.status_counts(name)
+        here = _safe_next(p.get("here") or f"/queues/{quote(name)}")
+        filters = {k: p.get(k) or "" for k in ("priority", "function")}
+        out: dict[str, Any] = {"counts": counts, "paused": stats["paused"], "seen": None,
+                               "stats": fragment("queue_stats.html", request, who, here,
+                                                 q=stats)}
+        if not filters["function"] and (not filters["priority"] or status == JobStatus.QUEUED):
+            listing = board.jobs(name, status, p.get("priority"), None, p.get("page", 1),
+                                 p.get("per_page", 50), None, unless=p.get("seen"))
+            out["seen"] = listing["fingerprint"]
+            if listing["jobs"] is not None:
+                ctx = {"q": stats, "status": status, "listing": listing, "filters": filters,
+                       "failed_page": here.startswith("/failed")}
+                out["rows"] = fragment("queue_rows.html", request, who, here, **ctx)
+                out["pager"] = fragment("queue_pager.html", request, who, here, **ctx)
+        return ok(out)
 
     async def api_priority(request: Request) -> Response:
         who = api_user(request, action=True)
@@ -260,8 +306,11 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             return RedirectResponse(f"/queues/{quote(name)}?" + urlencode({"error": exc.message}),
                                     303)
         stats = board.queue(name).stats()
+        live = {k: p.get(k) for k in ("priority", "function", "page", "per_page") if p.get(k)}
+        live_url = f"/api/v1/queues/{quote(name)}/live?" + urlencode({"status": status, **live})
         return page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
-                    counts=board.status_counts(name),
+                    counts=board.status_counts(name), live_url=live_url,
+                    seen=listing["fingerprint"] or "",
                     names=names, failed_page=failed, status=status,
                     filters={k: p.get(k) or "" for k in ("priority", "function")})
 
@@ -276,7 +325,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         if isinstance(who, Response):
             return who
         job = board.job(request.path_params["id"], request.query_params.get("queue"))
-        return page(request, "job.html", who, job=job)
+        return page(request, "job.html", who, job=job, seen=job["fingerprint"])
 
     def scheduled_view(request: Request) -> Response:
         who = page_user(request)
@@ -372,6 +421,8 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/cron", api_cron),
         Route("/api/v1/jobs", api_jobs),
         Route("/api/v1/jobs/{id}", api_job, methods=["GET"]),
+        Route("/api/v1/jobs/{id}/live", api_job_live, methods=["GET"]),
+        Route("/api/v1/queues/{q}/live", api_queue_live, methods=["GET"]),
         Route("/api/v1/jobs/{id}", api_delete_job, methods=["DELETE"]),
         Route("/api/v1/jobs/{id}/priority", api_priority, methods=["PUT"]),
         Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),

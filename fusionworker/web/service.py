@@ -10,13 +10,15 @@ who did it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..core import admin
 from ..core.config import Settings
-from ..core.connection import mask_url, texts
+from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
@@ -57,6 +59,13 @@ def parse_int(value: Any, name: str, low: int | None = None, high: int | None = 
         bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
         raise ApiError(400, f"{name} must be {bounds}, got {number}")
     return number
+
+
+def fingerprint(parts: Any) -> str:
+    """A short digest of what a live page shows: the page asks again with it and
+    gets nothing new while it holds."""
+    data = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 def job_summary(job: Job[Any]) -> dict[str, Any]:
@@ -135,8 +144,11 @@ class Dashboard:
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
-             start: Any = None) -> dict[str, Any]:
-        """One page of a registry, newest (or best, or soonest) first; see the module doc."""
+             start: Any = None, unless: str | None = None) -> dict[str, Any]:
+        """One page of a registry, newest (or best, or soonest) first; see the module doc.
+
+        A page read by offsets has a ``fingerprint`` (of its ids and the total); given
+        ``unless`` equal to it, the records are not read and ``jobs`` is None."""
         if not queue:
             raise ApiError(400, "queue is required (GET /api/v1/queues lists them)")
         if status not in STATUSES:
@@ -169,7 +181,10 @@ class Dashboard:
                 ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
-            result["jobs"] = [job_summary(j) for j in self._records(q, texts(ids))]
+            page_ids = texts(ids)
+            result["fingerprint"] = fingerprint([status, page_n, size, total, *page_ids])
+            result["jobs"] = (None if unless == result["fingerprint"]
+                              else [job_summary(j) for j in self._records(q, page_ids)])
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
@@ -195,6 +210,7 @@ class Dashboard:
         total = int(self.r.zcard(key))
         result["total"] = None
         result["pages"] = None
+        result["fingerprint"] = None
         result["scanned_from"] = begin
         result["next_start"] = position if position < total else None
         result["jobs"] = [job_summary(j) for j in found]
@@ -216,13 +232,27 @@ class Dashboard:
             raise ApiError(404, f"no job {job_id!r}" + (f" in queue {queue!r}" if queue else ""))
         return Queue(name, self.r, settings=self.settings)
 
+    def job_fingerprint(self, job_id: str, queue: str | None = None) -> tuple[str, str]:
+        """(queue, digest of the job record): one HGETALL when the queue is given."""
+        if queue:
+            q = self.queue(queue, must_exist=False)
+            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            if not data:
+                raise ApiError(404, f"no job {job_id!r} in queue {queue!r}")
+        else:
+            q = self.find(job_id)
+            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        return q.name, fingerprint(sorted(data.items()))
+
     def job(self, job_id: str, queue: str | None = None) -> dict[str, Any]:
         q = self.find(job_id, queue)
-        job = q.fetch_job(job_id)
-        if job is None:
+        data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        if not data:
             raise ApiError(404, f"no job {job_id!r}")
+        job = Job.from_hash(data)
         doc = job.to_dict()
         doc["wait_time"] = job.wait_time
+        doc["fingerprint"] = fingerprint(sorted(data.items()))
         start = job.enqueued_at or 0.0
         end = job.ended_at if job.status in DONE_STATUSES else None
         # stream ids are delivery times; producers and workers deliver in batches

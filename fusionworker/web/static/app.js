@@ -123,7 +123,18 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); });
   }
 
+  // Polls run while the tab is visible only: a hidden tab asks nothing until it shows again.
+  function whenVisible(fn) {
+    if (!document.hidden) { fn(); return; }
+    document.addEventListener("visibilitychange", function again() {
+      if (document.hidden) return;
+      document.removeEventListener("visibilitychange", again);
+      fn();
+    });
+  }
+
   function refresh() {
+    if (document.hidden) { whenVisible(refresh); return; }
     var jobs = [];
     if (document.getElementById("queues")) jobs.push(get("/api/v1/queues").then(updateQueues));
     if (document.getElementById("workers")) jobs.push(get("/api/v1/workers").then(updateWorkers));
@@ -133,6 +144,56 @@
     }, function () { /* keep the last figures; the next poll tries again */ })
       .then(function () { setTimeout(refresh, poll); });
   }
+
+  // The job page and the queue pages: ask the page's live endpoint with what it shows
+  // ("seen"); the answer has something only when that changed.
+  var live = document.querySelector("[data-live]");
+  function liveURL() {
+    return live.getAttribute("data-live") + "&seen=" + encodeURIComponent(live.getAttribute("data-seen") || "") +
+      "&here=" + encodeURIComponent(location.pathname + location.search);
+  }
+  function busyTyping(box) {
+    var a = document.activeElement;
+    return a && box.contains(a) && (a.tagName === "INPUT" || a.tagName === "SELECT");
+  }
+  function applyJob(d) {
+    if (!d.changed || busyTyping(live)) return;
+    var open = [];
+    live.querySelectorAll("details[open][id]").forEach(function (x) { open.push(x.id); });
+    live.innerHTML = d.html;
+    open.forEach(function (id) { var x = document.getElementById(id); if (x) x.open = true; });
+    live.setAttribute("data-seen", d.seen);
+  }
+  function applyQueue(d) {
+    Object.keys(d.counts).forEach(function (k) {
+      var c = document.querySelector('#tabs [data-k="' + k + '"]');
+      if (c && c.textContent !== String(d.counts[k])) c.textContent = d.counts[k];
+    });
+    var stats = document.getElementById("queue-stats");
+    if (stats) stats.innerHTML = d.stats;
+    var state = document.getElementById("queue-state");
+    if (state) { state.textContent = d.paused ? "paused" : "active"; state.className = "badge " + (d.paused ? "warn" : "good"); }
+    var rows = document.getElementById("job-rows");
+    if (d.rows !== undefined && rows) {
+      var checked = {};
+      rows.querySelectorAll('input[name="ids"]:checked').forEach(function (c) { checked[c.value] = true; });
+      rows.innerHTML = d.rows;
+      rows.querySelectorAll('input[name="ids"]').forEach(function (c) { if (checked[c.value]) c.checked = true; });
+      var pager = document.getElementById("pager");
+      if (pager && d.pager !== undefined) pager.innerHTML = d.pager;
+    }
+    if (d.seen) live.setAttribute("data-seen", d.seen);
+  }
+  function liveTick() {
+    if (document.hidden) { whenVisible(liveTick); return; }
+    var apply = live.id === "live" ? applyJob : applyQueue;
+    get(liveURL()).then(function (d) {
+      apply(d);
+      document.body.setAttribute("data-refreshed", String(Date.now()));
+    }, function () { /* keep what is shown; ask again */ })
+      .then(function () { setTimeout(liveTick, poll); });
+  }
+  if (live) setTimeout(liveTick, poll);
 
   var initial = document.getElementById("chart-data");
   if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
