@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import UTC
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,8 @@ from ..core.connection import mask_url
 from ..core.job import JobStatus
 from ..core.queue import find_queue_of
 from ..ops.info import fmt_age
-from . import auth, listings
+from . import auth, listings, pages
+from .actions import dispatch
 from .openapi import OPENAPI
 from .service import STATUSES, ApiError, Dashboard, parse_int
 
@@ -50,6 +50,12 @@ def _fmt_time(ts: float | None) -> str:
     from datetime import datetime
 
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fmt_window(seconds: float) -> str:
+    """A rate-limit window: ``s``, ``m``, ``h`` when it is one of them, else seconds."""
+    names = {1.0: "s", 60.0: "m", 3600.0: "h"}
+    return names.get(float(seconds), f"{seconds:g} s")
 
 
 def create_app(settings: Settings, connection: RedisClient | None = None, *, read_only: bool = False,
@@ -72,6 +78,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["age"] = fmt_age
     env.filters["when"] = _fmt_time
+    env.filters["window"] = _fmt_window
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
 
     # -- plumbing ------------------------------------------------------------------
@@ -228,7 +235,9 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             return ok(await _run(board.requeue, who, job_id, q))
         if action == "cancel":
             return ok(await _run(board.cancel, who, job_id, q))
-        raise ApiError(404, f"no action {action!r} (requeue, cancel)")
+        if action == "run-now":
+            return ok(await _run(board.run_now, who, job_id, q))
+        raise ApiError(404, f"no action {action!r} (requeue, cancel, run-now)")
 
     async def api_delete_job(request: Request) -> Response:
         who = api_user(request, action=True)
@@ -258,6 +267,25 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             raise ApiError(400, 'give {"max_active": N} (N >= 1, or null for no cap)')
         return ok(await _run(board.max_active, who, request.path_params["q"], data["max_active"]))
 
+    async def api_rate_limit(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        if "rate" not in data:
+            raise ApiError(400, 'give {"rate": "10/s"} (or null to remove; "scope": "queue", '
+                                '"every" or "group" with "group": name)')
+        return ok(await _run(board.rate_limit, who, request.path_params["q"], data["rate"],
+                             str(data.get("scope") or "queue"), str(data.get("group") or "")))
+
+    async def api_cron_add(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        fields = {k: data.get(k) for k in ("name", "schedule", "func", "timezone", "priority")}
+        for key, kind in (("args", list), ("kwargs", dict)):
+            if data.get(key) is not None and not isinstance(data[key], kind):
+                raise ApiError(400, f"{key} must be a JSON {'list' if kind is list else 'object'}")
+            fields[key] = json.dumps(data.get(key) or kind())
+        return ok(await _run(board.cron_add, who, fields, data.get("queue")), 201)
+
     async def api_suspend(request: Request) -> Response:
         who = api_user(request, action=True)
         return ok(await _run(board.suspend, who, request.url.path.endswith("/suspend")))
@@ -265,8 +293,11 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     async def api_cron_action(request: Request) -> Response:
         who = api_user(request, action=True)
         action = request.path_params["action"]
+        if action == "run":
+            return ok(await _run(board.cron_run_now, who, request.path_params["name"],
+                                 request.query_params.get("queue")))
         if action not in ("pause", "resume"):
-            raise ApiError(404, "pause or resume")
+            raise ApiError(404, "pause, resume or run")
         return ok(await _run(board.cron, who, request.path_params["name"], action,
                              request.query_params.get("queue")))
 
@@ -285,18 +316,13 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                     workers=board.workers(), suspended=board.suspended(),
                     chart=board.chart(60))
 
-    def queue_page(request: Request, name: str | None = None, failed: bool = False) -> Response:
+    def queue_page(request: Request, name: str) -> Response:
         who = page_user(request)
         if isinstance(who, Response):
             return who
         p = request.query_params
         names = board.queue_names()
-        if name is None:
-            name = p.get("queue") or next(
-                (s["queue"] for s in board.queues() if s["failed"]), names[0] if names else None)
-        if name is None:
-            return page(request, "empty.html", who, title="Failed jobs")
-        status = JobStatus.FAILED if failed else (p.get("status") or JobStatus.QUEUED)
+        status = p.get("status") or JobStatus.QUEUED
         try:
             listing = board.jobs(name, status, p.get("priority"), p.get("function"),
                                  p.get("page", 1), p.get("per_page", 50), p.get("start"))
@@ -311,14 +337,11 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         return page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
                     counts=board.status_counts(name), live_url=live_url,
                     seen=listing["fingerprint"] or "",
-                    names=names, failed_page=failed, status=status,
+                    names=names, failed_page=False, status=status,
                     filters={k: p.get(k) or "" for k in ("priority", "function")})
 
     def queue_view(request: Request) -> Response:
         return queue_page(request, request.path_params["q"])
-
-    def failed_view(request: Request) -> Response:
-        return queue_page(request, None, failed=True)
 
     def job_view(request: Request) -> Response:
         who = page_user(request)
@@ -331,12 +354,8 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         who = page_user(request)
         if isinstance(who, Response):
             return who
-        rows = []
-        for name in board.queue_names():
-            listing = board.jobs(name, JobStatus.SCHEDULED, per_page=50)
-            if listing["total"]:
-                rows.append(listing)
-        return page(request, "scheduled.html", who, listings=rows, cron=board.cron_entries(),
+        rows = listings.scheduled(r, settings.prefix, board.queue_names(), retries=False)
+        return page(request, "scheduled.html", who, listings=rows["queues"], cron=board.cron_entries(),
                     now=board.now())
 
     def search_view(request: Request) -> Response:
@@ -405,14 +424,16 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         ids = [str(i) for i in form.getlist("ids") if i]
         user = who.user
         try:
-            message = await _run(_dispatch, board, user, action, queue, job_id, ids, form)
+            message = await _run(dispatch, board, user, action, queue, job_id, ids, form)
         except ApiError as exc:
             return RedirectResponse(_with(back, "error", exc.message), 303)
         if action == "delete" and job_id:
             back = f"/queues/{quote(queue)}" if queue else "/"
         return RedirectResponse(_with(back, "msg", message), 303)
 
-    routes = [
+    site = pages.Site(board=board, page=page, page_user=page_user, api_user=api_user,
+                      body=body)
+    routes = [*pages.routes(site),
         Route("/api/v1/openapi.json", api_openapi),
         Route("/api/v1/queues", api_queues),
         Route("/api/v1/workers", api_workers),
@@ -428,6 +449,8 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),
         Route("/api/v1/queues/{q}/requeue-failed", api_requeue_failed, methods=["POST"]),
         Route("/api/v1/queues/{q}/max-active", api_max_active, methods=["PUT"]),
+        Route("/api/v1/queues/{q}/rate-limit", api_rate_limit, methods=["PUT"]),
+        Route("/api/v1/cron", api_cron_add, methods=["POST"]),
         Route("/api/v1/queues/{q}/{action}", api_queue_pause, methods=["POST"]),
         Route("/api/v1/suspend", api_suspend, methods=["POST"]),
         Route("/api/v1/resume", api_suspend, methods=["POST"]),
@@ -435,7 +458,6 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/cron/{name}", api_cron_delete, methods=["DELETE"]),
         Route("/", overview),
         Route("/queues/{q}", queue_view),
-        Route("/failed", failed_view),
         Route("/jobs/{id}", job_view),
         Route("/scheduled", scheduled_view),
         Route("/workers", workers_view),
@@ -505,54 +527,6 @@ def _with(target: str, key: str, value: str) -> str:
              if part and not part.startswith(("msg=", "error="))]
     query.append(urlencode({key: value}))
     return base[0] + "?" + "&".join(query)
-
-
-def _dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id: str,
-              ids: list[str], form: Any) -> str:
-    """A page's form action -> the same Dashboard call as the API; returns a message."""
-    if action == "suspend":
-        board.suspend(who, True)
-        return "All workers suspended"
-    if action == "resume":
-        board.suspend(who, False)
-        return "Workers resumed"
-    if action in ("cron-pause", "cron-resume", "cron-remove"):
-        name = str(form.get("name") or "")
-        board.cron(who, name, action[5:], queue)
-        return f"Cron entry {name}: {action[5:]} done"
-    if action in ("requeue", "cancel", "delete", "priority") and job_id:
-        if action == "priority":
-            board.set_priority(who, job_id, form.get("priority"), queue)
-            return f"Priority of {job_id} set to {form.get('priority')}"
-        getattr(board, action)(who, job_id, queue)
-        return f"Job {job_id}: {action} done"
-    if not queue:
-        raise ApiError(400, "no queue given")
-    if action in ("pause", "unpause"):
-        board.pause(who, queue, action == "pause")
-        return f"Queue {queue} {action}d"
-    if action == "max-active":
-        result = board.max_active(who, queue, form.get("limit"))
-        return f"Queue {queue}: max active {result['max_active'] or 'none'}"
-    if action == "requeue-all-failed":
-        result = board.requeue_failed(who, queue, None)
-        return f"Requeued {result['requeued']} job(s)"
-    if action in ("requeue-selected", "delete-selected", "cancel-selected"):
-        if not ids:
-            raise ApiError(400, "select at least one job")
-        verb = action.split("-")[0]
-        call: Callable[[], dict[str, Any]] = {
-            "requeue": lambda: board.requeue_failed(who, queue, ids),
-            "delete": lambda: board.delete_many(who, queue, ids),
-            "cancel": lambda: board.cancel_many(who, queue, ids),
-        }[verb]
-        result = call()
-        done = result.get("requeued", result.get("deleted", result.get("canceled")))
-        text = f"{verb}: {done} job(s)"
-        if result["errors"]:
-            raise ApiError(409, text + "; " + "; ".join(result["errors"][:5]))
-        return text
-    raise ApiError(400, f"unknown action {action!r}")
 
 
 def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 9181) -> Any:

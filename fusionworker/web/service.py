@@ -22,7 +22,7 @@ from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
-from ..exceptions import InvalidOperation, NoSuchJob
+from ..exceptions import FunctionNotAllowed, InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
 from . import details
@@ -85,11 +85,37 @@ class _InfoSource:
         self.masked_url = mask_url(settings.redis_url)
 
 
+#: run-now: a scheduled job's score and ``scheduled_for`` become the server time
+_RUN_NOW = """
+local base, jid = KEYS[1], ARGV[1]
+if not redis.call('ZSCORE', base .. 'scheduled', jid) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', base .. 'scheduled', now, jid)
+redis.call('HSET', base .. 'job:' .. jid, 'scheduled_for', string.format('%.6f', now))
+return 1
+"""
+
+
+def _json_field(value: Any, name: str, kind: type) -> Any:
+    if value in (None, ""):
+        return kind()
+    try:
+        found = json.loads(str(value))
+    except ValueError:
+        raise ApiError(400, f"{name} must be JSON ({'a list' if kind is list else 'an object'})"
+                       ) from None
+    if not isinstance(found, kind):
+        raise ApiError(400, f"{name} must be a JSON {'list' if kind is list else 'object'}")
+    return found
+
+
 class Dashboard:
     def __init__(self, connection: RedisClient, settings: Settings) -> None:
         self.r = connection
         self.settings = settings
         self.prefix = settings.prefix
+        self._run_now = connection.register_script(_RUN_NOW)
 
     # -- reads -------------------------------------------------------------------
 
@@ -378,6 +404,78 @@ class Dashboard:
             raise ApiError(404, str(exc)) from None
         self._audit(who, f"cron-{action}", where, detail=name)
         return {"cron": name, "queue": where, "action": action}
+
+    def run_now(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        """A scheduled job (delayed, or waiting for a retry) becomes due now: its score
+        and ``scheduled_for`` are set to the server time in one script (nothing done
+        if it left the scheduled set meanwhile); the next claim promotes it."""
+        q = self.find(job_id, queue)
+        if not self._run_now(keys=[q.qkeys.base], args=[job_id]):
+            status = texts([self.r.hget(q.qkeys.job(job_id), "status") or ""])[0]
+            raise ApiError(409, f"job {job_id} is {status or 'gone'}, not scheduled: only a "
+                                "scheduled job (delayed or waiting for a retry) can run now")
+        self.r.publish(q.qkeys.wake, "run-now")
+        job = q.fetch_job(job_id)
+        self._audit(who, "run-now", q.name, job)
+        return job_summary(job) if job is not None else {"id": job_id, "queue": q.name}
+
+    def rate_limit(self, who: str, queue: str, rate: Any, scope: str = "queue",
+                   group: str = "") -> dict[str, Any]:
+        """Set (``"10/s"``, ``"600/m"``, ``"1000/h"``) or remove (empty, ``none``) the rate
+        limit of the queue (scope ``queue``), of each of its groups (``every``) or of one
+        group (``group``), as ``set-rate-limit`` does."""
+        q = self.queue(queue)
+        if scope not in ("queue", "every", "group"):
+            raise ApiError(400, "scope is queue, every (each group) or group")
+        if scope == "group" and not group:
+            raise ApiError(400, "name the group whose rate limit to set")
+        spec = str(rate).strip() if rate not in (None, "") else ""
+        value = None if spec.lower() in ("", "none") else spec
+        try:
+            q.set_rate_limit(value, per_group=scope == "every",
+                             group=group if scope == "group" else None)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        where = f"group {group}" if scope == "group" else scope
+        self._audit(who, "set-rate-limit", q.name, detail=f"{where} {value or 'none'}")
+        return {"queue": q.name, "scope": where, "rate": value,
+                "rate_limit": q.rate_limit, "group_rate_limit": q.group_rate_limit}
+
+    def cron_add(self, who: str, fields: dict[str, Any], queue: str | None) -> dict[str, Any]:
+        """Create or replace a cron entry (``cron add``): name, schedule, func, args (a JSON
+        list), kwargs (a JSON object), timezone, priority. The function must be allowed
+        to this process (default deny, as at enqueue)."""
+        q = self.queue(queue or "default", must_exist=False)
+        args = _json_field(fields.get("args"), "args", list)
+        kwargs = _json_field(fields.get("kwargs"), "kwargs", dict)
+        priority = parse_int(fields.get("priority") or 0, "priority", -1023, 1023)
+        for key in ("name", "schedule", "func"):
+            if not str(fields.get(key) or "").strip():
+                raise ApiError(400, f"{key} is required")
+        try:
+            entry = cron.register(self.r, self.settings, str(fields["name"]).strip(),
+                                  str(fields["schedule"]).strip(), str(fields["func"]).strip(),
+                                  args, kwargs, queue=q.name, priority=priority,
+                                  timezone=str(fields.get("timezone") or "UTC").strip())
+        except (cron.InvalidSchedule, FunctionNotAllowed, ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        self._audit(who, "cron-add", q.name, detail=f"{entry.name} {entry.schedule}")
+        return entry.to_dict()
+
+    def cron_run_now(self, who: str, name: str, queue: str | None = None) -> dict[str, Any]:
+        """Enqueue a run of the entry now (its schedule is left as it is)."""
+        try:
+            entry = cron.get_entry(self.r, self.settings, name, queue or None)
+        except cron.NoSuchCronEntry as exc:
+            raise ApiError(404, str(exc)) from None
+        q = Queue(entry.queue, self.r, settings=self.settings)
+        try:
+            job = q.enqueue_call(entry.func, entry.args, entry.kwargs, priority=entry.priority,
+                                 timeout=entry.timeout, max_retries=entry.max_retries)
+        except (FunctionNotAllowed, ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        self._audit(who, "cron-run", q.name, job, detail=name)
+        return {"cron": name, "queue": q.name, "job_id": job.id}
 
     @staticmethod
     def _guard(call: Any) -> Any:
