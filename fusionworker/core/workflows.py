@@ -192,11 +192,19 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
 class DependencyMiddleware(Middleware):
     """Replays the outbox of a queue after one of its jobs ended: at once when the job
     had dependents at claim time, else on the next tick (one ``LLEN`` per queue a
-    second, only after jobs ended)."""
+    second, only after jobs ended); and the outboxes of the worker's queues when it
+    starts."""
 
     def __init__(self) -> None:
         self._dirty: set[str] = set()
         self.replayed = 0
+
+    def on_start(self, worker: Worker) -> None:
+        """Replay what producers left in the outboxes of the worker's queues (a canceled
+        or deleted parent's note): a burst worker started after a cancel sees its
+        dependents released or canceled, without waiting for a reaper pass."""
+        for queue in worker.queue_names:
+            self._replay(worker, queue)
 
     def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
         if getattr(job, "has_dependents", False) or getattr(job, "batch", None):
