@@ -200,13 +200,17 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
               "kwargs", _tagged_json(kwargs_enc) if kwargs_enc else "{}",
               "timeout", repr(opts.timeout), "max_retries", str(opts.max_retries)]
     if (opts.retry_delay is not None or opts.unique_key is not None or opts.group is not None
-            or opts.on_failure_url is not None or refs or opts.batch is not None):
+            or opts.on_failure_url is not None or refs or opts.batch is not None
+            or opts.description is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
             allow_dependency_failure="1" if refs and opts.allow_dependency_failure else None,
             batch=opts.batch.ref if opts.batch is not None else None,
+            description=opts.description,
         )
+    if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
+        fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
     if _otel.producer is not None:
         fields += _otel.trace_fields()   # the producer's trace context
     return fields
@@ -243,7 +247,8 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         depends_on=json.loads(f["depends_on"]) if "depends_on" in f else None,
         allow_dependency_failure=f.get("allow_dependency_failure") == "1",
         batch=f.get("batch"), traceparent=f.get("traceparent"),
-        tracestate=f.get("tracestate"),
+        tracestate=f.get("tracestate"), _description=f.get("description"),
+        meta=codec.loads(f["meta"]) if "meta" in f else {},
     )
     job._queue = q
     return job

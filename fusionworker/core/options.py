@@ -52,6 +52,10 @@ class JobOptions:
     allow_dependency_failure: bool | None = None
     #: the ``Batch`` the job joins
     batch: Batch | None = None
+    #: what the job is, in words (``Job.description``; default: the call as text)
+    description: str | None = None
+    #: the job's first ``current_job().meta``: a dict of tagged-JSON values
+    meta: dict[str, Any] | None = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -63,7 +67,7 @@ class JobOptions:
     def values(self) -> tuple[Any, ...]:
         return (self.priority, self.timeout, self.max_retries, self.retry_delay, self.job_id,
                 self.unique_key, self.group, self.on_failure_url, self.depends_on,
-                self.allow_dependency_failure, self.batch)
+                self.allow_dependency_failure, self.batch, self.description, self.meta)
 
     def given(self) -> dict[str, Any]:
         """The options that are set, as keywords."""
@@ -93,16 +97,28 @@ class JobOptions:
                              f"got {job_id!r}")
         if self.batch is not None:
             _check_batch(self.batch)
+        if self.description is not None or self.meta is not None:
+            _check_words(self.description, self.meta)
         return JobOptions(
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
-            bool(self.allow_dependency_failure), self.batch)
+            bool(self.allow_dependency_failure), self.batch, self.description, self.meta)
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
 NAMES: tuple[str, ...] = tuple(f.name for f in fields(JobOptions))
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
+
+
+def _check_words(description: Any, meta: Any) -> None:
+    if description is not None and (description.__class__ is not str
+                                    or len(description) > 2000):
+        raise TypeError(f"description must be a string of at most 2000 characters, "
+                        f"got {type(description).__name__}")
+    if meta is not None and (not isinstance(meta, dict)
+                             or not all(isinstance(k, str) for k in meta)):
+        raise TypeError(f"meta must be a dict with string keys, got {type(meta).__name__}")
 
 
 def _check_batch(batch: Any) -> None:
@@ -127,9 +143,7 @@ FOREIGN: dict[str, str] = {
     "failure_ttl": "failed jobs are kept FUSIONWORKER_FAILED_TTL seconds (a setting)",
     "ttl": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
     "expires": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
-    "description": "no description field; use the function's name and arguments",
     "at_front": "use priority= (-1023..1023, higher runs first)",
-    "meta": "a job writes its meta while it runs (current_job().meta)",
     "retry": "use max_retries= and retry_delay= (the first delay; it backs off)",
     "retry_policy": "use max_retries= and retry_delay= (the first delay; it backs off)",
     "on_success": "use a Batch(on_success=...) around the job, or depends_on= on a next job",

@@ -5,6 +5,7 @@ and the enqueue input that used to be taken wrongly (a bound method, ``args="Bob
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
@@ -157,3 +158,33 @@ def test_bulk_and_dependent_jobs_take_the_registered_options(queue, fresh_defaul
     [bulk] = q.enqueue_many([q.prepare(f"{DEFAULTS}:long_allowed", 1)])
     after = q.enqueue(f"{DEFAULTS}:long_allowed", 2, depends_on=first)
     assert bulk.timeout == 600.0 and after.timeout == 600.0 and after.status == "deferred"
+
+
+def test_description_and_meta_are_options_the_job_keeps(queue, burst):
+    q = queue()
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    job = q.enqueue("tests.progress_jobs:context", description="nightly context",
+                    meta={"source": "import", "when": when})
+    assert job.description == "nightly context" and job.meta == {"source": "import",
+                                                                  "when": when}
+    stored = q.fetch_job(job.id)
+    assert stored is not None and stored.description == "nightly context"
+    assert stored.meta == {"source": "import", "when": when}
+    burst()
+    done = q.fetch_job(job.id)
+    assert done is not None and done.status == "finished"
+    assert done.result["meta"] == {"source": "import", "when": when}   # the job saw it
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(description=7), "description must be a string"),
+    (dict(description="x" * 2001), "at most 2000"),
+    (dict(meta=["a"]), "meta must be a dict"),
+    (dict(meta={1: "a"}), "string keys"),
+    (dict(meta={"f": object()}), "meta"),
+])
+def test_a_bad_description_or_meta_is_refused_before_anything_is_written(queue, bad, match):
+    q = queue()
+    with pytest.raises((TypeError, ValueError), match=match):
+        q.enqueue(jobs.echo, "x", **bad)
+    assert _nothing_written(q)
