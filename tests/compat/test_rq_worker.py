@@ -228,3 +228,12 @@ def test_idle_worker_warm_shutdown(processes):
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_run_scheduled_access_self(queue, work):
+    import time
+
+    job = queue().enqueue_in(0.2, "tests.compat.rq_jobs:access_self")
+    time.sleep(0.3)
+    work()
+    assert job.return_value() == job.id
