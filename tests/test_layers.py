@@ -27,6 +27,7 @@ PLACED = {
     "fusionworker.worker": "runtime",       # the worker's public names (runtime/ re-exported)
     "fusionworker.testing": "face",         # public: runs a worker in the test process
     "fusionworker": "face",                 # lazy public names (strings, PEP 562)
+    "fusionworker.__main__": "cli",         # `python -m fusionworker`: the command line
 }
 
 #: the upward imports there are, each with its reason; a new one fails the test
