@@ -29,7 +29,7 @@ log = logging.getLogger("fusionworker.otel")
 producer: Producer | None = None
 
 #: The horse's tracing (a ``middleware.otel.HorseTracing``), or None (off): the
-#: horse's one test per job (``runtime/horse.py``).
+#: horse's one test per job (``runtime/horse/main.py``).
 horse_tracing: Any = None
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -68,7 +68,7 @@ OPENAPI: dict[str, Any] = {
             "first. A function filter, or a priority filter outside `queued`, reads a window "
             "of 2000 ids from `start` and gives `next_start`.",
             params=[_p("queue", required=True),
-                    _p("status", help_="queued|scheduled|started|failed|finished|canceled"),
+                    _p("status", help_="queued|scheduled|deferred|started|failed|finished|canceled"),
                     _p("priority", help_="an integer -1023..1023 or a band: high|normal|low"),
                     _p("function", help_="substring of module:function"),
                     _p("page", kind="integer"), _p("per_page", kind="integer"),
@@ -77,6 +77,15 @@ OPENAPI: dict[str, Any] = {
             "get": _op("One job: args, result, error, traceback, attempts, times, progress, meta, events",
                        params=[_ID, _QUEUE]),
             "delete": _op("Delete a job", params=[_ID, _QUEUE], action=True)},
+        "/api/v1/jobs/{id}/live": {"get": _op(
+            "What the job page polls: `changed: false` while the record's digest is `seen`, "
+            "else the page's body (`html`) and the new digest",
+            params=[_ID, _QUEUE, _p("seen")])},
+        "/api/v1/queues/{q}/live": {"get": _op(
+            "What a queue page polls: status counts and the stats line; the rows and pager "
+            "(`rows`, `pager`) only when the page's ids differ from `seen`",
+            params=[_Q, _p("status"), _p("priority"), _p("function"),
+                    _p("page", kind="integer"), _p("per_page", kind="integer"), _p("seen")])},
         "/api/v1/jobs/{id}/priority": {"put": _op(
             "Change the priority of a queued or scheduled job", params=[_ID, _QUEUE],
             body={"priority": {"type": "integer", "minimum": -1023, "maximum": 1023}},
