@@ -18,12 +18,22 @@ from ..worker import Worker, parse_queue_spec
 from .common import App, pass_app
 
 
+def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value is not None:
+        raise click.BadParameter("-n means how many to show (--limit) in every command; the "
+                                 "number of worker processes is --processes N", ctx=ctx,
+                                 param_hint="-n")
+
+
 @click.command()
-@click.option("--queue", "--queues", "--customq", "-q", "queues", default="all", show_default=True,
+@click.argument("ordered", nargs=-1, metavar="[QUEUE]...")
+@click.option("--queue", "--queues", "--customq", "-q", "queues", default=None,
               metavar="QUEUES",
-              help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
-                   "known queue.")
-@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
+              help="Comma list of queues served ROUND-ROBIN, optionally weighted "
+                   "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
+                   "known queue (the default when no queue is given).")
+@click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
+@click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
@@ -42,7 +52,7 @@ from .common import App, pass_app
 @click.option("--metrics-bind", metavar="ADDR",
               help="Address /metrics listens on (default 127.0.0.1; 0.0.0.0 = every "
                    "interface).")
-@click.option("--processes", "-n", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               envvar="FUSIONWORKER_PROCESSES",
               help="Worker processes to run under a supervisor that restarts them; "
                    "1 = run the worker in this process.")
@@ -54,16 +64,22 @@ from .common import App, pass_app
 @click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="With --processes: seconds over which --max-restarts is counted.")
 @pass_app
-def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
+def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None) -> None:
-    """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
+    """Run a worker until SIGTERM (twice: cold shutdown).
+
+    `worker high default low` (RQ's form) asks for the queues in STRICT
+    order: a job of `default` only when `high` has none. `-q high,default,low`
+    serves them ROUND-ROBIN instead (weights: `-q high:5,default:2,low:1`).
+    No queue: every known queue, round-robin.
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
+    queues = queue_spec(ordered, queues)
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
@@ -114,6 +130,29 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+#: what ``worker high default low`` needs from the worker and why it is refused until then
+STRICT_ORDER_MISSING = (
+    "positional queues ask for RQ's strict order (a job of the second queue only when "
+    "the first has none), which this worker cannot do yet: serve them round-robin with "
+    "-q {spec}, or give the first queue's jobs a higher priority inside one queue")
+
+
+def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:
+    """The ``--queue`` spec of the command line: positional queues (strict order) or
+    ``-q`` (round-robin), not both; neither: ``all``."""
+    if ordered and queues is not None:
+        raise click.UsageError("give the queues as arguments (strict order) or with -q "
+                               "(round-robin), not both")
+    if not ordered:
+        return queues if queues is not None else "all"
+    for name in ordered:
+        if "," in name or ":" in name:
+            raise click.BadParameter(f"{name!r}: weights and comma lists go with -q "
+                                     "(round-robin); arguments are plain queue names",
+                                     param_hint="QUEUE")
+    raise click.UsageError(STRICT_ORDER_MISSING.format(spec=",".join(ordered)))
 
 
 def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name: str | None,

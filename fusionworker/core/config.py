@@ -208,9 +208,10 @@ SETTINGS: tuple[Setting, ...] = (
             min=0, max=65535),
     Setting("otel", "FUSIONWORKER_OTEL", False, _bool,
             "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
-            "application's providers; the worker sets up SDK providers with OTLP/HTTP exporters "
-            "configured by the standard OTEL_* variables, records the queue.* metrics and a "
-            "consumer span per job in its horses."),
+            "application's providers; the worker sets up SDK providers with the exporters the "
+            "standard OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER name (otlp by default, over "
+            "HTTP; console; none) and the other OTEL_* variables, records the queue.* metrics "
+            "and a consumer span per job in its horses."),
     Setting("otel_setup", "FUSIONWORKER_OTEL_SETUP", "", str,
             "module:function called (no arguments) in the worker and its fork server instead of "
             "the built-in OTLP set-up; it installs the global tracer and meter providers."),

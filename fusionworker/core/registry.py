@@ -52,11 +52,6 @@ _REGISTRY: dict[str, JobFunction[Any, Any]] = {}
 #: ``tuple(sorted(_REGISTRY))``, kept by :func:`register` (a producer asks per job)
 _REFS: tuple[str, ...] = ()
 
-#: options a handle passes to ``Queue.enqueue_call``
-_ENQUEUE_OPTIONS = frozenset({
-    "priority", "timeout", "max_retries", "retry_delay", "job_id", "unique_key", "group",
-    "on_failure_url",
-})
 
 
 class JobFunction(Generic[P, R]):
@@ -70,10 +65,9 @@ class JobFunction(Generic[P, R]):
     def __init__(self, func: Callable[P, R], *, queue: str | Queue = "default",
                  connection: RedisClient | None = None, settings: Settings | None = None,
                  **options: Any) -> None:
-        unknown = set(options) - _ENQUEUE_OPTIONS
-        if unknown:
-            raise TypeError(f"unknown job options: {', '.join(sorted(unknown))} "
-                            f"(known: {', '.join(sorted(_ENQUEUE_OPTIONS))})")
+        from .options import check_names
+
+        check_names(options)
         functools.update_wrapper(self, func)  # __module__/__qualname__ are the function's
         self.func = func
         self.ref = func_ref(func)
@@ -91,8 +85,8 @@ class JobFunction(Generic[P, R]):
 
     def options(self, *, queue: str | Queue | None = None, connection: RedisClient | None = None,
                 settings: Settings | None = None, **options: Any) -> JobFunction[P, R]:
-        """A copy with other defaults (``queue``, ``priority``, ``timeout``, ``max_retries``,
-        ``retry_delay``, ``job_id``, ``unique_key``, ``group``, ``on_failure_url``)."""
+        """A copy with other defaults: ``queue`` and any enqueue option
+        (:data:`fusionworker.core.options.NAMES`)."""
         return JobFunction(self.func, queue=self.queue if queue is None else queue,
                            connection=connection or self.connection,
                            settings=settings or self.settings,
@@ -117,10 +111,10 @@ class JobFunction(Generic[P, R]):
 
     def enqueue_at(self, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run at ``when`` (naive datetimes are UTC)."""
-        from .queue import _at
+        from .enqueue import at
 
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
-                                          _when=_at(when), **self.default_options)
+                                          _when=at(when), **self.default_options)
 
 
 def register(func: Callable[P, R], *, queue: str | Queue = "default", connection: RedisClient | None = None,
