@@ -285,8 +285,9 @@ class Dashboard:
         found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
         doc["dependencies"] = details.dependencies(self.r, self.prefix, job.id, q.name,
                                                    job.depends_on)
-        doc["dependents"] = (details.dependents(self.r, self.prefix, job.id, q.name)
-                             if job.has_dependents and job.status not in DONE_STATUSES else [])
+        doc["dependents"], doc["dependents_count"] = (
+            details.dependents(self.r, self.prefix, job.id, q.name)
+            if job.has_dependents and job.status not in DONE_STATUSES else ([], 0))
         doc["batch_status"] = details.batch_of(self.r, self.prefix, job.batch)
         doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
             job.traceback)
