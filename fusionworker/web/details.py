@@ -165,3 +165,27 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
                 break
     doc["outcomes"] = outcomes
     return doc
+
+
+#: stream entries read per window of a job's timeline
+TIMELINE_SCAN = 1000
+
+
+def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The job's events in the stream, read in windows of ``TIMELINE_SCAN`` entries from
+    its enqueue, its last start and its end (stream ids are delivery times: producers
+    and workers deliver in batches, so each window starts a second early), merged."""
+    from ..core.job import DONE_STATUSES
+    from ..events import job_timeline
+
+    end = job.ended_at if job.status in DONE_STATUSES else None
+    starts = [job.enqueued_at or 0.0]
+    for moment in (job.started_at, end):
+        if moment and moment > starts[-1] + 1.0:
+            starts.append(moment - 1.0)
+    found: dict[str, dict[str, Any]] = {}
+    for start in starts:
+        for entry_id, event in job_timeline(r, prefix, job.id, start, end,
+                                            scan_limit=TIMELINE_SCAN):
+            found[entry_id] = event
+    return sorted(found.items())

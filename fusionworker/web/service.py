@@ -279,10 +279,7 @@ class Dashboard:
         doc = job.to_dict()
         doc["wait_time"] = job.wait_time
         doc["fingerprint"] = fingerprint(sorted(data.items()))
-        start = job.enqueued_at or 0.0
-        end = job.ended_at if job.status in DONE_STATUSES else None
-        # stream ids are delivery times; producers and workers deliver in batches
-        found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
+        found = details.timeline(self.r, self.prefix, job)
         doc["dependencies"] = details.dependencies(self.r, self.prefix, job.id, q.name,
                                                    job.depends_on)
         doc["dependents"], doc["dependents_count"] = (
