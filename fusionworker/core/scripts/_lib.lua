@@ -1,20 +1,24 @@
--- Shared helpers, prepended to every script by fusionworker/scripts/__init__.py.
+-- Shared helpers of every script, joined to each by fusionworker/core/scripts/__init__.py:
+-- the script's text runs as a function whose first line is the chunk's first line (so
+-- a Lua error names the script's own line), these helpers follow it, and every name
+-- defined at the top here (no `local`: the loader declares them local, before the
+-- script) is a local of the chunk, visible to the script.
 -- Every script gets KEYS[1] = the queue's hash-tagged base "fw:{q}:" and touches
 -- keys under that base only, so it runs on one Redis Cluster slot.
-local SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
+SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
 
-local function now()
+function now()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
-local function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
-local function fmt_time(t) return string.format('%.6f', t) end
+function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
+function fmt_time(t) return string.format('%.6f', t) end
 
 -- A field of a hash, or nil (no key, no field, or a key that is not a hash:
 -- a record of the wrong type reads as missing instead of failing the script
 -- half-way through its writes).
-local function hget(key, field)
+function hget(key, field)
   local v = redis.pcall('HGET', key, field)
   if v == false or type(v) == 'table' then return nil end
   return v
@@ -24,14 +28,14 @@ end
 -- (WRONGTYPE on a key somebody overwrote by hand), so every script checks the
 -- types of the keys it writes BEFORE its first write and refuses with an error
 -- (nothing written) instead. Returns nil, or the error message.
-local KEY_TYPES = {pending = 'zset', scheduled = 'zset', started = 'zset', failed = 'zset',
+KEY_TYPES = {pending = 'zset', scheduled = 'zset', started = 'zset', failed = 'zset',
   finished = 'zset', canceled = 'zset', groups = 'hash', seq = 'string'}
-local function key_type(key)
+function key_type(key)
   local ty = redis.call('TYPE', key)
   if type(ty) == 'table' then ty = ty['ok'] end
   return ty
 end
-local function check_types(base, jkey)
+function check_types(base, jkey)
   for name, want in pairs(KEY_TYPES) do
     local ty = key_type(base .. name)
     if ty ~= 'none' and ty ~= want then
@@ -53,7 +57,7 @@ end
 -- Placement (pending, group list, scheduled) is the caller's. Shared by
 -- enqueue.lua and cron_tick.lua so a cron run is a job like any other.
 -- Returns the job key, or nil and an error message.
-local function new_job(base, jid, prio, t, argv, first)
+function new_job(base, jid, prio, t, argv, first)
   local seq = redis.call('INCR', base .. 'seq')
   if seq >= SEQ_LIMIT then return nil, 'queue sequence exhausted (2^42 enqueues)' end
   local jkey = base .. 'job:' .. jid
@@ -64,7 +68,7 @@ local function new_job(base, jid, prio, t, argv, first)
 end
 
 -- Put a job id on the pending ZSET at its priority/FIFO score and wake idle workers.
-local function push_pending(base, jid)
+function push_pending(base, jid)
   local jkey = base .. 'job:' .. jid
   local prio = tonumber(hget(jkey, 'priority') or '0') or 0
   local seq = tonumber(hget(jkey, 'seq') or '0') or 0
@@ -74,7 +78,7 @@ local function push_pending(base, jid)
 end
 
 -- Hand group g to the next job waiting on its list (or free it when none waits).
-local function pass_group(base, group)
+function pass_group(base, group)
   while true do
     local nxt = redis.call('LPOP', base .. 'group:' .. group)
     if not nxt then
@@ -93,7 +97,7 @@ end
 -- waits, in order, on the group's list. Returns true when it became pending.
 -- A holder whose record vanished (evicted, deleted by hand) cannot release the
 -- group any more: the group passes on here instead of blocking forever.
-local function make_ready(base, jid)
+function make_ready(base, jid)
   local jkey = base .. 'job:' .. jid
   local group = hget(jkey, 'group')
   if group and group ~= '' then
@@ -115,14 +119,14 @@ end
 
 -- The job ended for good (finished, failed, canceled, deleted): hand its group
 -- to the next waiting job of that group, if it held it.
-local function release_group(base, jid)
+function release_group(base, jid)
   local group = hget(base .. 'job:' .. jid, 'group')
   if not group or group == '' then return end
   if hget(base .. 'groups', group) ~= jid then return end
   pass_group(base, group)
 end
 
-local function drop_unique(base, jid)
+function drop_unique(base, jid)
   local ukey = hget(base .. 'job:' .. jid, 'unique_key')
   if ukey and ukey ~= '' and hget(base .. 'job:' .. jid, 'id') then
     local k = base .. 'unique:' .. ukey
@@ -130,7 +134,7 @@ local function drop_unique(base, jid)
   end
 end
 
-local function prune(zkey, cutoff)
+function prune(zkey, cutoff)
   redis.call('ZREMRANGEBYSCORE', zkey, '-inf', '(' .. fmt_time(cutoff))
 end
 
@@ -138,7 +142,7 @@ end
 -- (finished | failed | canceled). Each job waiting on it gets a note in this queue's
 -- outbox; a worker or the reaper replays the note to the dependent's queue
 -- (dep_done.lua, idempotent), then removes it.
-local function notify_dependents(base, jid, outcome)
+function notify_dependents(base, jid, outcome)
   local dkey = base .. 'dependents:' .. jid
   local refs = redis.call('SMEMBERS', dkey)
   for _, ref in ipairs(refs) do
@@ -153,7 +157,7 @@ local function notify_dependents(base, jid, outcome)
 end
 
 -- Move a job to the failed registry (dead-letter) with retention failed_ttl.
-local function to_failed(base, jid, t, failed_ttl)
+function to_failed(base, jid, t, failed_ttl)
   local jkey = base .. 'job:' .. jid
   redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t))
   redis.call('HDEL', jkey, 'token')
@@ -168,7 +172,7 @@ end
 
 -- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,
 -- since this runs inside a script.
-local function promote_due(base, t, limit)
+function promote_due(base, t, limit)
   local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0, limit)
   for _, jid in ipairs(due) do
     redis.call('ZREM', base .. 'scheduled', jid)
@@ -178,7 +182,7 @@ local function promote_due(base, t, limit)
 end
 
 -- Is this job a live duplicate (queued/scheduled/started, or finished within window)?
-local function live_status(base, jid, t, window)
+function live_status(base, jid, t, window)
   local jkey = base .. 'job:' .. jid
   local st = hget(jkey, 'status')
   if not st then return nil end
