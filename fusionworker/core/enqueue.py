@@ -89,8 +89,8 @@ class PreparedJob:
 
 # -- prepare -------------------------------------------------------------------------------
 
-def prepare(q: Queue, func: str | Callable[..., Any], args: Iterable[Any] | None,
-            kwargs: dict[str, Any] | None, options: JobOptions,
+def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
+            kwargs: Mapping[str, Any] | None, options: JobOptions,
             when: tuple[str, float] | None = None) -> PreparedJob:
     """Validate and encode one job for queue ``q``; writes nothing."""
     # a bulk producer calls this per job: the settings' values are read once
@@ -151,8 +151,8 @@ def defaults(q: Queue) -> tuple[tuple[str, ...], float, int]:
     return found[2], found[3], found[4]
 
 
-def _encode_arguments(ref: str, args: Iterable[Any] | None,
-                      kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
+def _encode_arguments(ref: str, args: list[Any] | tuple[Any, ...] | None,
+                      kwargs: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job.
 
     ``args`` is a list or a tuple (a string would be its characters), ``kwargs`` a
