@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .config import check_value
+from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
 from .registry import lookup
 
@@ -79,13 +79,18 @@ class JobOptions(NamedTuple):
         """
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
-        timeout = (default_timeout if self.timeout is None
-                   else check_value("job_timeout", float(self.timeout), "timeout"))
-        retries = (default_retries if self.max_retries is None
-                   else check_value("max_retries", int(self.max_retries), "max_retries"))
-        delay = self.retry_delay
-        if delay is not None:
-            delay = check_value("retry_delay", float(delay), "retry_delay")
+        try:
+            timeout = (default_timeout if self.timeout is None
+                       else check_value("job_timeout", float(self.timeout), "timeout"))
+            retries = (default_retries if self.max_retries is None
+                       else check_value("max_retries", int(self.max_retries), "max_retries"))
+            delay = self.retry_delay
+            if delay is not None:
+                delay = check_value("retry_delay", float(delay), "retry_delay")
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise exc.__class__(_not_a_number(self)) from None
         job_id = self.job_id
         if job_id is None:
             job_id = new_job_id()
@@ -107,6 +112,18 @@ NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
 _make = JobOptions._make
+
+
+def _not_a_number(options: JobOptions) -> str:
+    """The message of an option that float()/int() refused (``timeout="1h"``)."""
+    for name in ("timeout", "max_retries", "retry_delay"):
+        value = getattr(options, name)
+        try:
+            if value is not None:
+                float(value) if name != "max_retries" else int(value)
+        except (TypeError, ValueError):
+            return f"{name} must be a number of seconds (or retries), got {value!r}"
+    return "timeout, max_retries and retry_delay must be numbers"
 
 
 def _check_words(description: Any, meta: Any) -> None:
