@@ -46,6 +46,7 @@ _SUBMODULES = {
     "codec": "fusionworker.core.codec",
     "health": "fusionworker.ops.health",
     "otel": "fusionworker.middleware.otel",
+    "registries": "fusionworker.core.registries",
 }
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .core import admin as admin
     from .core import codec as codec
+    from .core import registries as registries
     from .core.batch import Batch
     from .core.codec import UnsupportedType
     from .core.job import Job
@@ -105,6 +107,8 @@ _MODULE_ALIASES = {
     "fusionworker.config": "fusionworker.core.config",
     "fusionworker.connection": "fusionworker.core.connection",
     "fusionworker.job": "fusionworker.core.job",
+    # RQ's ``rq.registry``: ``from fusionworker.registries import FailedJobRegistry``
+    "fusionworker.registries": "fusionworker.core.registries",
 }
 
 

@@ -40,24 +40,20 @@ last ones with the outcome.
 
 from __future__ import annotations
 
-import json
-import signal
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from .core.config import Settings, load_settings
 from .core.hooks import Middleware
 from .core.job import Job
 from .core.queue import Queue
-from .runtime import progress
-from .runtime.horse import HorseExit, exit_from_report, run_job
-from .runtime.slot import Slot
+from .runtime.launch import InProcessLauncher
 from .worker import Outcome, Worker
 
 
 class InProcessWorker(Worker):
-    """A :class:`~fusionworker.worker.Worker` that runs each job in this process.
+    """A :class:`~fusionworker.worker.Worker` that runs each job in this process
+    (:class:`~fusionworker.runtime.launch.InProcessLauncher`).
 
     Everything but the horse is the real worker: claim, outcome, retries. One job
     at a time, whatever ``concurrency`` says.
@@ -65,31 +61,8 @@ class InProcessWorker(Worker):
 
     def __init__(self, *args: Any, settings: Settings | None = None, **kwargs: Any) -> None:
         settings = (settings or load_settings()).replace(concurrency=1)
+        kwargs.setdefault("launcher", InProcessLauncher)
         super().__init__(*args, settings=settings, **kwargs)
-
-    def _start_forkserver(self) -> None:
-        """No fork server: nothing is forked."""
-
-    def _spawn(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
-               while_forking: Callable[[], None]) -> list[Slot]:
-        while_forking()          # the after_claim hooks, before the job runs
-        return [Slot.ended(job, self._run_here(job), index)
-                for job, index in zip(jobs, entries)]
-
-    def _run_here(self, job: Job[Any]) -> HorseExit:
-        started = time.monotonic()
-        previous = signal.getsignal(signal.SIGALRM)
-        # current_job() works here too: its changes go straight to the worker's relay
-        progress.begin(job, deliver=lambda frame: self.progress.received(job, frame))
-        try:
-            report = run_job(job, self.allowed, self.settings.retryable)
-        finally:
-            signal.signal(signal.SIGALRM, previous)
-            final = progress.end()
-        if final is not None:
-            report["progress"] = final
-        # the report crosses the same JSON encoding as a horse's pipe
-        return exit_from_report(json.loads(json.dumps(report)), time.monotonic() - started)
 
 
 class _Collect(Middleware):

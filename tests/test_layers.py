@@ -27,6 +27,7 @@ PLACED = {
     "fusionworker.worker": "runtime",       # the worker's public names (runtime/ re-exported)
     "fusionworker.testing": "face",         # public: runs a worker in the test process
     "fusionworker": "face",                 # lazy public names (strings, PEP 562)
+    "fusionworker.__main__": "cli",         # `python -m fusionworker`: the command line
 }
 
 #: the upward imports there are, each with its reason; a new one fails the test
@@ -41,10 +42,16 @@ ALLOWED_UPWARD = {
 #: cycles that exist only through imports inside functions (each inside one layer);
 #: a new one fails the test, one that went away asks to be taken out of this list
 KNOWN_DEFERRED_CYCLES = {
-    frozenset({"fusionworker.core.batch", "fusionworker.core.queue",
-               "fusionworker.core.registry", "fusionworker.core.tracing",
+    # job_habits (Job.fetch, job.cancel/requeue) reaches Queue when called; job and keys
+    # import it, so they are on the cycle too; so do Queue's registries (registries.py)
+    frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue",
+               "fusionworker.core.job", "fusionworker.core.job_habits",
+               "fusionworker.core.keys", "fusionworker.core.options",
+               "fusionworker.core.queue", "fusionworker.core.queue_admin",
+               "fusionworker.core.queue_habits", "fusionworker.core.queue_read",
+               "fusionworker.core.registries", "fusionworker.core.registry",
+               "fusionworker.core.scripts.replies", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
-    frozenset({"fusionworker.runtime.forkserver", "fusionworker.runtime.horse"}),
 }
 
 
@@ -184,7 +191,13 @@ def test_no_import_cycle_at_import_time():
 
 
 def test_cycles_through_deferred_imports_are_the_known_ones():
-    found = set(cycles(_edges(import_graph(), at_import_only=False)))
+    # an allowed upward import (deferred, listed with its reason) is the one sanctioned way
+    # up: a loop closed only by it (core.queue -> events -> core.job -> core.queue) is no
+    # cycle of core's own
+    edges = _edges(import_graph(), at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:
+        edges[src].discard(dst)
+    found = set(cycles(edges))
     assert found - KNOWN_DEFERRED_CYCLES == set(), "new cycle(s) through deferred imports"
     assert KNOWN_DEFERRED_CYCLES - found == set(), "a known cycle went away: drop it here"
     for cycle in found:       # each one stays inside its layer

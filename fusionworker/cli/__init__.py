@@ -20,10 +20,11 @@ from ..core.keys import InvalidQueueName
 from ..exceptions import FusionWorkerError
 from ..ops.embedded import RedisUnavailable
 from . import admin, cron, demo, jobs, observe, queues, web, worker_cmd
-from .common import App, pass_app
+from .common import App, pass_app, same_metavars
 
 #: Global options that take a value; also accepted after the subcommand.
-_GLOBAL_WITH_VALUE = ("-c", "--config", "--redis-url", "--prefix", "--log-level", "--log-format")
+_GLOBAL_WITH_VALUE = ("-c", "--config", "--redis-url", "-u", "--url", "--prefix", "--log-level",
+                      "--log-format")
 
 
 def _option_names(command: click.Command) -> set[str]:
@@ -125,7 +126,8 @@ def _secrets(url: str) -> list[str]:
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config", "config_file", metavar="CONFIG_FILE",
               help="KEY=VALUE settings file (systemd EnvironmentFile format).")
-@click.option("--redis-url", metavar="URL", help="Redis URL (overrides REDIS_URL).")
+@click.option("--redis-url", "-u", "--url", "redis_url", metavar="URL",
+              help="Redis URL (overrides REDIS_URL; -u/--url as in `rq`).")
 @click.option("--prefix", metavar="PREFIX",
               help="Key prefix of the deployment (overrides FUSIONWORKER_PREFIX).")
 @click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -138,8 +140,10 @@ def main(ctx: click.Context, config_file: str | None, redis_url: str | None,
          prefix: str | None, log_level: str | None, log_format: str | None) -> None:
     """fusionworker: fork-per-job workers on Redis priority queues.
 
-    The global options (-c, --redis-url, --prefix, --log-level, --log-format)
-    may also follow the command: `worker --redis-url URL` works.
+    The global options (-c, -u/--redis-url, --prefix, --log-level,
+    --log-format) may also follow the command: `worker -u URL` works.
+    A short flag means one thing in every command (-q queue, -n how many
+    to show, -u Redis URL, -b burst, -y no confirmation, -f follow, -s status).
     """
     try:
         ctx.obj = App(config_file=config_file, redis_url=redis_url, log_level=log_level,
@@ -171,6 +175,7 @@ COMMANDS: tuple[click.Command, ...] = (
 )
 for _command in COMMANDS:
     main.add_command(_command)
+same_metavars(main)
 
 __all__ = ["main", "pass_app", "App"]
 

@@ -16,7 +16,7 @@ from ..core.keys import check_queue_name
 from ..core.queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
 from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
-from ..ops.health import check
+from ..ops.health import check, live_workers
 from ..ops.info import collect_info
 from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
 
@@ -313,11 +313,23 @@ def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -
             except (NoSuchJob, InvalidOperation) as exc:
                 errors.append(str(exc))
             advance(1)
-    click.echo(f"Requeued {total} job(s)")
+    if total or not errors:     # a lone unknown id prints its error only
+        click.echo(f"Requeued {total} job(s)")
     if errors:
         for line in errors:
             click.echo(f"Error: {line}", err=True)
         sys.exit(1)
+
+
+def _unknown_queues(r: Any, prefix: str, queues: tuple[str, ...]) -> list[str]:
+    """The queues of ``queues`` never enqueued to and served by no live worker (a typo)."""
+    if not queues:
+        return []
+    missing = [q for q in queues if q not in set(known_queues(r, prefix))]
+    if not missing:
+        return []
+    served = {q for w in live_workers(r, prefix, admin.server_time(r)) for q in w["queues"]}
+    return [q for q in missing if q not in served]
 
 
 @click.command()
@@ -333,12 +345,18 @@ def health(app: App, queues: tuple[str, ...], timeout: float) -> None:
     for name in queues:
         check_queue_name(name)
     try:
+        unknown = _unknown_queues(app.connection, app.settings.prefix, queues)
         result = check(app.connection, app.settings.prefix, queues)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         message = str(exc)
         if app.masked_url not in message:
             message = f"cannot reach Redis at {app.masked_url}: {message}"
         click.echo(f"unhealthy: {message}", err=True)
+        sys.exit(1)
+    if unknown:
+        known = known_queues(app.connection, app.settings.prefix)
+        click.echo(f"unhealthy: unknown queue {', '.join(map(repr, unknown))} (known: "
+                   f"{', '.join(known) or 'none'})", err=True)
         sys.exit(1)
     if not result.ok:
         click.echo(result.message, err=True)

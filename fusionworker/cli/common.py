@@ -167,3 +167,34 @@ def search_queue_option(what: str) -> Callable[[Callable[..., Any]], Callable[..
     """``--queue Q`` of commands that find a job or cron entry in every queue by default."""
     return click.option("--queue", "-q",
                         help=f"Queue of the {what} (default: search every queue).")
+
+
+#: the metavar of an option, by its long name, in every command that has it
+METAVARS = {
+    "--queue": "QUEUE", "--timeout": "SECONDS", "--priority": "PRIORITY",
+    "--max-retries": "N", "--retry-delay": "SECONDS", "--limit": "N", "--job-id": "JOB_ID",
+    "--job": "JOB_ID", "--group": "GROUP", "--unique-key": "KEY", "--in": "SECONDS",
+    "--kwargs": "JSON", "--port": "PORT", "--web-port": "PORT", "--metrics-port": "PORT",
+    "--bind": "ADDR", "--metrics-bind": "ADDR", "--name": "NAME", "--worker-ttl": "SECONDS",
+    "--processes": "N", "--concurrency": "N", "--max-restarts": "N",
+    "--restart-window": "SECONDS", "--workers": "N", "--jobs": "N", "--duration": "SECONDS",
+    "--interval": "SECONDS", "--timezone": "TZ", "--import": "MODULE",
+    "--path": "DIR",
+}
+#: options whose value is a comma list of queues (``worker -q``, ``exporter -q``)
+_QUEUE_LISTS = frozenset({"worker", "exporter"})
+
+
+def same_metavars(command: click.Command, name: str = "") -> None:
+    """Give every option of :data:`METAVARS` its one metavar, in ``command`` and its
+    subcommands: ``--timeout SECONDS`` reads the same in every ``--help``."""
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        long = next((o for o in param.opts if o in METAVARS), None)
+        if long is None:
+            continue
+        param.metavar = ("QUEUES" if long == "--queue" and name in _QUEUE_LISTS
+                         else METAVARS[long])
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        same_metavars(sub, sub_name)

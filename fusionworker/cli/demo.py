@@ -33,12 +33,18 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
          web_port: int) -> None:
     """Start WORKERS worker processes, enqueue sample jobs, show progress, end with info.
 
-    Uses the Redis at REDIS_URL, or starts an embedded one when none answers.
-    Includes a job that fails, one that times out and one that retries.
+    Uses the Redis at REDIS_URL, or starts an embedded one when none answers, under its
+    own key prefix (PREFIX:demo, emptied first: earlier runs do not mix in; look at it
+    later with `--prefix PREFIX:demo info`). Includes a job that fails, one that times
+    out and one that retries.
     """
     r = app.connect(embedded=True)
+    from ..ops import demo as demo_jobs  # also registers the demo's job functions
+
+    # its own key prefix, emptied first: an earlier run's jobs never mix into this one's
+    app.settings = app.settings.replace(prefix=demo_jobs.demo_prefix(app.settings.prefix))
+    demo_jobs.clear(r, app.settings.prefix)
     server = _start_web(app, r, web_port) if with_web else None
-    from ..ops import demo as _jobs  # noqa: F401 - registers the demo's job functions
 
     settings = app.settings.replace(max_retries=3)
     queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
@@ -57,7 +63,8 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
     ids.append(queues["email"].enqueue("fusionworker.ops.demo:broken_template", "welcome-v2"))
     ids.append(queues["sms"].enqueue("fusionworker.ops.demo:stuck_provider", 60, timeout=2))
     ids.append(queues["webhook"].enqueue("fusionworker.ops.demo:flaky_webhook", "https://flaky.example"))
-    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url}")
+    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url} "
+               f"(key prefix {settings.prefix}, emptied first)")
 
     env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=settings.prefix,
                FUSIONWORKER_IMPORTS="fusionworker.ops.demo", FUSIONWORKER_ALLOWED_MODULES="",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 from typing import Any
 
 import click
@@ -48,9 +50,14 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 @click.argument("func", required=False)
 @click.argument("args", nargs=-1)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
-@click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
-@click.option("--max-retries", type=click.IntRange(min=0))
+@click.option("--priority", type=click.IntRange(-1023, 1023),
+              help="-1023..1023, higher runs first. Default: the function's @job priority, "
+                   "else 0.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds. Default: the function's @job timeout, else "
+                   "FUSIONWORKER_JOB_TIMEOUT.")
+@click.option("--max-retries", type=click.IntRange(min=0),
+              help="Default: the function's @job max_retries, else FUSIONWORKER_MAX_RETRIES.")
 @click.option("--retry-delay", type=click.FloatRange(min=0), help="First retry delay, seconds.")
 @click.option("--job-id")
 @click.option("--unique-key", help="Skip if a live job with this key exists.")
@@ -60,17 +67,31 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
               help="Enqueue one job per line of this file ('-' = stdin): a JSON object with "
                    "func, and optionally args, kwargs, options. Every line is checked before "
                    "anything is written.")
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import MODULE first so that its @fusionworker.job functions may be "
+                   "enqueued by name (repeatable; adds to FUSIONWORKER_IMPORTS).")
+@click.option("--path", "paths", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, dir_okay=True),
+              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
+                   "The current directory is always searched first, as by `worker`.")
 @pass_app
 def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
-            kwargs_json: str | None, priority: int, timeout: float | None,
+            kwargs_json: str | None, priority: int | None, timeout: float | None,
             max_retries: int | None, retry_delay: float | None, job_id: str | None,
             unique_key: str | None, group: str | None, delay: float | None,
-            from_file: Any) -> None:
+            from_file: Any, imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
     """Enqueue FUNC (module:function) on QUEUE; prints the job id.
 
     ARGS are parsed as JSON where they parse, else kept as strings.
     With --from-file, enqueue every job of a JSON-lines file in bulk instead.
+
+    The current directory (and --path) is on the import path, as for
+    `worker`: FUNC's module is imported when it can be and a function it
+    does not have is refused before anything is written. A module this
+    machine cannot import is checked by name only (a warning says so).
+    Options not given are the function's @job options (then the settings').
     """
+    _producer_imports(app, imports, paths)
     if from_file is not None:
         ctx = click.get_current_context()
         given = [name for name in ("func", "args", "kwargs_json", "priority", "timeout",
@@ -85,7 +106,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     if func is None:
         raise click.UsageError("Missing argument 'FUNC' (or give --from-file).")
     kwargs = parse_kwargs(kwargs_json)
-    import_configured(app.settings)   # their @job functions may be enqueued by name
+    _warn_unimportable(func)
     q = _queue(app, queue)
     arguments = [parse_arg(a) for a in args]
     job = q.enqueue_call(func, arguments, kwargs, priority=priority, timeout=timeout,
@@ -96,6 +117,33 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         click.echo(f"{job.id} (duplicate: existing job is {job.status})")
     else:
         click.echo(job.id)
+
+
+def _producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
+    """The worker's import path and ``--import`` for a producer: the current directory,
+    ``--path`` and FUSIONWORKER_PATH on ``sys.path``; FUSIONWORKER_IMPORTS and
+    ``--import`` imported (their @job functions may be enqueued by name)."""
+    from .worker_cmd import extend_sys_path
+
+    extend_sys_path((*paths, *app.settings.path))
+    if imports:
+        app.settings = app.settings.replace(imports=(*app.settings.imports, *imports))
+    import_configured(app.settings)
+
+
+def _warn_unimportable(func: str) -> None:
+    """One stderr line when FUNC's module cannot be found here: only its name is checked."""
+    module = func.partition(":")[0]
+    if not module or ":" not in func:
+        return                          # the queue's own check says what is wrong
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        click.echo(f"warning: module {module!r} cannot be imported here (current directory: "
+                   f"{os.getcwd()}); only the name {func!r} was checked, the worker checks "
+                   "the rest", err=True)
 
 
 #: Keys of one ``--from-file`` line, and the options it may give (enqueue's, plus ``in``).
@@ -143,7 +191,6 @@ def _prepare_line(q: Queue, number: int, line: str) -> PreparedJob:
 
 
 def _enqueue_file(app: App, queue: str, source: Any) -> None:
-    import_configured(app.settings)   # their @job functions may be enqueued by name
     q = _queue(app, queue)
     name = getattr(source, "name", "-")
     prepared = []

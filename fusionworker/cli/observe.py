@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from .. import events as ev
+from ..core.queue import find_queue_of
 from .common import App, pass_app
 
 #: Width of the event column: the longest event name plus two spaces.
@@ -86,10 +87,17 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
     r = app.connection
     # pin the end first: history is <= it, following is > it; nothing shown twice or missed
     pinned = ev.last_id(r, settings.prefix)
+    shown = 0
     if pinned != "0-0":
         for stream_id, doc in ev.last_events(r, settings.prefix, job_id=job_id, queue=queue,
                                              count=limit, until=pinned):
             _print(stream_id, doc, as_json)
+            shown += 1
+    if job_id and not shown and limit and find_queue_of(r, job_id, settings.prefix) is None:
+        message = f"no job {job_id!r}: no queue holds it and no event names it"
+        if not follow:
+            raise click.ClickException(message)
+        click.echo(f"note: {message} (yet); waiting for its events", err=True)
     if not follow:
         return
     stop = threading.Event()

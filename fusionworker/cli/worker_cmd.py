@@ -18,12 +18,22 @@ from ..worker import Worker, parse_queue_spec
 from .common import App, pass_app
 
 
+def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value is not None:
+        raise click.BadParameter("-n means how many to show (--limit) in every command; the "
+                                 "number of worker processes is --processes N", ctx=ctx,
+                                 param_hint="-n")
+
+
 @click.command()
-@click.option("--queue", "--queues", "--customq", "-q", "queues", default="all", show_default=True,
+@click.argument("ordered", nargs=-1, metavar="[QUEUE]...")
+@click.option("--queue", "--queues", "--customq", "-q", "queues", default=None,
               metavar="QUEUES",
-              help="Comma list of queues, optionally weighted (sms:3,email:1); 'all' = every "
-                   "known queue.")
-@click.option("--burst", is_flag=True, help="Exit 0 once the queues are empty.")
+              help="Comma list of queues served ROUND-ROBIN, optionally weighted "
+                   "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
+                   "known queue (the default when no queue is given).")
+@click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
+@click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
@@ -42,28 +52,44 @@ from .common import App, pass_app
 @click.option("--metrics-bind", metavar="ADDR",
               help="Address /metrics listens on (default 127.0.0.1; 0.0.0.0 = every "
                    "interface).")
-@click.option("--processes", "-n", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               envvar="FUSIONWORKER_PROCESSES",
               help="Worker processes to run under a supervisor that restarts them; "
                    "1 = run the worker in this process.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, metavar="N",
               help="Jobs each worker process runs at once, each in its own fresh horse "
                    "(FUSIONWORKER_CONCURRENCY, default 1); with --processes P: P x N slots.")
+@click.option("--horse-jobs", type=click.IntRange(min=1, max=1000000), default=None, metavar="N",
+              help="Jobs one horse runs one after another (FUSIONWORKER_HORSE_JOBS, default "
+                   "1: a fresh process per job). N > 1 saves the fork per job, but state one "
+                   "job leaves (module globals, open files, threads, leaked memory) is seen by "
+                   "the next, as with Celery's max_tasks_per_child. A horse is retired after N "
+                   "jobs, after a failure, timeout or kill, past --max-horse-memory (checked "
+                   "after each job, like max_memory_per_child) and on SIGHUP; "
+                   "@job(horse_jobs=M) lowers N for a function (M=1: always fresh).")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
 @click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="With --processes: seconds over which --max-restarts is counted.")
 @pass_app
-def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int | None,
+def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, name: str | None, worker_ttl: int | None,
            max_horse_memory: int | None, processes: int, max_restarts: int,
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
-           metrics_bind: str | None = None, concurrency: int | None = None) -> None:
-    """Run a worker serving QUEUES until SIGTERM (twice: cold shutdown).
+           metrics_bind: str | None = None, concurrency: int | None = None,
+           horse_jobs: int | None = None) -> None:
+    """Run a worker until SIGTERM (twice: cold shutdown).
+
+    `-q high,default,low` serves the queues ROUND-ROBIN (weights:
+    `-q high:5,default:2,low:1`); no queue: every known queue, round-robin.
+    RQ's `worker high default low` means STRICT order (a job of `default`
+    only when `high` has none): it is recognized and refused with one line,
+    as this worker cannot claim in strict order yet.
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
+    queues = queue_spec(ordered, queues)
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
@@ -76,7 +102,9 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                                         metrics_port=metrics_port, metrics_bind=metrics_bind,
                                         imports=(*app.settings.imports, *imports) or None,
-                                        concurrency=concurrency)
+                                        concurrency=concurrency, horse_jobs=horse_jobs)
+    if horse_jobs is not None:   # --processes children get it too
+        os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
     except ConfigError as exc:
@@ -94,7 +122,8 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window, concurrency))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
-                 metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency)
+                 metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
+                 horse_jobs=horse_jobs)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process
@@ -114,6 +143,29 @@ def worker(app: App, queues: str, burst: bool, name: str | None, worker_ttl: int
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+#: what ``worker high default low`` needs from the worker and why it is refused until then
+STRICT_ORDER_MISSING = (
+    "positional queues ask for RQ's strict order (a job of the second queue only when "
+    "the first has none), which this worker cannot do yet: serve them round-robin with "
+    "-q {spec}, or give the first queue's jobs a higher priority inside one queue")
+
+
+def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:
+    """The ``--queue`` spec of the command line: positional queues (strict order) or
+    ``-q`` (round-robin), not both; neither: ``all``."""
+    if ordered and queues is not None:
+        raise click.UsageError("give the queues as arguments (strict order) or with -q "
+                               "(round-robin), not both")
+    if not ordered:
+        return queues if queues is not None else "all"
+    for name in ordered:
+        if "," in name or ":" in name:
+            raise click.BadParameter(f"{name!r}: weights and comma lists go with -q "
+                                     "(round-robin); arguments are plain queue names",
+                                     param_hint="QUEUE")
+    raise click.UsageError(STRICT_ORDER_MISSING.format(spec=",".join(ordered)))
 
 
 def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name: str | None,

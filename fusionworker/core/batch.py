@@ -45,6 +45,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .connection import text_hash
+from .keys import QueueKeys
 from .queue import Queue
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,7 +82,7 @@ class Batch:
                 self._callbacks[kind] = (p.id, p.fields)
         self.total = 0
         self.sealed = False
-        self._key = self.queue.qkeys.base + f"batch:{self.id}"
+        self._key = self.queue.qkeys.batch(self.id)
 
     @property
     def ref(self) -> str:
@@ -96,7 +98,7 @@ class Batch:
             "callbacks": json.dumps(self._callbacks, separators=(",", ":")),
             "total": 0, "sealed": 0, "failed": 0, "created_at": repr(time.time()),
         })
-        self.queue.connection.zadd(self.queue.qkeys.base + "batches", {self.id: time.time()})
+        self.queue.connection.zadd(self.queue.qkeys.batches, {self.id: time.time()})
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -117,15 +119,18 @@ class Batch:
 
     def status(self) -> dict[str, Any]:
         """Counts and progress (``ended / total``) read from Redis."""
-        return batch_status(self.queue.connection, self.queue.qkeys.base, self.id)
+        return batch_status(self.queue.connection, self.queue.qkeys, self.id)
 
 
-def batch_status(connection: RedisClient, base: str, batch_id: str) -> dict[str, Any]:
-    key = base + f"batch:{batch_id}"
-    data = {_text(k): _text(v) for k, v in connection.hgetall(key).items()}
+def batch_status(connection: RedisClient, keys: QueueKeys | str,
+                 batch_id: str) -> dict[str, Any]:
+    """The batch's counts and progress; ``keys``: its queue's keys (or their ``base``)."""
+    if isinstance(keys, str):
+        keys = QueueKeys.from_base(keys)
+    data = text_hash(connection.hgetall(keys.batch(batch_id)))
     if not data:
         return {"id": batch_id, "exists": False}
-    ended = int(connection.scard(key + ":ended"))
+    ended = int(connection.scard(keys.batch_ended(batch_id)))
     total = int(data.get("total") or 0)
     failed = int(data.get("failed") or 0)
     callbacks = json.loads(data.get("callbacks") or "{}")
@@ -139,6 +144,3 @@ def batch_status(connection: RedisClient, base: str, batch_id: str) -> dict[str,
         "ended_at": float(data["ended_at"]) if data.get("ended_at") else None,
     }
 
-
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value

@@ -53,6 +53,7 @@ Hash fields (all strings in Redis):
 ``meta``            tagged-JSON object the job keeps in ``current_job().meta`` (optional;
                     kept across attempts: the next attempt starts from it)
 ``progress_writes`` how many rate-limited progress/meta writes the worker made
+``description``     what the producer said the job is (optional; :attr:`Job.description`)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -74,11 +75,13 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, Self, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
+from .job_habits import JobHabits
 
 R = TypeVar("R")
 
@@ -228,8 +231,23 @@ class MalformedJob(ValueError):
     """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
 
 
-@dataclass
-class Job(Generic[R]):
+@dataclass(frozen=True)
+class JobResult:
+    """The outcome of a job's last attempt (RQ's ``Result``): see :meth:`Job.latest_result`.
+
+    ``type`` is ``"successful"``, ``"failed"`` or ``"canceled"``. Only the last
+    outcome is kept per job (no history of earlier attempts).
+    """
+
+    job_id: str
+    type: str
+    return_value: Any = None
+    exc_string: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(repr=False)
+class Job(JobHabits, Generic[R]):
     """A job as read from Redis. Attributes mirror the hash fields.
 
     ``Job[R]``: ``result`` is what the function (returning ``R``) returned,
@@ -284,6 +302,8 @@ class Job(Generic[R]):
     progress_writes: int = 0
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
+    #: the record's ``description`` field (optional); see :attr:`description`
+    _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
     _queue: Any = field(default=None, repr=False, compare=False)
 
@@ -440,6 +460,7 @@ class Job(Generic[R]):
             progress_at=_float(data.get("progress_at")),
             meta=_meta(data.get("meta")),
             progress_writes=_int(data.get("progress_writes")),
+            _description=data.get("description") or None,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -82,9 +82,22 @@ class QueueKeys:
     prefix: str
     name: str
 
+    @classmethod
+    def from_base(cls, base: str) -> QueueKeys:
+        """The keys of the queue whose ``base`` (``fw:{q}:``) this is."""
+        prefix, sep, rest = base.partition(":{")
+        if not sep or not rest.endswith("}:"):
+            raise ValueError(f"not a queue's key base: {base!r}")
+        return cls(prefix, rest[:-2])
+
     @property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.name}}}:"
+
+    @property
+    def match_all(self) -> str:
+        """A ``SCAN MATCH`` pattern of every key of the queue."""
+        return self.base + "*"
 
     @property
     def pending(self) -> str:
@@ -142,6 +155,50 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return self.base + "wake"
+
+    @property
+    def rate(self) -> str:
+        """The queue's rate limit (HASH: limit, window, held totals)."""
+        return self.base + "rate"
+
+    @property
+    def rate_log(self) -> str:
+        return self.base + "rate:log"
+
+    @property
+    def group_rate(self) -> str:
+        """Per-group rate limits (HASH: ``every`` / ``group:<g>`` -> "N W")."""
+        return self.base + "group_rate"
+
+    @property
+    def group_rate_held(self) -> str:
+        return self.base + "group_rate:held"
+
+    def group_rate_log(self, group: str) -> str:
+        return self.base + "group_rate:log:" + group
+
+    @property
+    def outbox(self) -> str:
+        """Dependency and batch notes to replay to other queues (LIST)."""
+        return self.base + "outbox"
+
+    @property
+    def batches(self) -> str:
+        """Batches not yet fired (ZSET, score = creation time)."""
+        return self.base + "batches"
+
+    def batch(self, batch_id: str) -> str:
+        return self.base + "batch:" + batch_id
+
+    def batch_ended(self, batch_id: str) -> str:
+        return self.base + "batch:" + batch_id + ":ended"
+
+    def deps(self, job_id: str) -> str:
+        """The "queue:id" refs job ``job_id`` still waits on (SET)."""
+        return self.base + "deps:" + job_id
+
+    def dependents(self, job_id: str) -> str:
+        return self.base + "dependents:" + job_id
 
     def job(self, job_id: str) -> str:
         return self.base + "job:" + job_id

@@ -15,8 +15,11 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import mmap
 import os
+import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -26,7 +29,7 @@ log = logging.getLogger("fusionworker.otel")
 producer: Producer | None = None
 
 #: The horse's tracing (a ``middleware.otel.HorseTracing``), or None (off): the
-#: horse's one test per job (``runtime/horse.py``).
+#: horse's one test per job (``runtime/horse/main.py``).
 horse_tracing: Any = None
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -51,7 +54,8 @@ def _require() -> None:
     except ImportError as exc:
         raise OtelUnavailable(
             "FUSIONWORKER_OTEL=on needs the OpenTelemetry packages: "
-            "pip install 'fusionworker[otel]'") from exc
+            "pip install 'fusionworker[otel]' (from a checkout: pip install -e '.[otel]')"
+        ) from exc
 
 
 def _version() -> str:
@@ -70,12 +74,26 @@ def band_of(priority: int) -> str:
 # --------------------------------------------------------------------------- set-up
 
 
-def configure_sdk(setup: str = "", *, with_metrics: bool = True) -> None:
-    """Install global SDK providers in this process (once): ``setup`` (module:function)
-    when given, else OTLP/HTTP exporters configured by the standard ``OTEL_*`` variables
-    (``with_metrics=False``: traces only, as in the fork server).
+def configure_sdk(setup: str = "", *, with_metrics: bool = True, log_state: str = "") -> None:
+    """Install global SDK providers in this process (once).
 
-    Providers an application installed already are kept.
+    ``setup`` (module:function): call it instead. Otherwise the exporters are
+    the ones the standard variables name, resolved by the SDK's own
+    configuration (``opentelemetry.sdk._configuration``: the
+    ``opentelemetry_*_exporter`` entry points): ``OTEL_TRACES_EXPORTER`` and
+    ``OTEL_METRICS_EXPORTER`` (``otlp``, the default; ``console``; ``none``;
+    a comma list), each exporter configured by its own variables
+    (``OTEL_EXPORTER_OTLP_*``), with ``OTEL_EXPORTER_OTLP_PROTOCOL`` defaulting
+    to ``http/protobuf`` (the exporter the ``[otel]`` extra installs); sampler,
+    id generator, ``OTEL_BSP_*``, ``OTEL_METRIC_EXPORT_INTERVAL``, the resource
+    variables and ``OTEL_SDK_DISABLED`` as the SDK reads them.
+    ``with_metrics=False`` (the fork server): no meter provider at all, and
+    with no metric exporter (``none``) none either: a provider that never
+    exports is not installed.
+
+    Providers an application installed already are kept. The exporters'
+    complaints (a dead collector) are logged at most once a minute
+    (:func:`limit_export_logs`; ``log_state``: its shared state, see there).
     """
     global _configured, _owned_meter_provider
     with _lock:
@@ -83,41 +101,142 @@ def configure_sdk(setup: str = "", *, with_metrics: bool = True) -> None:
             return
         _configured = True
         _require()
+        limit_export_logs(log_state)
         if setup:
             module, _, name = setup.partition(":")
             if not module or not name:
                 raise ValueError(f"FUSIONWORKER_OTEL_SETUP={setup!r}: expected module:function")
             getattr(importlib.import_module(module), name)()
             return
-        from opentelemetry import metrics, trace
-
         if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             return
-        from opentelemetry.sdk.resources import Resource
+        _owned_meter_provider = _install_providers(with_metrics)
 
-        attrs = {}
-        if not os.environ.get("OTEL_SERVICE_NAME") and "service.name" not in os.environ.get(
-                "OTEL_RESOURCE_ATTRIBUTES", ""):
-            attrs["service.name"] = "fusionworker"
-        resource = Resource.create(attrs)
-        if type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            tracer_provider = TracerProvider(resource=resource)
-            tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-            trace.set_tracer_provider(tracer_provider)
-        if with_metrics and type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                OTLPMetricExporter,
-            )
-            from opentelemetry.sdk.metrics import MeterProvider
-            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+def _exporter_names(signal: str) -> list[str]:
+    """The entry-point names of ``OTEL_<SIGNAL>_EXPORTER`` (unset: ``otlp``), by the SDK."""
+    from opentelemetry.sdk import _configuration as sdk_config
 
-            reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-            _owned_meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-            metrics.set_meter_provider(_owned_meter_provider)
+    if os.environ.get(f"OTEL_{signal.upper()}_EXPORTER", "").strip():
+        return list(sdk_config._get_exporter_names(signal))  # type: ignore[arg-type]
+    return [sdk_config._get_exporter_entry_point("otlp", signal)]  # type: ignore[arg-type]
+
+
+def _install_providers(with_metrics: bool) -> Any:
+    """configure_sdk's built-in set-up; returns the MeterProvider it installed, or None."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk import _configuration as sdk_config
+    from opentelemetry.sdk.resources import Resource
+
+    # the specification's default protocol, and the exporter the [otel] extra installs
+    # (the SDK would pick gRPC for "otlp"); the signal-specific variables still win
+    os.environ.setdefault("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    span_exporters, metric_exporters, _ = sdk_config._import_exporters(
+        _exporter_names("traces"), _exporter_names("metrics") if with_metrics else [], [])
+    attrs = {}
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name" not in os.environ.get(
+            "OTEL_RESOURCE_ATTRIBUTES", ""):
+        attrs["service.name"] = "fusionworker"
+    resource = Resource.create(attrs)
+    if span_exporters and type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider":
+        sdk_config._init_tracing(
+            exporters=span_exporters, resource=resource,
+            id_generator=sdk_config._import_id_generator(sdk_config._get_id_generator()),
+            sampler=sdk_config._import_sampler(sdk_config._get_sampler()))
+    if not metric_exporters or type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider":
+        return None
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+    readers = [cls() if issubclass(cls, MetricReader) else PeriodicExportingMetricReader(cls())
+               for cls in metric_exporters.values()]
+    # shut down by the worker (OtelMiddleware.on_stop, bounded), not again at exit:
+    # a second shutdown is the SDK's "shutdown can only be called once"
+    provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+    metrics.set_meter_provider(provider)
+    return provider
+
+
+#: the shared state of limit_export_logs in this process, and its path for other processes
+_log_page: Any = None
+_log_page_path = ""
+
+EXPORT_LOG_INTERVAL = 60.0
+
+
+class ExportLogLimit(logging.Handler):
+    """On the ``opentelemetry`` logger: the SDK's and exporters' records go to the
+    ``fusionworker.otel`` logger (the worker's format), those about exporting
+    (a dead or refusing collector: every batch of every process complains) at most
+    one per ``interval`` for the worker, its fork server and every horse together.
+
+    ``page``: 16 shared bytes (when the last line went out; how many were held back
+    since), a ``MAP_SHARED`` mapping that forked processes keep sharing.
+    """
+
+    def __init__(self, page: Any, interval: float = EXPORT_LOG_INTERVAL) -> None:
+        super().__init__(logging.WARNING)
+        self.page, self.interval = page, interval
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+            if record.name.startswith("opentelemetry.exporter") or "export" in message.lower():
+                last, held = struct.unpack_from("dq", self.page, 0)
+                now = time.time()
+                if now - last < self.interval:
+                    struct.pack_into("dq", self.page, 0, last, held + 1)
+                    return
+                struct.pack_into("dq", self.page, 0, now, 0)
+                note = f" ({held} more held back)" if held else ""
+                message = (f"OpenTelemetry export: {message}{note}; "
+                           f"at most one such line per {self.interval:g} s")
+            log.log(record.levelno, "%s", message)
+        except Exception:  # noqa: BLE001 - a log line must never raise into the SDK
+            self.handleError(record)
+
+
+def _shared_page(path: str) -> Any:
+    """16 bytes shared with the processes forked from here: ``path`` (another process's
+    page, ``/proc/<pid>/fd/<fd>``) when it opens, else a new one (a memfd, whose path
+    :func:`limit_export_logs` records for the fork server)."""
+    global _log_page_path
+    if path:
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                return mmap.mmap(fd, 16)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as exc:
+            log.debug("OpenTelemetry log limit: %s not shared (%s)", path, exc)
+    try:
+        fd = os.memfd_create("fusionworker-otel-log")
+        os.ftruncate(fd, 16)
+        _log_page_path = f"/proc/{os.getpid()}/fd/{fd}"   # kept open while the process lives
+        return mmap.mmap(fd, 16)
+    except (OSError, AttributeError):
+        return mmap.mmap(-1, 16)   # anonymous, still shared with forked children
+
+
+def limit_export_logs(log_state: str = "", interval: float = EXPORT_LOG_INTERVAL) -> None:
+    """Route the ``opentelemetry`` loggers through :class:`ExportLogLimit` (once per process).
+
+    ``log_state``: the path :func:`log_state_path` gave in another process (the worker),
+    so that its fork server and horses share one budget with it.
+    """
+    global _log_page
+    if _log_page is not None:
+        return
+    _log_page = _shared_page(log_state)
+    otel_log = logging.getLogger("opentelemetry")
+    otel_log.addHandler(ExportLogLimit(_log_page, interval))
+    otel_log.propagate = False
+
+
+def log_state_path() -> str:
+    """Where another process finds this process's export-log budget ("" when none)."""
+    return _log_page_path
 
 
 def _bounded(call: Callable[[], Any], timeout: float) -> None:
@@ -147,6 +266,9 @@ class Producer:
         meter = metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
         self.enqueued = meter.create_counter(
             "queue.enqueue.total", unit="{job}", description="Jobs enqueued (not deduplicated)")
+        #: the global providers are looked at on the first enqueue (an application may
+        #: install them after its first Queue()); given ones are the caller's business
+        self.check_providers = tracer_provider is None and meter_provider is None
 
     def enqueue(self, call: Callable[..., Any], queue: Any, func: Any, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
@@ -154,6 +276,9 @@ class Producer:
         from ..exceptions import InvalidFunction
         from .functions import func_ref
 
+        if self.check_providers:
+            self.check_providers = False
+            _say_if_no_sdk()
         try:
             ref = func_ref(func)
         except InvalidFunction:
@@ -184,6 +309,29 @@ class Producer:
         self.propagator.inject(carrier)
         return [item for key in ("traceparent", "tracestate") if carrier.get(key)
                 for item in (key, carrier[key])]
+
+
+_said_no_sdk = False
+
+
+def _say_if_no_sdk() -> None:
+    """Log once per process when the global providers are the API's no-op ones."""
+    global _said_no_sdk
+    from opentelemetry import metrics, trace
+
+    missing = [kind for kind, provider in (("tracer", trace.get_tracer_provider()),
+                                           ("meter", metrics.get_meter_provider()))
+               if type(provider).__name__ in ("ProxyTracerProvider", "NoOpTracerProvider",
+                                              "_ProxyMeterProvider", "NoOpMeterProvider")]
+    if missing and not _said_no_sdk:
+        _said_no_sdk = True
+        log.warning(
+            "FUSIONWORKER_OTEL=on, but this process has no OpenTelemetry SDK %s provider: "
+            "its enqueues are not %s. Install the application's providers, or call "
+            "fusionworker.otel.configure_sdk() to make them from the OTEL_* variables",
+            " or ".join(missing),
+            "traced or counted" if len(missing) == 2 else
+            ("traced" if missing == ["tracer"] else "counted"))
 
 
 def traced_enqueue(call: _F) -> _F:

@@ -128,7 +128,7 @@ def recheck(q: Queue, dependent_id: str, deps: Iterable[tuple[str, str]]) -> lis
     outcomes: list[str] = []
     for queue, job_id in deps:
         status = q.connection.hget(q.keys.queue(queue).job(job_id), "status")
-        status = status.decode() if isinstance(status, bytes) else status
+        status = None if status is None else text(status)
         if status is None or status in ENDED:
             reply = replies.dep_done(q.scripts.dep_done(
                 keys=[q.qkeys.base],
@@ -138,17 +138,13 @@ def recheck(q: Queue, dependent_id: str, deps: Iterable[tuple[str, str]]) -> lis
     return outcomes
 
 
-def _text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit: int = 500) -> int:
     """Replay the notes in ``queue``'s outbox to the dependents' queues; returns how many
     notes were replayed. Safe to run anywhere, any number of times (see module doc)."""
     from .queue import scripts_for
 
     keys = Keys(settings.prefix)
-    outbox = keys.queue(queue).base + "outbox"
+    outbox = keys.queue(queue).outbox
     scripts = scripts_for(connection)
     done = 0
     while done < limit:
@@ -157,7 +153,7 @@ def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit
             break
         for note in notes:
             try:
-                outcome, dependent, job_id = json.loads(_text(note))
+                outcome, dependent, job_id = json.loads(text(note))
                 dq, did = split_ref(dependent)
                 check_queue_name(dq)
             except (ValueError, TypeError) as exc:
@@ -183,13 +179,12 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
     from .queue import Queue
 
     q = Queue(queue, connection, settings=settings, events=False)
-    base = q.qkeys.base
     ids = connection.zrangebyscore(q.qkeys.deferred, "-inf", f"{now - older_than:.6f}",
                                    start=0, num=limit)
     applied = 0
     for job_id in ids:
-        job_id = _text(job_id)
-        refs = [split_ref(_text(r)) for r in connection.smembers(base + "deps:" + job_id)]
+        job_id = text(job_id)
+        refs = [split_ref(text(r)) for r in connection.smembers(q.qkeys.deps(job_id))]
         applied += len(recheck(q, job_id, refs))
     return applied
 
@@ -197,11 +192,19 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
 class DependencyMiddleware(Middleware):
     """Replays the outbox of a queue after one of its jobs ended: at once when the job
     had dependents at claim time, else on the next tick (one ``LLEN`` per queue a
-    second, only after jobs ended)."""
+    second, only after jobs ended); and the outboxes of the worker's queues when it
+    starts."""
 
     def __init__(self) -> None:
         self._dirty: set[str] = set()
         self.replayed = 0
+
+    def on_start(self, worker: Worker) -> None:
+        """Replay what producers left in the outboxes of the worker's queues (a canceled
+        or deleted parent's note): a burst worker started after a cancel sees its
+        dependents released or canceled, without waiting for a reaper pass."""
+        for queue in worker.queue_names:
+            self._replay(worker, queue)
 
     def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
         if getattr(job, "has_dependents", False) or getattr(job, "batch", None):
@@ -215,7 +218,7 @@ class DependencyMiddleware(Middleware):
         queues, self._dirty = sorted(self._dirty), set()
         keys = Keys(worker.settings.prefix)
         try:
-            lengths = [worker.connection.llen(keys.queue(q).base + "outbox") for q in queues]
+            lengths = [worker.connection.llen(keys.queue(q).outbox) for q in queues]
         except Exception as exc:  # noqa: BLE001 - the reaper replays later
             log.warning("Dependency outbox check skipped: %s", exc)
             return

@@ -22,8 +22,10 @@ of :func:`default_middleware`:
     ``redis+sentinel://`` URL only;
  8. events (``events/``): before metrics, whose ``on_start`` takes the events
     middleware's sink;
- 9. Prometheus metrics (``metrics.py``), with a metrics port only;
-10. OpenTelemetry (``otel.py``), with ``FUSIONWORKER_OTEL=on`` only.
+ 9. vitals (``vitals.py``): the worker's memory in its heartbeat hash
+    (``describe`` only);
+10. Prometheus metrics (``metrics.py``), with a metrics port only;
+11. OpenTelemetry (``otel.py``), with ``FUSIONWORKER_OTEL=on`` only.
 
 Between 2 and 7 the order is the order the features were added in; none of them
 answers a hook or reads another's state.
@@ -55,6 +57,7 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
+    from .vitals import WorkerVitals
 
     chain: list[Middleware] = [*build_governors(settings), NotifyMiddleware(),
                                ReaperMiddleware(settings), FailureCallbacks(settings),
@@ -62,6 +65,7 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
     chain.append(EventsMiddleware())
+    chain.append(WorkerVitals())
     if settings.metrics_port:
         chain.append(MetricsMiddleware(settings.metrics_port, addr=settings.metrics_bind))
     if settings.otel:

@@ -93,8 +93,10 @@ class NvmlGpuReader:
     """
 
     def __init__(self, *, nvml: ModuleType | Any | None = None,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, gpu_configured: bool = False) -> None:
         self._nvml = nvml
+        #: GPU thresholds were set: a machine without a GPU is worth an INFO line then
+        self._gpu_configured = gpu_configured
         self._log = logger or log
         self._handles: list[tuple[int, Any]] | None = None  # None: not initialized yet
         self._off_reason: str | None = None
@@ -134,14 +136,14 @@ class NvmlGpuReader:
             try:
                 import pynvml  # optional extra "gpu" (nvidia-ml-py)
             except ImportError:
-                self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]')")
+                self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]')", absent=True)
                 return False
             self._nvml = pynvml
         nvml = self._nvml
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
-            self._turn_off(f"NVML unavailable ({exc})")
+            self._turn_off(f"NVML unavailable ({exc})", absent=True)
             return False
         try:
             count = int(nvml.nvmlDeviceGetCount())
@@ -150,17 +152,21 @@ class NvmlGpuReader:
             self._turn_off(f"NVML device query failed ({exc})", shutdown=True)
             return False
         if not handles:
-            self._turn_off("no NVIDIA GPU found", shutdown=True)
+            self._turn_off("no NVIDIA GPU found", shutdown=True, absent=True)
             return False
         self._handles = handles
         return True
 
-    def _turn_off(self, why: str, *, shutdown: bool = False) -> None:
+    def _turn_off(self, why: str, *, shutdown: bool = False, absent: bool = False) -> None:
+        """``absent``: this machine has no GPU to check (no NVML, no device): the usual
+        case, logged at DEBUG (at INFO when GPU thresholds were configured); a GPU that
+        fails is logged at INFO."""
         if shutdown:
             self._shutdown()
         self._off_reason = why
         self._handles = None
-        self._log.info("GPU check off: %s", why)
+        level = logging.DEBUG if absent and not self._gpu_configured else logging.INFO
+        self._log.log(level, "GPU check off: %s", why)
 
     def _shutdown(self) -> None:
         nvml = self._nvml
@@ -237,7 +243,10 @@ class Governor(Middleware):
         self._ram_reader = ram_reader or read_ram_percent
         self._swap_reader = swap_reader or read_swap_percent
         self._gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = (
-            gpu_reader if gpu_reader is not None else NvmlGpuReader(logger=self._log))
+            gpu_reader if gpu_reader is not None else NvmlGpuReader(
+                logger=self._log, gpu_configured=any(
+                    settings.is_explicit(name)
+                    for name in ("gpu_throttle_threshold", "gpu_resume_threshold"))))
         self._clock = clock
         self._throttled = False
         self._reason: str | None = None

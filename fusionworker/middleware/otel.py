@@ -160,16 +160,27 @@ class HorseTracing:
             _bounded(flush, self.flush_timeout)
 
 
-def setup_horses(setup: str, flush_timeout: float) -> None:
-    """In the process that forks horses: configure the SDK and trace every horse's job.
+def setup_horses(setup: str, flush_timeout: float, log_state: str = "") -> None:
+    """In the process that forks horses: configure the SDK (traces only: horses record
+    no metrics) and trace every horse's job; with no tracer provider after that
+    (``OTEL_TRACES_EXPORTER=none``), horses run untraced and flush nothing.
 
     Never raises: a broken set-up is logged and jobs run untraced.
     """
     try:
-        configure_sdk(setup, with_metrics=False)
+        configure_sdk(setup, with_metrics=False, log_state=log_state)
+        if not _has_tracer_provider():
+            log.debug("OpenTelemetry: no tracer provider, jobs are not traced")
+            return
         tracing.horse_tracing = HorseTracing(flush_timeout)
     except Exception as exc:  # noqa: BLE001 - tracing must never stop jobs
         log.error("OpenTelemetry tracing of jobs is off: %s", exc)
+
+
+def _has_tracer_provider() -> bool:
+    from opentelemetry import trace
+
+    return type(trace.get_tracer_provider()).__name__ != "ProxyTracerProvider"
 
 
 # --------------------------------------------------------------------------- worker
@@ -217,11 +228,13 @@ class OtelMiddleware(Middleware):
     def horse_tracing(self) -> dict[str, Any]:
         """What the fork server needs to trace horses (see ``forkserver.serve``)."""
         return {"setup": self.settings.otel_setup,
-                "flush_timeout": self.settings.otel_flush_timeout}
+                "flush_timeout": self.settings.otel_flush_timeout,
+                "log_state": tracing.log_state_path()}
 
     def on_start(self, worker: Worker) -> None:
         self.worker = worker
-        if tracing.horse_tracing is None:   # horses forked by the worker itself (no fork server)
+        if tracing.horse_tracing is None and (   # horses forked by the worker itself
+                self.tracer_provider is not None or _has_tracer_provider()):
             try:
                 tracing.horse_tracing = HorseTracing(self.settings.otel_flush_timeout,
                                            self.tracer_provider)

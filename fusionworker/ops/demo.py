@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 from ..exceptions import Retry
 
@@ -36,6 +37,28 @@ def broken_template(name: str) -> None:
 
 def stuck_provider(seconds: float) -> None:
     time.sleep(seconds)
+
+
+def demo_prefix(prefix: str) -> str:
+    """The demo's own key prefix, under the deployment's (``fw`` -> ``fw:demo``): its
+    jobs and workers never mix with a real deployment's, nor with an earlier demo's
+    (:func:`clear`)."""
+    return f"{prefix}:demo"
+
+
+def clear(connection: Any, prefix: str) -> int:
+    """Delete every key under ``prefix`` (an earlier demo run's); returns how many."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + ":*"
+    deleted = 0
+    batch: list[Any] = []
+    for key in connection.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            deleted += int(connection.delete(*batch))
+            batch = []
+    if batch:
+        deleted += int(connection.delete(*batch))
+    return deleted
 
 
 # Default deny: these are the functions a demo worker may run. Its workers import this

@@ -67,8 +67,24 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> 
             for g in describe_busy_groups(r, prefix, n, limit=10)
         ]
     if workers:
-        doc["workers"] = [admin.describe_worker(w, now) for w in admin.workers(r, prefix)]
+        doc["workers"] = [{**admin.describe_worker(w, now), **_event_sink(w)}
+                          for w in admin.workers(r, prefix)]
     return doc
+
+
+#: the event sink's counters a worker writes into its heartbeat (events/middleware.py)
+EVENT_SINK_FIELDS = ("events_buffered", "events_dropped", "events_errors")
+
+
+def _event_sink(heartbeat: dict[str, str]) -> dict[str, int | None]:
+    """The worker's event-sink counters (None: a worker that writes none)."""
+    out: dict[str, int | None] = {}
+    for name in EVENT_SINK_FIELDS:
+        try:
+            out[name] = int(heartbeat[name])
+        except (KeyError, ValueError):
+            out[name] = None
+    return out
 
 
 

@@ -118,8 +118,8 @@ from ..core.job import FailureReason, Job
 from ..core.scripts import replies
 from .claim import ClaimRound, Plan
 from .errors import UNREACHABLE
-from .forkserver import ForkServer, ForkServerDied
-from .horse import Horse, drain, kill_leftovers
+from .launch import Launcher
+from .protocol import drain
 from .recorder import Outcome, decide
 from .slot import Slot
 from .state import LoopState, Stop, View
@@ -148,19 +148,17 @@ class _Once:
 class Loop:
     """The claim/dispatch loop of one worker over ``worker.concurrency`` slots."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, launcher: Launcher) -> None:
         self.w = worker
+        self.launcher = launcher
         self.state = LoopState()
         self.slots: list[Slot] = []
-        #: the running horses' slots by pid (whose progress frame is whose: progress.py)
-        self.by_pid: dict[int, Slot] = {}
         #: entries of the deadline board not held by a running horse
         self.free_index = list(range(worker.concurrency - 1, -1, -1))
-        self.retiring: list[ForkServer] = []     # old fork servers still running horses
         self.burst_done = False
         self._pubsub: Any = None
-        #: what the last select() found readable: only those servers are read
-        self._readable: list[Any] = []
+        #: what the last select() found readable: only those servers are read (None: all)
+        self._readable: list[Any] | None = []
 
     @property
     def n(self) -> int:
@@ -183,13 +181,8 @@ class Loop:
             self._subscribe()
         except UNREACHABLE:
             self._drop_pubsub()      # the first wait subscribes again
-        try:
-            while self.turn():
-                pass
-        finally:
-            for old in self.retiring:
-                old.close()
-            self.retiring.clear()
+        while self.turn():
+            pass
         return 0
 
     def turn(self) -> bool:
@@ -198,15 +191,13 @@ class Loop:
         a job takes one pass: its end is recorded, the carried claim's job started, and
         the loop waits for the next end."""
         st = self.state
-        kill_leftovers()     # what finished jobs left in their process groups (horse.py)
+        self.launcher.tidy()     # what finished jobs left behind (launch.py)
         if st.reload_requested:
             self.w.reload()
         self._periodic()
         ended = self._collect()
         if self.slots:
             self._police(time.monotonic())
-        if self.retiring:
-            self._retire()
         if ended:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
@@ -373,112 +364,31 @@ class Loop:
                 slots.append(Slot.ended(job, refusal))
         entries = [self.free_index.pop() for _ in to_fork]
         for entry in entries:
-            self._board_set(entry, lease_until)
+            self.launcher.set_deadline(entry, lease_until)
         hooks = _Once(lambda: [w._call("after_claim", job) for job in jobs])
-        slots.extend(w._spawn(to_fork, entries, lease_until, hooks))
+        for slot in self.launcher.launch(to_fork, entries, hooks):
+            if slot.forked:
+                slot.deadline = slot.started + slot.job.timeout + w.settings.kill_grace
+                slot.lease_until = lease_until
+                slot.next_tick = slot.started + BUSY_AFTER  # first horse tick: with the busy write
+            slots.append(slot)
         hooks()
         self.slots.extend(slots)
-        self.by_pid.update((s.pid, s) for s in slots if s.horse is not None)
-
-    def fork(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
-             while_forking: Callable[[], None]) -> list[Slot]:
-        """A horse per job, forked by the fork server (or by the worker itself when
-        there is none); ``while_forking`` runs while the server forks."""
-        if not jobs:
-            return []
-        w = self.w
-        server = w._forkserver
-        pids: list[int] | None = None
-        if server is not None:
-            if self.slots and not server.alive:    # died unnoticed: its horses went with it
-                self._server_died(server)          # (before spawn_many starts a new one)
-            try:
-                pids = server.spawn_many(jobs, entries, while_forking)
-            except ForkServerDied as exc:
-                log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
-                            w.name, exc)
-                self._server_died(server)
-        now = time.monotonic()
-        slots: list[Slot] = []
-        for i, job in enumerate(jobs):
-            horse = Horse(job, allowed=w.allowed, retryable=w.settings.retryable,
-                          server=server, kill_children=w.settings.kill_job_children,
-                          on_update=w._horse_update)
-            if pids is not None:
-                horse.pid, horse._started = pids[i], now
-            else:
-                horse.server = None
-                self._fork_own(horse, entries[i])
-            slot = Slot(job, horse, kill_after=job.timeout + w.settings.kill_grace,
-                        lease_until=lease_until, index=entries[i])
-            slot.next_tick = slot.started + BUSY_AFTER    # first horse tick: with the busy write
-            slots.append(slot)
-        return slots
-
-    @staticmethod
-    def _fork_own(horse: Horse, index: int) -> None:
-        """Fork a horse from the worker itself (no fork server); it watches entry ``index``."""
-        from . import horse as horse_mod
-
-        horse_mod.watch_slot = index       # read by horse_main in the child
-        horse.start()
-
-    def _board_set(self, index: int, deadline: float) -> None:
-        board = self.w._board
-        if board is not None and 0 <= index < board.slots:
-            board.set(0.0 if math.isinf(deadline) else deadline, index)
-
-    def _servers(self) -> list[ForkServer]:
-        """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
-        found: dict[int, ForkServer] = {}
-        for slot in self.slots:
-            server = slot.horse.server if slot.horse is not None else None
-            if server is not None and not slot.done:
-                found[id(server)] = server
-        return list(found.values())
-
-    def _server_died(self, server: ForkServer) -> None:
-        """A fork server is gone: its horses died with it (PDEATHSIG)."""
-        exits, _ = server.exits()          # what it reported before it went
-        for slot in self.slots:
-            if slot.horse is not None and slot.horse.server is server and not slot.done:
-                if slot.pid in exits:
-                    slot.exited(exits[slot.pid])
-                else:
-                    slot.server_died()
 
     def _collect(self) -> list[tuple[Job[Any], Outcome]]:
-        """Slots whose horse ended -> their outcomes, to be recorded. A server is read
-        when the last select() found its socket readable (an exit, or its death) or it
-        handed exits over while spawning: no system call on a turn with nothing new."""
+        """Slots whose horse ended -> their outcomes, to be recorded."""
         readable, self._readable = self._readable, []
-        for server in self._servers():
-            if server.sock is not None and server.sock not in readable and not server.has_exits:
-                continue
-            exits, died = server.exits()
-            if exits:
-                by_pid = {s.pid: s for s in self.slots
-                          if s.horse is not None and s.horse.server is server}
-                for pid, msg in exits.items():
-                    slot = by_pid.get(pid)
-                    if slot is not None:
-                        slot.exited(msg)
-            if died:
-                self._server_died(server)
+        self.launcher.poll(readable)
         ended: list[tuple[Job[Any], Outcome]] = []
         running: list[Slot] = []
         cold = self.state.stop == Stop.COLD
         for slot in self.slots:
-            if slot.horse is not None and slot.horse.server is None:
-                slot.poll_own()
             if not slot.done:
                 running.append(slot)
                 continue
             if slot.index >= 0:
-                self._board_set(slot.index, 0.0)
+                self.launcher.set_deadline(slot.index, 0.0)
                 self.free_index.append(slot.index)
-            if slot.horse is not None:
-                self.by_pid.pop(slot.pid, None)
             exit_ = slot.outcome(cold=cold)
             outcome = decide(self.w.settings, slot.job, exit_)
             outcome.duration = time.monotonic() - slot.started
@@ -501,7 +411,7 @@ class Loop:
                 slot.kill(FailureReason.SHUTDOWN)
         interval = min(1.0, float(w.settings.heartbeat_interval))
         for slot in self.slots:
-            if slot.horse is None or slot.done:
+            if not slot.forked or slot.done:
                 continue
             if now >= slot.deadline and not slot.killed:
                 slot.kill(FailureReason.TIMEOUT)
@@ -570,7 +480,7 @@ class Loop:
         w = self.w
         st = self.state
         st.next_heartbeat = time.monotonic() + w.settings.heartbeat_interval
-        running = [s for s in self.running() if s.horse is not None]
+        running = [s for s in self.running() if s.forked]
         by_queue: dict[str, list[Slot]] = {}
         for slot in running:
             by_queue.setdefault(slot.job.queue, []).append(slot)
@@ -619,7 +529,7 @@ class Loop:
             for slot, owned in zip(group, replies.touch_many(reply)):
                 if owned:     # this renewal reached Redis: the horse may live on
                     slot.lease_until = sent + w.lease - self.margin
-                    self._board_set(slot.index, slot.lease_until)
+                    self.launcher.set_deadline(slot.index, slot.lease_until)
                 elif not slot.killed:
                     log.warning("Worker %s: job %s was taken back while running; killing its "
                                 "horse", w.name, slot.job.id)
@@ -653,8 +563,7 @@ class Loop:
                 return          # ended at birth: collect it now
             until = min(until, slot.wakes_at())   # its first tick is its busy write's time
         fds: list[Any] = [w._wake_r] if w._wake_r >= 0 else []
-        fds.extend(server.sock for server in self._servers() if server.sock is not None)
-        fds.extend(s.horse._fd for s in self.slots if s.horse is not None and s.horse._fd >= 0)
+        fds.extend(self.launcher.waitables())
         sock = None
         if free and st.stop is None:
             until = min(until, st.next_poll)
@@ -666,8 +575,8 @@ class Loop:
                 return
         try:
             readable, _, _ = select.select(fds, [], [], max(0.0, until - now))
-        except (OSError, ValueError):   # a socket closed under us: read every server
-            self._readable = [s.sock for s in self._servers()]
+        except (OSError, ValueError):   # a socket closed under us: look at everything
+            self._readable = None
             return
         self._readable = readable
         if w._wake_r >= 0 and w._wake_r in readable:
@@ -746,29 +655,3 @@ class Loop:
         self._drop_pubsub()
         if self.state.stop is None:
             time.sleep(min(self.w.settings.poll_interval * 2, 5.0))
-
-    # -- fork servers (SIGHUP) -----------------------------------------------------
-
-    def renew_forkserver(self) -> None:
-        """A fresh fork server, so changed job code is seen by the next job. Horses still
-        running on the old one must not die with it: it is kept until its last horse
-        ended (:meth:`_retire`), the new one forks the next jobs."""
-        w = self.w
-        old, w._forkserver = w._forkserver, None
-        if old is None:
-            return
-        if any(s.horse is not None and s.horse.server is old and not s.done
-               for s in self.slots):
-            self.retiring.append(old)
-        else:
-            old.close()
-        w._start_forkserver()
-        log.info("Worker %s: new fork server; the next job imports its code afresh", w.name)
-
-    def _retire(self) -> None:
-        """Close old fork servers (SIGHUP) once no horse of theirs runs."""
-        in_use = {id(server) for server in self._servers()}
-        for old in [o for o in self.retiring if id(o) not in in_use]:
-            self.retiring.remove(old)
-            old.close()
-

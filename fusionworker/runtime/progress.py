@@ -70,14 +70,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core import codec
 from ..exceptions import MetaTooLarge
+from .protocol import write_all
 
-#: Frames start with ASCII RS (RFC 7464); a report starts with ``{``.
-FRAME_START = 0x1E
 #: The horse sends at most one frame per this many seconds.
 SEND_INTERVAL = 0.1
 #: Longest progress message, characters.
@@ -337,13 +336,6 @@ class JobContext:
             self._lock.release()
 
 
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 class PipeSender:
     """In the horse: frames to the report pipe from a thread of their own, at most one
     per SEND_INTERVAL (the job's thread never blocks on the pipe, and SIGALRM, which
@@ -470,36 +462,6 @@ def _forget_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
-
-
-def take_frames(buffer: bytearray) -> Iterable[str]:
-    """Cut the complete frames off the front of ``buffer`` (a report pipe's bytes); the
-    report, or a frame not complete yet, stays."""
-    while buffer and buffer[0] == FRAME_START:
-        end_ = buffer.find(b"\n")
-        if end_ < 0:
-            return
-        text = buffer[1:end_].decode("utf-8", "replace")
-        del buffer[:end_ + 1]
-        yield text
-
-
-def read_available(fd: int, buffer: bytearray, chunk: int = 65536) -> bool:
-    """Append what the non-blocking report pipe ``fd`` holds now to ``buffer``; True at
-    EOF (or a read error: the writer is gone either way), False when it would block.
-    The worker (a horse of its own) and the fork server (its horses) read alike."""
-    while True:
-        try:
-            data = os.read(fd, chunk)
-        except BlockingIOError:
-            return False
-        except InterruptedError:
-            continue
-        except OSError:
-            return True
-        if not data:
-            return True
-        buffer.extend(data)
 
 
 __all__ = ["JobContext", "JobMeta", "current_job"]

@@ -32,7 +32,7 @@ from ..core.job import FailureReason, Job, encode_fields
 from ..core.scripts import replies
 from .claim import ClaimRound, Plan
 from .errors import REFUSED, UNREACHABLE, is_oom
-from .horse import HorseExit
+from .exits import HorseExit
 from .state import Stop, View
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,72 +1,93 @@
-"""A slot: one running horse (its job, its deadlines, its kill) and how it ended.
+"""A slot: the worker's side of one running horse (its job, deadlines, kill) and
+how it ended.
 
-The loop (loop.py) owns the slots; a slot never talks to Redis. Its horse
-was forked by the fork server (its exit comes as a message on the server's
-socket, :meth:`Slot.exited`) or by the worker itself (its pipe and
-``waitpid``, :meth:`Slot.poll_own`). A job that ends without a horse (a
-malformed record, a refused function, a job run in this process by
-``fusionworker.testing``) is a slot that ended at birth (:meth:`Slot.ended`).
+The loop (loop.py) owns the slots; a slot never talks to Redis. A launcher
+(launch.py) makes them: a horse forked by the fork server (its exit comes as
+an :class:`~fusionworker.runtime.protocol.ExitNotice`, :meth:`Slot.exited`),
+one the worker forked itself (its report pipe and ``waitpid``,
+:meth:`Slot.poll_own`), or a job that ended without a horse (a malformed
+record, a refused function, a job run in this process by
+``fusionworker.testing``): a slot that ended at birth (:meth:`Slot.ended`).
 
-Deadlines, all monotonic:
+Deadlines, all monotonic, set by the loop:
 
 * ``deadline``: timeout + kill_grace: SIGTERM of the horse's process group,
   SIGKILL :data:`KILL_ESCALATION` later if it lingers (the loop never blocks
   on a kill);
-* ``lease_until``: a horse never outlives its lease (horse.py docstring):
-  the time the last claim or renewal of this job that reached Redis was SENT,
-  + lease - margin; past it the loop kills the horse and the job is given
-  back (``lease``, attempt not counted). The same deadline is on the
-  worker's :class:`~fusionworker.runtime.horse.DeadlineBoard`, entry
-  :attr:`index`, which the fork server's lease watchdog enforces (or, for a
-  horse the worker forked itself, the horse's own).
+* ``lease_until``: a horse never outlives its lease (deadlines.py): the time
+  the last claim or renewal of this job that reached Redis was SENT, + lease -
+  margin; past it the loop kills the horse and the job is given back
+  (``lease``, attempt not counted). The same deadline is on the worker's
+  :class:`~fusionworker.runtime.deadlines.DeadlineBoard`, entry :attr:`index`,
+  which the fork server's lease watchdog enforces (or, for a horse the worker
+  forked itself, the horse's own).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.job import FailureReason, Job
-from .horse import Horse, HorseExit
+from .exits import HorseExit, horse_exit
+from .protocol import FRAME_START, HorseReport, read_available, take_progress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .forkserver.client import ForkServer
+    from .protocol import ExitNotice
 
 #: Seconds between SIGTERM and SIGKILL of a horse's process group.
 KILL_ESCALATION = 2.0
 
+_READ_CHUNK = 65536
+
 
 class Slot:
-    """One running horse: its job, its hard deadline, its lease, its kill."""
+    """One running horse: its job, its hard deadline, its lease, its kill, its end.
 
-    def __init__(self, job: Job[Any], horse: Horse | None, *, kill_after: float = 0.0,
-                 lease_until: float = 0.0, index: int = -1) -> None:
+    ``origin``: what forked the horse (the fork server's handle), None for a horse
+    of the worker's own (``fd``: its report pipe) or a slot that ended at birth."""
+
+    def __init__(self, job: Job[Any], pid: int = 0, *, index: int = -1,
+                 origin: ForkServer | None = None, fd: int = -1) -> None:
         self.job = job
-        self.horse = horse
+        self.pid = pid
+        self.origin = origin
+        self.fd = fd
+        self.index = index     # its entry on the worker's deadline board (-1: none)
         self.started = time.monotonic()
         self.started_at = time.time()
-        self.deadline = self.started + kill_after
-        self.lease_until = lease_until
-        self.index = index     # its entry on the worker's deadline board (-1: none)
+        self.deadline = math.inf               # timeout + kill_grace (the loop sets it)
+        self.lease_until = math.inf
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
         self.next_tick = self.started          # the horse tick (memory ceiling): set by the loop
+        self.kill_reason: FailureReason | None = None
         self.exit: HorseExit | None = None     # known at birth: ended without a horse
         self.done = False
+        self._buf = bytearray()                # the report pipe's data / the exit's report
+        self._status: int | None = None
+        self._lost_origin = False
 
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
         """A job that ended without a horse of ours (refused, or run in this process)."""
-        slot = cls(job, None, index=index)
+        slot = cls(job, index=index)
         slot.exit, slot.done = exit_, True
         slot.started -= exit_.duration     # it ran that long (in this process), or not at all
         return slot
 
     @property
-    def pid(self) -> int:
-        return self.horse.pid if self.horse is not None else 0
+    def forked(self) -> bool:
+        """A horse runs (or ran) the job: it can be killed, its lease must be renewed."""
+        return self.pid > 0
 
     @property
     def killed(self) -> bool:
-        return self.horse is not None and self.horse._kill_reason is not None
+        return self.kill_reason is not None
 
     def wakes_at(self) -> float:
         """The next time the loop must look at this slot (a tick, a kill, an escalation)."""
@@ -76,54 +97,86 @@ class Slot:
     # -- killing (never blocks) -----------------------------------------------------
 
     def kill(self, reason: str) -> None:
-        """SIGTERM the horse's group now; SIGKILL follows at :attr:`kill_at`."""
-        if self.horse is None:
+        """SIGTERM the horse's group now; SIGKILL follows at :attr:`kill_at`.
+
+        ``reason`` becomes the attempt's failure reason (a middleware may name its own)."""
+        if not self.forked:
             return
-        if self.horse._kill_reason is None:
-            self.horse._kill_reason = FailureReason.read(reason)
+        if self.kill_reason is None:
+            self.kill_reason = FailureReason.read(reason)
         if self.kill_at is None:
-            self.horse._signal_group(signal.SIGTERM)
+            self.signal_group(signal.SIGTERM)
             self.kill_at = time.monotonic() + KILL_ESCALATION
 
     def escalate(self, now: float) -> None:
-        if self.horse is not None and self.kill_at is not None and now >= self.kill_at:
-            self.horse._signal_group(signal.SIGKILL)
+        if self.forked and self.kill_at is not None and now >= self.kill_at:
+            self.signal_group(signal.SIGKILL)
             self.kill_at = now + KILL_ESCALATION
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the horse's process group (the job's own children in it too)."""
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:  # pgid reused by someone else: signal the horse only
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
     # -- the horse's end --------------------------------------------------------------
 
-    def exited(self, msg: dict[str, Any]) -> None:
+    def exited(self, notice: ExitNotice) -> None:
         """The fork server reported this horse's exit (status and report)."""
-        assert self.horse is not None
-        self.horse._buffer.extend(msg.get("report", "").encode())
-        self.horse._status = int(msg["status"])
+        self._buf.extend(notice.report)
+        self._status = notice.status
         self.done = True
 
-    def server_died(self) -> None:
+    def origin_died(self) -> None:
         """The fork server died: its horses died with it (PDEATHSIG); make sure, say why."""
-        assert self.horse is not None
-        self.horse._lost_server = True
-        if self.horse._kill_reason is None:
-            self.horse._kill_reason = FailureReason.KILLED
-        self.horse._signal_group(signal.SIGKILL)
-        self.horse._status = signal.SIGKILL
+        self._lost_origin = True
+        if self.kill_reason is None:
+            self.kill_reason = FailureReason.KILLED
+        self.signal_group(signal.SIGKILL)
+        self._status = signal.SIGKILL
         self.done = True
 
-    def poll_own(self) -> None:
-        """A horse forked by the worker itself (no fork server): read its pipe, reap it."""
-        horse = self.horse
-        if self.done or horse is None:
-            return
-        if horse._read():
-            horse._reap(block=True)
-        elif not horse._reap(block=False):
-            return
+    def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None) -> bool:
+        """A horse forked by the worker itself: read its pipe (progress frames go to
+        ``deliver``), reap it once it is gone. True: it ended (now or before)."""
+        if self.done or self.fd < 0:
+            return self.done
+        if self._read(deliver):
+            self._reap(block=True)
+        elif not self._reap(block=False):
+            return False
         else:
-            horse._read()     # a grandchild may hold the pipe open after the horse is gone
-        if horse._fd >= 0:
-            os.close(horse._fd)
-            horse._fd = -1
+            self._read(deliver)    # a grandchild may hold the pipe open after the horse is gone
+        os.close(self.fd)
+        self.fd = -1
         self.done = True
+        return True
+
+    def _read(self, deliver: Callable[[Job[Any], str], None] | None) -> bool:
+        """Read what the pipe has; True at EOF."""
+        eof = read_available(self.fd, self._buf, _READ_CHUNK)
+        if self._buf and self._buf[0] == FRAME_START:   # progress frames come first
+            for update in take_progress(self._buf):
+                if deliver is not None:
+                    deliver(self.job, update)
+        return eof
+
+    def _reap(self, block: bool) -> bool:
+        try:
+            pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            self._status = 0
+            return True
+        if pid == 0:
+            return False
+        self._status = status
+        return True
 
     def outcome(self, *, cold: bool) -> HorseExit:
         """How the ended horse's attempt went. A horse killed at or past its lease (by its
@@ -131,12 +184,11 @@ class Slot:
         in a cold shutdown, which gives every job back anyway."""
         if self.exit is not None:
             return self.exit
-        horse = self.horse
-        assert horse is not None
-        if horse._kill_reason is not None:   # a grandchild may keep the pipe of a killed horse
-            horse._signal_group(signal.SIGKILL)
-        horse._kill_leftovers()              # what the job left in its process group
-        exit_ = horse._outcome(time.monotonic() - self.started)
+        if self.kill_reason is not None:   # a grandchild may keep the pipe of a killed horse
+            self.signal_group(signal.SIGKILL)
+        exit_ = horse_exit(HorseReport.decode(self._buf), self._status or 0,
+                           time.monotonic() - self.started, kill_reason=self.kill_reason,
+                           timeout=self.job.timeout, lost_server=self._lost_origin)
         if (not exit_.ok and exit_.reason in (FailureReason.KILLED, FailureReason.LEASE)
                 and not cold and time.monotonic() >= self.lease_until):
             exit_.reason, exit_.error_type = FailureReason.LEASE, "LeaseExpired"

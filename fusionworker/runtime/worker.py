@@ -37,12 +37,12 @@ from ..exceptions import FunctionNotAllowed, InvalidFunction
 from ..middleware import default_middleware  # the one list, in its documented order
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
-from .forkserver import ForkServer, ForkServerDied
-from .horse import DeadlineBoard, HorseExit, attach_board, drain, kill_leftovers
+from .exits import HorseExit
+from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
 from .progress_store import ProgressRelay
+from .protocol import drain
 from .recorder import Outcome, Recorder
-from .slot import Slot
 from .state import Stop, View, WorkerState
 
 log = logging.getLogger("fusionworker.worker")
@@ -61,6 +61,7 @@ class Worker:
         burst: bool = False,
         middleware: Iterable[Middleware] | None = None,
         reload_settings: Callable[[], Settings] | None = None,
+        launcher: Callable[[LaunchSpec], Launcher] | None = None,
     ) -> None:
         self.settings = settings or load_settings()
         #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
@@ -91,16 +92,20 @@ class Worker:
         self.successful = 0
         self.failed = 0
         self.total_working_time = 0.0
-        self._forkserver: ForkServer | None = None
-        #: a horse never outlives its lease (horse.py docstring): the horses' deadlines in
-        #: shared memory, one entry per slot, made once (every fork server maps the same)
-        self._board: DeadlineBoard | None = None
         self._wake_r = self._wake_w = -1
         #: progress/meta the running jobs report (progress_store.py)
         self.progress = ProgressRelay(self)
         self.claimer = Claimer(self, queues)
         self.recorder = Recorder(self)
-        self.loop = Loop(self)
+        #: how a claimed job gets its process (launch.py): the fork server's horses unless
+        #: told otherwise (``fusionworker.testing`` runs each job in this process)
+        self.launcher = (launcher or ForkServerLauncher)(LaunchSpec(
+            allowed=tuple(self.allowed), retryable=tuple(self.settings.retryable),
+            entries=self.concurrency, deliver=self.progress.received,
+            kill_children=self.settings.kill_job_children, tracing=self._horse_tracing,
+            name=self.name, warm=lambda: {"horse_jobs": self.settings.horse_jobs,
+                                          "max_rss_mib": self.settings.max_horse_memory}))
+        self.loop = Loop(self, self.launcher)
 
     # -- what it is ----------------------------------------------------------------
 
@@ -225,7 +230,7 @@ class Worker:
         logging.getLogger("fusionworker").setLevel(self.settings.log_level.upper())
         log.info("Worker %s reloaded its settings: %s", self.name,
                  ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
-        self.loop.renew_forkserver()
+        self.launcher.renew()
         self._call("reload", self.settings)
 
     # -- running ---------------------------------------------------------------------
@@ -250,7 +255,7 @@ class Worker:
             log.info("Worker %s started on queues %s (pid %s, version %s)",
                      self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
             self._warn_eviction()
-            self._start_forkserver()
+            self.launcher.start()
             self._call("on_start")
             return self.loop.run()
         finally:
@@ -316,44 +321,10 @@ class Worker:
         if warning:
             log.error("Worker %s: %s", self.name, warning)
 
-    def _start_forkserver(self) -> None:
-        """Horses are forked by a lean child process (see forkserver.py): cheaper forks."""
-        otel = next((mw.horse_tracing() for mw in self.middleware
-                     if hasattr(mw, "horse_tracing")), None)   # OpenTelemetry: otel.py
-        if self._board is None:
-            try:
-                self._board = DeadlineBoard(slots=self.concurrency)   # one entry per slot
-                attach_board(self._board)      # horses forked by the worker itself inherit it
-            except OSError as exc:             # no memfd: the parent's own police still kills
-                log.warning("Worker %s: no shared memory for horse deadlines (%s)",
-                            self.name, exc)
-        server = ForkServer(self.allowed, self.settings.retryable, otel=otel,
-                            board_fd=self._board.fd if self._board is not None else -1,
-                            kill_children=self.settings.kill_job_children)
-        server.on_update = self._horse_update
-        try:
-            server.start()
-        except ForkServerDied as exc:
-            log.warning("Worker %s: %s; forking horses from the worker itself", self.name, exc)
-            return
-        self._forkserver = server
-
-    def _spawn(self, jobs: list[Job[Any]], entries: list[int], lease_until: float,
-               while_forking: Callable[[], None]) -> list[Slot]:
-        """Start a horse for each job; ``entries``: their deadline-board entries.
-
-        The seam where a job's process is made: ``fusionworker.testing`` runs each
-        job in this process instead and returns slots that ended at birth. Call
-        ``while_forking`` (the after_claim hooks) once, before a job runs."""
-        return self.loop.fork(jobs, entries, lease_until, while_forking)
-
-    def _horse_update(self, pid: int, frame: str) -> None:
-        """A progress frame of the horse ``pid`` (progress.py): to the relay, as that
-        horse's attempt (its token fences the write; a frame of a horse no longer ours
-        is dropped)."""
-        slot = self.loop.by_pid.get(pid)
-        if slot is not None:
-            self.progress.received(slot.job, frame)
+    def _horse_tracing(self) -> dict[str, Any] | None:
+        """OpenTelemetry in the horses (otel.py), asked when a fork server starts."""
+        return next((mw.horse_tracing() for mw in self.middleware
+                     if hasattr(mw, "horse_tracing")), None)
 
     def _refusal(self, job: Job[Any]) -> HorseExit | None:
         """Fail bad jobs without forking: malformed payload, refused module."""
@@ -370,10 +341,7 @@ class Worker:
         return None
 
     def _shutdown(self) -> None:
-        kill_leftovers(wait=2.0)
-        if self._forkserver is not None:
-            self._forkserver.close()
-            self._forkserver = None
+        self.launcher.close()
         self._call("on_stop")
         try:
             self.deregister()

@@ -9,9 +9,10 @@ never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from datetime import UTC
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -30,8 +31,11 @@ from .. import __version__
 from ..core.config import Settings
 from ..core.connection import mask_url
 from ..core.job import JobStatus
+from ..core.queue import find_queue_of
+from ..events import metrics_history
 from ..ops.info import fmt_age
-from . import auth
+from . import auth, listings, pages
+from .actions import dispatch
 from .openapi import OPENAPI
 from .service import STATUSES, ApiError, Dashboard, parse_int
 
@@ -51,9 +55,19 @@ def _fmt_time(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _fmt_window(seconds: float) -> str:
+    """A rate-limit window: ``s``, ``m``, ``h`` when it is one of them, else seconds."""
+    names = {1.0: "s", 60.0: "m", 3600.0: "h"}
+    return names.get(float(seconds), f"{seconds:g} s")
+
+
 def create_app(settings: Settings, connection: RedisClient | None = None, *, read_only: bool = False,
-               poll_interval: float = 2.0) -> Starlette:
-    """The dashboard over ``connection`` (default: a client of ``settings.redis_url``)."""
+               poll_interval: float = 2.0, history_interval: float | None = 5.0) -> Starlette:
+    """The dashboard over ``connection`` (default: a client of ``settings.redis_url``).
+
+    While it runs (its lifespan), a thread adds the event stream's new outcomes to
+    the charts' history every ``history_interval`` seconds (None: no thread;
+    ``events/metrics_history.py``)."""
     from ..core.connection import connect
 
     r = connection if connection is not None else connect(settings.redis_url)
@@ -71,6 +85,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["age"] = fmt_age
     env.filters["when"] = _fmt_time
+    env.filters["window"] = _fmt_window
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
 
     # -- plumbing ------------------------------------------------------------------
@@ -110,15 +125,23 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
 
     def page(request: Request, name: str, who: auth.Identity, **ctx: Any) -> HTMLResponse:
         csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         html = env.get_template(name).render(
             request=request, user=who.user, read_only=read_only, csrf=csrf,
             version=__version__, redis_url=masked, poll_ms=int(poll_interval * 1000),
             message=request.query_params.get("msg"), error=request.query_params.get("error"),
-            path=request.url.path, auth_on=authn.configured, qs=urlencode, **ctx)
+            path=request.url.path, here=here, auth_on=authn.configured, qs=urlencode, **ctx)
         response = HTMLResponse(html)
         if request.cookies.get(auth.CSRF_COOKIE) != csrf:
             response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=False, samesite="strict")
         return response
+
+    def fragment(name: str, request: Request, user: str, here: str, **ctx: Any) -> str:
+        """A part of a page, rendered as the page renders it (for live updates)."""
+        return env.get_template(name).render(
+            request=request, user=user, read_only=read_only,
+            csrf=request.cookies.get(auth.CSRF_COOKIE) or "", here=here,
+            path=here.split("?", 1)[0], qs=urlencode, **ctx)
 
     def page_user(request: Request) -> auth.Identity | Response:
         who = identify(request)
@@ -164,6 +187,44 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         api_user(request)
         return ok(board.job(request.path_params["id"], request.query_params.get("queue")))
 
+    def api_job_live(request: Request) -> Response:
+        """What the job page polls: nothing new while the record is unchanged (one
+        HGETALL), else the page's body rendered again."""
+        who = api_user(request)
+        job_id = request.path_params["id"]
+        name, seen = board.job_fingerprint(job_id, request.query_params.get("queue"))
+        if seen == request.query_params.get("seen"):
+            return ok({"changed": False, "seen": seen})
+        job = board.job(job_id, name)
+        here = f"/jobs/{quote(job_id)}?" + urlencode({"queue": name})
+        return ok({"changed": True, "seen": job["fingerprint"], "status": job["status"],
+                   "html": fragment("job_body.html", request, who, here, job=job)})
+
+    def api_queue_live(request: Request) -> Response:
+        """What a queue page polls: the counts, and its rows only when the ids of the
+        page changed (a listing filtered on record fields keeps its rows)."""
+        who = api_user(request)
+        p = request.query_params
+        name = request.path_params["q"]
+        status = p.get("status") or JobStatus.QUEUED
+        stats = board.queue(name).stats()
+        counts = board.status_counts(name)
+        here = _safe_next(p.get("here") or f"/queues/{quote(name)}")
+        filters = {k: p.get(k) or "" for k in ("priority", "function")}
+        out: dict[str, Any] = {"counts": counts, "paused": stats["paused"], "seen": None,
+                               "stats": fragment("queue_stats.html", request, who, here,
+                                                 q=stats)}
+        if not filters["function"] and (not filters["priority"] or status == JobStatus.QUEUED):
+            listing = board.jobs(name, status, p.get("priority"), None, p.get("page", 1),
+                                 p.get("per_page", 50), None, unless=p.get("seen"))
+            out["seen"] = listing["fingerprint"]
+            if listing["jobs"] is not None:
+                ctx = {"q": stats, "status": status, "listing": listing, "filters": filters,
+                       "failed_page": here.startswith("/failed")}
+                out["rows"] = fragment("queue_rows.html", request, who, here, **ctx)
+                out["pager"] = fragment("queue_pager.html", request, who, here, **ctx)
+        return ok(out)
+
     async def api_priority(request: Request) -> Response:
         who = api_user(request, action=True)
         data = await body(request)
@@ -181,7 +242,9 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             return ok(await _run(board.requeue, who, job_id, q))
         if action == "cancel":
             return ok(await _run(board.cancel, who, job_id, q))
-        raise ApiError(404, f"no action {action!r} (requeue, cancel)")
+        if action == "run-now":
+            return ok(await _run(board.run_now, who, job_id, q))
+        raise ApiError(404, f"no action {action!r} (requeue, cancel, run-now)")
 
     async def api_delete_job(request: Request) -> Response:
         who = api_user(request, action=True)
@@ -211,6 +274,25 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             raise ApiError(400, 'give {"max_active": N} (N >= 1, or null for no cap)')
         return ok(await _run(board.max_active, who, request.path_params["q"], data["max_active"]))
 
+    async def api_rate_limit(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        if "rate" not in data:
+            raise ApiError(400, 'give {"rate": "10/s"} (or null to remove; "scope": "queue", '
+                                '"every" or "group" with "group": name)')
+        return ok(await _run(board.rate_limit, who, request.path_params["q"], data["rate"],
+                             str(data.get("scope") or "queue"), str(data.get("group") or "")))
+
+    async def api_cron_add(request: Request) -> Response:
+        who = api_user(request, action=True)
+        data = await body(request)
+        fields = {k: data.get(k) for k in ("name", "schedule", "func", "timezone", "priority")}
+        for key, kind in (("args", list), ("kwargs", dict)):
+            if data.get(key) is not None and not isinstance(data[key], kind):
+                raise ApiError(400, f"{key} must be a JSON {'list' if kind is list else 'object'}")
+            fields[key] = json.dumps(data.get(key) or kind())
+        return ok(await _run(board.cron_add, who, fields, data.get("queue")), 201)
+
     async def api_suspend(request: Request) -> Response:
         who = api_user(request, action=True)
         return ok(await _run(board.suspend, who, request.url.path.endswith("/suspend")))
@@ -218,8 +300,11 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     async def api_cron_action(request: Request) -> Response:
         who = api_user(request, action=True)
         action = request.path_params["action"]
+        if action == "run":
+            return ok(await _run(board.cron_run_now, who, request.path_params["name"],
+                                 request.query_params.get("queue")))
         if action not in ("pause", "resume"):
-            raise ApiError(404, "pause or resume")
+            raise ApiError(404, "pause, resume or run")
         return ok(await _run(board.cron, who, request.path_params["name"], action,
                              request.query_params.get("queue")))
 
@@ -238,18 +323,13 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                     workers=board.workers(), suspended=board.suspended(),
                     chart=board.chart(60))
 
-    def queue_page(request: Request, name: str | None = None, failed: bool = False) -> Response:
+    def queue_page(request: Request, name: str) -> Response:
         who = page_user(request)
         if isinstance(who, Response):
             return who
         p = request.query_params
         names = board.queue_names()
-        if name is None:
-            name = p.get("queue") or next(
-                (s["queue"] for s in board.queues() if s["failed"]), names[0] if names else None)
-        if name is None:
-            return page(request, "empty.html", who, title="Failed jobs")
-        status = JobStatus.FAILED if failed else (p.get("status") or JobStatus.QUEUED)
+        status = p.get("status") or JobStatus.QUEUED
         try:
             listing = board.jobs(name, status, p.get("priority"), p.get("function"),
                                  p.get("page", 1), p.get("per_page", 50), p.get("start"))
@@ -259,34 +339,47 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
             return RedirectResponse(f"/queues/{quote(name)}?" + urlencode({"error": exc.message}),
                                     303)
         stats = board.queue(name).stats()
+        live = {k: p.get(k) for k in ("priority", "function", "page", "per_page") if p.get(k)}
+        live_url = f"/api/v1/queues/{quote(name)}/live?" + urlencode({"status": status, **live})
         return page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
-                    names=names, failed_page=failed, status=status,
+                    counts=board.status_counts(name), live_url=live_url,
+                    seen=listing["fingerprint"] or "",
+                    names=names, failed_page=False, status=status,
                     filters={k: p.get(k) or "" for k in ("priority", "function")})
 
     def queue_view(request: Request) -> Response:
         return queue_page(request, request.path_params["q"])
-
-    def failed_view(request: Request) -> Response:
-        return queue_page(request, None, failed=True)
 
     def job_view(request: Request) -> Response:
         who = page_user(request)
         if isinstance(who, Response):
             return who
         job = board.job(request.path_params["id"], request.query_params.get("queue"))
-        return page(request, "job.html", who, job=job)
+        return page(request, "job.html", who, job=job, seen=job["fingerprint"])
 
     def scheduled_view(request: Request) -> Response:
         who = page_user(request)
         if isinstance(who, Response):
             return who
-        rows = []
-        for name in board.queue_names():
-            listing = board.jobs(name, JobStatus.SCHEDULED, per_page=50)
-            if listing["total"]:
-                rows.append(listing)
-        return page(request, "scheduled.html", who, listings=rows, cron=board.cron_entries(),
+        rows = listings.scheduled(r, settings.prefix, board.queue_names(), retries=False)
+        return page(request, "scheduled.html", who, listings=rows["queues"], cron=board.cron_entries(),
                     now=board.now())
+
+    def search_view(request: Request) -> Response:
+        who = page_user(request)
+        if isinstance(who, Response):
+            return who
+        text = (request.query_params.get("q") or "").strip()
+        if not text:
+            return RedirectResponse("/", 303)
+        if len(text) > 200:
+            raise ApiError(400, "search for at most 200 characters")
+        if listings.looks_like_job_id(text):
+            where = find_queue_of(r, text, settings.prefix)
+            if where is not None:
+                return RedirectResponse(f"/jobs/{quote(text)}?queue={quote(where)}", 303)
+        result = listings.search_functions(r, settings.prefix, board.queue_names(), text)
+        return page(request, "search.html", who, result=result)
 
     def workers_view(request: Request) -> Response:
         who = page_user(request)
@@ -338,14 +431,16 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         ids = [str(i) for i in form.getlist("ids") if i]
         user = who.user
         try:
-            message = await _run(_dispatch, board, user, action, queue, job_id, ids, form)
+            message = await _run(dispatch, board, user, action, queue, job_id, ids, form)
         except ApiError as exc:
             return RedirectResponse(_with(back, "error", exc.message), 303)
         if action == "delete" and job_id:
             back = f"/queues/{quote(queue)}" if queue else "/"
         return RedirectResponse(_with(back, "msg", message), 303)
 
-    routes = [
+    site = pages.Site(board=board, page=page, page_user=page_user, api_user=api_user,
+                      body=body)
+    routes = [*pages.routes(site),
         Route("/api/v1/openapi.json", api_openapi),
         Route("/api/v1/queues", api_queues),
         Route("/api/v1/workers", api_workers),
@@ -354,11 +449,15 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/cron", api_cron),
         Route("/api/v1/jobs", api_jobs),
         Route("/api/v1/jobs/{id}", api_job, methods=["GET"]),
+        Route("/api/v1/jobs/{id}/live", api_job_live, methods=["GET"]),
+        Route("/api/v1/queues/{q}/live", api_queue_live, methods=["GET"]),
         Route("/api/v1/jobs/{id}", api_delete_job, methods=["DELETE"]),
         Route("/api/v1/jobs/{id}/priority", api_priority, methods=["PUT"]),
         Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),
         Route("/api/v1/queues/{q}/requeue-failed", api_requeue_failed, methods=["POST"]),
         Route("/api/v1/queues/{q}/max-active", api_max_active, methods=["PUT"]),
+        Route("/api/v1/queues/{q}/rate-limit", api_rate_limit, methods=["PUT"]),
+        Route("/api/v1/cron", api_cron_add, methods=["POST"]),
         Route("/api/v1/queues/{q}/{action}", api_queue_pause, methods=["POST"]),
         Route("/api/v1/suspend", api_suspend, methods=["POST"]),
         Route("/api/v1/resume", api_suspend, methods=["POST"]),
@@ -366,10 +465,10 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/cron/{name}", api_cron_delete, methods=["DELETE"]),
         Route("/", overview),
         Route("/queues/{q}", queue_view),
-        Route("/failed", failed_view),
         Route("/jobs/{id}", job_view),
         Route("/scheduled", scheduled_view),
         Route("/workers", workers_view),
+        Route("/search", search_view),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/action", form_action, methods=["POST"]),
@@ -406,7 +505,19 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         log.error("web: error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_page(request, 500, "internal error (see the dashboard's log)")
 
-    app = Starlette(routes=routes, exception_handlers={
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        recorder = (metrics_history.HistoryRecorder(r, settings.prefix, history_interval)
+                    if history_interval else None)
+        if recorder is not None:
+            recorder.start()
+        try:
+            yield
+        finally:
+            if recorder is not None:
+                await _run(recorder.stop)
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         ApiError: on_api_error, HTTPException: on_http,
         redis.ConnectionError: on_redis, redis.TimeoutError: on_redis,
         Exception: on_error,
@@ -435,54 +546,6 @@ def _with(target: str, key: str, value: str) -> str:
              if part and not part.startswith(("msg=", "error="))]
     query.append(urlencode({key: value}))
     return base[0] + "?" + "&".join(query)
-
-
-def _dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id: str,
-              ids: list[str], form: Any) -> str:
-    """A page's form action -> the same Dashboard call as the API; returns a message."""
-    if action == "suspend":
-        board.suspend(who, True)
-        return "All workers suspended"
-    if action == "resume":
-        board.suspend(who, False)
-        return "Workers resumed"
-    if action in ("cron-pause", "cron-resume", "cron-remove"):
-        name = str(form.get("name") or "")
-        board.cron(who, name, action[5:], queue)
-        return f"Cron entry {name}: {action[5:]} done"
-    if action in ("requeue", "cancel", "delete", "priority") and job_id:
-        if action == "priority":
-            board.set_priority(who, job_id, form.get("priority"), queue)
-            return f"Priority of {job_id} set to {form.get('priority')}"
-        getattr(board, action)(who, job_id, queue)
-        return f"Job {job_id}: {action} done"
-    if not queue:
-        raise ApiError(400, "no queue given")
-    if action in ("pause", "unpause"):
-        board.pause(who, queue, action == "pause")
-        return f"Queue {queue} {action}d"
-    if action == "max-active":
-        result = board.max_active(who, queue, form.get("limit"))
-        return f"Queue {queue}: max active {result['max_active'] or 'none'}"
-    if action == "requeue-all-failed":
-        result = board.requeue_failed(who, queue, None)
-        return f"Requeued {result['requeued']} job(s)"
-    if action in ("requeue-selected", "delete-selected", "cancel-selected"):
-        if not ids:
-            raise ApiError(400, "select at least one job")
-        verb = action.split("-")[0]
-        call: Callable[[], dict[str, Any]] = {
-            "requeue": lambda: board.requeue_failed(who, queue, ids),
-            "delete": lambda: board.delete_many(who, queue, ids),
-            "cancel": lambda: board.cancel_many(who, queue, ids),
-        }[verb]
-        result = call()
-        done = result.get("requeued", result.get("deleted", result.get("canceled")))
-        text = f"{verb}: {done} job(s)"
-        if result["errors"]:
-            raise ApiError(409, text + "; " + "; ".join(result["errors"][:5]))
-        return text
-    raise ApiError(400, f"unknown action {action!r}")
 
 
 def serve_in_thread(app: Starlette, host: str = "127.0.0.1", port: int = 9181) -> Any:

@@ -10,28 +10,33 @@ who did it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
 from ..core import admin
 from ..core.config import Settings
-from ..core.connection import mask_url, texts
+from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
-from ..exceptions import InvalidOperation, NoSuchJob
+from ..exceptions import FunctionNotAllowed, InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
+from . import details
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
 log = logging.getLogger("fusionworker.web")
 
-#: the dashboard's tabs, in its order (``jobs list --status deferred`` lists deferred jobs)
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.FAILED,
-            JobStatus.FINISHED, JobStatus.CANCELED)
+#: the dashboard's tabs, in its order: every status a job can have
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
+            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+#: registries listed oldest (or soonest) first; the others newest (or best) first
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -56,6 +61,13 @@ def parse_int(value: Any, name: str, low: int | None = None, high: int | None = 
     return number
 
 
+def fingerprint(parts: Any) -> str:
+    """A short digest of what a live page shows: the page asks again with it and
+    gets nothing new while it holds."""
+    data = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
 def job_summary(job: Job[Any]) -> dict[str, Any]:
     return {"id": job.id, "queue": job.queue, "func": job.func, "status": job.status,
             "priority": job.priority, "enqueued_at": job.enqueued_at,
@@ -73,11 +85,37 @@ class _InfoSource:
         self.masked_url = mask_url(settings.redis_url)
 
 
+#: run-now: a scheduled job's score and ``scheduled_for`` become the server time
+_RUN_NOW = """
+local base, jid = KEYS[1], ARGV[1]
+if not redis.call('ZSCORE', base .. 'scheduled', jid) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', base .. 'scheduled', now, jid)
+redis.call('HSET', base .. 'job:' .. jid, 'scheduled_for', string.format('%.6f', now))
+return 1
+"""
+
+
+def _json_field(value: Any, name: str, kind: type) -> Any:
+    if value in (None, ""):
+        return kind()
+    try:
+        found = json.loads(str(value))
+    except ValueError:
+        raise ApiError(400, f"{name} must be JSON ({'a list' if kind is list else 'an object'})"
+                       ) from None
+    if not isinstance(found, kind):
+        raise ApiError(400, f"{name} must be a JSON {'list' if kind is list else 'object'}")
+    return found
+
+
 class Dashboard:
     def __init__(self, connection: RedisClient, settings: Settings) -> None:
         self.r = connection
         self.settings = settings
         self.prefix = settings.prefix
+        self._run_now = connection.register_script(_RUN_NOW)
 
     # -- reads -------------------------------------------------------------------
 
@@ -116,6 +154,14 @@ class Dashboard:
     def cron_entries(self) -> list[dict[str, Any]]:
         return [e.to_dict() for e in cron.list_entries(self.r, self.prefix, self.queue_names())]
 
+    def status_counts(self, queue: str) -> dict[str, int]:
+        """How many jobs each status tab of ``queue`` holds (one pipeline of ZCARDs)."""
+        k = self.queue(queue).qkeys
+        pipe = self.r.pipeline(transaction=False)
+        for status in STATUSES:
+            pipe.zcard(k.registry(status))
+        return {str(s): int(n) for s, n in zip(STATUSES, pipe.execute(), strict=True)}
+
     def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
@@ -124,8 +170,11 @@ class Dashboard:
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
-             start: Any = None) -> dict[str, Any]:
-        """One page of a registry, newest (or best, or soonest) first; see the module doc."""
+             start: Any = None, unless: str | None = None) -> dict[str, Any]:
+        """One page of a registry, newest (or best, or soonest) first; see the module doc.
+
+        A page read by offsets has a ``fingerprint`` (of its ids and the total); given
+        ``unless`` equal to it, the records are not read and ``jobs`` is None."""
         if not queue:
             raise ApiError(400, "queue is required (GET /api/v1/queues lists them)")
         if status not in STATUSES:
@@ -142,7 +191,7 @@ class Dashboard:
                 low, high = bands[str(priority)]
             else:
                 low = high = parse_int(priority, "priority", -1023, 1023)
-        newest_first = status not in (JobStatus.SCHEDULED, JobStatus.STARTED)
+        newest_first = status not in OLDEST_FIRST
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
@@ -158,7 +207,10 @@ class Dashboard:
                 ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
-            result["jobs"] = [job_summary(j) for j in self._records(q, texts(ids))]
+            page_ids = texts(ids)
+            result["fingerprint"] = fingerprint([status, page_n, size, total, *page_ids])
+            result["jobs"] = (None if unless == result["fingerprint"]
+                              else [job_summary(j) for j in self._records(q, page_ids)])
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
@@ -184,6 +236,7 @@ class Dashboard:
         total = int(self.r.zcard(key))
         result["total"] = None
         result["pages"] = None
+        result["fingerprint"] = None
         result["scanned_from"] = begin
         result["next_start"] = position if position < total else None
         result["jobs"] = [job_summary(j) for j in found]
@@ -205,17 +258,36 @@ class Dashboard:
             raise ApiError(404, f"no job {job_id!r}" + (f" in queue {queue!r}" if queue else ""))
         return Queue(name, self.r, settings=self.settings)
 
+    def job_fingerprint(self, job_id: str, queue: str | None = None) -> tuple[str, str]:
+        """(queue, digest of the job record): one HGETALL when the queue is given."""
+        if queue:
+            q = self.queue(queue, must_exist=False)
+            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            if not data:
+                raise ApiError(404, f"no job {job_id!r} in queue {queue!r}")
+        else:
+            q = self.find(job_id)
+            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        return q.name, fingerprint(sorted(data.items()))
+
     def job(self, job_id: str, queue: str | None = None) -> dict[str, Any]:
         q = self.find(job_id, queue)
-        job = q.fetch_job(job_id)
-        if job is None:
+        data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        if not data:
             raise ApiError(404, f"no job {job_id!r}")
+        job = Job.from_hash(data)
         doc = job.to_dict()
         doc["wait_time"] = job.wait_time
-        start = job.enqueued_at or 0.0
-        end = job.ended_at if job.status in DONE_STATUSES else None
-        # stream ids are delivery times; producers and workers deliver in batches
-        found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
+        doc["fingerprint"] = fingerprint(sorted(data.items()))
+        found = details.timeline(self.r, self.prefix, job)
+        doc["dependencies"] = details.dependencies(self.r, self.prefix, job.id, q.name,
+                                                   job.depends_on)
+        doc["dependents"], doc["dependents_count"] = (
+            details.dependents(self.r, self.prefix, job.id, q.name)
+            if job.has_dependents and job.status not in DONE_STATUSES else ([], 0))
+        doc["batch_status"] = details.batch_of(self.r, self.prefix, job.batch)
+        doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
+            job.traceback)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
                                key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
         return doc
@@ -330,6 +402,78 @@ class Dashboard:
             raise ApiError(404, str(exc)) from None
         self._audit(who, f"cron-{action}", where, detail=name)
         return {"cron": name, "queue": where, "action": action}
+
+    def run_now(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        """A scheduled job (delayed, or waiting for a retry) becomes due now: its score
+        and ``scheduled_for`` are set to the server time in one script (nothing done
+        if it left the scheduled set meanwhile); the next claim promotes it."""
+        q = self.find(job_id, queue)
+        if not self._run_now(keys=[q.qkeys.base], args=[job_id]):
+            status = texts([self.r.hget(q.qkeys.job(job_id), "status") or ""])[0]
+            raise ApiError(409, f"job {job_id} is {status or 'gone'}, not scheduled: only a "
+                                "scheduled job (delayed or waiting for a retry) can run now")
+        self.r.publish(q.qkeys.wake, "run-now")
+        job = q.fetch_job(job_id)
+        self._audit(who, "run-now", q.name, job)
+        return job_summary(job) if job is not None else {"id": job_id, "queue": q.name}
+
+    def rate_limit(self, who: str, queue: str, rate: Any, scope: str = "queue",
+                   group: str = "") -> dict[str, Any]:
+        """Set (``"10/s"``, ``"600/m"``, ``"1000/h"``) or remove (empty, ``none``) the rate
+        limit of the queue (scope ``queue``), of each of its groups (``every``) or of one
+        group (``group``), as ``set-rate-limit`` does."""
+        q = self.queue(queue)
+        if scope not in ("queue", "every", "group"):
+            raise ApiError(400, "scope is queue, every (each group) or group")
+        if scope == "group" and not group:
+            raise ApiError(400, "name the group whose rate limit to set")
+        spec = str(rate).strip() if rate not in (None, "") else ""
+        value = None if spec.lower() in ("", "none") else spec
+        try:
+            q.set_rate_limit(value, per_group=scope == "every",
+                             group=group if scope == "group" else None)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        where = f"group {group}" if scope == "group" else scope
+        self._audit(who, "set-rate-limit", q.name, detail=f"{where} {value or 'none'}")
+        return {"queue": q.name, "scope": where, "rate": value,
+                "rate_limit": q.rate_limit, "group_rate_limit": q.group_rate_limit}
+
+    def cron_add(self, who: str, fields: dict[str, Any], queue: str | None) -> dict[str, Any]:
+        """Create or replace a cron entry (``cron add``): name, schedule, func, args (a JSON
+        list), kwargs (a JSON object), timezone, priority. The function must be allowed
+        to this process (default deny, as at enqueue)."""
+        q = self.queue(queue or "default", must_exist=False)
+        args = _json_field(fields.get("args"), "args", list)
+        kwargs = _json_field(fields.get("kwargs"), "kwargs", dict)
+        priority = parse_int(fields.get("priority") or 0, "priority", -1023, 1023)
+        for key in ("name", "schedule", "func"):
+            if not str(fields.get(key) or "").strip():
+                raise ApiError(400, f"{key} is required")
+        try:
+            entry = cron.register(self.r, self.settings, str(fields["name"]).strip(),
+                                  str(fields["schedule"]).strip(), str(fields["func"]).strip(),
+                                  args, kwargs, queue=q.name, priority=priority,
+                                  timezone=str(fields.get("timezone") or "UTC").strip())
+        except (cron.InvalidSchedule, FunctionNotAllowed, ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        self._audit(who, "cron-add", q.name, detail=f"{entry.name} {entry.schedule}")
+        return entry.to_dict()
+
+    def cron_run_now(self, who: str, name: str, queue: str | None = None) -> dict[str, Any]:
+        """Enqueue a run of the entry now (its schedule is left as it is)."""
+        try:
+            entry = cron.get_entry(self.r, self.settings, name, queue or None)
+        except cron.NoSuchCronEntry as exc:
+            raise ApiError(404, str(exc)) from None
+        q = Queue(entry.queue, self.r, settings=self.settings)
+        try:
+            job = q.enqueue_call(entry.func, entry.args, entry.kwargs, priority=entry.priority,
+                                 timeout=entry.timeout, max_retries=entry.max_retries)
+        except (FunctionNotAllowed, ValueError, TypeError) as exc:
+            raise ApiError(400, str(exc)) from None
+        self._audit(who, "cron-run", q.name, job, detail=name)
+        return {"cron": name, "queue": q.name, "job_id": job.id}
 
     @staticmethod
     def _guard(call: Any) -> Any:

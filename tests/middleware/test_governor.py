@@ -310,17 +310,34 @@ def test_nvml_reader_initializes_lazily_and_reads_every_device():
 
 
 def test_nvml_init_error_turns_check_off_once(caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)   # no GPU here: DEBUG, not INFO
     nvml, calls, _ = fake_nvml(init_error=FakeNVMLError("Driver Not Loaded"))
     reader = NvmlGpuReader(nvml=nvml)
     assert reader() is None
     assert reader() is None
     assert calls == ["init"]
     assert caplog.messages == ["GPU check off: NVML unavailable (Driver Not Loaded)"]
+    assert [rec.levelno for rec in caplog.records] == [logging.DEBUG]
+
+
+def test_no_gpu_is_an_info_line_when_gpu_thresholds_are_configured(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    nvml, _, _ = fake_nvml(init_error=FakeNVMLError("Driver Not Loaded"))
+    reader = NvmlGpuReader(nvml=nvml, gpu_configured=True)
+    assert reader() is None and reader() is None
+    assert caplog.messages == ["GPU check off: NVML unavailable (Driver Not Loaded)"]
+    assert [rec.levelno for rec in caplog.records] == [logging.INFO]
+
+
+@pytest.mark.parametrize(("overrides", "configured"), [
+    ({}, False), ({"gpu_throttle_threshold": 50.0}, True), ({"gpu_resume_threshold": 40.0}, True)])
+def test_the_governor_tells_its_gpu_reader_whether_gpu_thresholds_were_set(overrides, configured):
+    gov = Governor(settings(**overrides), ram_reader=lambda: 10.0, swap_reader=lambda: 0.0)
+    assert gov._gpu_reader._gpu_configured is configured
 
 
 def test_nvml_zero_devices_turns_check_off(caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)   # no GPU here: DEBUG, not INFO
     nvml, calls, _ = fake_nvml(devices=())
     reader = NvmlGpuReader(nvml=nvml)
     assert reader() is None
@@ -340,6 +357,7 @@ def test_nvml_error_mid_run_turns_check_off_once(caplog):
     assert calls.count("read") == 3  # two good reads, one failed, then never again
     assert "shutdown" in calls
     assert caplog.messages == ["GPU check off: NVML read failed (GPU is lost)"]
+    assert [rec.levelno for rec in caplog.records] == [logging.INFO]   # a GPU that fails
 
 
 def test_governor_with_nvml_error_mid_run_keeps_working(caplog):
@@ -357,7 +375,7 @@ def test_governor_with_nvml_error_mid_run_keeps_working(caplog):
 
 
 def test_nvml_missing_package(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)   # no GPU here: DEBUG, not INFO
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
     reader = NvmlGpuReader()
     assert reader() is None
@@ -368,7 +386,7 @@ def test_nvml_missing_package(monkeypatch, caplog):
 
 def test_real_pynvml_degrades_cleanly_without_gpu(caplog):
     pytest.importorskip("pynvml")
-    caplog.set_level(logging.INFO, logger=LOGGER)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)   # no GPU here: DEBUG, not INFO
     reader = NvmlGpuReader()
     result = reader()
     if result is not None:  # pragma: no cover - only on a machine with a GPU
@@ -378,6 +396,7 @@ def test_real_pynvml_degrades_cleanly_without_gpu(caplog):
     assert reader() is None
     assert reader.off_reason.startswith("NVML unavailable")
     assert caplog.messages == [f"GPU check off: {reader.off_reason}"]
+    assert [rec.levelno for rec in caplog.records] == [logging.DEBUG]
 
 
 # -- per-horse memory ceiling -------------------------------------------------

@@ -32,7 +32,7 @@ from fusionworker.core.queue import Queue
 from fusionworker.exceptions import PriorityOutOfRange
 from fusionworker.middleware import otel
 from fusionworker.middleware.otel import OtelMiddleware
-from fusionworker.runtime.horse import Horse
+from fusionworker.runtime.launch import LaunchSpec, OwnForkLauncher
 from fusionworker.worker import Worker, default_middleware
 from tests.otel_setup import JsonLinesSpanExporter, read_spans
 from tests.waiting import wait_for
@@ -296,12 +296,15 @@ def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_pat
     parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     try:
         tracing.horse_tracing = otel.HorseTracing(2.0, provider)
+        launcher = OwnForkLauncher(LaunchSpec(allowed=("tests",), retryable=(), entries=1,
+                                              deliver=lambda job, frame: None))
         for job_id, traceparent in (("j1", parent), ("j2", "garbage")):
             job = Job(id=job_id, queue="q", func="tests.jobs:boom", args=["x"], timeout=10,
                       attempts=2, traceparent=traceparent)
-            h = Horse(job, allowed=("tests",), server=None)
-            h.start()
-            exit_ = h.supervise(kill_after=10)
+            [slot] = launcher.launch([job], [0], lambda: None)
+            wait_for(lambda s=slot: launcher.poll(None) or s.done, timeout=10,
+                     what="the horse's end")
+            exit_ = slot.outcome(cold=False)
             assert exit_.error_type == "ValueError" and exit_.error_message == "x"
     finally:
         tracing.horse_tracing = None

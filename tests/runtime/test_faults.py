@@ -452,7 +452,7 @@ def test_the_fork_server_releases_a_large_report_before_the_next_horse(queue, bu
             self.kib: list[int] = []
 
         def on_horse_tick(self, worker, job, pid):   # while a job runs
-            self.kib.append(_rss_kib(worker._forkserver.proc.pid))
+            self.kib.append(_rss_kib(worker.launcher.server.proc.pid))
 
     q = queue()
     q.enqueue("tests.jobs:sleep", 0.3)

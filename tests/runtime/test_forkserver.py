@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -13,92 +12,120 @@ from typing import Any
 
 import pytest
 
-from fusionworker.core.job import Job
-from fusionworker.runtime.forkserver import ForkServer
-from fusionworker.runtime.horse import DeadlineBoard, Horse
+from fusionworker.core.job import FailureReason, Job
+from fusionworker.runtime.exits import HorseExit
+from fusionworker.runtime.launch import ForkServerLauncher, LaunchSpec
+from fusionworker.runtime.protocol import RunRequest
+from fusionworker.runtime.slot import Slot
 from tests.waiting import gone, processes_of, wait_for
 
 
+def spec(**kw: Any) -> LaunchSpec:
+    return LaunchSpec(allowed=("tests",), retryable=("fusionworker.exceptions.Retry",),
+                      entries=8, deliver=lambda job, frame: None, **kw)
+
+
 @pytest.fixture
-def server() -> Iterator[ForkServer]:
-    fs = ForkServer(("tests",), ("fusionworker.exceptions.Retry",))
-    fs.start()
-    yield fs
-    fs.close()
+def launcher() -> Iterator[ForkServerLauncher]:
+    ln = ForkServerLauncher(spec())
+    ln.start()
+    assert ln.server is not None
+    yield ln
+    ln.close()
 
 
-def run(fs: ForkServer, func: str, *args: object, timeout: float = 10.0, kill_after: float = 12.0):
+def until_done(ln: ForkServerLauncher, slots: list[Slot], timeout: float = 60.0) -> None:
+    """What the loop does for running slots: wait, ask the launcher, kill at the deadline."""
+    give_up = time.monotonic() + timeout
+    while not all(s.done for s in slots):
+        now = time.monotonic()
+        assert now < give_up, "the horses did not end"
+        for s in slots:
+            if not s.done and now >= s.deadline and not s.killed:
+                s.kill(FailureReason.TIMEOUT)
+            s.escalate(now)
+        select.select(ln.waitables(), [], [], 0.05)
+        ln.poll(None)
+
+
+def run(ln: ForkServerLauncher, func: str, *args: object, timeout: float = 10.0,
+        kill_after: float = 12.0) -> tuple[Slot, HorseExit]:
     job = Job(id="j1", queue="q", func=func, args=list(args), timeout=timeout)
-    horse = Horse(job, allowed=("tests",), retryable=("fusionworker.exceptions.Retry",), server=fs)
-    horse.start()
-    return horse, horse.supervise(kill_after=kill_after)
+    [slot] = ln.launch([job], [0], lambda: None)
+    slot.deadline = slot.started + kill_after
+    until_done(ln, [slot])
+    return slot, slot.outcome(cold=False)
 
 
-def test_result_comes_back_through_the_server(server: ForkServer) -> None:
-    horse, exit_ = run(server, "tests.jobs:add", 2, 3)
+def test_result_comes_back_through_the_server(launcher: ForkServerLauncher) -> None:
+    slot, exit_ = run(launcher, "tests.jobs:add", 2, 3)
     assert exit_.ok and exit_.result_json == "5"
-    assert horse.pid != server.proc.pid  # a fresh process per job
+    assert launcher.server is not None
+    assert slot.pid != launcher.server.proc.pid  # a fresh process per job
 
 
-def test_each_job_gets_a_fresh_process(server: ForkServer) -> None:
-    pids = {run(server, "tests.jobs:noop")[0].pid for _ in range(3)}
+def test_each_job_gets_a_fresh_process(launcher: ForkServerLauncher) -> None:
+    pids = {run(launcher, "tests.jobs:noop")[0].pid for _ in range(3)}
     assert len(pids) == 3
 
 
 @pytest.mark.slow
-def test_crashes_exits_and_timeouts_keep_their_reasons(server: ForkServer) -> None:
-    assert run(server, "tests.jobs:segfault")[1].reason == "segfault"
-    assert run(server, "tests.jobs:hard_exit", 3)[1].reason == "exit"
-    assert run(server, "tests.jobs:boom")[1].error_type == "ValueError"
-    exit_ = run(server, "tests.jobs:sleep", 5, timeout=0.2, kill_after=3)[1]
+def test_crashes_exits_and_timeouts_keep_their_reasons(launcher: ForkServerLauncher) -> None:
+    assert run(launcher, "tests.jobs:segfault")[1].reason == "segfault"
+    assert run(launcher, "tests.jobs:hard_exit", 3)[1].reason == "exit"
+    assert run(launcher, "tests.jobs:boom")[1].error_type == "ValueError"
+    exit_ = run(launcher, "tests.jobs:sleep", 5, timeout=0.2, kill_after=3)[1]
     assert exit_.reason == "timeout"
     # the death penalty is armed before the job's module is imported: leave the import
     # (up to ~1 s on a loaded machine) time to finish before the alarm
-    exit_ = run(server, "tests.jobs:ignore_alarm_and_sleep", 30, timeout=1.5, kill_after=2.0)[1]
+    exit_ = run(launcher, "tests.jobs:ignore_alarm_and_sleep", 30, timeout=1.5, kill_after=2.0)[1]
     assert exit_.reason == "timeout" and "killed" in exit_.error_message
 
 
-def test_job_code_may_import_the_package(server: ForkServer) -> None:
+def test_job_code_may_import_the_package(launcher: ForkServerLauncher) -> None:
     """The server skips fusionworker's __init__; job code importing it still works."""
-    exit_ = run(server, "tests.jobs:retry_me")[1]
+    exit_ = run(launcher, "tests.jobs:retry_me")[1]
     assert exit_.error_type == "Retry" and exit_.retryable
 
 
 def test_horse_group_dies_with_the_server_and_the_server_comes_back(
-        server: ForkServer, r: Any, prefix: str, redis_url: str) -> None:
+        launcher: ForkServerLauncher, r: Any, prefix: str, redis_url: str) -> None:
     key = f"{prefix}:pid"
     job = Job(id="j2", queue="q", func="tests.jobs:pid_then_sleep", args=[redis_url, key, 30],
               timeout=60)
-    horse = Horse(job, allowed=("tests",), server=server)
-    horse.start()
-    assert int(wait_for(lambda: r.lindex(key, 0))) == horse.pid   # the job runs
-    procs = processes_of([horse.pid])
-    os.kill(server.proc.pid, signal.SIGKILL)
-    exit_ = horse.supervise(kill_after=60)
+    [slot] = launcher.launch([job], [0], lambda: None)
+    assert int(wait_for(lambda: r.lindex(key, 0))) == slot.pid   # the job runs
+    procs = processes_of([slot.pid])
+    assert launcher.server is not None
+    os.kill(launcher.server.proc.pid, signal.SIGKILL)
+    until_done(launcher, [slot])
+    exit_ = slot.outcome(cold=False)
     assert not exit_.ok and exit_.reason == "killed"
     assert "fork server died" in exit_.error_message
-    wait_for(lambda: gone(procs), timeout=5, what=f"the horse {horse.pid} gone")
-    assert run(server, "tests.jobs:add", 1, 1)[1].result_json == "2"   # restarted
+    wait_for(lambda: gone(procs), timeout=5, what=f"the horse {slot.pid} gone")
+    assert run(launcher, "tests.jobs:add", 1, 1)[1].result_json == "2"   # restarted
 
 
-def test_server_exits_when_the_worker_closes_it(server: ForkServer) -> None:
-    proc = server.proc
-    server.close()
+def test_server_exits_when_the_worker_closes_it(launcher: ForkServerLauncher) -> None:
+    assert launcher.server is not None
+    proc = launcher.server.proc
+    launcher.close()
     assert proc.poll() is not None
 
 
-def test_requests_followed_by_the_workers_end_start_no_job(server: ForkServer) -> None:
+def test_requests_followed_by_the_workers_end_start_no_job(launcher: ForkServerLauncher) -> None:
     """A worker killed right after sending run requests: the server sees the requests and
     the end in one turn and starts none of them (nobody would record the job; its lease
     gives it back). The server is frozen while the request and the end are written, so
     both wait in the socket; the worker's side is only shut for writing, so a pid answer
     (a started job) would still reach the test."""
+    server = launcher.server
+    assert server is not None and server.sock is not None
     proc = server.proc
-    assert server.sock is not None
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         job = Job(id="j1", queue="q", func="tests.jobs:noop", timeout=10)
-        server.sock.sendall(server._run_msg(job))
+        server.sock.sendall(RunRequest.of(job).encode())
         server.sock.shutdown(socket.SHUT_WR)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
@@ -109,50 +136,40 @@ def test_requests_followed_by_the_workers_end_start_no_job(server: ForkServer) -
     assert said == b""          # no {"pid": ...}: no horse was given the job
 
 
-def _exit_of(fs: ForkServer, pid: int) -> dict:
-    """The server's exit message of horse ``pid`` (waits for it)."""
-    while True:
-        exits, died = fs.exits()
-        if pid in exits:
-            return exits[pid]
-        assert not died
-        select.select([fs.sock], [], [], 1.0)
-
-
 def test_the_server_kills_a_horse_at_its_board_deadline_with_nobody_else_watching() -> None:
-    """The lease watchdog is the server's (horse.LeaseWatchdog): the horses' parent side
-    (this test) neither supervises nor kills; the server alone enforces each board entry."""
-    board = DeadlineBoard(slots=2)
-    fs = ForkServer(("tests",), (), board_fd=board.fd)
+    """The lease watchdog is the server's (deadlines.LeaseWatchdog): the horses' parent
+    side (this test) neither polices nor kills; the server alone enforces each entry."""
+    ln = ForkServerLauncher(spec())
+    ln.start()
     try:
         job = Job(id="j1", queue="q", func="tests.jobs:sleep", args=[30], timeout=60)
-        board.set(time.monotonic() + 0.5, 1)       # entry 1: over in half a second
-        board.set(time.monotonic() + 30.0, 0)      # entry 0: far ahead
-        doomed, spared = fs.spawn_many([job, job], [1, 0])
-        msg = _exit_of(fs, doomed)
-        assert os.WIFSIGNALED(msg["status"]) and os.WTERMSIG(msg["status"]) == signal.SIGKILL
-        os.kill(spared, 0)                         # the other entry's horse lives on
-        board.set(0.0, 0)                          # no deadline: nothing kills it either
-        os.kill(spared, signal.SIGTERM)
-        assert os.WTERMSIG(_exit_of(fs, spared)["status"]) == signal.SIGTERM
+        ln.set_deadline(1, time.monotonic() + 0.5)       # entry 1: over in half a second
+        ln.set_deadline(0, time.monotonic() + 30.0)      # entry 0: far ahead
+        doomed, spared = ln.launch([job, job], [1, 0], lambda: None)
+        until_done(ln, [doomed])
+        exit_ = doomed.outcome(cold=False)
+        assert exit_.reason == "killed" and "SIGKILL" in (exit_.error_message or "")
+        os.kill(spared.pid, 0)                           # the other entry's horse lives on
+        ln.set_deadline(0, 0.0)                          # no deadline: nothing kills it either
+        os.kill(spared.pid, signal.SIGTERM)
+        until_done(ln, [spared])
+        assert "SIGTERM" in (spared.outcome(cold=False).error_message or "")
     finally:
-        fs.close()
-        board.close()
+        ln.close()
 
 
 def test_a_renewed_board_entry_keeps_the_horse_alive_past_its_first_deadline() -> None:
-    board = DeadlineBoard(slots=1)
-    fs = ForkServer(("tests",), (), board_fd=board.fd)
+    ln = ForkServerLauncher(spec())
+    ln.start()
     try:
-        board.set(time.monotonic() + 1.0)
-        [pid] = fs.spawn_many([Job(id="j1", queue="q", func="tests.jobs:sleep", args=[2],
-                                   timeout=60)], [0])
-        board.set(time.monotonic() + 60.0)         # a renewal reached Redis
-        msg = _exit_of(fs, pid)
-        assert msg["status"] == 0 and json.loads(msg["report"])["ok"]
+        ln.set_deadline(0, time.monotonic() + 1.0)
+        [slot] = ln.launch([Job(id="j1", queue="q", func="tests.jobs:sleep", args=[2],
+                                timeout=60)], [0], lambda: None)
+        ln.set_deadline(0, time.monotonic() + 60.0)      # a renewal reached Redis
+        until_done(ln, [slot])
+        assert slot.outcome(cold=False).ok
     finally:
-        fs.close()
-        board.close()
+        ln.close()
 
 
 def _gone(pid: int) -> bool:
@@ -171,20 +188,20 @@ def test_the_server_kills_what_a_job_left_in_its_group_as_it_reaps_the_horse(
     is reaped, unless FUSIONWORKER_KILL_JOB_CHILDREN is off."""
     from tests.conftest import wait_for
 
-    fs = ForkServer(("tests",), (), kill_children=kill_children)
-    fs.start()
+    ln = ForkServerLauncher(spec(kill_children=kill_children))
+    ln.start()
     child = 0
     try:
-        _, exit_ = run(fs, "tests.jobs:spawn_sleeper", redis_url, f"{prefix}:child")
+        _, exit_ = run(ln, "tests.jobs:spawn_sleeper", redis_url, f"{prefix}:child")
         child = int(exit_.result_json)
         assert child == int(r.lindex(f"{prefix}:child", 0))
         if kill_children:
             wait_for(lambda: _gone(child), timeout=5)
         else:
-            run(fs, "tests.jobs:noop")             # a later horse is reaped: still alive
+            run(ln, "tests.jobs:noop")             # a later horse is reaped: still alive
             assert not _gone(child)
     finally:
-        fs.close()
+        ln.close()
         if child:
             try:
                 os.kill(child, signal.SIGKILL)
@@ -193,17 +210,17 @@ def test_the_server_kills_what_a_job_left_in_its_group_as_it_reaps_the_horse(
 
 
 def test_a_remembered_function_follows_a_later_preload_that_rebinds_it(
-        server: ForkServer) -> None:
-    """The server resolves a job function once its module is preloaded (horse.resolved);
+        launcher: ForkServerLauncher) -> None:
+    """The server resolves a job function once its module is preloaded (Server.resolved);
     preloading another module whose import rebinds it makes the next horse run the new
     one, as a horse resolving on its own would."""
-    assert run(server, "tests.rebinding_jobs:which")[1].result_json == '"original"'
-    assert run(server, "tests.rebinding_jobs:which")[1].result_json == '"original"'
-    assert run(server, "tests.rebinding_patch:noop")[1].ok      # preloaded: rebinds
-    assert run(server, "tests.rebinding_jobs:which")[1].result_json == '"patched"'
+    assert run(launcher, "tests.rebinding_jobs:which")[1].result_json == '"original"'
+    assert run(launcher, "tests.rebinding_jobs:which")[1].result_json == '"original"'
+    assert run(launcher, "tests.rebinding_patch:noop")[1].ok      # preloaded: rebinds
+    assert run(launcher, "tests.rebinding_jobs:which")[1].result_json == '"patched"'
 
 
-def test_horses_forked_ahead_for_a_batch_each_get_their_job(server: ForkServer) -> None:
+def test_horses_forked_ahead_for_a_batch_each_get_their_job(launcher: ForkServerLauncher) -> None:
     """A batch of requests makes the server fork that many horses ahead (READY_MAX at
     most); each must see its own job pipe's end (no other horse holds a copy of it), so
     every job of the next batches runs and reports (a smaller batch leaves horses ready
@@ -211,14 +228,7 @@ def test_horses_forked_ahead_for_a_batch_each_get_their_job(server: ForkServer) 
     for n in (6, 1, 3):
         jobs = [Job(id=f"j{i}", queue="q", func="tests.jobs:add", args=[i, 1], timeout=30)
                 for i in range(n)]
-        pids = server.spawn_many(jobs, list(range(n)))
-        exits: dict[int, dict] = {}
-        for _ in range(60):                    # each exit message is handed over once
-            more, died = server.exits()
-            exits.update(more)
-            assert not died
-            if len(exits) == len(pids):
-                break
-            select.select([server.sock], [], [], 1.0)
-        assert [json.loads(exits[pid]["report"])["result"] for pid in pids] == [
+        slots = launcher.launch(jobs, list(range(n)), lambda: None)
+        until_done(launcher, slots)
+        assert [s.outcome(cold=False).result_json for s in slots] == [
             str(i + 1) for i in range(n)]

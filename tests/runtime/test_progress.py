@@ -23,6 +23,7 @@ from fusionworker import Queue, Worker, current_job
 from fusionworker.core.queue import scripts_for
 from fusionworker.events import EventsMiddleware, MemorySink, flush_default_sinks, last_events
 from fusionworker.middleware.reaper import reap_once
+from fusionworker.runtime.launch import OwnForkLauncher
 from fusionworker.testing import run_burst
 from tests.chaos import worker_proc
 from tests.cli.test_cli import cli  # noqa: F401 - fixture
@@ -124,19 +125,14 @@ def test_progress_at_concurrency_three(processes, queue, r, prefix, redis_url):
         assert job.meta["stage"] == "done"
 
 
-class OwnForks(Worker):
-    """Forks its horses itself, as a worker does when its fork server cannot start."""
-
-    def _start_forkserver(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_horses_forked_by_the_worker_itself_report_too(r, settings, concurrency):
     s = settings.replace(progress_interval=0.1, concurrency=concurrency)
     q = Queue("default", r, settings=s)
     jobs = [q.enqueue("tests.progress_jobs:tight_loop", 1000, 0.5) for _ in range(2)]
-    assert OwnForks("default", r, settings=s, burst=True, middleware=[]).work() == 0
+    # forks its horses itself, as a worker does when its fork server cannot start
+    assert Worker("default", r, settings=s, burst=True, middleware=[],
+                  launcher=OwnForkLauncher).work() == 0
     for job in jobs:
         job.refresh()
         assert (job.status, job.progress, job.progress_message) == ("finished", 1.0, "done")

@@ -68,6 +68,11 @@ ENDPOINTS = [
     ("POST", "/api/v1/resume"), ("POST", "/api/v1/cron/c/pause"),
     ("POST", "/api/v1/cron/c/resume"), ("DELETE", "/api/v1/cron/c"),
     ("GET", "/api/v1/chart"), ("GET", "/api/v1/cron"),
+    ("POST", "/api/v1/jobs/x/run-now"), ("PUT", "/api/v1/queues/default/rate-limit"),
+    ("POST", "/api/v1/cron"), ("POST", "/api/v1/cron/c/run"), ("GET", "/api/v1/failed"),
+    ("GET", "/api/v1/scheduled"), ("GET", "/api/v1/batches"), ("GET", "/api/v1/batches/x"),
+    ("GET", "/api/v1/workers/x"), ("GET", "/api/v1/jobs/x/live"),
+    ("GET", "/api/v1/queues/default/live"), ("GET", "/api/v1/history"),
 ]
 
 

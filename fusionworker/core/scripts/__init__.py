@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from redis.cluster import ClusterPipeline
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..connection import RedisClient
@@ -124,6 +125,30 @@ class Scripts:
             name: _Script(connection.register_script(source(name)), name)
             for name in NAMES + extra
         }
+
+    def reload_missing(
+        self, answers: list[Any], calls: Sequence[tuple[str, list[Any], list[Any]] | None],
+        catch: type[Exception] | tuple[type[Exception], ...] = ResponseError,
+    ) -> int:
+        """After a pipeline of scripts queued by SHA (:meth:`_Script.queue_by_sha`):
+        each ``NOSCRIPT`` answer (Redis restarted or failed over) is replaced, in
+        place, by the reply of the same call made directly (the ``Script`` call
+        loads the script), or by the exception it raised when that is a ``catch``.
+
+        ``calls[i]`` is ``(script name, keys, args)`` of ``answers[i]``, or None
+        for an answer that is no script's. Returns how many calls were made again.
+        """
+        again = 0
+        for i, call in enumerate(calls):
+            if call is None or not isinstance(answers[i], NoScriptError):
+                continue
+            name, keys, args = call
+            again += 1
+            try:
+                answers[i] = self._scripts[name](keys=keys, args=args)
+            except catch as exc:
+                answers[i] = exc
+        return again
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -23,14 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from ..connection import text as _text
 from ..job import JobStatus
 
 #: a reply as redis-py returns it: nested lists of text, numbers and lists
 Raw = Any
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _items(reply: Raw) -> list[Any]:

@@ -27,7 +27,8 @@ if mode == 'failed' then
   redis.call('ZREM', base .. 'failed', jid)
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, 'attempts', 0)
-  redis.call('HDEL', jkey, 'ended_at', 'token')
+  -- the failed attempt's times go: the job has not started since it was requeued
+  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token')
   local ukey = hget(jkey, 'unique_key')
   if ukey and ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
   make_ready(base, jid)

@@ -90,21 +90,28 @@
     }
     data.workers.forEach(function (w) {
       var tr = el("tr");
-      tr.appendChild(el("td", w.name)); tr.appendChild(el("td", w.host)); tr.appendChild(el("td", w.pid, "n"));
-      var st = el("td"); st.appendChild(el("span", w.state, "badge"));
+      function td(text, cls, label) {
+        var c = el("td", text, cls);
+        if (label) c.setAttribute("data-label", label);
+        tr.appendChild(c);
+        return c;
+      }
+      var name = td(null, "first"), link = el("a", w.name);
+      link.href = "/workers/" + encodeURIComponent(w.name);
+      name.appendChild(link);
+      td(w.host, "minor"); td(w.pid, "n minor");
+      var st = td(null, "key"); st.appendChild(el("span", w.state, "badge"));
       if (w.throttle) { st.appendChild(document.createTextNode(" ")); st.appendChild(el("span", w.throttle, "badge warn")); }
-      tr.appendChild(st);
-      tr.appendChild(el("td", w.queues.join(", ")));
-      var job = el("td");
+      td(w.queues.join(", "), "", "queues");
+      var job = td(null, "key", "job");
       if (w.current_job) {
         var a = el("a", w.current_job);
         a.href = "/jobs/" + encodeURIComponent(w.current_job) + "?queue=" + encodeURIComponent(w.current_queue || "");
         job.appendChild(a);
       } else { job.textContent = "-"; }
-      tr.appendChild(job);
-      tr.appendChild(el("td", w.current_job ? age(w.current_job_age) : "-", "n"));
-      tr.appendChild(el("td", age(w.heartbeat_age), "n"));
-      tr.appendChild(el("td", w.successful, "n")); tr.appendChild(el("td", w.failed, "n"));
+      td(w.current_job ? age(w.current_job_age) : "-", "n", "running");
+      td(age(w.heartbeat_age), "n", "heartbeat");
+      td(w.successful, "n", "ok"); td(w.failed, "n", "failed");
       body.appendChild(tr);
     });
     var count = document.getElementById("worker-count");
@@ -116,7 +123,18 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); });
   }
 
+  // Polls run while the tab is visible only: a hidden tab asks nothing until it shows again.
+  function whenVisible(fn) {
+    if (!document.hidden) { fn(); return; }
+    document.addEventListener("visibilitychange", function again() {
+      if (document.hidden) return;
+      document.removeEventListener("visibilitychange", again);
+      fn();
+    });
+  }
+
   function refresh() {
+    if (document.hidden) { whenVisible(refresh); return; }
     var jobs = [];
     if (document.getElementById("queues")) jobs.push(get("/api/v1/queues").then(updateQueues));
     if (document.getElementById("workers")) jobs.push(get("/api/v1/workers").then(updateWorkers));
@@ -127,9 +145,141 @@
       .then(function () { setTimeout(refresh, poll); });
   }
 
+  // The job page and the queue pages: ask the page's live endpoint with what it shows
+  // ("seen"); the answer has something only when that changed.
+  var live = document.querySelector("[data-live]");
+  function liveURL() {
+    return live.getAttribute("data-live") + "&seen=" + encodeURIComponent(live.getAttribute("data-seen") || "") +
+      "&here=" + encodeURIComponent(location.pathname + location.search);
+  }
+  function busyTyping(box) {
+    var a = document.activeElement;
+    return a && box.contains(a) && (a.tagName === "INPUT" || a.tagName === "SELECT");
+  }
+  function applyJob(d) {
+    if (!d.changed || busyTyping(live)) return;
+    var open = [];
+    live.querySelectorAll("details[open][id]").forEach(function (x) { open.push(x.id); });
+    live.innerHTML = d.html;
+    open.forEach(function (id) { var x = document.getElementById(id); if (x) x.open = true; });
+    live.setAttribute("data-seen", d.seen);
+  }
+  function applyQueue(d) {
+    Object.keys(d.counts).forEach(function (k) {
+      var c = document.querySelector('#tabs [data-k="' + k + '"]');
+      if (c && c.textContent !== String(d.counts[k])) c.textContent = d.counts[k];
+    });
+    var stats = document.getElementById("queue-stats");
+    if (stats) stats.innerHTML = d.stats;
+    var state = document.getElementById("queue-state");
+    if (state) { state.textContent = d.paused ? "paused" : "active"; state.className = "badge " + (d.paused ? "warn" : "good"); }
+    var rows = document.getElementById("job-rows");
+    if (d.rows !== undefined && rows) {
+      var checked = {};
+      rows.querySelectorAll('input[name="ids"]:checked').forEach(function (c) { checked[c.value] = true; });
+      rows.innerHTML = d.rows;
+      rows.querySelectorAll('input[name="ids"]').forEach(function (c) { if (checked[c.value]) c.checked = true; });
+      var pager = document.getElementById("pager");
+      if (pager && d.pager !== undefined) pager.innerHTML = d.pager;
+    }
+    if (d.seen) live.setAttribute("data-seen", d.seen);
+  }
+  function liveTick() {
+    if (document.hidden) { whenVisible(liveTick); return; }
+    var apply = live.id === "live" ? applyJob : applyQueue;
+    get(liveURL()).then(function (d) {
+      apply(d);
+      document.body.setAttribute("data-refreshed", String(Date.now()));
+    }, function () { /* keep what is shown; ask again */ })
+      .then(function () { setTimeout(liveTick, poll); });
+  }
+  if (live) setTimeout(liveTick, poll);
+
+  // The charts page: bars (throughput, failures) and lines (duration percentiles), drawn
+  // at the box's own width so that 12 px text stays 12 px on a phone.
+  function hhmm(t) {
+    var d = new Date(t * 1000);
+    return ("0" + d.getUTCHours()).slice(-2) + ":" + ("0" + d.getUTCMinutes()).slice(-2);
+  }
+  function frame(box, max, rows) {
+    var W = Math.max(box.clientWidth - 16, 200), H = 150, left = 40, bottom = 18;
+    var s = svg("svg", { viewBox: "0 0 " + W + " " + (H + bottom), width: W, height: H + bottom, role: "img" });
+    s.appendChild(svg("line", { x1: left, y1: H, x2: W, y2: H, stroke: "#94a3b8" }));
+    var top = svg("text", { x: 2, y: 12, "font-size": 12, fill: "currentColor" });
+    top.textContent = String(Math.round(max * 10) / 10);
+    s.appendChild(top);
+    [0, rows.length - 1].forEach(function (i) {
+      if (!rows[i]) return;
+      var t = svg("text", { x: i === 0 ? left : W - 36, y: H + 14, "font-size": 12, fill: "currentColor" });
+      t.textContent = hhmm(rows[i].t);
+      s.appendChild(t);
+    });
+    return { s: s, W: W, H: H, left: left, step: (W - left) / Math.max(rows.length, 1) };
+  }
+  function bars(id, rows, key, colour) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var max = 1;
+    rows.forEach(function (r) { max = Math.max(max, r[key]); });
+    var f = frame(box, max, rows), total = 0;
+    rows.forEach(function (r, i) {
+      total += r[key];
+      var h = (f.H - 14) * r[key] / max;
+      f.s.appendChild(svg("rect", { x: f.left + i * f.step, y: f.H - h, width: Math.max(f.step - 1, 1), height: h, fill: colour }));
+    });
+    box.textContent = "";
+    box.appendChild(f.s);
+    box.appendChild(el("div", total + " in all (UTC times)", "legend"));
+  }
+  function lines(id, rows) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var keys = [["p50", "#16a34a"], ["p95", "#d97706"], ["p99", "#dc2626"]], max = 1;
+    rows.forEach(function (r) { keys.forEach(function (k) { if (r[k[0]] !== null) max = Math.max(max, r[k[0]]); }); });
+    var f = frame(box, max, rows);
+    keys.forEach(function (k) {
+      var d = "";
+      rows.forEach(function (r, i) {
+        if (r[k[0]] === null) return;
+        d += (d ? " L" : "M") + (f.left + (i + 0.5) * f.step).toFixed(1) + " " + (f.H - (f.H - 14) * r[k[0]] / max).toFixed(1);
+      });
+      if (d) f.s.appendChild(svg("path", { d: d, fill: "none", stroke: k[1], "stroke-width": 2 }));
+    });
+    box.textContent = "";
+    box.appendChild(f.s);
+    box.appendChild(el("div", "p50 (green), p95 (amber), p99 (red), milliseconds", "legend"));
+  }
+  var history = document.getElementById("history"), historyRows = null;
+  function drawHistory(doc) {
+    historyRows = doc.rows;
+    bars("chart-throughput", doc.rows, "finished", "#16a34a");
+    bars("chart-failures", doc.rows, "failed", "#dc2626");
+    lines("chart-durations", doc.rows);
+  }
+  function historyTick() {
+    if (document.hidden) { whenVisible(historyTick); return; }
+    get(history.getAttribute("data-url")).then(drawHistory, function () { /* next time */ })
+      .then(function () { setTimeout(historyTick, 30000); });
+  }
+  if (history) {
+    try { drawHistory(JSON.parse(document.getElementById("history-data").textContent)); } catch (e) { /* ignore */ }
+    window.addEventListener("resize", function () { if (historyRows) drawHistory({ rows: historyRows }); });
+    setTimeout(historyTick, 30000);
+  }
+
   var initial = document.getElementById("chart-data");
   if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
   if (document.getElementById("queues") || document.getElementById("workers")) setTimeout(refresh, poll);
+
+  var toggle = document.getElementById("theme-toggle");
+  if (toggle) toggle.addEventListener("click", function () {
+    var root = document.documentElement;
+    var now = root.getAttribute("data-theme") ||
+      (window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+    var next = now === "dark" ? "light" : "dark";
+    root.setAttribute("data-theme", next);
+    try { window.localStorage.setItem("fw-theme", next); } catch (e) { /* not kept */ }
+  });
 
   document.addEventListener("submit", function (ev) {
     var submitter = ev.submitter;

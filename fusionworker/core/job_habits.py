@@ -1,0 +1,291 @@
+"""The RQ names of a :class:`~fusionworker.core.job.Job`: ``Job.fetch``, ``get_status``,
+``is_finished``, ``return_value``, ``cancel``/``requeue``/``delete``, ``save_meta``...
+
+A mixin of ``Job``: each name is a thin layer over what fusionworker has
+(``Queue.fetch_job``, ``Queue.cancel``, the job record's fields). docs/from-rq.md
+lists them with what differs.
+
+The ``is_*`` properties and :meth:`JobHabits.get_status` read the status again
+from Redis (one ``HGET``) when the job was read through a queue, as RQ's do, so
+``while not job.is_finished: ...`` sees the worker's progress. A job built by
+hand (no queue) answers from what it holds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from ..exceptions import NoSuchJob
+from . import codec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .connection import RedisClient
+    from .job import Job, JobResult, JobStatus
+
+#: writes ``meta`` only where the job still exists (a HSET on a gone record would
+#: leave a record of one field behind)
+_SAVE_META = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'meta', ARGV[1])
+return 1
+"""
+
+#: largest producer-side meta, bytes of its tagged JSON (the limit a job's own meta has)
+META_LIMIT = 64 * 1024
+
+
+def call_text(func: str, args: list[Any], kwargs: dict[str, Any], limit: int = 200) -> str:
+    """``module:function(arg, key=value)``, cut to ``limit`` characters: the default
+    description of a job."""
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    text = f"{func}({', '.join(parts)})"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class JobHabits:
+    """RQ's names on a job (mixed into :class:`~fusionworker.core.job.Job`)."""
+
+    # the fields of Job this mixin reads (declared for the type checker)
+    id: str
+    queue: str
+    func: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    status: JobStatus
+    result: Any
+    error_type: str | None
+    error_message: str | None
+    traceback: str | None
+    ended_at: float | None
+    meta: dict[str, Any]
+    _description: str | None
+    _queue: Any
+
+    # -- reading a job by its id -------------------------------------------------
+
+    @classmethod
+    def fetch(cls, job_id: str, connection: RedisClient | None = None, *,
+              queue: str | None = None, settings: Settings | None = None) -> Job[Any]:
+        """The job ``job_id`` of any queue (RQ's ``Job.fetch(id, connection=...)``).
+
+        ``queue`` saves the search over the known queues. Raises
+        :class:`~fusionworker.exceptions.NoSuchJob` when no queue holds it.
+        """
+        from .queue import Queue, find_queue_of, settings_from_env
+
+        settings = settings or settings_from_env()
+        probe = Queue(queue or "default", connection, settings=settings)
+        name = find_queue_of(probe.connection, job_id, settings.prefix, queue)
+        if name is None:
+            raise NoSuchJob(f"no job {job_id!r} in any queue")
+        found = Queue(name, probe.connection, settings=settings).fetch_job(job_id)
+        if found is None:          # deleted between the search and the read
+            raise NoSuchJob(f"no job {job_id!r} in queue {name!r}")
+        return found
+
+    @classmethod
+    def fetch_many(cls, job_ids: list[str], connection: RedisClient | None = None, *,
+                   settings: Settings | None = None) -> list[Job[Any] | None]:
+        """The jobs of ``job_ids``, None for each one no queue holds (RQ's name)."""
+        out: list[Job[Any] | None] = []
+        for job_id in job_ids:
+            try:
+                out.append(cls.fetch(job_id, connection, settings=settings))
+            except NoSuchJob:
+                out.append(None)
+        return out
+
+    @classmethod
+    def exists(cls, job_id: str, connection: RedisClient | None = None, *,
+               settings: Settings | None = None) -> bool:
+        """Whether some queue holds job ``job_id``."""
+        try:
+            cls.fetch(job_id, connection, settings=settings)
+        except NoSuchJob:
+            return False
+        return True
+
+    # -- names RQ users reach for ------------------------------------------------
+
+    def get_id(self) -> str:
+        return self.id
+
+    @property
+    def func_name(self) -> str:
+        """``module:function`` (RQ writes ``module.function``)."""
+        return self.func
+
+    @property
+    def origin(self) -> str:
+        """The name of the job's queue."""
+        return self.queue
+
+    @property
+    def description(self) -> str:
+        """The description given at enqueue, else ``module:function(args, kwargs)``."""
+        return self._description or call_text(self.func, self.args, self.kwargs)
+
+    @property
+    def connection(self) -> RedisClient:
+        """The Redis client of the queue the job was read through."""
+        return cast("RedisClient", self._queue_for("connection").connection)
+
+    def _queue_for(self, what: str) -> Any:
+        if self._queue is None:
+            raise ValueError(f"{what}: this Job was not read through a Queue: use "
+                             "Job.fetch(id, connection) or queue.fetch_job(id)")
+        return self._queue
+
+    # -- status ------------------------------------------------------------------
+
+    def get_status(self, refresh: bool = True) -> JobStatus:
+        """The job's status, read again from Redis (one ``HGET``) unless
+        ``refresh=False``. Raises :class:`~fusionworker.exceptions.NoSuchJob`
+        once the record is gone (deleted, expired), as RQ raises."""
+        from .job import JobStatus
+
+        if refresh and self._queue is not None:
+            q = self._queue
+            value = q.connection.hget(q.qkeys.job(self.id), "status")
+            if value is None:
+                raise NoSuchJob(f"job {self.id!r} of queue {self.queue!r} no longer exists")
+            self.status = JobStatus.read(value)
+        return self.status
+
+    def get_meta(self, refresh: bool = True) -> dict[str, Any]:
+        """``job.meta``, read again from Redis (one ``HGET``) unless ``refresh=False``."""
+        if refresh and self._queue is not None:
+            q = self._queue
+            raw = q.connection.hget(q.qkeys.job(self.id), "meta")
+            found = codec.loads(raw) if raw else {}
+            self.meta = found if isinstance(found, dict) else {}
+        return self.meta
+
+    def get_position(self) -> int | None:
+        """Place of the job in its queue's run order (0 runs next), or None when it
+        is not queued (or was not read through a queue)."""
+        if self._queue is None:
+            return None
+        return cast("int | None", self._queue.get_job_position(self.id))
+
+    def _is(self, status: str) -> bool:
+        return self.get_status() == status
+
+    @property
+    def is_queued(self) -> bool:
+        return self._is("queued")
+
+    @property
+    def is_scheduled(self) -> bool:
+        return self._is("scheduled")
+
+    @property
+    def is_deferred(self) -> bool:
+        return self._is("deferred")
+
+    @property
+    def is_started(self) -> bool:
+        return self._is("started")
+
+    @property
+    def is_finished(self) -> bool:
+        return self._is("finished")
+
+    @property
+    def is_failed(self) -> bool:
+        return self._is("failed")
+
+    @property
+    def is_canceled(self) -> bool:
+        return self._is("canceled")
+
+    # -- results -----------------------------------------------------------------
+
+    def _refreshed(self) -> None:
+        if self._queue is not None:
+            cast("Job[Any]", self).refresh()
+
+    def return_value(self, refresh: bool = True) -> Any:
+        """What the function returned once the job is finished, else None."""
+        if refresh:
+            self._refreshed()
+        return self.result if self.status == "finished" else None
+
+    def latest_result(self, timeout: float | None = None) -> JobResult | None:
+        """The outcome of the last attempt (:class:`~fusionworker.core.job.JobResult`),
+        or None while the job has none (queued, started, deferred, scheduled).
+
+        ``timeout``: wait up to that many seconds for an outcome first (no
+        polling: :meth:`~fusionworker.core.job.Job.wait`); None after it too.
+        """
+        from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout
+        from .job import JobResult
+
+        if timeout is not None:
+            try:
+                cast("Job[Any]", self).wait(timeout)
+            except (JobFailed, JobCanceled, JobWaitTimeout):
+                pass       # the outcome (or its absence) is read below
+        self._refreshed()
+        kind = {"finished": "successful", "failed": "failed", "canceled": "canceled"}.get(
+            self.status)
+        if kind is None:
+            return None
+        when = (datetime.fromtimestamp(self.ended_at, UTC)
+                if self.ended_at is not None else None)
+        error = None
+        if kind != "successful":
+            error = self.traceback or (f"{self.error_type}: {self.error_message}"
+                                       if self.error_type else None)
+        return JobResult(job_id=self.id, type=kind,
+                         return_value=self.result if kind == "successful" else None,
+                         exc_string=error, created_at=when)
+
+    # -- changing it ---------------------------------------------------------------
+
+    def cancel(self) -> Job[Any]:
+        """Cancel the job (queued, scheduled or deferred; see ``Queue.cancel``); self, updated."""
+        self._queue_for("cancel").cancel(self.id)
+        return self._updated()
+
+    def requeue(self) -> Job[Any]:
+        """Put a failed job back on its queue (see ``Queue.requeue``); self, updated."""
+        self._queue_for("requeue").requeue(self.id)
+        return self._updated()
+
+    def delete(self) -> None:
+        """Delete the job and every reference to it (see ``Queue.delete``)."""
+        self._queue_for("delete").delete(self.id)
+
+    def _updated(self) -> Job[Any]:
+        job = cast("Job[Any]", self)
+        return job.refresh()
+
+    def save_meta(self) -> None:
+        """Write ``job.meta`` to the job's record (the producer's side of RQ's
+        ``job.meta[...] = ...; job.save_meta()``).
+
+        The job sees it as ``current_job().meta`` when an attempt starts. Values
+        are what job arguments may be (tagged JSON); a value that is not, or a
+        meta over 64 KiB of JSON, raises before anything is written. While an
+        attempt runs, the job's own meta writes win (the worker writes the
+        whole meta). Raises :class:`~fusionworker.exceptions.NoSuchJob` when the
+        record is gone.
+        """
+        from ..exceptions import MetaTooLarge
+
+        q = self._queue_for("save_meta")
+        if not all(isinstance(k, str) for k in self.meta):
+            raise TypeError("meta keys must be strings")
+        encoded = codec.dumps(dict(self.meta))
+        if len(encoded.encode("utf-8")) > META_LIMIT:
+            raise MetaTooLarge(f"the meta is {len(encoded)} bytes of JSON; the limit is "
+                               f"{META_LIMIT}")
+        if not q.connection.eval(_SAVE_META, 1, q.qkeys.job(self.id), encoded):
+            raise NoSuchJob(f"job {self.id!r} of queue {self.queue!r} no longer exists")
+
+    def __repr__(self) -> str:
+        return (f"Job({self.id!r}, queue={self.queue!r}, func={self.func!r}, "
+                f"status={str(self.status)!r})")

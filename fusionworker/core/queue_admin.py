@@ -1,0 +1,282 @@
+"""Admin actions on a queue: cancel, delete, requeue, reprioritize, pause, caps,
+rate limits, empty, forget.
+
+Every state change of a job is one Lua script call (``scripts/``); queue
+settings are plain keys. :class:`QueueAdmin` is a part of ``Queue``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import InvalidOperation, NoSuchJob
+from .connection import text, text_hash
+from .job import Job, JobStatus, check_priority
+from .keys import Keys, QueueKeys, check_queue_name
+from .queue_read import _group_rate_doc, _rate_doc
+from .scripts import Scripts, replies
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .connection import RedisClient
+
+
+class QueueAdmin:
+    """The admin methods of ``Queue``."""
+
+    name: str
+    connection: RedisClient
+    settings: Settings
+    qkeys: QueueKeys
+    scripts: Scripts
+
+    if TYPE_CHECKING:  # pragma: no cover - Queue's other parts
+        def _require(self, job_id: str) -> Job[Any]: ...
+
+        def _emit(self, event: str, job: Job[Any] | dict[str, Any], **fields: Any) -> None: ...
+
+        def job_ids(self, status: JobStatus | str = JobStatus.QUEUED,
+                    limit: int = 100) -> list[str]: ...
+
+    def cancel(self, job_id: str) -> Job[Any]:
+        """Cancel a queued or scheduled job (a started job cannot be canceled)."""
+        verdict = replies.cancel(self.scripts.cancel(keys=[self.qkeys.base],
+                                                     args=[job_id, self.settings.result_ttl]))
+        if verdict.outcome == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict.outcome == "refused":
+            raise InvalidOperation(f"job {job_id} is {verdict.status}; only queued or scheduled "
+                                   "(or deferred) jobs can be canceled")
+        job = self._require(job_id)
+        self._emit("canceled", job)
+        return job
+
+    def delete(self, job_id: str) -> None:
+        """Delete a job and every reference to it."""
+        before = text_hash(self.connection.hgetall(self.qkeys.job(job_id)))
+        verdict = replies.delete(self.scripts.delete(keys=[self.qkeys.base], args=[job_id]))
+        if verdict.outcome == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        self._emit("deleted", before or {"id": job_id, "queue": self.name})
+
+    def requeue(self, job_id: str) -> Job[Any]:
+        """Move a failed job back to its queue (attempts start over)."""
+        verdict = replies.requeue(self.scripts.requeue(
+            keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
+        if verdict.outcome != "requeued":
+            if verdict.missing:
+                raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            raise InvalidOperation(f"cannot requeue {job_id}: {verdict.why}")
+        job = self._require(job_id)
+        self._emit("requeued", job, reason="manual")
+        return job
+
+    def requeue_all_failed(self, progress: Callable[[int], None] | None = None) -> int:
+        """Requeue every job in the failed registry; returns how many were requeued."""
+        done = 0
+        while True:
+            ids = self.connection.zrange(self.qkeys.failed, 0, 499)
+            if not ids:
+                return done
+            moved = 0
+            for job_id in ids:
+                verdict = replies.requeue(self.scripts.requeue(
+                    keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
+                if verdict.outcome == "requeued":
+                    moved += 1
+                    self._emit("requeued", {"id": job_id, "queue": self.name}, reason="manual")
+                else:  # a registry entry whose record expired: drop it
+                    self.connection.zrem(self.qkeys.failed, text(job_id))
+                if progress:
+                    progress(1)
+            done += moved
+
+    def reprioritize(self, job_id: str, priority: int) -> Job[Any]:
+        """Re-score a pending (queued or scheduled) job; refused otherwise."""
+        check_priority(priority)
+        verdict = replies.reprioritize(
+            self.scripts.reprioritize(keys=[self.qkeys.base], args=[job_id, priority]))
+        if verdict.outcome == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict.outcome == "refused":
+            raise InvalidOperation(f"job {job_id} is {verdict.status}; only a pending job can "
+                                   "be reprioritized")
+        job = self._require(job_id)
+        self._emit("reprioritized", job)
+        return job
+
+    def pause(self) -> None:
+        """No worker anywhere claims from this queue until :meth:`unpause` (checked in claim)."""
+        self.connection.set(self.qkeys.paused, str(time.time()))
+
+    def unpause(self) -> None:
+        self.connection.delete(self.qkeys.paused)
+        self.connection.publish(self.qkeys.wake, "unpause")
+
+    @property
+    def is_paused(self) -> bool:
+        return bool(self.connection.exists(self.qkeys.paused))
+
+    def set_max_active(self, limit: int | None) -> None:
+        """Cap the jobs running at once from this queue, across all workers (None = no cap)."""
+        if limit is None:
+            self.connection.delete(self.qkeys.max_active)
+            self.connection.publish(self.qkeys.wake, "cap")
+            return
+        if int(limit) < 0:
+            raise ValueError("max_active must be >= 0")
+        self.connection.set(self.qkeys.max_active, int(limit))
+        self.connection.publish(self.qkeys.wake, "cap")
+
+    @property
+    def max_active(self) -> int | None:
+        value = self.connection.get(self.qkeys.max_active)
+        return int(value) if value is not None else None
+
+    # -- rate limit ------------------------------------------------------------
+
+    def set_rate_limit(self, limit: str | tuple[int, float] | None, *,
+                       per_group: bool = False, group: str | None = None) -> None:
+        """At most N starts in any window of W seconds, over every worker and host
+        (``"10/s"``, ``"600/m"``, ``"1000/h"`` or ``(N, W)``; None removes the limit).
+
+        By default the limit is the queue's. ``per_group=True``: every group of
+        the queue (jobs enqueued with ``group=``) gets its own window of that
+        size; ``group="G"``: a limit for group G only, in place of the
+        per-group one. A start must fit every limit that applies to it. A job
+        whose group's window is full waits (status ``scheduled``) until its
+        group's next slot while the queue's other jobs go on.
+
+        Enforced inside the claim script with the Redis server's clock (a
+        sliding-window log, see docs/design.md).
+        """
+        if per_group or group is not None:
+            self._set_group_rate_limit(limit, per_group, group)
+            return
+        if limit is None:
+            self.connection.delete(self.qkeys.rate, self.qkeys.rate_log)
+            self.connection.publish(self.qkeys.wake, "rate")
+            return
+        count, window = parse_rate(limit) if isinstance(limit, str) else _check_rate(*limit)
+        self.connection.hset(self.qkeys.rate,
+                             mapping={"limit": count, "window": repr(float(window))})
+        # starts already logged stay counted for the new window (a longer one included)
+        self.connection.pexpire(self.qkeys.rate_log, int(window * 1000) + 1000)
+        self.connection.publish(self.qkeys.wake, "rate")
+
+    def _set_group_rate_limit(self, limit: str | tuple[int, float] | None, per_group: bool,
+                              group: str | None) -> None:
+        """``fw:{q}:group_rate`` field ``every`` (per_group) or ``group:<G>``: "N W".
+
+        Each group's starts are logged in ``fw:{q}:group_rate:log:<G>``, which
+        expires a second after its window: a changed limit counts the starts
+        logged under the old one while those live.
+        """
+        if per_group and group is not None:
+            raise ValueError("give per_group=True or group=..., not both")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ValueError(f"group must be a non-empty string, got {group!r}")
+        field_name = "every" if per_group else f"group:{group}"
+        key = self.qkeys.group_rate
+        if limit is None:
+            self.connection.hdel(key, field_name)
+            if not self.connection.exists(key):  # no group limit left: its totals go too
+                self.connection.delete(self.qkeys.group_rate_held)
+        else:
+            count, window = parse_rate(limit) if isinstance(limit, str) else _check_rate(*limit)
+            self.connection.hset(key, field_name, f"{count} {float(window)!r}")
+        self.connection.publish(self.qkeys.wake, "rate")
+
+    @property
+    def rate_limit(self) -> dict[str, Any] | None:
+        """``{"limit": N, "window": W, "held_seconds": S}`` or None; ``held_seconds``
+        is how long, in total, the queue had jobs ready but was held by its limit."""
+        return _rate_doc(text_hash(self.connection.hgetall(self.qkeys.rate)))
+
+    @property
+    def group_rate_limit(self) -> dict[str, Any] | None:
+        """The per-group rate limits, or None without any: ``{"every": {"limit": N,
+        "window": W} or None, "groups": {group: {"limit": N, "window": W}},
+        "held_seconds": S, "held_jobs": J}``. ``held_jobs`` counts the times a job was
+        set aside because its group's window was full, ``held_seconds`` sums how long
+        each was set aside for (until its group's next slot)."""
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.hgetall(self.qkeys.group_rate)
+        pipe.hgetall(self.qkeys.group_rate_held)
+        return _group_rate_doc(*pipe.execute())
+
+    def empty(self, progress: Callable[[int], None] | None = None) -> int:
+        """Delete every pending and scheduled job; returns how many."""
+        removed = 0
+        for registry in (JobStatus.QUEUED, JobStatus.SCHEDULED):
+            while True:
+                ids = self.job_ids(registry, 500)
+                if not ids:
+                    break
+                for job_id in ids:
+                    self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
+                    self._emit("deleted", {"id": job_id, "queue": self.name}, reason="emptied")
+                    removed += 1
+                    if progress:
+                        progress(1)
+        return removed
+
+
+def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
+    """Remove queue ``name``: its registration and every key under ``fw:{name}:``.
+
+    Sequence: pause the queue (no worker claims from it any more), refuse with
+    :class:`InvalidOperation` while a job of it runs (``started``; the pause is
+    undone unless it was paused before), then SREM the registration and delete the keys
+    (job records, registries, cron entries, groups). Each step is idempotent:
+    after a crash, calling it again finishes the work. A producer that
+    enqueues to ``name`` again afterwards makes a new, empty queue. Returns
+    the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
+    """
+    check_queue_name(name)
+    keys = Keys(prefix)
+    qkeys = keys.queue(name)
+    was_paused = connection.set(qkeys.paused, "1", get=True) is not None
+    running = connection.zcard(qkeys.started)
+    if running:
+        if not was_paused:
+            connection.delete(qkeys.paused)
+        raise InvalidOperation(f"queue {name!r} has {running} running job(s); pause it "
+                               "(`pause`), wait for them to end, and try again")
+    connection.srem(keys.queues, name)
+    deleted = 0
+    batch: list[str] = []
+    for key in connection.scan_iter(match=qkeys.match_all, count=1000):
+        if text(key) == qkeys.paused:
+            continue
+        batch.append(key)
+        if len(batch) >= 500:
+            deleted += connection.delete(*batch)
+            batch = []
+    if batch:
+        deleted += connection.delete(*batch)
+    deleted += connection.delete(qkeys.paused)
+    return deleted
+
+
+#: seconds per unit of a rate limit ("10/s", "600/m", "1000/h")
+RATE_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def _check_rate(count: Any, window: Any) -> tuple[int, float]:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"a rate limit allows at least 1 start, got {count!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not (
+            0 < window <= 86400):
+        raise ValueError(f"a rate-limit window is 0 < seconds <= 86400, got {window!r}")
+    return count, float(window)
+
+
+def parse_rate(spec: str) -> tuple[int, float]:
+    """``"10/s"`` -> ``(10, 1.0)``; also ``/m`` and ``/h``. ValueError on anything else."""
+    count, sep, unit = spec.strip().partition("/")
+    if not sep or not count.strip().isdigit() or unit.strip() not in RATE_UNITS:
+        raise ValueError(f"invalid rate {spec!r}: expected N/s, N/m or N/h (e.g. 10/s)")
+    return _check_rate(int(count), RATE_UNITS[unit.strip()])

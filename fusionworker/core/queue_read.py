@@ -1,0 +1,179 @@
+"""Reads of a queue: one job, ids and jobs by status, the stats of ``info``.
+
+Plain commands (no script). :class:`QueueReads` is a part of ``Queue``; the
+module functions work on a client and need no ``Queue``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from ..exceptions import NoSuchJob
+from .connection import decoding, text_hash, texts
+from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
+from .keys import Keys, QueueKeys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import RedisClient
+
+#: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
+BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
+
+
+def _band_range(low: int, high: int) -> tuple[int, int]:
+    """Score range of the priorities low..high (see job.score)."""
+    return (low - 1) * SEQ_LIMIT + 1, high * SEQ_LIMIT - 1
+
+
+class QueueReads:
+    """The reading methods of ``Queue``."""
+
+    name: str
+    connection: RedisClient
+    qkeys: QueueKeys
+
+    def fetch_job(self, job_id: str) -> Job[Any] | None:
+        """The job, or None when unknown (or expired)."""
+        # the queue's client decodes (``decoding``): the reply is text already
+        data = cast("dict[str, str]", self.connection.hgetall(self.qkeys.job(job_id)))
+        if not data:
+            return None
+        job: Job[Any] = Job.from_hash(data)
+        job._queue = self
+        return job
+
+    def _require(self, job_id: str) -> Job[Any]:
+        job = self.fetch_job(job_id)
+        if job is None:
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        return job
+
+    @property
+    def count(self) -> int:
+        """Jobs pending (ready to run)."""
+        return int(self.connection.zcard(self.qkeys.pending))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def job_ids(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[str]:
+        """Ids by registry: queued (best first), scheduled (soonest first), started,
+        deferred (oldest first), finished/failed/canceled (newest first)."""
+        r, k = self.connection, self.qkeys
+        stop = max(limit, 1) - 1
+        try:
+            status = JobStatus(status)
+        except ValueError:
+            raise ValueError(f"unknown status {status!r}") from None
+        if status == JobStatus.QUEUED:
+            return texts(r.zrevrange(k.pending, 0, stop))
+        if status in DONE_STATUSES:
+            return texts(r.zrevrange(k.registry(status), 0, stop))
+        return texts(r.zrange(k.registry(status), 0, stop))
+
+    def jobs(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[Job[Any]]:
+        ids = self.job_ids(status, limit)
+        pipe = self.connection.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.qkeys.job(job_id))
+        found = [Job.from_hash(d) for d in pipe.execute() if d]
+        for job in found:
+            job._queue = self
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        """Depths of every registry and band, pause state, cap, age of the oldest job."""
+        k = self.qkeys
+        pipe = self.connection.pipeline(transaction=False)
+        pipe.zcard(k.pending)
+        for _, low, high in BANDS:
+            pipe.zcount(k.pending, *_band_range(low, high))
+        for reg in (k.started, k.scheduled, k.failed, k.finished):
+            pipe.zcard(reg)
+        pipe.exists(k.paused)
+        pipe.get(k.max_active)
+        pipe.zrange(k.pending, -1, -1)
+        pipe.hlen(k.groups)
+        pipe.hgetall(k.rate)
+        pipe.zcard(k.deferred)
+        pipe.zcard(k.batches)
+        pipe.hgetall(k.group_rate)
+        pipe.hgetall(k.group_rate_held)
+        pending, *rest = pipe.execute()
+        group_rate = _group_rate_doc(*rest[-2:])
+        del rest[-2:]
+        bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
+        open_batches = rest.pop()
+        deferred = rest.pop()
+        rate = rest.pop()
+        started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
+        # the oldest pending job is the one with the lowest seq, not the lowest score:
+        # look at the tail of each band and take the oldest enqueued_at.
+        oldest_age = None
+        if pending:
+            heads = [self.connection.zrangebyscore(k.pending, *_band_range(lo, hi), start=0, num=1)
+                     for _, lo, hi in BANDS]
+            ids = [h[0] for h in heads if h] + list(tail)
+            stamps = [float(s) for s in (self.connection.hget(k.job(i), "enqueued_at")
+                                         for i in ids) if s]
+            if stamps:
+                now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
+                server_now = now[0] + now[1] / 1e6
+                oldest_age = max(0.0, server_now - min(stamps))
+        return {
+            "queue": self.name, "pending": pending, "bands": bands, "started": started,
+            "scheduled": scheduled, "failed": failed, "finished": finished,
+            "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
+            "busy_groups": groups, "oldest_age": oldest_age,
+            "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
+            "deferred": deferred, "open_batches": open_batches,
+        }
+
+
+def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
+    """Every queue ever enqueued to, sorted."""
+    return sorted(texts(decoding(connection).smembers(Keys(prefix).queues)))
+
+
+def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",
+                  queue: str | None = None) -> str | None:
+    """The queue holding job ``job_id`` (searching every known queue unless given)."""
+    connection = decoding(connection)
+    names = [queue] if queue else known_queues(connection, prefix)
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(keys.queue(name).job(job_id))
+    for name, found in zip(names, pipe.execute()):
+        if found:
+            return name
+    return None
+
+
+def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:
+    data = text_hash(data or {})
+    if "limit" not in data:
+        return None
+    return {"limit": int(data["limit"]), "window": float(data["window"]),
+            "held_seconds": round(float(data.get("held_seconds") or 0.0), 6)}
+
+
+def _group_rate_doc(limits: dict[str, Any], held: dict[str, Any]) -> dict[str, Any] | None:
+    limits = text_hash(limits or {})
+    if not limits:
+        return None
+    held = text_hash(held or {})
+
+    def spec(value: str) -> dict[str, Any]:
+        count, _, window = value.partition(" ")
+        return {"limit": int(count), "window": float(window)}
+
+    return {
+        "every": spec(limits["every"]) if "every" in limits else None,
+        "groups": {k[len("group:"):]: spec(v) for k, v in sorted(limits.items())
+                   if k.startswith("group:")},
+        "held_seconds": round(float(held.get("held_seconds") or 0.0), 6),
+        "held_jobs": int(held.get("held_jobs") or 0),
+    }
+
+

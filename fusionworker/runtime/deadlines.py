@@ -1,0 +1,176 @@
+"""A horse never outlives its lease: the deadline board and who enforces it.
+
+The lease lives in Redis (``started`` score = Redis time of the claim/touch +
+lease); a frozen (SIGSTOP) or partitioned parent cannot renew it, and once it
+is over the reaper hands the job to another worker. So a horse H has a
+deadline of its own, on the host's monotonic clock (CLOCK_MONOTONIC is one
+clock for every process of the host), in a :class:`DeadlineBoard` (8 bytes of
+shared memory per entry, one entry per worker slot: a memfd mapped by the
+parent P and by the fork server S, inherited by every horse), enforced by a
+process other than P: S, which forked H::
+
+    P: t0 = monotonic(); send claim.lua (Redis: lease until T0 + lease, T0 >= t0)
+    P: board[entry] = t0 + lease - margin;   ask S for H    (margin = heartbeat interval)
+    S: fork H; LeaseWatchdog.watch(H, entry): one thread of S, for all its horses,
+       wakes at the nearest deadline -> SIGKILL H's process group once
+       monotonic() >= board[entry] (the check and the kill hold the lock S reaps
+       under, so the pid is still H's)
+    P: every heartbeat: t1 = monotonic(); send touch_many.lua; only on its reply 1
+       for the job (the renewal reached Redis: lease until T1 + lease, T1 >= t1):
+       board[entry] = t1 + lease - margin
+    P: its own police also kills H once monotonic() >= board[entry] (it cannot renew)
+
+Every deadline is computed from the time a renewal was SENT, so it is never
+later than the lease Redis holds; ``margin`` absorbs clock-rate differences
+and the kill's latency. Crash points: P frozen (SIGSTOP) -> nobody moves the
+board, S's watchdog kills H before the lease ends, the reaper re-queues the job
+after it (P, resumed, finds its attempt taken back: its give-back is fenced by
+the token). S runs in a process group of its own, so a stop signal sent to
+P's group (Ctrl-Z in a terminal, ``kill -STOP -PGID``) freezes P, not S. P
+partitioned -> touch fails, the board stays, P's police and S's watchdog both
+kill H before the lease ends; P gives the job back (not counted) if Redis
+answers again before the reaper, else its give-back is refused. S frozen or
+dead -> P's police kills H (S dead: H dies with it, PDEATHSIG). P renews -> the
+lease never ends: P is never reaped. Left open: P and S each stopped on
+purpose while H runs (nobody is left to kill H; a cgroup freeze stops H too).
+
+Why S and not a thread in each horse: a thread per horse cost about 0.5 ms of
+CPU per job (its creation, its start handshake, its 50 ms polling), for every
+job, for a deadline that is about a lease away; S's one thread sleeps until
+the nearest deadline. It is also stronger: a job that holds the GIL in C code,
+ignores signals or breaks its interpreter cannot delay a watchdog in another
+process. A horse the worker forks itself (no fork server: it could not start)
+runs a thread of its own, :func:`watch_own_entry`.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import signal
+import struct
+import threading
+import time
+
+
+class DeadlineBoard:
+    """Deadlines (monotonic seconds, 0 = none) of the horses, in shared memory.
+
+    Created by the worker parent (``DeadlineBoard(entries)``); the fork server maps
+    the same memfd (``DeadlineBoard(fd=...)``); horses inherit the mapping by fork.
+    """
+
+    _ENTRY = struct.Struct("d")
+
+    def __init__(self, slots: int = 1, fd: int | None = None) -> None:
+        if fd is None:
+            fd = os.memfd_create("fusionworker-deadlines", 0)
+            os.ftruncate(fd, self._ENTRY.size * slots)
+        elif slots <= 0:    # the fork server: as many entries as the memfd holds
+            slots = max(1, os.fstat(fd).st_size // self._ENTRY.size)
+        self.fd = fd
+        self.slots = slots
+        self._map = mmap.mmap(fd, self._ENTRY.size * slots)
+
+    def set(self, deadline: float, slot: int = 0) -> None:
+        """Entry ``slot`` gets ``deadline`` (``inf``: none, written as 0)."""
+        if 0 <= slot < self.slots:
+            value = 0.0 if math.isinf(deadline) else deadline
+            self._ENTRY.pack_into(self._map, self._ENTRY.size * slot, value)
+
+    def get(self, slot: int = 0) -> float:
+        return float(self._ENTRY.unpack_from(self._map, self._ENTRY.size * slot)[0])
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self.fd)
+
+
+def _watch_own(board: DeadlineBoard, entry: int) -> None:  # pragma: no cover - in the horse
+    while True:
+        deadline = board.get(entry)
+        now = time.monotonic()
+        if deadline > 0 and now >= deadline:
+            try:
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(71)
+        time.sleep(0.05 if deadline <= 0 else min(0.05, max(deadline - now, 0.001)))
+
+
+def watch_own_entry(board: DeadlineBoard, entry: int) -> None:
+    """In a horse the worker forked itself: a thread SIGKILLs the horse's process group
+    at the deadline of ``entry`` (horses of the fork server are watched by the server's
+    :class:`LeaseWatchdog`)."""
+    threading.Thread(target=_watch_own, args=(board, entry), daemon=True,
+                     name="fusionworker-lease-watchdog").start()
+
+
+class LeaseWatchdog:
+    """In the fork server: one thread that kills each horse at its lease deadline.
+
+    ``watch(pid, entry)`` when a horse gets its job; ``forget(pid)`` when it is
+    reaped, under :attr:`lock`: the thread checks and kills under the same lock,
+    so it never signals a pid that was reaped (and may have been reused).
+
+    The thread sleeps until the nearest deadline (at most :attr:`CHECK` seconds:
+    the parent may turn a 0 into a deadline without a new horse). A deadline only
+    moves later (renewals) or to 0 (entry freed), except when its entry gets a new
+    horse: :meth:`watch` wakes the thread when that deadline is nearer than its
+    sleep. With no horse to watch it sleeps until the next :meth:`watch`.
+    """
+
+    CHECK = 1.0
+
+    def __init__(self, board: DeadlineBoard) -> None:
+        self.board = board
+        self.lock = threading.Lock()
+        self._horses: dict[int, int] = {}      # pid -> board entry
+        self._wake = threading.Event()
+        self._until = math.inf                 # when the thread wakes by itself
+        threading.Thread(target=self._run, daemon=True,
+                         name="fusionworker-lease-watchdog").start()
+
+    def watch(self, pid: int, entry: int) -> None:
+        with self.lock:
+            self._horses[pid] = entry
+            # idle (sleeping until woken), or this deadline is nearer than its sleep
+            early = self._until == math.inf or 0 < self.board.get(entry) < self._until
+        if early:
+            self._wake.set()
+
+    def forget(self, pid: int) -> None:
+        """The horse was reaped (call with :attr:`lock` held, around the waitpid)."""
+        self._horses.pop(pid, None)
+
+    def _run(self) -> None:  # pragma: no cover - a thread of the fork server
+        while True:
+            with self.lock:
+                wait = self._check(time.monotonic())
+                self._until = math.inf if wait is None else time.monotonic() + wait
+                self._wake.clear()
+            self._wake.wait(wait)
+
+    def _check(self, now: float) -> float | None:
+        """Kill the horses past their deadline; seconds until the next check (None: no
+        horse to watch)."""
+        if not self._horses:
+            return None
+        nearest = now + self.CHECK
+        for pid, entry in list(self._horses.items()):
+            deadline = self.board.get(entry)
+            if deadline <= 0:
+                continue
+            if now < deadline:
+                nearest = min(nearest, deadline)
+                continue
+            try:                  # its own group (and the job's children in it)
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):   # not in its own group yet
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            del self._horses[pid]
+        return max(nearest - now, 0.0)

@@ -1,0 +1,122 @@
+"""How a horse ended, read by the worker: its report, or the way it died.
+
+A :class:`HorseExit` is what became of one attempt before the retry policy
+(recorder.py) turns it into an outcome. It comes from the horse's
+:class:`~fusionworker.runtime.protocol.HorseReport` (:func:`exit_from_report`:
+every field is job output, made safe text here), from the kill the worker
+ordered (:func:`killed_exit`: timeout, memory, lost, shutdown, lease), or,
+with no report, from its wait status (:func:`exit_from_status`): a fatal
+signal (SIGSEGV -> ``segfault``, SIGBUS/SIGILL/SIGFPE/SIGABRT -> ``crash``,
+SIGKILL or SIGTERM from outside -> ``killed``, e.g. the kernel's OOM killer)
+or an exit without a report (``os._exit`` in the job -> ``exit``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.job import FailureReason, safe_text
+from .protocol import HorseReport
+
+_CRASH_SIGNALS = {signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
+
+
+@dataclass
+class HorseExit:
+    """What became of one horse, before retry policy is applied."""
+
+    ok: bool
+    reason: FailureReason | None     # None: the job returned (``ok``)
+    result_json: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retryable: bool = False
+    retry_delay: float | None = None
+    duration: float = 0.0
+    #: the job's final progress/meta (``current_job()``), None if it set none (progress.py)
+    progress: dict[str, Any] | None = None
+
+
+def _text(value: Any) -> str | None:
+    """A report field as safe text: a lone surrogate in a job's error, traceback or
+    result must not crash the parent when it is encoded for Redis, the logs, the
+    events or a webhook. None stays None."""
+    return None if value is None else safe_text(str(value))
+
+
+def exit_from_report(report: HorseReport, duration: float) -> HorseExit:
+    """The :class:`HorseExit` a horse's report stands for."""
+    ok = bool(report.ok)
+    return HorseExit(
+        ok=ok, reason=None if ok else FailureReason.read(str(report.reason or
+                                                             FailureReason.EXCEPTION)),
+        result_json=_text(report.result), error_type=_text(report.error_type),
+        error_message=_text(report.error_message), traceback=_text(report.traceback),
+        retryable=bool(report.retryable), retry_delay=report.retry_delay, duration=duration,
+        progress=report.progress if isinstance(report.progress, dict) else None,
+    )
+
+
+def exit_from_status(status: int, duration: float) -> HorseExit:
+    """A horse that died without a report: what its wait status says."""
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status))
+        if sig == signal.SIGSEGV:
+            reason, what = FailureReason.SEGFAULT, "segmentation fault"
+        elif sig in _CRASH_SIGNALS:
+            reason, what = FailureReason.CRASH, "crashed"
+        else:
+            reason, what = FailureReason.KILLED, "killed from outside (OOM killer?)"
+        return HorseExit(ok=False, reason=reason, error_type="HorseDied",
+                         error_message=f"work horse died of {sig.name} ({what})",
+                         duration=duration)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    return HorseExit(ok=False, reason=FailureReason.EXIT, error_type="HorseExited",
+                     error_message=f"work horse exited with status {code} before reporting "
+                                   "a result (os._exit() in the job?)",
+                     duration=duration)
+
+
+#: The error a kill of ours gives the attempt, by reason.
+_KILLED = {
+    FailureReason.MEMORY: ("HorseMemoryExceeded",
+                           "work horse exceeded the memory ceiling and was killed"),
+    FailureReason.LOST: ("JobLost", "the job was taken back (reaped or deleted) while it ran"),
+    FailureReason.SHUTDOWN: ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
+    FailureReason.LEASE: ("LeaseExpired",
+                          "the worker could not renew the job's lease in time (frozen "
+                          "or cut off from Redis): its horse was killed"),
+}
+
+
+def killed_exit(reason: FailureReason, timeout: float, duration: float,
+                report: HorseReport | None, lost_server: bool = False) -> HorseExit:
+    """A horse we killed (``reason``), or whose fork server died under it."""
+    if reason == FailureReason.TIMEOUT:
+        error_type, message = ("JobTimeoutError",
+                               f"job exceeded its timeout of {timeout:g} s and was killed")
+    else:
+        error_type, message = _KILLED.get(reason, ("HorseKilled", f"killed: {reason}"))
+    if lost_server:
+        error_type, message = "HorseKilled", "the fork server died while the job ran"
+    if report is not None and report.reason == FailureReason.TIMEOUT:
+        error_type, message = report.error_type, report.error_message
+    return HorseExit(ok=False, reason=reason, error_type=_text(error_type),
+                     error_message=_text(message),
+                     traceback=_text(report.traceback if report else None), duration=duration)
+
+
+def horse_exit(report: HorseReport | None, status: int, duration: float, *,
+               kill_reason: FailureReason | None = None, timeout: float = 0.0,
+               lost_server: bool = False) -> HorseExit:
+    """How the horse ended: killed by us (unless it reported success first), its
+    report, or its wait status."""
+    if kill_reason is not None and not (report is not None and report.ok):
+        return killed_exit(kill_reason, timeout, duration, report, lost_server)
+    if report is not None:
+        return exit_from_report(report, duration)
+    return exit_from_status(status, duration)

@@ -1,0 +1,176 @@
+"""The worker's handle of its fork server (the package docstring says what it is).
+
+:meth:`ForkServer.run` sends a :class:`~fusionworker.runtime.protocol.RunRequest`
+per job, all before any answer is read, and returns the horses' pids;
+:meth:`ForkServer.exits` hands over the horses' exit notices; progress notices
+go to :attr:`ForkServer.on_update` as they are read.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import ExitNotice, ProgressNotice, RunRequest, StartNotice, read_notice
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...core.job import Job
+
+# Runs in the fresh interpreter. Importing the package is cheap (its public names are
+# imported on first use, PEP 562): the server loads server.py, the horse and what they
+# import, not redis or the worker. Job code's ``from fusionworker import Retry`` loads
+# that name in its horse only.
+_BOOT = """\
+# fusionworker fork server
+import json, sys
+path, args = json.loads(sys.argv[1])
+sys.path[:] = path
+from fusionworker.runtime.forkserver.server import serve
+serve(**args)
+"""
+
+
+class ForkServerDied(RuntimeError):
+    """The fork server went away (killed, crashed) or could not be started."""
+
+
+class ForkServer:
+    """The worker's handle of its fork server (started lazily, restarted if it dies)."""
+
+    def __init__(self, allowed: Sequence[str], retryable: Sequence[str],
+                 otel: dict[str, Any] | None = None, board_fd: int = -1,
+                 kill_children: bool = True, warm: dict[str, int] | None = None) -> None:
+        self.board_fd = board_fd        # the worker's DeadlineBoard (deadlines.py), shared
+        #: the server kills what a job left in its horse's group (FUSIONWORKER_KILL_JOB_CHILDREN)
+        self.kill_children = kill_children
+        self.allowed = tuple(allowed)
+        self.retryable = tuple(retryable)
+        self.otel = otel
+        #: ``{"horse_jobs": N, "max_rss_mib": M}`` with N > 1: warm horses (horse/warm.py)
+        self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self._exits: dict[int, ExitNotice] = {}
+        #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
+        self.on_update: Callable[[int, str], None] | None = None
+
+    def start(self) -> None:
+        """Start the server process (a fresh interpreter; about 30 ms, once)."""
+        ours, theirs = socket.socketpair()
+        args = {"fd": theirs.fileno(), "worker_pid": os.getpid(), "allowed": list(self.allowed),
+                "retryable": list(self.retryable), "preload": bool(self.allowed),
+                "board_fd": self.board_fd, "kill_children": self.kill_children}
+        if self.otel:
+            args["otel"] = self.otel
+        if self.warm:
+            args.update(self.warm)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, json.dumps([sys.path, args])],
+                pass_fds=[theirs.fileno()] + ([self.board_fd] if self.board_fd >= 0 else []),
+                stdin=subprocess.DEVNULL, close_fds=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise ForkServerDied(f"cannot start the fork server: {exc}") from exc
+        finally:
+            theirs.close()
+        self.sock = ours
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.sock is not None
+
+    def run(self, jobs: Sequence[Job[Any]], entries: Sequence[int] | None = None,
+            while_forking: Callable[[], None] | None = None) -> list[int]:
+        """Ask for one horse per job, all requests sent before any answer is read (the
+        server answers in order); returns their pids. ``entries``: each job's deadline
+        board entry; ``while_forking`` runs between the requests and the answers. Exit
+        notices of other horses that arrive meanwhile are kept for :meth:`exits`.
+        Raises ForkServerDied (a server that died before is started again first)."""
+        if not self.alive:
+            self.close()
+            self.start()
+        assert self.sock is not None
+        entries = entries or [0] * len(jobs)
+        trace = bool(self.otel)
+        data = b"".join(RunRequest.of(job, entry, trace).encode()
+                        for job, entry in zip(jobs, entries))
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET):
+                raise
+            self.close()
+            raise ForkServerDied("the fork server went away") from None
+        if while_forking:
+            while_forking()
+        pids: list[int] = []
+        while len(pids) < len(jobs):
+            notice = self._recv()
+            if isinstance(notice, ExitNotice):
+                self._exits[notice.pid] = notice
+            elif isinstance(notice, StartNotice):
+                pids.append(notice.pid)
+        return pids
+
+    def exits(self) -> tuple[dict[int, ExitNotice], bool]:
+        """Every exit notice the server sent so far (read without blocking), by pid,
+        each handed over once; and whether the server is gone (its other horses then
+        die with it: PDEATHSIG)."""
+        died = False
+        try:
+            while self.sock is not None and select.select([self.sock], [], [], 0)[0]:
+                notice = self._recv()
+                if isinstance(notice, ExitNotice):
+                    self._exits[notice.pid] = notice
+        except ForkServerDied:
+            died = True
+        out, self._exits = self._exits, {}
+        return out, died or self.sock is None
+
+    def take_exit(self, pid: int) -> ExitNotice | None:
+        """The exit notice of ``pid`` received already (by :meth:`run`), handed over once;
+        nothing is read (a warm horse's previous job: it came before the pid's answer)."""
+        return self._exits.pop(pid, None)
+
+    @property
+    def has_exits(self) -> bool:
+        """Exit notices received meanwhile (by :meth:`run`) wait for :meth:`exits`."""
+        return bool(self._exits)
+
+    def _recv(self) -> StartNotice | ExitNotice | None:
+        """The next notice; a progress notice goes to :attr:`on_update` (None returned)."""
+        assert self.sock is not None
+        try:
+            notice = read_notice(self.sock)
+        except OSError:
+            notice = None
+        if notice is None:
+            self.close()
+            raise ForkServerDied("the fork server went away")
+        if isinstance(notice, ProgressNotice):
+            if self.on_update is not None:
+                self.on_update(notice.pid, notice.update)
+            return None
+        return notice
+
+    def close(self) -> None:
+        """Stop the server (closing the socket is its signal to exit)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None

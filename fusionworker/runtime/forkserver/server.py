@@ -1,0 +1,547 @@
+"""The fork server's process: a lean child of the worker that forks the horses.
+
+Started by :class:`~fusionworker.runtime.forkserver.client.ForkServer` as a
+fresh interpreter running :func:`serve` (the package's docstring says why and
+what happens when a process dies). One :class:`Server` turn: one epoll wait
+over the worker's socket, the SIGCHLD wake-up pipe and the report pipes of the
+running horses; :meth:`Server.receive` reads what came, :meth:`Server.reap`
+reaps the horses that exited, :meth:`Server.finish` reports each ended horse,
+then every complete :class:`~fusionworker.runtime.protocol.RunRequest` of the
+turn is handed to a ready horse (:meth:`Server.start`), the answers of the turn
+go out at once (outcomes before the next horse is forked), and horses are
+forked ahead for the next requests.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from ...core.functions import resolve
+from ..deadlines import DeadlineBoard, LeaseWatchdog
+from ..horse.main import set_pdeathsig, waiting_horse
+from ..horse.warm import STAY, cap_of, warm_horse
+from ..protocol import (
+    ExitNotice,
+    HorseReport,
+    ProgressNotice,
+    RunRequest,
+    StartNotice,
+    drain,
+    frame,
+    has_report,
+    read_available,
+    take_frames,
+    take_progress,
+    write_all,
+)
+
+#: Horses the server forks ahead at most (as many as the largest batch of requests one
+#: turn brought, e.g. the claims a worker with many slots sends at once).
+READY_MAX = 16
+
+#: Seconds the server, told to exit, waits for horses that reported and are still
+#: exiting (e.g. flushing their spans), reaping them and their leftovers; below the
+#: 2 s ForkServer.close() gives it.
+LAST_REAPS = 1.5
+
+#: How many job functions the server resolves for its horses, at most.
+REMEMBER_MAX = 1024
+
+
+class _Running:
+    """A horse that got its job: its report pipe and what it wrote so far."""
+
+    def __init__(self, pid: int, fd: int, func: str, job_w: int = -1) -> None:
+        self.pid, self.fd, self.func = pid, fd, func
+        self.buf = bytearray()
+        self.status: int | None = None
+        #: a warm horse (--horse-jobs > 1): its job pipe stays open for its next jobs
+        self.job_w = job_w
+        self.done = 0           # jobs it reported (a warm horse's count)
+        self.idle = False       # a warm horse between jobs (in Server.idle)
+
+
+class _Ready:
+    """A horse forked ahead, waiting for its job: its job pipe and its report pipe."""
+
+    def __init__(self, pid: int, job_w: int, report_r: int) -> None:
+        self.pid, self.job_w, self.report_r = pid, job_w, report_r
+
+    def retire(self) -> None:
+        os.close(self.job_w)          # it reads EOF: it exits
+        os.close(self.report_r)
+
+
+def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
+          preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
+          kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0) -> NoReturn:
+    """Main of the fork server. Never returns: exits with the worker.
+
+    ``kill_children``: SIGKILL what a job left in its horse's process group once the
+    horse exited, before reaping it (``FUSIONWORKER_KILL_JOB_CHILDREN``). ``otel``:
+    trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``: the
+    worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
+    lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
+    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``.
+    """
+    if otel:
+        from ...middleware.otel import setup_horses
+
+        setup_horses(**otel)
+    set_pdeathsig()
+    if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
+        os._exit(0)
+    try:       # a group of its own: a stop signal to the worker's group leaves it running
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    watchdog = LeaseWatchdog(DeadlineBoard(slots=0, fd=board_fd)) if board_fd >= 0 else None
+    server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
+                    kill_children=kill_children)
+    server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
+    server.run()
+
+
+class Server:
+    """The fork server's state and its turn (module docstring)."""
+
+    def __init__(self, fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...], *,
+                 preload: bool, watchdog: LeaseWatchdog | None, kill_children: bool) -> None:
+        self.fd = fd
+        self.sock = socket.socket(fileno=fd)
+        self.allowed, self.retryable = allowed, retryable
+        self.preload, self.watchdog, self.kill_children = preload, watchdog, kill_children
+        self.pid = os.getpid()
+        self.running: dict[int, _Running] = {}   # by pid: every horse whose exit is not sent
+        self.exiting: set[int] = set()           # horses that reported, not reaped yet
+        self.by_fd: dict[int, _Running] = {}     # report pipe -> its horse
+        self.ready: list[_Ready] = []            # horses forked ahead
+        self.want = 1                            # how many to fork ahead (<= READY_MAX)
+        self.preloaded: set[str] = set()
+        self.tried: set[str] = set()             # references resolved here once (remember)
+        #: job functions resolved here once their module was preloaded (every check of
+        #: functions.resolve passed), by reference: a horse is a copy of this process, so
+        #: resolving again would walk the same module state to the same answer
+        self.resolved: dict[str, Callable[..., Any]] = {}
+        self.inbox = bytearray()                 # what the worker sent, not parsed yet
+        self.horse_jobs = 1                      # > 1: warm horses (horse/warm.py)
+        self.max_rss = 0                         # a warm horse's RSS ceiling, bytes
+        self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
+        self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.ep = select.epoll()
+        self.ep.register(fd, select.EPOLLIN)          # the worker's requests (and its EOF)
+        self.ep.register(self.wake_r, select.EPOLLIN)  # SIGCHLD
+
+    # -- the turn ------------------------------------------------------------------------
+
+    def run(self) -> NoReturn:
+        gc.freeze()
+        self.ready.append(self.spawn())
+        while True:
+            eof, ended = self.receive(self.ep.poll())
+            if self.running or self.exiting:
+                ended += [self.running[pid] for pid in self.reap() if pid in self.running]
+            for run in ended:
+                self.settle(run)
+            if self.out:               # the outcomes go out before the next horse is forked
+                eof = not self.send() or eof
+            if not eof:    # no new job once the worker is gone: nobody would record it
+                self.take_requests()
+            if self.out:
+                eof = not self.send() or eof
+            if eof:
+                self.last_reaps()
+                os._exit(0)
+            while len(self.ready) < self.want:    # fork ahead, but answer the worker first
+                self.ready.append(self.spawn())
+                if self.ep.poll(0):
+                    break
+
+    def receive(self, events: list[tuple[int, int]]) -> tuple[bool, list[_Running]]:
+        """What the turn's events brought: whether the worker is gone (EOF), and the
+        horses whose report pipe reached its end."""
+        eof = False
+        ended: list[_Running] = []
+        for efd, _ in events:
+            if efd == self.wake_r:
+                drain(self.wake_r)
+            elif efd == self.fd:
+                eof = self.read_worker()
+            else:
+                run = self.by_fd.get(efd)
+                if run is None:
+                    continue
+                if run.idle:               # an idle warm horse wrote or died: retired
+                    self.drop_idle(run)
+                    continue
+                done = read_available(run.fd, run.buf)
+                self.forward_progress(run)
+                if done:
+                    self.close_report(run)
+                    ended.append(run)
+                elif run.job_w >= 0 and run.buf.endswith(STAY) and has_report(run.buf):
+                    self.rest(run)
+        return eof, ended
+
+    def read_worker(self) -> bool:
+        """Everything the worker's socket holds now, into the inbox; True at EOF (the
+        worker is gone or done with us). It reads on until the socket would block, so
+        requests followed by the worker's end are seen as that end in the same turn: a
+        worker killed right after sending them starts no job (nobody would record it)."""
+        flags = 0                               # the first read: epoll said it is readable
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 18, flags)
+            except BlockingIOError:             # all read, the worker is still there
+                return False
+            except ConnectionResetError:        # the worker died with data unread: gone
+                return True
+            if not chunk:
+                return True
+            self.inbox.extend(chunk)
+            flags = socket.MSG_DONTWAIT
+
+    def send(self) -> bool:
+        """Send this turn's notices; False: the worker is gone (it died or closed the
+        socket), which ends the server as an EOF does, without a traceback."""
+        data = b"".join(self.out)
+        self.out.clear()
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
+
+    def take_requests(self) -> None:
+        """Start every complete run request of the turn (a request is two frames)."""
+        requests, partial = RunRequest.split(take_frames(self.inbox))
+        for request in requests:
+            self.start(request)
+        self.want = min(READY_MAX, max(self.want, len(requests)))
+        if partial is not None:              # a request whose body is still on its way
+            self.inbox[:0] = frame(partial)
+
+    # -- horses --------------------------------------------------------------------------
+
+    def spawn(self) -> _Ready:
+        """Fork a horse that waits for its job."""
+        job_r, job_w = os.pipe()
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the horse
+            signal.set_wakeup_fd(-1)
+            # the other ready horses' job pipes too: a copy of a write end held here
+            # would keep that horse from ever reading its job's end
+            others = [end for horse in self.ready for end in (horse.job_w, horse.report_r)]
+            others += [run.job_w for run in self.running.values() if run.job_w >= 0]
+            others += [end for run in self.idle.values() for end in (run.job_w, run.fd)]
+            for other in (job_w, read_fd, self.fd, self.wake_r, self.wake_w,
+                          self.ep.fileno(), *others):
+                try:
+                    os.close(other)
+                except OSError:
+                    pass
+            if self.horse_jobs > 1:
+                warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
+                           self.resolved, self.horse_jobs, self.max_rss)
+            waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
+                          self.resolved)
+        os.close(job_r)
+        os.close(write_fd)
+        return _Ready(pid, job_w, read_fd)
+
+    def start(self, request: RunRequest) -> None:
+        """Hand one job to a ready horse (a fresh one if none is left or it died); with
+        warm horses, to an idle one that may run it if there is one."""
+        if self.horse_jobs > 1:
+            self.start_warm(request)
+            return
+        for _ in range(2):
+            horse = self.ready.pop(0) if self.ready else self.spawn()
+            pid, read_fd = horse.pid, horse.report_r
+            try:
+                write_all(horse.job_w, request.body)
+                sent = True
+            except BrokenPipeError:
+                sent = False
+            os.close(horse.job_w)
+            if sent:
+                break
+            os.close(read_fd)
+            read_fd = -1
+        self.started(_Running(pid, read_fd, request.func), request)
+
+    def started(self, new: _Running, request: RunRequest) -> None:
+        """The job went to the horse ``new`` (read_fd -1: it died on the way)."""
+        read_fd, pid = new.fd, new.pid
+        if read_fd >= 0:
+            if read_fd not in self.by_fd:      # (a warm horse's pipe is registered already)
+                os.set_blocking(read_fd, False)
+                self.by_fd[read_fd] = new
+                self.ep.register(read_fd, select.EPOLLIN)
+            if self.watchdog is not None:   # its entry on the board: its worker slot's
+                self.watchdog.watch(pid, request.slot)
+        self.running[pid] = new
+        self.out.append(StartNotice(pid).encode())
+
+    # -- warm horses (horse/warm.py) -------------------------------------------------------
+
+    def cap(self, func: str) -> int:
+        """How many jobs a horse running ``func`` may run: 1 (a fresh horse) while its
+        module is not imported here, its ``@job(horse_jobs=M)`` could say 1."""
+        if func.partition(":")[0] not in sys.modules:
+            return 1
+        return cap_of(func, self.horse_jobs, self.resolved)
+
+    def start_warm(self, request: RunRequest) -> None:
+        """An idle warm horse that ran fewer jobs than the job's cap, the most recently
+        used first; else a fresh horse whose job pipe stays open."""
+        body = frame(request.body)
+        cap = self.cap(request.func)
+        for run in reversed(list(self.idle.values())) if cap > 1 else ():
+            if run.done >= cap:
+                continue
+            try:
+                write_all(run.job_w, body)
+            except BrokenPipeError:       # it died while idle (not reaped yet)
+                self.drop_idle(run)
+                continue
+            del self.idle[run.pid]
+            run.idle, run.func, run.status = False, request.func, None
+            self.started(run, request)
+            return
+        for _ in range(2):
+            horse = self.ready.pop(0) if self.ready else self.spawn()
+            try:
+                write_all(horse.job_w, body)
+            except BrokenPipeError:
+                horse.retire()
+                continue
+            self.started(_Running(horse.pid, horse.report_r, request.func, horse.job_w),
+                         request)
+            return
+        self.started(_Running(horse.pid, -1, request.func), request)
+
+    def rest(self, run: _Running) -> None:
+        """A warm horse reported and stays: its job's outcome goes out, it waits idle."""
+        del run.buf[-len(STAY):]
+        if self.watchdog is not None:     # its board entry is another job's from now on
+            with self.watchdog.lock:
+                self.watchdog.forget(run.pid)
+        run.status = 0
+        self.finish(run)
+        run.done += 1
+        run.idle, run.status = True, None
+        self.idle[run.pid] = run
+
+    def drop_idle(self, run: _Running) -> None:
+        """Retire an idle warm horse (it died, or wrote when it should not): EOF on its job
+        pipe ends it; it is reaped like any exiting horse."""
+        self.idle.pop(run.pid, None)
+        run.idle = False
+        if run.fd >= 0:
+            self.close_report(run)
+        if run.job_w >= 0:
+            os.close(run.job_w)
+            run.job_w = -1
+        self.exiting.add(run.pid)
+
+    def forward_progress(self, run: _Running) -> None:
+        """The progress frames at the front of the horse's pipe data, for the worker."""
+        for update in take_progress(run.buf):
+            self.out.append(ProgressNotice(run.pid, update).encode())
+
+    def close_report(self, run: _Running) -> None:
+        self.ep.unregister(run.fd)     # before close: horses forked since hold the pipe too
+        del self.by_fd[run.fd]
+        os.close(run.fd)
+        run.fd = -1
+
+    def settle(self, run: _Running) -> None:
+        """A horse whose pipe ended or that was reaped: finish it once its outcome is
+        known (a report and a closed pipe, or its exit)."""
+        if run.pid not in self.running:
+            return                  # listed twice (its pipe closed, then reaped)
+        if run.status is None and run.fd < 0 and has_report(run.buf):
+            # the horse closed its pipe after its report (horse/main.py): the outcome is
+            # known; it is reaped later, while it unmaps its memory (off the critical path)
+            self.exiting.add(run.pid)
+            run.status = 0
+        if run.status is None:
+            return
+        if run.fd >= 0:   # it exited: everything it wrote is in the pipe already
+            read_available(run.fd, run.buf)
+            self.forward_progress(run)
+            self.close_report(run)
+        self.finish(run)
+
+    def finish(self, run: _Running) -> None:
+        """The horse's outcome is known: report it, preload its module, release it."""
+        del self.running[run.pid]
+        assert run.status is not None
+        self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf)).encode())
+        if run.job_w >= 0 and not run.idle and run.fd < 0:    # a warm horse that left
+            os.close(run.job_w)
+            run.job_w = -1
+        module = run.func.partition(":")[0]
+        if self.preload and module not in self.preloaded and _reported_ok(run.buf):
+            self.preloaded.add(module)
+            _preload(module)
+            self.resolve_again()     # the import may have rebound what was resolved
+            gc.freeze()
+            for horse in self.ready:     # forked before the preload: retired
+                horse.retire()
+                self.exiting.add(horse.pid)
+            self.ready.clear()
+        if (module in self.preloaded and run.func not in self.tried
+                and len(self.tried) < REMEMBER_MAX):
+            self.tried.add(run.func)
+            self.remember(run.func)
+            gc.freeze()
+        # release the report (a 100 MB result) before forking the next horse: the
+        # server would otherwise keep that size for good
+        run.buf = bytearray()
+
+    # -- remembered resolutions ------------------------------------------------------------
+
+    def remember(self, ref: str) -> None:
+        """Resolve ``ref`` here, once its module is preloaded, with every check of
+        ``functions.resolve``: the horses forked from now on find it in
+        :attr:`resolved`. An ``async def`` also has asyncio preloaded (horse/run.py
+        imports it on first use: a server of sync jobs does not map it, ~6 MiB with ssl)."""
+        import importlib
+        import inspect
+
+        try:
+            func = resolve(ref, self.allowed)
+            self.resolved[ref] = func
+            if inspect.iscoroutinefunction(inspect.unwrap(func)):
+                importlib.import_module("asyncio")
+        except BaseException:  # noqa: BLE001 - refused or broken: each horse checks it, says why
+            pass
+
+    def resolve_again(self) -> None:
+        """After a preload: resolve every remembered function again (an import can rebind
+        a module's attributes); one that no longer resolves is forgotten."""
+        for ref in list(self.resolved):
+            try:
+                self.resolved[ref] = resolve(ref, self.allowed)
+            except BaseException:  # noqa: BLE001 - as in remember
+                del self.resolved[ref]
+
+    # -- reaping -------------------------------------------------------------------------
+
+    def reap(self) -> list[int]:
+        """Reap every horse that exited: running ones get their status; returns the pids
+        reaped. Under the lease watchdog's lock: it never signals a pid reaped here."""
+        if self.watchdog is None:
+            return self._reap()
+        with self.watchdog.lock:
+            return self._reap()
+
+    def _reap(self) -> list[int]:
+        """``kill_children``: each exited horse is looked at before it is reaped
+        (``WNOWAIT``): a zombie keeps its pid, so its process group id still names only
+        what it left there (a job's ``subprocess.Popen`` children), which is SIGKILLed;
+        then it is reaped. A child that called ``setsid()`` left the group and escapes,
+        by design. (A horse that never got a job has no group of its own.)"""
+        reaped: list[int] = []
+        while True:
+            try:
+                if self.kill_children:
+                    info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                    if info is None or not info.si_pid:
+                        return reaped
+                    pid = info.si_pid
+                    _kill_group(pid)
+                    status = os.waitpid(pid, 0)[1]
+                else:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                    if not pid:
+                        return reaped
+            except ChildProcessError:
+                return reaped + self._none_left()
+            if self.watchdog is not None:
+                self.watchdog.forget(pid)
+            found = self.running.get(pid)
+            if found is not None and found.status is None:
+                found.status = status
+            elif pid in self.idle:        # died between jobs: nothing was running
+                self.drop_idle(self.idle[pid])
+            self.exiting.discard(pid)
+            reaped.append(pid)
+
+    def _none_left(self) -> list[int]:
+        """No child is left: every running horse is gone."""
+        reaped = []
+        for run in self.running.values():
+            if run.status is None:
+                run.status = 0
+                reaped.append(run.pid)
+            if self.watchdog is not None:
+                self.watchdog.forget(run.pid)
+        self.exiting.clear()
+        return reaped
+
+    def last_reaps(self) -> None:
+        """The worker closed the socket: retire the ready horses, kill what still runs a
+        job (it would die with us anyway, PDEATHSIG; its group goes with it), and reap the
+        rest so that what their jobs left behind is killed too."""
+        for horse in self.ready:
+            horse.retire()
+        for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
+            self.drop_idle(run)
+        for run in self.running.values():       # not reported: a job still running
+            if self.kill_children:
+                _kill_group(run.pid)
+            else:
+                try:
+                    os.kill(run.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + LAST_REAPS
+        while time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    time.sleep(0.01)
+                    continue
+            except ChildProcessError:
+                return                     # no child left
+            self.reap()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reported_ok(buf: bytearray) -> bool:
+    report = HorseReport.decode(buf)
+    return report is not None and report.ok
+
+
+def _preload(module: str) -> None:
+    """Import a module a horse just ran fine, so later horses find it imported."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except BaseException:  # noqa: BLE001 - a bad import must not kill the server; horses still try
+        pass

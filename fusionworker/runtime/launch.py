@@ -1,0 +1,395 @@
+"""Launchers: how a claimed job gets its process, as :class:`~.slot.Slot` objects.
+
+The loop (loop.py) hands a launcher the jobs to start and their deadline-board
+entries, and asks it which slots ended; it never sees a fork server or a pipe.
+
+| launcher | the job runs in | used by |
+|---|---|---|
+| :class:`ForkServerLauncher` | a horse forked by the fork server (forkserver/) | every worker |
+| :class:`OwnForkLauncher` | a horse the worker forks itself | the fallback when no fork server starts |
+| :class:`InProcessLauncher` | this process (no isolation) | ``fusionworker.testing`` |
+
+Each launcher keeps the slots it started until they ended. The horses'
+deadlines (deadlines.py) are a launcher's too: :meth:`Launcher.set_deadline`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.job import Job
+from .deadlines import DeadlineBoard
+from .exits import HorseExit, exit_from_report
+from .forkserver.client import ForkServer, ForkServerDied
+from .horse.main import horse_main
+from .protocol import HorseReport
+from .slot import Slot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What every launcher needs to know, given once by the worker."""
+
+    allowed: tuple[str, ...]                 # the functions jobs may run (functions.py)
+    retryable: tuple[str, ...]               # exception classes that retry
+    entries: int                             # the worker's slots: one board entry each
+    #: a progress frame of a running job (progress_store.ProgressRelay.received)
+    deliver: Callable[[Job[Any], str], None]
+    kill_children: bool = True               # FUSIONWORKER_KILL_JOB_CHILDREN
+    #: OpenTelemetry for the horses (``otel.setup_horses`` arguments), asked at start
+    tracing: Callable[[], dict[str, Any] | None] = field(default=lambda: None)
+    name: str = ""                           # the worker's, for the logs
+    #: warm horses of the fork server, asked at its start: ``{"horse_jobs": N,
+    #: "max_rss_mib": M}`` (N <= 1 or empty: a fresh horse per job)
+    warm: Callable[[], dict[str, int]] = field(default=dict)
+
+
+class Launcher(Protocol):
+    """How the loop starts jobs and learns that they ended."""
+
+    def start(self) -> None:
+        """Before the first job (the worker registered)."""
+
+    def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+               while_forking: Callable[[], None]) -> list[Slot]:
+        """A slot per job (``entries``: their board entries); ``while_forking`` runs
+        once, before any job can have ended, overlapping the fork where it can."""
+        ...
+
+    def set_deadline(self, entry: int, deadline: float) -> None:
+        """Board entry ``entry``: its horse dies at ``deadline`` (monotonic; inf: none)."""
+
+    def waitables(self) -> list[Any]:
+        """What the loop's select() waits on for the running slots' ends."""
+        ...
+
+    def poll(self, readable: Collection[Any] | None) -> None:
+        """Mark the slots whose horse ended as done (``readable``: what the last select()
+        found readable; None: look at everything)."""
+
+    def tidy(self) -> None:
+        """Each loop turn: what finished horses left behind."""
+
+    def renew(self) -> None:
+        """SIGHUP: the next jobs see changed job code (running ones finish as they are)."""
+
+    def close(self) -> None:
+        """The worker stops."""
+
+
+def make_board(spec: LaunchSpec) -> DeadlineBoard | None:
+    """The horses' deadlines in shared memory, one entry per slot (deadlines.py)."""
+    try:
+        return DeadlineBoard(slots=spec.entries)
+    except OSError as exc:             # no memfd: the parent's own police still kills
+        log.warning("Worker %s: no shared memory for horse deadlines (%s)", spec.name, exc)
+        return None
+
+
+class OwnForkLauncher:
+    """Horses the worker forks itself (each watches its own board entry)."""
+
+    def __init__(self, spec: LaunchSpec, board: DeadlineBoard | None = None) -> None:
+        self.spec = spec
+        self.board = board
+        self.running: list[Slot] = []
+        #: process groups of finished horses whose leftovers are killed once the horse
+        #: is gone (it may still be flushing, e.g. its spans, after its report)
+        self.leftovers: list[int] = []
+
+    def start(self) -> None:
+        if self.board is None:
+            self.board = make_board(self.spec)
+
+    def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+               while_forking: Callable[[], None]) -> list[Slot]:
+        slots = [self._fork(job, entry) for job, entry in zip(jobs, entries)]
+        self.running.extend(slots)
+        while_forking()
+        return slots
+
+    def _fork(self, job: Job[Any], entry: int) -> Slot:
+        read_fd, write_fd = os.pipe()
+        parent_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            os.close(read_fd)
+            horse_main(job, write_fd, parent_pid, self.spec.allowed, self.spec.retryable,
+                       board=self.board, entry=entry)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        return Slot(job, pid, index=entry, fd=read_fd)
+
+    def set_deadline(self, entry: int, deadline: float) -> None:
+        if self.board is not None:
+            self.board.set(deadline, entry)
+
+    def waitables(self) -> list[Any]:
+        return [s.fd for s in self.running if s.fd >= 0]
+
+    def poll(self, readable: Collection[Any] | None) -> None:
+        if not self.running:
+            return
+        for slot in self.running:
+            if slot.poll_own(self.spec.deliver) and self.spec.kill_children:
+                # the job's own children (``subprocess.Popen``) outlive the horse in its
+                # process group: killed with it once the horse itself is gone. One that
+                # called ``setsid()`` left the group and escapes, by design
+                self.leftovers.append(slot.pid)
+        self.running = [s for s in self.running if not s.done]
+        if self.leftovers:
+            self.tidy()
+
+    def tidy(self, wait: float = 0.0) -> None:
+        """SIGKILL the process groups of finished horses that have exited (``wait``: give a
+        horse still exiting that long)."""
+        deadline = time.monotonic() + wait
+        while self.leftovers:
+            for pgid in list(self.leftovers):
+                if _running(pgid):
+                    continue
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self.leftovers.remove(pgid)
+            if not self.leftovers or time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
+
+    def renew(self) -> None:
+        """Each horse imports job code afresh anyway."""
+
+    def close(self) -> None:
+        self.tidy(wait=2.0)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:
+        return True
+
+
+class ForkServerLauncher:
+    """Horses forked by the fork server; forked by the worker itself while it has none
+    (it could not start, or died and could not be restarted)."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+        self.own = OwnForkLauncher(spec)
+        self.server: ForkServer | None = None
+        #: old fork servers (SIGHUP) still running horses: closed after their last one
+        self.retiring: list[ForkServer] = []
+        #: the running slots of the fork servers' horses, by pid (whose progress frame
+        #: is whose: progress.py)
+        self.by_pid: dict[int, Slot] = {}
+
+    def start(self) -> None:
+        """Start a fork server (with the board, made once: every server maps the same)."""
+        self.own.start()
+        board = self.own.board
+        server = ForkServer(self.spec.allowed, self.spec.retryable, otel=self.spec.tracing(),
+                            board_fd=board.fd if board is not None else -1,
+                            kill_children=self.spec.kill_children, warm=self.spec.warm())
+        server.on_update = self._update
+        try:
+            server.start()
+        except ForkServerDied as exc:
+            log.warning("Worker %s: %s; forking horses from the worker itself",
+                        self.spec.name, exc)
+            return
+        self.server = server
+
+    def _update(self, pid: int, frame: str) -> None:
+        """A progress frame of the horse ``pid``: as that horse's attempt (its token fences
+        the write; a frame of a horse no longer running is dropped)."""
+        slot = self.by_pid.get(pid)
+        if slot is not None:
+            self.spec.deliver(slot.job, frame)
+
+    def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+               while_forking: Callable[[], None]) -> list[Slot]:
+        """Every request goes to the fork server before any answer is read
+        (``while_forking`` runs meanwhile)."""
+        if not jobs:
+            return []
+        server = self.server
+        pids: list[int] | None = None
+        if server is not None:
+            if self.by_pid and not server.alive:   # died unnoticed: its horses went with it
+                self._origin_died(server)          # (before run() starts a new one)
+            try:
+                pids = server.run(jobs, entries, while_forking)
+            except ForkServerDied as exc:
+                log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
+                            self.spec.name, exc)
+                self._origin_died(server)
+        if pids is None:
+            return self.own.launch(jobs, entries, while_forking)
+        slots = [Slot(job, pid, index=entry, origin=server)
+                 for job, pid, entry in zip(jobs, pids, entries)]
+        if server is not None and server.warm:
+            self._settle_reused(server, pids)
+        self.by_pid.update((s.pid, s) for s in slots)
+        return slots
+
+    def _settle_reused(self, server: ForkServer, pids: Sequence[int]) -> None:
+        """A warm horse got a new job: its previous job's exit notice came before the
+        answer (the server sends them in that order); that slot ends now, before the
+        pid names the new one."""
+        for pid in pids:
+            slot = self.by_pid.get(pid)
+            if slot is None or slot.done:
+                continue
+            notice = server.take_exit(pid) if slot.origin is server else None
+            if notice is not None:
+                slot.exited(notice)
+            else:      # cannot be (the server never reuses a running horse): as if it died
+                slot.origin_died()
+            del self.by_pid[pid]
+
+    def set_deadline(self, entry: int, deadline: float) -> None:
+        self.own.set_deadline(entry, deadline)
+
+    def _servers(self) -> list[ForkServer]:
+        """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
+        found: dict[int, ForkServer] = {}
+        for slot in self.by_pid.values():
+            if slot.origin is not None:
+                found[id(slot.origin)] = slot.origin
+        return list(found.values())
+
+    def waitables(self) -> list[Any]:
+        socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
+        return socks + self.own.waitables()
+
+    def poll(self, readable: Collection[Any] | None) -> None:
+        """A server is read when the last select() found its socket readable (an exit, or
+        its death) or it handed exits over while forking: no system call on a turn with
+        nothing new."""
+        if self.by_pid:
+            for server in self._servers():
+                if (readable is not None and server.sock is not None
+                        and server.sock not in readable and not server.has_exits):
+                    continue
+                exits, died = server.exits()
+                for pid, notice in exits.items():
+                    slot = self.by_pid.get(pid)
+                    if slot is not None and slot.origin is server:
+                        slot.exited(notice)
+                if died:
+                    self._origin_died(server)
+            ended = [pid for pid, slot in self.by_pid.items() if slot.done]
+            for pid in ended:
+                del self.by_pid[pid]
+        self.own.poll(readable)
+
+    def _origin_died(self, server: ForkServer) -> None:
+        """A fork server is gone: its horses died with it (PDEATHSIG)."""
+        exits, _ = server.exits()          # what it reported before it went
+        for slot in self.by_pid.values():
+            if slot.origin is server and not slot.done:
+                if slot.pid in exits:
+                    slot.exited(exits[slot.pid])
+                else:
+                    slot.origin_died()
+
+    def tidy(self) -> None:
+        self.own.tidy()
+        if self.retiring:
+            in_use = {id(server) for server in self._servers()}
+            for old in [o for o in self.retiring if id(o) not in in_use]:
+                self.retiring.remove(old)
+                old.close()
+
+    def renew(self) -> None:
+        """A fresh fork server, so changed job code is seen by the next job. Horses still
+        running on the old one must not die with it: it is kept until its last horse
+        ended (:meth:`tidy`), the new one forks the next jobs."""
+        old, self.server = self.server, None
+        if old is None:
+            return
+        if any(slot.origin is old for slot in self.by_pid.values()):
+            self.retiring.append(old)
+        else:
+            old.close()
+        self.start()
+        log.info("Worker %s: new fork server; the next job imports its code afresh",
+                 self.spec.name)
+
+    def close(self) -> None:
+        self.own.close()
+        for server in [*self.retiring, *([self.server] if self.server else [])]:
+            server.close()
+        self.retiring.clear()
+        self.server = None
+
+
+class InProcessLauncher:
+    """Each job runs in this process (``fusionworker.testing``): no fork, no isolation,
+    one at a time; the same report, crossing the same JSON encoding as a horse's pipe."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+
+    def start(self) -> None:
+        """Nothing is forked."""
+
+    def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+               while_forking: Callable[[], None]) -> list[Slot]:
+        while_forking()          # the after_claim hooks, before the job runs
+        return [Slot.ended(job, self.run_here(job), entry) for job, entry in zip(jobs, entries)]
+
+    def run_here(self, job: Job[Any]) -> HorseExit:
+        from . import progress
+        from .horse.run import run_job
+
+        started = time.monotonic()
+        previous = signal.getsignal(signal.SIGALRM)
+        # current_job() works here too: its changes go straight to the worker's relay
+        progress.begin(job, deliver=lambda frame: self.spec.deliver(job, frame))
+        try:
+            report = run_job(job, self.spec.allowed, self.spec.retryable)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+            final = progress.end()
+        if final is not None:
+            report.progress = final
+        # the report crosses the same JSON encoding as a horse's pipe
+        again = HorseReport.decode(report.encode()) or report
+        return exit_from_report(again, time.monotonic() - started)
+
+    def set_deadline(self, entry: int, deadline: float) -> None:
+        """No horse to kill."""
+
+    def waitables(self) -> list[Any]:
+        return []
+
+    def poll(self, readable: Collection[Any] | None) -> None:
+        """Every slot ended at birth."""
+
+    def tidy(self) -> None:
+        """Nothing is left behind."""
+
+    def renew(self) -> None:
+        """Job code is this process's."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+__all__ = ["ForkServerLauncher", "InProcessLauncher", "LaunchSpec", "Launcher",
+           "OwnForkLauncher", "make_board"]

@@ -1,0 +1,320 @@
+"""What the worker, its fork server and the horses say to each other: the one place
+that writes and reads the wire.
+
+Two channels:
+
+* **the fork server's socket** (worker <-> fork server, forkserver/): messages
+  are 4-byte big-endian length + bytes (:func:`frame`). The worker sends a
+  :class:`RunRequest` per job as two frames: JSON ``{"func", "slot"}`` (what
+  the server needs itself: the module to preload, the deadline entry to
+  watch) and the job's own JSON, which the server hands to a waiting horse
+  unparsed. The server answers, per request and in order, a
+  :class:`StartNotice` (``{"pid"}``); forwards each progress frame of a horse
+  as a :class:`ProgressNotice` (``{"pid", "update"}``); and, once a horse
+  reported (or exited without a report), an :class:`ExitNotice`: JSON
+  ``{"pid", "status", "size"}`` followed by a frame of ``size`` bytes, the
+  report as the horse wrote it (not JSON-escaped again).
+* **a horse's report pipe** (horse -> whoever forked it): zero or more
+  progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
+  progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
+  then EOF.
+
+Only the standard library and ``core.codec`` are imported here: the fork
+server and every horse load this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.codec import decode, encode  # a job's arguments travel as tagged JSON
+
+if TYPE_CHECKING:  # pragma: no cover
+    import socket
+
+    from ..core.job import Job
+
+HEADER = struct.Struct(">I")
+
+#: A progress frame on a report pipe starts with ASCII RS (RFC 7464); a report with ``{``.
+FRAME_START = 0x1E
+
+
+# -- the fork server's socket: framing ---------------------------------------------------
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` as one frame, passed through as it is (a job's body, a horse's report)."""
+    return HEADER.pack(len(data)) + data
+
+
+def json_frame(msg: dict[str, Any]) -> bytes:
+    return frame(json.dumps(msg).encode())
+
+
+def take_frames(buf: bytearray) -> list[bytes]:
+    """Cut every complete frame off the front of ``buf`` (what arrived so far)."""
+    out: list[bytes] = []
+    pos = 0
+    while len(buf) - pos >= HEADER.size:
+        size = HEADER.unpack_from(buf, pos)[0]
+        if len(buf) - pos - HEADER.size < size:
+            break
+        out.append(bytes(buf[pos + HEADER.size:pos + HEADER.size + size]))
+        pos += HEADER.size + size
+    del buf[:pos]
+    return out
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks, got = [], 0
+    while got < n:
+        try:
+            chunk = sock.recv(n - got)
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_frame(sock: socket.socket) -> bytes | None:
+    head = _recv_exact(sock, HEADER.size)
+    if head is None:
+        return None
+    return _recv_exact(sock, HEADER.unpack(head)[0])
+
+
+# -- worker -> fork server ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """Run one job: ``func`` (the module the server may preload), ``slot`` (its entry on
+    the deadline board) and ``body``, the job as the horse reads it (:func:`job_of`)."""
+
+    func: str
+    slot: int
+    body: bytes
+
+    @classmethod
+    def of(cls, job: Job[Any], slot: int = 0, trace: bool = False) -> RunRequest:
+        """The request for ``job``; ``trace``: OpenTelemetry on (the span's fields go too)."""
+        msg: dict[str, Any] = {"id": job.id, "queue": job.queue, "func": job.func,
+                               "args": encode(job.args), "kwargs": encode(job.kwargs),
+                               "timeout": job.timeout}
+        if trace:
+            msg["trace"] = [job.attempts, job.priority, job.traceparent, job.tracestate]
+        msg["attempt"], msg["max_retries"] = job.attempts, job.max_retries
+        if getattr(job, "meta", None):     # current_job().meta starts from it (progress.py)
+            msg["meta"] = encode(job.meta)
+        return cls(job.func, slot, json.dumps(msg).encode())
+
+    def encode(self) -> bytes:
+        return json_frame({"func": self.func, "slot": self.slot}) + frame(self.body)
+
+    @staticmethod
+    def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
+        """The requests among the frames the server received (a request is two frames),
+        and the frame of a request whose body is still on its way (or None)."""
+        requests = []
+        for head, body in zip(frames[::2], frames[1::2]):
+            meta = json.loads(head)
+            requests.append(RunRequest(meta["func"], int(meta.get("slot", 0)), body))
+        return requests, frames[-1] if len(frames) % 2 else None
+
+
+def job_of(body: bytes) -> Job[Any]:
+    """In the horse: the job of a :class:`RunRequest`'s body."""
+    from ..core.job import Job
+
+    msg = json.loads(body)
+    job: Job[Any] = Job(
+        id=msg["id"], queue=msg["queue"], func=msg["func"], args=decode(msg["args"]),
+        kwargs=decode(msg["kwargs"]), timeout=msg["timeout"],
+        attempts=msg.get("attempt", 0), max_retries=msg.get("max_retries", 0))
+    if "meta" in msg:   # what the job's record holds (progress.py): current_job().meta
+        job.meta = decode(msg["meta"])
+    if "trace" in msg:   # OpenTelemetry on: what the job's span needs
+        job.attempts, job.priority, job.traceparent, job.tracestate = msg["trace"]
+    return job
+
+
+# -- fork server -> worker ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartNotice:
+    """The answer to a :class:`RunRequest`: the pid of the horse that got the job."""
+
+    pid: int
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid})
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressNotice:
+    """A progress frame a horse wrote (its text between RS and the newline)."""
+
+    pid: int
+    update: str
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "update": self.update})
+
+
+@dataclass(frozen=True, slots=True)
+class ExitNotice:
+    """A horse's end: its wait status (0 when it reported and closed its pipe; it is
+    reaped later) and what its pipe held after the progress frames (its report)."""
+
+    pid: int
+    status: int
+    report: bytes
+
+    def encode(self) -> bytes:
+        return (json_frame({"pid": self.pid, "status": self.status, "size": len(self.report)})
+                + frame(self.report))
+
+
+Notice = StartNotice | ProgressNotice | ExitNotice
+
+
+def read_notice(sock: socket.socket) -> Notice | None:
+    """One notice from the fork server (blocking), or None at EOF (it is gone)."""
+    body = _recv_frame(sock)
+    if body is None:
+        return None
+    msg: dict[str, Any] = json.loads(body)
+    pid = int(msg["pid"])
+    if "update" in msg:
+        return ProgressNotice(pid, msg["update"])
+    if "size" in msg:
+        report = _recv_frame(sock)
+        if report is None:
+            return None
+        return ExitNotice(pid, int(msg["status"]), report)
+    return StartNotice(pid)
+
+
+# -- a horse's report pipe ---------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class HorseReport:
+    """What a horse writes once its job returned or raised (the death penalty included).
+
+    ``reason`` is ``"ok"`` or a :class:`~fusionworker.core.job.FailureReason`; the
+    fields come from job code, so the parent reads them as untrusted (exits.py)."""
+
+    ok: bool
+    reason: str
+    result: Any = None
+    error_type: Any = None
+    error_message: Any = None
+    traceback: Any = None
+    retryable: Any = False
+    retry_delay: Any = None
+    progress: Any = None     # the job's final progress/meta (progress.py), if it set any
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "reason": self.reason}
+        if self.ok:
+            out["result"] = self.result
+        else:
+            out.update(error_type=self.error_type, error_message=self.error_message,
+                       traceback=self.traceback, retryable=self.retryable)
+            if self.retry_delay is not None:
+                out["retry_delay"] = self.retry_delay
+        if self.progress is not None:
+            out["progress"] = self.progress
+        return out
+
+    def encode(self) -> bytes:
+        return json.dumps(self.as_dict()).encode()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HorseReport:
+        return cls(ok=bool(data.get("ok")), reason=data.get("reason") or "",
+                   result=data.get("result"), error_type=data.get("error_type"),
+                   error_message=data.get("error_message"), traceback=data.get("traceback"),
+                   retryable=data.get("retryable", False), retry_delay=data.get("retry_delay"),
+                   progress=data.get("progress"))
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray) -> HorseReport | None:
+        """The report in a pipe's data (its progress frames taken off), or None: nothing,
+        a progress frame cut off by the horse's death, or no JSON object."""
+        if not data or data[0] == FRAME_START:
+            return None
+        try:
+            parsed = json.loads(bytes(data).decode("utf-8", "replace"))
+        except ValueError:
+            return None
+        return cls.from_dict(parsed) if isinstance(parsed, dict) else None
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def take_progress(buffer: bytearray) -> Iterator[str]:
+    """Cut the complete progress frames off the front of ``buffer`` (a report pipe's
+    bytes); the report, or a frame not complete yet, stays."""
+    while buffer and buffer[0] == FRAME_START:
+        end = buffer.find(b"\n")
+        if end < 0:
+            return
+        text = buffer[1:end].decode("utf-8", "replace")
+        del buffer[:end + 1]
+        yield text
+
+
+def read_available(fd: int, buffer: bytearray, chunk: int = 65536) -> bool:
+    """Append what the non-blocking report pipe ``fd`` holds now to ``buffer``; True at
+    EOF (or a read error: the writer is gone either way), False when it would block.
+    The worker (a horse of its own) and the fork server (its horses) read alike."""
+    while True:
+        try:
+            data = os.read(fd, chunk)
+        except BlockingIOError:
+            return False
+        except InterruptedError:
+            continue
+        except OSError:
+            return True
+        if not data:
+            return True
+        buffer.extend(data)
+
+
+def has_report(buf: bytes | bytearray) -> bool:
+    """The pipe data is a report (not nothing, not a progress frame cut off by death)."""
+    return bool(buf) and buf[0] != FRAME_START
+
+
+def drain(fd: int) -> None:
+    """Read a non-blocking wake-up pipe (signals, SIGCHLD) empty."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+__all__ = [
+    "FRAME_START", "ExitNotice", "HorseReport", "Notice", "ProgressNotice", "RunRequest",
+    "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "read_notice",
+    "take_frames", "take_progress", "write_all",
+]

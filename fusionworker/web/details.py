@@ -1,0 +1,191 @@
+"""What the job page adds to a job record: its dependencies and their statuses,
+the jobs waiting on it, its batch, and a traceback that starts at the job's own
+frames. Every read is one pipeline of bounded size (``MAX_REFS`` refs)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..core.batch import batch_status
+from ..core.connection import texts
+from ..core.keys import Keys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
+
+#: dependencies, and jobs of a batch, shown on a page (a fan-in of thousands is cut)
+MAX_REFS = 200
+#: jobs waiting on a job shown on its page (the rest counted)
+MAX_DEPENDENTS = 20
+
+#: a frame line of a traceback: ``  File "path", line N, in name``
+_FRAME = re.compile(r'^  File "(?P<path>[^"]*)", line \d+')
+#: files of the worker itself (the horse that calls the job, the middleware around it)
+_OWN = re.compile(r"[/\\]fusionworker[/\\](runtime|core|middleware|events|ops|worker\.py)")
+_HEAD = "Traceback (most recent call last):"
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    queue, _, job_id = ref.partition(":")
+    return queue, job_id
+
+
+def trim_traceback(text: str | None) -> tuple[str | None, int]:
+    """``text`` without the worker's own leading frames of each traceback block
+    (``Traceback (most recent call last):`` up to the first frame of another file),
+    and how many frames were left out. A block made only of the worker's frames is
+    kept whole: then the error is the worker's and those frames are the story."""
+    if not text:
+        return text, 0
+    lines = text.splitlines()
+    out: list[str] = []
+    dropped = 0
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        if lines[i] != _HEAD:
+            i += 1
+            continue
+        # collect the frames of this block: a frame line and its indented lines
+        j = i + 1
+        frames: list[list[str]] = []
+        while j < len(lines) and lines[j].startswith("  "):
+            if _FRAME.match(lines[j]) or not frames:
+                frames.append([])
+            frames[-1].append(lines[j])
+            j += 1
+        first_own = next((n for n, f in enumerate(frames)
+                          if not (_FRAME.match(f[0]) and _OWN.search(f[0]))), None)
+        if first_own is not None and first_own > 0:
+            dropped += first_own
+            frames = frames[first_own:]
+        for frame in frames:
+            out.extend(frame)
+        i = j
+    return "\n".join(out) + ("\n" if text.endswith("\n") else ""), dropped
+
+
+def statuses(r: RedisClient, prefix: str, refs: list[str]) -> list[dict[str, Any]]:
+    """Queue, id and status (None: gone) of each job ``"queue:id"``, one pipeline."""
+    refs = refs[:MAX_REFS]
+    if not refs:
+        return []
+    keys = Keys(prefix)
+    pipe = r.pipeline(transaction=False)
+    for ref in refs:
+        queue, job_id = split_ref(ref)
+        pipe.hget(keys.queue(queue).job(job_id), "status")
+    return [{"queue": split_ref(ref)[0], "id": split_ref(ref)[1],
+             "status": status.decode() if isinstance(status, bytes) else status}
+            for ref, status in zip(refs, pipe.execute(), strict=True)]
+
+
+def dependencies(r: RedisClient, prefix: str, job_id: str, queue: str,
+                 refs: list[str] | None) -> list[dict[str, Any]]:
+    """The jobs ``job_id`` depends on: queue, id, status (None: gone), still waited on."""
+    found = statuses(r, prefix, list(refs or []))
+    if not found:
+        return []
+    still = set(texts(list(r.smembers(Keys(prefix).queue(queue).base + f"deps:{job_id}"))))
+    for dep in found:
+        dep["waited_on"] = f"{dep['queue']}:{dep['id']}" in still
+    return found
+
+
+def dependents(r: RedisClient, prefix: str, job_id: str, queue: str
+               ) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``MAX_DEPENDENTS`` jobs still waiting on ``job_id``, and how many there are
+    (the set is emptied once the job ended)."""
+    key = Keys(prefix).queue(queue).base + f"dependents:{job_id}"
+    pipe = r.pipeline(transaction=False)
+    pipe.scard(key)
+    pipe.srandmember(key, MAX_DEPENDENTS)
+    count, some = pipe.execute()
+    return statuses(r, prefix, sorted(texts(list(some or [])))), int(count)
+
+
+def batch_of(r: RedisClient, prefix: str, ref: str | None) -> dict[str, Any] | None:
+    """The status of the batch ``"queue:batch_id"`` (``exists: false`` once fired and gone)."""
+    if not ref or ":" not in ref:
+        return None
+    queue, batch_id = split_ref(ref)
+    doc = batch_status(r, Keys(prefix).queue(queue).base, batch_id)
+    doc["queue"] = queue
+    return doc
+
+
+#: stream entries read (newest first) for a worker's recent outcomes
+OUTCOME_SCAN = 1000
+OUTCOME_EVENTS = ("completed", "failed", "retry", "timeout", "abandoned", "requeued")
+
+
+def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | None:
+    """A worker's heartbeat hash described (as ``info``), its slots with the job each
+    runs, its memory (``rss_mib`` when its heartbeat reports it) and its last outcomes
+    (from the newest ``OUTCOME_SCAN`` entries of the event stream)."""
+    from ..core import admin
+    from ..core.connection import text_hash
+    from ..events import FIELDS
+
+    keys = Keys(prefix)
+    data = text_hash(r.hgetall(keys.worker(name)))
+    if not data:
+        return None
+    now = admin.server_time(r)
+    doc = admin.describe_worker(data, now)
+    doc["rss_mib"] = float(data["rss_mib"]) if data.get("rss_mib") else None
+    doc["processes"] = int(data["processes"]) if data.get("processes") else None
+    doc["extra"] = {k: v for k, v in sorted(data.items()) if k.startswith(("events_",
+                                                                         "callbacks_"))}
+    jobs = doc["current_jobs"][:MAX_REFS]
+    queues = doc["queues"] or []
+    pipe = r.pipeline(transaction=False)
+    for job_id in jobs:
+        for queue in queues:
+            pipe.hmget(keys.queue(queue).job(job_id),
+                       ["queue", "func", "status", "started_at", "progress"])
+    answers = iter(pipe.execute())
+    slots = []
+    for job_id in jobs:
+        found = [a for a in (next(answers) for _ in queues) if a and a[0]]
+        queue, func, status, started, progress = (list(found[0]) if found
+                                                  else [None, None, None, None, None])
+        slots.append({"id": job_id, "queue": queue, "func": func, "status": status,
+                      "age": max(0.0, now - float(started)) if started else None,
+                      "progress": float(progress) if progress else None})
+    doc["slots"] = slots
+    outcomes = []
+    for entry_id, raw in r.xrevrange(keys.events, count=OUTCOME_SCAN) or []:
+        fields = text_hash(raw or {})
+        if fields.get("worker") == name and fields.get("event") in OUTCOME_EVENTS:
+            outcomes.append({"id": str(texts([entry_id])[0]),
+                             **{f: fields.get(f) for f in FIELDS}})
+            if len(outcomes) == 25:
+                break
+    doc["outcomes"] = outcomes
+    return doc
+
+
+#: stream entries read per window of a job's timeline
+TIMELINE_SCAN = 1000
+
+
+def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The job's events in the stream, read in windows of ``TIMELINE_SCAN`` entries from
+    its enqueue, its last start and its end (stream ids are delivery times: producers
+    and workers deliver in batches, so each window starts a second early), merged."""
+    from ..core.job import DONE_STATUSES
+    from ..events import job_timeline
+
+    end = job.ended_at if job.status in DONE_STATUSES else None
+    starts = [job.enqueued_at or 0.0]
+    for moment in (job.started_at, end):
+        if moment and moment > starts[-1] + 1.0:
+            starts.append(moment - 1.0)
+    found: dict[str, dict[str, Any]] = {}
+    for start in starts:
+        for entry_id, event in job_timeline(r, prefix, job.id, start, end,
+                                            scan_limit=TIMELINE_SCAN):
+            found[entry_id] = event
+    return sorted(found.items())

@@ -1,0 +1,231 @@
+"""Reads across queues: search by job id or function, the failed jobs of every
+queue with filters, retries apart from delayed jobs, batches. Every read is
+bounded: a window of ``WINDOW`` ids per registry, their fields read with one
+pipelined ``HMGET`` of the few fields a filter needs, then full records only for
+the page shown."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from ..core.connection import texts
+from ..core.job import Job, JobStatus
+from ..core.keys import Keys
+from .service import STATUSES, job_summary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.connection import RedisClient
+
+#: ids read per registry and queue by a search or a cross-queue filter
+WINDOW = 1000
+#: what a search shows at most
+SEARCH_LIMIT = 100
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+def looks_like_job_id(text: str) -> bool:
+    return bool(_JOB_ID.match(text))
+
+
+def _window(r: RedisClient, key: str, newest_first: bool, size: int = WINDOW) -> list[str]:
+    ids = r.zrevrange(key, 0, size - 1) if newest_first else r.zrange(key, 0, size - 1)
+    return texts(list(ids))
+
+
+def records(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[Job[Any]]:
+    keys = Keys(prefix)
+    pipe = r.pipeline(transaction=False)
+    for queue, job_id in refs:
+        pipe.hgetall(keys.queue(queue).job(job_id))
+    return [Job.from_hash(d) for d in pipe.execute() if d]
+
+
+def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
+                     limit: int = SEARCH_LIMIT) -> dict[str, Any]:
+    """Jobs whose function contains ``text``: the newest ``WINDOW`` of each registry of
+    each queue are looked at (their ``func`` field only), at most ``limit`` shown."""
+    keys = Keys(prefix)
+    refs: list[tuple[str, str]] = []
+    for queue in queues:
+        k = keys.queue(queue)
+        for status in STATUSES:
+            newest = status not in (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
+            refs.extend((queue, i) for i in _window(r, k.registry(status), newest, 500))
+    found: list[tuple[str, str]] = []
+    for start in range(0, len(refs), 1000):
+        part = refs[start:start + 1000]
+        pipe = r.pipeline(transaction=False)
+        for queue, job_id in part:
+            pipe.hget(keys.queue(queue).job(job_id), "func")
+        for ref, func in zip(part, pipe.execute(), strict=True):
+            func = func.decode() if isinstance(func, bytes) else func
+            if func and text in func:
+                found.append(ref)
+        if len(found) >= limit:
+            break
+    return {"query": text, "looked_at": len(refs), "truncated": len(found) > limit,
+            "jobs": [job_summary(j) for j in records(r, prefix, found[:limit])]}
+
+
+# -- failed jobs of every queue ---------------------------------------------------------
+
+#: the time filter of the failed page: label -> seconds back from now
+SINCE = {"": None, "15m": 900, "1h": 3600, "24h": 86400, "7d": 7 * 86400}
+
+
+def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = "",
+           error_type: str = "", since: float | None = None, before: float | None = None,
+           size: int = 50) -> dict[str, Any]:
+    """Failed jobs of ``queues``, newest first, merged by failure time.
+
+    Paged by a cursor: ``before`` (a failure time, exclusive) -> ``next_before``. Each
+    queue's registry is read with ``ZREVRANGEBYSCORE (before since LIMIT``: ``size``
+    ids without a filter; with a function or error-type filter ``WINDOW`` ids, whose
+    ``func`` and ``error_type`` fields only are read. A page lists only jobs above
+    the deepest point every queue was read to, so none is skipped."""
+    keys = Keys(prefix)
+    top = f"({before!r}" if before is not None else "+inf"
+    low = repr(since) if since is not None else "-inf"
+    filtered = bool(function or error_type)
+    take = WINDOW if filtered else size
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrevrangebyscore(keys.queue(queue).failed, top, low, start=0, num=take,
+                              withscores=True)
+        pipe.zcount(keys.queue(queue).failed, low, top)
+    answers = pipe.execute()
+    rows: list[tuple[float, str, str]] = []
+    floor = float("-inf")    # every queue was read down to here (exclusive)
+    total = 0
+    for n, queue in enumerate(queues):
+        window = [(float(score), member.decode() if isinstance(member, bytes) else member)
+                  for member, score in answers[2 * n]]
+        total += int(answers[2 * n + 1])
+        if len(window) == take:
+            floor = max(floor, window[-1][0])
+        rows.extend((score, queue, job_id) for score, job_id in window)
+    if filtered:
+        rows = _filter(r, keys, rows, function, error_type)
+    rows.sort(key=lambda row: row[0], reverse=True)
+    shown = [row for row in rows if row[0] >= floor][:size]
+    if len(shown) == size:
+        next_before: float | None = shown[-1][0]
+    else:
+        next_before = floor if floor > float("-inf") else None
+    jobs = records(r, prefix, [(queue, job_id) for _, queue, job_id in shown])
+    return {"jobs": [job_summary(j) for j in jobs], "total": None if filtered else total,
+            "next_before": next_before, "before": before, "size": size}
+
+
+def _filter(r: RedisClient, keys: Keys, rows: list[tuple[float, str, str]], function: str,
+            error_type: str) -> list[tuple[float, str, str]]:
+    kept = []
+    for start in range(0, len(rows), 1000):
+        part = rows[start:start + 1000]
+        pipe = r.pipeline(transaction=False)
+        for _, queue, job_id in part:
+            pipe.hmget(keys.queue(queue).job(job_id), ["func", "error_type"])
+        for row, (func, etype) in zip(part, pipe.execute(), strict=True):
+            func = (func.decode() if isinstance(func, bytes) else func) or ""
+            etype = (etype.decode() if isinstance(etype, bytes) else etype) or ""
+            if function and function not in func:
+                continue
+            if error_type and error_type.lower() not in etype.lower():
+                continue
+            kept.append(row)
+    return kept
+
+
+# -- scheduled: delayed jobs and retries ---------------------------------------------------
+
+def scheduled(r: RedisClient, prefix: str, queues: list[str], retries: bool,
+              size: int = 100) -> dict[str, Any]:
+    """The soonest ``WINDOW`` scheduled ids of each queue, split by their ``attempts``
+    field: a retry waits out its backoff after a failed attempt (attempts > 0), a
+    delayed job has not run yet. At most ``size`` shown per queue."""
+    keys = Keys(prefix)
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrange(keys.queue(queue).scheduled, 0, WINDOW - 1)
+        pipe.zcard(keys.queue(queue).scheduled)
+    answers = pipe.execute()
+    out = []
+    for n, queue in enumerate(queues):
+        ids = texts(list(answers[2 * n]))
+        if not ids:
+            continue
+        pipe = r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hget(keys.queue(queue).job(job_id), "attempts")
+        picked = [job_id for job_id, attempts in zip(ids, pipe.execute(), strict=True)
+                  if (int(attempts or 0) > 0) == retries]
+        if picked:
+            out.append({"queue": queue, "count": len(picked), "looked_at": len(ids),
+                        "scheduled": int(answers[2 * n + 1]),
+                        "jobs": [job_summary(j) for j in
+                                 records(r, prefix, [(queue, i) for i in picked[:size]])]})
+    return {"retries": retries, "queues": out}
+
+
+# -- batches -----------------------------------------------------------------------------
+
+def batches(r: RedisClient, prefix: str, queues: list[str], before: float | None = None,
+            size: int = 50) -> dict[str, Any]:
+    """Batches whose callbacks have not fired yet (the ``batches`` set of each queue),
+    newest first, merged by creation time, paged by ``before`` like :func:`failed`."""
+    keys = Keys(prefix)
+    top = f"({before!r}" if before is not None else "+inf"
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrevrangebyscore(keys.queue(queue).base + "batches", top, "-inf", start=0,
+                              num=size, withscores=True)
+        pipe.zcard(keys.queue(queue).base + "batches")
+    answers = pipe.execute()
+    rows: list[tuple[float, str, str]] = []
+    total = 0
+    for n, queue in enumerate(queues):
+        total += int(answers[2 * n + 1])
+        rows.extend((float(score), queue, member.decode() if isinstance(member, bytes)
+                     else member) for member, score in answers[2 * n])
+    rows.sort(key=lambda row: row[0], reverse=True)
+    rows = rows[:size]
+    docs = batch_docs(r, prefix, [(queue, batch_id) for _, queue, batch_id in rows])
+    return {"batches": docs, "total": total, "before": before,
+            "next_before": rows[-1][0] if len(rows) == size else None}
+
+
+def batch_docs(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``batch_status`` of each batch, in one pipeline (HGETALL and SCARD each)."""
+    keys = Keys(prefix)
+    pipe = r.pipeline(transaction=False)
+    for queue, batch_id in refs:
+        key = keys.queue(queue).base + f"batch:{batch_id}"
+        pipe.hgetall(key)
+        pipe.scard(key + ":ended")
+    answers = pipe.execute()
+    docs = []
+    for n, (queue, batch_id) in enumerate(refs):
+        data = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
+                                                             else v)
+                for k, v in answers[2 * n].items()}
+        docs.append({"queue": queue, **_batch_doc(batch_id, data, int(answers[2 * n + 1]))})
+    return docs
+
+
+def _batch_doc(batch_id: str, data: dict[str, str], ended: int) -> dict[str, Any]:
+    if not data:
+        return {"id": batch_id, "exists": False}
+    total = int(data.get("total") or 0)
+    failed_n = int(data.get("failed") or 0)
+    callbacks = json.loads(data.get("callbacks") or "{}")
+    return {
+        "id": batch_id, "exists": True, "sealed": data.get("sealed") == "1",
+        "total": total, "ended": ended, "finished": ended - failed_n, "failed": failed_n,
+        "pending": max(0, total - ended), "progress": (ended / total) if total else None,
+        "fired": data.get("fired") == "1",
+        "callbacks": {kind: cb[0] for kind, cb in callbacks.items()},
+        "created_at": float(data["created_at"]) if data.get("created_at") else None,
+        "ended_at": float(data["ended_at"]) if data.get("ended_at") else None,
+    }

@@ -1,0 +1,205 @@
+"""The cross-queue pages and their API: failed jobs of every queue (filters by
+queue, function, error type and time), retries apart from delayed jobs,
+batches, a batch, a worker. What each reads is in ``listings.py`` and
+``details.py``; every read there is bounded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..events import metrics_history
+from . import details, listings
+from .service import ApiError, Dashboard, parse_int
+
+
+@dataclass
+class Site:
+    """What the page functions of ``app.create_app`` give these routes."""
+
+    board: Dashboard
+    #: ``page(request, template, who, **context)`` -> the rendered page
+    page: Callable[..., Response]
+    #: the logged-in identity, or the redirect to the login page
+    page_user: Callable[[Request], Any]
+    #: the API caller's name (401 without credentials)
+    api_user: Callable[..., str]
+    body: Callable[[Request], Awaitable[dict[str, Any]]]
+
+
+def _float(value: Any, name: str) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name} must be a number (a time in epoch seconds)") from None
+
+
+def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:
+    """The failed listing the page and ``GET /api/v1/failed`` show for ``params``."""
+    queue = params.get("queue") or ""
+    names = [board.queue(queue).name] if queue else board.queue_names()
+    since_key = params.get("since") or ""
+    if since_key not in listings.SINCE:
+        raise ApiError(400, f"since must be one of {', '.join(k for k in listings.SINCE if k)}")
+    back = listings.SINCE[since_key]
+    since = board.now() - back if back else None
+    function = (params.get("function") or "").strip()
+    error_type = (params.get("error_type") or "").strip()
+    size = parse_int(params.get("per_page", 50), "per_page", 1, 500)
+    result = listings.failed(board.r, board.prefix, names, function=function,
+                             error_type=error_type, since=since,
+                             before=_float(params.get("before"), "before"), size=size)
+    result["filters"] = {"queue": queue, "function": function, "error_type": error_type,
+                         "since": since_key}
+    return result
+
+
+def routes(site: Site) -> list[Route]:
+    board = site.board
+
+    def user_or_login(request: Request) -> Any:
+        return site.page_user(request)
+
+    def failed_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        result = failed_query(board, request.query_params)
+        queue = result["filters"]["queue"]
+        stats = board.queue(queue).stats() if queue else None
+        return site.page(request, "failed.html", who, result=result, names=board.queue_names(),
+                         since_choices=[k for k in listings.SINCE if k], q=stats)
+
+    def api_failed(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(failed_query(board, request.query_params))
+
+    def scheduled_kind(request: Request, retries: bool) -> dict[str, Any]:
+        return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
+
+    def retries_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        return site.page(request, "retries.html", who, result=scheduled_kind(request, True),
+                         now=board.now())
+
+    def api_scheduled(request: Request) -> Response:
+        site.api_user(request)
+        kind = request.query_params.get("kind") or "delayed"
+        if kind not in ("delayed", "retries"):
+            raise ApiError(400, "kind is delayed or retries")
+        return JSONResponse(scheduled_kind(request, kind == "retries"))
+
+    def batches_query(request: Request) -> dict[str, Any]:
+        return listings.batches(board.r, board.prefix, board.queue_names(),
+                                _float(request.query_params.get("before"), "before"),
+                                parse_int(request.query_params.get("per_page", 50), "per_page",
+                                          1, 500))
+
+    def batches_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        return site.page(request, "batches.html", who, result=batches_query(request))
+
+    def api_batches(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(batches_query(request))
+
+    def batch_query(request: Request) -> dict[str, Any]:
+        batch_id = request.path_params["id"]
+        queue = request.query_params.get("queue") or ""
+        if not queue:
+            raise ApiError(400, "queue is required (the batch's queue)")
+        q = board.queue(queue)
+        doc = listings.batch_docs(board.r, board.prefix, [(q.name, batch_id)])[0]
+        if not doc["exists"]:
+            raise ApiError(404, f"no batch {batch_id!r} in queue {q.name!r}")
+        kinds = list(doc["callbacks"])
+        found = details.statuses(board.r, board.prefix,
+                                 [f"{q.name}:{doc['callbacks'][k]}" for k in kinds])
+        doc["callback_jobs"] = [{"kind": kind, **ref}
+                                for kind, ref in zip(kinds, found, strict=True)]
+        ended_key = q.qkeys.base + f"batch:{batch_id}:ended"
+        refs = sorted(str(x) for x in board.r.srandmember(ended_key, details.MAX_REFS) or [])
+        doc["ended_jobs"] = details.statuses(board.r, board.prefix, refs)
+        return doc
+
+    def batch_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        return site.page(request, "batch.html", who, batch=batch_query(request))
+
+    def api_batch(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(batch_query(request))
+
+    def worker_query(request: Request) -> dict[str, Any]:
+        name = request.path_params["name"]
+        doc = details.worker_detail(board.r, board.prefix, name)
+        if doc is None:
+            raise ApiError(404, f"no live worker {name!r}")
+        return doc
+
+    def worker_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        return site.page(request, "worker.html", who, w=worker_query(request),
+                         quote=quote, clock=time.time)
+
+    def api_worker(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(worker_query(request))
+
+    def history_query(request: Request) -> dict[str, Any]:
+        p = request.query_params
+        span = p.get("range") or "hour"
+        if span not in metrics_history.RANGES:
+            raise ApiError(400, "range is hour or day")
+        queue = p.get("queue") or ""
+        names = [board.queue(queue).name] if queue else board.queue_names()
+        doc = metrics_history.history(board.r, board.prefix, names, span, board.now())
+        doc["queue"] = queue or None
+        return doc
+
+    def charts_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        doc = history_query(request)
+        per_queue = [{"queue": name, **metrics_history.history(
+            board.r, board.prefix, [name], doc["range"], board.now())["total"]}
+            for name in board.queue_names()]
+        return site.page(request, "charts.html", who, history=doc, per_queue=per_queue,
+                         names=board.queue_names(), ranges=list(metrics_history.RANGES))
+
+    def api_history(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(history_query(request))
+
+    return [
+        Route("/charts", charts_view),
+        Route("/api/v1/history", api_history),
+        Route("/failed", failed_view),
+        Route("/retries", retries_view),
+        Route("/batches", batches_view),
+        Route("/batches/{id}", batch_view),
+        Route("/workers/{name}", worker_view),
+        Route("/api/v1/failed", api_failed),
+        Route("/api/v1/scheduled", api_scheduled),
+        Route("/api/v1/batches", api_batches),
+        Route("/api/v1/batches/{id}", api_batch),
+        Route("/api/v1/workers/{name}", api_worker),
+    ]

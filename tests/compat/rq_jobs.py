@@ -1,0 +1,32 @@
+"""Job functions of the ported RQ cases (imported by horses as ``tests.compat.rq_jobs``)."""
+
+from __future__ import annotations
+
+from fusionworker import current_job
+
+
+def say_hello(name: str = "Stranger") -> str:
+    return f"Hi there, {name}!"
+
+
+def access_self() -> str:
+    job = current_job()
+    assert job is not None
+    return job.id
+
+
+class WithStatic:
+    @staticmethod
+    def static_method(x: int = 1) -> int:
+        return x * 2
+
+
+def modify_self(meta: dict[str, object]) -> None:
+    job = current_job()
+    assert job is not None
+    job.meta.update(meta)
+
+
+def modify_self_and_error(meta: dict[str, object]) -> None:
+    modify_self(meta)
+    raise ValueError("after the meta changed")

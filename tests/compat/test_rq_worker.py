@@ -1,0 +1,239 @@
+"""RQ's tests/test_worker.py, the user-visible cases, with fusionworker's Worker (see
+docs/from-rq.md for the internal ones and those done differently on purpose)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fusionworker import admin
+from fusionworker.core.hooks import Middleware
+from fusionworker.testing import run_burst
+from fusionworker.worker import Worker, default_middleware
+
+HELLO = "tests.compat.rq_jobs:say_hello"
+
+
+def test_create_worker_from_a_list_or_a_comma_string(r, settings):
+    assert Worker(["foo", "bar"], r, settings=settings).queue_names == ["foo", "bar"]
+    assert Worker("foo,bar", r, settings=settings).queue_names == ["foo", "bar"]
+
+
+def test_work_and_quit(queue, work):
+    q = queue()
+    work()                                    # nothing to do: a burst worker just ends
+    job = q.enqueue(HELLO, "Frank")
+    w = work()
+    assert job.return_value() == "Hi there, Frank!" and q.count == 0
+    assert (w.successful, w.failed) == (1, 0)
+
+
+def test_statistics_count_successes_and_failures(queue, work):
+    q = queue()
+    q.enqueue(HELLO)
+    q.enqueue("tests.jobs:boom")
+    q.enqueue(HELLO)
+    w = work()
+    assert (w.successful, w.failed) == (2, 1) and w.total_working_time > 0
+
+
+def test_registered_workers_are_listed_with_their_heartbeat(r, settings):
+    w = Worker("foo,bar", r, settings=settings, name="listed", middleware=[])
+    w.register()
+    try:
+        found = {d["name"]: d for d in admin.workers(r, settings.prefix)}
+        assert found["listed"]["queues"] == "foo,bar" and float(found["listed"]["birth"]) > 0
+        assert 0 < r.ttl(w.key) <= settings.worker_ttl          # the worker's TTL
+    finally:
+        w.deregister()
+    assert "listed" not in {d["name"] for d in admin.workers(r, settings.prefix)}
+
+
+def test_work_via_string_argument(queue, work):
+    job = queue().enqueue(HELLO, "Frank")
+    work()
+    assert job.return_value() == "Hi there, Frank!"
+
+
+def test_job_times(queue, work):
+    job = queue().enqueue(HELLO)
+    assert job.enqueued_at is not None and job.started_at is None and job.ended_at is None
+    work()
+    job.refresh()
+    assert job.enqueued_at <= job.started_at <= job.ended_at
+    assert job.duration is not None and job.duration >= 0
+
+
+def test_work_fails(queue, work):
+    q = queue()
+    job = q.enqueue("tests.jobs:boom", "no good")
+    work()
+    job.refresh()
+    assert job.status == "failed" and job in q.failed_job_registry and q.count == 0
+    assert job.error_type == "ValueError" and job.error_message == "no good"
+    assert job.traceback is not None and "ValueError: no good" in job.traceback
+
+
+def test_horse_fails(queue, work):
+    job = queue().enqueue("tests.jobs:segfault")
+    work()
+    assert job.is_failed and job.refresh().failure_reason == "segfault"
+
+
+def test_work_horse_death_sets_job_failed(queue, work):
+    job = queue().enqueue("tests.jobs:kill_self")
+    work()
+    assert job.is_failed and job.refresh().failure_reason == "killed"
+
+
+def test_job_timeout_moved_to_failed_job_registry(queue, work):
+    q = queue()
+    job = q.enqueue("tests.jobs:sleep", 5, timeout=0.5)
+    work()
+    job.refresh()
+    assert job.status == "failed" and job.failure_reason == "timeout" and job in (
+        q.failed_job_registry)
+
+
+@pytest.mark.slow
+def test_work_horse_force_death(queue, work):
+    """A job that ignores its timeout (SIGALRM) is killed kill_grace later."""
+    job = queue().enqueue("tests.jobs:ignore_alarm_and_sleep", 30, timeout=0.5)
+    work()
+    job.refresh()
+    assert job.status == "failed" and job.failure_reason == "timeout"
+    assert job.duration is not None and job.duration < 10
+
+
+def test_custom_exception_handling_with_a_middleware(queue, r, settings):
+    seen: list[tuple[str, Any]] = []
+
+    class OnFailure(Middleware):
+        def after_finish(self, worker: Worker, job: Any, outcome: Any) -> None:
+            seen.append((job.id, outcome.status))
+
+    q = queue()
+    job = q.enqueue("tests.jobs:boom")
+    Worker("default", r, settings=settings, burst=True,
+           middleware=[*default_middleware(settings), OnFailure()]).work()
+    assert seen == [(job.id, "failed")]
+
+
+def test_deleted_jobs_arent_executed(queue, work):
+    q = queue()
+    job = q.enqueue(HELLO)
+    job.delete()
+    w = work()
+    assert w.successful == 0 and q.finished_job_registry.count == 0
+
+
+def test_cancel_dependent_job(queue, work):
+    q = queue()
+    parent = q.enqueue(HELLO)
+    child = q.enqueue(HELLO, depends_on=parent)
+    child.cancel()
+    work()
+    assert parent.is_finished and child.get_status() == "canceled"
+    assert q.get_job_ids() == []
+
+
+def test_worker_sets_job_status_and_result_ttl(queue, work, r, settings):
+    q = queue()
+    job = q.enqueue(HELLO)
+    assert job.get_status() == "queued"
+    work()
+    assert job.get_status() == "finished"
+    assert 0 < r.ttl(q.qkeys.job(job.id)) <= settings.result_ttl
+
+
+def test_work_in_this_process(queue):
+    """RQ's SimpleWorker (no fork): ``fusionworker.testing.run_burst``."""
+    q = queue()
+    job = q.enqueue("tests.compat.rq_jobs:access_self")
+    ran = run_burst(q)
+    assert [j.id for j in ran] == [job.id] and job.return_value() == job.id
+
+
+def test_synchronous_run_finishes_the_job(queue):
+    """RQ's ``Queue(is_async=False)``: run the job now, in this process."""
+    q = queue()
+    job = q.enqueue(HELLO, "sync")
+    run_burst(q)
+    assert job.get_status() == "finished" and job.return_value() == "Hi there, sync!"
+
+
+def test_work_unicode_friendly(queue, work):
+    job = queue().enqueue("tests.jobs:echo", "Adam", description_text="你好 世界!")
+    work()
+    assert job.return_value()["kwargs"] == {"description_text": "你好 世界!"}
+    bad = queue().enqueue("tests.jobs:boom", "ünïcödé ☃ failure")
+    work()
+    assert bad.refresh().error_message == "ünïcödé ☃ failure"
+
+
+def test_self_modification_persistence(queue, work):
+    q = queue()
+    ok = q.enqueue("tests.compat.rq_jobs:modify_self", {"baz": 10, "newinfo": "waka"})
+    ok.meta["foo"] = "bar"
+    ok.save_meta()
+    bad = q.enqueue("tests.compat.rq_jobs:modify_self_and_error", {"baz": 10})
+    work()
+    assert ok.get_meta() == {"foo": "bar", "baz": 10, "newinfo": "waka"}
+    assert bad.is_failed and bad.get_meta() == {"baz": 10}
+
+
+def test_round_robin(queue, work):
+    qs = [queue(f"q{i}") for i in range(3)]
+    jobs = [q.enqueue(HELLO) for q in qs for _ in range(2)]
+    work("q0,q1,q2")
+    order = sorted(jobs, key=lambda j: j.refresh().started_at or 0)
+    assert [j.queue for j in order] == ["q0", "q1", "q2", "q0", "q1", "q2"]
+
+
+def test_run_empty_queue_with_a_worker_process(queue, processes):
+    proc = processes.worker("-q", "empty", "--burst")
+    assert proc.wait(60) == 0
+
+
+def test_max_jobs(queue):
+    q = queue()
+    jobs = [q.enqueue(HELLO) for _ in range(3)]
+    assert len(run_burst(q, max_jobs=2)) == 2
+    assert [j.get_status() for j in jobs] == ["finished", "finished", "queued"]
+
+
+def test_heartbeat_and_version(r, settings):
+    from fusionworker import __version__
+
+    w = Worker("default", r, settings=settings, name="beating", middleware=[])
+    w.register()
+    try:
+        data = r.hgetall(w.key)
+        assert float(data["last_heartbeat"]) > 0 and data["version"] == __version__
+    finally:
+        w.deregister()
+
+
+@pytest.mark.slow
+def test_idle_worker_warm_shutdown(processes):
+    import signal
+    import time
+
+    from tests.waiting import wait_for
+
+    proc = processes.worker("-q", "idle")
+    wait_for(lambda: "idle" in processes.output(proc).lower() or proc.poll() is not None,
+             timeout=30)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_run_scheduled_access_self(queue, work):
+    import time
+
+    job = queue().enqueue_in(0.2, "tests.compat.rq_jobs:access_self")
+    time.sleep(0.3)
+    work()
+    assert job.return_value() == job.id

@@ -1,0 +1,152 @@
+"""Phone width and dark mode in a real headless Chromium (Debian's chromium +
+chromium-driver): no page scrolls sideways at 390 px, rows become cards with
+the key cells first, and the background follows prefers-color-scheme and the
+header's toggle (kept across pages)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.web_support import browser_missing
+
+_missing = browser_missing()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_missing is not None, reason=f"no browser: {_missing}")]
+
+if _missing is None:
+    from selenium.webdriver.common.by import By
+
+    from fusionworker.web import create_app
+    from tests.web_support import chromium, login, serve, wait
+
+TOKEN = "layout-token"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with chromium() as d:
+        yield d
+
+
+@pytest.fixture
+def base(r, settings, driver):
+    app = create_app(settings.replace(web_token=TOKEN), r, poll_interval=0.5)
+    with serve(app) as url:
+        driver.delete_all_cookies()
+        yield url
+
+
+def busy_state(queue, burst):
+    """A queue with every kind of row: long function names, a failed job with a long
+    error and traceback, a deferred job, a finished one."""
+    q = queue("a-rather-long-queue-name-for-phones")
+    first = q.enqueue("tests.jobs:add", 1, 2)
+    failed = q.enqueue("tests.jobs:boom", "x" * 400)
+    burst(q.name)
+    q.enqueue("tests.jobs:add", 3, 4, depends_on=first)
+    for i in range(5):
+        q.enqueue("tests.jobs:add", i, 10 ** 30)
+    return q, failed
+
+
+def no_sideways_scroll(driver) -> tuple[int, int]:
+    return (driver.execute_script("return document.documentElement.scrollWidth"),
+            driver.execute_script("return window.innerWidth"))
+
+
+def background(driver) -> tuple[int, ...]:
+    css = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+    return tuple(int(n) for n in re.findall(r"\d+", css)[:3])
+
+
+def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, burst):
+    q, failed = busy_state(queue, burst)
+    login(driver, base, TOKEN)
+    driver.set_window_size(390, 844)
+    try:
+        width = driver.execute_script("return window.innerWidth")
+        assert width <= 390
+        pages = ["/", f"/queues/{q.name}", f"/queues/{q.name}?status=deferred", "/failed",
+                 f"/jobs/{failed.id}", "/workers", "/scheduled", "/retries", "/batches",
+                 "/charts", "/search?q=add"]
+        for path in pages:
+            driver.get(base + path)
+            scroll, inner = no_sideways_scroll(driver)
+            assert scroll <= inner, (path, scroll, inner)
+        # the failed page: each row a card, the error cut to two lines
+        driver.get(base + "/failed")
+        row = driver.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job="{failed.id}"]')
+        assert driver.execute_script("return getComputedStyle(arguments[0]).display", row) == "flex"
+        assert row.size["height"] < 110
+        assert not driver.find_element(By.CSS_SELECTOR, "#jobs thead").is_displayed()
+        # key cells first: the job link and its failure time, then the error; the
+        # priority and enqueue time are left to the job page
+        cells = row.find_elements(By.CSS_SELECTOR, "td")
+        tops = {c.get_attribute("data-label") or c.get_attribute("class"): c.location["y"]
+                for c in cells if c.is_displayed()}
+        assert tops["first"] <= tops["failed"] < tops["err"]
+        assert "enqueued" not in tops and "priority" not in tops
+        # the charts are drawn at the phone's width: 12 px text stays 12 px
+        driver.get(base + "/charts")
+        chart = driver.find_element(By.CSS_SELECTOR, "#chart-durations svg")
+        box = driver.find_element(By.ID, "chart-durations")
+        assert chart.size["width"] <= box.size["width"] <= 390
+        label = driver.find_element(By.CSS_SELECTOR, "#chart-throughput svg text")
+        assert label.size["height"] >= 12
+        driver.get(base + "/")
+        card = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{q.name}"]')
+        pending = card.find_element(By.CSS_SELECTOR, '[data-k="pending"]')
+        label = driver.execute_script(
+            "return getComputedStyle(arguments[0], '::before').content", pending)
+        assert "pending" in label      # each value is labelled on a card
+        assert not card.find_element(By.CSS_SELECTOR, '[data-k="high"]').is_displayed()
+    finally:
+        driver.set_window_size(1280, 900)
+    # at desktop width the same tables are tables
+    driver.get(base + "/failed")
+    assert driver.find_element(By.CSS_SELECTOR, "#jobs thead").is_displayed()
+
+
+def test_dark_mode_follows_the_system_and_the_toggle_is_kept(base, driver, queue):
+    queue("default").enqueue("tests.jobs:add", 1, 2)
+    login(driver, base, TOKEN)
+    driver.execute_script("localStorage.removeItem('fw-theme')")
+    try:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        driver.get(base + "/")
+        assert max(background(driver)) < 60          # dark
+        driver.find_element(By.ID, "theme-toggle").click()
+        wait(driver, lambda d: min(background(d)) > 200)  # light, on the user's word
+        driver.get(base + "/workers")               # kept on the next page
+        assert min(background(driver)) > 200
+        driver.find_element(By.ID, "theme-toggle").click()
+        wait(driver, lambda d: max(background(d)) < 60)
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": "light"}]})
+        driver.get(base + "/")
+        assert max(background(driver)) < 60          # the toggle wins over the system
+        driver.execute_script("localStorage.removeItem('fw-theme')")
+        driver.get(base + "/")
+        assert min(background(driver)) > 200
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        driver.execute_script("localStorage.removeItem('fw-theme')")
+
+
+def test_search_by_job_id_and_by_function(base, driver, queue):
+    q = queue("default")
+    job = q.enqueue("tests.jobs:add", 1, 2)
+    q.enqueue("tests.jobs:sleep", 1)
+    login(driver, base, TOKEN)
+    box = driver.find_element(By.ID, "search")
+    box.send_keys(job.id + "\n")
+    wait(driver, lambda d: d.find_element(By.ID, "job-status").text == "queued")
+    assert f"/jobs/{job.id}" in driver.current_url
+    box = driver.find_element(By.ID, "search")
+    box.send_keys("jobs:sle\n")
+    wait(driver, lambda d: "/search" in d.current_url)
+    rows = driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")
+    assert len(rows) == 1 and "tests.jobs:sleep" in rows[0].text
