@@ -129,8 +129,11 @@ class JobHabits:
 
     @property
     def connection(self) -> RedisClient:
-        """The Redis client of the queue the job was read through."""
-        return cast("RedisClient", self._queue_for("connection").connection)
+        """The Redis client of the queue the job was read through (AttributeError for a
+        job built by hand, so that ``getattr(job, "connection", None)`` works)."""
+        if self._queue is None:
+            raise AttributeError("connection: this Job was not read through a Queue")
+        return cast("RedisClient", self._queue.connection)
 
     def _queue_for(self, what: str) -> Any:
         if self._queue is None:

@@ -158,3 +158,10 @@ def test_save_meta_refuses_bad_meta_before_writing(queue):
 def test_repr_is_short(queue):
     job = queue().enqueue("tests.jobs:noop", job_id="j1")
     assert repr(job) == "Job('j1', queue='default', func='tests.jobs:noop', status='queued')"
+
+
+def test_connection_of_a_job(queue, r):
+    job = queue().enqueue("tests.jobs:noop")
+    assert job.connection is job._queue.connection
+    by_hand: Job[None] = Job(id="x", queue="default", func="tests.jobs:noop")
+    assert getattr(by_hand, "connection", None) is None
