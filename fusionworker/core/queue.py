@@ -168,6 +168,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         depends_on: Any = None,
         allow_dependency_failure: bool | None = None,
         batch: Batch | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
         _when: tuple[str, float] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -189,7 +191,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         ``queued`` event) is logged and the job returned as known locally.
         """
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
-                             group, on_failure_url, depends_on, allow_dependency_failure, batch)
+                             group, on_failure_url, depends_on, allow_dependency_failure, batch,
+                             description, meta)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -210,11 +213,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         depends_on: Any = None,
         allow_dependency_failure: bool | None = None,
         batch: Batch | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
         _when: tuple[str, float] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
-                             group, on_failure_url, depends_on, allow_dependency_failure, batch)
+                             group, on_failure_url, depends_on, allow_dependency_failure, batch,
+                             description, meta)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
