@@ -59,6 +59,7 @@ class JobHabits:
     error_message: str | None
     traceback: str | None
     ended_at: float | None
+    depends_on: list[str] | None
     meta: dict[str, Any]
     _description: str | None
     _queue: Any
@@ -140,6 +141,29 @@ class JobHabits:
             raise ValueError(f"{what}: this Job was not read through a Queue: use "
                              "Job.fetch(id, connection) or queue.fetch_job(id)")
         return self._queue
+
+    @property
+    def exc_info(self) -> str | None:
+        """The traceback of the last failure (RQ's name), or None."""
+        return self.traceback
+
+    @property
+    def dependency_ids(self) -> list[str]:
+        """Ids of the jobs this one waits on (``depends_on``; RQ's name)."""
+        return [ref.partition(":")[2] for ref in (self.depends_on or [])]
+
+    def fetch_dependencies(self) -> list[Job[Any]]:
+        """The jobs this one waits on, read now (those still in Redis)."""
+        from .queue import Queue
+
+        q = self._queue_for("fetch_dependencies")
+        found = []
+        for ref in self.depends_on or []:
+            queue, _, job_id = ref.partition(":")
+            job = Queue(queue, q.connection, settings=q.settings).fetch_job(job_id)
+            if job is not None:
+                found.append(job)
+        return found
 
     # -- status ------------------------------------------------------------------
 
