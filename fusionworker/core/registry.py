@@ -34,7 +34,7 @@ import functools
 import importlib
 import inspect
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .config import ConfigError, Settings
@@ -134,9 +134,12 @@ class JobFunction(Generic[P, R]):
         """:meth:`enqueue` under RQ's and Celery's name."""
         return self.enqueue(*args, **kwargs)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
-        """Enqueue a run ``seconds`` from now (Redis server clock)."""
+    def enqueue_in(self, seconds: float | timedelta, *args: P.args,
+                   **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue a run ``seconds`` (or a ``timedelta``) from now (Redis server clock)."""
         self._check_kwargs(kwargs)
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=("in", seconds), **self.default_options)
 

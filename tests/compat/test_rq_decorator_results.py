@@ -3,6 +3,8 @@ docs/from-rq.md)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from fusionworker import Job, job
@@ -98,3 +100,13 @@ def test_result_ttl_zero_deletes_the_record(queue, work, settings):
     assert queue().fetch_job(job_.id) is None
     with pytest.raises(NoSuchJob):
         job_.return_value()
+
+
+def test_handle_enqueue_in_takes_a_timedelta(queue):
+    from datetime import timedelta
+
+    q = queue("rq_decorated")
+    job_ = rq_jobs.decorated_hello.options(queue=q).enqueue_in(timedelta(minutes=5))
+    due = q.scheduled_job_registry.get_scheduled_time(job_)
+    assert job_.get_status() == "scheduled" and due is not None
+    assert 290 < (due - datetime.now(UTC)).total_seconds() <= 301
