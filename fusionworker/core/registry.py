@@ -157,6 +157,10 @@ def register(func: Callable[P, R], *, queue: str | Queue = "default", connection
              **options: Any) -> JobFunction[P, R]:
     """Register ``func`` (a module-level function) and return its handle.
 
+    Registering is per process: call it at module level of a module the worker
+    imports (``--import`` / ``FUSIONWORKER_IMPORTS``); a call made only in a
+    producer never reaches the worker.
+
     ``horse_jobs``: at most this many jobs run in a horse that runs one of this
     function (1: each of its jobs gets a fresh process); ``worker --horse-jobs``
     is the upper bound."""
