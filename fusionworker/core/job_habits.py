@@ -165,6 +165,17 @@ class JobHabits:
                 found.append(job)
         return found
 
+    def dependencies_are_met(self) -> bool:
+        """Every job this one waits on has finished (read now; a gone one has not)."""
+        q = self._queue_for("dependencies_are_met")
+        refs = [ref.partition(":") for ref in self.depends_on or []]
+        if not refs:
+            return True
+        pipe = q.connection.pipeline(transaction=False)
+        for queue, _, job_id in refs:
+            pipe.hget(q.keys.queue(queue).job(job_id), "status")
+        return all(status == "finished" for status in pipe.execute())
+
     # -- status ------------------------------------------------------------------
 
     def get_status(self, refresh: bool = True) -> JobStatus:
