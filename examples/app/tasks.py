@@ -7,6 +7,8 @@ SMS provider is a stand-in (``provider_send``) that tests patch.
 
 from __future__ import annotations
 
+import time
+
 from fusionworker import Retry, current_job, job
 
 
@@ -72,6 +74,17 @@ def alert(batch_id: str) -> str:
 
 def digest() -> str:
     return "digest sent"
+
+
+def export(report: str, seconds: float = 30.0) -> str:
+    """A long job (the docs' "busy" workers)."""
+    time.sleep(seconds)
+    return f"{report} exported"
+
+
+def fail(message: str) -> None:
+    """Always fails (the docs' failed jobs)."""
+    raise ValueError(message)
 
 
 def save(user: object) -> None:
