@@ -48,6 +48,8 @@ from sybil.evaluators.python import PythonEvaluator
 from sybil.integration.pytest import SybilItem
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
+from fusionworker.core import registry
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 REDIS_URL = os.environ.get("FUSIONWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -187,6 +189,10 @@ def _stop_group(proc: subprocess.Popen[Any]) -> None:
 def setup(namespace: dict[str, Any]) -> None:
     namespace["docs"] = DocEnv()
     namespace["__name__"] = "__docs__"
+    # what the document registers (@job in its blocks, the example app) and imports
+    # (the example app's package ``app``) is undone at its end: the process goes on
+    # with other tests
+    namespace["__saved__"] = (dict(registry._REGISTRY), registry._REFS, set(sys.modules))
     sys.path.insert(0, str(EXAMPLES))
 
 
@@ -194,6 +200,13 @@ def teardown(namespace: dict[str, Any]) -> None:
     namespace["docs"].close()
     with contextlib.suppress(ValueError):
         sys.path.remove(str(EXAMPLES))
+    saved_registry, saved_refs, saved_modules = namespace["__saved__"]
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved_registry)
+    registry._REFS = saved_refs
+    for name in set(sys.modules) - saved_modules:
+        if name == "app" or name.startswith("app."):
+            del sys.modules[name]
 
 
 # --------------------------------------------------------------------------- evaluators
