@@ -10,7 +10,9 @@ What runs how:
 * ```` ```bash ```` / ```` ```sh ```` blocks run in ``bash -eu`` in the
   ``examples/`` folder (the example app, ``app/tasks.py``), with
   ``fusionworker`` and ``python`` meaning this checkout's; what they leave
-  running (``worker … &``) is stopped at the end of the block.
+  running (``worker … &``) is stopped at the end of the block. A block that
+  would change this machine (``sudo``, ``pip install``, ``systemctl enable``…:
+  :data:`MACHINE_CHANGES`) is not run but fails until it is skipped explicitly.
 * ```` ```console ```` blocks: each ``$ command`` line runs as above and its
   output must match the lines shown under it (:func:`same_output`: times,
   ages, ids, host names and process ids may differ; ``…`` stands for any text).
@@ -68,9 +70,12 @@ class DocEnv:
         self.bin = tempfile.mkdtemp(prefix="fw-docs-bin-")
         for name, target in (("python", sys.executable), ("python3", sys.executable)):
             os.symlink(target, os.path.join(self.bin, name))
+        # the console script as pip writes it (sys.path[0] is its folder, not the
+        # current one), running this checkout's code (PYTHONPATH)
         script = os.path.join(self.bin, "fusionworker")
         with open(script, "w", encoding="utf-8") as fh:
-            fh.write(f'#!/bin/sh\nexec "{sys.executable}" -m fusionworker "$@"\n')
+            fh.write(f"#!{sys.executable}\nimport sys\nfrom fusionworker.cli import run\n"
+                     "sys.exit(run())\n")
         os.chmod(script, 0o755)
         self.saved = {name: os.environ.get(name) for name in SAVED_ENV}
         self.prefixes = [self.prefix]
@@ -88,8 +93,8 @@ class DocEnv:
         this checkout first on the paths."""
         env = dict(os.environ)
         env["PATH"] = self.bin + os.pathsep + env.get("PATH", "")
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(EXAMPLES), str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", ""))
+                                            if p)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(extra)
         return env
