@@ -65,7 +65,7 @@
       var row = body.querySelector('tr[data-queue="' + CSS.escape(q.queue) + '"]');
       if (!row) { document.body.setAttribute("data-stale", "1"); return; }
       var values = { pending: q.pending, high: q.bands.high, normal: q.bands.normal, low: q.bands.low,
-                     scheduled: q.scheduled, started: q.started, finished: q.finished,
+                     scheduled: q.scheduled, deferred: q.deferred, started: q.started, finished: q.finished,
                      max_active: q.max_active === null ? "-" : q.max_active, busy_groups: q.busy_groups,
                      oldest_age: age(q.oldest_age) };
       Object.keys(values).forEach(function (k) {
