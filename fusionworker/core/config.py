@@ -135,6 +135,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Jobs one worker runs at once, each in a fresh horse with its own timeout and "
             "memory ceiling (one parent and one fork server for all of them).",
             "--concurrency", min=1, max=10000),
+    Setting("horse_jobs", "FUSIONWORKER_HORSE_JOBS", 1, int,
+            "Jobs one horse runs one after another (1 = a fresh process per job). A warm "
+            "horse is retired after N jobs, a failure, a timeout or kill, past "
+            "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
+            "@job(horse_jobs=M) lowers it for a function.",
+            "--horse-jobs", min=1, max=1000000),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
@@ -265,6 +271,7 @@ class Settings:
     lease: float = _default("lease")
     kill_job_children: bool = _default("kill_job_children")
     concurrency: int = _default("concurrency")
+    horse_jobs: int = _default("horse_jobs")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
     imports: tuple[str, ...] = _default("imports")
     path: tuple[str, ...] = _default("path")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -64,10 +65,16 @@ class JobFunction(Generic[P, R]):
 
     def __init__(self, func: Callable[P, R], *, queue: str | Queue = "default",
                  connection: RedisClient | None = None, settings: Settings | None = None,
-                 **options: Any) -> None:
+                 horse_jobs: int | None = None, **options: Any) -> None:
         from .options import check_names
 
         check_names(options)
+        if horse_jobs is not None and (isinstance(horse_jobs, bool)
+                                       or not isinstance(horse_jobs, int) or horse_jobs < 1):
+            raise ValueError(f"horse_jobs={horse_jobs!r}: must be a whole number >= 1")
+        #: at most this many jobs run in the horse a job of this function runs in (its
+        #: first included); the worker's --horse-jobs caps it (design.md, warm horses)
+        self.horse_jobs = horse_jobs
         functools.update_wrapper(self, func)  # __module__/__qualname__ are the function's
         self.func = func
         self.ref = func_ref(func)
@@ -89,8 +96,26 @@ class JobFunction(Generic[P, R]):
         (:data:`fusionworker.core.options.NAMES`)."""
         return JobFunction(self.func, queue=self.queue if queue is None else queue,
                            connection=connection or self.connection,
-                           settings=settings or self.settings,
+                           settings=settings or self.settings, horse_jobs=self.horse_jobs,
                            **{**self.default_options, **options})
+
+    def _check_kwargs(self, kwargs: dict[str, Any]) -> None:
+        """TypeError when a keyword that is an enqueue option (or RQ's, Celery's) is not a
+        parameter of the function: an option given to the wrong call would become an
+        argument and fail in the worker."""
+        from .options import option_like
+
+        names = option_like(kwargs)
+        if not names:
+            return
+        params = inspect.signature(self.func).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        for name in names:
+            if name not in params:
+                raise TypeError(
+                    f"{self.ref} has no parameter {name!r}: job options go through "
+                    f"{self.func.__name__}.options({name}=...).enqueue(...)")
 
     def _queue(self) -> Queue:
         from .queue import Queue
@@ -101,16 +126,19 @@ class JobFunction(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run with these arguments now."""
+        self._check_kwargs(kwargs)
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           **self.default_options)
 
     def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run ``seconds`` from now (Redis server clock)."""
+        self._check_kwargs(kwargs)
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=("in", seconds), **self.default_options)
 
     def enqueue_at(self, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run at ``when`` (naive datetimes are UTC)."""
+        self._check_kwargs(kwargs)
         from .enqueue import at
 
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
@@ -118,10 +146,16 @@ class JobFunction(Generic[P, R]):
 
 
 def register(func: Callable[P, R], *, queue: str | Queue = "default", connection: RedisClient | None = None,
-             settings: Settings | None = None, **options: Any) -> JobFunction[P, R]:
-    """Register ``func`` (a module-level function) and return its handle."""
+             settings: Settings | None = None, horse_jobs: int | None = None,
+             **options: Any) -> JobFunction[P, R]:
+    """Register ``func`` (a module-level function) and return its handle.
+
+    ``horse_jobs``: at most this many jobs run in a horse that runs one of this
+    function (1: each of its jobs gets a fresh process); ``worker --horse-jobs``
+    is the upper bound."""
     global _REFS
-    handle = JobFunction(func, queue=queue, connection=connection, settings=settings, **options)
+    handle = JobFunction(func, queue=queue, connection=connection, settings=settings,
+                         horse_jobs=horse_jobs, **options)
     _REGISTRY[handle.ref] = handle
     _REFS = tuple(sorted(_REGISTRY))
     return handle
@@ -131,12 +165,13 @@ def register(func: Callable[P, R], *, queue: str | Queue = "default", connection
 def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
 @overload
 def job(*, queue: str | Queue = "default", connection: RedisClient | None = None,
-        settings: Settings | None = None,
+        settings: Settings | None = None, horse_jobs: int | None = None,
         **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
 
 
 def job(func: Any = None, /, **kwargs: Any) -> Any:
-    """Decorator: ``@job`` or ``@job(queue="sms", priority=5, timeout=30, max_retries=3)``."""
+    """Decorator: ``@job`` or ``@job(queue="sms", priority=5, timeout=30, max_retries=3)``;
+    ``horse_jobs=N``: see :func:`register`."""
     if func is not None:
         return register(func, **kwargs)
     return lambda f: register(f, **kwargs)

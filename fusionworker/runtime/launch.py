@@ -47,6 +47,9 @@ class LaunchSpec:
     #: OpenTelemetry for the horses (``otel.setup_horses`` arguments), asked at start
     tracing: Callable[[], dict[str, Any] | None] = field(default=lambda: None)
     name: str = ""                           # the worker's, for the logs
+    #: warm horses of the fork server, asked at its start: ``{"horse_jobs": N,
+    #: "max_rss_mib": M}`` (N <= 1 or empty: a fresh horse per job)
+    warm: Callable[[], dict[str, int]] = field(default=dict)
 
 
 class Launcher(Protocol):
@@ -200,7 +203,7 @@ class ForkServerLauncher:
         board = self.own.board
         server = ForkServer(self.spec.allowed, self.spec.retryable, otel=self.spec.tracing(),
                             board_fd=board.fd if board is not None else -1,
-                            kill_children=self.spec.kill_children)
+                            kill_children=self.spec.kill_children, warm=self.spec.warm())
         server.on_update = self._update
         try:
             server.start()
@@ -238,8 +241,25 @@ class ForkServerLauncher:
             return self.own.launch(jobs, entries, while_forking)
         slots = [Slot(job, pid, index=entry, origin=server)
                  for job, pid, entry in zip(jobs, pids, entries)]
+        if server is not None and server.warm:
+            self._settle_reused(server, pids)
         self.by_pid.update((s.pid, s) for s in slots)
         return slots
+
+    def _settle_reused(self, server: ForkServer, pids: Sequence[int]) -> None:
+        """A warm horse got a new job: its previous job's exit notice came before the
+        answer (the server sends them in that order); that slot ends now, before the
+        pid names the new one."""
+        for pid in pids:
+            slot = self.by_pid.get(pid)
+            if slot is None or slot.done:
+                continue
+            notice = server.take_exit(pid) if slot.origin is server else None
+            if notice is not None:
+                slot.exited(notice)
+            else:      # cannot be (the server never reuses a running horse): as if it died
+                slot.origin_died()
+            del self.by_pid[pid]
 
     def set_deadline(self, entry: int, deadline: float) -> None:
         self.own.set_deadline(entry, deadline)

@@ -103,7 +103,8 @@ class Worker:
             allowed=tuple(self.allowed), retryable=tuple(self.settings.retryable),
             entries=self.concurrency, deliver=self.progress.received,
             kill_children=self.settings.kill_job_children, tracing=self._horse_tracing,
-            name=self.name))
+            name=self.name, warm=lambda: {"horse_jobs": self.settings.horse_jobs,
+                                          "max_rss_mib": self.settings.max_horse_memory}))
         self.loop = Loop(self, self.launcher)
 
     # -- what it is ----------------------------------------------------------------

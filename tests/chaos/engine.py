@@ -226,7 +226,7 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               concurrency: int = 1, partition_for: float = 0.0, restart_down: float = 0.0,
               oom_for: float = 0.0, fault_every: float = 4.0, server: Any = None,
               retry_delay: float | None = None, require: tuple[str, ...] = (),
-              stall: float = 0.0) -> ChaosResult:
+              stall: float = 0.0, horse_jobs: int = 1) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
@@ -237,7 +237,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     that ``settings.redis_url`` points to (never the shared server: its config is
     changed and it is killed). ``require``: moves (``parent``, ``horse``, ``freeze``)
     the kill phase waits for; ``stall``: seconds without a finished job that end a
-    settling run (module docstring).
+    settling run (module docstring). ``horse_jobs``: warm horses
+    (``FUSIONWORKER_HORSE_JOBS``): a horse kill may then hit one between jobs.
     """
     if (restart_down or oom_for) and server is None:
         raise ValueError("Redis restarts and OOM windows need a private server (server=...)")
@@ -269,6 +270,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         env["FUSIONWORKER_LEASE"] = str(lease)
     if concurrency > 1:
         env["FUSIONWORKER_CONCURRENCY"] = str(concurrency)
+    if horse_jobs > 1:
+        env["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
     if oom_for:
         # the jobs' own RPUSH meets the OOM window too: like a connection error (retried
         # by default), the operator declares that refusal transient for these jobs

@@ -46,13 +46,15 @@ class ForkServer:
 
     def __init__(self, allowed: Sequence[str], retryable: Sequence[str],
                  otel: dict[str, Any] | None = None, board_fd: int = -1,
-                 kill_children: bool = True) -> None:
+                 kill_children: bool = True, warm: dict[str, int] | None = None) -> None:
         self.board_fd = board_fd        # the worker's DeadlineBoard (deadlines.py), shared
         #: the server kills what a job left in its horse's group (FUSIONWORKER_KILL_JOB_CHILDREN)
         self.kill_children = kill_children
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
         self.otel = otel
+        #: ``{"horse_jobs": N, "max_rss_mib": M}`` with N > 1: warm horses (horse/warm.py)
+        self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
@@ -67,6 +69,8 @@ class ForkServer:
                 "board_fd": self.board_fd, "kill_children": self.kill_children}
         if self.otel:
             args["otel"] = self.otel
+        if self.warm:
+            args.update(self.warm)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, args])],
@@ -131,6 +135,11 @@ class ForkServer:
             died = True
         out, self._exits = self._exits, {}
         return out, died or self.sock is None
+
+    def take_exit(self, pid: int) -> ExitNotice | None:
+        """The exit notice of ``pid`` received already (by :meth:`run`), handed over once;
+        nothing is read (a warm horse's previous job: it came before the pid's answer)."""
+        return self._exits.pop(pid, None)
 
     @property
     def has_exits(self) -> bool:

@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -26,6 +27,7 @@ from typing import Any, NoReturn
 from ...core.functions import resolve
 from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..horse.main import set_pdeathsig, waiting_horse
+from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
     HorseReport,
@@ -57,10 +59,14 @@ REMEMBER_MAX = 1024
 class _Running:
     """A horse that got its job: its report pipe and what it wrote so far."""
 
-    def __init__(self, pid: int, fd: int, func: str) -> None:
+    def __init__(self, pid: int, fd: int, func: str, job_w: int = -1) -> None:
         self.pid, self.fd, self.func = pid, fd, func
         self.buf = bytearray()
         self.status: int | None = None
+        #: a warm horse (--horse-jobs > 1): its job pipe stays open for its next jobs
+        self.job_w = job_w
+        self.done = 0           # jobs it reported (a warm horse's count)
+        self.idle = False       # a warm horse between jobs (in Server.idle)
 
 
 class _Ready:
@@ -76,7 +82,7 @@ class _Ready:
 
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
-          kill_children: bool = True) -> NoReturn:
+          kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -84,6 +90,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``: the
     worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
+    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``.
     """
     if otel:
         from ...middleware.otel import setup_horses
@@ -97,8 +104,10 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     except OSError:
         pass
     watchdog = LeaseWatchdog(DeadlineBoard(slots=0, fd=board_fd)) if board_fd >= 0 else None
-    Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
-           kill_children=kill_children).run()
+    server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
+                    kill_children=kill_children)
+    server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
+    server.run()
 
 
 class Server:
@@ -123,6 +132,9 @@ class Server:
         #: resolving again would walk the same module state to the same answer
         self.resolved: dict[str, Callable[..., Any]] = {}
         self.inbox = bytearray()                 # what the worker sent, not parsed yet
+        self.horse_jobs = 1                      # > 1: warm horses (horse/warm.py)
+        self.max_rss = 0                         # a warm horse's RSS ceiling, bytes
+        self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -174,11 +186,16 @@ class Server:
                 run = self.by_fd.get(efd)
                 if run is None:
                     continue
+                if run.idle:               # an idle warm horse wrote or died: retired
+                    self.drop_idle(run)
+                    continue
                 done = read_available(run.fd, run.buf)
                 self.forward_progress(run)
                 if done:
                     self.close_report(run)
                     ended.append(run)
+                elif run.job_w >= 0 and run.buf.endswith(STAY) and has_report(run.buf):
+                    self.rest(run)
         return eof, ended
 
     def read_worker(self) -> bool:
@@ -231,12 +248,17 @@ class Server:
             # the other ready horses' job pipes too: a copy of a write end held here
             # would keep that horse from ever reading its job's end
             others = [end for horse in self.ready for end in (horse.job_w, horse.report_r)]
+            others += [run.job_w for run in self.running.values() if run.job_w >= 0]
+            others += [end for run in self.idle.values() for end in (run.job_w, run.fd)]
             for other in (job_w, read_fd, self.fd, self.wake_r, self.wake_w,
                           self.ep.fileno(), *others):
                 try:
                     os.close(other)
                 except OSError:
                     pass
+            if self.horse_jobs > 1:
+                warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
+                           self.resolved, self.horse_jobs, self.max_rss)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                           self.resolved)
         os.close(job_r)
@@ -244,7 +266,11 @@ class Server:
         return _Ready(pid, job_w, read_fd)
 
     def start(self, request: RunRequest) -> None:
-        """Hand one job to a ready horse (a fresh one if none is left or it died)."""
+        """Hand one job to a ready horse (a fresh one if none is left or it died); with
+        warm horses, to an idle one that may run it if there is one."""
+        if self.horse_jobs > 1:
+            self.start_warm(request)
+            return
         for _ in range(2):
             horse = self.ready.pop(0) if self.ready else self.spawn()
             pid, read_fd = horse.pid, horse.report_r
@@ -258,15 +284,82 @@ class Server:
                 break
             os.close(read_fd)
             read_fd = -1
-        new = _Running(pid, read_fd, request.func)
+        self.started(_Running(pid, read_fd, request.func), request)
+
+    def started(self, new: _Running, request: RunRequest) -> None:
+        """The job went to the horse ``new`` (read_fd -1: it died on the way)."""
+        read_fd, pid = new.fd, new.pid
         if read_fd >= 0:
-            os.set_blocking(read_fd, False)
-            self.by_fd[read_fd] = new
-            self.ep.register(read_fd, select.EPOLLIN)
+            if read_fd not in self.by_fd:      # (a warm horse's pipe is registered already)
+                os.set_blocking(read_fd, False)
+                self.by_fd[read_fd] = new
+                self.ep.register(read_fd, select.EPOLLIN)
             if self.watchdog is not None:   # its entry on the board: its worker slot's
                 self.watchdog.watch(pid, request.slot)
         self.running[pid] = new
         self.out.append(StartNotice(pid).encode())
+
+    # -- warm horses (horse/warm.py) -------------------------------------------------------
+
+    def cap(self, func: str) -> int:
+        """How many jobs a horse running ``func`` may run: 1 (a fresh horse) while its
+        module is not imported here, its ``@job(horse_jobs=M)`` could say 1."""
+        if func.partition(":")[0] not in sys.modules:
+            return 1
+        return cap_of(func, self.horse_jobs, self.resolved)
+
+    def start_warm(self, request: RunRequest) -> None:
+        """An idle warm horse that ran fewer jobs than the job's cap, the most recently
+        used first; else a fresh horse whose job pipe stays open."""
+        body = frame(request.body)
+        cap = self.cap(request.func)
+        for run in reversed(list(self.idle.values())) if cap > 1 else ():
+            if run.done >= cap:
+                continue
+            try:
+                write_all(run.job_w, body)
+            except BrokenPipeError:       # it died while idle (not reaped yet)
+                self.drop_idle(run)
+                continue
+            del self.idle[run.pid]
+            run.idle, run.func, run.status = False, request.func, None
+            self.started(run, request)
+            return
+        for _ in range(2):
+            horse = self.ready.pop(0) if self.ready else self.spawn()
+            try:
+                write_all(horse.job_w, body)
+            except BrokenPipeError:
+                horse.retire()
+                continue
+            self.started(_Running(horse.pid, horse.report_r, request.func, horse.job_w),
+                         request)
+            return
+        self.started(_Running(horse.pid, -1, request.func), request)
+
+    def rest(self, run: _Running) -> None:
+        """A warm horse reported and stays: its job's outcome goes out, it waits idle."""
+        del run.buf[-len(STAY):]
+        if self.watchdog is not None:     # its board entry is another job's from now on
+            with self.watchdog.lock:
+                self.watchdog.forget(run.pid)
+        run.status = 0
+        self.finish(run)
+        run.done += 1
+        run.idle, run.status = True, None
+        self.idle[run.pid] = run
+
+    def drop_idle(self, run: _Running) -> None:
+        """Retire an idle warm horse (it died, or wrote when it should not): EOF on its job
+        pipe ends it; it is reaped like any exiting horse."""
+        self.idle.pop(run.pid, None)
+        run.idle = False
+        if run.fd >= 0:
+            self.close_report(run)
+        if run.job_w >= 0:
+            os.close(run.job_w)
+            run.job_w = -1
+        self.exiting.add(run.pid)
 
     def forward_progress(self, run: _Running) -> None:
         """The progress frames at the front of the horse's pipe data, for the worker."""
@@ -302,6 +395,9 @@ class Server:
         del self.running[run.pid]
         assert run.status is not None
         self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf)).encode())
+        if run.job_w >= 0 and not run.idle and run.fd < 0:    # a warm horse that left
+            os.close(run.job_w)
+            run.job_w = -1
         module = run.func.partition(":")[0]
         if self.preload and module not in self.preloaded and _reported_ok(run.buf):
             self.preloaded.add(module)
@@ -385,6 +481,8 @@ class Server:
             found = self.running.get(pid)
             if found is not None and found.status is None:
                 found.status = status
+            elif pid in self.idle:        # died between jobs: nothing was running
+                self.drop_idle(self.idle[pid])
             self.exiting.discard(pid)
             reaped.append(pid)
 
@@ -406,6 +504,8 @@ class Server:
         rest so that what their jobs left behind is killed too."""
         for horse in self.ready:
             horse.retire()
+        for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
+            self.drop_idle(run)
         for run in self.running.values():       # not reported: a job still running
             if self.kill_children:
                 _kill_group(run.pid)

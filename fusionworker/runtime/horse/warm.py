@@ -1,0 +1,157 @@
+"""A warm horse: a horse of the fork server that runs up to N jobs one after another
+(``worker --horse-jobs N``; design.md, "Warm horses").
+
+Only the fork server forks warm horses, and only when N > 1: the default path
+(a fresh process per job) is :func:`~.main.waiting_horse`, unchanged. Sequence
+(the server S, this horse H)::
+
+    S: fork; H waits on its job pipe for a frame (4-byte length + the job's
+       RunRequest body); EOF: S retired it, H exits
+    H: at its first job: its own process group, PDEATHSIG, signals (as main.py)
+    H: per job: current_job() begins, run_job (SIGALRM at the job's timeout),
+       current_job() ends; the report, then "\\n" if H stays for another job, or
+       EOF (pipe closed) and exit if it leaves
+
+H stays only if the job succeeded, fewer than min(N, the function's
+``horse_jobs``) jobs ran in it, its RSS is under ``max_horse_memory`` and no
+child process of the job is left (what a job left in a fresh horse's group is
+killed when the horse exits; a warm horse leaves instead). A report is one
+line of JSON (``json.dumps`` escapes newlines), so ``"\\n"`` ends it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from ...core import tracing as _tracing
+from .. import progress
+from ..protocol import HEADER, HorseReport, job_of, write_all
+from .main import _flush_job_events, set_pdeathsig
+from .run import _csignal, run_job
+
+#: what a staying horse writes after its report
+STAY = b"\n"
+
+
+def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
+               retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
+               horse_jobs: int, max_rss: int) -> NoReturn:  # pragma: no cover - a child
+    """Run jobs from ``job_r`` until one says leave (or EOF); ``max_rss`` in bytes (0:
+    no ceiling). Ends in ``os._exit``."""
+    code = 0
+    done = 0
+    try:
+        while True:
+            body = _read_frame(job_r)
+            if body is None:
+                break
+            job = job_of(body)
+            if not done:
+                _become_horse(server_pid)
+            done += 1
+            report, tracing = _run_one(job, write_fd, allowed, retryable, resolved)
+            stay = (report.ok and done < cap_of(job.func, horse_jobs, resolved)
+                    and not (max_rss and rss() >= max_rss) and not has_children())
+            write_all(write_fd, report.encode() + (STAY if stay else b""))
+            if not stay:
+                os.close(write_fd)     # EOF now: the server goes on while this exits
+            if tracing is not None:
+                tracing.flush()
+            if not stay:
+                break
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _become_horse(server_pid: int) -> None:
+    """What horse/main.py's horse_main does before its job, once."""
+    os.setpgid(0, 0)
+    set_pdeathsig()
+    if os.getppid() != server_pid:
+        os._exit(1)
+    signal.set_wakeup_fd(-1)
+    _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)
+    _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
+    _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
+
+
+def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...],
+             resolved: Mapping[str, Callable[..., Any]]) -> tuple[HorseReport, Any]:
+    """One job, as horse_main runs it: its own current_job() (meta starts from the job's
+    record, never from the previous job), its span if tracing is on."""
+    progress.begin(job, fd=write_fd)
+    tracing = _tracing.horse_tracing
+    if tracing is None:
+        report = run_job(job, allowed, retryable, resolved)
+    else:
+        report = HorseReport.from_dict(tracing.run(
+            job, lambda: run_job(job, allowed, retryable, resolved).as_dict()))
+    final = progress.end()
+    if final is not None:
+        report.progress = final
+    _flush_job_events()
+    return report, tracing
+
+
+def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]]) -> int:
+    """How many jobs a horse running ``func`` may run in all: ``horse_jobs`` (the
+    worker's), lowered by the function's ``@job(horse_jobs=M)``."""
+    handle: Any = resolved.get(func)
+    if handle is None:
+        registry = sys.modules.get("fusionworker.core.registry")
+        handle = registry.lookup(func) if registry is not None else None
+    own = getattr(handle, "horse_jobs", None)
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
+        return min(horse_jobs, own)
+    return horse_jobs
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss() -> int:
+    """This process's resident set, bytes (0 when /proc cannot say)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def has_children() -> bool:
+    """A child process of this one exists (running or a zombie); True when /proc cannot
+    say (the horse then leaves: its group is killed once it exited)."""
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children", "rb") as fh:
+                if fh.read().strip():
+                    return True
+    except OSError:
+        return True
+    return False
+
+
+def _read_frame(fd: int) -> bytes | None:
+    """One length-prefixed frame from the blocking pipe ``fd``; None at EOF."""
+    head = _read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    return _read_exact(fd, HEADER.unpack(head)[0])
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks: list[bytes] = []
+    got = 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

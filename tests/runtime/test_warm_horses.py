@@ -1,0 +1,165 @@
+"""Warm horses (``worker --horse-jobs N``, ``@job(horse_jobs=M)``; design.md, "Warm
+horses"): one horse runs several jobs, and every per-job guarantee still holds.
+
+Real Redis, real fork server, real horses, real signals. A job says which horse ran it
+(its pid) and how many jobs of ``tests.warm_jobs`` that process ran before it (module
+state left in the horse): a fresh horse says 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from fusionworker.core.job import FailureReason
+from tests.waiting import wait_for
+
+JOBS = "tests.warm_jobs"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _run(q, burst, settings, calls, **worker_kw):
+    """Enqueue ``calls`` ((func, args, options) or func) in order, run one burst worker
+    with one slot over them; the jobs as Redis holds them afterwards."""
+    jobs = []
+    for call in calls:
+        func, args, options = call if isinstance(call, tuple) else (call, (), {})
+        jobs.append(q.enqueue_call(f"{JOBS}:{func}", args=list(args), **options))
+    burst(settings=settings, **worker_kw)
+    return [q.fetch_job(j.id) for j in jobs]
+
+
+def test_default_is_a_fresh_horse_per_job(queue, burst, settings):
+    done = _run(queue(), burst, settings, ["pid", "pid", "pid"])
+    assert [j.status for j in done] == ["finished"] * 3
+    assert len({j.result[0] for j in done}) == 3
+    assert [j.result[1] for j in done] == [0, 0, 0]
+
+
+def test_n_jobs_run_in_one_horse_then_it_is_retired(queue, burst, settings):
+    done = _run(queue(), burst, settings.replace(horse_jobs=3), ["pid"] * 7)
+    assert [j.status for j in done] == ["finished"] * 7
+    pids = [j.result[0] for j in done]
+    assert pids[0] == pids[1] == pids[2]
+    assert pids[3] == pids[4] == pids[5] != pids[0]
+    assert pids[6] not in (pids[0], pids[3])
+    # the trade: module state one job left is seen by the next job of the same horse
+    assert [j.result[1] for j in done] == [0, 1, 2, 0, 1, 2, 0]
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_a_failure_retires_the_horse(queue, burst, settings, r):
+    key = f"{settings.prefix}:warm:failed"
+    done = _run(queue(), burst, settings.replace(horse_jobs=10),
+                ["pid", ("fail", (settings.redis_url, key), {}), "pid"])
+    assert [j.status for j in done] == ["finished", "failed", "finished"]
+    failed_in = int(r.lpop(key))
+    assert failed_in == done[0].result[0]           # it ran in the warm horse
+    assert done[2].result[0] != failed_in and done[2].result[1] == 0   # then a fresh one
+
+
+def test_meta_and_progress_of_one_job_never_reach_the_next(queue, burst, settings):
+    done = _run(queue(), burst, settings.replace(horse_jobs=10),
+                [("set_meta", ("first",), {}), "read_meta", ("set_meta", ("third",), {}),
+                 "read_meta"])
+    assert [j.status for j in done] == ["finished"] * 4
+    assert done[0].result == done[1].result[0] == done[2].result == done[3].result[0]
+    assert done[1].result[1:] == [{}, None]     # what the second job's context began with
+    assert done[3].result[1:] == [{}, None]
+    assert done[0].meta == {"tag": "first"} and done[2].meta == {"tag": "third"}
+    assert done[1].meta == {} and done[1].progress is None
+    assert done[3].meta == {} and done[3].progress is None
+
+
+def test_a_function_with_horse_jobs_1_always_gets_a_fresh_horse(queue, burst, settings):
+    done = _run(queue(), burst, settings.replace(horse_jobs=10),
+                ["pid", "fresh", "fresh", "pid", "fresh"])
+    assert [j.status for j in done] == ["finished"] * 5
+    warm, fresh = done[0].result[0], [done[1].result, done[2].result, done[4].result]
+    assert done[3].result == [warm, 1]              # the warm horse waited meanwhile
+    assert len({warm, *fresh}) == 4
+
+
+def test_a_function_cap_lowers_the_workers(queue, burst, settings):
+    # two jobs ran in the warm horse: a horse_jobs=2 job may not be its third
+    done = _run(queue(), burst, settings.replace(horse_jobs=10),
+                ["pid", "pid", "pair", "pair", "pair"])
+    assert [j.status for j in done] == ["finished"] * 5
+    warm = done[0].result[0]
+    assert done[1].result[0] == warm
+    assert done[2].result == done[3].result != warm
+    assert done[4].result not in (warm, done[2].result)
+
+
+def test_rss_past_the_ceiling_retires_the_horse_after_its_job(queue, burst, settings):
+    # the burst worker has no middleware: the check after each job alone decides
+    done = _run(queue(), burst, settings.replace(horse_jobs=10, max_horse_memory=120),
+                [("leak", (0,), {}), ("leak", (0,), {}), ("leak", (150,), {}),
+                 ("leak", (0,), {})])
+    assert [j.status for j in done] == ["finished"] * 4
+    pids = [j.result for j in done]
+    assert pids[0] == pids[1] == pids[2]            # under the ceiling: it stays
+    assert pids[3] != pids[2]                       # past it after the third: retired
+
+
+def test_a_timeout_kills_only_its_jobs_horse(processes, queue, r, settings):
+    q = queue()
+    key = f"{settings.prefix}:warm:pids"
+    processes.worker("--customq", "default", "--concurrency", "2", "--horse-jobs", "10")
+    warm = [q.enqueue_call(f"{JOBS}:pid") for _ in range(2)]
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in warm), timeout=30)
+    long = q.enqueue_call(f"{JOBS}:sleep", args=[settings.redis_url, key, 8])
+    late = q.enqueue_call(f"{JOBS}:sleep", args=[settings.redis_url, key, 60, True],
+                          timeout=1)
+    wait_for(lambda: r.llen(key) == 2, timeout=20)
+    wait_for(lambda: q.fetch_job(late.id).status == "failed", timeout=20)
+    pids = {int(p) for p in r.lrange(key, 0, -1)}
+    assert pids == {q.fetch_job(j.id).result[0] for j in warm}    # both warm horses
+    killed = next(p for p in pids if _gone(p))      # its horse died (timeout + grace)
+    survivor = (pids - {killed}).pop()
+    assert q.fetch_job(late.id).failure_reason == FailureReason.TIMEOUT
+    assert not _gone(survivor) and q.fetch_job(long.id).status == "started"
+    nxt = q.enqueue_call(f"{JOBS}:pid")              # the one free slot: a fresh horse
+    wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=20)
+    assert q.fetch_job(nxt.id).result[0] not in pids and q.fetch_job(nxt.id).result[1] == 0
+    wait_for(lambda: q.fetch_job(long.id).status == "finished", timeout=20)
+    assert q.fetch_job(long.id).result == survivor
+
+
+def test_sighup_retires_warm_horses(processes, queue, settings):
+    q = queue()
+    w = processes.worker("--customq", "default", "--horse-jobs", "10")
+    first = [q.enqueue_call(f"{JOBS}:pid") for _ in range(2)]
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in first), timeout=30)
+    warm = q.fetch_job(first[0].id).result[0]
+    assert q.fetch_job(first[1].id).result == [warm, 1]
+    w.send_signal(signal.SIGHUP)
+    wait_for(lambda: _gone(warm), timeout=20)
+    after = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(after.id).status == "finished", timeout=20)
+    assert q.fetch_job(after.id).result[0] != warm
+    assert q.fetch_job(after.id).result[1] == 0
+
+
+def test_sigkill_of_an_idle_warm_horse_loses_nothing(processes, queue, settings):
+    q = queue()
+    processes.worker("--customq", "default", "--horse-jobs", "10")
+    first = [q.enqueue_call(f"{JOBS}:pid") for _ in range(2)]
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in first), timeout=30)
+    warm = q.fetch_job(first[0].id).result[0]
+    assert q.fetch_job(first[1].id).result == [warm, 1]
+    os.kill(warm, signal.SIGKILL)                  # idle between jobs
+    after = [q.enqueue_call(f"{JOBS}:pid") for _ in range(3)]   # at once, no wait
+    wait_for(lambda: all(q.fetch_job(j.id).status in ("finished", "failed") for j in after),
+             timeout=30)
+    assert [q.fetch_job(j.id).status for j in after] == ["finished"] * 3
+    assert all(q.fetch_job(j.id).result[0] != warm for j in after)
+    assert [q.fetch_job(j.id).status for j in first] == ["finished"] * 2
