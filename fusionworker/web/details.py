@@ -22,7 +22,7 @@ MAX_DEPENDENTS = 20
 #: a frame line of a traceback: ``  File "path", line N, in name``
 _FRAME = re.compile(r'^  File "(?P<path>[^"]*)", line \d+')
 #: files of the worker itself (the horse that calls the job, the middleware around it)
-_OWN = re.compile(r"[/\\]fusionworker[/\\](runtime|core|middleware|events|ops|worker\.py)")
+_OWN = re.compile(r"[/\\]fusionworker[/\\](runtime|core|middleware|events|worker\.py)")
 _HEAD = "Traceback (most recent call last):"
 
 

@@ -97,6 +97,9 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         label = driver.find_element(By.CSS_SELECTOR, "#chart-throughput svg text")
         assert label.size["height"] >= 12
         driver.get(base + "/")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg text"))
+        assert driver.find_element(By.CSS_SELECTOR, "#chart svg").size["width"] <= 390
+        assert driver.find_element(By.CSS_SELECTOR, "#chart svg text").size["height"] >= 12
         card = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{q.name}"]')
         pending = card.find_element(By.CSS_SELECTOR, '[data-k="pending"]')
         label = driver.execute_script(
