@@ -102,10 +102,10 @@ def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple
 def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]]) -> int:
     """How many jobs a horse running ``func`` may run in all: ``horse_jobs`` (the
     worker's), lowered by the function's ``@job(horse_jobs=M)``."""
-    handle: Any = resolved.get(func)
-    if handle is None:
-        registry = sys.modules.get("fusionworker.core.registry")
-        handle = registry.lookup(func) if registry is not None else None
+    registry = sys.modules.get("fusionworker.core.registry")   # loaded if @job/register ran
+    handle: Any = registry.lookup(func) if registry is not None else None
+    if handle is None:      # (register() leaves the module attribute the plain function)
+        handle = resolved.get(func)
     own = getattr(handle, "horse_jobs", None)
     if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
         return min(horse_jobs, own)
