@@ -9,8 +9,12 @@ a cron entry. The chart's earlier minutes are simulated (written into the same
 per-minute hashes ``finish.lua`` keeps), since a real hour of history would
 take an hour; the current minute is real.
 
-Then Debian's headless Chromium (tests/web_support.py) takes docs/img/overview.png,
-queue.png, job.png and failed.png.
+Also a rate limit, a batch, a deferred job and the charts' history (simulated
+before the current minute, as the per-minute chart). Then Debian's headless
+Chromium (tests/web_support.py) takes every page (overview, queue, job,
+failed, retries, scheduled, batches, batch, workers, worker, charts) in light
+and dark (``prefers-color-scheme``), at desktop (1280 px) and phone (390 px)
+width: docs/img/<page>-<light|dark>-<desktop|phone>.png.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 import fusionworker.ops.demo  # noqa: E402,F401  (registers the demo job functions)
+from fusionworker.core.batch import Batch  # noqa: E402
 from fusionworker.core.config import load_settings  # noqa: E402
 from fusionworker.core.keys import Keys  # noqa: E402
 from fusionworker.core.queue import Queue  # noqa: E402
-from fusionworker.events import flush_default_sinks  # noqa: E402
+from fusionworker.events import flush_default_sinks, metrics_history  # noqa: E402
 from fusionworker.middleware import cron  # noqa: E402
 from fusionworker.web import create_app  # noqa: E402
 from tests.web_support import chromium, login, serve, wait  # noqa: E402
@@ -105,20 +110,72 @@ def build_state(r: redis.Redis, url: str, workers: list[subprocess.Popen[bytes]]
             if random.random() < 0.25:
                 r.hincrby(key, "failed", random.randint(1, 3))
             r.expire(key, 7200)
+    q["sms"].set_rate_limit("20/s")
+    with Batch(on_complete="fusionworker.ops.demo:send_email", queue=q["reports"]) as batch:
+        for i in range(8):
+            q["reports"].enqueue("fusionworker.ops.demo:send_email", f"row{i}@example.com",
+                                 "Import", batch=batch)
+    head = q["reports"].enqueue("fusionworker.ops.demo:send_email", "cfo@example.com", "Close")
+    q["email"].enqueue("fusionworker.ops.demo:send_email", "board@example.com", "Summary",
+                       depends_on=head)
+    simulate_history(r)
     flush_default_sinks(5)
+    metrics_history.record_from_stream(r, PREFIX)
     failed = next(j.id for j in jobs if j.func.endswith("broken_template"))
     return failed
 
 
-def full_page(driver, path: Path) -> None:
+def simulate_history(r: redis.Redis) -> None:
+    """Earlier minutes and 10-minute spans of the charts' history (see the docstring)."""
+    now = int(r.time()[0])
+    for resolution, count in ((60, 60), (600, 144)):
+        for back in range(count - 1, 0, -1):
+            bucket = now // resolution - back
+            for name, share in (("sms", 0.6), ("email", 0.3), ("webhook", 0.1)):
+                key = metrics_history.bucket_key(PREFIX, name, resolution, bucket)
+                scale = resolution // 60
+                done = int(random.randint(15, 60) * share * scale) + 1
+                r.hincrby(key, "finished", done)
+                r.hincrby(key, "failed", random.randint(0, 3) * scale)
+                for _ in range(12):
+                    ms = random.lognormvariate(4.0 if name == "sms" else 5.0, 0.6)
+                    k = metrics_history.duration_bucket(ms / 1000)
+                    r.hincrby(key, f"d{k}", max(1, done // 12))
+                r.expire(key, metrics_history.RESOLUTIONS[resolution])
+
+
+def full_page(driver, path: Path, width: int) -> None:
     """The whole page, not only the window (Chromium's DevTools capture)."""
     import base64
 
     height = driver.execute_script("return document.documentElement.scrollHeight")
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
         "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": 1280, "height": min(height, 2400), "scale": 1}})
+        "clip": {"x": 0, "y": 0, "width": width, "height": min(height, 2400), "scale": 1}})
     path.write_bytes(base64.b64decode(shot["data"]))
+
+
+#: name -> path of every page shot (light and dark, desktop and phone)
+def pages(failed_id: str, batch_id: str) -> dict[str, str]:
+    return {
+        "overview": "/", "queue": "/queues/sms?per_page=15", "job": f"/jobs/{failed_id}",
+        "failed": "/failed", "retries": "/retries", "scheduled": "/scheduled",
+        "batches": "/batches", "batch": f"/batches/{batch_id}?queue=reports",
+        "workers": "/workers", "worker": "/workers/demo-1", "charts": "/charts",
+    }
+
+
+def shoot(driver, base: str, shots: dict[str, str]) -> None:
+    for scheme in ("light", "dark"):
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+            "features": [{"name": "prefers-color-scheme", "value": scheme}]})
+        for device, (width, height) in (("desktop", (1280, 900)), ("phone", (390, 844))):
+            driver.set_window_size(width, height)
+            for name, path in shots.items():
+                driver.get(base + path)
+                time.sleep(0.3)
+                inner = driver.execute_script("return window.innerWidth")
+                full_page(driver, OUT / f"{name}-{scheme}-{device}.png", inner)
 
 
 def main() -> None:
@@ -131,18 +188,15 @@ def main() -> None:
     try:
         failed_id = build_state(r, url, workers)
         settings = load_settings(environ={}, redis_url=url, prefix=PREFIX, web_token=TOKEN)
+        batch_id = r.zrange(f"{PREFIX}:{{reports}}:batches", 0, 0)[0]
         with serve(create_app(settings, r, poll_interval=1.0)) as base, chromium() as driver:
             login(driver, base, TOKEN)
             wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg"))
             time.sleep(2.5)   # one live refresh
-            full_page(driver, OUT / "overview.png")
-            driver.get(base + "/queues/sms?per_page=15")
-            full_page(driver, OUT / "queue.png")
-            driver.get(f"{base}/jobs/{failed_id}")
-            full_page(driver, OUT / "job.png")
-            driver.get(base + "/failed?queue=email")
-            full_page(driver, OUT / "failed.png")
-        print("wrote", ", ".join(str(p.relative_to(ROOT)) for p in sorted(OUT.glob("*.png"))))
+            for old in OUT.glob("*.png"):
+                old.unlink()
+            shoot(driver, base, pages(failed_id, batch_id))
+        print("wrote", len(list(OUT.glob("*.png"))), "screenshots in", OUT.relative_to(ROOT))
     finally:
         for w in workers:
             w.terminate()

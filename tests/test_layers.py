@@ -43,14 +43,14 @@ ALLOWED_UPWARD = {
 #: a new one fails the test, one that went away asks to be taken out of this list
 KNOWN_DEFERRED_CYCLES = {
     # job_habits (Job.fetch, job.cancel/requeue) reaches Queue when called; job and keys
-    # import it, so they are on the cycle too; so does Queue's failed_job_registry & co
+    # import it, so they are on the cycle too; so do Queue's registries (registries.py)
     frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue",
-               "fusionworker.core.options", "fusionworker.core.queue",
-               "fusionworker.core.job", "fusionworker.core.job_habits", "fusionworker.core.keys",
-               "fusionworker.core.queue_admin", "fusionworker.core.queue_read",
-               "fusionworker.core.registries",
-               "fusionworker.core.registry", "fusionworker.core.tracing",
-               "fusionworker.core.scripts.replies",
+               "fusionworker.core.job", "fusionworker.core.job_habits",
+               "fusionworker.core.keys", "fusionworker.core.options",
+               "fusionworker.core.queue", "fusionworker.core.queue_admin",
+               "fusionworker.core.queue_habits", "fusionworker.core.queue_read",
+               "fusionworker.core.registries", "fusionworker.core.registry",
+               "fusionworker.core.scripts.replies", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
 }
 

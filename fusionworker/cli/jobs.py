@@ -50,9 +50,14 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 @click.argument("func", required=False)
 @click.argument("args", nargs=-1)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
-@click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds.")
-@click.option("--max-retries", type=click.IntRange(min=0))
+@click.option("--priority", type=click.IntRange(-1023, 1023),
+              help="-1023..1023, higher runs first. Default: the function's @job priority, "
+                   "else 0.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds. Default: the function's @job timeout, else "
+                   "FUSIONWORKER_JOB_TIMEOUT.")
+@click.option("--max-retries", type=click.IntRange(min=0),
+              help="Default: the function's @job max_retries, else FUSIONWORKER_MAX_RETRIES.")
 @click.option("--retry-delay", type=click.FloatRange(min=0), help="First retry delay, seconds.")
 @click.option("--job-id")
 @click.option("--unique-key", help="Skip if a live job with this key exists.")
@@ -71,7 +76,7 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
                    "The current directory is always searched first, as by `worker`.")
 @pass_app
 def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
-            kwargs_json: str | None, priority: int, timeout: float | None,
+            kwargs_json: str | None, priority: int | None, timeout: float | None,
             max_retries: int | None, retry_delay: float | None, job_id: str | None,
             unique_key: str | None, group: str | None, delay: float | None,
             from_file: Any, imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
@@ -84,6 +89,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     `worker`: FUNC's module is imported when it can be and a function it
     does not have is refused before anything is written. A module this
     machine cannot import is checked by name only (a warning says so).
+    Options not given are the function's @job options (then the settings').
     """
     _producer_imports(app, imports, paths)
     if from_file is not None:

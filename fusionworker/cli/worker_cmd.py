@@ -80,10 +80,11 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            horse_jobs: int | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
-    `worker high default low` (RQ's form) asks for the queues in STRICT
-    order: a job of `default` only when `high` has none. `-q high,default,low`
-    serves them ROUND-ROBIN instead (weights: `-q high:5,default:2,low:1`).
-    No queue: every known queue, round-robin.
+    `-q high,default,low` serves the queues ROUND-ROBIN (weights:
+    `-q high:5,default:2,low:1`); no queue: every known queue, round-robin.
+    RQ's `worker high default low` means STRICT order (a job of `default`
+    only when `high` has none): it is recognized and refused with one line,
+    as this worker cannot claim in strict order yet.
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.

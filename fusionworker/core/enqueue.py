@@ -14,7 +14,7 @@ import json
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -29,8 +29,8 @@ from .config import check_value
 from .connection import text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
-from .options import JobOptions
-from .registry import lookup, producer_allowed, registered
+from .options import JobOptions, registered_defaults
+from .registry import producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,9 +99,9 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: Iterable[Any] | None
     allowed, default_timeout, default_retries = defaults(q)
     ref = func if func.__class__ is str and func in _CHECKED_REFS else _checked_ref(func)
     verify(ref, allowed)
-    handle = lookup(ref)   # registered (@job): its options are the defaults
-    if handle is not None and handle.default_options:
-        options = options.over(handle.default_options)
+    # registered (@job, register(); verify() imported its module when it may): the
+    # function's options are the defaults, however it was named
+    options = options.over(registered_defaults(ref))
     opts = options.checked(default_timeout, default_retries)
     if when is not None and not math.isfinite(float(when[1])):
         raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
@@ -149,15 +149,33 @@ def defaults(q: Queue) -> tuple[tuple[str, ...], float, int]:
 
 def _encode_arguments(ref: str, args: Iterable[Any] | None,
                       kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
-    """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job."""
+    """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job.
+
+    ``args`` is a list or a tuple (a string would be its characters), ``kwargs`` a
+    dict (or another mapping); TypeError otherwise."""
+    if args is None:
+        args = []
+    elif not isinstance(args, (list, tuple)):
+        raise TypeError(f"args must be a list or a tuple, got {type(args).__name__} "
+                        f"{_short(args)} (one argument: args=[value])")
+    if kwargs is None:
+        kwargs = {}
+    elif kwargs.__class__ is not dict:
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__} "
+                            f"{_short(kwargs)}")
+        kwargs = dict(kwargs)
     try:
-        args_enc = codec.encode(args if isinstance(args, (list, tuple))
-                                else list(args or []), "args")
-        kwargs_enc = codec.encode(kwargs if kwargs.__class__ is dict
-                                  else dict(kwargs or {}), "kwargs")
+        args_enc = codec.encode(args, "args")
+        kwargs_enc = codec.encode(kwargs, "kwargs")
     except codec.UnsupportedType as exc:
         raise codec.UnsupportedType(f"cannot enqueue {ref}: {exc}") from None
     return args_enc, kwargs_enc
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
@@ -182,13 +200,17 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
               "kwargs", _tagged_json(kwargs_enc) if kwargs_enc else "{}",
               "timeout", repr(opts.timeout), "max_retries", str(opts.max_retries)]
     if (opts.retry_delay is not None or opts.unique_key is not None or opts.group is not None
-            or opts.on_failure_url is not None or refs or opts.batch is not None):
+            or opts.on_failure_url is not None or refs or opts.batch is not None
+            or opts.description is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
             allow_dependency_failure="1" if refs and opts.allow_dependency_failure else None,
             batch=opts.batch.ref if opts.batch is not None else None,
+            description=opts.description,
         )
+    if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
+        fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
     if _otel.producer is not None:
         fields += _otel.trace_fields()   # the producer's trace context
     return fields
@@ -225,7 +247,8 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         depends_on=json.loads(f["depends_on"]) if "depends_on" in f else None,
         allow_dependency_failure=f.get("allow_dependency_failure") == "1",
         batch=f.get("batch"), traceparent=f.get("traceparent"),
-        tracestate=f.get("tracestate"),
+        tracestate=f.get("tracestate"), _description=f.get("description"),
+        meta=codec.loads(f["meta"]) if "meta" in f else {},
     )
     job._queue = q
     return job

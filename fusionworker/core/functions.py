@@ -52,6 +52,14 @@ def func_ref(func: str | Callable[..., Any]) -> str:
     if isinstance(func, str):
         parse_func_ref(func)
         return func
+    owner = getattr(func, "__self__", None)
+    if isinstance(func, types.MethodType) and not isinstance(owner, type):
+        # the instance would be lost: the reference names the class's plain function
+        raise InvalidFunction(
+            f"{func!r} is a bound method: a job is run by name, without its instance; "
+            "enqueue a module-level function (or a staticmethod/classmethod) and pass "
+            "the instance's data as arguments"
+        )
     module = getattr(func, "__module__", None)
     qualname = getattr(func, "__qualname__", None)
     if not module or not qualname or "<" in qualname or module == "__main__":

@@ -15,7 +15,7 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,10 @@ class JobOptions:
     allow_dependency_failure: bool | None = None
     #: the ``Batch`` the job joins
     batch: Batch | None = None
+    #: what the job is, in words (``Job.description``; default: the call as text)
+    description: str | None = None
+    #: the job's first ``current_job().meta``: a dict of tagged-JSON values
+    meta: dict[str, Any] | None = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -63,7 +67,7 @@ class JobOptions:
     def values(self) -> tuple[Any, ...]:
         return (self.priority, self.timeout, self.max_retries, self.retry_delay, self.job_id,
                 self.unique_key, self.group, self.on_failure_url, self.depends_on,
-                self.allow_dependency_failure, self.batch)
+                self.allow_dependency_failure, self.batch, self.description, self.meta)
 
     def given(self) -> dict[str, Any]:
         """The options that are set, as keywords."""
@@ -93,16 +97,28 @@ class JobOptions:
                              f"got {job_id!r}")
         if self.batch is not None:
             _check_batch(self.batch)
+        if self.description is not None or self.meta is not None:
+            _check_words(self.description, self.meta)
         return JobOptions(
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
-            bool(self.allow_dependency_failure), self.batch)
+            bool(self.allow_dependency_failure), self.batch, self.description, self.meta)
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
 NAMES: tuple[str, ...] = tuple(f.name for f in fields(JobOptions))
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
+
+
+def _check_words(description: Any, meta: Any) -> None:
+    if description is not None and (description.__class__ is not str
+                                    or len(description) > 2000):
+        raise TypeError(f"description must be a string of at most 2000 characters, "
+                        f"got {type(description).__name__}")
+    if meta is not None and (not isinstance(meta, dict)
+                             or not all(isinstance(k, str) for k in meta)):
+        raise TypeError(f"meta must be a dict with string keys, got {type(meta).__name__}")
 
 
 def _check_batch(batch: Any) -> None:
@@ -114,12 +130,91 @@ def _check_batch(batch: Any) -> None:
         raise RuntimeError(f"batch {batch.id} is sealed: no job can be added")
 
 
+#: keywords of RQ's or Celery's enqueue calls that mean the same here: name -> option
+ALIASES: dict[str, str] = {
+    "job_timeout": "timeout",     # RQ: seconds before the run is killed
+    "time_limit": "timeout",      # Celery: the hard limit, the run is killed
+}
+
+#: keywords of RQ's or Celery's enqueue calls that are no option here: name -> what to
+#: use instead. ``Queue.enqueue`` refuses them (they would become the job's arguments).
+FOREIGN: dict[str, str] = {
+    "result_ttl": "results are kept FUSIONWORKER_RESULT_TTL seconds (a setting)",
+    "failure_ttl": "failed jobs are kept FUSIONWORKER_FAILED_TTL seconds (a setting)",
+    "ttl": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
+    "expires": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
+    "at_front": "use priority= (-1023..1023, higher runs first)",
+    "retry": "use max_retries= and retry_delay= (the first delay; it backs off)",
+    "retry_policy": "use max_retries= and retry_delay= (the first delay; it backs off)",
+    "on_success": "use a Batch(on_success=...) around the job, or depends_on= on a next job",
+    "on_failure": "use on_failure_url= (a URL POSTed) or a Batch(on_failure=...)",
+    "on_stopped": "use on_failure_url= (a stopped job fails) or a Batch(on_failure=...)",
+    "link": "use depends_on= on the next job, or a Batch(on_success=...)",
+    "link_error": "use on_failure_url= or a Batch(on_failure=...)",
+    "countdown": "use q.enqueue_in(seconds, func, ...)",
+    "eta": "use q.enqueue_at(datetime, func, ...)",
+    "task_id": "use job_id= (a live job with that id is not enqueued again)",
+    "queue": "the queue is the Queue's: Queue(name).enqueue(...), or @job(queue=...)",
+    "routing_key": "the queue is the Queue's: Queue(name).enqueue(...)",
+    "exchange": "the queue is the Queue's: Queue(name).enqueue(...)",
+    "soft_time_limit": "no soft limit; timeout= is the hard one",
+    "ignore_result": "results are kept FUSIONWORKER_RESULT_TTL seconds (a setting)",
+    "serializer": "arguments are always tagged JSON (no pickle)",
+    "compression": "arguments are always tagged JSON (no pickle)",
+    "headers": "no headers; pass the data as arguments",
+    "shadow": "the job is named by its function",
+    "pipeline": "use q.prepare(...) per job, then q.enqueue_many(prepared)",
+    "connection": "the connection is the Queue's: Queue(name, connection)",
+    "group_id": "use a Batch (batch=) to follow a set of jobs",
+    "repeat": "use a cron entry (fusionworker cron add)",
+    "args": "use q.enqueue_call(func, args=[...], kwargs={...})",
+    "kwargs": "use q.enqueue_call(func, args=[...], kwargs={...})",
+}
+
+#: every keyword ``Queue.enqueue`` takes for itself or refuses
+_TAKEN: frozenset[str] = OPTIONS | frozenset(ALIASES) | frozenset(FOREIGN)
+
+
+def refusal(name: str) -> str:
+    """The one-line refusal of foreign keyword ``name``."""
+    return (f"{name}= is not a fusionworker enqueue option ({FOREIGN[name]}); "
+            f"a job argument named {name!r} goes through "
+            f"enqueue_call(func, args=[...], kwargs={{{name!r}: ...}})")
+
+
 def split(kwargs: dict[str, Any]) -> JobOptions:
     """Take the options out of ``enqueue()``'s keyword arguments (the rest stay: they
-    are the job's own)."""
-    if not kwargs or OPTIONS.isdisjoint(kwargs):
+    are the job's own). An alias (:data:`ALIASES`) is taken as its option; a keyword
+    of :data:`FOREIGN` is refused (TypeError, one line): it would otherwise become an
+    argument of the job and fail there, or worse, be ignored by it."""
+    if not kwargs or _TAKEN.isdisjoint(kwargs):
         return EMPTY
-    return JobOptions(**{k: kwargs.pop(k) for k in list(kwargs) if k in OPTIONS})
+    found: dict[str, Any] = {}
+    for name in list(kwargs):
+        if name in OPTIONS:
+            found[name] = kwargs.pop(name)
+        elif name in ALIASES:
+            real = ALIASES[name]
+            if real in kwargs or real in found:
+                raise TypeError(f"give {real}= or {name}= (the same option), not both")
+            found[real] = kwargs.pop(name)
+        elif name in FOREIGN:
+            raise TypeError(refusal(name))
+    return JobOptions(**found)
+
+
+def option_like(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` that are options, aliases or foreign options."""
+    return sorted(_TAKEN.intersection(names))
+
+
+def registered_defaults(ref: str) -> Mapping[str, Any]:
+    """The options given to ``@job(...)``/``register(...)`` for function ``ref`` in this
+    process (empty when it is not registered here)."""
+    from .registry import lookup
+
+    handle = lookup(ref)
+    return handle.default_options if handle is not None else {}
 
 
 def check_names(options: Mapping[str, Any], where: str = "job options") -> None:

@@ -16,25 +16,25 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import SETTINGS, Settings, load_settings
-from .connection import decoding, shared_client, texts
+from .connection import decoding, shared_client
 from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
-from .job import Job, JobStatus
+from .job import Job
 from .keys import Keys, QueueKeys, check_queue_name
 from .options import NAMES, OPTIONS, JobOptions, split
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
+from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
 from .scripts import Scripts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
     from .connection import RedisClient
-    from .registries import JobRegistry
 
 log = logging.getLogger("fusionworker.queue")
 
@@ -97,7 +97,7 @@ def settings_from_env() -> Settings:
     return found
 
 
-class Queue(QueueReads, QueueAdmin):
+class Queue(QueueReads, QueueAdmin, QueueHabits):
     """One named priority queue.
 
     >>> q = Queue("sms")                      # connection from REDIS_URL
@@ -168,6 +168,8 @@ class Queue(QueueReads, QueueAdmin):
         depends_on: Any = None,
         allow_dependency_failure: bool | None = None,
         batch: Batch | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
         _when: tuple[str, float] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -189,7 +191,8 @@ class Queue(QueueReads, QueueAdmin):
         ``queued`` event) is logged and the job returned as known locally.
         """
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
-                             group, on_failure_url, depends_on, allow_dependency_failure, batch)
+                             group, on_failure_url, depends_on, allow_dependency_failure, batch,
+                             description, meta)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -210,11 +213,14 @@ class Queue(QueueReads, QueueAdmin):
         depends_on: Any = None,
         allow_dependency_failure: bool | None = None,
         batch: Batch | None = None,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
         _when: tuple[str, float] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
-                             group, on_failure_url, depends_on, allow_dependency_failure, batch)
+                             group, on_failure_url, depends_on, allow_dependency_failure, batch,
+                             description, meta)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
@@ -309,64 +315,3 @@ class Queue(QueueReads, QueueAdmin):
                 or not _enqueue.same_server(target[0], self.connection)):
             return None
         return [target[1]], [target[2], _HOSTNAME, self.name]
-
-    # -- RQ's names (docs/from-rq.md); thin layers over the methods above --------
-
-    @classmethod
-    def all(cls, connection: RedisClient | None = None, *,
-            settings: Settings | None = None) -> list[Queue]:
-        """Every queue ever enqueued to (``fw:queues``), by name."""
-        settings = settings or settings_from_env()
-        conn = shared_client(settings.redis_url) if connection is None else connection
-        return [cls(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
-
-    def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
-        """Queued ids in the order they will run, ``length`` of them from ``offset``
-        (-1: all)."""
-        stop = -1 if length < 0 else offset + length - 1
-        return texts(self.connection.zrevrange(self.qkeys.pending, offset, stop))
-
-    def get_jobs(self, offset: int = 0, length: int = -1) -> list[Job[Any]]:
-        """The queued jobs of :meth:`get_job_ids`."""
-        found = (self.fetch_job(i) for i in self.get_job_ids(offset, length))
-        return [j for j in found if j is not None]
-
-    def is_empty(self) -> bool:
-        """No job is queued (scheduled and deferred ones are not counted)."""
-        return self.count == 0
-
-    def get_job_position(self, job: Job[Any] | str) -> int | None:
-        """Place of a queued job in the run order (0 runs next), or None."""
-        place = self.connection.zrevrank(self.qkeys.pending, job if isinstance(job, str)
-                                         else job.id)
-        return None if place is None else int(cast("int", place))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Queue):
-            return NotImplemented
-        return (self.name, self.settings.prefix) == (other.name, other.settings.prefix)
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.settings.prefix))
-
-    def registry(self, status: JobStatus | str) -> JobRegistry:
-        """The registry object of ``status`` (``"failed"``, ``"started"``, ...)."""
-        from .registries import REGISTRIES
-
-        if str(status) not in REGISTRIES:
-            raise ValueError(f"no registry for status {status!r}; one of "
-                             f"{', '.join(sorted(REGISTRIES))}")
-        return REGISTRIES[str(status)](queue=self)
-
-    failed_job_registry = property(lambda self: self.registry("failed"),
-                                   doc="The queue's :class:`FailedJobRegistry`.")
-    finished_job_registry = property(lambda self: self.registry("finished"),
-                                     doc="The queue's :class:`FinishedJobRegistry`.")
-    started_job_registry = property(lambda self: self.registry("started"),
-                                    doc="The queue's :class:`StartedJobRegistry`.")
-    scheduled_job_registry = property(lambda self: self.registry("scheduled"),
-                                      doc="The queue's :class:`ScheduledJobRegistry`.")
-    deferred_job_registry = property(lambda self: self.registry("deferred"),
-                                     doc="The queue's :class:`DeferredJobRegistry`.")
-    canceled_job_registry = property(lambda self: self.registry("canceled"),
-                                     doc="The queue's :class:`CanceledJobRegistry`.")

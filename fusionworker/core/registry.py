@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -98,6 +99,24 @@ class JobFunction(Generic[P, R]):
                            settings=settings or self.settings, horse_jobs=self.horse_jobs,
                            **{**self.default_options, **options})
 
+    def _check_kwargs(self, kwargs: dict[str, Any]) -> None:
+        """TypeError when a keyword that is an enqueue option (or RQ's, Celery's) is not a
+        parameter of the function: an option given to the wrong call would become an
+        argument and fail in the worker."""
+        from .options import option_like
+
+        names = option_like(kwargs)
+        if not names:
+            return
+        params = inspect.signature(self.func).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        for name in names:
+            if name not in params:
+                raise TypeError(
+                    f"{self.ref} has no parameter {name!r}: job options go through "
+                    f"{self.func.__name__}.options({name}=...).enqueue(...)")
+
     def _queue(self) -> Queue:
         from .queue import Queue
 
@@ -107,16 +126,19 @@ class JobFunction(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run with these arguments now."""
+        self._check_kwargs(kwargs)
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           **self.default_options)
 
     def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run ``seconds`` from now (Redis server clock)."""
+        self._check_kwargs(kwargs)
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=("in", seconds), **self.default_options)
 
     def enqueue_at(self, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run at ``when`` (naive datetimes are UTC)."""
+        self._check_kwargs(kwargs)
         from .enqueue import at
 
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,

@@ -54,7 +54,8 @@ def _require() -> None:
     except ImportError as exc:
         raise OtelUnavailable(
             "FUSIONWORKER_OTEL=on needs the OpenTelemetry packages: "
-            "pip install 'fusionworker[otel]'") from exc
+            "pip install 'fusionworker[otel]' (from a checkout: pip install -e '.[otel]')"
+        ) from exc
 
 
 def _version() -> str:

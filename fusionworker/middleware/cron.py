@@ -221,7 +221,7 @@ def register(
     args: Sequence[Any] = (),
     kwargs: dict[str, Any] | None = None,
     queue: str = "default",
-    priority: int = 0,
+    priority: int | None = None,
     timezone: str = "UTC",
     catch_up: str = "skip",
     allow_overlap: bool = False,
@@ -229,21 +229,30 @@ def register(
     max_retries: int | None = None,
 ) -> CronEntry:
     """Create or replace cron entry ``name`` of ``queue``; its first run is the next
-    scheduled time from now. Replacing keeps the entry's pause state and run history."""
+    scheduled time from now. Replacing keeps the entry's pause state and run history.
+
+    ``priority``, ``timeout``, ``max_retries`` not given: the function's ``@job``
+    options (its module is imported when it may be, as at enqueue), else 0 and the
+    settings' defaults."""
     connection = decoding(connection)   # any redis-py client
     if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
         raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
     check_schedule(schedule, timezone)
     if catch_up not in CATCH_UP_MODES:
         raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
+    from ..core.options import registered_defaults
+    from ..core.registry import producer_allowed
+
+    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
+    own = registered_defaults(func_ref(func))
+    priority = own.get("priority", 0) if priority is None else priority
+    timeout = own.get("timeout") if timeout is None else timeout
+    max_retries = own.get("max_retries") if max_retries is None else max_retries
     check_priority(priority)
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if max_retries is not None and max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    from ..core.registry import producer_allowed
-
-    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
     k = _qkeys(settings, queue)
     ekey = k.cron_entry(name)
     definition: dict[EncodableT, EncodableT] = {

@@ -9,8 +9,10 @@ never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -30,6 +32,7 @@ from ..core.config import Settings
 from ..core.connection import mask_url
 from ..core.job import JobStatus
 from ..core.queue import find_queue_of
+from ..events import metrics_history
 from ..ops.info import fmt_age
 from . import auth, listings, pages
 from .actions import dispatch
@@ -59,8 +62,12 @@ def _fmt_window(seconds: float) -> str:
 
 
 def create_app(settings: Settings, connection: RedisClient | None = None, *, read_only: bool = False,
-               poll_interval: float = 2.0) -> Starlette:
-    """The dashboard over ``connection`` (default: a client of ``settings.redis_url``)."""
+               poll_interval: float = 2.0, history_interval: float | None = 5.0) -> Starlette:
+    """The dashboard over ``connection`` (default: a client of ``settings.redis_url``).
+
+    While it runs (its lifespan), a thread adds the event stream's new outcomes to
+    the charts' history every ``history_interval`` seconds (None: no thread;
+    ``events/metrics_history.py``)."""
     from ..core.connection import connect
 
     r = connection if connection is not None else connect(settings.redis_url)
@@ -498,7 +505,19 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         log.error("web: error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_page(request, 500, "internal error (see the dashboard's log)")
 
-    app = Starlette(routes=routes, exception_handlers={
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        recorder = (metrics_history.HistoryRecorder(r, settings.prefix, history_interval)
+                    if history_interval else None)
+        if recorder is not None:
+            recorder.start()
+        try:
+            yield
+        finally:
+            if recorder is not None:
+                await _run(recorder.stop)
+
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         ApiError: on_api_error, HTTPException: on_http,
         redis.ConnectionError: on_redis, redis.TimeoutError: on_redis,
         Exception: on_error,

@@ -14,8 +14,10 @@ from ..core.keys import Keys
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
-#: dependencies and dependents shown on a job page (a fan-in of thousands is cut)
+#: dependencies, and jobs of a batch, shown on a page (a fan-in of thousands is cut)
 MAX_REFS = 200
+#: jobs waiting on a job shown on its page (the rest counted)
+MAX_DEPENDENTS = 20
 
 #: a frame line of a traceback: ``  File "path", line N, in name``
 _FRAME = re.compile(r'^  File "(?P<path>[^"]*)", line \d+')
@@ -91,12 +93,16 @@ def dependencies(r: RedisClient, prefix: str, job_id: str, queue: str,
     return found
 
 
-def dependents(r: RedisClient, prefix: str, job_id: str, queue: str) -> list[dict[str, Any]]:
-    """Jobs still waiting on ``job_id`` (the set is emptied once the job ended)."""
-    keys = Keys(prefix)
-    refs = sorted(texts(list(r.srandmember(keys.queue(queue).base + f"dependents:{job_id}",
-                                            MAX_REFS) or [])))
-    return statuses(r, prefix, refs)
+def dependents(r: RedisClient, prefix: str, job_id: str, queue: str
+               ) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``MAX_DEPENDENTS`` jobs still waiting on ``job_id``, and how many there are
+    (the set is emptied once the job ended)."""
+    key = Keys(prefix).queue(queue).base + f"dependents:{job_id}"
+    pipe = r.pipeline(transaction=False)
+    pipe.scard(key)
+    pipe.srandmember(key, MAX_DEPENDENTS)
+    count, some = pipe.execute()
+    return statuses(r, prefix, sorted(texts(list(some or [])))), int(count)
 
 
 def batch_of(r: RedisClient, prefix: str, ref: str | None) -> dict[str, Any] | None:
@@ -110,7 +116,7 @@ def batch_of(r: RedisClient, prefix: str, ref: str | None) -> dict[str, Any] | N
 
 
 #: stream entries read (newest first) for a worker's recent outcomes
-OUTCOME_SCAN = 3000
+OUTCOME_SCAN = 1000
 OUTCOME_EVENTS = ("completed", "failed", "retry", "timeout", "abandoned", "requeued")
 
 
@@ -159,3 +165,27 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
                 break
     doc["outcomes"] = outcomes
     return doc
+
+
+#: stream entries read per window of a job's timeline
+TIMELINE_SCAN = 1000
+
+
+def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The job's events in the stream, read in windows of ``TIMELINE_SCAN`` entries from
+    its enqueue, its last start and its end (stream ids are delivery times: producers
+    and workers deliver in batches, so each window starts a second early), merged."""
+    from ..core.job import DONE_STATUSES
+    from ..events import job_timeline
+
+    end = job.ended_at if job.status in DONE_STATUSES else None
+    starts = [job.enqueued_at or 0.0]
+    for moment in (job.started_at, end):
+        if moment and moment > starts[-1] + 1.0:
+            starts.append(moment - 1.0)
+    found: dict[str, dict[str, Any]] = {}
+    for start in starts:
+        for entry_id, event in job_timeline(r, prefix, job.id, start, end,
+                                            scan_limit=TIMELINE_SCAN):
+            found[entry_id] = event
+    return sorted(found.items())

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
 #: ids read per registry and queue by a search or a cross-queue filter
-WINDOW = 2000
+WINDOW = 1000
 #: what a search shows at most
 SEARCH_LIMIT = 100
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")

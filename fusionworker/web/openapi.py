@@ -62,7 +62,6 @@ OPENAPI: dict[str, Any] = {
         "/api/v1/info": {"get": _op("The `info --json` document (same schema)")},
         "/api/v1/chart": {"get": _op("Jobs finished and failed per minute (all queues or one)",
                                      params=[_p("minutes", kind="integer"), _p("queue")])},
-        "/api/v1/cron": {"get": _op("Cron entries")},
         "/api/v1/jobs": {"get": _op(
             "One page of a queue's jobs by status, newest (queued: best, scheduled: soonest) "
             "first. A function filter, or a priority filter outside `queued`, reads a window "
@@ -86,6 +85,47 @@ OPENAPI: dict[str, Any] = {
             "(`rows`, `pager`) only when the page's ids differ from `seen`",
             params=[_Q, _p("status"), _p("priority"), _p("function"),
                     _p("page", kind="integer"), _p("per_page", kind="integer"), _p("seen")])},
+        "/api/v1/failed": {"get": _op(
+            "Failed jobs of every queue (or `queue`), newest first; filters `function`, "
+            "`error_type` (substrings) and `since` (15m|1h|24h|7d); paged by `before` -> "
+            "`next_before`",
+            params=[_p("queue"), _p("function"), _p("error_type"), _p("since"),
+                    _p("before", kind="number"), _p("per_page", kind="integer")])},
+        "/api/v1/scheduled": {"get": _op(
+            "Scheduled jobs by kind: `delayed` (not run yet) or `retries` (after a failed "
+            "attempt), soonest first, per queue", params=[_p("kind")])},
+        "/api/v1/batches": {"get": _op(
+            "Batches whose callbacks have not fired, newest first; paged by `before`",
+            params=[_p("before", kind="number"), _p("per_page", kind="integer")])},
+        "/api/v1/batches/{id}": {"get": _op(
+            "A batch: counts, sealed, fired, its callback jobs and the jobs that ended",
+            params=[_p("id", "path", help_="batch id"), _p("queue", required=True)])},
+        "/api/v1/workers/{name}": {"get": _op(
+            "A worker: state, throttle, slots and their jobs, memory, heartbeat, recent "
+            "outcomes", params=[_p("name", "path", help_="worker name")])},
+        "/api/v1/history": {"get": _op(
+            "Finished, failed, retried and duration percentiles (ms) per minute (`range=hour`) "
+            "or 10 minutes (`range=day`), all queues or `queue`",
+            params=[_p("queue"), _p("range")])},
+        "/api/v1/jobs/{id}/run-now": {"post": _op(
+            "A scheduled job (delayed or waiting for a retry) becomes due now",
+            params=[_ID, _QUEUE], action=True)},
+        "/api/v1/queues/{q}/rate-limit": {"put": _op(
+            "Set or remove a rate limit: the queue's, each group's (`scope: every`) or one "
+            "group's (`scope: group`, `group`)", params=[_Q],
+            body={"rate": {"type": ["string", "null"]}, "scope": {"type": "string"},
+                  "group": {"type": "string"}}, action=True)},
+        "/api/v1/cron": {
+            "get": _op("Cron entries"),
+            "post": _op("Add (or replace) a cron entry", body={
+                "name": {"type": "string"}, "schedule": {"type": "string"},
+                "func": {"type": "string"}, "args": {"type": "array"},
+                "kwargs": {"type": "object"}, "queue": {"type": "string"},
+                "timezone": {"type": "string"}, "priority": {"type": "integer"}},
+                action=True)},
+        "/api/v1/cron/{name}/run": {"post": _op(
+            "Enqueue a run of the entry now (its schedule unchanged)", params=[_NAME, _QUEUE],
+            action=True)},
         "/api/v1/jobs/{id}/priority": {"put": _op(
             "Change the priority of a queued or scheduled job", params=[_ID, _QUEUE],
             body={"priority": {"type": "integer", "minimum": -1023, "maximum": 1023}},

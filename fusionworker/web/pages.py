@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..events import metrics_history
 from . import details, listings
 from .service import ApiError, Dashboard, parse_int
 
@@ -162,7 +163,35 @@ def routes(site: Site) -> list[Route]:
         site.api_user(request)
         return JSONResponse(worker_query(request))
 
+    def history_query(request: Request) -> dict[str, Any]:
+        p = request.query_params
+        span = p.get("range") or "hour"
+        if span not in metrics_history.RANGES:
+            raise ApiError(400, "range is hour or day")
+        queue = p.get("queue") or ""
+        names = [board.queue(queue).name] if queue else board.queue_names()
+        doc = metrics_history.history(board.r, board.prefix, names, span, board.now())
+        doc["queue"] = queue or None
+        return doc
+
+    def charts_view(request: Request) -> Response:
+        who = user_or_login(request)
+        if isinstance(who, Response):
+            return who
+        doc = history_query(request)
+        per_queue = [{"queue": name, **metrics_history.history(
+            board.r, board.prefix, [name], doc["range"], board.now())["total"]}
+            for name in board.queue_names()]
+        return site.page(request, "charts.html", who, history=doc, per_queue=per_queue,
+                         names=board.queue_names(), ranges=list(metrics_history.RANGES))
+
+    def api_history(request: Request) -> Response:
+        site.api_user(request)
+        return JSONResponse(history_query(request))
+
     return [
+        Route("/charts", charts_view),
+        Route("/api/v1/history", api_history),
         Route("/failed", failed_view),
         Route("/retries", retries_view),
         Route("/batches", batches_view),

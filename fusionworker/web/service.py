@@ -279,14 +279,12 @@ class Dashboard:
         doc = job.to_dict()
         doc["wait_time"] = job.wait_time
         doc["fingerprint"] = fingerprint(sorted(data.items()))
-        start = job.enqueued_at or 0.0
-        end = job.ended_at if job.status in DONE_STATUSES else None
-        # stream ids are delivery times; producers and workers deliver in batches
-        found = ev.job_timeline(self.r, self.prefix, job_id, start, end)
+        found = details.timeline(self.r, self.prefix, job)
         doc["dependencies"] = details.dependencies(self.r, self.prefix, job.id, q.name,
                                                    job.depends_on)
-        doc["dependents"] = (details.dependents(self.r, self.prefix, job.id, q.name)
-                             if job.has_dependents and job.status not in DONE_STATUSES else [])
+        doc["dependents"], doc["dependents_count"] = (
+            details.dependents(self.r, self.prefix, job.id, q.name)
+            if job.has_dependents and job.status not in DONE_STATUSES else ([], 0))
         doc["batch_status"] = details.batch_of(self.r, self.prefix, job.batch)
         doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
             job.traceback)

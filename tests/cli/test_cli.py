@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from click.testing import CliRunner, Result
 from fusionworker.cli import main
 from fusionworker.core.config import Settings
 from fusionworker.core.keys import Keys
+from fusionworker.core.queue import Queue
 from fusionworker.worker import Worker
 
 Run = Callable[..., Result]
@@ -405,3 +408,46 @@ def test_bad_kwargs_is_a_usage_error_and_enqueues_nothing(cli: Run, r: Any, sett
     assert message in result.output and "Traceback" not in result.output
     assert not list(r.scan_iter(f"{settings.prefix}:*job:*"))
     assert not list(r.scan_iter(f"{settings.prefix}:*cron*"))
+
+
+@pytest.fixture
+def fresh_defaults_module() -> Iterator[None]:
+    """``tests.defaults_jobs`` not imported yet: the CLI's enqueue check imports it."""
+    sys.modules.pop("tests.defaults_jobs", None)
+    yield
+    sys.modules.pop("tests.defaults_jobs", None)
+
+
+def test_enqueue_by_name_takes_the_functions_job_options(
+        cli: Run, r: Any, settings: Any, fresh_defaults_module: None) -> None:
+    q = Queue("q", r, settings=settings)
+    job_id = cli("enqueue", "q", "tests.defaults_jobs:long_allowed", "1").output.strip()
+    job = q.fetch_job(job_id)
+    assert job is not None and (job.timeout, job.priority) == (600.0, 7)
+    job_id = cli("enqueue", "q", "tests.defaults_jobs:long_allowed", "1", "--priority", "0",
+                 "--timeout", "9").output.strip()
+    job = q.fetch_job(job_id)
+    assert job is not None and (job.timeout, job.priority) == (9.0, 0)
+    line = '{"func": "tests.defaults_jobs:always_retries"}\n'
+    cli("enqueue", "q", "--from-file", "-", input=line)
+    [job] = [j for j in q.jobs() if j.func.endswith(":always_retries")]
+    assert job.max_retries == 3
+
+
+def test_enqueue_finds_the_job_module_in_the_current_folder(
+        cli: Run, r: Any, settings: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"fw_project_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from fusionworker import job\n\n\n@job(max_retries=2)\ndef send(to):\n    return to\n",
+        encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))   # the CLI puts the folder in front
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    env = {"FUSIONWORKER_ALLOWED_MODULES": name}
+    job_id = cli("enqueue", "q", f"{name}:send", "a", env_extra=env).output.strip()
+    job = Queue("q", r, settings=settings).fetch_job(job_id)
+    assert job is not None and job.max_retries == 2
+    result = cli("enqueue", "q", f"{name}:nosuch", "a", env_extra=env, code=1)
+    assert "nosuch" in result.output
+    sys.modules.pop(name, None)

@@ -109,3 +109,16 @@ def test_allow_failure_when_the_horse_is_killed(queue, work):
     work()
     assert parent.is_failed and parent.refresh().failure_reason == "killed"
     assert child.is_finished and strict.get_status() == "canceled"
+
+
+def test_deleting_a_parent_cancels_its_dependents_at_once(queue, work):
+    """RQ enqueues the dependents of a deleted job; here a deleted job never finished:
+    its dependents are canceled (run if they allow a failed dependency), by the next
+    worker, not at a reaper's sweep."""
+    q = queue()
+    parent = q.enqueue_in(600, HELLO)
+    child = q.enqueue(HELLO, depends_on=parent)
+    tolerant = q.enqueue(HELLO, depends_on=parent, allow_dependency_failure=True)
+    parent.delete()
+    work()
+    assert child.get_status() == "canceled" and tolerant.get_status() == "finished"

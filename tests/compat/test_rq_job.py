@@ -216,3 +216,12 @@ def test_latest_result_timeout_without_an_outcome(queue):
     started = time.monotonic()
     assert job.latest_result(timeout=0.3) is None
     assert 0.3 <= time.monotonic() - started < 5
+
+
+def test_a_result_that_cannot_be_stored_fails_the_job(queue, work):
+    """RQ stores 'Unserializable return value' and finishes the job; here the job fails
+    (reason exception, the type named), so no result is silently lost."""
+    job = queue().enqueue("tests.jobs:not_serializable")
+    work()
+    job.refresh()
+    assert job.status == "failed" and "object" in (job.error_message or "")

@@ -194,3 +194,46 @@ def test_round_robin(queue, work):
 def test_run_empty_queue_with_a_worker_process(queue, processes):
     proc = processes.worker("-q", "empty", "--burst")
     assert proc.wait(60) == 0
+
+
+def test_max_jobs(queue):
+    q = queue()
+    jobs = [q.enqueue(HELLO) for _ in range(3)]
+    assert len(run_burst(q, max_jobs=2)) == 2
+    assert [j.get_status() for j in jobs] == ["finished", "finished", "queued"]
+
+
+def test_heartbeat_and_version(r, settings):
+    from fusionworker import __version__
+
+    w = Worker("default", r, settings=settings, name="beating", middleware=[])
+    w.register()
+    try:
+        data = r.hgetall(w.key)
+        assert float(data["last_heartbeat"]) > 0 and data["version"] == __version__
+    finally:
+        w.deregister()
+
+
+@pytest.mark.slow
+def test_idle_worker_warm_shutdown(processes):
+    import signal
+    import time
+
+    from tests.waiting import wait_for
+
+    proc = processes.worker("-q", "idle")
+    wait_for(lambda: "idle" in processes.output(proc).lower() or proc.poll() is not None,
+             timeout=30)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+
+
+def test_run_scheduled_access_self(queue, work):
+    import time
+
+    job = queue().enqueue_in(0.2, "tests.compat.rq_jobs:access_self")
+    time.sleep(0.3)
+    work()
+    assert job.return_value() == job.id

@@ -72,7 +72,7 @@ ENDPOINTS = [
     ("POST", "/api/v1/cron"), ("POST", "/api/v1/cron/c/run"), ("GET", "/api/v1/failed"),
     ("GET", "/api/v1/scheduled"), ("GET", "/api/v1/batches"), ("GET", "/api/v1/batches/x"),
     ("GET", "/api/v1/workers/x"), ("GET", "/api/v1/jobs/x/live"),
-    ("GET", "/api/v1/queues/default/live"),
+    ("GET", "/api/v1/queues/default/live"), ("GET", "/api/v1/history"),
 ]
 
 

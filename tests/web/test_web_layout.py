@@ -69,7 +69,8 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         width = driver.execute_script("return window.innerWidth")
         assert width <= 390
         pages = ["/", f"/queues/{q.name}", f"/queues/{q.name}?status=deferred", "/failed",
-                 f"/jobs/{failed.id}", "/workers", "/scheduled"]
+                 f"/jobs/{failed.id}", "/workers", "/scheduled", "/retries", "/batches",
+                 "/charts", "/search?q=add"]
         for path in pages:
             driver.get(base + path)
             scroll, inner = no_sideways_scroll(driver)
@@ -87,6 +88,13 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
                 for c in cells if c.is_displayed()}
         assert tops["first"] <= tops["failed"] < tops["err"]
         assert "enqueued" not in tops and "priority" not in tops
+        # the charts are drawn at the phone's width: 12 px text stays 12 px
+        driver.get(base + "/charts")
+        chart = driver.find_element(By.CSS_SELECTOR, "#chart-durations svg")
+        box = driver.find_element(By.ID, "chart-durations")
+        assert chart.size["width"] <= box.size["width"] <= 390
+        label = driver.find_element(By.CSS_SELECTOR, "#chart-throughput svg text")
+        assert label.size["height"] >= 12
         driver.get(base + "/")
         card = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{q.name}"]')
         pending = card.find_element(By.CSS_SELECTOR, '[data-k="pending"]')

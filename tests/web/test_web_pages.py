@@ -257,3 +257,19 @@ def test_read_only_hides_the_new_actions(r, settings, queue, burst):
         refused = c.post("/action", data={"action": "rate-limit", "queue": "default",
                                           "rate": "1/s", "csrf": c.cookies.get("fw_csrf")})
         assert refused.status_code == 403 and q.rate_limit is None
+
+
+def test_every_api_route_is_in_the_openapi_description(client):
+    from starlette.routing import Route
+
+    spec = client.get("/api/v1/openapi.json", headers=BEARER).json()["paths"]
+    generic = {"/api/v1/openapi.json", "/api/v1/jobs/{id}/{action}",
+               "/api/v1/queues/{q}/{action}", "/api/v1/cron/{name}/{action}"}  # one path each
+    checked = 0
+    for route in client.app.routes:
+        if isinstance(route, Route) and route.path.startswith("/api/v1/") and (
+                route.path not in generic):
+            for method in (route.methods or set()) - {"HEAD"}:
+                assert method.lower() in spec.get(route.path, {}), (route.path, method)
+                checked += 1
+    assert checked >= 24

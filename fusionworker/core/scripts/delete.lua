@@ -16,6 +16,13 @@ local group = hget(jkey, 'group')
 if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
 drop_unique(base, jid)
 release_group(base, jid)
+-- jobs waiting on this one learn it is gone (a 'missing' note: canceled unless they
+-- allow a failed dependency), now rather than at the reaper's sweep
+local dkey = base .. 'dependents:' .. jid
+for _, ref in ipairs(redis.call('SMEMBERS', dkey)) do
+  redis.call('RPUSH', base .. 'outbox', cjson.encode({'missing', ref, jid}))
+end
+redis.call('DEL', dkey)
 redis.call('DEL', jkey)
 redis.call('PUBLISH', base .. 'done:' .. jid, 'deleted')   -- Job.wait
 return {'deleted', st}

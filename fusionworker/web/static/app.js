@@ -195,6 +195,78 @@
   }
   if (live) setTimeout(liveTick, poll);
 
+  // The charts page: bars (throughput, failures) and lines (duration percentiles), drawn
+  // at the box's own width so that 12 px text stays 12 px on a phone.
+  function hhmm(t) {
+    var d = new Date(t * 1000);
+    return ("0" + d.getUTCHours()).slice(-2) + ":" + ("0" + d.getUTCMinutes()).slice(-2);
+  }
+  function frame(box, max, rows) {
+    var W = Math.max(box.clientWidth - 16, 200), H = 150, left = 40, bottom = 18;
+    var s = svg("svg", { viewBox: "0 0 " + W + " " + (H + bottom), width: W, height: H + bottom, role: "img" });
+    s.appendChild(svg("line", { x1: left, y1: H, x2: W, y2: H, stroke: "#94a3b8" }));
+    var top = svg("text", { x: 2, y: 12, "font-size": 12, fill: "currentColor" });
+    top.textContent = String(Math.round(max * 10) / 10);
+    s.appendChild(top);
+    [0, rows.length - 1].forEach(function (i) {
+      if (!rows[i]) return;
+      var t = svg("text", { x: i === 0 ? left : W - 36, y: H + 14, "font-size": 12, fill: "currentColor" });
+      t.textContent = hhmm(rows[i].t);
+      s.appendChild(t);
+    });
+    return { s: s, W: W, H: H, left: left, step: (W - left) / Math.max(rows.length, 1) };
+  }
+  function bars(id, rows, key, colour) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var max = 1;
+    rows.forEach(function (r) { max = Math.max(max, r[key]); });
+    var f = frame(box, max, rows), total = 0;
+    rows.forEach(function (r, i) {
+      total += r[key];
+      var h = (f.H - 14) * r[key] / max;
+      f.s.appendChild(svg("rect", { x: f.left + i * f.step, y: f.H - h, width: Math.max(f.step - 1, 1), height: h, fill: colour }));
+    });
+    box.textContent = "";
+    box.appendChild(f.s);
+    box.appendChild(el("div", total + " in all (UTC times)", "legend"));
+  }
+  function lines(id, rows) {
+    var box = document.getElementById(id);
+    if (!box) return;
+    var keys = [["p50", "#16a34a"], ["p95", "#d97706"], ["p99", "#dc2626"]], max = 1;
+    rows.forEach(function (r) { keys.forEach(function (k) { if (r[k[0]] !== null) max = Math.max(max, r[k[0]]); }); });
+    var f = frame(box, max, rows);
+    keys.forEach(function (k) {
+      var d = "";
+      rows.forEach(function (r, i) {
+        if (r[k[0]] === null) return;
+        d += (d ? " L" : "M") + (f.left + (i + 0.5) * f.step).toFixed(1) + " " + (f.H - (f.H - 14) * r[k[0]] / max).toFixed(1);
+      });
+      if (d) f.s.appendChild(svg("path", { d: d, fill: "none", stroke: k[1], "stroke-width": 2 }));
+    });
+    box.textContent = "";
+    box.appendChild(f.s);
+    box.appendChild(el("div", "p50 (green), p95 (amber), p99 (red), milliseconds", "legend"));
+  }
+  var history = document.getElementById("history"), historyRows = null;
+  function drawHistory(doc) {
+    historyRows = doc.rows;
+    bars("chart-throughput", doc.rows, "finished", "#16a34a");
+    bars("chart-failures", doc.rows, "failed", "#dc2626");
+    lines("chart-durations", doc.rows);
+  }
+  function historyTick() {
+    if (document.hidden) { whenVisible(historyTick); return; }
+    get(history.getAttribute("data-url")).then(drawHistory, function () { /* next time */ })
+      .then(function () { setTimeout(historyTick, 30000); });
+  }
+  if (history) {
+    try { drawHistory(JSON.parse(document.getElementById("history-data").textContent)); } catch (e) { /* ignore */ }
+    window.addEventListener("resize", function () { if (historyRows) drawHistory({ rows: historyRows }); });
+    setTimeout(historyTick, 30000);
+  }
+
   var initial = document.getElementById("chart-data");
   if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
   if (document.getElementById("queues") || document.getElementById("workers")) setTimeout(refresh, poll);

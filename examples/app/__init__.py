@@ -1,0 +1,1 @@
+"""The example app of the README and docs/ (see ../README.md)."""

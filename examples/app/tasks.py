@@ -1,0 +1,78 @@
+"""The example app's jobs: the README and docs/ use these, and the test suite
+runs every code block of them against this file (tests/docs/).
+
+Deterministic on purpose: an example gives the same result on every run. The
+SMS provider is a stand-in (``provider_send``) that tests patch.
+"""
+
+from __future__ import annotations
+
+from fusionworker import Retry, current_job, job
+
+
+def provider_send(number: str, body: str) -> str:
+    """The SMS provider's client: ``"ok"``, or ``"busy"`` when it asks to try later.
+
+    A stand-in: a real app calls the provider's HTTP API here.
+    """
+    return "ok"
+
+
+@job(queue="sms", timeout=30, max_retries=3)
+def send(number: str, body: str) -> str:
+    if provider_send(number, body) == "busy":
+        raise Retry("provider busy", delay=1)   # retried (counts against max_retries)
+    return f"sent {body!r} to {number}"         # JSON, datetime, Decimal, UUID, bytes, set
+
+
+@job
+def cleanup() -> None:
+    """Bare: the defaults of the settings (queue "default")."""
+
+
+def sync(account: int) -> str:
+    return f"account {account} synced"
+
+
+def fetch(url: str) -> str:
+    return f"<html>{url}</html>"
+
+
+def render() -> str:
+    return "report.pdf"
+
+
+def notify() -> str:
+    return "notified"
+
+
+def import_row(row: dict[str, str]) -> str:
+    job = current_job()                          # the running job (None outside one)
+    if job is not None:
+        job.meta["row"] = row.get("id", "")
+    return row.get("id", "")
+
+
+def report(batch_id: str) -> str:
+    """A batch callback: gets the batch id (docs/workflows.md)."""
+    return f"batch {batch_id} ended"
+
+
+def done(batch_id: str) -> str:
+    return f"batch {batch_id} done"
+
+
+def all_ok(batch_id: str) -> str:
+    return f"batch {batch_id}: every job finished"
+
+
+def alert(batch_id: str) -> str:
+    return f"batch {batch_id}: some jobs failed"
+
+
+def digest() -> str:
+    return "digest sent"
+
+
+def save(user: object) -> None:
+    """Takes a model: refused at enqueue (docs/api.md, UnsupportedType)."""

@@ -1,0 +1,117 @@
+"""RQ's names on a ``Queue`` (docs/from-rq.md): ``Queue.all``, ``get_job_ids``,
+``get_jobs``, ``is_empty``, ``get_job_position``, equality by name, and the
+registries as objects (``q.failed_job_registry`` & co, see ``registries.py``).
+
+:class:`QueueHabits` is a part of ``Queue``; each name is a thin layer over a
+read of the queue's keys or the objects of ``registries.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from .connection import shared_client, texts
+from .queue_read import known_queues
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .connection import RedisClient
+    from .job import Job, JobStatus
+    from .keys import QueueKeys
+    from .queue import Queue
+    from .registries import (
+        CanceledJobRegistry,
+        DeferredJobRegistry,
+        FailedJobRegistry,
+        FinishedJobRegistry,
+        JobRegistry,
+        ScheduledJobRegistry,
+        StartedJobRegistry,
+    )
+
+
+class QueueHabits:
+    """RQ's names of ``Queue``."""
+
+    name: str
+    connection: RedisClient
+    qkeys: QueueKeys
+    settings: Settings
+
+    if TYPE_CHECKING:  # pragma: no cover - the other parts of Queue
+        @property
+        def count(self) -> int: ...
+
+        def fetch_job(self, job_id: str) -> Job[Any] | None: ...
+
+    @classmethod
+    def all(cls, connection: RedisClient | None = None, *,
+            settings: Settings | None = None) -> list[Queue]:
+        """Every queue ever enqueued to (``fw:queues``), by name."""
+        from .queue import Queue, settings_from_env
+
+        settings = settings or settings_from_env()
+        conn = shared_client(settings.redis_url) if connection is None else connection
+        return [Queue(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
+
+    def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
+        """Queued ids in the order they will run, ``length`` of them from ``offset``
+        (-1: all)."""
+        stop = -1 if length < 0 else offset + length - 1
+        return texts(self.connection.zrevrange(self.qkeys.pending, offset, stop))
+
+    def get_jobs(self, offset: int = 0, length: int = -1) -> list[Job[Any]]:
+        """The queued jobs of :meth:`get_job_ids`."""
+        found = (self.fetch_job(i) for i in self.get_job_ids(offset, length))
+        return [j for j in found if j is not None]
+
+    def is_empty(self) -> bool:
+        """No job is queued (scheduled and deferred ones are not counted)."""
+        return self.count == 0
+
+    def get_job_position(self, job: Job[Any] | str) -> int | None:
+        """Place of a queued job in the run order (0 runs next), or None."""
+        place = self.connection.zrevrank(self.qkeys.pending, job if isinstance(job, str)
+                                         else job.id)
+        return None if place is None else int(cast("int", place))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QueueHabits):
+            return NotImplemented
+        return (self.name, self.settings.prefix) == (other.name, other.settings.prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.settings.prefix))
+
+    def registry(self, status: JobStatus | str) -> JobRegistry:
+        """The registry object of ``status`` (``"failed"``, ``"started"``, ...)."""
+        from .registries import REGISTRIES
+
+        if str(status) not in REGISTRIES:
+            raise ValueError(f"no registry for status {status!r}; one of "
+                             f"{', '.join(sorted(REGISTRIES))}")
+        return REGISTRIES[str(status)](queue=cast("Queue", self))
+
+    @property
+    def failed_job_registry(self) -> FailedJobRegistry:
+        return cast("FailedJobRegistry", self.registry("failed"))
+
+    @property
+    def finished_job_registry(self) -> FinishedJobRegistry:
+        return cast("FinishedJobRegistry", self.registry("finished"))
+
+    @property
+    def started_job_registry(self) -> StartedJobRegistry:
+        return cast("StartedJobRegistry", self.registry("started"))
+
+    @property
+    def scheduled_job_registry(self) -> ScheduledJobRegistry:
+        return cast("ScheduledJobRegistry", self.registry("scheduled"))
+
+    @property
+    def deferred_job_registry(self) -> DeferredJobRegistry:
+        return cast("DeferredJobRegistry", self.registry("deferred"))
+
+    @property
+    def canceled_job_registry(self) -> CanceledJobRegistry:
+        return cast("CanceledJobRegistry", self.registry("canceled"))
