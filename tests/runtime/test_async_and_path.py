@@ -131,7 +131,8 @@ def test_the_readme_use_it_commands_run_as_written_in_a_project_folder(settings,
     (project / "app" / "__init__.py").write_text("")
     (project / "app" / "tasks.py").write_text(blocks[0].split("\n", 1)[1])
     (project / "enqueue.py").write_text(blocks[1])
-    worker_line, producer_line = shell[0].split("&")[0].split(), shell[1].split()
+    worker_line = shell[0].split("&")[0].split()
+    producer_line = shell[1].split("#")[0].split()
     assert worker_line[0] == "fusionworker" and producer_line == ["python", "enqueue.py"]
     # the console script when installed (CI installs it), else the same CLI by path
     launcher = [shutil.which("fusionworker")] if shutil.which("fusionworker") else [
