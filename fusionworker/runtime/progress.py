@@ -382,9 +382,11 @@ class PipeSender:
                     self._last = time.monotonic()
 
     def close(self) -> None:
-        """No frame after this returns (one being written is finished first)."""
+        """No frame after this returns (one being written is finished first); the
+        thread ends (a warm horse runs more jobs: it must not keep one per job)."""
         with self._io:
             self._closed = True
+        self._wake.set()
 
 
 class DirectSender:
