@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU per job, split by process, for this tree and (optionally) others, alternating.
 
-    python bench/cpu_per_job.py [--jobs 1000] [--runs 5] [--concurrency 1]
+    python bench/cpu_per_job.py [--jobs 1000] [--runs 5] [--concurrency 1] [--horse-jobs 1]
                                 [--func bench.jobs:noop] [--sleep S]
                                 [--tree /path/to/other/checkout ...] [--json out.json]
 
@@ -97,6 +97,8 @@ def child(args: argparse.Namespace) -> None:
                                  "allowed_modules": ("bench",), "log_level": "WARNING"}
     if args.concurrency > 1:
         overrides["concurrency"] = args.concurrency
+    if args.horse_jobs > 1:     # warm horses (a tree without them refuses the setting)
+        overrides["horse_jobs"] = args.horse_jobs
     settings = load_settings(environ={}, **overrides)
     r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
@@ -164,6 +166,7 @@ def child(args: argparse.Namespace) -> None:
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
            "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
+           "--horse-jobs", str(args.horse_jobs),
            "--func", args.func, "--sleep", str(args.sleep)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -182,6 +185,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5, help="runs per tree (alternating)")
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--horse-jobs", type=int, default=1,
+                        help="jobs one horse runs (worker --horse-jobs; 1 = fresh)")
     parser.add_argument("--func", default="bench.jobs:noop")
     parser.add_argument("--sleep", type=float, default=0.0,
                         help="run bench.io_jobs:io_sleep for S seconds instead of --func")

@@ -2,7 +2,8 @@
 """I/O-bound jobs at concurrency 100: fusionworker against its peers, in one run.
 
     python bench/io_bound.py [--jobs 1000] [--seconds 0.1] [--concurrency 100]
-                             [--systems fw-c,fw-p,rq,celery,dramatiq,arq] [--json out.json]
+                             [--systems fw-c,fw-w,fw-p,rq,celery,dramatiq,arq]
+                             [--horse-jobs 100] [--json out.json]
 
 Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
 ``await asyncio.sleep(0.1)``), one after the other on the same Redis database
@@ -10,6 +11,7 @@ Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
 holds keys of its own it did not write, unless --force-flush):
 
 * ``fw-c``: ONE fusionworker worker, ``--concurrency 100``;
+* ``fw-w``: the same with warm horses, ``--horse-jobs 100`` (``--horse-jobs``);
 * ``fw-p``: fusionworker ``--processes 100`` (today's way; ``--fw-processes P
   --fw-concurrency N`` to change it, e.g. 20 x 5);
 * ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
@@ -60,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import percentile  # noqa: E402
 
-SYSTEMS = ("fw-c", "fw-p", "rq", "celery", "dramatiq", "arq")
+SYSTEMS = ("fw-c", "fw-w", "fw-p", "rq", "celery", "dramatiq", "arq")
 
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
@@ -122,6 +124,9 @@ class Run:
         if system == "fw-c":
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
                      str(a.concurrency)], {}, 2)
+        if system == "fw-w":
+            return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
+                     str(a.concurrency), "--horse-jobs", str(a.horse_jobs)], {}, 2)
         if system == "fw-p":
             n = a.fw_processes
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--processes",
@@ -245,7 +250,8 @@ class Run:
                 "jobs_per_s_per_gib": jobs_s / gib if gib else float("nan")}
 
 
-LABEL = {"fw-c": "fusionworker --concurrency {c}", "fw-p": "fusionworker --processes {p} x{pc}",
+LABEL = {"fw-c": "fusionworker --concurrency {c}",
+         "fw-w": "fusionworker --concurrency {c} --horse-jobs {h}", "fw-p": "fusionworker --processes {p} x{pc}",
          "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
          "dramatiq": "Dramatiq 1 proc x {c} threads", "arq": "arq max_jobs={c}"}
 
@@ -256,6 +262,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     rows = []
     for res in results:
         label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
+                                            h=args.horse_jobs,
                                             pc=args.fw_concurrency, rq=args.rq_workers)
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
                      f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
@@ -265,12 +272,14 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     out = ["  ".join(c.ljust(w) for c, w in zip(head, widths))]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     by = {res["system"]: res for res in results}
-    if "fw-c" in by:
-        fw = by["fw-c"]
+    for mine in ("fw-c", "fw-w"):
+        if mine not in by:
+            continue
+        fw = by[mine]
         for other in ("fw-p", "rq", "celery", "dramatiq", "arq"):
             if other in by:
                 o = by[other]
-                out.append(f"fw-c vs {other}: jobs/s x{fw['jobs_per_s'] / o['jobs_per_s']:.2f}, "
+                out.append(f"{mine} vs {other}: jobs/s x{fw['jobs_per_s'] / o['jobs_per_s']:.2f}, "
                            f"peak PSS x{fw['pss_peak_mib'] / o['pss_peak_mib']:.3f}, "
                            f"jobs/s per GiB x{fw['jobs_per_s_per_gib'] / o['jobs_per_s_per_gib']:.1f}")
     return "\n".join(out)
@@ -299,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=100)
     p.add_argument("--fw-processes", type=int, default=100)
     p.add_argument("--fw-concurrency", type=int, default=1)
+    p.add_argument("--horse-jobs", type=int, default=100,
+                   help="fw-w: jobs one warm horse runs (worker --horse-jobs)")
     p.add_argument("--rq-workers", type=int, default=100)
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--redis-url", default=os.environ.get("BENCH_IO_REDIS_URL",

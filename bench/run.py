@@ -6,7 +6,8 @@
 Every repeat runs each system once, alternating which goes first, so drift of
 the machine hits both. Systems: ``fw`` (fusionworker's forking Worker),
 ``rq`` (RQ's forking ``Worker``), ``rq-simple`` (RQ's non-forking
-``SimpleWorker``, a reference line only). The method of each figure is in
+``SimpleWorker``, a reference line only); ``--horse-jobs N`` runs fusionworker with
+warm horses (``worker --horse-jobs N``). The method of each figure is in
 ``docs/benchmarks.md``; in short:
 
 * throughput: N no-op jobs are enqueued first; the workers (1 or 2
@@ -102,6 +103,7 @@ class Bench:
         #: what their log files are named after
         self.cwd = ROOT
         self.log_tag = ""
+        self.horse_jobs = 1      # fusionworker's --horse-jobs (FUSIONWORKER_HORSE_JOBS)
 
     # -- the database ---------------------------------------------------------
 
@@ -138,6 +140,7 @@ class Bench:
             "REDIS_URL": self.url,
             "FUSIONWORKER_PREFIX": self.prefix,
             "FUSIONWORKER_ALLOWED_MODULES": "bench",
+            "FUSIONWORKER_HORSE_JOBS": str(self.horse_jobs),
         })
         env.pop("BENCH_COUNT_FILE", None)
         if count_file:
@@ -486,11 +489,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.keep_logs:
         print(f"worker logs: {workdir}", file=sys.stderr)
     bench = Bench(args.redis_url, workdir)
+    bench.horse_jobs = args.horse_jobs
     bench.check_db(args.force_flush)
     info = machine()
     info.update(redis=bench.r.info("server")["redis_version"], rq=rq.__version__,
                 fusionworker=fusionworker.__version__, jobs=args.jobs, repeats=args.repeats,
-                latency_jobs=args.latency_jobs, idle_seconds=args.idle_seconds)
+                latency_jobs=args.latency_jobs, idle_seconds=args.idle_seconds,
+                horse_jobs=args.horse_jobs)
     systems = [s for s in SYSTEMS if s in args.systems]
     results: dict[str, dict[str, list[float]]] = {s: {} for s in systems}
 
@@ -607,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count-jobs", type=int, default=500,
                    help="jobs of the instrumented run that counts Redis work")
     p.add_argument("--forks", type=int, default=500, help="forks timed by the floor")
+    p.add_argument("--horse-jobs", type=int, default=1,
+                   help="fusionworker: jobs one horse runs (worker --horse-jobs; 1 = fresh)")
     p.add_argument("--keep-logs", action="store_true", help="keep the workers' logs (printed)")
     args = p.parse_args(argv)
     if args.quick:

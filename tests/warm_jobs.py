@@ -69,3 +69,25 @@ def fresh():
 @job(horse_jobs=2)
 def pair():
     return os.getpid()
+
+
+def progress_then_threads():
+    """Report progress (its sender thread starts), then how many threads this horse has
+    besides the main one, and how SIGTERM is handled; then ignore SIGTERM for the next."""
+    import threading
+
+    ctx = current_job()
+    ctx.set_progress(0.5)
+    time.sleep(0.15)
+    others = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    was_default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return [os.getpid(), others, was_default]
+
+
+def spawn():
+    """Leave a child process behind; the horse's pid and the child's."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "600"])
+    return [os.getpid(), child.pid]

@@ -1,20 +1,18 @@
 """The example app's jobs: the README and docs/ use these, and the test suite
 runs every code block of them against this file (tests/docs/).
 
-Deterministic on purpose: an example gives the same result on every run. The
-SMS provider is a stand-in (``provider_send``) that tests patch.
+Deterministic on purpose: an example gives the same result on every run.
 """
 
 from __future__ import annotations
 
-from fusionworker import Retry, current_job, job
+import time
+
+from fusionworker import Retry, job
 
 
 def provider_send(number: str, body: str) -> str:
-    """The SMS provider's client: ``"ok"``, or ``"busy"`` when it asks to try later.
-
-    A stand-in: a real app calls the provider's HTTP API here.
-    """
+    """Your SMS provider's client (a stand-in): "ok", or "busy" to be tried later."""
     return "ok"
 
 
@@ -47,6 +45,8 @@ def notify() -> str:
 
 
 def import_row(row: dict[str, str]) -> str:
+    from fusionworker import current_job
+
     job = current_job()                          # the running job (None outside one)
     if job is not None:
         job.meta["row"] = row.get("id", "")
@@ -72,6 +72,17 @@ def alert(batch_id: str) -> str:
 
 def digest() -> str:
     return "digest sent"
+
+
+def export(report: str, seconds: float = 30.0) -> str:
+    """A long job (the docs' "busy" workers)."""
+    time.sleep(seconds)
+    return f"{report} exported"
+
+
+def fail(message: str) -> None:
+    """Always fails (the docs' failed jobs)."""
+    raise ValueError(message)
 
 
 def save(user: object) -> None:

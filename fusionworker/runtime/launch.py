@@ -196,6 +196,8 @@ class ForkServerLauncher:
         #: the running slots of the fork servers' horses, by pid (whose progress frame
         #: is whose: progress.py)
         self.by_pid: dict[int, Slot] = {}
+        #: warm horses that died before taking the job of the launch under way: its horse
+        self.moved: dict[int, int] = {}
 
     def start(self) -> None:
         """Start a fork server (with the board, made once: every server maps the same)."""
@@ -205,6 +207,7 @@ class ForkServerLauncher:
                             board_fd=board.fd if board is not None else -1,
                             kill_children=self.spec.kill_children, warm=self.spec.warm())
         server.on_update = self._update
+        server.on_move = self._moved
         try:
             server.start()
         except ForkServerDied as exc:
@@ -219,6 +222,20 @@ class ForkServerLauncher:
         slot = self.by_pid.get(pid)
         if slot is not None:
             self.spec.deliver(slot.job, frame)
+
+    def _moved(self, pid: int, to: int) -> None:
+        """The job of the horse ``pid`` went to the horse ``to`` (a warm horse died before
+        it took it): its slot follows (one made by the launch under way: when made)."""
+        slot = self.by_pid.pop(pid, None)
+        if slot is None:
+            self.moved[pid] = to
+            return
+        if slot.origin is not None:
+            self._free_pid(slot.origin, to)
+        slot.pid = to
+        self.by_pid[to] = slot
+        if slot.kill_at is not None:     # a kill was under way: it goes to the new horse
+            slot.signal_group(signal.SIGTERM)
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                while_forking: Callable[[], None]) -> list[Slot]:
@@ -239,27 +256,30 @@ class ForkServerLauncher:
                 self._origin_died(server)
         if pids is None:
             return self.own.launch(jobs, entries, while_forking)
+        if server is not None and server.warm:
+            while self.moved and any(pid in self.moved for pid in pids):
+                pids = [self.moved.pop(pid, pid) for pid in pids]
+            for pid in pids:
+                self._free_pid(server, pid)
         slots = [Slot(job, pid, index=entry, origin=server)
                  for job, pid, entry in zip(jobs, pids, entries)]
-        if server is not None and server.warm:
-            self._settle_reused(server, pids)
         self.by_pid.update((s.pid, s) for s in slots)
         return slots
 
-    def _settle_reused(self, server: ForkServer, pids: Sequence[int]) -> None:
+    def _free_pid(self, server: ForkServer, pid: int) -> None:
         """A warm horse got a new job: its previous job's exit notice came before the
         answer (the server sends them in that order); that slot ends now, before the
         pid names the new one."""
-        for pid in pids:
-            slot = self.by_pid.get(pid)
-            if slot is None or slot.done:
-                continue
+        slot = self.by_pid.get(pid)
+        if slot is None:
+            return
+        if not slot.done:
             notice = server.take_exit(pid) if slot.origin is server else None
             if notice is not None:
                 slot.exited(notice)
             else:      # cannot be (the server never reuses a running horse): as if it died
                 slot.origin_died()
-            del self.by_pid[pid]
+        del self.by_pid[pid]
 
     def set_deadline(self, entry: int, deadline: float) -> None:
         self.own.set_deadline(entry, deadline)

@@ -10,7 +10,8 @@ Two channels:
   watch) and the job's own JSON, which the server hands to a waiting horse
   unparsed. The server answers, per request and in order, a
   :class:`StartNotice` (``{"pid"}``); forwards each progress frame of a horse
-  as a :class:`ProgressNotice` (``{"pid", "update"}``); and, once a horse
+  as a :class:`ProgressNotice` (``{"pid", "update"}``); a :class:`MovedNotice`
+  (``{"pid", "to"}``) when a warm horse died before it took its job; and, once a horse
   reported (or exited without a report), an :class:`ExitNotice`: JSON
   ``{"pid", "status", "size"}`` followed by a frame of ``size`` bytes, the
   report as the horse wrote it (not JSON-escaped again).
@@ -43,6 +44,9 @@ HEADER = struct.Struct(">I")
 
 #: A progress frame on a report pipe starts with ASCII RS (RFC 7464); a report with ``{``.
 FRAME_START = 0x1E
+
+#: What a warm horse writes first when it took a job (horse/warm.py): one byte, ASCII ACK.
+ACK = b"\x06"
 
 
 # -- the fork server's socket: framing ---------------------------------------------------
@@ -161,6 +165,19 @@ class StartNotice:
 
 
 @dataclass(frozen=True, slots=True)
+class MovedNotice:
+    """A warm horse (horse/warm.py) died before it took the job it was handed (no
+    :data:`ACK`): the job went to the horse ``to`` instead; every later notice of
+    the job names ``to``."""
+
+    pid: int
+    to: int
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "to": self.to})
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressNotice:
     """A progress frame a horse wrote (its text between RS and the newline)."""
 
@@ -185,7 +202,7 @@ class ExitNotice:
                 + frame(self.report))
 
 
-Notice = StartNotice | ProgressNotice | ExitNotice
+Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice
 
 
 def read_notice(sock: socket.socket) -> Notice | None:
@@ -197,6 +214,8 @@ def read_notice(sock: socket.socket) -> Notice | None:
     pid = int(msg["pid"])
     if "update" in msg:
         return ProgressNotice(pid, msg["update"])
+    if "to" in msg:
+        return MovedNotice(pid, int(msg["to"]))
     if "size" in msg:
         report = _recv_frame(sock)
         if report is None:
@@ -314,7 +333,8 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "FRAME_START", "ExitNotice", "HorseReport", "Notice", "ProgressNotice", "RunRequest",
+    "ACK", "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "read_notice",
     "take_frames", "take_progress", "write_all",
 ]

@@ -13,7 +13,9 @@ import signal
 
 import psutil
 
-from fusionworker.core.job import FailureReason
+from fusionworker.core.job import FailureReason, Job
+from fusionworker.runtime.launch import ForkServerLauncher
+from tests.runtime.test_forkserver import spec, until_done
 from tests.waiting import wait_for
 
 JOBS = "tests.warm_jobs"
@@ -77,6 +79,28 @@ def test_meta_and_progress_of_one_job_never_reach_the_next(queue, burst, setting
     assert done[0].meta == {"tag": "first"} and done[2].meta == {"tag": "third"}
     assert done[1].meta == {} and done[1].progress is None
     assert done[3].meta == {} and done[3].progress is None
+
+
+def test_a_job_finds_no_thread_or_signal_handler_of_the_previous_one(queue, burst, settings):
+    # each job's progress sender thread ends with its job; SIGTERM (what a kill sends
+    # first) is the default again though the previous job ignored it
+    done = _run(queue(), burst, settings.replace(horse_jobs=10),
+                ["progress_then_threads"] * 3)
+    assert [j.status for j in done] == ["finished"] * 3
+    assert done[0].result[0] == done[1].result[0] == done[2].result[0]
+    for job in done:
+        others, was_default = job.result[1:]
+        assert others.count("fusionworker-progress") == 1
+        assert was_default
+
+
+def test_a_job_that_leaves_a_child_process_retires_its_horse(queue, burst, settings):
+    done = _run(queue(), burst, settings.replace(horse_jobs=10), ["pid", "spawn", "pid"])
+    assert [j.status for j in done] == ["finished"] * 3
+    warm, (spawned_in, child) = done[0].result[0], done[1].result
+    assert spawned_in == warm
+    assert done[2].result[0] != warm and done[2].result[1] == 0
+    wait_for(lambda: _gone(child), timeout=10)     # killed with the retired horse's group
 
 
 def test_a_function_with_horse_jobs_1_always_gets_a_fresh_horse(queue, burst, settings):
@@ -163,3 +187,34 @@ def test_sigkill_of_an_idle_warm_horse_loses_nothing(processes, queue, settings)
     assert [q.fetch_job(j.id).status for j in after] == ["finished"] * 3
     assert all(q.fetch_job(j.id).result[0] != warm for j in after)
     assert [q.fetch_job(j.id).status for j in first] == ["finished"] * 2
+
+
+def test_a_warm_horse_killed_before_it_took_its_job_hands_it_on() -> None:
+    # launcher level, deterministic: the idle warm horse is stopped, so the job written
+    # to its pipe is never read; it is killed; the server hands the job to another
+    # horse and the worker's slot follows it (protocol.MovedNotice)
+    ln = ForkServerLauncher(spec(warm=lambda: {"horse_jobs": 10, "max_rss_mib": 0}))
+    ln.start()
+    try:
+        def one(job_id: str):
+            job = Job(id=job_id, queue="q", func=f"{JOBS}:pid", args=[], timeout=10)
+            [slot] = ln.launch([job], [0], lambda: None)
+            return slot
+
+        first = one("a")
+        until_done(ln, [first])
+        second = one("b")                  # the warm horse: its module is loaded now
+        until_done(ln, [second])
+        warm = first.pid
+        assert second.pid == warm and second.outcome(cold=False).ok
+        os.kill(warm, signal.SIGSTOP)
+        third = one("c")
+        assert third.pid == warm           # handed to the stopped horse
+        os.kill(warm, signal.SIGKILL)
+        until_done(ln, [third], timeout=20)
+        exit_ = third.outcome(cold=False)
+        assert exit_.ok, exit_
+        assert third.pid != warm
+        assert exit_.result_json is not None and str(third.pid) in exit_.result_json
+    finally:
+        ln.close()

@@ -7,7 +7,8 @@ server is a fresh interpreter that imported only what a horse needs
 (``fusionworker.runtime.horse`` and its few stdlib modules, ~16 MiB), so
 forking a horse from it costs a fraction of that. Each job still gets a fresh
 process (isolation is unchanged): a job's changes to module state die with its
-horse. Once a horse ran a function of an allowed module (registered or
+horse; unless the worker runs warm horses (``--horse-jobs N``, horse/warm.py),
+which run up to N jobs each, one after another. Once a horse ran a function of an allowed module (registered or
 allow-listed, see ``core/functions.py``) successfully, the server imports that
 module too, so later horses find it imported, and resolves each function of it
 that runs (every check of ``functions.resolve``), so later horses find it

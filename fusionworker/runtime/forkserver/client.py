@@ -18,7 +18,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import ExitNotice, ProgressNotice, RunRequest, StartNotice, read_notice
+from ..protocol import (
+    ExitNotice,
+    MovedNotice,
+    ProgressNotice,
+    RunRequest,
+    StartNotice,
+    read_notice,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...core.job import Job
@@ -60,6 +67,8 @@ class ForkServer:
         self._exits: dict[int, ExitNotice] = {}
         #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
         self.on_update: Callable[[int, str], None] | None = None
+        #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
+        self.on_move: Callable[[int, int], None] | None = None
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -159,6 +168,10 @@ class ForkServer:
         if isinstance(notice, ProgressNotice):
             if self.on_update is not None:
                 self.on_update(notice.pid, notice.update)
+            return None
+        if isinstance(notice, MovedNotice):     # in order: before the new horse's notices
+            if self.on_move is not None:
+                self.on_move(notice.pid, notice.to)
             return None
         return notice
 

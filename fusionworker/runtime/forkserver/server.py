@@ -29,8 +29,10 @@ from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..horse.main import set_pdeathsig, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
+    ACK,
     ExitNotice,
     HorseReport,
+    MovedNotice,
     ProgressNotice,
     RunRequest,
     StartNotice,
@@ -55,6 +57,9 @@ LAST_REAPS = 1.5
 #: How many job functions the server resolves for its horses, at most.
 REMEMBER_MAX = 1024
 
+#: How many times a job whose warm horse died before taking it is handed on, at most.
+MOVES_MAX = 3
+
 
 class _Running:
     """A horse that got its job: its report pipe and what it wrote so far."""
@@ -67,6 +72,9 @@ class _Running:
         self.job_w = job_w
         self.done = 0           # jobs it reported (a warm horse's count)
         self.idle = False       # a warm horse between jobs (in Server.idle)
+        self.acked = False      # it took its job (protocol.ACK)
+        self.request: RunRequest | None = None   # its job (handed on if not taken)
+        self.moves = 0          # horses its job was handed to before (MovedNotice)
 
 
 class _Ready:
@@ -190,6 +198,8 @@ class Server:
                     self.drop_idle(run)
                     continue
                 done = read_available(run.fd, run.buf)
+                if not run.acked and run.job_w >= 0:
+                    take_ack(run)
                 self.forward_progress(run)
                 if done:
                     self.close_report(run)
@@ -286,9 +296,11 @@ class Server:
             read_fd = -1
         self.started(_Running(pid, read_fd, request.func), request)
 
-    def started(self, new: _Running, request: RunRequest) -> None:
-        """The job went to the horse ``new`` (read_fd -1: it died on the way)."""
+    def started(self, new: _Running, request: RunRequest, moved_from: int = 0) -> None:
+        """The job went to the horse ``new`` (read_fd -1: it died on the way);
+        ``moved_from``: the horse that died before it took the job."""
         read_fd, pid = new.fd, new.pid
+        new.request, new.acked = request, False
         if read_fd >= 0:
             if read_fd not in self.by_fd:      # (a warm horse's pipe is registered already)
                 os.set_blocking(read_fd, False)
@@ -297,7 +309,8 @@ class Server:
             if self.watchdog is not None:   # its entry on the board: its worker slot's
                 self.watchdog.watch(pid, request.slot)
         self.running[pid] = new
-        self.out.append(StartNotice(pid).encode())
+        self.out.append((MovedNotice(moved_from, pid) if moved_from else StartNotice(pid))
+                        .encode())
 
     # -- warm horses (horse/warm.py) -------------------------------------------------------
 
@@ -308,7 +321,23 @@ class Server:
             return 1
         return cap_of(func, self.horse_jobs, self.resolved)
 
-    def start_warm(self, request: RunRequest) -> None:
+    def hand_on(self, run: _Running, request: RunRequest) -> None:
+        """A warm horse died before it took its job (no ACK: killed while idle, the
+        job handed to it meanwhile): the job goes to another horse, nothing ran."""
+        del self.running[run.pid]
+        if run.fd >= 0:
+            self.close_report(run)
+        if run.job_w >= 0:
+            os.close(run.job_w)
+            run.job_w = -1
+        if run.status is None:
+            self.exiting.add(run.pid)      # reaped later
+        if self.watchdog is not None:
+            with self.watchdog.lock:
+                self.watchdog.forget(run.pid)
+        self.start_warm(request, moved_from=run.pid, moves=run.moves + 1)
+
+    def start_warm(self, request: RunRequest, moved_from: int = 0, moves: int = 0) -> None:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
         body = frame(request.body)
@@ -322,8 +351,8 @@ class Server:
                 self.drop_idle(run)
                 continue
             del self.idle[run.pid]
-            run.idle, run.func, run.status = False, request.func, None
-            self.started(run, request)
+            run.idle, run.func, run.status, run.moves = False, request.func, None, moves
+            self.started(run, request, moved_from)
             return
         for _ in range(2):
             horse = self.ready.pop(0) if self.ready else self.spawn()
@@ -332,10 +361,11 @@ class Server:
             except BrokenPipeError:
                 horse.retire()
                 continue
-            self.started(_Running(horse.pid, horse.report_r, request.func, horse.job_w),
-                         request)
+            new = _Running(horse.pid, horse.report_r, request.func, horse.job_w)
+            new.moves = moves
+            self.started(new, request, moved_from)
             return
-        self.started(_Running(horse.pid, -1, request.func), request)
+        self.started(_Running(horse.pid, -1, request.func), request, moved_from)
 
     def rest(self, run: _Running) -> None:
         """A warm horse reported and stays: its job's outcome goes out, it waits idle."""
@@ -386,8 +416,14 @@ class Server:
             return
         if run.fd >= 0:   # it exited: everything it wrote is in the pipe already
             read_available(run.fd, run.buf)
+            if not run.acked and run.job_w >= 0:
+                take_ack(run)
             self.forward_progress(run)
             self.close_report(run)
+        if (run.job_w >= 0 and not run.acked and not run.buf and run.request is not None
+                and run.moves < MOVES_MAX):
+            self.hand_on(run, run.request)
+            return
         self.finish(run)
 
     def finish(self, run: _Running) -> None:
@@ -523,6 +559,13 @@ class Server:
             except ChildProcessError:
                 return                     # no child left
             self.reap()
+
+
+def take_ack(run: _Running) -> None:
+    """A warm horse's ACK at the front of what it wrote: it took its job."""
+    if run.buf[:1] == ACK:
+        del run.buf[:1]
+        run.acked = True
 
 
 def _kill_group(pgid: int) -> None:

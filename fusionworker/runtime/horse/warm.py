@@ -7,6 +7,9 @@ Only the fork server forks warm horses, and only when N > 1: the default path
 
     S: fork; H waits on its job pipe for a frame (4-byte length + the job's
        RunRequest body); EOF: S retired it, H exits
+    H: ACK (one byte) on its report pipe: it took the job. A horse that died
+       before (killed while idle) did not: S hands the job to another horse and
+       tells the worker (protocol.MovedNotice)
     H: at its first job: its own process group, PDEATHSIG, signals (as main.py)
     H: per job: current_job() begins, run_job (SIGALRM at the job's timeout),
        current_job() ends; the report, then "\\n" if H stays for another job, or
@@ -29,7 +32,7 @@ from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..protocol import HEADER, HorseReport, job_of, write_all
+from ..protocol import ACK, HEADER, HorseReport, job_of, write_all
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
 
@@ -52,6 +55,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             job = job_of(body)
             if not done:
                 _become_horse(server_pid)
+            write_all(write_fd, ACK)   # taken: a death from now on is this job's
             done += 1
             report, tracing = _run_one(job, write_fd, allowed, retryable, resolved)
             stay = (report.ok and done < cap_of(job.func, horse_jobs, resolved)
@@ -84,7 +88,10 @@ def _become_horse(server_pid: int) -> None:
 def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...],
              resolved: Mapping[str, Callable[..., Any]]) -> tuple[HorseReport, Any]:
     """One job, as horse_main runs it: its own current_job() (meta starts from the job's
-    record, never from the previous job), its span if tracing is on."""
+    record, never from the previous job), its span if tracing is on. The signals a
+    kill relies on are set again: the previous job may have changed them."""
+    _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
+    _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)
     progress.begin(job, fd=write_fd)
     tracing = _tracing.horse_tracing
     if tracing is None:
@@ -102,10 +109,10 @@ def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple
 def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]]) -> int:
     """How many jobs a horse running ``func`` may run in all: ``horse_jobs`` (the
     worker's), lowered by the function's ``@job(horse_jobs=M)``."""
-    handle: Any = resolved.get(func)
-    if handle is None:
-        registry = sys.modules.get("fusionworker.core.registry")
-        handle = registry.lookup(func) if registry is not None else None
+    registry = sys.modules.get("fusionworker.core.registry")   # loaded if @job/register ran
+    handle: Any = registry.lookup(func) if registry is not None else None
+    if handle is None:      # (register() leaves the module attribute the plain function)
+        handle = resolved.get(func)
     own = getattr(handle, "horse_jobs", None)
     if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
         return min(horse_jobs, own)
@@ -125,16 +132,13 @@ def rss() -> int:
 
 
 def has_children() -> bool:
-    """A child process of this one exists (running or a zombie); True when /proc cannot
-    say (the horse then leaves: its group is killed once it exited)."""
+    """A child process of this one exists, running or a zombie (one system call:
+    ``waitid`` without waiting, which fails when there is none)."""
     try:
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/children", "rb") as fh:
-                if fh.read().strip():
-                    return True
-    except OSError:
-        return True
-    return False
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 def _read_frame(fd: int) -> bytes | None:
