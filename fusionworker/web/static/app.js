@@ -279,7 +279,7 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("refresh");
-        if (fresh) {
+        if (fresh && fresh.innerHTML !== region.innerHTML) {   // only what changed moves
           region.innerHTML = fresh.innerHTML;
           document.body.setAttribute("data-refreshed", String(Date.now()));
         }
