@@ -93,8 +93,11 @@ SETTLE = 0.5
 
 
 def fw_worker(argv: list[str]) -> int:
-    """``redis_cost.py worker fw|fw-noevents|fw-warm URL``: one worker, not burst."""
-    kind, url = argv
+    """``redis_cost.py worker fw|fw-noevents|fw-warm URL [QUEUE] [--burst]``: one worker
+    (bench/cluster_scale.py runs it too)."""
+    burst = "--burst" in argv
+    kind, url, *rest = [a for a in argv if a != "--burst"]
+    queue = rest[0] if rest else QUEUE
     from fusionworker.core.config import load_settings
     from fusionworker.core.connection import connect
     from fusionworker.events.middleware import EventsMiddleware
@@ -105,7 +108,7 @@ def fw_worker(argv: list[str]) -> int:
     chain = default_middleware(settings)
     if kind == "fw-noevents":
         chain = [mw for mw in chain if not isinstance(mw, EventsMiddleware)]
-    worker = Worker(QUEUE, connect(url), settings=settings, middleware=chain)
+    worker = Worker(queue, connect(url), settings=settings, middleware=chain, burst=burst)
     return int(worker.work() or 0)
 
 

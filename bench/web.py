@@ -221,9 +221,11 @@ def viewers(app: Any, r: redis.Redis, ids: dict[str, str], kind: str, n: int, se
     threads = [threading.Thread(target=viewer) for _ in range(n)]
     for t in threads:
         t.start()
-    ready.wait()
+    while ready.n_waiting < n:    # every viewer loaded its page
+        time.sleep(0.05)
     before = commands(r)
     stop[0] = time.monotonic() + seconds
+    ready.wait()
     if changing:   # a job's progress and the head of the queue change every second
         while time.monotonic() < stop[0]:
             change()

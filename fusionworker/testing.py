@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .core.config import Settings, load_settings
-from .core.hooks import Middleware
+from .core.hooks import Middleware, WorkerContext
 from .core.job import Job
 from .core.queue import Queue
 from .runtime.launch import InProcessLauncher
@@ -69,7 +69,7 @@ class _Collect(Middleware):
     def __init__(self) -> None:
         self.ran: list[tuple[Job[Any], Outcome]] = []
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         self.ran.append((job, outcome))
 
 
@@ -102,7 +102,7 @@ class _Limit(Middleware):
     def __init__(self, limit: int) -> None:
         self.left = limit
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         self.left -= 1
         if self.left <= 0:
             worker.request_stop("warm")

@@ -1,4 +1,4 @@
-"""Comments and docs tell the truth, and the repository stands alone (issue 12, item B)."""
+"""Comments and docs tell the truth, and the repository stands alone."""
 
 from __future__ import annotations
 

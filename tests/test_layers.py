@@ -2,15 +2,21 @@
 the layers below it, and no two modules import each other when they are imported.
 
 The imports are read from the source (``ast``), so nothing is imported to check
-them. Every ``import`` counts, also the ones inside functions; only the ones under
-``if TYPE_CHECKING:`` (annotations, never run) do not, nor ``from fusionworker import
-__version__`` (a literal in the package root). ``python -m tests.test_layers``
-prints the layer graph and the cycles through deferred imports.
+them. For the direction every ``import`` counts: the ones inside functions and the
+ones under ``if TYPE_CHECKING:`` (an annotation names what a module depends on),
+but not ``from fusionworker import __version__`` (a literal in the package root).
+For the cycles at import time only the imports that run when a module is imported
+count. ``python -m tests.test_layers`` prints the layer graph, the upward imports
+and every cycle.
+
+The same ``ast`` walk checks that the parts keep to their rooms: no object reads
+another object's private attribute, and no module assigns another module's globals.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,7 +36,8 @@ PLACED = {
     "fusionworker.__main__": "cli",         # `python -m fusionworker`: the command line
 }
 
-#: the upward imports there are, each with its reason; a new one fails the test
+#: the upward imports there are (TYPE_CHECKING ones too), each with its reason; a new
+#: one fails the test
 ALLOWED_UPWARD = {
     ("fusionworker.core.queue", "fusionworker.events.registry"):
         "Queue emits queued/canceled/deleted/... through the process-wide producer sink; "
@@ -52,6 +59,40 @@ KNOWN_DEFERRED_CYCLES = {
                "fusionworker.core.registries", "fusionworker.core.registry",
                "fusionworker.core.scripts.replies", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
+}
+
+#: reads of another object's private attribute there are, each with its reason
+ALLOWED_PRIVATE = {
+    ("fusionworker.runtime.wakeups", "conn._sock"):
+        "redis-py has no public accessor for a pub/sub connection's socket, which the "
+        "loop's select() waits on",
+    ("fusionworker.core.batch", "self.queue._register"):
+        "a batch registers its queue as the queue itself does (queue.py's private helper)",
+    # enqueue.py and queue_read.py are Queue's own parts, split out of queue.py: they act
+    # on the queue's state as its methods did
+    ("fusionworker.core.enqueue", "job._queue"): "a Job keeps the Queue that made it",
+    ("fusionworker.core.queue_read", "job._queue"): "a Job keeps the Queue that read it",
+    ("fusionworker.core.enqueue", "p.batch._added"):
+        "the queue counts the jobs it added to a batch under construction",
+    ("fusionworker.core.enqueue", "q._emit"): "the queue's event emission, per enqueue",
+    ("fusionworker.core.enqueue", "q._events"): "whether the queue emits events",
+    ("fusionworker.core.enqueue", "q._made_defaults"): "the queue's defaults, made once",
+    ("fusionworker.core.enqueue", "q._register"): "the queue registers itself once",
+    ("fusionworker.core.enqueue", "q._script_events"):
+        "whether enqueue_many.lua writes the events itself",
+    ("fusionworker.core.tracing", "Queue._fw_plain"):
+        "instrument()/uninstrument() wrap Queue.enqueue_call and keep the plain one",
+    ("fusionworker.events.sinks", "sink._reset_state"):
+        "a sink resets a copy of itself made for a forked child",
+    ("fusionworker.middleware.otel", "tracing._owned_meter_provider"):
+        "the OpenTelemetry middleware shuts down the meter provider core.tracing made",
+}
+
+#: another module's globals a module assigns, each with its reason
+ALLOWED_GLOBAL_WRITES = {
+    ("fusionworker.middleware.otel", "tracing.horse_tracing"):
+        "core.tracing's one slot the horse reads (None: OpenTelemetry off); set by the "
+        "middleware that owns it, in the worker and the fork server",
 }
 
 
@@ -79,9 +120,11 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[tuple[str, bool]]:
+def imports_of(path: Path, modules: set[str], root: Path = PACKAGE,
+               typing_only: bool = False) -> list[tuple[str, bool]]:
     """(imported module of the package, imported at import time) for every import in
-    ``path`` that runs, resolving ``from pkg import submodule`` to the submodule."""
+    ``path`` that runs, resolving ``from pkg import submodule`` to the submodule;
+    ``typing_only``: the imports under ``if TYPE_CHECKING:`` instead (never run)."""
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -92,7 +135,7 @@ def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[tupl
             top_level.update(id(n) for n in ast.walk(node))
     found: list[tuple[str, bool]] = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.lineno in skip:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or (node.lineno in skip) != typing_only:
             continue
         now = id(node) in top_level
         if isinstance(node, ast.Import):
@@ -114,10 +157,29 @@ def imports_of(path: Path, modules: set[str], root: Path = PACKAGE) -> list[tupl
     return found
 
 
-def import_graph(root: Path = PACKAGE) -> dict[str, list[tuple[str, bool]]]:
+def import_graph(root: Path = PACKAGE, typing_only: bool = False
+                 ) -> dict[str, list[tuple[str, bool]]]:
     paths = sorted(root.rglob("*.py"))
     modules = {module_name(p, root) for p in paths}
-    return {module_name(p, root): imports_of(p, modules, root) for p in paths}
+    return {module_name(p, root): imports_of(p, modules, root, typing_only) for p in paths}
+
+
+def full_graph(root: Path = PACKAGE) -> dict[str, list[tuple[str, bool]]]:
+    """Every import, TYPE_CHECKING ones too (as not at import time): the dependencies."""
+    graph = import_graph(root)
+    for src, edges in import_graph(root, typing_only=True).items():
+        graph[src] = graph[src] + [(dst, False) for dst, _ in edges]
+    return graph
+
+
+def cross_layer_cycles(graph: dict[str, list[tuple[str, bool]]]) -> list[frozenset[str]]:
+    """The cycles through modules of more than one layer. An allowed upward import
+    (deferred, listed with its reason) is the one sanctioned way up: a loop closed only
+    by it is no cycle across layers."""
+    edges = _edges(graph, at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:
+        edges[src].discard(dst)
+    return [c for c in cycles(edges) if len({layer_of(m) for m in c}) > 1]
 
 
 def upward_imports(graph: dict[str, list[tuple[str, bool]]]) -> list[tuple[str, str]]:
@@ -167,15 +229,109 @@ def _edges(graph: dict[str, list[tuple[str, bool]]], at_import_only: bool) -> di
             for src, edges in graph.items()}
 
 
+#: ``_name_`` (an enum's own protocol) and ``__name__``: not private
+_NOT_PRIVATE = re.compile(r"_[A-Za-z0-9]+_|__\w+__")
+
+
+def _module_names(tree: ast.AST, package: str, modules: set[str]) -> set[str]:
+    """The names a module binds to modules: ``import x`` (any) and ``from p import m``
+    where ``p.m`` is a module of the package."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            names.update(a.asname or a.name for a in node.names
+                         if f"{target}.{a.name}" in modules)
+    return names
+
+
+def rooms(root: Path = PACKAGE) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(module, expression) of every read of another object's private attribute
+    (``x._y`` with ``x`` not ``self``/``cls``, not a name imported from the standard
+    library or a dependency, not ``super()``), and of every assignment to another module's global
+    (``mod.name = ...``, ``del mod.name``)."""
+    paths = sorted(root.rglob("*.py"))
+    modules = {module_name(p, root) for p in paths}
+    private: set[tuple[str, str]] = set()
+    writes: set[tuple[str, str]] = set()
+    for path in paths:
+        name = module_name(path, root)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        mods = _module_names(tree, package, modules)
+        outside = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
+                   if isinstance(node, ast.Import) for a in node.names
+                   if a.name.split(".")[0] != root.name}
+        outside |= {a.asname or a.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    and (node.module or "").split(".")[0] != root.name for a in node.names}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not _NOT_PRIVATE.fullmatch(node.attr):
+                base = node.value
+                if isinstance(base, ast.Name) and base.id in {"self", "cls", *outside}:
+                    continue
+                if isinstance(base, ast.Call) and ast.unparse(base.func) == "super":
+                    continue
+                private.add((name, ast.unparse(node)))
+            targets: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                    if (isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+                            and t.value.id in mods):
+                        writes.add((name, ast.unparse(t)))
+    return private, writes
+
+
 # ------------------------------------------------------------------------------- tests
 
 
+def test_no_part_reads_another_objects_private_attribute():
+    private, _ = rooms()
+    assert private - set(ALLOWED_PRIVATE) == set(), "private attributes read from outside"
+    assert set(ALLOWED_PRIVATE) - private == set(), "gone: drop it from ALLOWED_PRIVATE"
+
+
+def test_no_module_assigns_another_modules_globals():
+    _, writes = rooms()
+    assert writes - set(ALLOWED_GLOBAL_WRITES) == set(), "another module's globals assigned"
+    assert set(ALLOWED_GLOBAL_WRITES) - writes == set(), "gone: drop it from the list"
+
+
+def test_the_room_checks_find_a_private_read_and_a_global_write(tmp_path):
+    """The two checks above can fail: a made-up package with both faults."""
+    root = tmp_path / "fusionworker"
+    (root / "core").mkdir(parents=True)
+    for init in (root / "__init__.py", root / "core" / "__init__.py"):
+        init.write_text("")
+    (root / "core" / "a.py").write_text("import os\nflag = 1\n")
+    (root / "core" / "b.py").write_text(
+        "import os\nfrom . import a\n"
+        "class B:\n    def f(self, other):\n        os._exit(self._x + other._y)\n"
+        "a.flag = 2\n")
+    private, writes = rooms(root)
+    assert private == {("fusionworker.core.b", "other._y")}
+    assert writes == {("fusionworker.core.b", "a.flag")}
+
+
 def test_every_module_imports_only_its_layer_and_the_layers_below():
-    graph = import_graph()
+    graph = full_graph()
     assert len(graph) > 50                       # the whole package was read
     upward = [edge for edge in upward_imports(graph) if edge not in ALLOWED_UPWARD]
     assert upward == [], "upward imports (see docs/design.md, Layers):\n" + "\n".join(
         f"  {src} ({layer_of(src)}) -> {dst} ({layer_of(dst)})" for src, dst in upward)
+
+
+def test_no_cycle_across_layers_counting_every_import():
+    """TYPE_CHECKING imports included: the hook contract points down, not up."""
+    assert cross_layer_cycles(full_graph()) == []
 
 
 def test_the_allowed_upward_imports_still_exist_and_are_deferred():
@@ -227,21 +383,28 @@ def test_the_checker_finds_an_upward_import_and_a_cycle(tmp_path):
 
 def main() -> None:
     graph = import_graph()
+    full = full_graph()
     counts: dict[tuple[str, str], int] = {}
-    for src, edges in graph.items():
+    for src, edges in full.items():
         for dst, _ in edges:
             pair = (layer_of(src), layer_of(dst))
             if pair[0] != pair[1]:
                 counts[pair] = counts.get(pair, 0) + 1
-    print("layer -> layers it imports (number of import statements)")
+    print("layer -> layers it imports (number of import statements, TYPE_CHECKING too)")
     for layer in reversed(LAYERS):
         used = [f"{dst} ({n})" for (src, dst), n in sorted(
             counts.items(), key=lambda kv: LAYERS.index(kv[0][1])) if src == layer]
         print(f"  {layer:<10} -> {', '.join(used) or '-'}")
-    print("upward imports:", ", ".join(f"{s} -> {d}" for s, d in upward_imports(graph)) or "none")
+    print("upward imports (TYPE_CHECKING ones too):")
+    for src, dst in upward_imports(full):
+        print(f"  {src} -> {dst}: {ALLOWED_UPWARD.get((src, dst), 'NOT LISTED')}")
+    print("cycles across layers (every import):", cross_layer_cycles(full) or "none")
     print("cycles at import time:", cycles(_edges(graph, at_import_only=True)) or "none")
-    print("cycles through deferred imports:")
-    for cycle in cycles(_edges(graph, at_import_only=False)):
+    print("cycles through deferred imports (inside one layer):")
+    edges = _edges(graph, at_import_only=False)
+    for src, dst in ALLOWED_UPWARD:       # the sanctioned way up closes no cycle
+        edges[src].discard(dst)
+    for cycle in cycles(edges):
         print("  " + ", ".join(sorted(cycle)))
 
 

@@ -6,6 +6,8 @@ Deterministic on purpose: an example gives the same result on every run.
 
 from __future__ import annotations
 
+import time
+
 from fusionworker import Retry, job
 
 
@@ -70,6 +72,17 @@ def alert(batch_id: str) -> str:
 
 def digest() -> str:
     return "digest sent"
+
+
+def export(report: str, seconds: float = 30.0) -> str:
+    """A long job (the docs' "busy" workers)."""
+    time.sleep(seconds)
+    return f"{report} exported"
+
+
+def fail(message: str) -> None:
+    """Always fails (the docs' failed jobs)."""
+    raise ValueError(message)
 
 
 def save(user: object) -> None:

@@ -9,6 +9,7 @@ so a script can use them too.
 from __future__ import annotations
 
 import time
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .connection import decoding, texts
@@ -16,6 +17,13 @@ from .keys import Keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from .connection import RedisClient
+
+
+class Control(StrEnum):
+    """The messages on the control channel (``fw:control``) every worker listens to."""
+
+    SUSPEND = "suspend"     #: claim nothing more until resumed (running jobs finish)
+    RESUME = "resume"
 
 
 def suspend(connection: RedisClient, prefix: str = "fw", duration: float | None = None) -> None:
@@ -26,14 +34,14 @@ def suspend(connection: RedisClient, prefix: str = "fw", duration: float | None 
         connection.set(keys.suspended, str(time.time()), px=int(duration * 1000))
     else:
         connection.set(keys.suspended, str(time.time()))
-    connection.publish(keys.control, "suspend")
+    connection.publish(keys.control, Control.SUSPEND.value)
 
 
 def resume(connection: RedisClient, prefix: str = "fw") -> None:
     connection = decoding(connection)
     keys = Keys(prefix)
     connection.delete(keys.suspended)
-    connection.publish(keys.control, "resume")
+    connection.publish(keys.control, Control.RESUME.value)
 
 
 def is_suspended(connection: RedisClient, prefix: str = "fw") -> bool:

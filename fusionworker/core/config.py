@@ -64,7 +64,7 @@ class Setting:
     parse: Callable[[str], Any]
     help: str
     flag: str = ""     # CLI flag, where one exists
-    #: the one place numbers are range-checked (issue 18.8): every value from the API,
+    #: the one place numbers are range-checked: every value from the API,
     #: the CLI, the environment or a config file passes :func:`check_value`
     min: float | None = None
     max: float | None = None

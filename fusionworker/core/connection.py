@@ -49,7 +49,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool
 from .hooks import Middleware
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..worker import Worker
+    from .hooks import WorkerContext
 
 log = logging.getLogger("fusionworker.connection")   # the name before the layers (logging configs use it)
 
@@ -341,7 +341,7 @@ class FollowSentinelMaster(Middleware):
         self._next = 0.0
         self._failing = False
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         now = self._clock()
         if now < self._next:
             return

@@ -29,8 +29,8 @@ from .config import check_value
 from .connection import text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
-from .options import JobOptions, registered_defaults
-from .registry import producer_allowed, registered
+from .options import JobOptions
+from .registry import lookup, producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,8 +89,8 @@ class PreparedJob:
 
 # -- prepare -------------------------------------------------------------------------------
 
-def prepare(q: Queue, func: str | Callable[..., Any], args: Iterable[Any] | None,
-            kwargs: dict[str, Any] | None, options: JobOptions,
+def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
+            kwargs: Mapping[str, Any] | None, options: JobOptions,
             when: tuple[str, float] | None = None) -> PreparedJob:
     """Validate and encode one job for queue ``q``; writes nothing."""
     # a bulk producer calls this per job: the settings' values are read once
@@ -101,14 +101,18 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: Iterable[Any] | None
     verify(ref, allowed)
     # registered (@job, register(); verify() imported its module when it may): the
     # function's options are the defaults, however it was named
-    options = options.over(registered_defaults(ref))
+    handle = lookup(ref)
+    if handle is not None and handle.default_options:
+        options = options.over(handle.default_options)
     opts = options.checked(default_timeout, default_retries)
     if when is not None and not math.isfinite(float(when[1])):
         raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
     args_enc, kwargs_enc = _encode_arguments(ref, args, kwargs)
     mode, at_time = when or ("now", 0.0)
-    deps, refs = _dependencies(q, opts.depends_on, when)
-    if deps:
+    deps: tuple[tuple[str, str], ...] = ()
+    refs: list[str] = []
+    if opts.depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
+        deps, refs = _dependencies(q, opts.depends_on, when)
         mode = "deferred"
     fields = _fields(q, ref, opts, args_enc, kwargs_enc, refs)
     assert opts.job_id is not None and opts.priority is not None  # checked() fills them
@@ -147,8 +151,8 @@ def defaults(q: Queue) -> tuple[tuple[str, ...], float, int]:
     return found[2], found[3], found[4]
 
 
-def _encode_arguments(ref: str, args: Iterable[Any] | None,
-                      kwargs: dict[str, Any] | None) -> tuple[Any, Any]:
+def _encode_arguments(ref: str, args: list[Any] | tuple[Any, ...] | None,
+                      kwargs: Mapping[str, Any] | None) -> tuple[Any, Any]:
     """The arguments as ``codec.encode`` makes them; UnsupportedType naming the job.
 
     ``args`` is a list or a tuple (a string would be its characters), ``kwargs`` a
@@ -181,8 +185,6 @@ def _short(value: Any) -> str:
 def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
                   ) -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """``depends_on`` as ``(queue, id)`` pairs and as ``"queue:id"`` refs (workflows.py)."""
-    if depends_on is None:
-        return (), []
     from .workflows import dependency_ref, normalize_dependencies
 
     if when is not None:

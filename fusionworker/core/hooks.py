@@ -1,51 +1,149 @@
-"""Hook points of the worker loop.
+"""Hook points of the worker loop, and what a hook is given.
 
 The worker loop only claims, forks, waits and records. Everything else —
 the resource governor, the event log, metrics, systemd notification, the
 reaper, cron — hangs off these hooks. A hook must be cheap and must never
 raise into the loop: the worker logs and swallows a hook's exception (a
 broken metrics exporter must not stop jobs).
+
+A hook gets the worker as a :class:`WorkerContext` (what a middleware may
+read or ask of it) and, after a job, its :class:`Outcome`. Both live here, in
+the bottom layer, so the middleware and the event log depend on this contract,
+not on the runtime that implements it (``fusionworker.runtime.worker.Worker``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..worker import Outcome, Worker
+    from collections.abc import Sequence
+
     from .config import Settings
+    from .connection import RedisClient
     from .job import Job
+    from .keys import Keys
+
+
+class OutcomeStatus(StrEnum):
+    """What became of an attempt (``Outcome.status``; also the ``status`` argument of
+    ``finish.lua`` and the name of the outcome events)."""
+
+    FINISHED = "finished"    #: the job returned; its result is stored
+    RETRY = "retry"          #: it failed and is scheduled again (backoff)
+    FAILED = "failed"        #: it failed for good: dead-letter
+    REQUEUED = "requeued"    #: given back unstarted (cold shutdown, lease): not counted
+
+
+class OutcomeReason(StrEnum):
+    """Why (``Outcome.reason``): ``ok`` or a ``FailureReason`` value. A middleware may
+    kill a horse with a reason of its own: read as a member of its own text."""
+
+    OK = "ok"
+    EXCEPTION = "exception"
+    TIMEOUT = "timeout"
+    SEGFAULT = "segfault"
+    CRASH = "crash"
+    KILLED = "killed"
+    EXIT = "exit"
+    MEMORY = "memory"
+    REFUSED = "refused"
+    MALFORMED = "malformed"
+    LOST = "lost"
+    SHUTDOWN = "shutdown"
+    LEASE = "lease"
+
+    @classmethod
+    def _missing_(cls, value: object) -> OutcomeReason | None:
+        if not isinstance(value, str):
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value
+        member._value_ = value
+        return member
+
+
+@dataclass
+class Outcome:
+    """What the worker recorded for one attempt."""
+
+    status: OutcomeStatus
+    reason: OutcomeReason
+    duration: float = 0.0
+    result: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    traceback: str | None = None
+    retry_delay: float | None = None
+    recorded: bool = True    # False: the attempt's token was stale (reaped meanwhile)
+    #: the job's last progress/meta, written with the outcome (runtime/progress_store.py)
+    progress_fields: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # text stays accepted (``Outcome(status="retry", reason="exception")``)
+        self.status = OutcomeStatus(self.status)
+        self.reason = OutcomeReason(self.reason)
+
+
+class WorkerContext(Protocol):
+    """The worker as a hook sees it (``fusionworker.worker.Worker`` implements it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def connection(self) -> RedisClient: ...
+
+    @property
+    def keys(self) -> Keys: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def queue_names(self) -> Sequence[str]: ...
+
+    @property
+    def middleware(self) -> Sequence[Middleware]: ...
+
+    def request_stop(self, mode: str = "warm") -> None:
+        """Ask the loop to stop: ``warm`` (let running jobs finish) or ``cold``."""
 
 
 class Middleware:
     """Base class: override the hooks you need."""
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         """The worker registered itself and is about to take jobs."""
 
-    def before_claim(self, worker: Worker) -> str | None:
+    def before_claim(self, worker: WorkerContext) -> str | None:
         """Return a reason (e.g. ``"throttled: RAM at 93.1%"``) to claim nothing now."""
         return None
 
-    def after_claim(self, worker: Worker, job: Job[Any]) -> None:
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
         """A job was claimed and its horse is being forked."""
 
-    def on_horse_tick(self, worker: Worker, job: Job[Any], horse_pid: int) -> str | None:
+    def on_horse_tick(self, worker: WorkerContext, job: Job[Any], horse_pid: int) -> str | None:
         """Called about once a second while a horse runs.
 
         Return a reason (``"memory"``) to kill the horse and fail the job with it.
         """
         return None
 
-    def on_progress(self, worker: Worker, job: Job[Any], progress: float,
+    def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:
         """A running job's progress was written to its record (``current_job()``;
         rate-limited: at most once per ``progress_interval`` per job)."""
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         """The job's outcome was recorded (finished, retry scheduled, or failed)."""
 
-    def on_job_reaped(self, worker: Worker, job: Job[Any], outcome: str) -> None:
+    def on_job_reaped(self, worker: WorkerContext, job: Job[Any], outcome: str) -> None:
         """The reaper (running in ``worker``) gave back a job whose worker died.
 
         ``outcome`` is ``"requeued"`` (back on its queue, attempt counted) or
@@ -54,13 +152,13 @@ class Middleware:
         instead of looking for another middleware with ``isinstance``.
         """
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         """Called about once a second by the worker loop, busy or idle."""
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         """The worker is shutting down (after its last job)."""
 
-    def reload(self, worker: Worker, settings: Settings) -> None:
+    def reload(self, worker: WorkerContext, settings: Settings) -> None:
         """SIGHUP: the config file was read again; take what may change live."""
 
     def describe(self) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class JobHabits:
     error_message: str | None
     traceback: str | None
     ended_at: float | None
+    depends_on: list[str] | None
     meta: dict[str, Any]
     _description: str | None
     _queue: Any
@@ -129,14 +130,51 @@ class JobHabits:
 
     @property
     def connection(self) -> RedisClient:
-        """The Redis client of the queue the job was read through."""
-        return cast("RedisClient", self._queue_for("connection").connection)
+        """The Redis client of the queue the job was read through (AttributeError for a
+        job built by hand, so that ``getattr(job, "connection", None)`` works)."""
+        if self._queue is None:
+            raise AttributeError("connection: this Job was not read through a Queue")
+        return cast("RedisClient", self._queue.connection)
 
     def _queue_for(self, what: str) -> Any:
         if self._queue is None:
             raise ValueError(f"{what}: this Job was not read through a Queue: use "
                              "Job.fetch(id, connection) or queue.fetch_job(id)")
         return self._queue
+
+    @property
+    def exc_info(self) -> str | None:
+        """The traceback of the last failure (RQ's name), or None."""
+        return self.traceback
+
+    @property
+    def dependency_ids(self) -> list[str]:
+        """Ids of the jobs this one waits on (``depends_on``; RQ's name)."""
+        return [ref.partition(":")[2] for ref in (self.depends_on or [])]
+
+    def fetch_dependencies(self) -> list[Job[Any]]:
+        """The jobs this one waits on, read now (those still in Redis)."""
+        from .queue import Queue
+
+        q = self._queue_for("fetch_dependencies")
+        found = []
+        for ref in self.depends_on or []:
+            queue, _, job_id = ref.partition(":")
+            job = Queue(queue, q.connection, settings=q.settings).fetch_job(job_id)
+            if job is not None:
+                found.append(job)
+        return found
+
+    def dependencies_are_met(self) -> bool:
+        """Every job this one waits on has finished (read now; a gone one has not)."""
+        q = self._queue_for("dependencies_are_met")
+        refs = [ref.partition(":") for ref in self.depends_on or []]
+        if not refs:
+            return True
+        pipe = q.connection.pipeline(transaction=False)
+        for queue, _, job_id in refs:
+            pipe.hget(q.keys.queue(queue).job(job_id), "status")
+        return all(status == "finished" for status in pipe.execute())
 
     # -- status ------------------------------------------------------------------
 

@@ -16,19 +16,21 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .config import check_value
+from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
+from .registry import lookup
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
 
 
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Every enqueue option; ``None`` = not given (a default applies)."""
+class JobOptions(NamedTuple):
+    """Every enqueue option; ``None`` = not given (a default applies).
+
+    A named tuple: made per job by a bulk producer, it costs a fraction of a
+    frozen dataclass."""
 
     #: -1023..1023, higher runs first (default 0)
     priority: int | None = None
@@ -61,17 +63,12 @@ class JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
         if not defaults:
             return self
-        return JobOptions(**{name: (value if value is not None else defaults.get(name))
-                             for name, value in zip(NAMES, self.values())})
-
-    def values(self) -> tuple[Any, ...]:
-        return (self.priority, self.timeout, self.max_retries, self.retry_delay, self.job_id,
-                self.unique_key, self.group, self.on_failure_url, self.depends_on,
-                self.allow_dependency_failure, self.batch, self.description, self.meta)
+        return JobOptions(*[value if value is not None else defaults.get(name)
+                            for name, value in zip(NAMES, self)])
 
     def given(self) -> dict[str, Any]:
         """The options that are set, as keywords."""
-        return {name: value for name, value in zip(NAMES, self.values()) if value is not None}
+        return {name: value for name, value in zip(NAMES, self) if value is not None}
 
     def checked(self, default_timeout: float, default_retries: int) -> JobOptions:
         """Validated, with every default filled in but ``retry_delay``, ``unique_key``,
@@ -82,13 +79,18 @@ class JobOptions:
         """
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
-        timeout = (default_timeout if self.timeout is None
-                   else check_value("job_timeout", float(self.timeout), "timeout"))
-        retries = (default_retries if self.max_retries is None
-                   else check_value("max_retries", int(self.max_retries), "max_retries"))
-        delay = self.retry_delay
-        if delay is not None:
-            delay = check_value("retry_delay", float(delay), "retry_delay")
+        try:
+            timeout = (default_timeout if self.timeout is None
+                       else check_value("job_timeout", float(self.timeout), "timeout"))
+            retries = (default_retries if self.max_retries is None
+                       else check_value("max_retries", int(self.max_retries), "max_retries"))
+            delay = self.retry_delay
+            if delay is not None:
+                delay = check_value("retry_delay", float(delay), "retry_delay")
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise exc.__class__(_not_a_number(self)) from None
         job_id = self.job_id
         if job_id is None:
             job_id = new_job_id()
@@ -99,16 +101,29 @@ class JobOptions:
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:
             _check_words(self.description, self.meta)
-        return JobOptions(
+        return _make((
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
-            bool(self.allow_dependency_failure), self.batch, self.description, self.meta)
+            bool(self.allow_dependency_failure), self.batch, self.description, self.meta))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
-NAMES: tuple[str, ...] = tuple(f.name for f in fields(JobOptions))
+NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
+_make = JobOptions._make
+
+
+def _not_a_number(options: JobOptions) -> str:
+    """The message of an option that float()/int() refused (``timeout="1h"``)."""
+    for name in ("timeout", "max_retries", "retry_delay"):
+        value = getattr(options, name)
+        try:
+            if value is not None:
+                float(value) if name != "max_retries" else int(value)
+        except (TypeError, ValueError):
+            return f"{name} must be a number of seconds (or retries), got {value!r}"
+    return "timeout, max_retries and retry_delay must be numbers"
 
 
 def _check_words(description: Any, meta: Any) -> None:
@@ -172,7 +187,8 @@ FOREIGN: dict[str, str] = {
 }
 
 #: every keyword ``Queue.enqueue`` takes for itself or refuses
-_TAKEN: frozenset[str] = OPTIONS | frozenset(ALIASES) | frozenset(FOREIGN)
+_OTHERS: frozenset[str] = frozenset(ALIASES) | frozenset(FOREIGN)
+_TAKEN: frozenset[str] = OPTIONS | _OTHERS
 
 
 def refusal(name: str) -> str:
@@ -189,11 +205,11 @@ def split(kwargs: dict[str, Any]) -> JobOptions:
     argument of the job and fail there, or worse, be ignored by it."""
     if not kwargs or _TAKEN.isdisjoint(kwargs):
         return EMPTY
-    found: dict[str, Any] = {}
+    found = {name: kwargs.pop(name) for name in OPTIONS.intersection(kwargs)}
+    if _OTHERS.isdisjoint(kwargs):
+        return JobOptions(**found)
     for name in list(kwargs):
-        if name in OPTIONS:
-            found[name] = kwargs.pop(name)
-        elif name in ALIASES:
+        if name in ALIASES:
             real = ALIASES[name]
             if real in kwargs or real in found:
                 raise TypeError(f"give {real}= or {name}= (the same option), not both")
@@ -211,10 +227,8 @@ def option_like(names: Iterable[str]) -> list[str]:
 def registered_defaults(ref: str) -> Mapping[str, Any]:
     """The options given to ``@job(...)``/``register(...)`` for function ``ref`` in this
     process (empty when it is not registered here)."""
-    from .registry import lookup
-
     handle = lookup(ref)
-    return handle.default_options if handle is not None else {}
+    return handle.default_options if handle is not None else _NONE
 
 
 def check_names(options: Mapping[str, Any], where: str = "job options") -> None:
@@ -227,3 +241,4 @@ def check_names(options: Mapping[str, Any], where: str = "job options") -> None:
 
 #: no option given
 EMPTY = JobOptions()
+_NONE: Mapping[str, Any] = {}

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -154,8 +154,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
     def enqueue_call(
         self,
         func: str | Callable[..., Any],
-        args: Iterable[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
+        args: list[Any] | tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         *,
         priority: int | None = None,
         timeout: float | None = None,
@@ -199,8 +199,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
     def prepare_call(
         self,
         func: str | Callable[..., Any],
-        args: Iterable[Any] | None = None,
-        kwargs: dict[str, Any] | None = None,
+        args: list[Any] | tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
         *,
         priority: int | None = None,
         timeout: float | None = None,

@@ -34,7 +34,7 @@ import functools
 import importlib
 import inspect
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .config import ConfigError, Settings
@@ -130,9 +130,16 @@ class JobFunction(Generic[P, R]):
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           **self.default_options)
 
-    def enqueue_in(self, seconds: float, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
-        """Enqueue a run ``seconds`` from now (Redis server clock)."""
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """:meth:`enqueue` under RQ's and Celery's name."""
+        return self.enqueue(*args, **kwargs)
+
+    def enqueue_in(self, seconds: float | timedelta, *args: P.args,
+                   **kwargs: P.kwargs) -> Job[R]:
+        """Enqueue a run ``seconds`` (or a ``timedelta``) from now (Redis server clock)."""
         self._check_kwargs(kwargs)
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=("in", seconds), **self.default_options)
 
@@ -150,6 +157,10 @@ def register(func: Callable[P, R], *, queue: str | Queue = "default", connection
              **options: Any) -> JobFunction[P, R]:
     """Register ``func`` (a module-level function) and return its handle.
 
+    Registering is per process: call it at module level of a module the worker
+    imports (``--import`` / ``FUSIONWORKER_IMPORTS``); a call made only in a
+    producer never reaches the worker.
+
     ``horse_jobs``: at most this many jobs run in a horse that runs one of this
     function (1: each of its jobs gets a fresh process); ``worker --horse-jobs``
     is the upper bound."""
@@ -164,6 +175,10 @@ def register(func: Callable[P, R], *, queue: str | Queue = "default", connection
 @overload
 def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
 @overload
+def job(queue: str | Queue, /, *, connection: RedisClient | None = None,
+        settings: Settings | None = None, horse_jobs: int | None = None,
+        **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+@overload
 def job(*, queue: str | Queue = "default", connection: RedisClient | None = None,
         settings: Settings | None = None, horse_jobs: int | None = None,
         **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
@@ -171,7 +186,13 @@ def job(*, queue: str | Queue = "default", connection: RedisClient | None = None
 
 def job(func: Any = None, /, **kwargs: Any) -> Any:
     """Decorator: ``@job`` or ``@job(queue="sms", priority=5, timeout=30, max_retries=3)``;
-    ``horse_jobs=N``: see :func:`register`."""
+    ``@job("sms", ...)`` names the queue as RQ's decorator does; ``horse_jobs=N``: see
+    :func:`register`."""
+    if func is not None and not callable(func):   # RQ's @job("low"): a queue name or Queue
+        if "queue" in kwargs:
+            raise TypeError("job() got the queue twice: positional and queue=")
+        kwargs["queue"] = func
+        func = None
     if func is not None:
         return register(func, **kwargs)
     return lambda f: register(f, **kwargs)

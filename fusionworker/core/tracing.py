@@ -12,6 +12,7 @@ lives in :mod:`fusionworker.middleware.otel`, which is also the public face
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib
 import logging
@@ -171,52 +172,63 @@ class ExportLogLimit(logging.Handler):
     one per ``interval`` for the worker, its fork server and every horse together.
 
     ``page``: 16 shared bytes (when the last line went out; how many were held back
-    since), a ``MAP_SHARED`` mapping that forked processes keep sharing.
+    since), a ``MAP_SHARED`` mapping that forked processes keep sharing; ``fd``: its
+    file, locked (``lockf``: per process, so horses exclude each other too) while a
+    record is weighed, or -1 (an anonymous page: no lock).
     """
 
-    def __init__(self, page: Any, interval: float = EXPORT_LOG_INTERVAL) -> None:
+    def __init__(self, page: Any, interval: float = EXPORT_LOG_INTERVAL, fd: int = -1) -> None:
         super().__init__(logging.WARNING)
-        self.page, self.interval = page, interval
+        self.page, self.interval, self.fd = page, interval, fd
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             message = record.getMessage()
             if record.name.startswith("opentelemetry.exporter") or "export" in message.lower():
-                last, held = struct.unpack_from("dq", self.page, 0)
-                now = time.time()
-                if now - last < self.interval:
-                    struct.pack_into("dq", self.page, 0, last, held + 1)
+                message = self._weigh(message)
+                if not message:
                     return
-                struct.pack_into("dq", self.page, 0, now, 0)
-                note = f" ({held} more held back)" if held else ""
-                message = (f"OpenTelemetry export: {message}{note}; "
-                           f"at most one such line per {self.interval:g} s")
             log.log(record.levelno, "%s", message)
         except Exception:  # noqa: BLE001 - a log line must never raise into the SDK
             self.handleError(record)
 
+    def _weigh(self, message: str) -> str:
+        """The line to log for an export complaint, or "" (held back: counted)."""
+        if self.fd >= 0:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX)
+        try:
+            last, held = struct.unpack_from("dq", self.page, 0)
+            now = time.time()
+            if now - last < self.interval:
+                struct.pack_into("dq", self.page, 0, last, held + 1)
+                return ""
+            struct.pack_into("dq", self.page, 0, now, 0)
+        finally:
+            if self.fd >= 0:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN)
+        note = f" ({held} more held back)" if held else ""
+        return (f"OpenTelemetry export: {message}{note}; "
+                f"at most one such line per {self.interval:g} s")
 
-def _shared_page(path: str) -> Any:
-    """16 bytes shared with the processes forked from here: ``path`` (another process's
-    page, ``/proc/<pid>/fd/<fd>``) when it opens, else a new one (a memfd, whose path
-    :func:`limit_export_logs` records for the fork server)."""
+
+def _shared_page(path: str) -> tuple[Any, int]:
+    """16 bytes shared with the processes forked from here, and their file (kept open):
+    ``path`` (another process's page, ``/proc/<pid>/fd/<fd>``) when it opens, else a new
+    one (a memfd, whose path :func:`limit_export_logs` records for the fork server)."""
     global _log_page_path
     if path:
         try:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                return mmap.mmap(fd, 16)
-            finally:
-                os.close(fd)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            return mmap.mmap(fd, 16), fd
         except (OSError, ValueError) as exc:
             log.debug("OpenTelemetry log limit: %s not shared (%s)", path, exc)
     try:
         fd = os.memfd_create("fusionworker-otel-log")
         os.ftruncate(fd, 16)
-        _log_page_path = f"/proc/{os.getpid()}/fd/{fd}"   # kept open while the process lives
-        return mmap.mmap(fd, 16)
+        _log_page_path = f"/proc/{os.getpid()}/fd/{fd}"
+        return mmap.mmap(fd, 16), fd
     except (OSError, AttributeError):
-        return mmap.mmap(-1, 16)   # anonymous, still shared with forked children
+        return mmap.mmap(-1, 16), -1   # anonymous, still shared with forked children
 
 
 def limit_export_logs(log_state: str = "", interval: float = EXPORT_LOG_INTERVAL) -> None:
@@ -228,9 +240,9 @@ def limit_export_logs(log_state: str = "", interval: float = EXPORT_LOG_INTERVAL
     global _log_page
     if _log_page is not None:
         return
-    _log_page = _shared_page(log_state)
+    _log_page, fd = _shared_page(log_state)
     otel_log = logging.getLogger("opentelemetry")
-    otel_log.addHandler(ExportLogLimit(_log_page, interval))
+    otel_log.addHandler(ExportLogLimit(_log_page, interval, fd))
     otel_log.propagate = False
 
 

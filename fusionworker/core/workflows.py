@@ -62,9 +62,9 @@ from .keys import Keys, check_queue_name
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..worker import Outcome, Worker
     from .config import Settings
     from .connection import RedisClient
+    from .hooks import Outcome, WorkerContext
     from .job import Job
     from .queue import Queue
 
@@ -199,20 +199,20 @@ class DependencyMiddleware(Middleware):
         self._dirty: set[str] = set()
         self.replayed = 0
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         """Replay what producers left in the outboxes of the worker's queues (a canceled
         or deleted parent's note): a burst worker started after a cancel sees its
         dependents released or canceled, without waiting for a reaper pass."""
         for queue in worker.queue_names:
             self._replay(worker, queue)
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         if getattr(job, "has_dependents", False) or getattr(job, "batch", None):
             self._replay(worker, job.queue)
         else:
             self._dirty.add(job.queue)
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         if not self._dirty:
             return
         queues, self._dirty = sorted(self._dirty), set()
@@ -226,7 +226,7 @@ class DependencyMiddleware(Middleware):
             if length:
                 self._replay(worker, queue)
 
-    def _replay(self, worker: Worker, queue: str) -> None:
+    def _replay(self, worker: WorkerContext, queue: str) -> None:
         try:
             self.replayed += replay_outbox(worker.connection, worker.settings, queue)
         except Exception as exc:  # noqa: BLE001 - notes stay in the outbox for the reaper

@@ -161,8 +161,13 @@ def percentile(hist: dict[int, int], fraction: float) -> float | None:
     for k in sorted(hist):
         seen += hist[k]
         if seen >= rank:
-            return round(bucket_ms(k), 2)
-    return round(bucket_ms(max(hist)), 2)
+            return _shown(bucket_ms(k))
+    return _shown(bucket_ms(max(hist)))
+
+
+def _shown(ms: float) -> float:
+    """Three significant digits at most (a bucket is 19 % wide)."""
+    return round(ms, 1) if ms >= 10 else round(ms, 2)
 
 
 def history(r: RedisClient, prefix: str, queues: list[str], span: str = "hour",

@@ -16,8 +16,8 @@ from .sinks import EventSink, RedisStreamSink, make_sink
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
+    from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
-    from ..worker import Outcome, Worker
 
 log = logging.getLogger("fusionworker.events")
 
@@ -37,7 +37,7 @@ class EventsMiddleware(Middleware):
         self.sink = sink
         self.close_timeout = close_timeout
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         if self.sink is None:
             try:
                 self.sink = make_sink(worker.settings, worker.connection)
@@ -48,12 +48,12 @@ class EventsMiddleware(Middleware):
                                             buffer_size=worker.settings.event_buffer)
             log.info("Worker %s: event log to %s", worker.name, self.sink.name)
 
-    def after_claim(self, worker: Worker, job: Job[Any]) -> None:
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
         if self.sink is not None:
             self.sink.emit(make_event("processing", job, worker=worker.name, host=worker.host,
                                       wait_time=job.wait_time))
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         if self.sink is None or not outcome.recorded:
             return
         event = outcome_event(outcome.status, outcome.reason)
@@ -63,14 +63,14 @@ class EventsMiddleware(Middleware):
             reason=None if event == "completed" else outcome.reason,
         ))
 
-    def on_progress(self, worker: Worker, job: Job[Any], progress: float,
+    def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:
         """A ``progress`` event per progress write (rate-limited like the writes)."""
         if self.sink is not None:
             self.sink.emit(make_event("progress", job, worker=worker.name, host=worker.host,
                                       progress=progress, progress_message=message))
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         if self.sink is not None:
             self.sink.close(self.close_timeout)
 
@@ -105,7 +105,7 @@ def emit_job_event(source: Any, event: str, job: Any, *, connection: RedisClient
                    **fields: Any) -> None:
     """Emit one event from outside a worker's hooks (the reaper, admin tools).
 
-    ``source`` is a Worker, an :class:`EventSink` or ``Settings`` (then pass
+    ``source`` is a worker, an :class:`EventSink` or ``Settings`` (then pass
     ``connection``); ``fields`` go to :func:`make_event` (``worker``,
     ``duration``, ``error_type``, ``error_message``, ``reason``, ...). E.g.
     the reaper: ``emit_job_event(worker, "abandoned", job, reason="abandoned",

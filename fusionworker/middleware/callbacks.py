@@ -36,8 +36,8 @@ from ..core.hooks import Middleware
 from ..core.job import FailureReason
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
-    from ..worker import Outcome, Worker
 
 __all__ = ["FailureCallbacks", "failure_payload"]
 
@@ -77,18 +77,18 @@ class FailureCallbacks(Middleware):
 
     # -- worker side (never blocks, never raises) --------------------------------
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         if outcome.status != "failed" or not outcome.recorded:
             return
         url = job.on_failure_url or self.default_url
         if url:
             self.submit(url, failure_payload(job, outcome, worker.name))
 
-    def on_job_reaped(self, worker: Worker, job: Job[Any], outcome: str) -> None:
+    def on_job_reaped(self, worker: WorkerContext, job: Job[Any], outcome: str) -> None:
         if outcome == "abandoned":
             self.abandoned(worker, job)
 
-    def abandoned(self, worker: Worker, job: Job[Any]) -> None:
+    def abandoned(self, worker: WorkerContext, job: Job[Any]) -> None:
         """The reaper failed ``job`` as abandoned (its workers died; attempts used up)."""
         url = job.on_failure_url or self.default_url
         if url:
@@ -113,7 +113,7 @@ class FailureCallbacks(Middleware):
             return False
         return True
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         self.close(timeout=2.0)
 
     def describe(self) -> dict[str, Any]:

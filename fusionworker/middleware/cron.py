@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from redis.typing import EncodableT
 
     from ..core.connection import RedisClient
-    from ..worker import Worker
+    from ..core.hooks import WorkerContext
 
 log = logging.getLogger("fusionworker.cron")
 
@@ -462,7 +462,7 @@ def _log_reply(entry: CronEntry, due: float, nxt: float, reply: replies.CronTick
 class CronScheduler(Middleware):
     """Runs the due cron entries of the worker's queues on every tick (~1/s)."""
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         try:
             results = run_due(worker.connection, worker.settings.prefix, worker.queue_names)
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # the loop reports outages
@@ -473,7 +473,7 @@ class CronScheduler(Middleware):
                 _emit_run(worker, queue, reply.job_id)
 
 
-def _emit_run(worker: Worker, queue: str, job_id: str) -> None:
+def _emit_run(worker: WorkerContext, queue: str, job_id: str) -> None:
     """A cron run is a ``queued`` event like any enqueue; never raises."""
     from ..events.middleware import emit_job_event
     try:

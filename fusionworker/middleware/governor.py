@@ -36,8 +36,8 @@ from ..core.job import FailureReason
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
+    from ..core.hooks import WorkerContext
     from ..core.job import Job
-    from ..worker import Worker
 
 __all__ = [
     "GpuReading",
@@ -262,7 +262,7 @@ class Governor(Middleware):
         self.gpu_resume = self._resume_level(
             "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
 
-    def reload(self, worker: Worker, settings: Settings) -> None:
+    def reload(self, worker: WorkerContext, settings: Settings) -> None:
         """New thresholds (SIGHUP); the next check samples at once and applies them."""
         self._configure(settings)
         self._last = None
@@ -382,7 +382,7 @@ class Governor(Middleware):
 
     # -- middleware hooks ---------------------------------------------------
 
-    def before_claim(self, worker: Worker) -> str | None:
+    def before_claim(self, worker: WorkerContext) -> str | None:
         """Refuse the claim while throttled (see :meth:`check`)."""
         return self.check()
 
@@ -437,7 +437,7 @@ class HorseMemoryLimit(Middleware):
         self.limit_mib = max(0, int(settings.max_horse_memory))
         self._log = logger or log
 
-    def reload(self, worker: Worker, settings: Settings) -> None:
+    def reload(self, worker: WorkerContext, settings: Settings) -> None:
         """A new ceiling (SIGHUP) applies from the next horse tick."""
         self.limit_mib = max(0, int(settings.max_horse_memory))
 
@@ -445,7 +445,7 @@ class HorseMemoryLimit(Middleware):
     def enabled(self) -> bool:
         return self.limit_mib > 0
 
-    def on_horse_tick(self, worker: Worker, job: Job[Any], horse_pid: int) -> FailureReason | None:
+    def on_horse_tick(self, worker: WorkerContext, job: Job[Any], horse_pid: int) -> FailureReason | None:
         """``FailureReason.MEMORY`` when the horse is over the ceiling, else ``None``."""
         if not self.enabled:
             return None

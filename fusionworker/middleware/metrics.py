@@ -26,8 +26,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core import admin
-from ..core.hooks import Middleware
-from ..core.job import STATES, FailureReason, WorkerState
+from ..core.hooks import Middleware, OutcomeReason
+from ..core.job import STATES, WorkerState
 from ..core.queue import BANDS, Queue, known_queues
 from ..events.middleware import EventsMiddleware
 from ..events.sinks import EventSink
@@ -35,8 +35,8 @@ from ..events.sinks import EventSink
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
     from ..core.connection import RedisClient
+    from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
-    from ..worker import Outcome, Worker
 
 log = logging.getLogger("fusionworker.metrics")   # the name before the layers (logging configs use it)
 
@@ -136,7 +136,7 @@ class MetricsMiddleware(Middleware):
                               buckets=WAIT_BUCKETS, registry=r)
         r.register(_WorkerCollector(self))
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         self.worker = worker
         for mw in worker.middleware:
             if isinstance(mw, EventsMiddleware):
@@ -152,25 +152,25 @@ class MetricsMiddleware(Middleware):
             return
         log.info("Worker %s: metrics on http://%s:%d/metrics", worker.name, self.addr, self.port)
 
-    def after_claim(self, worker: Worker, job: Job[Any]) -> None:
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
         wait = job.wait_time
         if wait is not None:
             self.wait.labels(job.queue, band_of(job.priority)).observe(wait)
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         if not outcome.recorded:
             return
         queue = job.queue
         self.processed.labels(queue).inc()
         self.duration.labels(queue).observe(outcome.duration)
-        if outcome.reason == FailureReason.TIMEOUT:
+        if outcome.reason == OutcomeReason.TIMEOUT:
             self.timed_out.labels(queue).inc()
         counter = {"finished": self.completed, "failed": self.failed, "retry": self.retried,
                    "requeued": self.requeued}.get(outcome.status)
         if counter is not None:
             counter.labels(queue).inc()
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()

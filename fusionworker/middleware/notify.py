@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..core.hooks import Middleware
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..worker import Worker
+    from ..core.hooks import WorkerContext
 
 __all__ = ["NotifyMiddleware", "SystemdNotifier"]
 
@@ -139,7 +139,7 @@ def _status_field(text: str) -> str:
     return "STATUS=" + " ".join(text.split())
 
 
-def describe_worker(worker: Worker) -> str:
+def describe_worker(worker: WorkerContext) -> str:
     """A one-line status of ``worker`` for ``systemctl status``."""
     name = getattr(worker, "name", None) or f"pid {os.getpid()}"
     queues = getattr(worker, "queues", None) or getattr(worker, "queue_names", None)
@@ -173,13 +173,13 @@ class NotifyMiddleware(Middleware):
         self._last_ping: float | None = None
         self._last_status: str | None = None
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         status = describe_worker(worker)
         self._last_status = status
         self.notifier.ready(status)
         self._ping(self._clock())
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         if not self.notifier.enabled:
             return
         interval = self.notifier.watchdog_interval()
@@ -191,7 +191,7 @@ class NotifyMiddleware(Middleware):
             self._last_status = status
             self.notifier.status(status)
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         self.notifier.stopping(f"Worker {getattr(worker, 'name', None) or os.getpid()} stopping")
 
     def _ping(self, now: float) -> None:

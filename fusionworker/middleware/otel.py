@@ -83,8 +83,8 @@ from ..core.tracing import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
+    from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
-    from ..worker import Outcome, Worker
 
 __all__ = ["HorseTracing", "OtelMiddleware", "OtelUnavailable", "Producer", "band_of",
            "configure_sdk", "ensure_producer", "instrument", "setup_horses", "trace_fields",
@@ -231,7 +231,7 @@ class OtelMiddleware(Middleware):
                 "flush_timeout": self.settings.otel_flush_timeout,
                 "log_state": tracing.log_state_path()}
 
-    def on_start(self, worker: Worker) -> None:
+    def on_start(self, worker: WorkerContext) -> None:
         self.worker = worker
         if tracing.horse_tracing is None and (   # horses forked by the worker itself
                 self.tracer_provider is not None or _has_tracer_provider()):
@@ -241,7 +241,7 @@ class OtelMiddleware(Middleware):
             except Exception as exc:  # noqa: BLE001 - tracing must never stop jobs
                 log.error("OpenTelemetry tracing of jobs is off: %s", exc)
 
-    def after_claim(self, worker: Worker, job: Job[Any]) -> None:
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
         attrs = {"queue": job.queue, "band": band_of(job.priority)}
         self.scheduled.add(1, attrs)
         self.active.add(1, attrs)
@@ -250,7 +250,7 @@ class OtelMiddleware(Middleware):
         if wait is not None:
             self.wait_time.record(wait, attrs)
 
-    def after_finish(self, worker: Worker, job: Job[Any], outcome: Outcome) -> None:
+    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         attrs = self._running.pop(job.id, None)
         if attrs is not None:
             self.active.add(-1, attrs)
@@ -278,7 +278,7 @@ class OtelMiddleware(Middleware):
         return [Observation(int(next(counts)), {"queue": name, "band": band})
                 for name in names for band, _, _ in BANDS]
 
-    def on_stop(self, worker: Worker) -> None:
+    def on_stop(self, worker: WorkerContext) -> None:
         if isinstance(tracing.horse_tracing, HorseTracing):
             tracing.horse_tracing = None
         provider = self.meter_provider

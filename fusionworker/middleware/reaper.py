@@ -52,8 +52,8 @@ from ..core.scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
+    from ..core.hooks import WorkerContext
     from ..events.sinks import EventSink
-    from ..worker import Worker
 
 __all__ = ["ReaperMiddleware", "acquire_lock", "prune_workers", "reap_once"]
 
@@ -78,7 +78,7 @@ def _why_dead(worker: dict[str, str], job_id: str, now: float,
               pttl: int | None = None) -> str | None:
     """Why the worker of this job no longer runs it, or None if it still might.
 
-    How long the worker has been silent comes from Redis alone (issue 18.7): every
+    How long the worker has been silent comes from Redis alone: every
     heartbeat re-arms its key's TTL to ``worker_ttl`` (a hash field), so the age of
     the last heartbeat is ``worker_ttl - PTTL`` on the server's clock, whatever the
     worker host's clock says. ``last_heartbeat`` (the worker's clock) is only the
@@ -243,7 +243,7 @@ class ReaperMiddleware(Middleware):
         self.passes = 0
         self.reaped = 0
 
-    def on_tick(self, worker: Worker) -> None:
+    def on_tick(self, worker: WorkerContext) -> None:
         now = time.monotonic()
         if self.interval <= 0 or now < self._next:
             return
@@ -262,7 +262,7 @@ class ReaperMiddleware(Middleware):
             self.reaped += counts["requeued"] + counts["abandoned"]
             self._notify_reaped(worker, counts["reaped"])
 
-    def _notify_reaped(self, worker: Worker, reaped: list[tuple[str, str, str]]) -> None:
+    def _notify_reaped(self, worker: WorkerContext, reaped: list[tuple[str, str, str]]) -> None:
         """Call every middleware's ``on_job_reaped`` hook, each guarded alike."""
         from ..core.job import Job
 
@@ -285,7 +285,7 @@ class ReaperMiddleware(Middleware):
                     log.exception("middleware %s.on_job_reaped failed", type(mw).__name__)
 
 
-def _sink_of(worker: Worker) -> Any:
+def _sink_of(worker: WorkerContext) -> Any:
     from ..events.middleware import sink_of
     try:
         return sink_of(worker)

@@ -8,6 +8,9 @@ and middleware only (``tests/test_layers.py``); see docs/design.md, "Layers".
 | ``loop.py`` | the claim/dispatch loop over N slots; the crash-point table (docstring) |
 | ``claim.py`` | the queues' order (weights, round-robin) and claim.lua's answers |
 | ``recorder.py`` | the finish pipeline: outcomes, counters, and the next claim, returned |
+| ``heartbeat.py`` | the heartbeat hash and the lease renewals (touch_many.lua) |
+| ``wakeups.py`` | the pub/sub connection: wake-ups, suspend/resume |
+| ``hookcalls.py`` | running the middleware's hooks, each guarded |
 | ``slot.py`` | the worker's side of one running horse: its job, deadlines, kill, its end |
 | ``launch.py`` | how a job gets its process: fork server, own fork, or in this process |
 | ``exits.py`` | how a horse ended: its report, our kill, or its wait status |

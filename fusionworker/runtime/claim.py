@@ -20,20 +20,17 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
 from ..core.job import FailureReason, Job, MalformedJob
-from ..core.keys import check_queue_name
+from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
 from ..core.scripts import replies
 from .errors import UNREACHABLE, is_refusal
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .worker import Worker
-
-log = logging.getLogger("fusionworker.worker")
+log = logging.getLogger(__name__)
 
 #: Back-off of a queue whose claim Redis refused: first delay, cap (seconds).
 QUEUE_BACKOFF = (1.0, 60.0)
@@ -76,7 +73,7 @@ def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str |
 
 
 def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job[Any]:
-    """The claimed job. The key we claimed is the truth (issue 18.6): a record whose
+    """The claimed job. The key we claimed is the truth: a record whose
     ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
     claimed id and queue, without running."""
     try:
@@ -116,6 +113,8 @@ class ClaimRound:
     asked: int = 0
     dry: set[str] = field(default_factory=set)   # gave fewer than asked: nothing more now
     sent: float = 0.0     # when the claim was sent: every lease started no earlier
+    #: Redis was unreachable (the round stopped there): the caller backs off
+    unreachable: Exception | None = None
 
     @property
     def short(self) -> bool:
@@ -123,10 +122,16 @@ class ClaimRound:
 
 
 class Claimer:
-    """The queues of one worker and the claim.lua calls over them."""
+    """The queues of one worker and the claim.lua calls over them.
 
-    def __init__(self, worker: Worker, spec: str | Sequence[str]) -> None:
-        self.w = worker
+    ``name``: the claiming worker's (each claimed job records it); ``lease``: the
+    seconds each claim leases a job for; ``failed_ttl``: what a dead-lettered
+    record without a job keeps."""
+
+    def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
+                 name: str, lease: float, failed_ttl: float) -> None:
+        self.connection, self.scripts, self.keys = connection, scripts, keys
+        self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
         self.spec = parse_queue_spec(spec)
         self.queue_names: list[str] = []
         self.cycle: list[str] = []
@@ -152,7 +157,7 @@ class Claimer:
         names: list[str] = []
         cycle: list[str] = []
         for name, weight in self.spec:
-            expanded = (known_queues(self.w.connection, self.w.settings.prefix)
+            expanded = (known_queues(self.connection, self.keys.prefix)
                         if name == "all" else [name])
             for q in expanded:
                 if q not in names:
@@ -172,7 +177,7 @@ class Claimer:
                     QUEUE_BACKOFF[1])
         self.backoff[queue] = (time.monotonic() + delay, delay)
         log.error("Worker %s: Redis refused to claim from queue %s (%s); backing this queue "
-                  "off for %.0f s", self.w.name, queue, exc, delay)
+                  "off for %.0f s", self.name, queue, exc, delay)
 
     def server_now(self) -> float | None:
         """The server's time now, from the last claim's reply (no round trip); None
@@ -225,25 +230,27 @@ class Claimer:
 
     def queue_calls(self, pipe: Any, plan: Plan) -> None:
         """Queue the round's claim.lua calls on ``pipe`` (sent by the caller)."""
-        w = self.w
         for queue, count in plan.calls:
-            args: list[Any] = [w.name, uuid.uuid4().hex, w.lease, w.settings.failed_ttl]
-            if count > 1:
-                args.append(count)
-            w.scripts.claim.queue_by_sha(pipe, [w.keys.queue(queue).base], args)
+            self.scripts.claim.queue_by_sha(pipe, [self.keys.queue(queue).base],
+                                            self._args(count))
+
+    def _args(self, count: int) -> list[Any]:
+        """claim.lua's arguments: who claims, the attempt's fresh token, the lease, the
+        dead-letter's retention, and the count form's count (a single claim without)."""
+        args: list[Any] = [self.name, uuid.uuid4().hex, self.lease, self.failed_ttl]
+        if count > 1:
+            args.append(count)
+        return args
 
     def reload_scripts(self, plan: Plan, answers: list[Any]) -> None:
         """A NOSCRIPT reply (Redis restarted or failed over): the Script call loads the
         script and runs that claim once more, on its own."""
-        w = self.w
         for i, reply in enumerate(answers):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 queue, count = plan.calls[i]
-                args: list[Any] = [w.name, uuid.uuid4().hex, w.lease, w.settings.failed_ttl]
-                if count > 1:
-                    args.append(count)
                 try:
-                    answers[i] = w.scripts.claim(keys=[w.keys.queue(queue).base], args=args)
+                    answers[i] = self.scripts.claim(keys=[self.keys.queue(queue).base],
+                                                    args=self._args(count))
                 except redis.RedisError as exc:
                     answers[i] = exc
 
@@ -281,13 +288,13 @@ class Claimer:
             if plan is None:
                 break
             try:
-                pipe = self.w.connection.pipeline(transaction=False)
+                pipe = self.connection.pipeline(transaction=False)
                 self.queue_calls(pipe, plan)
                 plan.sent = time.monotonic()
                 answers = pipe.execute(raise_on_error=False)
                 self.reload_scripts(plan, answers)
             except UNREACHABLE as exc:
-                self.w.loop.redis_down(exc)
+                out.unreachable = exc
                 break
             out.sent = out.sent or plan.sent        # the earliest: the leases' lower bound
             out.jobs.extend(self.take(plan, answers, out.dry))

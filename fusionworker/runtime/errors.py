@@ -7,7 +7,7 @@ import redis
 #: What an unreachable (down, restarting, stopped) Redis raises: back off, retry.
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
-#: A refusal that is not an outage (issue 18.3): OOM under maxmemory, WRONGTYPE on a key
+#: A refusal that is not an outage: OOM under maxmemory, WRONGTYPE on a key
 #: somebody overwrote. The scripts check before their first write, so a refused script
 #: changed nothing. A refused claim backs that queue off (the others are still served);
 #: a refused outcome under OOM is retried like an outage; other refusals are logged.

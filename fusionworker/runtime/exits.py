@@ -18,7 +18,9 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.job import FailureReason, safe_text
+from ..core.functions import verify_loaded
+from ..core.job import FailureReason, Job, safe_text
+from ..exceptions import FunctionNotAllowed, InvalidFunction
 from .protocol import HorseReport
 
 _CRASH_SIGNALS = {signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT}
@@ -120,3 +122,19 @@ def horse_exit(report: HorseReport | None, status: int, duration: float, *,
     if report is not None:
         return exit_from_report(report, duration)
     return exit_from_status(status, duration)
+
+
+def refusal(job: Job[Any], allowed: tuple[str, ...]) -> HorseExit | None:
+    """A bad job fails without a fork: a malformed record, a refused function (checked
+    without importing anything, core/functions.py). None: it may run."""
+    if job.failure_reason == FailureReason.MALFORMED:
+        return HorseExit(ok=False, reason=FailureReason.MALFORMED, error_type=job.error_type,
+                         error_message=job.error_message)
+    try:
+        verify_loaded(job.func, allowed)
+    except (FunctionNotAllowed, InvalidFunction) as exc:
+        return HorseExit(ok=False, reason=FailureReason.REFUSED, error_type=type(exc).__name__,
+                         error_message=str(exc))
+    except Exception:  # noqa: BLE001 - a module's own __getattr__ failing: the horse reports it
+        return None
+    return None

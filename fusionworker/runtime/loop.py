@@ -109,25 +109,27 @@ import math
 import select
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from redis.typing import EncodableT
 
+from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus, WorkerContext
 from ..core.job import FailureReason, Job
-from ..core.scripts import replies
-from .claim import ClaimRound, Plan
+from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE
+from .exits import refusal
+from .heartbeat import Heartbeat, view_of
+from .hookcalls import HookCalls
 from .launch import Launcher
+from .progress_store import ProgressRelay
 from .protocol import drain
-from .recorder import Outcome, decide
+from .recorder import HashState, Recorder, decide
 from .slot import Slot
 from .state import LoopState, Stop, View
+from .wakeups import Heard, Wakeups
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .worker import Worker
-
-log = logging.getLogger("fusionworker.worker")
+log = logging.getLogger(__name__)
 
 #: Seconds a job runs before the heartbeat hash lists it on its own write (step 3).
 BUSY_AFTER = 0.05
@@ -146,28 +148,39 @@ class _Once:
 
 
 class Loop:
-    """The claim/dispatch loop of one worker over ``worker.concurrency`` slots."""
+    """The claim/dispatch loop of one worker over ``concurrency`` slots.
 
-    def __init__(self, worker: Worker, launcher: Launcher) -> None:
-        self.w = worker
-        self.launcher = launcher
+    Its collaborators are handed in (runtime/worker.py builds them): ``ctx`` (the
+    worker: name, connection, keys, live settings), the claimer, the recorder, the
+    launcher, the progress relay, the hooks. ``on_reload`` runs when SIGHUP asked for
+    it; ``wake_fd`` (the signal wake-up pipe) is set while the worker's signals are
+    installed."""
+
+    def __init__(self, ctx: WorkerContext, claimer: Claimer, recorder: Recorder,
+                 launcher: Launcher, relay: ProgressRelay, *, hooks: HookCalls, scripts: Any,
+                 concurrency: int, lease: float, burst: bool, allowed: tuple[str, ...],
+                 on_reload: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.claimer, self.recorder, self.launcher, self.relay = claimer, recorder, launcher, relay
+        self.hooks, self.scripts = hooks, scripts
+        self.concurrency, self.lease, self.burst, self.allowed = concurrency, lease, burst, allowed
+        self.on_reload = on_reload
+        self.key = ctx.keys.worker(ctx.name)      # the heartbeat hash
+        self.wake_fd = -1
         self.state = LoopState()
         self.slots: list[Slot] = []
         #: entries of the deadline board not held by a running horse
-        self.free_index = list(range(worker.concurrency - 1, -1, -1))
+        self.free_index = list(range(concurrency - 1, -1, -1))
         self.burst_done = False
-        self._pubsub: Any = None
+        self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
+        self.beat = Heartbeat(ctx, scripts, lease=lease)
         #: what the last select() found readable: only those servers are read (None: all)
         self._readable: list[Any] | None = []
 
     @property
-    def n(self) -> int:
-        return self.w.concurrency
-
-    @property
     def margin(self) -> float:
         """A horse must die this long before its lease: renewals go every heartbeat."""
-        return float(self.w.settings.heartbeat_interval)
+        return float(self.ctx.settings.heartbeat_interval)
 
     def running(self) -> list[Slot]:
         return [s for s in self.slots if not s.done]
@@ -178,9 +191,9 @@ class Loop:
         """Turn until shut down (or, in burst mode, until the queues are empty)."""
         self.state.looping = True
         try:
-            self._subscribe()
+            self.wakeups.subscribe()
         except UNREACHABLE:
-            self._drop_pubsub()      # the first wait subscribes again
+            self.drop_pubsub()      # the first wait subscribes again
         while self.turn():
             pass
         return 0
@@ -193,7 +206,7 @@ class Loop:
         st = self.state
         self.launcher.tidy()     # what finished jobs left behind (launch.py)
         if st.reload_requested:
-            self.w.reload()
+            self.on_reload()
         self._periodic()
         ended = self._collect()
         if self.slots:
@@ -202,14 +215,14 @@ class Loop:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
             return False
-        free = self.n - len(self.slots)
+        free = self.concurrency - len(self.slots)
         if free and st.stop is None and (st.want_claim or time.monotonic() >= st.next_poll):
             claimed = self._claim(free)
             if claimed.jobs:
                 self._start(claimed.jobs, claimed.sent)
-                free = self.n - len(self.slots)
+                free = self.concurrency - len(self.slots)
             elif self.burst_done and not self.slots:
-                log.info("Worker %s: queues empty, burst done", self.w.name)
+                log.info("Worker %s: queues empty, burst done", self.ctx.name)
                 return False
         self._publish()
         self._wait(free)
@@ -225,12 +238,12 @@ class Loop:
                 break
             self._police(time.monotonic())
             if not self.slots:      # given back: shutdown began
-                return Outcome(status="requeued", reason="shutdown")
+                return Outcome(status=OutcomeStatus.REQUEUED, reason=OutcomeReason.SHUTDOWN)
             self._publish()
             self._wait(0)
-        self.w.recorder.record(ended, None, self._view_change())
+        self._record(ended, None)
         for done, outcome in ended:
-            self.w._call("after_finish", done, outcome)
+            self.hooks("after_finish", done, outcome)
         return ended[0][1]
 
     def _periodic(self) -> None:
@@ -240,8 +253,8 @@ class Loop:
             self.heartbeat()
         if now >= st.next_tick:
             st.next_tick = now + 1.0
-            self.w._call("on_tick")
-        self.w.progress.flush_due()      # the jobs' rate-limited progress writes
+            self.hooks("on_tick")
+        self.relay.flush_due()      # the jobs' rate-limited progress writes
 
     # -- claiming ----------------------------------------------------------------
 
@@ -250,9 +263,11 @@ class Loop:
         st = self.state
         if not self._may_claim():
             st.want_claim = False
-            st.next_poll = time.monotonic() + self.w.settings.poll_interval
+            st.next_poll = time.monotonic() + self.ctx.settings.poll_interval
             return ClaimRound()
-        claimed = self.w.claimer.claim(free)
+        claimed = self.claimer.claim(free)
+        if claimed.unreachable is not None:
+            self.redis_down(claimed.unreachable)
         self._after_claim(claimed)
         return claimed
 
@@ -261,7 +276,7 @@ class Loop:
         self._drain_control()
         if st.suspended:
             return False
-        st.hold = self.w._call("before_claim")
+        st.hold = self.hooks("before_claim")
         return st.hold is None
 
     def _carried_plan(self, free: int) -> Plan | None:
@@ -275,14 +290,14 @@ class Loop:
         """
         st = self.state
         if (free <= 0 or st.stop is not None or st.reload_requested
-                or not self.w.claimer.cycle or time.monotonic() >= st.next_heartbeat):
+                or not self.claimer.cycle or time.monotonic() >= st.next_heartbeat):
             return None
         self._drain_control()
         if st.suspended or st.hold is not None:
             return None
-        if self.w._call("before_claim") is not None:
+        if self.hooks("before_claim") is not None:
             return None
-        return self.w.claimer.plan(free)
+        return self.claimer.plan(free)
 
     def _after_claim(self, claimed: ClaimRound, carried: bool = False) -> None:
         """After a claim round: claim again at once, or wait for a wake-up (pub/sub) or
@@ -290,12 +305,11 @@ class Loop:
         in a finish pipeline, before the after_finish hooks, which may have made jobs
         ready (a dependent, a batch callback): it cannot end a burst."""
         st = self.state
-        w = self.w
-        if not claimed.short or w.claimer.untried(claimed.dry):
+        if not claimed.short or self.claimer.untried(claimed.dry):
             st.want_claim = True    # the queues may hold more, or some were not asked
             return
         busy = bool(self.slots or claimed.jobs)
-        if not busy and w.burst and not w.claimer.rate_held:   # held jobs are not "empty"
+        if not busy and self.burst and not self.claimer.rate_held:   # held jobs are not "empty"
             if carried:
                 st.want_claim = True      # a claim of our own decides
             else:
@@ -304,22 +318,22 @@ class Loop:
         st.want_claim = False
         # busy with free slots and a time known (a rate limit's next slot, a scheduled
         # job): claim then, not at the next poll
-        due_matters = not busy or (w.claimer.next_due is not None
-                                   and len(self.slots) + len(claimed.jobs) < self.n)
+        due_matters = not busy or (self.claimer.next_due is not None
+                                   and len(self.slots) + len(claimed.jobs) < self.concurrency)
         st.next_poll = time.monotonic() + (self._idle_timeout() if due_matters
-                                           else w.settings.poll_interval)
+                                           else self.ctx.settings.poll_interval)
 
     def _idle_timeout(self) -> float:
         """The poll interval, or less when a scheduled job or a rate limit's slot is due
         sooner (server clock: from the claim's reply, else one TIME)."""
-        timeout = float(self.w.settings.poll_interval)
-        due = self.w.claimer.next_due
+        timeout = float(self.ctx.settings.poll_interval)
+        due = self.claimer.next_due
         if due is None:
             return timeout
-        now = self.w.claimer.server_now()
+        now = self.claimer.server_now()
         if now is None:
             try:
-                sec, usec = self.w.connection.time()
+                sec, usec = self.ctx.connection.time()
             except UNREACHABLE:
                 return timeout
             now = sec + usec / 1e6
@@ -329,16 +343,26 @@ class Loop:
 
     def _finish(self, ended: list[tuple[Job[Any], Outcome]]) -> None:
         """Record what ended; the claims of the freed slots ride in the same round trip."""
-        w = self.w
-        plan = self._carried_plan(self.n - len(self.slots))
-        claimed = w.recorder.record(ended, plan, self._view_change())
+        plan = self._carried_plan(self.concurrency - len(self.slots))
+        claimed = self._record(ended, plan)
         for job, outcome in ended:
-            w._call("after_finish", job, outcome)
+            self.hooks("after_finish", job, outcome)
         if plan is None:
             self.state.want_claim = True
         else:
             self._after_claim(claimed, carried=True)
         self._start(claimed.jobs, claimed.sent)
+
+    def _record(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None) -> ClaimRound:
+        """The recorder's round trip (with the hash's new view when it changed); what it
+        says about the hash becomes what the loop knows it says."""
+        view = self._view_change()
+        recorded = self.recorder.record(ended, plan, view)
+        if recorded.hash == HashState.UNKNOWN:
+            self.state.published = None
+        elif recorded.hash == HashState.WRITTEN and view is not None:
+            self.state.published = view[0]
+        return recorded.claimed
 
     # -- slots -------------------------------------------------------------------
 
@@ -346,29 +370,28 @@ class Loop:
         """A slot for each claimed job: a horse, or its end at once (refused)."""
         if not jobs:
             return
-        w = self.w
         if self.state.stop is not None:      # shutdown began meanwhile: never started
             for job in jobs:
-                w.recorder.give_back(job)
+                self.recorder.give_back(job)
             return
-        lease_until = sent + w.lease - self.margin if sent else math.inf
+        lease_until = sent + self.lease - self.margin if sent else math.inf
         slots: list[Slot] = []
         to_fork: list[Job[Any]] = []
         for job in jobs:
             log.info("Worker %s pulled job %s from %s (%s, priority %d, attempt %d)",
-                     w.name, job.id, job.queue, job.func, job.priority, job.attempts)
-            refusal = w._refusal(job)
-            if refusal is None:
+                     self.ctx.name, job.id, job.queue, job.func, job.priority, job.attempts)
+            refused = refusal(job, self.allowed)
+            if refused is None:
                 to_fork.append(job)
             else:
-                slots.append(Slot.ended(job, refusal))
+                slots.append(Slot.ended(job, refused))
         entries = [self.free_index.pop() for _ in to_fork]
         for entry in entries:
             self.launcher.set_deadline(entry, lease_until)
-        hooks = _Once(lambda: [w._call("after_claim", job) for job in jobs])
+        hooks = _Once(lambda: [self.hooks("after_claim", job) for job in jobs])
         for slot in self.launcher.launch(to_fork, entries, hooks):
             if slot.forked:
-                slot.deadline = slot.started + slot.job.timeout + w.settings.kill_grace
+                slot.deadline = slot.started + slot.job.timeout + self.ctx.settings.kill_grace
                 slot.lease_until = lease_until
                 slot.next_tick = slot.started + BUSY_AFTER  # first horse tick: with the busy write
             slots.append(slot)
@@ -390,10 +413,10 @@ class Loop:
                 self.launcher.set_deadline(slot.index, 0.0)
                 self.free_index.append(slot.index)
             exit_ = slot.outcome(cold=cold)
-            outcome = decide(self.w.settings, slot.job, exit_)
+            outcome = decide(self.ctx.settings, slot.job, exit_)
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
-            outcome.progress_fields = self.w.progress.final_fields(slot.job, exit_.progress)
+            outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running
@@ -403,13 +426,12 @@ class Loop:
         """Deadlines, kill escalations, cold shutdown, and the horse tick (memory ceiling):
         BUSY_AFTER after the horse's start, then every second (or heartbeat, if shorter)."""
         st = self.state
-        w = self.w
         cold = st.stop == Stop.COLD
         if cold and not st.cold_done:
             st.cold_done = True
             for slot in self.slots:
                 slot.kill(FailureReason.SHUTDOWN)
-        interval = min(1.0, float(w.settings.heartbeat_interval))
+        interval = min(1.0, float(self.ctx.settings.heartbeat_interval))
         for slot in self.slots:
             if not slot.forked or slot.done:
                 continue
@@ -417,33 +439,21 @@ class Loop:
                 slot.kill(FailureReason.TIMEOUT)
             if now >= slot.lease_until and not slot.killed and not cold:
                 log.warning("Worker %s: could not renew the lease of job %s in time; killing "
-                            "its horse before the reaper may hand the job on", w.name,
+                            "its horse before the reaper may hand the job on", self.ctx.name,
                             slot.job.id)
                 slot.kill(FailureReason.LEASE)
             slot.escalate(now)
             if now >= slot.next_tick:
                 slot.next_tick = now + interval
-                reason = w._call("on_horse_tick", slot.job, slot.pid) if not slot.killed else None
+                reason = self.hooks("on_horse_tick", slot.job, slot.pid) if not slot.killed else None
                 if reason:
                     slot.kill(reason)
 
     # -- the heartbeat hash --------------------------------------------------------
 
-    def _view(self, running: list[Slot]) -> tuple[View, dict[EncodableT, Any]]:
-        """What the hash should say about the work now, and the fields that say it."""
-        st = self.state
-        state = st.state(busy=bool(running))
-        view = View(state, st.hold or "", tuple(s.job.id for s in running))
-        first = running[0] if running else None
-        return view, {"state": str(state), "throttle": view.throttle,
-                      "current_job": first.job.id if first else "",
-                      "current_queue": first.job.queue if first else "",
-                      "current_jobs": ",".join(view.jobs),
-                      "current_job_started": first.started_at if first else ""}
-
     def _view_change(self) -> tuple[View, dict[EncodableT, Any]] | None:
         """The view to write in a pipeline sent anyway, or None when the hash has it."""
-        view, fields = self._view(self.running())
+        view, fields = view_of(self.state, self.running())
         return None if view == self.state.published else (view, fields)
 
     def _publish(self) -> None:
@@ -461,15 +471,12 @@ class Loop:
         view, fields = change
         st.published = None
         try:
-            pipe = self.w.connection.pipeline(transaction=False)
-            pipe.hset(self.w.key, mapping=fields)
-            pipe.expire(self.w.key, self.w.settings.worker_ttl)
-            pipe.execute()
+            self.beat.write(fields)
         except UNREACHABLE as exc:
             self.redis_down(exc)
             return
         except redis.ResponseError as exc:
-            log.warning("Worker %s: Redis refused the state write (%s)", self.w.name, exc)
+            log.warning("Worker %s: Redis refused the state write (%s)", self.ctx.name, exc)
             return
         st.published = view
 
@@ -477,92 +484,62 @@ class Loop:
         """Renew the worker key and, in one pipeline, the lease of every running job.
 
         False: a running job was taken back (its horse is being killed)."""
-        w = self.w
         st = self.state
-        st.next_heartbeat = time.monotonic() + w.settings.heartbeat_interval
+        st.next_heartbeat = time.monotonic() + self.ctx.settings.heartbeat_interval
         running = [s for s in self.running() if s.forked]
-        by_queue: dict[str, list[Slot]] = {}
-        for slot in running:
-            by_queue.setdefault(slot.job.queue, []).append(slot)
         fields: dict[EncodableT, Any] = {"last_heartbeat": time.time()}
-        for mw in w.middleware:
-            try:  # guarded like every other hook (Worker._call)
-                fields.update(mw.describe())
-            except Exception:
-                log.exception("middleware %s.describe failed", type(mw).__name__)
-        view, current = self._view(running)
+        fields.update(self.hooks.describe())    # guarded like every other hook
+        view, current = view_of(st, running)
         fields.update(current)
-        touches = []
         try:
-            pipe = w.connection.pipeline(transaction=False)
-            for queue, group in by_queue.items():
-                args: list[Any] = [w.lease]
-                for slot in group:
-                    args += [slot.job.id, slot.job.token or ""]
-                touches.append(([w.keys.queue(queue).base], args))
-                w.scripts.touch_many.queue_by_sha(pipe, *touches[-1])
-            pipe.hset(w.key, mapping=fields)
-            pipe.expire(w.key, w.settings.worker_ttl)
-            pipe.sadd(w.keys.workers, w.name)
-            pipe.exists(w.keys.suspended)
-            sent = time.monotonic()
-            answers = pipe.execute(raise_on_error=False)
-            for i, (keys, args) in enumerate(touches):
-                if isinstance(answers[i], redis.exceptions.NoScriptError):
-                    try:     # Redis restarted or failed over: the Script call loads it
-                        answers[i] = w.scripts.touch_many(keys=keys, args=args)
-                    except redis.ResponseError as exc:
-                        answers[i] = exc
+            renewal = self.beat.send(running, fields)
         except UNREACHABLE as exc:
             st.published = None
             self.redis_down(exc)
             return True
-        refused = next((r for r in answers if isinstance(r, Exception)), None)
-        if refused is not None:     # e.g. OOM: these renewals did not happen
+        if isinstance(renewal, Exception):     # e.g. OOM: these renewals did not happen
             st.published = None
-            log.warning("Worker %s: Redis refused the heartbeat (%s)", w.name, refused)
+            log.warning("Worker %s: Redis refused the heartbeat (%s)", self.ctx.name, renewal)
             return True
         st.published = view
-        self._set_suspended(bool(answers[-1]))
+        self._set_suspended(renewal.suspended)
         lost = False
-        for group, reply in zip(by_queue.values(), answers):
-            for slot, owned in zip(group, replies.touch_many(reply)):
-                if owned:     # this renewal reached Redis: the horse may live on
-                    slot.lease_until = sent + w.lease - self.margin
-                    self.launcher.set_deadline(slot.index, slot.lease_until)
-                elif not slot.killed:
-                    log.warning("Worker %s: job %s was taken back while running; killing its "
-                                "horse", w.name, slot.job.id)
-                    slot.kill(FailureReason.LOST)
-                    lost = True
-        if w.claimer.follows_all and w.claimer.resolve():
-            log.info("Worker %s now serves %s", w.name, ",".join(w.claimer.queue_names))
-            self._drop_pubsub()
+        for slot, owned in renewal.owned:
+            if owned:     # this renewal reached Redis: the horse may live on
+                slot.lease_until = renewal.sent + self.lease - self.margin
+                self.launcher.set_deadline(slot.index, slot.lease_until)
+            elif not slot.killed:
+                log.warning("Worker %s: job %s was taken back while running; killing its "
+                            "horse", self.ctx.name, slot.job.id)
+                slot.kill(FailureReason.LOST)
+                lost = True
+        if self.claimer.follows_all and self.claimer.resolve():
+            log.info("Worker %s now serves %s", self.ctx.name, ",".join(self.claimer.queue_names))
+            self.drop_pubsub()
         return not lost
 
     def _set_suspended(self, suspended: bool) -> None:
         st = self.state
         if suspended != st.suspended:
             st.suspended = suspended
-            log.warning("Worker %s %s", self.w.name,
+            log.warning("Worker %s %s", self.ctx.name,
                         "suspended: claiming nothing until resumed" if suspended else "resumed")
 
     # -- waiting -------------------------------------------------------------------
 
     def _wait(self, free: int) -> None:
         """Block in one select() until something is due; burns no CPU."""
-        w = self.w
         st = self.state
         now = time.monotonic()
         until = min(st.next_heartbeat, st.next_tick)
-        progress_due = w.progress.next_due()      # rate-limited progress writes
+        progress_due = self.relay.next_due()      # rate-limited progress writes
         if progress_due is not None:
             until = min(until, progress_due)
         for slot in self.slots:
             if slot.done:
                 return          # ended at birth: collect it now
             until = min(until, slot.wakes_at())   # its first tick is its busy write's time
-        fds: list[Any] = [w._wake_r] if w._wake_r >= 0 else []
+        fds: list[Any] = [self.wake_fd] if self.wake_fd >= 0 else []
         fds.extend(self.launcher.waitables())
         sock = None
         if free and st.stop is None:
@@ -579,79 +556,43 @@ class Loop:
             self._readable = None
             return
         self._readable = readable
-        if w._wake_r >= 0 and w._wake_r in readable:
-            drain(w._wake_r)
+        if self.wake_fd >= 0 and self.wake_fd in readable:
+            drain(self.wake_fd)
         if sock is not None and sock in readable:
             self._pubsub_sock()
 
-    def _subscribe(self) -> Any:
-        if self._pubsub is None:
-            from ..core.connection import new_pubsub_connection
-
-            w = self.w
-            pubsub = new_pubsub_connection(w.connection, ignore_subscribe_messages=True)
-            pubsub.subscribe(w.keys.control,
-                             *(w.keys.queue(q).wake for q in w.claimer.queue_names))
-            self._pubsub = pubsub
-        return self._pubsub
-
-    def _drop_pubsub(self) -> None:
+    def drop_pubsub(self) -> None:
         """Close the pub/sub connection; wake-ups may be missed until it is back: claim
         at the next chance."""
-        old, self._pubsub = self._pubsub, None
+        self.wakeups.drop()
         self.state.want_claim = True
-        if old is not None:
-            try:
-                old.close()
-            except (redis.RedisError, OSError):
-                pass
 
     def _pubsub_sock(self) -> Any:
         """The pub/sub socket to select() on, after handling what it already holds."""
+        heard = Heard()
         try:
-            pubsub = self._subscribe()
-            self._read_messages(pubsub)
-            conn = pubsub.connection
-            return conn._sock if conn is not None else None
+            sock = self.wakeups.sock(heard)
         except UNREACHABLE as exc:
+            sock = None
             self.redis_down(exc)
-            return None
+        self._heard(heard)
+        return sock
 
     def _drain_control(self) -> None:
-        """Read whatever pub/sub already holds (no round trip): suspend/resume, wake-ups.
+        """Read whatever pub/sub already holds (no round trip): suspend/resume, wake-ups."""
+        heard = Heard()
+        if not self.wakeups.drain(heard):
+            self.state.want_claim = True
+        self._heard(heard)
 
-        Every read drains the client's buffer, so a socket with nothing to read means
-        no message: one ``select()`` instead of redis-py's read path on every job."""
-        pubsub = self._pubsub
-        if pubsub is None:
-            return
-        conn = pubsub.connection
-        sock = conn._sock if conn is not None else None
-        try:
-            if sock is not None and not select.select([sock], [], [], 0)[0]:
-                return
-            self._read_messages(pubsub)
-        except (OSError, ValueError):    # closed under us: subscribe again
-            self._drop_pubsub()
-        except UNREACHABLE:
-            self._drop_pubsub()
-
-    def _read_messages(self, pubsub: Any) -> None:
-        while True:
-            msg = pubsub.get_message(timeout=0)
-            if msg is None:
-                return
-            if msg.get("type") != "message":
-                continue
-            if msg.get("channel") == self.w.keys.control:
-                if msg.get("data") == "suspend":
-                    self._set_suspended(True)
-                elif msg.get("data") == "resume":
-                    self._set_suspended(False)
+    def _heard(self, heard: Heard) -> None:
+        if heard.suspended is not None:
+            self._set_suspended(heard.suspended)
+        if heard.wake:
             self.state.want_claim = True     # a job was enqueued or promoted; or resumed
 
     def redis_down(self, exc: Exception) -> None:
-        log.warning("Worker %s: Redis unreachable (%s); backing off", self.w.name, exc)
-        self._drop_pubsub()
+        log.warning("Worker %s: Redis unreachable (%s); backing off", self.ctx.name, exc)
+        self.drop_pubsub()
         if self.state.stop is None:
-            time.sleep(min(self.w.settings.poll_interval * 2, 5.0))
+            time.sleep(min(self.ctx.settings.poll_interval * 2, 5.0))

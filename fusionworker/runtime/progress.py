@@ -415,6 +415,7 @@ class DirectSender:
 _job: Any = None                                  # set by begin(); None: no job runs here
 _make_sender: Callable[[], Any] | None = None
 _context: JobContext | None = None
+_sender: Any = None                               # the context's sender, once made
 _context_lock = threading.Lock()
 
 
@@ -432,11 +433,12 @@ def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = Non
 
 def end() -> dict[str, Any] | None:
     """The job ended: stop sending; its final state (for the report), or None."""
-    global _job, _make_sender, _context
-    ctx, _job, _make_sender, _context = _context, None, None, None
+    global _job, _make_sender, _context, _sender
+    ctx, sender = _context, _sender
+    _job, _make_sender, _context, _sender = None, None, None, None
     if ctx is None:
         return None
-    ctx._sender.close()
+    sender.close()
     return ctx.final_state()
 
 
@@ -449,17 +451,18 @@ def current_job() -> JobContext | None:
 
 
 def _make_context() -> JobContext | None:
-    global _context
+    global _context, _sender
     with _context_lock:
         if _context is None and _job is not None and _make_sender is not None:
-            _context = JobContext(_job, _make_sender())
+            _sender = _make_sender()
+            _context = JobContext(_job, _sender)
         return _context
 
 
 def _forget_in_child() -> None:
     """A process the job forks is not the job (its frames would have no sender thread)."""
-    global _job, _make_sender, _context, _context_lock
-    _job, _make_sender, _context = None, None, None
+    global _job, _make_sender, _context, _sender, _context_lock
+    _job, _make_sender, _context, _sender = None, None, None, None
     _context_lock = threading.Lock()
 
 

@@ -28,20 +28,21 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from ..core.job import safe_text
+from ..core.keys import Keys
 from ..core.scripts import replies
 from .progress import FRAME_LIMIT, MESSAGE_LIMIT, META_LIMIT
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.job import Job
-    from ..worker import Worker
 
-log = logging.getLogger("fusionworker.worker")
+log = logging.getLogger(__name__)
 
 #: What a failed write leaves pending for the next try (an outage, a refusal such as OOM).
 _WRITE_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.ResponseError)
@@ -99,20 +100,21 @@ def fields_of(state: dict[str, Any]) -> list[str]:
 class ProgressRelay:
     """Per running attempt: pending changes, rate limit, fenced writes (module docstring)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    def __init__(self, scripts: Any, keys: Keys, *, name: str, interval: float,
+                 on_progress: Callable[[Job[Any], float, str | None], None]) -> None:
+        self.scripts, self.keys, self.name = scripts, keys, name
+        #: seconds between two writes of one job (FUSIONWORKER_PROGRESS_INTERVAL)
+        self.interval = float(interval)
+        #: each written progress value (the middleware hook ``on_progress``)
+        self.on_progress = on_progress
         self._tracks: dict[tuple[str, str], _Track] = {}
-
-    @property
-    def interval(self) -> float:
-        return float(self.w.settings.progress_interval)
 
     def received(self, job: Job[Any], text: str) -> None:
         """A frame of ``job``'s horse arrived: merge it; write if the job's interval is over."""
         frame = parse_frame(text)
         if frame is None:
             log.warning("Worker %s: dropped a malformed progress frame of job %s",
-                        self.w.name, job.id)
+                        self.name, job.id)
             return
         key = (job.id, job.token or "")
         track = self._tracks.get(key)
@@ -153,20 +155,19 @@ class ProgressRelay:
         job, changes = track.job, track.pending
         track.pending = {}
         track.next_write = time.monotonic() + self.interval
-        w = self.w
         try:
-            written = replies.progress(w.scripts.progress(
-                keys=[w.keys.queue(job.queue).base],
+            written = replies.progress(self.scripts.progress(
+                keys=[self.keys.queue(job.queue).base],
                 args=[job.id, job.token or "", *fields_of(changes)]))
         except _WRITE_ERRORS as exc:
             track.pending = {**changes, **track.pending}   # next due time, or the outcome
             log.warning("Worker %s: could not write the progress of job %s (%s); trying "
-                        "again later", w.name, job.id, exc)
+                        "again later", self.name, job.id, exc)
             return
         if not written:
             track.stale = True
             log.warning("Worker %s: progress of job %s refused: the attempt was taken back "
-                        "meanwhile (attempt token no longer current)", w.name, job.id)
+                        "meanwhile (attempt token no longer current)", self.name, job.id)
             return
         if "p" in changes:
-            w._call("on_progress", job, changes["p"], changes.get("m"))
+            self.on_progress(job, changes["p"], changes.get("m"))

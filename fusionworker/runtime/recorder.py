@@ -7,7 +7,9 @@ jobs when it changed, and, at the end, the claim.lua calls of the next jobs
 when the loop may claim. Redis runs a pipeline's commands in order, so a
 claimed next job implies recorded outcomes (on a Cluster: when the queues
 share a shard). It RETURNS what the claims brought (:class:`~.claim.ClaimRound`);
-nothing is left behind in a field for the loop to find.
+nothing is left behind in a field for the loop to find, and it writes no loop
+state: what the heartbeat hash is known to say after the round trip is part of
+its answer (:class:`Recorded`).
 
 When the round trip fails (Redis unreachable, a refusal), each outcome is
 recorded on its own (:meth:`Recorder.record_alone`), without claims, with
@@ -21,42 +23,25 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 import redis
 from redis.typing import EncodableT
 
 from ..core.config import Settings
+from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus
 from ..core.job import FailureReason, Job, encode_fields
+from ..core.keys import Keys
 from ..core.scripts import replies
-from .claim import ClaimRound, Plan
+from .claim import Claimer, ClaimRound, Plan
 from .errors import REFUSED, UNREACHABLE, is_oom
 from .exits import HorseExit
-from .state import Stop, View
+from .state import View
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .worker import Worker
-
-log = logging.getLogger("fusionworker.worker")
-
-
-@dataclass
-class Outcome:
-    """What the worker recorded for one attempt."""
-
-    status: str              # finished | retry | failed | requeued (cold shutdown)
-    reason: str              # ok | exception | timeout | segfault | crash | killed | exit |
-    #                          memory | refused | malformed | lost | shutdown | lease
-    duration: float = 0.0
-    result: Any = None
-    error_type: str | None = None
-    error_message: str | None = None
-    traceback: str | None = None
-    retry_delay: float | None = None
-    recorded: bool = True    # False: the attempt's token was stale (reaped meanwhile)
-    #: the job's last progress/meta, written with the outcome (progress_store.py)
-    progress_fields: list[str] = field(default_factory=list)
+log = logging.getLogger(__name__)
 
 
 def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
@@ -72,118 +57,145 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
         reason=exit_.reason, duration=exit_.duration, error_type=exit_.error_type,
         error_message=exit_.error_message, traceback=exit_.traceback)
     if exit_.ok:
-        return Outcome(status="finished", reason="ok", duration=exit_.duration,
-                       result=exit_.result_json)
+        return Outcome(status=OutcomeStatus.FINISHED, reason=OutcomeReason.OK,
+                       duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
-        return Outcome(status="requeued", **common)
+        return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.retryable and job.attempts <= job.max_retries:
         delay = (exit_.retry_delay if exit_.retry_delay is not None
                  else backoff_delay(settings, job.attempts, job.retry_delay))
-        return Outcome(status="retry", retry_delay=max(0.0, float(delay)), **common)
-    return Outcome(status="failed", **common)
+        return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
+    return Outcome(status=OutcomeStatus.FAILED, **common)
 
 
-_COUNTERS = {"finished": "successful", "failed": "failed"}
-_EXPECTED = {"finished": "finished", "retry": "scheduled", "failed": "failed",
-             "requeued": "queued"}
+#: the worker hash's counter of each status that has one
+_COUNTERS = {OutcomeStatus.FINISHED: "successful", OutcomeStatus.FAILED: "failed"}
+#: the job's status once an outcome of this status was recorded
+_EXPECTED = {OutcomeStatus.FINISHED: "finished", OutcomeStatus.RETRY: "scheduled",
+             OutcomeStatus.FAILED: "failed", OutcomeStatus.REQUEUED: "queued"}
+
+
+class HashState(StrEnum):
+    """What the heartbeat hash is known to say after a round trip of the recorder."""
+
+    KEPT = "kept"          # as before (no view sent)
+    WRITTEN = "written"    # the view sent with the outcomes
+    UNKNOWN = "unknown"    # a write failed or was refused: write it again
+
+
+@dataclass
+class Recorded:
+    """What :meth:`Recorder.record` did: the claims that rode along, and the hash."""
+
+    claimed: ClaimRound
+    hash: HashState = HashState.KEPT
 
 
 class Recorder:
-    """Writes outcomes (and carries claims) for one worker."""
+    """Writes outcomes (and carries claims) for one worker, and counts them.
 
-    def __init__(self, worker: Worker) -> None:
-        self.w = worker
+    ``is_cold``: a cold shutdown is under way (nothing more is retried)."""
+
+    def __init__(self, connection: Any, scripts: Any, keys: Keys, settings: Settings, *,
+                 name: str, claimer: Claimer, is_cold: Callable[[], bool]) -> None:
+        self.connection, self.scripts, self.keys, self.settings = connection, scripts, keys, settings
+        self.name = name
+        self.key = keys.worker(name)      # the heartbeat hash, where the counters are
+        self.claimer = claimer
+        self.is_cold = is_cold
+        self.successful = 0
+        self.failed = 0
+        self.total_working_time = 0.0
 
     # -- the finish pipeline ----------------------------------------------------
 
     def record(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None = None,
-               view: tuple[View, dict[EncodableT, Any]] | None = None) -> ClaimRound:
+               view: tuple[View, dict[EncodableT, Any]] | None = None) -> Recorded:
         """Record every outcome in ``ended`` in one round trip; ``plan``'s claims ride at
         its end, ``view`` (the hash's new list of running jobs) in its middle.
 
-        Returns what the claims brought (nothing when ``plan`` is None)."""
-        w = self.w
-        pipe = w.connection.pipeline(transaction=False)
+        Returns what the claims brought (nothing when ``plan`` is None) and what the
+        heartbeat hash is known to say now."""
+        pipe = self.connection.pipeline(transaction=False)
         calls = [self._queue_outcome(pipe, job, outcome) for job, outcome in ended]
         n_counters = self._queue_counters(pipe, ended)
         if view is not None:
-            pipe.hset(w.key, mapping=view[1])
+            pipe.hset(self.key, mapping=view[1])
         if plan is not None:
-            w.claimer.forget()
-            w.claimer.queue_calls(pipe, plan)
+            self.claimer.forget()
+            self.claimer.queue_calls(pipe, plan)
             plan.sent = time.monotonic()
         try:
             answers = pipe.execute(raise_on_error=False)
         except UNREACHABLE as exc:
-            w.loop.state.published = None
             log.warning("Worker %s: Redis unreachable while recording %d job(s) (%s); "
-                        "recording each on its own", w.name, len(ended), exc)
+                        "recording each on its own", self.name, len(ended), exc)
             for job, outcome in ended:
                 self.record_alone(job, outcome, lost_reply=True)
-            return ClaimRound(asked=plan.asked if plan else 0)
+            return Recorded(ClaimRound(asked=plan.asked if plan else 0), HashState.UNKNOWN)
         counters = next((r for r in answers[len(ended):len(ended) + n_counters]
                          if isinstance(r, Exception)), None)
+        unknown = False
         for (job, outcome), call, reply in zip(ended, calls, answers):
             if isinstance(reply, redis.exceptions.NoScriptError):
                 reply = self._direct(call)     # Redis restarted or failed over: load, run once
             if isinstance(reply, Exception):
-                self._failed(job, outcome, reply, counted=counters is None)
+                unknown |= self._failed(job, outcome, reply, counted=counters is None)
             elif counters is not None and is_oom(counters):
                 # the outcome's own writes were refused in part (out of memory): as for a
                 # refused script, written again once Redis takes it (its script landed:
                 # landed() says so, it is not written twice)
                 log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying",
-                            w.name, job.id, counters)
-                self.record_alone(job, outcome, lost_reply=True)
+                            self.name, job.id, counters)
+                unknown |= self.record_alone(job, outcome, lost_reply=True)
             else:
                 self._recorded(job, outcome, self._stale(call[0], reply))
+        state = HashState.UNKNOWN if unknown else HashState.KEPT
         if view is not None:
             hset = answers[len(ended) + n_counters]
-            w.loop.state.published = None if isinstance(hset, Exception) else view[0]
+            state = HashState.UNKNOWN if isinstance(hset, Exception) else HashState.WRITTEN
         if plan is None:
-            return ClaimRound()
+            return Recorded(ClaimRound(), state)
         claims = answers[len(answers) - len(plan.calls):]
-        w.claimer.reload_scripts(plan, claims)
+        self.claimer.reload_scripts(plan, claims)
         out = ClaimRound(asked=plan.asked, sent=plan.sent)
-        out.jobs = w.claimer.take(plan, claims, out.dry)
-        return out
+        out.jobs = self.claimer.take(plan, claims, out.dry)
+        return Recorded(out, state)
 
-    def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception, counted: bool) -> None:
-        """The pipeline ran but this outcome's script answered an error."""
-        w = self.w
-        if isinstance(exc, REFUSED) and (w.loop.state.stop == Stop.COLD or not is_oom(exc)):
+    def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception, counted: bool) -> bool:
+        """The pipeline ran but this outcome's script answered an error. True: the
+        heartbeat hash may not say what we think (write it again)."""
+        if isinstance(exc, REFUSED) and (self.is_cold() or not is_oom(exc)):
             self._refused(job, exc)      # e.g. WRONGTYPE: sending it again cannot help
-            return
+            return True
         log.error("Worker %s: recording job %s failed: %s; recording it again",
-                  w.name, job.id, exc)
-        self.record_alone(job, outcome, counted=counted)
+                  self.name, job.id, exc)
+        return self.record_alone(job, outcome, counted=counted)
 
     def _refused(self, job: Job[Any], exc: Exception) -> None:
         """The job stays started; the reaper takes it back once its lease is over."""
-        self.w.loop.state.published = None
         log.error("Worker %s: Redis refused the outcome of job %s (%s); it stays "
-                  "started until the reaper recovers it", self.w.name, job.id, exc)
+                  "started until the reaper recovers it", self.name, job.id, exc)
 
     def _queue_outcome(self, pipe: Any, job: Job[Any], outcome: Outcome) -> tuple[str, list[Any],
                                                                              list[Any]]:
         """Queue the outcome's script on ``pipe``; returns (script, keys, args) to re-run."""
-        w = self.w
-        keys = [w.keys.queue(job.queue).base]
-        if outcome.status == "requeued":
-            name, args = "requeue", [job.id, "return", job.token or "", w.settings.failed_ttl,
+        keys = [self.keys.queue(job.queue).base]
+        if outcome.status == OutcomeStatus.REQUEUED:
+            name, args = "requeue", [job.id, "return", job.token or "", self.settings.failed_ttl,
                                      *outcome.progress_fields]
         else:
             fields = encode_fields(
                 result=outcome.result, error_type=outcome.error_type,
                 error_message=outcome.error_message, traceback=outcome.traceback,
-                failure_reason=None if outcome.status == "finished" else outcome.reason,
+                failure_reason=None if outcome.status == OutcomeStatus.FINISHED else outcome.reason,
                 duration=round(outcome.duration, 6),
             ) + outcome.progress_fields
             name = "finish"
-            args = [job.id, job.token or "", outcome.status, w.settings.result_ttl,
-                    w.settings.failed_ttl, outcome.retry_delay or 0, w.settings.dedup_window,
+            args = [job.id, job.token or "", outcome.status, self.settings.result_ttl,
+                    self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
                     *fields]
-        getattr(w.scripts, name).queue_by_sha(pipe, keys, args)
+        getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
         return name, keys, args
 
     def _queue_counters(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]) -> int:
@@ -196,25 +208,25 @@ class Recorder:
                 counts[name] = counts.get(name, 0) + 1
             working += outcome.duration
         for name, n in counts.items():
-            pipe.hincrby(self.w.key, name, n)
-        pipe.hincrbyfloat(self.w.key, "total_working_time", working)
+            pipe.hincrby(self.key, name, n)
+        pipe.hincrbyfloat(self.key, "total_working_time", working)
         return len(counts) + 1
 
     def _direct(self, call: tuple[str, list[Any], list[Any]]) -> Any:
         name, keys, args = call
         try:
-            return getattr(self.w.scripts, name)(keys=keys, args=args)
+            return getattr(self.scripts, name)(keys=keys, args=args)
         except redis.RedisError as exc:
             return exc
 
     # -- one outcome on its own, until Redis takes it ----------------------------
 
     def record_alone(self, job: Job[Any], outcome: Outcome, *, counted: bool = False,
-                     lost_reply: bool = False) -> None:
+                     lost_reply: bool = False) -> bool:
         """Record one outcome (no claim), retrying with backoff while Redis is unreachable
         or out of memory. ``counted``: the counters were written already; ``lost_reply``:
-        an earlier attempt may have landed (looked up before writing again)."""
-        w = self.w
+        an earlier attempt may have landed (looked up before writing again). True: it
+        was refused for good (the heartbeat hash may not say what we think)."""
         delay = 0.5
         retrying = lost_reply
         while True:
@@ -222,35 +234,36 @@ class Recorder:
                 if retrying and self.landed(job, outcome):
                     stale = False        # the lost reply's write went through: not twice
                     break
-                pipe = w.connection.pipeline(transaction=False)
+                pipe = self.connection.pipeline(transaction=False)
                 call = self._queue_outcome(pipe, job, outcome)
                 if not counted:
                     self._queue_counters(pipe, [(job, outcome)])
                 answers = pipe.execute(raise_on_error=False)
                 if isinstance(answers[0], redis.exceptions.NoScriptError):
-                    answers[0] = getattr(w.scripts, call[0])(keys=call[1], args=call[2])
+                    answers[0] = getattr(self.scripts, call[0])(keys=call[1], args=call[2])
                 for value in answers:
                     if isinstance(value, Exception):
                         raise value
                 stale = self._stale(call[0], answers[0])
                 break
             except UNREACHABLE as exc:
-                if w.loop.state.stop == Stop.COLD:
+                if self.is_cold():
                     log.error("Worker %s: Redis unreachable at cold shutdown; job %s stays "
-                              "started and the reaper will recover it", w.name, job.id)
-                    return
+                              "started and the reaper will recover it", self.name, job.id)
+                    return False
                 log.warning("Worker %s: Redis unreachable while recording job %s (%s); "
-                            "retrying in %.1f s", w.name, job.id, exc, delay)
+                            "retrying in %.1f s", self.name, job.id, exc, delay)
             except REFUSED as exc:
-                if w.loop.state.stop == Stop.COLD or not is_oom(exc):
+                if self.is_cold() or not is_oom(exc):
                     self._refused(job, exc)      # e.g. WRONGTYPE: retrying cannot help
-                    return
+                    return True
                 log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying "
-                            "in %.1f s", w.name, job.id, exc, delay)
+                            "in %.1f s", self.name, job.id, exc, delay)
             retrying = True
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
         self._recorded(job, outcome, stale)
+        return False
 
     def landed(self, job: Job[Any], outcome: Outcome) -> bool:
         """After a lost reply: did our outcome write reach Redis before the connection broke?
@@ -259,27 +272,25 @@ class Recorder:
         our outcome gives it, under our worker name (a reaper's re-queue or another
         worker's claim looks different).
         """
-        w = self.w
-        token, worker, status, reason = w.connection.hmget(
-            w.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
+        token, worker, status, reason = self.connection.hmget(
+            self.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
         if status is None:  # finished with result_ttl 0, or deleted
-            return outcome.status == "finished"
-        return (token != job.token and worker == w.name and status == _EXPECTED[outcome.status]
-                and (outcome.status != "failed" or reason == outcome.reason))
+            return outcome.status == OutcomeStatus.FINISHED
+        return (token != job.token and worker == self.name and status == _EXPECTED[outcome.status]
+                and (outcome.status != OutcomeStatus.FAILED or reason == outcome.reason))
 
     def give_back(self, job: Job[Any]) -> None:
         """Shutdown began after a claim brought ``job``: it never ran, return it at its
         place without counting the attempt (as a cold shutdown does)."""
-        w = self.w
         try:
-            w.scripts.requeue(keys=[w.keys.queue(job.queue).base],
-                              args=[job.id, "return", job.token or "", w.settings.failed_ttl])
+            self.scripts.requeue(keys=[self.keys.queue(job.queue).base],
+                              args=[job.id, "return", job.token or "", self.settings.failed_ttl])
         except redis.RedisError as exc:
             log.error("Worker %s: Redis unreachable at shutdown (%s); job %s stays started "
-                      "and the reaper will recover it", w.name, exc, job.id)
+                      "and the reaper will recover it", self.name, exc, job.id)
             return
         log.info("Worker %s: gave job %s back to %s (claimed as shutdown began, not started)",
-                 w.name, job.id, job.queue)
+                 self.name, job.id, job.queue)
 
     # -- after the write --------------------------------------------------------
 
@@ -291,27 +302,26 @@ class Recorder:
         return replies.requeue(reply).outcome == "skipped"
 
     def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool) -> None:
-        w = self.w
-        w.total_working_time += outcome.duration
+        self.total_working_time += outcome.duration
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
-                        "meanwhile (attempt token no longer current)", w.name, job.id)
+                        "meanwhile (attempt token no longer current)", self.name, job.id)
             return
         ms = outcome.duration * 1000
-        if outcome.status == "finished":
-            w.successful += 1
-            log.info("Worker %s finished job %s in %.1f ms", w.name, job.id, ms)
-        elif outcome.status == "retry":
+        if outcome.status == OutcomeStatus.FINISHED:
+            self.successful += 1
+            log.info("Worker %s finished job %s in %.1f ms", self.name, job.id, ms)
+        elif outcome.status == OutcomeStatus.RETRY:
             log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
-                        w.name, job.id, outcome.error_type, outcome.error_message,
+                        self.name, job.id, outcome.error_type, outcome.error_message,
                         job.attempts, job.max_retries, outcome.retry_delay or 0)
-        elif outcome.status == "requeued":
-            why = ("cold shutdown" if outcome.reason == "shutdown"
+        elif outcome.status == OutcomeStatus.REQUEUED:
+            why = ("cold shutdown" if outcome.reason == OutcomeReason.SHUTDOWN
                    else "its lease could not be renewed")
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
-                        w.name, job.id, why, job.queue)
+                        self.name, job.id, why, job.queue)
         else:
-            w.failed += 1
-            log.error("Worker %s: job %s failed [%s] %s: %s", w.name, job.id,
+            self.failed += 1
+            log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
                       outcome.reason, outcome.error_type, outcome.error_message)

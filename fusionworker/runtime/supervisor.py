@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..core.connection import RedisClient
 
-log = logging.getLogger("fusionworker.supervisor")
+log = logging.getLogger(__name__)
 
 __all__ = ["Supervisor", "child_command", "child_env"]
 

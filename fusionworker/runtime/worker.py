@@ -1,10 +1,14 @@
-"""The worker: identity, registration, signals, reload, the middleware, and its parts.
+"""The worker: the composition root. Identity, registration, signals, reload.
 
-A :class:`Worker` is what users and middleware hold. It owns the parts that
-do the work, each in its own module:
+A :class:`Worker` is what users hold and what the middleware's hooks get (it
+implements :class:`~fusionworker.core.hooks.WorkerContext`). It builds the
+parts, each in its own module, and hands each its collaborators; no part holds
+the worker to call back through it:
 
 * :class:`~.claim.Claimer` (``worker.claimer``): the queues, their order, claim.lua;
-* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline;
+* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline, counters;
+* :class:`~.progress_store.ProgressRelay` (``worker.progress``): the jobs' progress;
+* a launcher (``worker.launcher``, launch.py): how a job gets its process;
 * :class:`~.loop.Loop` (``worker.loop``): the claim/dispatch loop over the slots
   (:class:`~.slot.Slot`), with its explicit state (:class:`~.state.LoopState`).
 
@@ -27,33 +31,40 @@ import redis
 from .. import __version__
 from ..core.config import Settings, load_settings
 from ..core.connection import decoding
-from ..core.functions import verify_loaded
-from ..core.hooks import Middleware
-from ..core.job import FailureReason, Job
+from ..core.hooks import Middleware, Outcome
+from ..core.job import Job
 from ..core.keys import Keys
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
-from ..exceptions import FunctionNotAllowed, InvalidFunction
 from ..middleware import default_middleware  # the one list, in its documented order
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
-from .exits import HorseExit
+from .hookcalls import HookCalls
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
 from .progress_store import ProgressRelay
 from .protocol import drain
-from .recorder import Outcome, Recorder
+from .recorder import Recorder
 from .state import Stop, View, WorkerState
 
-log = logging.getLogger("fusionworker.worker")
+log = logging.getLogger(__name__)
 
 
 class Worker:
-    """A worker parent process serving one or more queues with ``concurrency`` slots."""
+    """A worker parent process serving one or more queues with ``concurrency`` slots.
+
+    The composition root: it builds the parts and hands each its collaborators (no
+    part holds the worker to call back through it) and is what the middleware's
+    hooks get (it implements ``core.hooks.WorkerContext``).
+
+    ``queues``: ``"sms:3,email"``, a list of names, or of :class:`~fusionworker.Queue`
+    objects (RQ's ``Worker([Queue('high')])``: their connection and settings are used
+    when none is given). ``launcher``: how a job gets its process (launch.py; the
+    fork server's horses by default)."""
 
     def __init__(
         self,
-        queues: str | Sequence[str],
+        queues: str | Sequence[Any],
         connection: Any = None,
         *,
         settings: Settings | None = None,
@@ -63,6 +74,7 @@ class Worker:
         reload_settings: Callable[[], Settings] | None = None,
         launcher: Callable[[LaunchSpec], Launcher] | None = None,
     ) -> None:
+        queues, connection, settings = _from_queue_objects(queues, connection, settings)
         self.settings = settings or load_settings()
         #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
         #: plus the allow-list (functions.py). Neither: ConfigError, one line.
@@ -78,7 +90,6 @@ class Worker:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.name = name or f"{self.host}.{self.pid}"
-        self.burst = burst
         self.concurrency = int(self.settings.concurrency)
         if self.concurrency < 1:
             raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
@@ -89,29 +100,63 @@ class Worker:
         self.scripts = scripts_for(self.connection)
         self.middleware = list(default_middleware(self.settings) if middleware is None
                                else middleware)
-        self.successful = 0
-        self.failed = 0
-        self.total_working_time = 0.0
         self._wake_r = self._wake_w = -1
+        self._build(queues, launcher or ForkServerLauncher, burst)
+
+    def _build(self, queues: str | Sequence[str], launcher: Callable[[LaunchSpec], Launcher],
+               burst: bool) -> None:
+        """The parts, each given what it needs."""
+        s = self.settings
+        self.hooks = HookCalls(self, self.middleware)
         #: progress/meta the running jobs report (progress_store.py)
-        self.progress = ProgressRelay(self)
-        self.claimer = Claimer(self, queues)
-        self.recorder = Recorder(self)
+        self.progress = ProgressRelay(
+            self.scripts, self.keys, name=self.name, interval=s.progress_interval,
+            on_progress=lambda job, value, message: self.hooks("on_progress", job, value,
+                                                               message))
+        self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
+                               name=self.name, lease=self.lease, failed_ttl=s.failed_ttl)
+        self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
+                                 claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
         #: told otherwise (``fusionworker.testing`` runs each job in this process)
-        self.launcher = (launcher or ForkServerLauncher)(LaunchSpec(
-            allowed=tuple(self.allowed), retryable=tuple(self.settings.retryable),
+        self.launcher = launcher(LaunchSpec(
+            allowed=tuple(self.allowed), retryable=tuple(s.retryable),
             entries=self.concurrency, deliver=self.progress.received,
-            kill_children=self.settings.kill_job_children, tracing=self._horse_tracing,
-            name=self.name, warm=lambda: {"horse_jobs": self.settings.horse_jobs,
-                                          "max_rss_mib": self.settings.max_horse_memory}))
-        self.loop = Loop(self, self.launcher)
+            kill_children=s.kill_job_children, tracing=self._horse_tracing, name=self.name,
+            warm=lambda: {"horse_jobs": self.settings.horse_jobs,
+                          "max_rss_mib": self.settings.max_horse_memory}))
+        self.loop = Loop(self, self.claimer, self.recorder, self.launcher, self.progress,
+                         hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
+                         lease=self.lease, burst=burst, allowed=tuple(self.allowed),
+                         on_reload=self.reload)
+
+    def _cold(self) -> bool:
+        return self.loop.state.stop == Stop.COLD
 
     # -- what it is ----------------------------------------------------------------
 
     @property
     def key(self) -> str:
         return self.keys.worker(self.name)
+
+    @property
+    def burst(self) -> bool:
+        """Stop once the queues hold nothing due (``worker --burst``)."""
+        return self.loop.burst
+
+    @property
+    def successful(self) -> int:
+        """Jobs this worker finished (recorded)."""
+        return self.recorder.successful
+
+    @property
+    def failed(self) -> int:
+        """Jobs this worker failed for good."""
+        return self.recorder.failed
+
+    @property
+    def total_working_time(self) -> float:
+        return self.recorder.total_working_time
 
     @property
     def queue_names(self) -> list[str]:
@@ -175,6 +220,7 @@ class Worker:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        self.loop.wake_fd = self._wake_r
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGHUP, self._on_hup)
@@ -188,6 +234,7 @@ class Worker:
             if fd >= 0:
                 os.close(fd)
         self._wake_r = self._wake_w = -1
+        self.loop.wake_fd = -1
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """The wake-up fd ends the loop's select(); the loop reads the state next turn."""
@@ -231,16 +278,18 @@ class Worker:
         log.info("Worker %s reloaded its settings: %s", self.name,
                  ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
         self.launcher.renew()
-        self._call("reload", self.settings)
+        self.hooks("reload", self.settings)
 
     # -- running ---------------------------------------------------------------------
 
-    def work(self) -> int:
+    def work(self, burst: bool | None = None) -> int:
         """Run until shut down (or, in burst mode, until the queues are empty). Exit code.
 
-        Redis down or refusing at start (a deploy racing a Redis restart, OOM): a
-        worker that is not a burst waits for it, like a running worker does, instead
-        of exiting."""
+        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). Redis down
+        or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
+        not a burst waits for it, like a running worker does, instead of exiting."""
+        if burst is not None:
+            self.loop.burst = burst
         self._install_signals()
         try:
             registered = self._register_when_reachable()
@@ -256,7 +305,7 @@ class Worker:
                      self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
             self._warn_eviction()
             self.launcher.start()
-            self._call("on_start")
+            self.hooks("on_start")
             return self.loop.run()
         finally:
             self._shutdown()
@@ -311,7 +360,7 @@ class Worker:
         return self.loop.heartbeat()
 
     def _warn_eviction(self) -> None:
-        """Loudly, at start: an evicting maxmemory-policy loses jobs silently (issue 18.5)."""
+        """Loudly, at start: an evicting maxmemory-policy loses jobs silently."""
         from ..core.connection import eviction_warning
 
         try:
@@ -326,44 +375,17 @@ class Worker:
         return next((mw.horse_tracing() for mw in self.middleware
                      if hasattr(mw, "horse_tracing")), None)
 
-    def _refusal(self, job: Job[Any]) -> HorseExit | None:
-        """Fail bad jobs without forking: malformed payload, refused module."""
-        if job.failure_reason == "malformed":
-            return HorseExit(ok=False, reason=FailureReason.MALFORMED, error_type=job.error_type,
-                             error_message=job.error_message)
-        try:
-            verify_loaded(job.func, self.allowed)
-        except (FunctionNotAllowed, InvalidFunction) as exc:
-            return HorseExit(ok=False, reason=FailureReason.REFUSED, error_type=type(exc).__name__,
-                             error_message=str(exc))
-        except Exception:  # noqa: BLE001 - a module's own __getattr__ failing: the horse reports it
-            return None
-        return None
-
     def _shutdown(self) -> None:
         self.launcher.close()
-        self._call("on_stop")
+        self.hooks("on_stop")
         try:
             self.deregister()
         except redis.RedisError as exc:
             log.warning("Worker %s could not deregister: %s", self.name, exc)
-        self.loop._drop_pubsub()
+        self.loop.drop_pubsub()
         self._restore_signals()
         log.info("Worker %s stopped (%d finished, %d failed)",
                  self.name, self.successful, self.failed)
-
-    def _call(self, hook: str, *args: Any) -> Any:
-        """Run a hook on every middleware; the first non-None answer wins. Never raises."""
-        answer = None
-        for mw in self.middleware:
-            try:
-                value = getattr(mw, hook)(self, *args)
-            except Exception:
-                log.exception("middleware %s.%s failed", type(mw).__name__, hook)
-                continue
-            if answer is None and value is not None:
-                answer = value
-        return answer
 
 
 #: Refusals that pass: out of memory, a replica that is read-only until a failover
@@ -376,3 +398,24 @@ _PASSING = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
 
 def _passing(exc: Exception) -> bool:
     return isinstance(exc, _PASSING) or is_oom(exc)
+
+
+def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
+                        settings: Settings | None) -> tuple[str | list[str], Any,
+                                                             Settings | None]:
+    """Queue names from ``queues``; a :class:`~fusionworker.Queue` among them (RQ's
+    habit) gives its name, and the first one its connection and settings when none
+    were given."""
+    if isinstance(queues, str):
+        return queues, connection, settings
+    names: list[str] = []
+    for q in queues:
+        if isinstance(q, str):
+            names.append(q)
+            continue
+        names.append(q.name)
+        if connection is None:
+            connection = q.connection
+        if settings is None:
+            settings = q.settings
+    return names, connection, settings

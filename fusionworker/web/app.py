@@ -34,7 +34,7 @@ from ..core.job import JobStatus
 from ..core.queue import find_queue_of
 from ..events import metrics_history
 from ..ops.info import fmt_age
-from . import auth, listings, pages
+from . import auth, listings, live, pages
 from .actions import dispatch
 from .openapi import OPENAPI
 from .service import STATUSES, ApiError, Dashboard, parse_int
@@ -186,44 +186,6 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     def api_job(request: Request) -> Response:
         api_user(request)
         return ok(board.job(request.path_params["id"], request.query_params.get("queue")))
-
-    def api_job_live(request: Request) -> Response:
-        """What the job page polls: nothing new while the record is unchanged (one
-        HGETALL), else the page's body rendered again."""
-        who = api_user(request)
-        job_id = request.path_params["id"]
-        name, seen = board.job_fingerprint(job_id, request.query_params.get("queue"))
-        if seen == request.query_params.get("seen"):
-            return ok({"changed": False, "seen": seen})
-        job = board.job(job_id, name)
-        here = f"/jobs/{quote(job_id)}?" + urlencode({"queue": name})
-        return ok({"changed": True, "seen": job["fingerprint"], "status": job["status"],
-                   "html": fragment("job_body.html", request, who, here, job=job)})
-
-    def api_queue_live(request: Request) -> Response:
-        """What a queue page polls: the counts, and its rows only when the ids of the
-        page changed (a listing filtered on record fields keeps its rows)."""
-        who = api_user(request)
-        p = request.query_params
-        name = request.path_params["q"]
-        status = p.get("status") or JobStatus.QUEUED
-        stats = board.queue(name).stats()
-        counts = board.status_counts(name)
-        here = _safe_next(p.get("here") or f"/queues/{quote(name)}")
-        filters = {k: p.get(k) or "" for k in ("priority", "function")}
-        out: dict[str, Any] = {"counts": counts, "paused": stats["paused"], "seen": None,
-                               "stats": fragment("queue_stats.html", request, who, here,
-                                                 q=stats)}
-        if not filters["function"] and (not filters["priority"] or status == JobStatus.QUEUED):
-            listing = board.jobs(name, status, p.get("priority"), None, p.get("page", 1),
-                                 p.get("per_page", 50), None, unless=p.get("seen"))
-            out["seen"] = listing["fingerprint"]
-            if listing["jobs"] is not None:
-                ctx = {"q": stats, "status": status, "listing": listing, "filters": filters,
-                       "failed_page": here.startswith("/failed")}
-                out["rows"] = fragment("queue_rows.html", request, who, here, **ctx)
-                out["pager"] = fragment("queue_pager.html", request, who, here, **ctx)
-        return ok(out)
 
     async def api_priority(request: Request) -> Response:
         who = api_user(request, action=True)
@@ -439,8 +401,8 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         return RedirectResponse(_with(back, "msg", message), 303)
 
     site = pages.Site(board=board, page=page, page_user=page_user, api_user=api_user,
-                      body=body)
-    routes = [*pages.routes(site),
+                      body=body, fragment=fragment)
+    routes = [*pages.routes(site), *live.routes(site),
         Route("/api/v1/openapi.json", api_openapi),
         Route("/api/v1/queues", api_queues),
         Route("/api/v1/workers", api_workers),
@@ -449,8 +411,6 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
         Route("/api/v1/cron", api_cron),
         Route("/api/v1/jobs", api_jobs),
         Route("/api/v1/jobs/{id}", api_job, methods=["GET"]),
-        Route("/api/v1/jobs/{id}/live", api_job_live, methods=["GET"]),
-        Route("/api/v1/queues/{q}/live", api_queue_live, methods=["GET"]),
         Route("/api/v1/jobs/{id}", api_delete_job, methods=["DELETE"]),
         Route("/api/v1/jobs/{id}/priority", api_priority, methods=["PUT"]),
         Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),

@@ -22,7 +22,7 @@ MAX_DEPENDENTS = 20
 #: a frame line of a traceback: ``  File "path", line N, in name``
 _FRAME = re.compile(r'^  File "(?P<path>[^"]*)", line \d+')
 #: files of the worker itself (the horse that calls the job, the middleware around it)
-_OWN = re.compile(r"[/\\]fusionworker[/\\](runtime|core|middleware|events|ops|worker\.py)")
+_OWN = re.compile(r"[/\\]fusionworker[/\\](runtime|core|middleware|events|worker\.py)")
 _HEAD = "Traceback (most recent call last):"
 
 
@@ -116,7 +116,7 @@ def batch_of(r: RedisClient, prefix: str, ref: str | None) -> dict[str, Any] | N
 
 
 #: stream entries read (newest first) for a worker's recent outcomes
-OUTCOME_SCAN = 1000
+OUTCOME_SCAN = 500
 OUTCOME_EVENTS = ("completed", "failed", "retry", "timeout", "abandoned", "requeued")
 
 
@@ -155,20 +155,35 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
                       "age": max(0.0, now - float(started)) if started else None,
                       "progress": float(progress) if progress else None})
     doc["slots"] = slots
-    outcomes = []
-    for entry_id, raw in r.xrevrange(keys.events, count=OUTCOME_SCAN) or []:
-        fields = text_hash(raw or {})
-        if fields.get("worker") == name and fields.get("event") in OUTCOME_EVENTS:
-            outcomes.append({"id": str(texts([entry_id])[0]),
-                             **{f: fields.get(f) for f in FIELDS}})
-            if len(outcomes) == 25:
-                break
-    doc["outcomes"] = outcomes
+    doc["outcomes"] = _outcomes(r, keys.events, name, FIELDS)
     return doc
 
 
+def _outcomes(r: RedisClient, stream: str, name: str, fields_shown: Any,
+              want: int = 25) -> list[dict[str, Any]]:
+    """The worker's last ``want`` outcomes among the newest ``OUTCOME_SCAN`` entries."""
+    from ..core.connection import text_hash
+
+    outcomes: list[dict[str, Any]] = []
+    top, read = "+", 0
+    while read < OUTCOME_SCAN and len(outcomes) < want:
+        page = r.xrevrange(stream, max=top, count=OUTCOME_SCAN // 2) or []
+        for entry_id, raw in page:
+            fields = text_hash(raw or {})
+            if fields.get("worker") == name and fields.get("event") in OUTCOME_EVENTS:
+                outcomes.append({"id": str(texts([entry_id])[0]),
+                                 **{f: fields.get(f) for f in fields_shown}})
+                if len(outcomes) == want:
+                    break
+        read += len(page)
+        if len(page) < OUTCOME_SCAN // 2:
+            break
+        top = f"({texts([page[-1][0]])[0]}"
+    return outcomes
+
+
 #: stream entries read per window of a job's timeline
-TIMELINE_SCAN = 1000
+TIMELINE_SCAN = 500
 
 
 def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:

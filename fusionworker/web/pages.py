@@ -32,6 +32,8 @@ class Site:
     #: the API caller's name (401 without credentials)
     api_user: Callable[..., str]
     body: Callable[[Request], Awaitable[dict[str, Any]]]
+    #: ``fragment(template, request, user, here, **context)`` -> a part of a page
+    fragment: Callable[..., str]
 
 
 def _float(value: Any, name: str) -> float | None:
@@ -64,13 +66,18 @@ def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:
 
 
 def routes(site: Site) -> list[Route]:
+    return [*_failed_routes(site), *_batch_routes(site), *_worker_and_chart_routes(site)]
+
+
+def _user(site: Site, request: Request) -> Any:
+    return site.page_user(request)
+
+
+def _failed_routes(site: Site) -> list[Route]:
     board = site.board
 
-    def user_or_login(request: Request) -> Any:
-        return site.page_user(request)
-
     def failed_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
         result = failed_query(board, request.query_params)
@@ -83,14 +90,14 @@ def routes(site: Site) -> list[Route]:
         site.api_user(request)
         return JSONResponse(failed_query(board, request.query_params))
 
-    def scheduled_kind(request: Request, retries: bool) -> dict[str, Any]:
+    def scheduled_kind(retries: bool) -> dict[str, Any]:
         return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
 
     def retries_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
-        return site.page(request, "retries.html", who, result=scheduled_kind(request, True),
+        return site.page(request, "retries.html", who, result=scheduled_kind(True),
                          now=board.now())
 
     def api_scheduled(request: Request) -> Response:
@@ -98,7 +105,14 @@ def routes(site: Site) -> list[Route]:
         kind = request.query_params.get("kind") or "delayed"
         if kind not in ("delayed", "retries"):
             raise ApiError(400, "kind is delayed or retries")
-        return JSONResponse(scheduled_kind(request, kind == "retries"))
+        return JSONResponse(scheduled_kind(kind == "retries"))
+
+    return [Route("/failed", failed_view), Route("/retries", retries_view),
+            Route("/api/v1/failed", api_failed), Route("/api/v1/scheduled", api_scheduled)]
+
+
+def _batch_routes(site: Site) -> list[Route]:
+    board = site.board
 
     def batches_query(request: Request) -> dict[str, Any]:
         return listings.batches(board.r, board.prefix, board.queue_names(),
@@ -107,7 +121,7 @@ def routes(site: Site) -> list[Route]:
                                           1, 500))
 
     def batches_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
         return site.page(request, "batches.html", who, result=batches_query(request))
@@ -116,34 +130,42 @@ def routes(site: Site) -> list[Route]:
         site.api_user(request)
         return JSONResponse(batches_query(request))
 
-    def batch_query(request: Request) -> dict[str, Any]:
-        batch_id = request.path_params["id"]
-        queue = request.query_params.get("queue") or ""
-        if not queue:
-            raise ApiError(400, "queue is required (the batch's queue)")
-        q = board.queue(queue)
-        doc = listings.batch_docs(board.r, board.prefix, [(q.name, batch_id)])[0]
-        if not doc["exists"]:
-            raise ApiError(404, f"no batch {batch_id!r} in queue {q.name!r}")
-        kinds = list(doc["callbacks"])
-        found = details.statuses(board.r, board.prefix,
-                                 [f"{q.name}:{doc['callbacks'][k]}" for k in kinds])
-        doc["callback_jobs"] = [{"kind": kind, **ref}
-                                for kind, ref in zip(kinds, found, strict=True)]
-        ended_key = q.qkeys.base + f"batch:{batch_id}:ended"
-        refs = sorted(str(x) for x in board.r.srandmember(ended_key, details.MAX_REFS) or [])
-        doc["ended_jobs"] = details.statuses(board.r, board.prefix, refs)
-        return doc
-
     def batch_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
-        return site.page(request, "batch.html", who, batch=batch_query(request))
+        return site.page(request, "batch.html", who, batch=batch_query(board, request))
 
     def api_batch(request: Request) -> Response:
         site.api_user(request)
-        return JSONResponse(batch_query(request))
+        return JSONResponse(batch_query(board, request))
+
+    return [Route("/batches", batches_view), Route("/batches/{id}", batch_view),
+            Route("/api/v1/batches", api_batches), Route("/api/v1/batches/{id}", api_batch)]
+
+
+def batch_query(board: Dashboard, request: Request) -> dict[str, Any]:
+    """A batch, its callback jobs and (up to ``MAX_REFS``) the jobs that ended."""
+    batch_id = request.path_params["id"]
+    queue = request.query_params.get("queue") or ""
+    if not queue:
+        raise ApiError(400, "queue is required (the batch's queue)")
+    q = board.queue(queue)
+    doc = listings.batch_docs(board.r, board.prefix, [(q.name, batch_id)])[0]
+    if not doc["exists"]:
+        raise ApiError(404, f"no batch {batch_id!r} in queue {q.name!r}")
+    kinds = list(doc["callbacks"])
+    found = details.statuses(board.r, board.prefix,
+                             [f"{q.name}:{doc['callbacks'][k]}" for k in kinds])
+    doc["callback_jobs"] = [{"kind": kind, **ref} for kind, ref in zip(kinds, found, strict=True)]
+    ended_key = q.qkeys.base + f"batch:{batch_id}:ended"
+    refs = sorted(str(x) for x in board.r.srandmember(ended_key, details.MAX_REFS) or [])
+    doc["ended_jobs"] = details.statuses(board.r, board.prefix, refs)
+    return doc
+
+
+def _worker_and_chart_routes(site: Site) -> list[Route]:
+    board = site.board
 
     def worker_query(request: Request) -> dict[str, Any]:
         name = request.path_params["name"]
@@ -153,7 +175,7 @@ def routes(site: Site) -> list[Route]:
         return doc
 
     def worker_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
         return site.page(request, "worker.html", who, w=worker_query(request),
@@ -175,7 +197,7 @@ def routes(site: Site) -> list[Route]:
         return doc
 
     def charts_view(request: Request) -> Response:
-        who = user_or_login(request)
+        who = _user(site, request)
         if isinstance(who, Response):
             return who
         doc = history_query(request)
@@ -189,17 +211,5 @@ def routes(site: Site) -> list[Route]:
         site.api_user(request)
         return JSONResponse(history_query(request))
 
-    return [
-        Route("/charts", charts_view),
-        Route("/api/v1/history", api_history),
-        Route("/failed", failed_view),
-        Route("/retries", retries_view),
-        Route("/batches", batches_view),
-        Route("/batches/{id}", batch_view),
-        Route("/workers/{name}", worker_view),
-        Route("/api/v1/failed", api_failed),
-        Route("/api/v1/scheduled", api_scheduled),
-        Route("/api/v1/batches", api_batches),
-        Route("/api/v1/batches/{id}", api_batch),
-        Route("/api/v1/workers/{name}", api_worker),
-    ]
+    return [Route("/workers/{name}", worker_view), Route("/charts", charts_view),
+            Route("/api/v1/workers/{name}", api_worker), Route("/api/v1/history", api_history)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusionworker import current_job
+from fusionworker import current_job, job
 
 
 def say_hello(name: str = "Stranger") -> str:
@@ -30,3 +30,18 @@ def modify_self(meta: dict[str, object]) -> None:
 def modify_self_and_error(meta: dict[str, object]) -> None:
     modify_self(meta)
     raise ValueError("after the meta changed")
+
+
+@job("rq_decorated", max_retries=2)
+def decorated_add(x: int, y: int) -> int:
+    return x + y
+
+
+@job(queue="rq_decorated")
+def decorated_hello() -> str:
+    return "Hi"
+
+
+def decorated_by_a_test(name: str) -> str:
+    """Left plain: a test decorates it with a Queue of its own."""
+    return name

@@ -158,3 +158,23 @@ def test_save_meta_refuses_bad_meta_before_writing(queue):
 def test_repr_is_short(queue):
     job = queue().enqueue("tests.jobs:noop", job_id="j1")
     assert repr(job) == "Job('j1', queue='default', func='tests.jobs:noop', status='queued')"
+
+
+def test_connection_of_a_job(queue, r):
+    job = queue().enqueue("tests.jobs:noop")
+    assert job.connection is job._queue.connection
+    by_hand: Job[None] = Job(id="x", queue="default", func="tests.jobs:noop")
+    assert getattr(by_hand, "connection", None) is None
+
+
+def test_dependencies_and_exc_info(queue, burst):
+    a, b = queue("a").enqueue("tests.jobs:noop"), queue("b").enqueue("tests.jobs:boom")
+    child = queue().enqueue("tests.jobs:noop", depends_on=[a, b])
+    assert child.dependency_ids == [a.id, b.id]
+    assert [j.id for j in child.fetch_dependencies()] == [a.id, b.id]
+    b.delete()
+    assert [j.id for j in child.fetch_dependencies()] == [a.id]
+    assert queue().enqueue("tests.jobs:noop").dependency_ids == []
+    failed = queue("c").enqueue("tests.jobs:boom", "told you")
+    burst("c")
+    assert failed.refresh().exc_info is not None and "told you" in failed.exc_info

@@ -216,18 +216,18 @@ def test_heartbeat_and_version(r, settings):
 
 
 @pytest.mark.slow
-def test_idle_worker_warm_shutdown(processes):
+def test_idle_worker_warm_shutdown(processes, r, settings):
     import signal
-    import time
 
     from tests.waiting import wait_for
 
     proc = processes.worker("-q", "idle")
-    wait_for(lambda: "idle" in processes.output(proc).lower() or proc.poll() is not None,
-             timeout=30)
-    time.sleep(0.5)
+    wait_for(lambda: admin.workers(r, settings.prefix) or proc.poll() is not None,
+             timeout=60, what="the worker registered")
+    assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
+    assert admin.workers(r, settings.prefix) == []        # deregistered on the way out
 
 
 def test_run_scheduled_access_self(queue, work):

@@ -10,7 +10,9 @@ What runs how:
 * ```` ```bash ```` / ```` ```sh ```` blocks run in ``bash -eu`` in the
   ``examples/`` folder (the example app, ``app/tasks.py``), with
   ``fusionworker`` and ``python`` meaning this checkout's; what they leave
-  running (``worker … &``) is stopped at the end of the block.
+  running (``worker … &``) is stopped at the end of the block. A block that
+  would change this machine (``sudo``, ``pip install``, ``systemctl enable``…:
+  :data:`MACHINE_CHANGES`) is not run but fails until it is skipped explicitly.
 * ```` ```console ```` blocks: each ``$ command`` line runs as above and its
   output must match the lines shown under it (:func:`same_output`: times,
   ages, ids, host names and process ids may differ; ``…`` stands for any text).
@@ -40,12 +42,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
 from sybil import Example, Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.integration.pytest import SybilItem
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
+
+from fusionworker.core import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -65,9 +70,12 @@ class DocEnv:
         self.bin = tempfile.mkdtemp(prefix="fw-docs-bin-")
         for name, target in (("python", sys.executable), ("python3", sys.executable)):
             os.symlink(target, os.path.join(self.bin, name))
+        # the console script as pip writes it (sys.path[0] is its folder, not the
+        # current one), running this checkout's code (PYTHONPATH)
         script = os.path.join(self.bin, "fusionworker")
         with open(script, "w", encoding="utf-8") as fh:
-            fh.write(f'#!/bin/sh\nexec "{sys.executable}" -m fusionworker "$@"\n')
+            fh.write(f"#!{sys.executable}\nimport sys\nfrom fusionworker.cli import run\n"
+                     "sys.exit(run())\n")
         os.chmod(script, 0o755)
         self.saved = {name: os.environ.get(name) for name in SAVED_ENV}
         self.prefixes = [self.prefix]
@@ -85,8 +93,8 @@ class DocEnv:
         this checkout first on the paths."""
         env = dict(os.environ)
         env["PATH"] = self.bin + os.pathsep + env.get("PATH", "")
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(EXAMPLES), str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", ""))
+                                            if p)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(extra)
         return env
@@ -130,8 +138,22 @@ class DocEnv:
             _stop_group(proc)
         return subprocess.CompletedProcess(command, proc.returncode, out, "")
 
+    def wait_for(self, condition: Any, timeout: float = 30.0) -> None:
+        """Until ``condition()`` is true (TimeoutError after ``timeout`` s)."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not true after {timeout} s: {condition}")
+            time.sleep(0.05)
+
     def close(self) -> None:
-        for proc in self.procs:
+        for proc in self.procs:     # the whole tree at once: a pool's workers, their horses
+            with contextlib.suppress(psutil.NoSuchProcess):
+                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(True)]
+                for each in tree:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        each.kill()
+                psutil.wait_procs(tree, timeout=10)
             _stop_group(proc)
         client = redis.Redis.from_url(REDIS_URL)
         for prefix in self.prefixes:
@@ -172,6 +194,10 @@ def _stop_group(proc: subprocess.Popen[Any]) -> None:
 def setup(namespace: dict[str, Any]) -> None:
     namespace["docs"] = DocEnv()
     namespace["__name__"] = "__docs__"
+    # what the document registers (@job in its blocks, the example app) and imports
+    # (the example app's package ``app``) is undone at its end: the process goes on
+    # with other tests
+    namespace["__saved__"] = (dict(registry._REGISTRY), registry._REFS, set(sys.modules))
     sys.path.insert(0, str(EXAMPLES))
 
 
@@ -179,6 +205,13 @@ def teardown(namespace: dict[str, Any]) -> None:
     namespace["docs"].close()
     with contextlib.suppress(ValueError):
         sys.path.remove(str(EXAMPLES))
+    saved_registry, saved_refs, saved_modules = namespace["__saved__"]
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved_registry)
+    registry._REFS = saved_refs
+    for name in set(sys.modules) - saved_modules:
+        if name == "app" or name.startswith("app."):
+            del sys.modules[name]
 
 
 # --------------------------------------------------------------------------- evaluators
@@ -222,7 +255,7 @@ def run_bash(example: Example) -> str | None:
 VOLATILE = [
     (re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?( UTC|Z)?"), "<time>"),
     (re.compile(r"\b\d{2}:\d{2}:\d{2}(\.\d+)?"), "<time>"),
-    (re.compile(r"\b\d+(\.\d+)?(ms|s|m|h|d)\b"), "<age>"),
+    (re.compile(r"\b\d+(\.\d+)? ?(ms|s|m|h|d)\b"), "<age>"),
     (re.compile(r"\b[0-9a-f]{32}\b"), "<id>"),
     (re.compile(r"\b\d+\.\d+\.\d+\b"), "<version>"),
 ]
@@ -247,8 +280,23 @@ def same_output(expected: str, actual: str, prefix: str = "fw") -> bool:
     got = [_normalize(line) for line in actual.splitlines()]
     if len(want) != len(got):
         return False
-    return all(re.fullmatch(".*".join(re.escape(part) for part in w.split("…")), g)
-               for w, g in zip(want, got))
+    # rows that start alike (a table's workers, in the order of their process ids)
+    # may come in any order: each expected row matches one of its run
+    start = 0
+    while start < len(want):
+        end = start + 1
+        key = want[start].split(" ", 1)[0]
+        while end < len(want) and key and want[end].split(" ", 1)[0] == key:
+            end += 1
+        left = got[start:end]
+        for w in want[start:end]:
+            pattern = ".*".join(re.escape(part) for part in w.split("…"))
+            hit = next((g for g in left if re.fullmatch(pattern, g)), None)
+            if hit is None:
+                return False
+            left.remove(hit)
+        start = end
+    return True
 
 
 def run_console(example: Example) -> str | None:

@@ -1,4 +1,4 @@
-"""Contracts inside (issue 12): the reaper's outcomes are events and hooks,
+"""Contracts inside: the reaper's outcomes are events and hooks,
 every middleware hook is guarded alike."""
 
 from __future__ import annotations

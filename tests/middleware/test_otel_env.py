@@ -158,3 +158,50 @@ def test_a_producer_with_providers_says_nothing(settings):
     spans = [o for o in json_objects(proc.stdout.replace("enqueued", ""))
              if o.get("name") == "send default"]
     assert len(spans) == 3
+
+
+def test_the_export_log_budget_is_shared_by_forked_processes(caplog):
+    """Four forked processes and this one complain 5 times each at once: one line; after
+    the interval the next line says how many were held back."""
+    import logging
+    import os
+
+    from fusionworker.core.tracing import ExportLogLimit, _shared_page
+
+    page, fd = _shared_page("")
+    limit = ExportLogLimit(page, interval=0.5, fd=fd)
+    source = logging.getLogger("opentelemetry.exporter.otlp.test-only")
+    source.propagate = False
+    source.addHandler(limit)
+    out_r, out_w = os.pipe()
+    try:
+        children = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:        # a horse: its lines go to the pipe
+                os.close(out_r)
+                handler = logging.StreamHandler(os.fdopen(out_w, "w", buffering=1))
+                logging.getLogger("fusionworker.otel").addHandler(handler)
+                for _ in range(5):
+                    source.warning("Failed to export span batch code: 503")
+                os._exit(0)
+            children.append(pid)
+        os.close(out_w)
+        caplog.set_level(logging.WARNING, logger="fusionworker.otel")
+        for _ in range(5):
+            source.warning("Failed to export metrics batch code: 503")
+        for pid in children:
+            os.waitpid(pid, 0)
+        with os.fdopen(out_r) as fh:
+            from_children = [line for line in fh.read().splitlines() if line]
+        lines = from_children + [m for m in caplog.messages if "OpenTelemetry export" in m]
+        assert len(lines) == 1, lines
+        time.sleep(0.55)
+        source.warning("Failed to export metrics batch code: 503")
+        assert caplog.messages[-1].startswith(
+            "OpenTelemetry export: Failed to export metrics batch code: 503 (24 more held back)")
+        source.info("not about the collector")   # below WARNING: not weighed, not logged
+        assert len([m for m in caplog.messages if "held back" in m]) == 1
+    finally:
+        source.removeHandler(limit)
+        os.close(fd)

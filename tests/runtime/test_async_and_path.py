@@ -120,18 +120,22 @@ def test_fusionworker_path_setting_reaches_processes_children(r, settings, tmp_p
 
 @pytest.mark.slow
 def test_the_readme_use_it_commands_run_as_written_in_a_project_folder(settings, tmp_path):
-    """README "Use it": app/tasks.py, enqueue.py, then its two shell lines, literally."""
+    """README "Use it": the example app its blocks show (examples/: each block names its
+    file), then its two shell lines, literally, in a copy of that folder."""
     import re
 
     section = (ROOT / "README.md").read_text().split("## Use it", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert blocks[0].startswith("# examples/app/tasks.py") and blocks[1].startswith(
+        "# examples/enqueue.py")
     shell = re.findall(r"```bash\n(.*?)```", section, re.S)[0].splitlines()
     project = tmp_path / "proj"
     (project / "app").mkdir(parents=True)
     (project / "app" / "__init__.py").write_text("")
     (project / "app" / "tasks.py").write_text(blocks[0].split("\n", 1)[1])
     (project / "enqueue.py").write_text(blocks[1])
-    worker_line = shell[0].split("&")[0].split()
+    # each line as the shell runs it: a trailing "# ..." is a comment
+    worker_line = shell[0].split("#")[0].split("&")[0].split()
     producer_line = shell[1].split("#")[0].split()
     assert worker_line[0] == "fusionworker" and producer_line == ["python", "enqueue.py"]
     # the console script when installed (CI installs it), else the same CLI by path

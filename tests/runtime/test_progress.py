@@ -1,7 +1,7 @@
-"""Progress and meta from inside a job (issue 15): ``fusionworker.current_job()``.
+"""Progress and meta from inside a job: ``fusionworker.current_job()``.
 
 Real Redis, real worker processes and forked horses. Crash points proven here
-(the sequence: ``fusionworker/progress.py``):
+(the sequence: ``fusionworker/runtime/progress.py``):
 
 - parent frozen past its lease, attempt reaped -> the frames its horse sent
   meanwhile are refused by progress.lua (token): the record keeps what was

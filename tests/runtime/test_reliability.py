@@ -537,12 +537,12 @@ def test_the_finish_pipeline_returns_the_jobs_its_claim_brought(queue, settings,
         [job] = w.claimer.claim(1).jobs
         assert job.id == first.id
         done = Outcome(status="finished", reason="ok", result="null")
-        claimed = w.recorder.record([(job, done)], w.claimer.plan(1))
+        claimed = w.recorder.record([(job, done)], w.claimer.plan(1)).claimed
         assert [j.id for j in claimed.jobs] == [second.id] and not claimed.short
         assert q.fetch_job(first.id).status == "finished"
         assert q.fetch_job(second.id).status == "started"
         assert q.fetch_job(second.id).token == claimed.jobs[0].token
-        again = w.recorder.record([(claimed.jobs[0], done)], w.claimer.plan(1))
+        again = w.recorder.record([(claimed.jobs[0], done)], w.claimer.plan(1)).claimed
         assert again.jobs == [] and again.short and again.dry == {"default"}
     finally:
         w.deregister()

@@ -1,5 +1,5 @@
 """SIGHUP re-creates the fork server: changed job code is seen by the next job,
-a job running during the reload finishes, none is lost (issue 12, item D)."""
+a job running during the reload finishes, none is lost."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ header's toggle (kept across pages)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -96,6 +97,9 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         label = driver.find_element(By.CSS_SELECTOR, "#chart-throughput svg text")
         assert label.size["height"] >= 12
         driver.get(base + "/")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#chart svg text"))
+        assert driver.find_element(By.CSS_SELECTOR, "#chart svg").size["width"] <= 390
+        assert driver.find_element(By.CSS_SELECTOR, "#chart svg text").size["height"] >= 12
         card = driver.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="{q.name}"]')
         pending = card.find_element(By.CSS_SELECTOR, '[data-k="pending"]')
         label = driver.execute_script(
@@ -150,3 +154,53 @@ def test_search_by_job_id_and_by_function(base, driver, queue):
     wait(driver, lambda d: "/search" in d.current_url)
     rows = driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")
     assert len(rows) == 1 and "tests.jobs:sleep" in rows[0].text
+
+
+def test_actions_at_phone_width_in_dark_mode(base, driver, queue, burst, r, settings):
+    """Rate limit, cron add and run now, run now of a delayed job and a requeue from
+    the failed page, each by its button at 390 px with the dark scheme."""
+    from fusionworker.middleware import cron
+
+    q = queue("default")
+    delayed = q.enqueue_in(3600, "tests.jobs:add", 1, 2)
+    failed = q.enqueue_call("tests.jobs:boom", max_retries=0)
+    burst("default")
+    login(driver, base, TOKEN)
+    driver.set_window_size(390, 844)
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
+        "features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    try:
+        driver.get(base + "/queues/default")
+        assert max(background(driver)) < 60
+        form = driver.find_element(By.ID, "rate-form")
+        form.find_element(By.NAME, "rate").send_keys("5/s")
+        form.find_element(By.TAG_NAME, "button").click()
+        wait(driver, lambda d: "rate limit 5/s" in d.find_element(By.ID, "flash").text)
+        assert "5 per s" in driver.find_element(By.ID, "rate-queue").text
+        assert q.rate_limit["limit"] == 5
+        driver.get(base + "/scheduled")
+        driver.find_element(By.CSS_SELECTOR, "#cron-add summary").click()
+        form = driver.find_element(By.ID, "cron-form")
+        for name, value in (("name", "tick"), ("schedule", "0 * * * *"),
+                            ("func", "tests.jobs:add"), ("args", "[1, 1]")):
+            form.find_element(By.NAME, name).send_keys(value)
+        form.find_element(By.TAG_NAME, "button").click()
+        wait(driver, lambda d: "tick on default added" in d.find_element(By.ID, "flash").text)
+        assert cron.get_entry(r, settings, "tick").args == [1, 1]
+        driver.find_element(By.CSS_SELECTOR, '#cron button[data-action="cron-run"]').click()
+        wait(driver, lambda d: "job" in d.find_element(By.ID, "flash").text)
+        assert q.stats()["pending"] == 1
+        driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{delayed.id}"] '
+                                             'button[data-action="run-now"]').click()
+        wait(driver, lambda d: "runs now" in d.find_element(By.ID, "flash").text)
+        assert r.zscore(q.qkeys.scheduled, delayed.id) <= time.time() + 1
+        driver.get(base + "/failed")
+        driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{failed.id}"] input').click()
+        driver.find_element(By.CSS_SELECTOR, 'button[value="requeue-selected"]').click()
+        wait(driver, lambda d: "requeue: 1 job(s)" in d.find_element(By.ID, "flash").text)
+        assert q.fetch_job(failed.id).status == "queued"
+        scroll, inner = no_sideways_scroll(driver)
+        assert scroll <= inner
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+        driver.set_window_size(1280, 900)

@@ -24,6 +24,24 @@ function hget(key, field)
   return v
 end
 
+-- Fields of a hash (a table, false for a missing field), or nil when the key holds
+-- another type: read as hget does, so a refusal can come before any write.
+function hmget(key, ...)
+  local v = redis.pcall('HMGET', key, ...)
+  if v.err then return nil end
+  return v
+end
+
+-- A key of the wrong type for `want` (not missing): the refusal's error text, else nil.
+function wrong_type(key, want)
+  local ty = key_type(key)
+  if ty ~= 'none' and ty ~= want then
+    return 'WRONGTYPE ' .. key .. ' holds a ' .. ty .. ', not a ' .. want ..
+      ': refused before any write'
+  end
+  return nil
+end
+
 -- Redis does not roll back a script's earlier writes when a later command fails
 -- (WRONGTYPE on a key somebody overwrote by hand), so every script checks the
 -- types of the keys it writes BEFORE its first write and refuses with an error
@@ -171,14 +189,12 @@ function to_failed(base, jid, t, failed_ttl)
 end
 
 -- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,
--- since this runs inside a script.
-function promote_due(base, t, limit)
-  local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0, limit)
+-- since this runs inside a script: `due` are ids read from `scheduled` (due now).
+function promote(base, due)
   for _, jid in ipairs(due) do
     redis.call('ZREM', base .. 'scheduled', jid)
     if hget(base .. 'job:' .. jid, 'status') == 'scheduled' then make_ready(base, jid) end
   end
-  return #due
 end
 
 -- Is this job a live duplicate (queued/scheduled/started, or finished within window)?

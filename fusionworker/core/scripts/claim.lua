@@ -20,9 +20,19 @@
 -- window is full is set aside until its slot opens, and the next job is taken.
 local base = KEYS[1]
 local t = now()
-local bad = check_types(base)
-if bad then return redis.error_reply(bad) end
 local group_rates = redis.call('EXISTS', base .. 'group_rate') == 1
+local count = tonumber(ARGV[5] or '')
+local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
+  math.max(100, count or 1))
+-- Nothing is half-written on a refusal. Promoting due jobs and parking jobs of a
+-- rate-limited group write many keys: then every key is checked before the first
+-- write. Otherwise a claim writes `started` first (failing, it wrote nothing), then
+-- keys it has read (`pending`, the job hash, the rate hash and log); a queue entry
+-- without a usable record checks `failed` before it is dead-lettered.
+if #due > 0 or group_rates then
+  local bad = check_types(base)
+  if bad then return redis.error_reply(bad) end
+end
 if group_rates then  -- the per-group keys written below, checked before any write too
   for k, want in pairs({group_rate = 'hash', ['group_rate:held'] = 'hash',
                         ['group_rate:parked'] = 'zset'}) do
@@ -33,8 +43,7 @@ if group_rates then  -- the per-group keys written below, checked before any wri
     end
   end
 end
-local count = tonumber(ARGV[5] or '')
-promote_due(base, t, math.max(100, count or 1))
+promote(base, due)
 if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
 local cap = redis.call('GET', base .. 'max_active')
 if cap then cap = tonumber(cap) end
@@ -78,7 +87,7 @@ local function group_slot(jid)
 end
 
 -- Set job jid aside until `slot`: to `scheduled`, as a retry's backoff is, so it
--- keeps its group and promote_due makes it pending again at the slot (a worker
+-- keeps its group and promote() makes it pending again at the slot (a worker
 -- sleeps until the earliest scheduled time). It is the group's only job in pending
 -- (groups run one job at a time), so the group holds no other job back, and the
 -- loop in take() parks each limited group at most once per claim.
@@ -122,23 +131,28 @@ local function take(token)
     jid = ids[1]
   end
   local jkey = base .. 'job:' .. jid
-  local jtype = key_type(jkey)
-  redis.call('ZREM', base .. 'pending', jid)
-  if jtype ~= 'hash' and jtype ~= 'none' then
-    -- a key of the wrong type where the record should be: dead-letter the id, leave the key
-    redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
-    return {'missing', jid}
-  end
-  if jtype == 'none' then
+  local rec = redis.pcall('HGETALL', jkey)
+  if rec.err or #rec == 0 then
+    -- no record, or a key of the wrong type where it should be: dead-letter the id
+    local bad = wrong_type(base .. 'failed', 'zset')
+    if bad then return {'refused', bad} end
+    redis.call('ZREM', base .. 'pending', jid)
+    if rec.err then  -- leave the key
+      redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+      return {'missing', jid}
+    end
     -- garbage in the queue: an id without a record. Dead-letter it, say why.
     redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
       'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
     to_failed(base, jid, t, tonumber(ARGV[4]))
     return {'missing', jid}
   end
+  local stamp = fmt_time(t)
+  redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
+  redis.call('ZREM', base .. 'pending', jid)
   if rate[1] then  -- this start takes a place in the rate window
     local window = tonumber(rate[2])
-    redis.call('ZADD', base .. 'rate:log', fmt_time(t), token)
+    redis.call('ZADD', base .. 'rate:log', stamp, token)
     redis.call('PEXPIRE', base .. 'rate:log', math.ceil(window * 1000) + 1000)
     local held = hget(base .. 'rate', 'held_since')
     if held then
@@ -147,22 +161,49 @@ local function take(token)
     end
   end
   if glog then  -- this start takes a place in its group's window
-    redis.call('ZADD', glog, fmt_time(t), token)
+    redis.call('ZADD', glog, stamp, token)
     redis.call('PEXPIRE', glog, math.ceil(gwindow * 1000) + 1000)
   end
-  redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
-  redis.call('HINCRBY', jkey, 'attempts', 1)
-  redis.call('HSET', jkey, 'status', 'started', 'started_at', fmt_time(t), 'worker', ARGV[1],
-    'token', token)
-  return {'job', fmt_time(t), redis.call('HGETALL', jkey), jid}
+  -- the record as HGETALL would read it after the write below (one read, not two)
+  local set = {attempts = 1, status = 'started', started_at = stamp, worker = ARGV[1],
+               token = token}
+  for i = 1, #rec - 1, 2 do
+    if rec[i] == 'attempts' then set.attempts = (tonumber(rec[i + 1]) or 0) + 1 end
+  end
+  set.attempts = fmt_int(set.attempts)
+  local attempts = set.attempts
+  for i = 1, #rec - 1, 2 do
+    local v = set[rec[i]]
+    if v then
+      rec[i + 1] = v
+      set[rec[i]] = nil
+    end
+  end
+  for _, k in ipairs({'attempts', 'started_at', 'worker', 'token', 'status'}) do
+    if set[k] then
+      rec[#rec + 1] = k
+      rec[#rec + 1] = set[k]
+    end
+  end
+  redis.call('HSET', jkey, 'attempts', attempts, 'status', 'started',
+    'started_at', stamp, 'worker', ARGV[1], 'token', token)
+  return {'job', stamp, rec, jid}
 end
 
-if not count then return take(ARGV[2]) end
+if not count then
+  local one = take(ARGV[2])
+  if one[1] == 'refused' then return redis.error_reply(one[2]) end
+  return one
+end
 local out = {'job', fmt_time(t)}
 local last
 for i = 1, count do
   last = take(ARGV[2] .. ':' .. i)
-  if last[1] == 'job' then
+  if last[1] == 'refused' then
+    -- nothing of this take written: an error when it was the first, else the jobs taken
+    if #out == 2 then return redis.error_reply(last[2]) end
+    break
+  elseif last[1] == 'job' then
     out[#out + 1] = {last[3], last[4]}
   elseif last[1] == 'missing' then
     out[#out + 1] = last[2]

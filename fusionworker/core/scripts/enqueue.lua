@@ -7,28 +7,84 @@
 -- Returns {placement, job_id, status}: placement is queued | scheduled | duplicate;
 -- a new job's answer goes on with {seq, enqueued_at[, scheduled_for]}, so the producer
 -- builds its Job from what it sent and needs no read back.
+-- Nothing is half-written on a refusal. A new id without a group (the usual job) takes
+-- the short path: reads first (the record's TYPE, the unique key), then the writes that
+-- can meet a key of the wrong type, each undoing the ones before it when it fails
+-- (INCR seq, SADD fw:queues, ZADD pending|scheduled), then the ones that cannot (the
+-- new record's one HSET, SET of the unique key, PUBLISH). A record to replace or a
+-- group checks every key it may write first, as the other scripts do.
 local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
 local t = now()
-local bad = check_types(base, base .. 'job:' .. jid)
-if bad then return redis.error_reply(bad) end
-if KEYS[2] and key_type(KEYS[2]) ~= 'set' and key_type(KEYS[2]) ~= 'none' then
-  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a set: refused before any write')
+local jkey = base .. 'job:' .. jid
+local jtype = key_type(jkey)
+if jtype ~= 'none' and jtype ~= 'hash' then
+  return redis.error_reply('WRONGTYPE ' .. jkey .. ' holds a ' .. jtype ..
+    ', not a hash: refused before any write')
 end
-
-local st = live_status(base, jid, t, window)
-if st then return {'duplicate', jid, st} end
+if jtype == 'hash' then
+  local st = live_status(base, jid, t, window)
+  if st then return {'duplicate', jid, st} end
+end
 if ukey ~= '' then
   local other = redis.call('GET', base .. 'unique:' .. ukey)
   if other then
-    st = live_status(base, other, t, window)
+    local st = live_status(base, other, t, window)
     if st then return {'duplicate', other, st} end
   end
 end
 
-local jkey = base .. 'job:' .. jid
-if redis.call('EXISTS', jkey) == 1 then
+local at   -- when a delayed job becomes due (nil: now)
+if mode ~= 'now' then
+  at = when
+  if mode == 'in' then at = t + when end
+  if at <= t then at = nil end
+end
+local group
+for i = 7, #ARGV - 1, 2 do
+  if ARGV[i] == 'group' and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
+end
+
+if jtype == 'none' and not group then
+  local skey = base .. 'seq'
+  local seq = redis.call('INCR', skey)   -- the first write: failing, it wrote nothing
+  local function undo(err, added)
+    if added == 1 then redis.call('SREM', KEYS[2], string.match(base, '{(.*)}:$')) end
+    if seq == 1 then redis.call('DEL', skey) else redis.call('DECR', skey) end
+    return redis.error_reply(err)
+  end
+  if seq >= SEQ_LIMIT then return undo('queue sequence exhausted (2^42 enqueues)') end
+  local added = 0
+  if KEYS[2] then
+    added = redis.pcall('SADD', KEYS[2], string.match(base, '{(.*)}:$'))
+    if type(added) == 'table' then return undo(added.err) end
+  end
+  local placed = redis.pcall('ZADD', base .. (at and 'scheduled' or 'pending'),
+    at and fmt_time(at) or fmt_int(prio * SEQ_LIMIT - seq), jid)
+  if type(placed) == 'table' then return undo(placed.err, added) end
+  local rec = {unpack(ARGV, 7)}   -- the caller's fields, then ours (the later one wins)
+  for _, v in ipairs({'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
+                      'enqueued_at', fmt_time(t), 'status', at and 'scheduled' or 'queued'}) do
+    rec[#rec + 1] = v
+  end
+  if at then
+    rec[#rec + 1] = 'scheduled_for'
+    rec[#rec + 1] = fmt_time(at)
+  end
+  redis.call('HSET', jkey, unpack(rec))
+  if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+  if at then return {'scheduled', jid, 'scheduled', fmt_int(seq), fmt_time(t), fmt_time(at)} end
+  redis.call('PUBLISH', base .. 'wake', jid)
+  return {'queued', jid, 'queued', fmt_int(seq), fmt_time(t)}
+end
+
+local bad = check_types(base)
+if bad then return redis.error_reply(bad) end
+if KEYS[2] and key_type(KEYS[2]) ~= 'set' and key_type(KEYS[2]) ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[2] .. ' is not a set: refused before any write')
+end
+if jtype == 'hash' then
   -- an ended record with the same id (failed, canceled, finished long ago): replace it
   for _, reg in ipairs({'failed', 'finished', 'canceled', 'scheduled', 'pending', 'started'}) do
     redis.call('ZREM', base .. reg, jid)
@@ -42,14 +98,10 @@ local seq = redis.call('HGET', jkey, 'seq')
 if KEYS[2] then redis.call('SADD', KEYS[2], string.match(base, '{(.*)}:$')) end
 if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
 
-if mode ~= 'now' then
-  local at = when
-  if mode == 'in' then at = t + when end
-  if at > t then
-    redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(at))
-    redis.call('ZADD', base .. 'scheduled', fmt_time(at), jid)
-    return {'scheduled', jid, 'scheduled', seq, fmt_time(t), fmt_time(at)}
-  end
+if at then
+  redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(at))
+  redis.call('ZADD', base .. 'scheduled', fmt_time(at), jid)
+  return {'scheduled', jid, 'scheduled', seq, fmt_time(t), fmt_time(at)}
 end
 make_ready(base, jid)
 return {'queued', jid, 'queued', seq, fmt_time(t)}

@@ -4,34 +4,52 @@
 -- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl,
 --       retry_delay, dedup_window, field, value, ...
 -- Returns {'ok', outcome} | {'stale'}
+-- Nothing is half-written on a refusal: every read comes first (one HMGET for the
+-- fence and what the outcome needs, SMEMBERS of the waiting jobs), then the keys
+-- written are known to have their type: the job hash (read), the outcome's registry
+-- (one TYPE), `started` (the first write: failing, it writes nothing). A job with a
+-- group, waiting jobs or a batch, and a failure, check the keys of their own paths.
 local base = KEYS[1]
 local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
-if hget(jkey, 'token') ~= token or hget(jkey, 'status') ~= 'started' then return {'stale'} end
-local bad = check_types(base, jkey)
+local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'status')
+if not rec or rec[1] ~= token or rec[5] ~= 'started' then return {'stale'} end
+local ukey, group, batch = rec[2], rec[3], rec[4]
+local dependents = redis.call('SMEMBERS', base .. 'dependents:' .. jid)
+local bad
+if outcome == 'failed' or (group and group ~= '') then
+  bad = check_types(base)            -- the paths of to_failed and release_group
+elseif outcome == 'retry' then
+  bad = wrong_type(base .. 'scheduled', 'zset')
+elseif result_ttl ~= 0 then
+  bad = wrong_type(base .. 'finished', 'zset')
+end
+if not bad and (#dependents > 0 or (batch and batch ~= '')) then
+  bad = wrong_type(base .. 'outbox', 'list')
+end
 if bad then return redis.error_reply(bad) end
 local t = now()
 redis.call('ZREM', base .. 'started', jid)
-if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
-redis.call('HSET', jkey, 'ended_at', fmt_time(t))
 
 if outcome == 'finished' then
-  redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback', 'failure_reason')
-  redis.call('HSET', jkey, 'status', 'finished')
-  local ukey = hget(jkey, 'unique_key')
   if ukey and ukey ~= '' then
     local k = base .. 'unique:' .. ukey
-    if redis.call('GET', k) == jid then
+    if redis.pcall('GET', k) == jid then
       if window > 0 then redis.call('EXPIRE', k, window) else redis.call('DEL', k) end
     end
   end
-  release_group(base, jid)
-  notify_dependents(base, jid, 'finished')
+  if group and group ~= '' then release_group(base, jid) end
+  if #dependents > 0 or (batch and batch ~= '') then
+    notify_dependents(base, jid, 'finished')
+  end
   if result_ttl == 0 then
     redis.call('DEL', jkey)
   else
+    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', unpack(ARGV, 8))
+    redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback',
+      'failure_reason')
     redis.call('ZADD', base .. 'finished', fmt_time(t), jid)
     if result_ttl > 0 then
       redis.call('EXPIRE', jkey, result_ttl)
@@ -40,15 +58,18 @@ if outcome == 'finished' then
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
+  redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
+    'scheduled_for', fmt_time(t + delay), unpack(ARGV, 8))
   redis.call('HDEL', jkey, 'token')
-  redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(t + delay))
   redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid)
 else
+  if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
   to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
 end
 if outcome ~= 'failed' then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
--- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h
+-- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h.
+-- A counter, not a record: a key of another type there skips the count (pcall); the
+-- TTL is set by the call that made the key.
 local mkey = base .. 'minute:' .. fmt_int(math.floor(t / 60))
-redis.call('HINCRBY', mkey, outcome, 1)
-redis.call('EXPIRE', mkey, 7200)
+if redis.pcall('HINCRBY', mkey, outcome, 1) == 1 then redis.call('EXPIRE', mkey, 7200) end
 return {'ok', outcome}

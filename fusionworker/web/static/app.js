@@ -29,13 +29,13 @@
   function drawChart(rows) {
     var box = document.getElementById("chart");
     if (!box) return;
-    var W = 1200, H = 170, pad = 30;
+    var W = Math.max(box.clientWidth - 16, 200), H = 150, pad = 30;
     var max = 1;
     rows.forEach(function (r) { max = Math.max(max, r.finished, r.failed); });
-    var s = svg("svg", { viewBox: "0 0 " + W + " " + (H + pad), role: "img",
+    var s = svg("svg", { viewBox: "0 0 " + W + " " + (H + pad), width: W, height: H + pad, role: "img",
                          "aria-label": "jobs finished and failed per minute" });
     s.appendChild(svg("line", { x1: pad, y1: H, x2: W, y2: H, stroke: "#cbd5e1" }));
-    var label = svg("text", { x: 2, y: 12, "font-size": 12, fill: "#667085" });
+    var label = svg("text", { x: 2, y: 12, "font-size": 12, fill: "currentColor" });
     label.textContent = String(max);
     s.appendChild(label);
     var step = (W - pad) / Math.max(rows.length, 1);
@@ -48,7 +48,7 @@
     [0, rows.length - 1].forEach(function (i) {
       if (!rows[i]) return;
       var d = new Date(rows[i].minute * 60000);
-      var t = svg("text", { x: i === 0 ? pad : W - 36, y: H + 14, "font-size": 12, fill: "#667085" });
+      var t = svg("text", { x: i === 0 ? pad : W - 36, y: H + 14, "font-size": 12, fill: "currentColor" });
       t.textContent = ("0" + d.getUTCHours()).slice(-2) + ":" + ("0" + d.getUTCMinutes()).slice(-2);
       s.appendChild(t);
     });
@@ -65,7 +65,7 @@
       var row = body.querySelector('tr[data-queue="' + CSS.escape(q.queue) + '"]');
       if (!row) { document.body.setAttribute("data-stale", "1"); return; }
       var values = { pending: q.pending, high: q.bands.high, normal: q.bands.normal, low: q.bands.low,
-                     scheduled: q.scheduled, started: q.started, finished: q.finished,
+                     scheduled: q.scheduled, deferred: q.deferred, started: q.started, finished: q.finished,
                      max_active: q.max_active === null ? "-" : q.max_active, busy_groups: q.busy_groups,
                      oldest_age: age(q.oldest_age) };
       Object.keys(values).forEach(function (k) {

@@ -1,0 +1,95 @@
+"""The heartbeat hash (loop.py, steps 3 and 4): what it says (:func:`view_of`), its
+own write, and the heartbeat round trip: the worker key and, in the same
+pipeline, touch_many.lua per queue, which renews the lease of every running
+job whose attempt still owns it.
+
+:meth:`Heartbeat.send` only writes and reads: what the answers mean (a lease
+renewed, a job taken back, the suspend flag) is the loop's to decide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.typing import EncodableT
+
+from ..core.hooks import WorkerContext
+from ..core.scripts import replies
+from .slot import Slot
+from .state import LoopState, View
+
+
+def view_of(st: LoopState, running: Sequence[Slot]) -> tuple[View, dict[EncodableT, Any]]:
+    """What the hash should say about the work now (step 3), and the fields that say it."""
+    state = st.state(busy=bool(running))
+    view = View(state, st.hold or "", tuple(s.job.id for s in running))
+    first = running[0] if running else None
+    return view, {"state": str(state), "throttle": view.throttle,
+                  "current_job": first.job.id if first else "",
+                  "current_queue": first.job.queue if first else "",
+                  "current_jobs": ",".join(view.jobs),
+                  "current_job_started": first.started_at if first else ""}
+
+
+@dataclass
+class Renewal:
+    """What a heartbeat that Redis took said."""
+
+    sent: float                          # monotonic time it was sent: leases start later
+    owned: list[tuple[Slot, bool]]       # per running slot: does its attempt own its job
+    suspended: bool                      # the deployment-wide suspend flag is set
+
+
+class Heartbeat:
+    """Sends the heartbeat pipeline of one worker."""
+
+    def __init__(self, ctx: WorkerContext, scripts: Any, *, lease: float) -> None:
+        self.ctx, self.scripts, self.lease = ctx, scripts, lease
+        self.key = ctx.keys.worker(ctx.name)
+
+    def write(self, fields: dict[EncodableT, Any]) -> None:
+        """The hash's fields on their own (a state change with no pipeline going anyway);
+        raises what Redis raised."""
+        pipe = self.ctx.connection.pipeline(transaction=False)
+        pipe.hset(self.key, mapping=fields)
+        pipe.expire(self.key, self.ctx.settings.worker_ttl)
+        pipe.execute()
+
+    def send(self, running: Sequence[Slot], fields: dict[EncodableT, Any]) -> Renewal | Exception:
+        """Renew every running slot's lease and write ``fields`` to the hash, in one round
+        trip. Raises when Redis is unreachable; returns the refusal (e.g. OOM: these
+        renewals did not happen) or the :class:`Renewal`."""
+        ctx = self.ctx
+        by_queue: dict[str, list[Slot]] = {}
+        for slot in running:
+            by_queue.setdefault(slot.job.queue, []).append(slot)
+        touches = []
+        pipe = ctx.connection.pipeline(transaction=False)
+        for queue, group in by_queue.items():
+            args: list[Any] = [self.lease]
+            for slot in group:
+                args += [slot.job.id, slot.job.token or ""]
+            touches.append(([ctx.keys.queue(queue).base], args))
+            self.scripts.touch_many.queue_by_sha(pipe, *touches[-1])
+        pipe.hset(self.key, mapping=fields)
+        pipe.expire(self.key, ctx.settings.worker_ttl)
+        pipe.sadd(ctx.keys.workers, ctx.name)
+        pipe.exists(ctx.keys.suspended)
+        sent = time.monotonic()
+        answers = pipe.execute(raise_on_error=False)
+        for i, (keys, args) in enumerate(touches):
+            if isinstance(answers[i], redis.exceptions.NoScriptError):
+                try:     # Redis restarted or failed over: the Script call loads it
+                    answers[i] = self.scripts.touch_many(keys=keys, args=args)
+                except redis.ResponseError as exc:
+                    answers[i] = exc
+        refused = next((r for r in answers if isinstance(r, Exception)), None)
+        if refused is not None:
+            return refused
+        owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)
+                 for slot, ok in zip(group, replies.touch_many(reply))]
+        return Renewal(sent, owned, bool(answers[-1]))

@@ -1,0 +1,43 @@
+"""Running the middleware's hooks: each one guarded, the worker as their context."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.hooks import Middleware, WorkerContext
+
+log = logging.getLogger(__name__)
+
+
+class HookCalls:
+    """Calls a hook on every middleware in order, with ``ctx`` (the worker) first; the
+    first non-None answer wins. A hook that raises is logged and skipped: it never
+    ends the worker loop (invariant 5)."""
+
+    def __init__(self, ctx: WorkerContext, middleware: Sequence[Middleware]) -> None:
+        self.ctx = ctx
+        self.middleware = middleware
+
+    def __call__(self, hook: str, *args: Any) -> Any:
+        answer = None
+        for mw in self.middleware:
+            try:
+                value = getattr(mw, hook)(self.ctx, *args)
+            except Exception:
+                log.exception("middleware %s.%s failed", type(mw).__name__, hook)
+                continue
+            if answer is None and value is not None:
+                answer = value
+        return answer
+
+    def describe(self) -> dict[str, Any]:
+        """Every middleware's fields for the heartbeat hash (guarded like every hook)."""
+        fields: dict[str, Any] = {}
+        for mw in self.middleware:
+            try:
+                fields.update(mw.describe())
+            except Exception:
+                log.exception("middleware %s.describe failed", type(mw).__name__)
+        return fields

@@ -1,0 +1,126 @@
+"""The short paths of enqueue.lua, claim.lua and finish.lua keep their promises: a key
+of the wrong type is refused with nothing written, and what a claim answers is the
+record as Redis holds it."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from fusionworker.core.scripts import replies
+
+FIELDS = ["func", "tests.jobs:noop", "args", "[]", "kwargs", "{}", "queue", "lean"]
+
+
+def _enqueue(q, job_id, mode="now", when=0):
+    return q.scripts.enqueue(keys=[q.qkeys.base, q.keys.queues],
+                             args=[job_id, 0, mode, when, "", 0, *FIELDS])
+
+
+def _claim(q, token="tok", count=None):
+    return q.scripts.claim(keys=[q.qkeys.base],
+                           args=["w1", token, 30, 60] + ([count] if count else []))
+
+
+def _state(r, q):
+    """Every key of the queue with its value, and whether the queue is registered."""
+    out = {}
+    for key in sorted(r.scan_iter(match=q.qkeys.base + "*")):
+        kind = r.type(key)
+        out[key] = {"string": r.get, "hash": r.hgetall, "zset": lambda k: r.zrange(
+            k, 0, -1, withscores=True), "set": r.smembers, "list": lambda k: r.lrange(
+            k, 0, -1)}[kind](key)
+    registry = q.keys.queues
+    return out, r.type(registry) == "set" and r.sismember(registry, "lean")
+
+
+@pytest.mark.parametrize("where", ["queues", "pending", "seq", "scheduled"])
+def test_a_new_job_meeting_a_key_of_the_wrong_type_writes_nothing(queue, r, where):
+    q = queue("lean")
+    r.srem(q.keys.queues, "lean")
+    _enqueue(q, "first")             # the sequence and the registries exist
+    r.srem(q.keys.queues, "lean")
+    key = {"queues": q.keys.queues, "pending": q.qkeys.pending, "seq": q.qkeys.seq,
+           "scheduled": q.qkeys.scheduled}[where]
+    saved = r.dump(key) if r.exists(key) else None
+    r.delete(key)
+    r.set(key, "not a set") if where != "seq" else r.hset(key, "x", "1")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _enqueue(q, "second", mode="in" if where == "scheduled" else "now",
+                 when=60 if where == "scheduled" else 0)
+    assert _state(r, q) == before        # the INCR and the SADD before it were undone
+    r.delete(key)
+    if saved is not None:
+        r.restore(key, 0, saved)
+    if where == "queues":
+        r.sadd(q.keys.queues, "other")   # a registry holding others is kept as it was
+
+
+def test_a_refused_enqueue_leaves_the_registry_as_it_was(queue, r):
+    q = queue("lean")
+    r.sadd(q.keys.queues, "other")
+    r.srem(q.keys.queues, "lean")
+    r.set(q.qkeys.pending, "not a zset")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _enqueue(q, "a")
+    assert not r.sismember(q.keys.queues, "lean") and r.sismember(q.keys.queues, "other")
+    assert not r.exists(q.qkeys.seq) and not r.exists(q.qkeys.job("a"))
+
+
+@pytest.mark.parametrize("outcome,registry", [("finished", "finished"), ("retry", "scheduled")])
+def test_an_outcome_meeting_a_registry_of_the_wrong_type_writes_nothing(
+        queue, r, outcome, registry):
+    q = queue("lean")
+    _enqueue(q, "a")
+    assert replies.claim(_claim(q)).kind == "job"
+    r.set(q.qkeys.registry(registry), "not a zset")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", outcome, 500, 60, 5, 0,
+                                                    "result", "1"])
+    assert _state(r, q) == before
+    assert r.hget(q.qkeys.job("a"), "token") == "tok"
+
+
+def test_the_minute_counter_is_skipped_not_refused(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    claimed = replies.claim(_claim(q))
+    r.set(q.qkeys.minute(int(float(claimed.now or 0) // 60)), "not a hash")
+    done = replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
+        "a", "tok", "finished", 500, 60, 0, 0]))
+    assert done.outcome == "finished" and r.hget(q.qkeys.job("a"), "status") == "finished"
+
+
+def test_a_count_claim_stops_before_an_entry_it_could_not_dead_letter(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    r.zadd(q.qkeys.pending, {"ghost": -2**43})          # after a, no record
+    _enqueue(q, "b")
+    r.zadd(q.qkeys.pending, {"b": -2**44})              # after the ghost
+    r.set(q.qkeys.failed, "not a zset")
+    got = replies.claim(_claim(q, count=3))
+    assert [c.job_id for c in got.jobs] == ["a"] and got.missing == ()
+    assert r.zrange(q.qkeys.pending, 0, -1) == ["b", "ghost"]
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _claim(q, token="t2")                            # the ghost first: refused
+    assert _state(r, q) == before
+    r.delete(q.qkeys.failed)
+    assert replies.claim(_claim(q, token="t3")).missing == ("ghost",)
+
+
+def test_the_claimed_record_is_the_record_redis_holds(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    first = replies.claim(_claim(q, token="t1"))
+    assert first.jobs[0].data == r.hgetall(q.qkeys.job("a"))
+    assert first.jobs[0].data["attempts"] == "1"
+    assert replies.requeue(q.scripts.requeue(keys=[q.qkeys.base], args=[
+        "a", "return", "t1", 60])).outcome == "requeued"
+    r.hset(q.qkeys.job("a"), mapping={"worker": "old", "attempts": "3"})
+    again = replies.claim(_claim(q, token="t2", count=2))
+    assert again.jobs[0].data == r.hgetall(q.qkeys.job("a"))
+    assert again.jobs[0].data["attempts"] == "4" and again.jobs[0].data["worker"] == "w1"
+    assert again.jobs[0].data["token"] == "t2:1"
