@@ -7,9 +7,9 @@ Only the fork server forks warm horses, and only when N > 1: the default path
 
     S: fork; H waits on its job pipe for a frame (4-byte length + the job's
        RunRequest body); EOF: S retired it, H exits
-    H: ACK (one byte) on its report pipe: it took the job. A horse that died
-       before (killed while idle) did not: S hands the job to another horse and
-       tells the worker (protocol.MovedNotice)
+    S: a horse that died with its job still in its job pipe (killed while idle,
+       just as S handed it the job) never started it: S hands the job to another
+       horse and tells the worker (protocol.MovedNotice)
     H: at its first job: its own process group, PDEATHSIG, signals (as main.py)
     H: per job: current_job() begins, run_job (SIGALRM at the job's timeout),
        current_job() ends; the report, then "\\n" if H stays for another job, or
@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..protocol import ACK, HEADER, HorseReport, job_of, write_all
+from ..protocol import HEADER, HorseReport, job_of, write_all
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
 
@@ -55,7 +55,6 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             job = job_of(body)
             if not done:
                 _become_horse(server_pid)
-            write_all(write_fd, ACK)   # taken: a death from now on is this job's
             done += 1
             report, tracing = _run_one(job, write_fd, allowed, retryable, resolved)
             stay = (report.ok and done < cap_of(job.func, horse_jobs, resolved)
