@@ -98,8 +98,7 @@ _PATH = re.compile(r"(?<![\w./-])((?:fusionworker|tests|bench|docs|examples)/[\w
 
 #: references to files that are gone, each left where another change rewrites its file
 #: (none today)
-KNOWN_STALE_PATHS: set[tuple[str, str]] = {
-}
+KNOWN_STALE_PATHS: set[tuple[str, str]] = set()
 
 
 def named_paths() -> set[tuple[str, str]]:
