@@ -54,6 +54,10 @@ Hash fields (all strings in Redis):
                     kept across attempts: the next attempt starts from it)
 ``progress_writes`` how many rate-limited progress/meta writes the worker made
 ``description``     what the producer said the job is (optional; :attr:`Job.description`)
+``result_ttl``      seconds this job is kept once finished: 0 none, -1 forever (optional;
+                    default the worker's FUSIONWORKER_RESULT_TTL)
+``failure_ttl``     seconds this job is kept once failed, -1 forever (optional; default
+                    FUSIONWORKER_FAILED_TTL)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -206,6 +210,13 @@ def _int(value: str | None, default: int = 0) -> int:
         return default
 
 
+def _ttl(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
 def _meta(value: str | None) -> dict[str, Any]:
     if not value:
         return {}
@@ -302,6 +313,9 @@ class Job(JobHabits, Generic[R]):
     progress_writes: int = 0
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
+    #: this job's own retention once finished / failed (None: the worker's setting)
+    result_ttl: int | None = None
+    failure_ttl: int | None = None
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -461,6 +475,8 @@ class Job(JobHabits, Generic[R]):
             meta=_meta(data.get("meta")),
             progress_writes=_int(data.get("progress_writes")),
             _description=data.get("description") or None,
+            result_ttl=_ttl(data.get("result_ttl")),
+            failure_ttl=_ttl(data.get("failure_ttl")),
         )
 
     def to_dict(self) -> dict[str, Any]:

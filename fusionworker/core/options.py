@@ -58,6 +58,11 @@ class JobOptions(NamedTuple):
     description: str | None = None
     #: the job's first ``current_job().meta``: a dict of tagged-JSON values
     meta: dict[str, Any] | None = None
+    #: seconds a finished job (its result) is kept: 0 = deleted at once, -1 = never
+    #: expires (default FUSIONWORKER_RESULT_TTL)
+    result_ttl: int | None = None
+    #: seconds a failed job is kept: -1 = never expires (default FUSIONWORKER_FAILED_TTL)
+    failure_ttl: int | None = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -101,10 +106,13 @@ class JobOptions(NamedTuple):
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:
             _check_words(self.description, self.meta)
+        if self.result_ttl is not None or self.failure_ttl is not None:
+            _check_ttls(self.result_ttl, self.failure_ttl)
         return _make((
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
-            bool(self.allow_dependency_failure), self.batch, self.description, self.meta))
+            bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
+            self.result_ttl, self.failure_ttl))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -136,6 +144,20 @@ def _check_words(description: Any, meta: Any) -> None:
         raise TypeError(f"meta must be a dict with string keys, got {type(meta).__name__}")
 
 
+def _check_ttls(result_ttl: Any, failure_ttl: Any) -> None:
+    """``result_ttl``: -1 (never expires), 0 (deleted at once) or seconds; ``failure_ttl``:
+    -1 or seconds (a failed job is kept to be looked at: 0 is refused)."""
+    for name, value, least in (("result_ttl", result_ttl, -1), ("failure_ttl", failure_ttl, -1)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be a whole number of seconds, -1 for never, "
+                             f"got {value!r}")
+    if failure_ttl == 0:
+        raise ValueError("failure_ttl=0 would drop a failed job unseen: give seconds, "
+                         "or -1 to keep it until deleted")
+
+
 def _check_batch(batch: Any) -> None:
     from .batch import Batch
 
@@ -154,8 +176,6 @@ ALIASES: dict[str, str] = {
 #: keywords of RQ's or Celery's enqueue calls that are no option here: name -> what to
 #: use instead. ``Queue.enqueue`` refuses them (they would become the job's arguments).
 FOREIGN: dict[str, str] = {
-    "result_ttl": "results are kept FUSIONWORKER_RESULT_TTL seconds (a setting)",
-    "failure_ttl": "failed jobs are kept FUSIONWORKER_FAILED_TTL seconds (a setting)",
     "ttl": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
     "expires": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
     "at_front": "use priority= (-1023..1023, higher runs first)",
@@ -173,7 +193,7 @@ FOREIGN: dict[str, str] = {
     "routing_key": "the queue is the Queue's: Queue(name).enqueue(...)",
     "exchange": "the queue is the Queue's: Queue(name).enqueue(...)",
     "soft_time_limit": "no soft limit; timeout= is the hard one",
-    "ignore_result": "results are kept FUSIONWORKER_RESULT_TTL seconds (a setting)",
+    "ignore_result": "use result_ttl=0 (the finished job is not kept)",
     "serializer": "arguments are always tagged JSON (no pickle)",
     "compression": "arguments are always tagged JSON (no pickle)",
     "headers": "no headers; pass the data as arguments",

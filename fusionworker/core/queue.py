@@ -170,6 +170,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         batch: Batch | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
+        result_ttl: int | None = None,
+        failure_ttl: int | None = None,
         _when: tuple[str, float] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -192,7 +194,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         """
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
-                             description, meta)
+                             description, meta, result_ttl, failure_ttl)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -215,12 +217,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         batch: Batch | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
+        result_ttl: int | None = None,
+        failure_ttl: int | None = None,
         _when: tuple[str, float] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
-                             description, meta)
+                             description, meta, result_ttl, failure_ttl)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:

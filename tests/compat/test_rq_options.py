@@ -45,8 +45,6 @@ def test_decorator_meta_and_description(r, settings):
 
 @pytest.mark.parametrize(("keyword", "value", "hint"), [
     ("ttl", 10, "q.cancel"),
-    ("result_ttl", 10, "FUSIONWORKER_RESULT_TTL"),
-    ("failure_ttl", 10, "FUSIONWORKER_FAILED_TTL"),
     ("at_front", True, "priority="),
     ("retry", 3, "max_retries="),
     ("on_success", "tests.jobs:noop", "Batch(on_success"),

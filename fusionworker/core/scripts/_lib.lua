@@ -175,12 +175,15 @@ function notify_dependents(base, jid, outcome)
 end
 
 -- Move a job to the failed registry (dead-letter) with retention failed_ttl.
+-- The record's own failure_ttl field, when set, wins for the record (-1: kept); the
+-- registry is pruned by failed_ttl.
 function to_failed(base, jid, t, failed_ttl)
   local jkey = base .. 'job:' .. jid
+  local keep = tonumber(hget(jkey, 'failure_ttl')) or failed_ttl
   redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t))
   redis.call('HDEL', jkey, 'token')
   redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
-  if failed_ttl > 0 then redis.call('EXPIRE', jkey, failed_ttl) end
+  if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   drop_unique(base, jid)
   release_group(base, jid)
   notify_dependents(base, jid, 'failed')

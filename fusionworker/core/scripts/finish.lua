@@ -1,7 +1,9 @@
 -- finish: record an attempt's outcome, fenced by its token (invariant 7): a late
 -- outcome of an attempt the reaper already took back is refused ('stale').
 -- KEYS[1] base
--- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl,
+-- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl (the
+--       worker's settings: the registries are pruned by them; the record's own
+--       result_ttl / failure_ttl fields, when set, say how long the record is kept),
 --       retry_delay, dedup_window, field, value, ...
 -- Returns {'ok', outcome} | {'stale'}
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
@@ -14,16 +16,17 @@ local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
-local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'status')
-if not rec or rec[1] ~= token or rec[5] ~= 'started' then return {'stale'} end
+local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'status')
+if not rec or rec[1] ~= token or rec[6] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
+local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 local dependents = redis.call('SMEMBERS', base .. 'dependents:' .. jid)
 local bad
 if outcome == 'failed' or (group and group ~= '') then
   bad = check_types(base)            -- the paths of to_failed and release_group
 elseif outcome == 'retry' then
   bad = wrong_type(base .. 'scheduled', 'zset')
-elseif result_ttl ~= 0 then
+elseif keep ~= 0 then
   bad = wrong_type(base .. 'finished', 'zset')
 end
 if not bad and (#dependents > 0 or (batch and batch ~= '')) then
@@ -44,17 +47,15 @@ if outcome == 'finished' then
   if #dependents > 0 or (batch and batch ~= '') then
     notify_dependents(base, jid, 'finished')
   end
-  if result_ttl == 0 then
+  if keep == 0 then
     redis.call('DEL', jkey)
   else
     redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', unpack(ARGV, 8))
     redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback',
       'failure_reason')
     redis.call('ZADD', base .. 'finished', fmt_time(t), jid)
-    if result_ttl > 0 then
-      redis.call('EXPIRE', jkey, result_ttl)
-      prune(base .. 'finished', t - result_ttl)
-    end
+    if keep > 0 then redis.call('EXPIRE', jkey, keep) end
+    if result_ttl > 0 then prune(base .. 'finished', t - result_ttl) end
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries

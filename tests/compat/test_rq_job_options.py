@@ -1,0 +1,60 @@
+"""RQ's enqueue options that are features here: ``result_ttl`` / ``failure_ttl`` (how
+long this job's record is kept once it ended), on real Redis and a real worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusionworker.core.job import JobStatus
+from tests import jobs
+
+
+def test_result_ttl_of_the_job_wins_over_the_setting(queue, burst):
+    q = queue()
+    kept = q.enqueue(jobs.add, 1, 2, result_ttl=-1)
+    short = q.enqueue(jobs.add, 2, 3, result_ttl=40)
+    gone = q.enqueue(jobs.add, 3, 4, result_ttl=0)
+    plain = q.enqueue(jobs.add, 4, 5)
+    assert (kept.result_ttl, short.result_ttl, plain.result_ttl) == (-1, 40, None)
+    burst()
+    r = q.connection
+    assert r.ttl(q.qkeys.job(kept.id)) == -1              # never expires
+    assert 30 < r.ttl(q.qkeys.job(short.id)) <= 40        # its own, not the setting's 500
+    assert not r.exists(q.qkeys.job(gone.id))             # not kept at all
+    assert 400 < r.ttl(q.qkeys.job(plain.id)) <= 500      # the setting
+    assert q.fetch_job(kept.id).result == 3
+    assert q.fetch_job(short.id).result_ttl == 40
+
+
+def test_failure_ttl_of_the_job_wins_over_the_setting(queue, burst):
+    q = queue()
+    kept = q.enqueue(jobs.boom, failure_ttl=-1)
+    short = q.enqueue(jobs.boom, failure_ttl=60)
+    plain = q.enqueue(jobs.boom)
+    burst()
+    r = q.connection
+    for job in (kept, short, plain):
+        assert q.fetch_job(job.id).status == JobStatus.FAILED
+    assert r.ttl(q.qkeys.job(kept.id)) == -1
+    assert 50 < r.ttl(q.qkeys.job(short.id)) <= 60
+    assert r.ttl(q.qkeys.job(plain.id)) > 600_000         # FUSIONWORKER_FAILED_TTL, a week
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("result_ttl", -2), ("result_ttl", 1.5), ("result_ttl", "1h"), ("result_ttl", True),
+    ("failure_ttl", 0), ("failure_ttl", -5),
+])
+def test_a_bad_ttl_is_refused_before_anything_is_written(queue, option, value):
+    q = queue()
+    with pytest.raises(ValueError, match=option):
+        q.enqueue(jobs.add, 1, 2, **{option: value})
+    assert not q.connection.keys(q.qkeys.match_all)
+
+
+def test_ttls_from_job_defaults_and_enqueue_call(queue, burst):
+    q = queue()
+    job = q.enqueue_call(jobs.add, [1, 1], result_ttl=-1, failure_ttl=30)
+    stored = q.fetch_job(job.id)
+    assert (stored.result_ttl, stored.failure_ttl) == (-1, 30)
+    burst()
+    assert q.connection.ttl(q.qkeys.job(job.id)) == -1
