@@ -58,6 +58,9 @@ Hash fields (all strings in Redis):
                     default the worker's FUSIONWORKER_RESULT_TTL)
 ``failure_ttl``     seconds this job is kept once failed, -1 forever (optional; default
                     FUSIONWORKER_FAILED_TTL)
+``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
+                    later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
+                    ``expired``)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -144,6 +147,8 @@ class FailureReason(_Vocabulary):
     LOST = "lost"              #: the job was taken back (reaped, deleted) while it ran
     ABANDONED = "abandoned"    #: its worker died and its attempts are used up (reaper)
     DEPENDENCY = "dependency"  #: a job it depends on failed (the job is ``canceled``)
+    #: its ``ttl`` ran out before a worker took it (the job is ``canceled``, never ran)
+    EXPIRED = "expired"
     #: the worker could not renew the lease: the horse is killed, the job re-queued
     LEASE = "lease"
     #: cold shutdown interrupted the job: re-queued, the attempt not counted
@@ -316,6 +321,8 @@ class Job(JobHabits, Generic[R]):
     #: this job's own retention once finished / failed (None: the worker's setting)
     result_ttl: int | None = None
     failure_ttl: int | None = None
+    #: seconds the job may wait to be started (None: no limit)
+    ttl: float | None = None
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -477,6 +484,7 @@ class Job(JobHabits, Generic[R]):
             _description=data.get("description") or None,
             result_ttl=_ttl(data.get("result_ttl")),
             failure_ttl=_ttl(data.get("failure_ttl")),
+            ttl=_float(data.get("ttl")),
         )
 
     def to_dict(self) -> dict[str, Any]:

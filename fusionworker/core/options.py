@@ -15,6 +15,7 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -63,6 +64,9 @@ class JobOptions(NamedTuple):
     result_ttl: int | None = None
     #: seconds a failed job is kept: -1 = never expires (default FUSIONWORKER_FAILED_TTL)
     failure_ttl: int | None = None
+    #: seconds the job may wait to be started (from enqueue, or the end of its delay);
+    #: a worker that takes it later cancels it, reason ``expired`` (default: no limit)
+    ttl: float | None = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -108,11 +112,14 @@ class JobOptions(NamedTuple):
             _check_words(self.description, self.meta)
         if self.result_ttl is not None or self.failure_ttl is not None:
             _check_ttls(self.result_ttl, self.failure_ttl)
+        ttl = self.ttl
+        if ttl is not None:
+            ttl = _check_wait_ttl(ttl)
         return _make((
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
-            self.result_ttl, self.failure_ttl))
+            self.result_ttl, self.failure_ttl, ttl))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -158,6 +165,15 @@ def _check_ttls(result_ttl: Any, failure_ttl: Any) -> None:
                          "or -1 to keep it until deleted")
 
 
+def _check_wait_ttl(ttl: Any) -> float:
+    """``ttl``: a positive, finite number of seconds (-1, RQ's "no limit", is None)."""
+    if (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl)
+            or (ttl <= 0 and ttl != -1)):
+        raise ValueError(f"ttl must be a positive number of seconds (or -1: no limit), "
+                         f"got {ttl!r}")
+    return float(ttl)
+
+
 def _check_batch(batch: Any) -> None:
     from .batch import Batch
 
@@ -176,8 +192,7 @@ ALIASES: dict[str, str] = {
 #: keywords of RQ's or Celery's enqueue calls that are no option here: name -> what to
 #: use instead. ``Queue.enqueue`` refuses them (they would become the job's arguments).
 FOREIGN: dict[str, str] = {
-    "ttl": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
-    "expires": "no expiry of unstarted jobs; cancel them with q.cancel(job_id)",
+    "expires": "use ttl= (seconds the job may wait to be started)",
     "at_front": "use priority= (-1023..1023, higher runs first)",
     "retry": "use max_retries= and retry_delay= (the first delay; it backs off)",
     "retry_policy": "use max_retries= and retry_delay= (the first delay; it backs off)",

@@ -58,3 +58,45 @@ def test_ttls_from_job_defaults_and_enqueue_call(queue, burst):
     assert (stored.result_ttl, stored.failure_ttl) == (-1, 30)
     burst()
     assert q.connection.ttl(q.qkeys.job(job.id)) == -1
+
+
+def test_a_job_not_started_within_its_ttl_is_canceled_as_expired(queue, burst):
+    import time
+
+    from fusionworker.core.job import FailureReason
+    from fusionworker.exceptions import JobCanceled
+
+    q = queue()
+    late = q.enqueue(jobs.add, 1, 2, ttl=0.3, group="g")
+    behind = q.enqueue(jobs.add, 5, 5, group="g")          # waits on the group
+    fresh = q.enqueue(jobs.add, 2, 2, ttl=60)
+    delayed = q.enqueue_in(2.0, jobs.add, 3, 3, ttl=1.5)   # counted from when it is due
+    assert (late.ttl, fresh.ttl) == (0.3, 60.0)
+    time.sleep(2.2)
+    burst()
+    gone = q.fetch_job(late.id)
+    assert gone.status == JobStatus.CANCELED and gone.failure_reason == FailureReason.EXPIRED
+    assert gone.result is None and gone.started_at is None and gone.attempts == 0
+    assert q.connection.zscore(q.qkeys.canceled, late.id) is not None
+    with pytest.raises(JobCanceled):
+        late.wait(timeout=1)
+    for job, value in ((fresh, 4), (behind, 10), (delayed, 6)):
+        assert q.fetch_job(job.id).result == value          # ran: the group moved on
+
+
+@pytest.mark.parametrize("value", [0, -2, float("nan"), "1h", True])
+def test_a_bad_ttl_is_refused(queue, value):
+    q = queue()
+    with pytest.raises(ValueError, match="ttl"):
+        q.enqueue(jobs.add, 1, 2, ttl=value)
+    assert q.count == 0
+    assert q.enqueue(jobs.add, 1, 2, ttl=-1).ttl is None     # RQ's "no limit"
+
+
+def test_job_defaults_take_the_new_options(r, settings):
+    from tests.compat import rq_jobs
+
+    handle = rq_jobs.decorated_hello.options(connection=r, settings=settings, ttl=30,
+                                             result_ttl=-1, failure_ttl=90)
+    job = handle.enqueue()
+    assert (job.ttl, job.result_ttl, job.failure_ttl) == (30.0, -1, 90)

@@ -101,6 +101,31 @@ local function park(jid, slot)
   redis.call('HINCRBY', base .. 'group_rate:held', 'held_jobs', 1)
 end
 
+-- A job with a `ttl` field not started within ttl seconds of becoming ready (enqueue,
+-- or the end of its delay) is canceled here, reason 'expired', instead of taken: it
+-- never runs. Kept like a failure (its failure_ttl, else ARGV[4]).
+local expired_n = 0
+local function expired(rec)
+  local f = {}
+  for i = 1, #rec - 1, 2 do f[rec[i]] = rec[i + 1] end
+  local ttl = tonumber(f.ttl or '')
+  if not ttl or ttl <= 0 then return nil end
+  local since = math.max(tonumber(f.enqueued_at or '') or t, tonumber(f.scheduled_for or '') or 0)
+  if t <= since + ttl then return nil end
+  return tonumber(f.failure_ttl or '') or tonumber(ARGV[4])
+end
+local function expire(jid, jkey, keep)
+  redis.call('ZREM', base .. 'pending', jid)
+  redis.call('HSET', jkey, 'status', 'canceled', 'failure_reason', 'expired',
+    'ended_at', fmt_time(t), 'error_message', 'not started within its ttl')
+  redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
+  drop_unique(base, jid)
+  release_group(base, jid)
+  notify_dependents(base, jid, 'canceled')
+  redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
+  if keep > 0 then redis.call('EXPIRE', jkey, keep) end
+end
+
 local function take(token)
   if cap and redis.call('ZCARD', base .. 'started') >= cap then return {'capped'} end
   local ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
@@ -146,6 +171,16 @@ local function take(token)
       'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
     to_failed(base, jid, t, tonumber(ARGV[4]))
     return {'missing', jid}
+  end
+  local keep = expired(rec)
+  if keep then
+    local bad = check_types(base) or wrong_type(base .. 'outbox', 'list')
+    if bad then return {'refused', bad} end
+    expire(jid, jkey, keep)
+    expired_n = expired_n + 1
+    -- a bounded step: after 100 expired jobs, "due now" (the worker claims again)
+    if expired_n >= 100 then return {'empty', fmt_time(t), fmt_time(t)} end
+    return take(token)
   end
   local stamp = fmt_time(t)
   redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
