@@ -31,7 +31,10 @@ scripts)::
 What differs from a real worker, on purpose: no fork (so no isolation from
 the test process, no per-job memory ceiling, no fork server), no background
 middleware (reaper, cron, events, metrics), and delayed jobs
-(``enqueue_in``/retries with a delay) run only once they are due. The
+(``enqueue_in``/retries with a delay) run only once they are due. What a
+worker does after a job ended is done too: its dependents (``depends_on``)
+are released (or canceled) and a batch's callbacks enqueued, and run in the
+same burst. The
 timeout still applies (SIGALRM), so call it from the main thread.
 ``fusionworker.current_job()`` works in the job (progress, meta): its changes
 are written from the job's own thread, rate-limited as in a worker, and the
@@ -47,6 +50,7 @@ from .core.config import Settings, load_settings
 from .core.hooks import Middleware, WorkerContext
 from .core.job import Job
 from .core.queue import Queue
+from .core.workflows import DependencyMiddleware
 from .runtime.launch import InProcessLauncher
 from .worker import Outcome, Worker
 
@@ -56,12 +60,20 @@ class InProcessWorker(Worker):
     (:class:`~fusionworker.runtime.launch.InProcessLauncher`).
 
     Everything but the horse is the real worker: claim, outcome, retries. One job
-    at a time, whatever ``concurrency`` says.
+    at a time, whatever ``concurrency`` says. A ``middleware`` list of your own gets
+    the dependency middleware added when it has none (dependents and batch
+    callbacks are the queues' semantics, not a plugin).
     """
 
     def __init__(self, *args: Any, settings: Settings | None = None, **kwargs: Any) -> None:
         settings = (settings or load_settings()).replace(concurrency=1)
         kwargs.setdefault("launcher", InProcessLauncher)
+        chosen = kwargs.get("middleware")
+        if chosen is not None:
+            chosen = list(chosen)
+            if not any(isinstance(mw, DependencyMiddleware) for mw in chosen):
+                chosen.insert(0, DependencyMiddleware())
+            kwargs["middleware"] = chosen
         super().__init__(*args, settings=settings, **kwargs)
 
 

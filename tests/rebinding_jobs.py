@@ -1,4 +1,4 @@
-"""Job functions for the fork server's remembered resolutions (tests/test_forkserver.py):
+"""Job functions for the fork server's remembered resolutions (tests/runtime/test_forkserver.py):
 importing :mod:`tests.rebinding_patch` rebinds :func:`which` here."""
 
 from __future__ import annotations

@@ -87,3 +87,43 @@ def test_the_readme_shows_the_test_commands_ci_runs():
     assert commands, "no pytest command in .ci/run"
     readme = (ROOT / "README.md").read_text()
     assert [c for c in commands if c not in readme] == []
+
+
+#: a file path in the docs, a docstring or a comment: ``fusionworker/core/keys.py``,
+#: ``tests/runtime/``, a path inside the package (``runtime/loop.py``) or a script
+#: (``claim.lua``)
+_PATH = re.compile(r"(?<![\w./-])((?:fusionworker|tests|bench|docs|examples)/[\w./-]*\w"
+                   r"|(?:core|runtime|middleware|events|ops|web|cli)/[\w/-]+\.(?:py|lua|md)"
+                   r"|[\w-]+\.lua)\b")
+
+#: references to files that are gone, each left where another change rewrites its file
+#: (none today)
+KNOWN_STALE_PATHS: set[tuple[str, str]] = set()
+
+
+def named_paths() -> set[tuple[str, str]]:
+    """(file, path) for every file path a tracked file names that does not exist, read
+    from the repository root, the package or the scripts' folder. RQ's own test files
+    (``tests/test_*.py`` named by the RQ comparison) and the changelog (history) are
+    not ours to check."""
+    missing: set[tuple[str, str]] = set()
+    for f in tracked_text_files():
+        rel = str(f.relative_to(ROOT))
+        if rel == "CHANGELOG.md" or not rel.endswith((".py", ".md", ".lua")):
+            continue
+        rq_side = rel == "docs/from-rq.md" or rel.startswith("tests/compat/")
+        for match in _PATH.finditer(f.read_text(errors="replace")):
+            ref = match.group(1).rstrip(".")
+            if rq_side and ref.startswith("tests/test_"):
+                continue
+            places = (ROOT / ref, ROOT / "fusionworker" / ref,
+                      ROOT / "fusionworker" / "core" / "scripts" / ref)
+            if not any(p.exists() or p.with_suffix(".py").exists() for p in places):
+                missing.add((rel, ref))
+    return missing
+
+
+def test_every_file_path_named_in_the_docs_and_the_comments_exists():
+    missing = named_paths()
+    assert missing - KNOWN_STALE_PATHS == set(), "paths that do not exist (moved? renamed?)"
+    assert KNOWN_STALE_PATHS - missing == set(), "fixed: drop it from KNOWN_STALE_PATHS"

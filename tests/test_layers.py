@@ -229,8 +229,9 @@ def _edges(graph: dict[str, list[tuple[str, bool]]], at_import_only: bool) -> di
             for src, edges in graph.items()}
 
 
-#: ``_name_`` (an enum's own protocol) and ``__name__``: not private
-_NOT_PRIVATE = re.compile(r"_[A-Za-z0-9]+_|__\w+__")
+#: ``_name_`` (an enum's own protocol), ``__name__``, and a named tuple's documented
+#: methods and fields (``_make``, ``_fields``, ...): not private
+_NOT_PRIVATE = re.compile(r"_[A-Za-z0-9]+_|__\w+__|_make|_fields|_replace|_asdict|_field_defaults")
 
 
 def _module_names(tree: ast.AST, package: str, modules: set[str]) -> set[str]:

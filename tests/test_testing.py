@@ -85,3 +85,41 @@ def test_a_job_over_its_timeout_fails_as_a_timeout(make_queue):
     q.enqueue("tests.jobs:sleep", 5, timeout=0.2)
     [done] = run_burst(q)
     assert done.status == "failed" and done.failure_reason == "timeout"
+
+
+def test_dependents_are_released_and_run_in_the_same_burst(make_queue):
+    q = make_queue()
+    parent = q.enqueue("tests.jobs:add", 1, 2)
+    child = q.enqueue("tests.jobs:add", 3, 4, depends_on=parent)
+    ran = run_burst(q)
+    assert [j.id for j in ran] == [parent.id, child.id]
+    assert q.fetch_job(child.id).status == "finished" and q.fetch_job(child.id).result == 7
+
+
+def test_a_failed_parent_cancels_its_dependent(make_queue):
+    q = make_queue()
+    parent = q.enqueue("tests.jobs:boom")
+    child = q.enqueue("tests.jobs:add", 3, 4, depends_on=parent)
+    assert [j.id for j in run_burst(q)] == [parent.id]
+    assert q.fetch_job(child.id).status == "canceled"
+
+
+def test_a_batch_fires_its_callbacks_in_the_same_burst(make_queue):
+    from fusionworker import Batch
+
+    q = make_queue()
+    with Batch(on_success="tests.jobs:echo", on_complete="tests.jobs:echo", queue=q) as batch:
+        jobs = [q.enqueue("tests.jobs:add", i, i, batch=batch) for i in range(3)]
+    ran = run_burst(q)
+    callbacks = batch.callback_ids()
+    assert {j.id for j in ran} == {j.id for j in jobs} | set(callbacks.values())
+    assert all(q.fetch_job(cid).status == "finished" for cid in callbacks.values())
+
+
+def test_a_middleware_list_of_ones_own_keeps_the_dependency_middleware(make_queue):
+    from fusionworker.core.workflows import DependencyMiddleware
+    from fusionworker.testing import InProcessWorker
+
+    q = make_queue()
+    w = InProcessWorker(q.name, q.connection, settings=q.settings, middleware=[])
+    assert [type(mw) for mw in w.middleware] == [DependencyMiddleware]

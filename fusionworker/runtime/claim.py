@@ -191,6 +191,31 @@ class Claimer:
         """Some queue may still hold a job: not dry this round, not backed off."""
         return any(q not in dry and not self.backed_off(q) for q in self.queue_names)
 
+    def nothing_due(self) -> bool:
+        """No queue holds a job ready now (pending, or scheduled for a time passed; a
+        paused queue holds none): what a burst worker that may not claim (suspended)
+        ends on, with one read-only round trip. False when Redis cannot tell."""
+        if not self.cycle and self.follows_all:
+            self.resolve()
+        try:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.time()
+            for name in self.queue_names:
+                qkeys = self.keys.queue(name)
+                pipe.exists(qkeys.paused)
+                pipe.zcard(qkeys.pending)
+                pipe.zrange(qkeys.scheduled, 0, 0, withscores=True)
+            answers = pipe.execute()
+        except (redis.RedisError, OSError):
+            return False
+        sec, usec = answers[0]
+        now = float(sec) + float(usec) / 1e6
+        for i in range(1, len(answers), 3):
+            paused, pending, first = answers[i:i + 3]
+            if not paused and (pending or (first and float(first[0][1]) <= now)):
+                return False
+        return True
+
     # -- one round --------------------------------------------------------------
 
     def plan(self, want: int, dry: set[str] | None = None) -> Plan | None:

@@ -264,6 +264,8 @@ class Loop:
         if not self._may_claim():
             st.want_claim = False
             st.next_poll = time.monotonic() + self.ctx.settings.poll_interval
+            if self.burst and st.suspended and not self.slots and self.claimer.nothing_due():
+                self.burst_done = True     # --burst: "exit 0 once the queues are empty"
             return ClaimRound()
         claimed = self.claimer.claim(free)
         if claimed.unreachable is not None:

@@ -1,4 +1,4 @@
-"""Batches with callbacks on the real Redis (fusionworker/batch.py): callbacks fire once
+"""Batches with callbacks on the real Redis (fusionworker/core/batch.py): callbacks fire once
 when every job ended, with in-process workers and with 4 worker processes SIGKILLed
 mid-run."""
 

@@ -1,5 +1,5 @@
 """Job dependencies on the real Redis: depends_on within and across queues, failure
-propagation, and the crash points of the outbox (fusionworker/workflows.py)."""
+propagation, and the crash points of the outbox (fusionworker/core/workflows.py)."""
 
 from __future__ import annotations
 

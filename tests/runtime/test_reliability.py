@@ -580,3 +580,28 @@ def test_a_job_claimed_by_the_finish_pipeline_is_given_back_at_shutdown(queue, s
     assert r.zrevrange(q.qkeys.pending, 0, -1) == [second.id, third.id]
     assert r.zcard(q.qkeys.started) == 0
     assert not r.exists(Keys(settings.prefix).worker("giveback"))
+
+
+@pytest.mark.slow
+def test_a_suspended_burst_worker_exits_once_the_queues_are_empty(processes, queue, r, prefix):
+    """``--burst`` promises "exit 0 once the queues are empty", suspended or not. While
+    a job is queued the suspended worker claims nothing and waits (for a resume, or
+    for the job to go); once nothing is left it exits."""
+    from fusionworker.core import admin
+    from fusionworker.core.keys import Keys
+    from tests.waiting import wait_for
+
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    keys = Keys(prefix)
+    admin.suspend(r, prefix)
+    try:
+        proc = processes.worker("-q", q.name, "--burst")
+        wait_for(lambda: any(r.hget(keys.worker(n), "state") == "suspended"
+                             for n in r.smembers(keys.workers)), timeout=15)
+        time.sleep(1.0)                               # several polls: it stays
+        assert proc.poll() is None and q.fetch_job(job.id).status == "queued"
+        q.cancel(job.id)                              # nothing is left to run
+        assert proc.wait(30) == 0
+    finally:
+        admin.resume(r, prefix)
