@@ -58,6 +58,9 @@ Hash fields (all strings in Redis):
                     default the worker's FUSIONWORKER_RESULT_TTL)
 ``failure_ttl``     seconds this job is kept once failed, -1 forever (optional; default
                     FUSIONWORKER_FAILED_TTL)
+``at_front``        ``1``: place it ahead of its priority's pending jobs when it becomes
+                    ready (optional; used once: push_pending drops it and writes ``seq``,
+                    which may then be zero or negative)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -73,6 +76,10 @@ inside one priority, the lowest sequence number (first enqueued). With
 magnitude stays below ``1024 * 2**42 = 2**52``, so every score is an exact
 integer in a double. ``seq`` comes from ``INCR`` inside the enqueue script,
 so the order is the order of arrival at Redis, not of anybody's clock.
+
+An ``at_front`` job takes the seq one below the first pending job of its priority
+(zero or negative when needed, down to ``-2**41``): ahead of them all, and still
+below every job of the next priority while a queue's ``seq`` stays under ``2**41``.
 """
 
 from __future__ import annotations

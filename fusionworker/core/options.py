@@ -67,6 +67,8 @@ class JobOptions(NamedTuple):
     #: seconds the job may wait to be started (from enqueue, or the end of its delay);
     #: a worker that takes it later cancels it, reason ``expired`` (default: no limit)
     ttl: float | None = None
+    #: True: the job runs before every other pending job of its priority (default False)
+    at_front: bool | None = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -119,7 +121,7 @@ class JobOptions(NamedTuple):
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
-            self.result_ttl, self.failure_ttl, ttl))
+            self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front)))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -174,6 +176,14 @@ def _check_wait_ttl(ttl: Any) -> float:
     return float(ttl)
 
 
+def _check_front(at_front: Any) -> bool | None:
+    if at_front is None or at_front is False:
+        return None
+    if at_front is not True:
+        raise TypeError(f"at_front must be True or False, got {at_front!r}")
+    return True
+
+
 def _check_batch(batch: Any) -> None:
     from .batch import Batch
 
@@ -193,7 +203,6 @@ ALIASES: dict[str, str] = {
 #: use instead. ``Queue.enqueue`` refuses them (they would become the job's arguments).
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
-    "at_front": "use priority= (-1023..1023, higher runs first)",
     "retry": "use max_retries= and retry_delay= (the first delay; it backs off)",
     "retry_policy": "use max_retries= and retry_delay= (the first delay; it backs off)",
     "on_success": "use a Batch(on_success=...) around the job, or depends_on= on a next job",

@@ -100,3 +100,23 @@ def test_job_defaults_take_the_new_options(r, settings):
                                              result_ttl=-1, failure_ttl=90)
     job = handle.enqueue()
     assert (job.ttl, job.result_ttl, job.failure_ttl) == (30.0, -1, 90)
+
+
+def test_at_front_runs_before_every_pending_job_of_its_priority(queue, burst):
+    q = queue()
+    order = [q.enqueue(jobs.add, n, 0) for n in range(3)]
+    urgent = q.enqueue(jobs.add, 10, 0, at_front=True)
+    first = q.enqueue(jobs.add, 20, 0, at_front=True)       # the latest front job is first
+    high = q.enqueue(jobs.add, 30, 0, priority=1)
+    low_front = q.enqueue(jobs.add, 40, 0, priority=-1, at_front=True)
+    bulk = q.enqueue_many([q.prepare(jobs.add, 50, 0, at_front=True),
+                           q.prepare(jobs.add, 60, 0)])
+    assert q.job_ids() == [high.id, bulk[0].id, first.id, urgent.id,
+                           *[j.id for j in order], bulk[1].id, low_front.id]
+    assert "at_front" not in q.connection.hgetall(q.qkeys.job(urgent.id))
+    with pytest.raises(TypeError, match="at_front"):
+        q.enqueue(jobs.add, 1, 1, at_front="yes")
+    burst()
+    done = [q.fetch_job(j.id) for j in (high, bulk[0], first, urgent, order[0])]
+    starts = [j.started_at for j in done]
+    assert starts == sorted(starts) and all(j.status == JobStatus.FINISHED for j in done)

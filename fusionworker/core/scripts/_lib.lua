@@ -90,9 +90,26 @@ function push_pending(base, jid)
   local jkey = base .. 'job:' .. jid
   local prio = tonumber(hget(jkey, 'priority') or '0') or 0
   local seq = tonumber(hget(jkey, 'seq') or '0') or 0
+  if hget(jkey, 'at_front') then seq = front_seq(base, jkey, prio, seq) end
   redis.call('ZADD', base .. 'pending', fmt_int(prio * SEQ_LIMIT - seq), jid)
   redis.call('HSET', jkey, 'status', 'queued')
   redis.call('PUBLISH', base .. 'wake', jid)
+end
+
+-- at_front (Queue.enqueue(at_front=True)): the job goes one place ahead of every
+-- pending job of its priority: its seq becomes the first one's minus one (zero or
+-- below when needed, down to -2^41: the score stays under the next priority's jobs
+-- while a queue's sequence is under 2^41), written to the record, so a retry comes
+-- back to that place. The flag is used once (dropped here).
+function front_seq(base, jkey, prio, seq)
+  redis.call('HDEL', jkey, 'at_front')
+  local top = redis.call('ZREVRANGEBYSCORE', base .. 'pending',
+    fmt_int(prio * SEQ_LIMIT + SEQ_LIMIT / 2), '(' .. fmt_int(prio * SEQ_LIMIT - SEQ_LIMIT / 2),
+    'LIMIT', 0, 1, 'WITHSCORES')
+  if #top == 0 then return seq end
+  local front = math.max(math.min(prio * SEQ_LIMIT - tonumber(top[2]) - 1, seq), -SEQ_LIMIT / 2)
+  redis.call('HSET', jkey, 'seq', fmt_int(front))
+  return front
 end
 
 -- Hand group g to the next job waiting on its list (or free it when none waits).

@@ -41,12 +41,13 @@ if mode ~= 'now' then
   if mode == 'in' then at = t + when end
   if at <= t then at = nil end
 end
-local group
+local group, front   -- front: at_front, placed by push_pending (_lib.lua)
 for i = 7, #ARGV - 1, 2 do
   if ARGV[i] == 'group' and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
+  if ARGV[i] == 'at_front' then front = true end
 end
 
-if jtype == 'none' and not group then
+if jtype == 'none' and not group and not front then
   local skey = base .. 'seq'
   local seq = redis.call('INCR', skey)   -- the first write: failing, it wrote nothing
   local function undo(err, added)

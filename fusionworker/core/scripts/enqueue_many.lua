@@ -91,6 +91,10 @@ for i = 1, n do
   local jid, prio, mode = job[1], tonumber(job[2]), job[3]
   local when, ukey, group, fields = tonumber(job[4]) or 0, job[5], job[6], job[7]
   local jkey = base .. 'job:' .. jid
+  local front = false
+  for k = 1, #fields - 1, 2 do
+    if fields[k] == 'at_front' then front = true end
+  end
 
   local exists = redis.call('EXISTS', jkey) == 1
   local dup, dupst = nil, nil
@@ -139,7 +143,7 @@ for i = 1, n do
       redis.call('HSET', jkey, 'scheduled_for', sched)
       local s = adds.scheduled
       s[#s + 1] = sched; s[#s + 1] = jid
-    elseif group ~= '' then
+    elseif group ~= '' or front then   -- front: at_front, placed by push_pending
       make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
     else
       local p = adds.pending
