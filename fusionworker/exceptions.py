@@ -16,11 +16,21 @@ class Retry(Exception):
     """Raise from a job to ask for a retry (counts against ``max_retries``).
 
     ``delay`` (seconds) overrides the exponential backoff for this retry.
+
+    Also RQ's retry policy, given at enqueue: ``q.enqueue(f, retry=Retry(max=3,
+    interval=[10, 30, 60]))`` = ``max_retries=3`` and the delay before retry n is
+    ``interval[n-1]`` (the last one repeats; a number: the same delay each time),
+    without backoff or jitter. ``max`` is keyword-only, so ``raise Retry("busy",
+    5)`` keeps its meaning.
     """
 
-    def __init__(self, message: str = "retry requested by the job", delay: float | None = None):
+    def __init__(self, message: str = "retry requested by the job", delay: float | None = None,
+                 *, max: int | None = None,  # RQ's name: keyword-only
+                 interval: float | list[float] | tuple[float, ...] | None = None) -> None:
         super().__init__(message)
         self.delay = delay
+        self.max = max
+        self.interval = interval
 
 
 class JobTimeoutError(BaseException):

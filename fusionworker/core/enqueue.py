@@ -204,7 +204,8 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
     if (opts.retry_delay is not None or opts.unique_key is not None or opts.group is not None
             or opts.on_failure_url is not None or refs or opts.batch is not None
             or opts.description is not None or opts.result_ttl is not None
-            or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front):
+            or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front
+            or opts.retry is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
@@ -214,6 +215,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             failure_ttl=opts.failure_ttl,
             ttl=opts.ttl if opts.ttl is not None and opts.ttl > 0 else None,
             at_front="1" if opts.at_front else None,
+            retry_intervals=list(opts.retry) if opts.retry is not None else None,
         )
     if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
         fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
@@ -258,6 +260,7 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         result_ttl=int(f["result_ttl"]) if "result_ttl" in f else None,
         failure_ttl=int(f["failure_ttl"]) if "failure_ttl" in f else None,
         ttl=float(f["ttl"]) if "ttl" in f else None,
+        retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
     )
     job._queue = q
     return job

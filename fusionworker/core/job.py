@@ -61,6 +61,8 @@ Hash fields (all strings in Redis):
 ``at_front``        ``1``: place it ahead of its priority's pending jobs when it becomes
                     ready (optional; used once: push_pending drops it and writes ``seq``,
                     which may then be zero or negative)
+``retry_intervals`` JSON list of seconds: the delay before retry n is item n-1, the last
+                    repeating (``retry=Retry(max=, interval=)``; optional)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -330,6 +332,8 @@ class Job(JobHabits, Generic[R]):
     failure_ttl: int | None = None
     #: seconds the job may wait to be started (None: no limit)
     ttl: float | None = None
+    #: delays before retries 1, 2, ... (the last repeats); None: the backoff
+    retry_intervals: list[float] | None = None
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -492,6 +496,7 @@ class Job(JobHabits, Generic[R]):
             result_ttl=_ttl(data.get("result_ttl")),
             failure_ttl=_ttl(data.get("failure_ttl")),
             ttl=_float(data.get("ttl")),
+            retry_intervals=_json_list(data.get("retry_intervals")),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -69,12 +69,20 @@ class JobOptions(NamedTuple):
     ttl: float | None = None
     #: True: the job runs before every other pending job of its priority (default False)
     at_front: bool | None = None
+    #: RQ's policy ``Retry(max=3, interval=[10, 30, 60])``: ``max`` is ``max_retries``,
+    #: the delay before retry n is ``interval[n-1]`` (the last repeats); checked, the
+    #: intervals as a tuple of seconds (default: none, the backoff)
+    retry: Any = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
         if not defaults:
             return self
-        return JobOptions(*[value if value is not None else defaults.get(name)
+        # one way of saying the retries wins whole: retry=Retry(...) given here takes
+        # no max_retries/retry_delay from the defaults, max_retries= no retry=
+        skip = (("max_retries", "retry_delay") if self.retry is not None
+                else ("retry",) if self.max_retries is not None else ())
+        return JobOptions(*[value if value is not None or name in skip else defaults.get(name)
                             for name, value in zip(NAMES, self)])
 
     def given(self) -> dict[str, Any]:
@@ -90,11 +98,14 @@ class JobOptions(NamedTuple):
         """
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
+        given_retries, intervals = self.max_retries, None
+        if self.retry is not None:
+            given_retries, intervals = _retry_policy(self.retry, given_retries)
         try:
             timeout = (default_timeout if self.timeout is None
                        else check_value("job_timeout", float(self.timeout), "timeout"))
-            retries = (default_retries if self.max_retries is None
-                       else check_value("max_retries", int(self.max_retries), "max_retries"))
+            retries = (default_retries if given_retries is None
+                       else check_value("max_retries", int(given_retries), "max_retries"))
             delay = self.retry_delay
             if delay is not None:
                 delay = check_value("retry_delay", float(delay), "retry_delay")
@@ -121,7 +132,7 @@ class JobOptions(NamedTuple):
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
-            self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front)))
+            self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -176,6 +187,30 @@ def _check_wait_ttl(ttl: Any) -> float:
     return float(ttl)
 
 
+def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float, ...] | None]:
+    """``retry=Retry(max=, interval=)`` as (max_retries, intervals); a checked tuple of
+    intervals (a ``prepare()``'d job's options checked again) is kept as it is."""
+    from ..exceptions import Retry
+
+    if isinstance(retry, tuple):
+        return max_retries, retry
+    if not isinstance(retry, Retry) or retry.max is None:
+        raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]), "
+                        f"got {retry!r}")
+    if max_retries is not None:
+        raise TypeError("give max_retries= or retry=Retry(max=...), not both")
+    interval = retry.interval
+    if interval is None:
+        return retry.max, None
+    values = list(interval) if isinstance(interval, (list, tuple)) else [interval]
+    if not 0 < len(values) <= 100 or not all(
+            not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+            and 0 <= v <= 31_536_000 for v in values):
+        raise ValueError(f"Retry interval must be seconds (0 to a year) or a list of 1 to 100 "
+                         f"of them, got {interval!r}")
+    return retry.max, tuple(float(v) for v in values)
+
+
 def _check_front(at_front: Any) -> bool | None:
     if at_front is None or at_front is False:
         return None
@@ -203,8 +238,7 @@ ALIASES: dict[str, str] = {
 #: use instead. ``Queue.enqueue`` refuses them (they would become the job's arguments).
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
-    "retry": "use max_retries= and retry_delay= (the first delay; it backs off)",
-    "retry_policy": "use max_retries= and retry_delay= (the first delay; it backs off)",
+    "retry_policy": "use retry=Retry(max=, interval=[...]), or max_retries= and retry_delay=",
     "on_success": "use a Batch(on_success=...) around the job, or depends_on= on a next job",
     "on_failure": "use on_failure_url= (a URL POSTed) or a Batch(on_failure=...)",
     "on_stopped": "use on_failure_url= (a stopped job fails) or a Batch(on_failure=...)",

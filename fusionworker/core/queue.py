@@ -174,6 +174,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         failure_ttl: int | None = None,
         ttl: float | None = None,
         at_front: bool | None = None,
+        retry: Any = None,
         _when: tuple[str, float] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -196,7 +197,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         """
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
-                             description, meta, result_ttl, failure_ttl, ttl, at_front)
+                             description, meta, result_ttl, failure_ttl, ttl, at_front, retry)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -223,12 +224,13 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         failure_ttl: int | None = None,
         ttl: float | None = None,
         at_front: bool | None = None,
+        retry: Any = None,
         _when: tuple[str, float] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
-                             description, meta, result_ttl, failure_ttl, ttl, at_front)
+                             description, meta, result_ttl, failure_ttl, ttl, at_front, retry)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:

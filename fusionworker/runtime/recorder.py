@@ -62,8 +62,12 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.retryable and job.attempts <= job.max_retries:
-        delay = (exit_.retry_delay if exit_.retry_delay is not None
-                 else backoff_delay(settings, job.attempts, job.retry_delay))
+        if exit_.retry_delay is not None:
+            delay = exit_.retry_delay
+        elif job.retry_intervals:     # retry=Retry(max=, interval=[...]): as given
+            delay = job.retry_intervals[min(job.attempts, len(job.retry_intervals)) - 1]
+        else:
+            delay = backoff_delay(settings, job.attempts, job.retry_delay)
         return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
     return Outcome(status=OutcomeStatus.FAILED, **common)
 

@@ -120,3 +120,58 @@ def test_at_front_runs_before_every_pending_job_of_its_priority(queue, burst):
     done = [q.fetch_job(j.id) for j in (high, bulk[0], first, urgent, order[0])]
     starts = [j.started_at for j in done]
     assert starts == sorted(starts) and all(j.status == JobStatus.FINISHED for j in done)
+
+
+def test_retry_policy_of_rq_sets_the_retries_and_their_delays(queue, burst, settings):
+    import time
+
+    from fusionworker import Retry
+
+    q = queue()
+    job = q.enqueue(jobs.boom, retry=Retry(max=3, interval=[0, 40, 60]))
+    assert (job.max_retries, job.retry_intervals) == (3, [0.0, 40.0, 60.0])
+    burst(settings=settings.replace(retryable=("builtins.ValueError",)))
+    stored = q.fetch_job(job.id)   # retry 1 at once (interval 0), retry 2 waits 40 s
+    assert stored.status == JobStatus.SCHEDULED and stored.attempts == 2
+    assert 39 < stored.scheduled_for - time.time() <= 40.5
+    one = q.enqueue(jobs.add, 1, 1, retry=Retry(max=2, interval=5))
+    assert (one.max_retries, one.retry_intervals) == (2, [5.0])
+    plain = q.enqueue(jobs.add, 1, 1, retry=Retry(max=1))
+    assert (plain.max_retries, plain.retry_intervals) == (1, None)
+
+
+def test_retry_the_exception_keeps_its_meaning():
+    from fusionworker import Retry
+
+    raised = Retry("busy", 5)
+    assert (str(raised), raised.delay, raised.max) == ("busy", 5, None)
+
+
+@pytest.mark.parametrize(("retry", "error"), [
+    (3, TypeError), ("Retry(3)", TypeError), ("policy", TypeError),
+    ({"max": 1, "interval": [-1]}, ValueError), ({"max": 1, "interval": []}, ValueError),
+    ({"max": 1, "interval": float("inf")}, ValueError), ({"max": -1}, ValueError),
+])
+def test_a_bad_retry_policy_is_refused(queue, retry, error):
+    from fusionworker import Retry
+
+    if retry == "Retry(3)":
+        retry = Retry(3)              # RQ's positional max: here it is the message
+    elif isinstance(retry, dict):
+        retry = Retry(**retry)
+    q = queue()
+    with pytest.raises(error, match="[Rr]etry|max_retries"):
+        q.enqueue(jobs.add, 1, 2, retry=retry)
+    with pytest.raises(TypeError, match="not both"):
+        q.enqueue(jobs.add, 1, 2, retry=Retry(max=1), max_retries=2)
+    assert q.count == 0
+
+
+def test_a_decorated_function_takes_a_retry_policy(r, settings):
+    from fusionworker import Retry
+    from tests.compat import rq_jobs
+
+    handle = rq_jobs.decorated_hello.options(connection=r, settings=settings,
+                                             retry=Retry(max=2, interval=[1, 2]))
+    job = handle.enqueue()
+    assert (job.max_retries, job.retry_intervals) == (2, [1.0, 2.0])

@@ -44,7 +44,6 @@ def test_decorator_meta_and_description(r, settings):
 
 
 @pytest.mark.parametrize(("keyword", "value", "hint"), [
-    ("retry", 3, "max_retries="),
     ("on_success", "tests.jobs:noop", "Batch(on_success"),
     ("on_failure", "tests.jobs:noop", "on_failure_url="),
     ("on_stopped", "tests.jobs:noop", "on_failure_url="),
