@@ -6,6 +6,7 @@ module functions work on a client and need no ``Queue``.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
@@ -14,6 +15,7 @@ from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
     from .connection import RedisClient
 
 #: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
@@ -21,8 +23,10 @@ BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))
 
 
 def _band_range(low: int, high: int) -> tuple[int, int]:
-    """Score range of the priorities low..high (see job.score)."""
-    return (low - 1) * SEQ_LIMIT + 1, high * SEQ_LIMIT - 1
+    """Score range of the priorities low..high (see job.score): a priority's jobs lie
+    within half a step of ``priority * 2**42`` (``at_front`` jobs above it)."""
+    half = SEQ_LIMIT // 2
+    return low * SEQ_LIMIT - half + 1, high * SEQ_LIMIT + half
 
 
 class QueueReads:
@@ -31,6 +35,14 @@ class QueueReads:
     name: str
     connection: RedisClient
     qkeys: QueueKeys
+    settings: Settings
+
+    def _kept_since(self, status: JobStatus) -> str:
+        """The lowest score of a finished/failed registry entry whose record is still
+        kept by the settings' retention (older ones wait for a prune: not listed)."""
+        ttl = (self.settings.result_ttl if status == JobStatus.FINISHED
+               else self.settings.failed_ttl if status == JobStatus.FAILED else 0)
+        return f"{time.time() - ttl:.6f}" if ttl > 0 else "-inf"
 
     def fetch_job(self, job_id: str) -> Job[Any] | None:
         """The job, or None when unknown (or expired)."""
@@ -68,7 +80,8 @@ class QueueReads:
         if status == JobStatus.QUEUED:
             return texts(r.zrevrange(k.pending, 0, stop))
         if status in DONE_STATUSES:
-            return texts(r.zrevrange(k.registry(status), 0, stop))
+            return texts(r.zrevrangebyscore(k.registry(status), "+inf", self._kept_since(status),
+                                            start=0, num=stop + 1))
         return texts(r.zrange(k.registry(status), 0, stop))
 
     def jobs(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[Job[Any]]:
@@ -88,8 +101,10 @@ class QueueReads:
         pipe.zcard(k.pending)
         for _, low, high in BANDS:
             pipe.zcount(k.pending, *_band_range(low, high))
-        for reg in (k.started, k.scheduled, k.failed, k.finished):
+        for reg in (k.started, k.scheduled):
             pipe.zcard(reg)
+        pipe.zcount(k.failed, self._kept_since(JobStatus.FAILED), "+inf")
+        pipe.zcount(k.finished, self._kept_since(JobStatus.FINISHED), "+inf")
         pipe.exists(k.paused)
         pipe.get(k.max_active)
         pipe.zrange(k.pending, -1, -1)

@@ -175,3 +175,27 @@ def test_a_decorated_function_takes_a_retry_policy(r, settings):
                                              retry=Retry(max=2, interval=[1, 2]))
     job = handle.enqueue()
     assert (job.max_retries, job.retry_intervals) == (2, [1.0, 2.0])
+
+
+def test_at_front_jobs_count_in_their_own_priority_band(queue):
+    q = queue()
+    q.enqueue(jobs.add, 1, 1, priority=9)
+    q.enqueue(jobs.add, 1, 1, priority=9, at_front=True)
+    q.enqueue(jobs.add, 1, 1, priority=-1, at_front=True)
+    q.enqueue(jobs.add, 1, 1, priority=10, at_front=True)
+    assert q.stats()["bands"] == {"high": 1, "normal": 2, "low": 1}
+
+
+def test_finished_and_failed_jobs_past_the_retention_are_not_listed(queue, burst):
+    import time
+
+    q = queue()
+    old, new = q.enqueue(jobs.add, 1, 1), q.enqueue(jobs.add, 2, 2)
+    bad = q.enqueue(jobs.boom)
+    burst()
+    r = q.connection
+    # as Redis holds it when the record expired and no prune ran since
+    r.zadd(q.qkeys.finished, {old.id: time.time() - 600})             # result_ttl is 500
+    r.zadd(q.qkeys.failed, {bad.id: time.time() - 700_000})           # failed_ttl a week
+    assert q.job_ids("finished") == [new.id] and q.job_ids("failed") == []
+    assert (q.stats()["finished"], q.stats()["failed"]) == (1, 0)
