@@ -20,7 +20,7 @@ from .service import ApiError, Dashboard, parse_int
 
 @dataclass
 class Site:
-    """What the page functions of ``app.create_app`` give these routes."""
+    """What these routes are given (``state.WebState.site``)."""
 
     board: Dashboard
     #: ``page(request, template, who, **context)`` -> the rendered page
