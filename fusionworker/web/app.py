@@ -49,8 +49,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     web = WebState(r=r, settings=settings, board=board, authn=authn, env=templates(),
                    read_only=read_only, masked=mask_url(settings.redis_url),
                    poll_interval=poll_interval, history_interval=history_interval)
-    site = web.site()
-    routes = [*pages.routes(site), *live.routes(site), *api.ROUTES, *views.ROUTES,
+    routes = [*pages.ROUTES, *live.ROUTES, *api.ROUTES, *views.ROUTES,
               Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static")]
     app = Starlette(routes=routes, lifespan=_lifespan,
                     exception_handlers=errors.HANDLERS)  # type: ignore[arg-type]

@@ -19,7 +19,6 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from .. import __version__
 from ..ops.info import fmt_age
 from . import auth
-from .pages import Site
 from .service import ApiError, Dashboard
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,11 +114,6 @@ class WebState:
             request=request, user=user, read_only=self.read_only,
             csrf=request.cookies.get(auth.CSRF_COOKIE) or "", here=here,
             path=here.split("?", 1)[0], qs=urlencode, **ctx)
-
-    def site(self) -> Site:
-        """What the routes of ``pages.py`` and ``live.py`` are given."""
-        return Site(board=self.board, page=self.page, page_user=self.page_user,
-                    api_user=self.api_user, body=body, fragment=self.fragment)
 
 
 def state(request: Request) -> WebState:
