@@ -51,8 +51,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                    poll_interval=poll_interval, history_interval=history_interval)
     routes = [*pages.ROUTES, *live.ROUTES, *api.ROUTES, *views.ROUTES,
               Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static")]
-    app = Starlette(routes=routes, lifespan=_lifespan,
-                    exception_handlers=errors.HANDLERS)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, lifespan=_lifespan, exception_handlers=errors.HANDLERS)
     app.state.web = web
     app.state.dashboard = board
     app.state.auth = authn

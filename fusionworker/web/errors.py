@@ -4,6 +4,7 @@ a page elsewhere, never a traceback (an unexpected error is logged)."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import redis
 from starlette.exceptions import HTTPException
@@ -13,6 +14,9 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from .. import __version__
 from .service import ApiError
 from .state import state
+
+if TYPE_CHECKING:  # pragma: no cover
+    from starlette.types import ExceptionHandler
 
 log = logging.getLogger("fusionworker.web")
 
@@ -49,7 +53,7 @@ async def on_error(request: Request, exc: Exception) -> Response:
     return error_page(request, 500, "internal error (see the dashboard's log)")
 
 
-HANDLERS: dict[type[Exception] | int, object] = {
+HANDLERS: dict[Any, ExceptionHandler] = {
     ApiError: on_api_error, HTTPException: on_http,
     redis.ConnectionError: on_redis, redis.TimeoutError: on_redis,
     Exception: on_error,
