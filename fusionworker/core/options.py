@@ -188,15 +188,15 @@ def _check_wait_ttl(ttl: Any) -> float:
 
 
 def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float, ...] | None]:
-    """``retry=Retry(max=, interval=)`` as (max_retries, intervals); a checked tuple of
-    intervals (a ``prepare()``'d job's options checked again) is kept as it is."""
+    """``retry=Retry(max=, interval=)`` (or its JSON form, a ``{"max", "interval"}``
+    object) as (max_retries, intervals)."""
     from ..exceptions import Retry
 
-    if isinstance(retry, tuple):
-        return max_retries, retry
+    if isinstance(retry, Mapping) and set(retry) <= {"max", "interval"}:
+        retry = Retry(max=retry.get("max"), interval=retry.get("interval"))  # a JSON line
     if not isinstance(retry, Retry) or retry.max is None:
-        raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]), "
-                        f"got {retry!r}")
+        raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]) "
+                        f"(in JSON: {{\"max\": N, \"interval\": [...]}}), got {retry!r}")
     if max_retries is not None:
         raise TypeError("give max_retries= or retry=Retry(max=...), not both")
     interval = retry.interval

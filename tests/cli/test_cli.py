@@ -435,6 +435,16 @@ def test_enqueue_by_name_takes_the_functions_job_options(
     assert job.max_retries == 3
 
 
+def test_enqueue_from_file_takes_the_rq_options(cli: Run, r: Any, settings: Any) -> None:
+    q = Queue("q", r, settings=settings)
+    line = ('{"func": "tests.jobs:add", "args": [1, 2], "options": {"ttl": 60, "at_front": true, '
+            '"result_ttl": -1, "failure_ttl": 90, "retry": {"max": 2, "interval": [5, 10]}}}\n')
+    cli("enqueue", "q", "--from-file", "-", input=line)
+    [job] = q.jobs()
+    assert (job.ttl, job.result_ttl, job.failure_ttl) == (60.0, -1, 90)
+    assert (job.max_retries, job.retry_intervals) == (2, [5.0, 10.0])
+
+
 def test_enqueue_finds_the_job_module_in_the_current_folder(
         cli: Run, r: Any, settings: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
