@@ -18,8 +18,9 @@ at the end), so that ``INFO commandstats`` counts the dashboard's commands only:
    HTTP socket is left out): median and slowest of ``--runs`` calls. Target:
    every median under 200 ms.
 3. ``--viewers`` threads poll as the pages do every 2 s for ``--seconds`` s: an
-   overview (queues, workers, chart), a job page (its live endpoint) and a
-   queue page (its live endpoint), once with nothing changing and once with a
+   overview (queues, workers, chart), a job page and a queue page (their live
+   endpoints), the failed page and a worker's page (the page itself, as their
+   in-place refresh asks it), once with nothing changing and once with a
    job's progress and the queue's first page changing every second; the
    ``INFO commandstats`` delta (less the bench's own writes and INFO calls)
    per viewer per second.
@@ -184,6 +185,9 @@ def viewers(app: Any, r: redis.Redis, ids: dict[str, str], kind: str, n: int, se
         "overview": ["/api/v1/queues", "/api/v1/workers", "/api/v1/chart?minutes=60"],
         "job": [f"/api/v1/jobs/{ids['queued']}/live?queue=big"],
         "queue": ["/api/v1/queues/big/live?status=queued"],
+        # pages refreshed in place: the page itself is asked again
+        "failed": ["/failed"],
+        "worker": [f"/workers/{ids['worker']}"],
     }[kind]
     key = Keys(load_prefix(app)).queue("big").job(ids["queued"])
     ready = threading.Barrier(n + 1)
@@ -191,6 +195,9 @@ def viewers(app: Any, r: redis.Redis, ids: dict[str, str], kind: str, n: int, se
 
     def poll(client: TestClient, seen: dict[str, str]) -> None:
         for url in polls:
+            if not url.startswith("/api/"):
+                client.get(url)
+                continue
             mark = "&" if "?" in url else "?"
             doc = client.get(f"{url}{mark}seen={seen.get(url, '')}").json()
             if doc.get("seen"):
@@ -280,6 +287,7 @@ def main() -> None:
         app = create_app(settings, r, history_interval=None)
         client = TestClient(app)
         client.headers["Authorization"] = f"Bearer {TOKEN}"
+        ids["worker"] = "bench-worker"
         time_calls(client, calls(ids, args.queued, "bench-worker"), args.runs)
         # the worker's heartbeat hash stays (its TTL) while the viewers poll: stop its
         # commands from counting
@@ -288,7 +296,7 @@ def main() -> None:
         print(f"\nRedis commands per viewer per second, {args.viewers} viewers polling "
               f"every 2 s for {args.seconds:g} s:")
         for changing in (False, True):
-            for kind in ("overview", "job", "queue"):
+            for kind in ("overview", "job", "queue", "failed", "worker"):
                 rate = viewers(app, r, ids, kind, args.viewers, args.seconds, changing)
                 print(f"  {kind:<9} {'changing' if changing else 'steady':<9} {rate:7.2f}")
     finally:

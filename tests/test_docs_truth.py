@@ -97,13 +97,8 @@ _PATH = re.compile(r"(?<![\w./-])((?:fusionworker|tests|bench|docs|examples)/[\w
                    r"|[\w-]+\.lua)\b")
 
 #: references to files that are gone, each left where another change rewrites its file
-KNOWN_STALE_PATHS = {
-    ("bench/redis_cost.py", "bench/cluster_scale.py"),
-    ("fusionworker/core/job.py", "tests/test_vocabulary.py"),
-    ("fusionworker/core/scripts/_lib.lua", "fusionworker/batch.py"),
-    ("fusionworker/core/scripts/_lib.lua", "fusionworker/workflows.py"),
-    ("fusionworker/core/scripts/batch_done.lua", "fusionworker/batch.py"),
-}
+#: (none today)
+KNOWN_STALE_PATHS: set[tuple[str, str]] = set()
 
 
 def named_paths() -> set[tuple[str, str]]:

@@ -59,8 +59,6 @@ KNOWN_DEFERRED_CYCLES = {
                "fusionworker.core.registries", "fusionworker.core.registry",
                "fusionworker.core.scripts.replies", "fusionworker.core.tracing",
                "fusionworker.core.workflows"}),
-    # live.py's form handler reuses the app's check of a redirect target (_safe_next)
-    frozenset({"fusionworker.web.app", "fusionworker.web.live"}),
 }
 
 #: reads of another object's private attribute there are, each with its reason

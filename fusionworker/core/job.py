@@ -2,7 +2,7 @@
 
 The vocabulary: :class:`JobStatus`, :class:`FailureReason` and
 :class:`WorkerState` are ``StrEnum``s whose values are the strings stored in
-Redis (and compared by the Lua scripts: ``tests/test_vocabulary.py`` checks
+Redis (and compared by the Lua scripts: ``tests/core/test_vocabulary.py`` checks
 every status and reason literal of ``scripts/*.lua`` against them). Their
 members, listed with their meaning, are the documentation of record.
 

@@ -45,8 +45,6 @@ HEADER = struct.Struct(">I")
 #: A progress frame on a report pipe starts with ASCII RS (RFC 7464); a report with ``{``.
 FRAME_START = 0x1E
 
-#: What a warm horse writes first when it took a job (horse/warm.py): one byte, ASCII ACK.
-ACK = b"\x06"
 
 
 # -- the fork server's socket: framing ---------------------------------------------------
@@ -166,9 +164,9 @@ class StartNotice:
 
 @dataclass(frozen=True, slots=True)
 class MovedNotice:
-    """A warm horse (horse/warm.py) died before it took the job it was handed (no
-    :data:`ACK`): the job went to the horse ``to`` instead; every later notice of
-    the job names ``to``."""
+    """A warm horse (horse/warm.py) died before it read the job it was handed (its
+    job pipe still held it): the job went to the horse ``to`` instead; every later
+    notice of the job names ``to``."""
 
     pid: int
     to: int
@@ -333,7 +331,7 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ACK", "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "read_notice",
     "take_frames", "take_progress", "write_all",

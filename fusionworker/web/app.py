@@ -493,11 +493,7 @@ async def _run(func: Any, *args: Any) -> Any:
     return await run_in_threadpool(func, *args)
 
 
-def _safe_next(target: str) -> str:
-    """Only paths of this site (no ``//host``, no scheme)."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
-        return "/"
-    return target
+_safe_next = auth.safe_next
 
 
 def _with(target: str, key: str, value: str) -> str:

@@ -156,3 +156,11 @@ def csrf_ok(cookie: str | None, given: object) -> bool:
 
 def new_csrf() -> str:
     return secrets.token_urlsafe(24)
+
+
+def safe_next(target: str) -> str:
+    """Where to go after a login or an action: only paths of this site (no ``//host``,
+    no scheme)."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..core.job import JobStatus
+from .auth import safe_next
 from .pages import Site
 
 
@@ -37,14 +38,12 @@ def routes(site: Site) -> list[Route]:
     def api_queue_live(request: Request) -> Response:
         """The counts, and the page's rows only when its ids changed (a listing
         filtered on record fields keeps its rows)."""
-        from .app import _safe_next
-
         who = site.api_user(request)
         p = request.query_params
         name = request.path_params["q"]
         status = p.get("status") or JobStatus.QUEUED
         stats = board.queue(name).stats()
-        here = _safe_next(p.get("here") or f"/queues/{quote(name)}")
+        here = safe_next(p.get("here") or f"/queues/{quote(name)}")
         filters = {k: p.get(k) or "" for k in ("priority", "function")}
         out: dict[str, Any] = {"counts": board.status_counts(name), "paused": stats["paused"],
                                "seen": None, "stats": site.fragment(

@@ -5,11 +5,9 @@ batches, a batch, a worker. What each reads is in ``listings.py`` and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -97,8 +95,7 @@ def _failed_routes(site: Site) -> list[Route]:
         who = _user(site, request)
         if isinstance(who, Response):
             return who
-        return site.page(request, "retries.html", who, result=scheduled_kind(True),
-                         now=board.now())
+        return site.page(request, "retries.html", who, result=scheduled_kind(True))
 
     def api_scheduled(request: Request) -> Response:
         site.api_user(request)
@@ -178,8 +175,7 @@ def _worker_and_chart_routes(site: Site) -> list[Route]:
         who = _user(site, request)
         if isinstance(who, Response):
             return who
-        return site.page(request, "worker.html", who, w=worker_query(request),
-                         quote=quote, clock=time.time)
+        return site.page(request, "worker.html", who, w=worker_query(request))
 
     def api_worker(request: Request) -> Response:
         site.api_user(request)

@@ -12,9 +12,12 @@ import os
 import signal
 
 import psutil
+import pytest
 
 from fusionworker.core.job import FailureReason, Job
+from fusionworker.core.registry import JobFunction
 from fusionworker.runtime.launch import ForkServerLauncher
+from tests import warm_jobs
 from tests.runtime.test_forkserver import spec, until_done
 from tests.waiting import wait_for
 
@@ -218,3 +221,10 @@ def test_a_warm_horse_killed_before_it_took_its_job_hands_it_on() -> None:
         assert exit_.result_json is not None and str(third.pid) in exit_.result_json
     finally:
         ln.close()
+
+
+def test_horse_jobs_of_a_function_is_checked_and_kept() -> None:
+    assert warm_jobs.pair.horse_jobs == 2 and warm_jobs.pair.options(priority=3).horse_jobs == 2
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="horse_jobs"):
+            JobFunction(warm_jobs.leak, horse_jobs=bad)

@@ -33,7 +33,8 @@ def driver():
 
 @pytest.fixture
 def base(r, settings, driver):
-    app = create_app(settings.replace(web_token=TOKEN), r, poll_interval=0.5)
+    # no refresh while a test looks at a page (the live tests are in test_web_live.py)
+    app = create_app(settings.replace(web_token=TOKEN), r, poll_interval=600)
     with serve(app) as url:
         driver.delete_all_cookies()
         yield url
@@ -108,9 +109,14 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         assert not card.find_element(By.CSS_SELECTOR, '[data-k="high"]').is_displayed()
     finally:
         driver.set_window_size(1280, 900)
-    # at desktop width the same tables are tables
+    # at desktop width the same tables are tables, and every page fits too
     driver.get(base + "/failed")
     assert driver.find_element(By.CSS_SELECTOR, "#jobs thead").is_displayed()
+    for path in pages:
+        driver.get(base + path)
+        assert driver.find_element(By.TAG_NAME, "h1").text, path
+        scroll, inner = no_sideways_scroll(driver)
+        assert scroll <= inner, (path, scroll, inner)
 
 
 def test_dark_mode_follows_the_system_and_the_toggle_is_kept(base, driver, queue):

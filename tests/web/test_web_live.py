@@ -14,6 +14,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 from fusionworker.web import create_app
+from tests.waiting import wait_for
 from tests.web_support import browser_missing
 
 TOKEN = "live-token"
@@ -155,4 +156,41 @@ def test_queue_page_follows_counts_and_rows_and_pauses_while_hidden(base, driver
         Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});
         document.dispatchEvent(new Event('visibilitychange'));""")
     wait(driver, lambda d: count(d) == "4" and rows(d) == 4)
+    assert driver.execute_script("return window.__notReloaded === true;")
+
+
+@needs_browser
+@pytest.mark.slow
+def test_failed_and_worker_pages_follow_without_reload(base, driver, queue, processes,
+                                                       settings):
+    from selenium.webdriver.common.by import By
+
+    from fusionworker.events import flush_default_sinks
+    from tests.web_support import wait
+
+    q = queue("default")
+    processes.worker("--customq", "default", "--name", "livew")
+    first = q.enqueue_call("tests.jobs:boom", ["one"], max_retries=0)
+    driver.get(f"{base}/failed")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{first.id}"]'),
+         timeout=30)
+    driver.execute_script("window.__notReloaded = true;")
+    later = q.enqueue_call("tests.jobs:boom", ["two"], max_retries=0)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'tr[data-job="{later.id}"]'),
+         timeout=30)
+    # a ticked box holds the rows still (the selection is not lost)
+    driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{later.id}"] input').click()
+    third = q.enqueue_call("tests.jobs:boom", ["three"], max_retries=0)
+    wait_for(lambda: q.fetch_job(third.id).status == "failed", timeout=30)
+    time.sleep(1.0)
+    assert not driver.find_elements(By.CSS_SELECTOR, f'tr[data-job="{third.id}"]')
+    assert driver.find_element(By.CSS_SELECTOR, f'tr[data-job="{later.id}"] input').is_selected()
+    assert driver.execute_script("return window.__notReloaded === true;")
+    # the worker's page: its next outcome appears
+    driver.get(f"{base}/workers/livew")
+    driver.execute_script("window.__notReloaded = true;")
+    done = q.enqueue("tests.jobs:add", 2, 2)
+    wait_for(lambda: q.fetch_job(done.id).status == "finished", timeout=30)
+    flush_default_sinks(5)
+    wait(driver, lambda d: done.id[:12] in d.find_element(By.ID, "outcomes").text, timeout=30)
     assert driver.execute_script("return window.__notReloaded === true;")

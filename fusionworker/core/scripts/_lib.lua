@@ -156,7 +156,7 @@ function prune(zkey, cutoff)
   redis.call('ZREMRANGEBYSCORE', zkey, '-inf', '(' .. fmt_time(cutoff))
 end
 
--- Dependencies (fusionworker/workflows.py): job jid ended for good with `outcome`
+-- Dependencies (fusionworker/core/workflows.py): job jid ended for good with `outcome`
 -- (finished | failed | canceled). Each job waiting on it gets a note in this queue's
 -- outbox; a worker or the reaper replays the note to the dependent's queue
 -- (dep_done.lua, idempotent), then removes it.
@@ -167,7 +167,7 @@ function notify_dependents(base, jid, outcome)
     redis.call('RPUSH', base .. 'outbox', cjson.encode({outcome, ref, jid}))
   end
   if #refs > 0 then redis.call('DEL', dkey) end
-  -- batches (fusionworker/batch.py): the same outbox carries "job of batch B ended"
+  -- batches (fusionworker/core/batch.py): the same outbox carries "job of batch B ended"
   local batch = hget(base .. 'job:' .. jid, 'batch')
   if batch and batch ~= '' then
     redis.call('RPUSH', base .. 'outbox', cjson.encode({'batch:' .. outcome, batch, jid}))

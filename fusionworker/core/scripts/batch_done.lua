@@ -1,5 +1,5 @@
 -- batch_done: "job JID of batch BID ended with OUTCOME", on the BATCH's queue
--- (fusionworker/batch.py); and batch_seal's check. Idempotent: a job counts once
+-- (fusionworker/core/batch.py); and batch_seal's check. Idempotent: a job counts once
 -- (SADD), and the callbacks are enqueued once (HSETNX fired) when the batch is
 -- sealed and every job has ended.
 -- KEYS[1] base of the batch's queue

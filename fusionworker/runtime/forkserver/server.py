@@ -14,12 +14,15 @@ forked ahead for the next requests.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import gc
 import os
 import select
 import signal
 import socket
 import sys
+import termios
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -29,7 +32,6 @@ from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..horse.main import set_pdeathsig, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
-    ACK,
     ExitNotice,
     HorseReport,
     MovedNotice,
@@ -72,7 +74,6 @@ class _Running:
         self.job_w = job_w
         self.done = 0           # jobs it reported (a warm horse's count)
         self.idle = False       # a warm horse between jobs (in Server.idle)
-        self.acked = False      # it took its job (protocol.ACK)
         self.request: RunRequest | None = None   # its job (handed on if not taken)
         self.moves = 0          # horses its job was handed to before (MovedNotice)
 
@@ -198,8 +199,6 @@ class Server:
                     self.drop_idle(run)
                     continue
                 done = read_available(run.fd, run.buf)
-                if not run.acked and run.job_w >= 0:
-                    take_ack(run)
                 self.forward_progress(run)
                 if done:
                     self.close_report(run)
@@ -300,7 +299,7 @@ class Server:
         """The job went to the horse ``new`` (read_fd -1: it died on the way);
         ``moved_from``: the horse that died before it took the job."""
         read_fd, pid = new.fd, new.pid
-        new.request, new.acked = request, False
+        new.request = request
         if read_fd >= 0:
             if read_fd not in self.by_fd:      # (a warm horse's pipe is registered already)
                 os.set_blocking(read_fd, False)
@@ -322,8 +321,8 @@ class Server:
         return cap_of(func, self.horse_jobs, self.resolved)
 
     def hand_on(self, run: _Running, request: RunRequest) -> None:
-        """A warm horse died before it took its job (no ACK: killed while idle, the
-        job handed to it meanwhile): the job goes to another horse, nothing ran."""
+        """A warm horse died with its job unread in its job pipe (killed while idle,
+        the job handed to it meanwhile): the job goes to another horse, nothing ran."""
         del self.running[run.pid]
         if run.fd >= 0:
             self.close_report(run)
@@ -416,12 +415,10 @@ class Server:
             return
         if run.fd >= 0:   # it exited: everything it wrote is in the pipe already
             read_available(run.fd, run.buf)
-            if not run.acked and run.job_w >= 0:
-                take_ack(run)
             self.forward_progress(run)
             self.close_report(run)
-        if (run.job_w >= 0 and not run.acked and not run.buf and run.request is not None
-                and run.moves < MOVES_MAX):
+        if (run.job_w >= 0 and not run.buf and run.request is not None
+                and run.moves < MOVES_MAX and unread(run.job_w)):
             self.hand_on(run, run.request)
             return
         self.finish(run)
@@ -561,11 +558,15 @@ class Server:
             self.reap()
 
 
-def take_ack(run: _Running) -> None:
-    """A warm horse's ACK at the front of what it wrote: it took its job."""
-    if run.buf[:1] == ACK:
-        del run.buf[:1]
-        run.acked = True
+def unread(job_w: int) -> int:
+    """Bytes a horse has not read from its job pipe (``job_w``, its write end: the pipe
+    keeps them after the horse died); 0 when the system cannot say."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(job_w, termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 def _kill_group(pgid: int) -> None:

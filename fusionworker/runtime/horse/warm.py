@@ -7,9 +7,9 @@ Only the fork server forks warm horses, and only when N > 1: the default path
 
     S: fork; H waits on its job pipe for a frame (4-byte length + the job's
        RunRequest body); EOF: S retired it, H exits
-    H: ACK (one byte) on its report pipe: it took the job. A horse that died
-       before (killed while idle) did not: S hands the job to another horse and
-       tells the worker (protocol.MovedNotice)
+    S: a horse that died with its job still in its job pipe (killed while idle,
+       just as S handed it the job) never started it: S hands the job to another
+       horse and tells the worker (protocol.MovedNotice)
     H: at its first job: its own process group, PDEATHSIG, signals (as main.py)
     H: per job: current_job() begins, run_job (SIGALRM at the job's timeout),
        current_job() ends; the report, then "\\n" if H stays for another job, or
@@ -31,8 +31,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
+from ...core.functions import resolve
 from .. import progress
-from ..protocol import ACK, HEADER, HorseReport, job_of, write_all
+from ..protocol import HEADER, HorseReport, job_of, write_all
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
 
@@ -47,6 +48,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
     no ceiling). Ends in ``os._exit``."""
     code = 0
     done = 0
+    mine = dict(resolved)       # what this horse resolved too: each function once
     try:
         while True:
             body = _read_frame(job_r)
@@ -55,10 +57,11 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             job = job_of(body)
             if not done:
                 _become_horse(server_pid)
-            write_all(write_fd, ACK)   # taken: a death from now on is this job's
             done += 1
-            report, tracing = _run_one(job, write_fd, allowed, retryable, resolved)
-            stay = (report.ok and done < cap_of(job.func, horse_jobs, resolved)
+            report, tracing = _run_one(job, write_fd, allowed, retryable, mine)
+            if report.ok and job.func not in mine:
+                remember(mine, job.func, allowed)
+            stay = (report.ok and done < cap_of(job.func, horse_jobs, mine)
                     and not (max_rss and rss() >= max_rss) and not has_children())
             write_all(write_fd, report.encode() + (STAY if stay else b""))
             if not stay:
@@ -89,9 +92,11 @@ def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple
              resolved: Mapping[str, Callable[..., Any]]) -> tuple[HorseReport, Any]:
     """One job, as horse_main runs it: its own current_job() (meta starts from the job's
     record, never from the previous job), its span if tracing is on. The signals a
-    kill relies on are set again: the previous job may have changed them."""
-    _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
-    _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)
+    kill relies on are set again if the previous job changed them."""
+    if _csignal.getsignal(signal.SIGTERM) != _csignal.SIG_DFL:
+        _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
+    if _csignal.getsignal(signal.SIGINT) != _csignal.SIG_IGN:
+        _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)
     progress.begin(job, fd=write_fd)
     tracing = _tracing.horse_tracing
     if tracing is None:
@@ -104,6 +109,15 @@ def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple
         report.progress = final
     _flush_job_events()
     return report, tracing
+
+
+def remember(mine: dict[str, Callable[..., Any]], ref: str, allowed: tuple[str, ...]) -> None:
+    """A function that ran fine here is resolved once more (every check of
+    ``functions.resolve``), then found in ``mine`` by the next jobs."""
+    try:
+        mine[ref] = resolve(ref, allowed)
+    except Exception:  # noqa: BLE001 - it resolved a moment ago; if not, run_job says why
+        pass
 
 
 def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]]) -> int:

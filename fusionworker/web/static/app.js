@@ -267,6 +267,27 @@
     setTimeout(historyTick, 30000);
   }
 
+  // Pages without a live endpoint of their own (a worker, a batch, batches, the failed
+  // page without a record filter): the page is asked again and its region replaced,
+  // unless the user is selecting or typing in it.
+  var region = document.querySelector("#refresh[data-refresh]");
+  function regionTick() {
+    if (document.hidden) { whenVisible(regionTick); return; }
+    var busy = busyTyping(region) || region.querySelector('input[name="ids"]:checked') ||
+      region.querySelector("details[open]");
+    var done = busy ? Promise.resolve() : fetch(location.href, { credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("refresh");
+        if (fresh && fresh.innerHTML !== region.innerHTML) {   // only what changed moves
+          region.innerHTML = fresh.innerHTML;
+          document.body.setAttribute("data-refreshed", String(Date.now()));
+        }
+      }, function () { /* keep what is shown; ask again */ });
+    done.then(function () { setTimeout(regionTick, poll); });
+  }
+  if (region) setTimeout(regionTick, poll);
+
   var initial = document.getElementById("chart-data");
   if (initial) { try { drawChart(JSON.parse(initial.textContent)); } catch (e) { /* ignore */ } }
   if (document.getElementById("queues") || document.getElementById("workers")) setTimeout(refresh, poll);
@@ -286,8 +307,9 @@
     var ask = (submitter && submitter.getAttribute("data-confirm")) || ev.target.getAttribute("data-confirm");
     if (ask && !window.confirm(ask)) ev.preventDefault();
   });
-  var all = document.getElementById("select-all");
-  if (all) all.addEventListener("change", function () {
+  document.addEventListener("change", function (ev) {   // survives a region's refresh
+    var all = ev.target;
+    if (!all || all.id !== "select-all") return;
     document.querySelectorAll('#jobs input[name="ids"]').forEach(function (c) { c.checked = all.checked; });
   });
 })();
