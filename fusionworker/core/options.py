@@ -99,6 +99,10 @@ class JobOptions(NamedTuple):
         elif job_id.__class__ is not str or not job_id or len(job_id) > 200:
             raise ValueError(f"job_id must be a non-empty string of at most 200 characters, "
                              f"got {job_id!r}")
+        elif not job_id.isprintable() or " " in job_id:
+            # a space, newline or control character: ids are shown, typed and logged
+            raise ValueError(f"job_id must not contain whitespace or control characters, "
+                             f"got {job_id!r}")
         if self.batch is not None:
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:

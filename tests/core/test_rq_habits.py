@@ -103,6 +103,27 @@ def test_an_empty_job_id_is_refused_not_replaced(queue):
     assert _nothing_written(q)
 
 
+@pytest.mark.parametrize("bad", ["two words", "line\nbreak", "tab\there", "bell\x07",
+                                 "nbsp\u00a0id", " lead", "trail\n"])
+def test_a_job_id_with_whitespace_or_control_characters_is_refused(queue, bad):
+    q = queue()
+    with pytest.raises(ValueError, match="whitespace or control characters"):
+        q.enqueue(jobs.echo, "x", job_id=bad)
+    assert _nothing_written(q)
+    assert q.enqueue(jobs.echo, "x", job_id="order-42:ok_ü").id == "order-42:ok_ü"
+
+
+def test_depends_on_a_dict_is_a_type_error_not_its_keys(queue):
+    q = queue()
+    parent = q.enqueue(jobs.echo, "p", job_id="id")      # a job whose id is the dict's key
+    before = q.count
+    with pytest.raises(TypeError, match="not a dict"):
+        q.enqueue(jobs.echo, "x", depends_on={"id": parent.id})
+    with pytest.raises(TypeError, match="depends_on takes"):
+        q.enqueue(jobs.echo, "x", depends_on=42)
+    assert q.count == before and len(q.deferred_job_registry) == 0
+
+
 @pytest.fixture
 def fresh_defaults_module():
     """``tests.defaults_jobs`` not imported yet: the producer imports it (allow-listed)."""
