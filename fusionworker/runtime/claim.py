@@ -289,15 +289,11 @@ class Claimer:
 
     def reload_scripts(self, plan: Plan, answers: list[Any]) -> None:
         """A NOSCRIPT reply (Redis restarted or failed over): the Script call loads the
-        script and runs that claim once more, on its own."""
-        for i, reply in enumerate(answers):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                queue, count = plan.calls[i]
-                try:
-                    answers[i] = self.scripts.claim(keys=[self.keys.queue(queue).base],
-                                                    args=self._args(count))
-                except redis.RedisError as exc:
-                    answers[i] = exc
+        script and runs that claim once more, on its own (with a fresh token)."""
+        if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in answers):
+            self.scripts.reload_missing(
+                answers, [("claim", [self.keys.queue(queue).base], self._args(count))
+                          for queue, count in plan.calls], catch=redis.RedisError)
 
     def take(self, plan: Plan, answers: list[Any], dry: set[str]) -> list[Job[Any]]:
         """The jobs of the round's replies; queues that gave less than asked join ``dry``.
