@@ -34,6 +34,7 @@ from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
 from ..core.keys import Keys
+from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
 from ..middleware import default_middleware  # the one list, in its documented order
@@ -293,11 +294,15 @@ class Worker:
     def work(self, burst: bool | None = None) -> int:
         """Run until shut down (or, in burst mode, until the queues are empty). Exit code.
 
-        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). Redis down
+        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). When no
+        logging handler is configured, the ``fusionworker`` loggers get the CLI's
+        (stderr, ``FUSIONWORKER_LOG_LEVEL``/``_FORMAT``), as RQ's worker does. Redis down
         or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
         not a burst waits for it, like a running worker does, instead of exiting."""
         if burst is not None:
             self.loop.burst = burst
+        # nothing configured logging (a script calling work()): the CLI's lines on stderr
+        setup_default_logging(self.settings.log_level, self.settings.log_format)
         self._install_signals()
         try:
             registered = self._register_when_reachable()

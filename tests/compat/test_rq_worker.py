@@ -262,3 +262,30 @@ def test_run_scheduled_access_self(queue, work):
     time.sleep(0.3)
     work()
     assert job.return_value() == job.id
+
+
+def _script_run(code: str, settings: Any, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+            "FUSIONWORKER_ALLOWED_MODULES": "tests", **env}
+    done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_work_from_a_script_logs_its_start_like_the_cli(queue, settings):
+    queue("scripted").enqueue(HELLO)
+    plain = ("from fusionworker import Worker\n"
+             "Worker(['scripted']).work(burst=True)\n")
+    err = _script_run(plain, settings)
+    assert "started on queues scripted" in err and "stopped (1 finished, 0 failed)" in err
+    own = ("import logging, sys\n"
+           "logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format='OWN %(message)s')\n"
+           + plain)
+    assert "started on queues" not in _script_run(own, settings)   # the program's config wins
+    as_json = _script_run(plain, settings, FUSIONWORKER_LOG_FORMAT="json")
+    assert '"message": "Worker' in as_json
