@@ -20,7 +20,9 @@
 -- window is full is set aside until its slot opens, and the next job is taken.
 local base = KEYS[1]
 local t = now()
-local group_rates = redis.call('EXISTS', base .. 'group_rate') == 1
+-- the usual queue has neither: one EXISTS of both says so (either: ask each)
+local flags = redis.call('EXISTS', base .. 'group_rate', base .. 'paused') > 0
+local group_rates = flags and redis.call('EXISTS', base .. 'group_rate') == 1
 local count = tonumber(ARGV[5] or '')
 local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
   math.max(100, count or 1))
@@ -44,7 +46,7 @@ if group_rates then  -- the per-group keys written below, checked before any wri
   end
 end
 promote(base, due)
-if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
+if flags and redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
 local cap = redis.call('GET', base .. 'max_active')
 if cap then cap = tonumber(cap) end
 
