@@ -208,6 +208,8 @@ class ForkServerLauncher:
                             kill_children=self.spec.kill_children, warm=self.spec.warm())
         server.on_update = self._update
         server.on_move = self._moved
+        if server.warm:     # a warm horse's pid names its new job from its answer on
+            server.on_start = lambda pid: self._free_pid(server, pid)
         try:
             server.start()
         except ForkServerDied as exc:

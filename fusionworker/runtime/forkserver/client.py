@@ -69,6 +69,8 @@ class ForkServer:
         self.on_update: Callable[[int, str], None] | None = None
         #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
         self.on_move: Callable[[int, int], None] | None = None
+        #: gets the pid of each answer as it is read (warm horses: a pid seen again)
+        self.on_start: Callable[[int], None] | None = None
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -128,6 +130,8 @@ class ForkServer:
                 self._exits[notice.pid] = notice
             elif isinstance(notice, StartNotice):
                 pids.append(notice.pid)
+                if self.on_start is not None:
+                    self.on_start(notice.pid)
         return pids
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
