@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - job.py imports this module
@@ -15,7 +16,8 @@ class FusionWorkerError(Exception):
 class Retry(Exception):
     """Raise from a job to ask for a retry (counts against ``max_retries``).
 
-    ``delay`` (seconds) overrides the exponential backoff for this retry.
+    ``delay`` (seconds, or a ``timedelta``) overrides the exponential backoff for
+    this retry.
 
     Also RQ's retry policy, given at enqueue: ``q.enqueue(f, retry=Retry(max=3,
     interval=[10, 30, 60]))`` = ``max_retries=3`` and the delay before retry n is
@@ -24,11 +26,12 @@ class Retry(Exception):
     5)`` keeps its meaning.
     """
 
-    def __init__(self, message: str = "retry requested by the job", delay: float | None = None,
+    def __init__(self, message: str = "retry requested by the job",
+                 delay: float | timedelta | None = None,
                  *, max: int | None = None,  # RQ's name: keyword-only
                  interval: float | list[float] | tuple[float, ...] | None = None) -> None:
         super().__init__(message)
-        self.delay = delay
+        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
         self.max = max
         self.interval = interval
 

@@ -124,3 +124,33 @@ def test_the_claimed_record_is_the_record_redis_holds(queue, r):
     assert again.jobs[0].data == r.hgetall(q.qkeys.job("a"))
     assert again.jobs[0].data["attempts"] == "4" and again.jobs[0].data["worker"] == "w1"
     assert again.jobs[0].data["token"] == "t2:1"
+
+
+@pytest.mark.parametrize("where", ["started", "failed"])
+def test_a_popped_job_is_put_back_at_its_place_when_the_claim_is_refused(queue, r, where):
+    q = queue("lean")
+    _enqueue(q, "a")
+    _enqueue(q, "b")
+    if where == "failed":
+        r.zadd(q.qkeys.pending, {"ghost": 1})           # first, without a record
+    r.set(q.qkeys.registry(where), "not a zset")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _claim(q)
+    assert _state(r, q) == before                       # same members, same scores
+    r.delete(q.qkeys.registry(where))
+    got = replies.claim(_claim(q, count=3))
+    assert [c.job_id for c in got.jobs] == ["a", "b"]
+    assert got.missing == (("ghost",) if where == "failed" else ())
+
+
+def test_a_queue_with_settings_reads_each_of_them(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    r.set(q.qkeys.base + "paused", "1")
+    assert replies.claim(_claim(q)).kind == "paused"
+    r.delete(q.qkeys.base + "paused")
+    r.set(q.qkeys.base + "max_active", "0")
+    assert replies.claim(_claim(q)).kind == "capped"
+    r.delete(q.qkeys.base + "max_active")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"

@@ -20,7 +20,12 @@
 -- window is full is set aside until its slot opens, and the next job is taken.
 local base = KEYS[1]
 local t = now()
-local group_rates = redis.call('EXISTS', base .. 'group_rate') == 1
+-- The queue's settings: the usual queue has none (no group rate limits, not paused,
+-- no concurrency cap, no rate limit): one EXISTS of the four keys says so; a queue
+-- with any of them reads each, as below.
+local flags = redis.call('EXISTS', base .. 'group_rate', base .. 'paused', base .. 'max_active',
+  base .. 'rate') > 0
+local group_rates = flags and redis.call('EXISTS', base .. 'group_rate') == 1
 local count = tonumber(ARGV[5] or '')
 local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
   math.max(100, count or 1))
@@ -28,7 +33,9 @@ local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t)
 -- rate-limited group write many keys: then every key is checked before the first
 -- write. Otherwise a claim writes `started` first (failing, it wrote nothing), then
 -- keys it has read (`pending`, the job hash, the rate hash and log); a queue entry
--- without a usable record checks `failed` before it is dead-lettered.
+-- without a usable record checks `failed` before it is dead-lettered. A queue without
+-- settings pops its best job (ZPOPMAX, the first write) and puts it back at its score
+-- when `started` or `failed` then refuses (take_plain).
 if #due > 0 or group_rates then
   local bad = check_types(base)
   if bad then return redis.error_reply(bad) end
@@ -44,8 +51,8 @@ if group_rates then  -- the per-group keys written below, checked before any wri
   end
 end
 promote(base, due)
-if redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
-local cap = redis.call('GET', base .. 'max_active')
+if flags and redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
+local cap = flags and redis.call('GET', base .. 'max_active')
 if cap then cap = tonumber(cap) end
 
 -- Nothing pending. Jobs set aside by their group's rate limit (see park) are jobs
@@ -101,6 +108,56 @@ local function park(jid, slot)
   redis.call('HINCRBY', base .. 'group_rate:held', 'held_jobs', 1)
 end
 
+-- A queue entry without a usable record (no record, or a key of the wrong type where
+-- it should be): dead-lettered, named by its id. `failed` is checked first: of the
+-- wrong type, the refusal ({'refused', why}) writes nothing; `restore` (the plain
+-- take's) puts the popped entry back first.
+local function dead_letter(jid, jkey, rec, restore)
+  local bad = wrong_type(base .. 'failed', 'zset')
+  if bad then
+    if restore then restore() end
+    return {'refused', bad}
+  end
+  redis.call('ZREM', base .. 'pending', jid)
+  if rec.err then  -- leave the key
+    redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+    return {'missing', jid}
+  end
+  -- garbage in the queue: an id without a record. Dead-letter it, say why.
+  redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
+    'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
+  to_failed(base, jid, t, tonumber(ARGV[4]))
+  return {'missing', jid}
+end
+
+-- The job's record says it started: one HSET; the answer is the record as HGETALL
+-- would read it after that write (one read, not two).
+local function mark_started(jid, jkey, rec, token, stamp)
+  local set = {attempts = 1, status = 'started', started_at = stamp, worker = ARGV[1],
+               token = token}
+  for i = 1, #rec - 1, 2 do
+    if rec[i] == 'attempts' then set.attempts = (tonumber(rec[i + 1]) or 0) + 1 end
+  end
+  set.attempts = fmt_int(set.attempts)
+  local attempts = set.attempts
+  for i = 1, #rec - 1, 2 do
+    local v = set[rec[i]]
+    if v then
+      rec[i + 1] = v
+      set[rec[i]] = nil
+    end
+  end
+  for _, k in ipairs({'attempts', 'started_at', 'worker', 'token', 'status'}) do
+    if set[k] then
+      rec[#rec + 1] = k
+      rec[#rec + 1] = set[k]
+    end
+  end
+  redis.call('HSET', jkey, 'attempts', attempts, 'status', 'started',
+    'started_at', stamp, 'worker', ARGV[1], 'token', token)
+  return {'job', stamp, rec, jid}
+end
+
 -- A job with a `ttl` field not started within ttl seconds of becoming ready (enqueue,
 -- or the end of its delay) is canceled here, reason 'expired', instead of taken: it
 -- never runs. Kept like a failure (its failure_ttl, else ARGV[4]).
@@ -114,7 +171,17 @@ local function expired(rec)
   if t <= since + ttl then return nil end
   return tonumber(f.failure_ttl or '') or tonumber(ARGV[4])
 end
-local function expire(jid, jkey, keep)
+-- nil: not expired (take it); true: canceled as expired (take the next one); else the
+-- answer: a refusal (`restore` first, for the plain take), or after 100 expired jobs
+-- in one call, "due now" (a bounded step: the worker claims again)
+local function drop_expired(jid, jkey, rec, restore)
+  local keep = expired(rec)
+  if not keep then return nil end
+  local bad = check_types(base) or wrong_type(base .. 'outbox', 'list')
+  if bad then
+    if restore then restore() end
+    return {'refused', bad}
+  end
   redis.call('ZREM', base .. 'pending', jid)
   redis.call('HSET', jkey, 'status', 'canceled', 'failure_reason', 'expired',
     'ended_at', fmt_time(t), 'error_message', 'not started within its ttl')
@@ -124,10 +191,37 @@ local function expire(jid, jkey, keep)
   notify_dependents(base, jid, 'canceled')
   redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
+  expired_n = expired_n + 1
+  if expired_n >= 100 then return {'empty', fmt_time(t), fmt_time(t)} end
+  return true
+end
+
+-- The take of a queue without settings (flags false: no cap, rate or group limits):
+-- ZPOPMAX takes the best job (the first write: failing, nothing is written); a
+-- refusal after it (`started` or `failed` of the wrong type) puts the entry back at
+-- its score first, so nothing is left written.
+local function take_plain(token)
+  local popped = redis.call('ZPOPMAX', base .. 'pending')
+  if #popped == 0 then return nothing_pending() end
+  local jid, score = popped[1], popped[2]
+  local function restore() redis.call('ZADD', base .. 'pending', score, jid) end
+  local jkey = base .. 'job:' .. jid
+  local rec = redis.pcall('HGETALL', jkey)
+  if rec.err or #rec == 0 then return dead_letter(jid, jkey, rec, restore) end
+  local gone = drop_expired(jid, jkey, rec, restore)
+  if gone == true then return take_plain(token) elseif gone then return gone end
+  local stamp = fmt_time(t)
+  local added = redis.pcall('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
+  if type(added) == 'table' then
+    restore()
+    return {'refused', wrong_type(base .. 'started', 'zset') or added.err}
+  end
+  return mark_started(jid, jkey, rec, token, stamp)
 end
 
 local function take(token)
   if cap and redis.call('ZCARD', base .. 'started') >= cap then return {'capped'} end
+  if not flags then return take_plain(token) end
   local ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
   if #ids == 0 then return nothing_pending() end
   -- rate limit (sliding-window log, docs/design.md): at most `limit` starts in any
@@ -157,31 +251,9 @@ local function take(token)
   end
   local jkey = base .. 'job:' .. jid
   local rec = redis.pcall('HGETALL', jkey)
-  if rec.err or #rec == 0 then
-    -- no record, or a key of the wrong type where it should be: dead-letter the id
-    local bad = wrong_type(base .. 'failed', 'zset')
-    if bad then return {'refused', bad} end
-    redis.call('ZREM', base .. 'pending', jid)
-    if rec.err then  -- leave the key
-      redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
-      return {'missing', jid}
-    end
-    -- garbage in the queue: an id without a record. Dead-letter it, say why.
-    redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
-      'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
-    to_failed(base, jid, t, tonumber(ARGV[4]))
-    return {'missing', jid}
-  end
-  local keep = expired(rec)
-  if keep then
-    local bad = check_types(base) or wrong_type(base .. 'outbox', 'list')
-    if bad then return {'refused', bad} end
-    expire(jid, jkey, keep)
-    expired_n = expired_n + 1
-    -- a bounded step: after 100 expired jobs, "due now" (the worker claims again)
-    if expired_n >= 100 then return {'empty', fmt_time(t), fmt_time(t)} end
-    return take(token)
-  end
+  if rec.err or #rec == 0 then return dead_letter(jid, jkey, rec) end
+  local gone = drop_expired(jid, jkey, rec)
+  if gone == true then return take(token) elseif gone then return gone end
   local stamp = fmt_time(t)
   redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
   redis.call('ZREM', base .. 'pending', jid)
@@ -199,30 +271,7 @@ local function take(token)
     redis.call('ZADD', glog, stamp, token)
     redis.call('PEXPIRE', glog, math.ceil(gwindow * 1000) + 1000)
   end
-  -- the record as HGETALL would read it after the write below (one read, not two)
-  local set = {attempts = 1, status = 'started', started_at = stamp, worker = ARGV[1],
-               token = token}
-  for i = 1, #rec - 1, 2 do
-    if rec[i] == 'attempts' then set.attempts = (tonumber(rec[i + 1]) or 0) + 1 end
-  end
-  set.attempts = fmt_int(set.attempts)
-  local attempts = set.attempts
-  for i = 1, #rec - 1, 2 do
-    local v = set[rec[i]]
-    if v then
-      rec[i + 1] = v
-      set[rec[i]] = nil
-    end
-  end
-  for _, k in ipairs({'attempts', 'started_at', 'worker', 'token', 'status'}) do
-    if set[k] then
-      rec[#rec + 1] = k
-      rec[#rec + 1] = set[k]
-    end
-  end
-  redis.call('HSET', jkey, 'attempts', attempts, 'status', 'started',
-    'started_at', stamp, 'worker', ARGV[1], 'token', token)
-  return {'job', stamp, rec, jid}
+  return mark_started(jid, jkey, rec, token, stamp)
 end
 
 if not count then

@@ -7,10 +7,12 @@
 --       retry_delay, dedup_window, field, value, ...
 -- Returns {'ok', outcome} | {'stale'}
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
--- fence and what the outcome needs, SMEMBERS of the waiting jobs), then the keys
--- written are known to have their type: the job hash (read), the outcome's registry
--- (one TYPE), `started` (the first write: failing, it writes nothing). A job with a
--- group, waiting jobs or a batch, and a failure, check the keys of their own paths.
+-- fence and what the outcome needs, SMEMBERS of the waiting jobs). A job finished
+-- or retried without a group: the outcome's registry (`finished` or `scheduled`)
+-- takes the first write (ZADD NX: failing, it wrote nothing), then `started` (ZREM
+-- under pcall: failing, the ZADD is undone and nothing is left written), then the
+-- job hash (read). A job with a group, waiting jobs or a batch, and a failure,
+-- check the keys of their own paths (TYPE) before the first write, as before.
 local base = KEYS[1]
 local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -22,19 +24,39 @@ local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 local dependents = redis.call('SMEMBERS', base .. 'dependents:' .. jid)
 local bad
-if outcome == 'failed' or (group and group ~= '') then
+local checked = outcome == 'failed' or (group and group ~= '')
+if checked then
   bad = check_types(base)            -- the paths of to_failed and release_group
-elseif outcome == 'retry' then
-  bad = wrong_type(base .. 'scheduled', 'zset')
-elseif keep ~= 0 then
-  bad = wrong_type(base .. 'finished', 'zset')
 end
 if not bad and (#dependents > 0 or (batch and batch ~= '')) then
   bad = wrong_type(base .. 'outbox', 'list')
 end
 if bad then return redis.error_reply(bad) end
 local t = now()
-redis.call('ZREM', base .. 'started', jid)
+-- the registry of a finished (kept) or retried job, when no check above vouched for it:
+-- its ZADD is the first write, `started` the second, undone on a failure of the second
+local registry, score
+if not checked then
+  if outcome == 'retry' then
+    registry, score = base .. 'scheduled', fmt_time(t + delay)
+  elseif keep ~= 0 then
+    registry, score = base .. 'finished', fmt_time(t)
+  end
+end
+if registry then
+  local added = redis.pcall('ZADD', registry, 'NX', score, jid)
+  if type(added) == 'table' then
+    return redis.error_reply(wrong_type(registry, 'zset') or added.err)
+  end
+  local gone = redis.pcall('ZREM', base .. 'started', jid)
+  if type(gone) == 'table' then
+    if added == 1 then redis.call('ZREM', registry, jid) end
+    return redis.error_reply(gone.err)
+  end
+  if added == 0 then redis.call('ZADD', registry, score, jid) end  -- was there: its new score
+else
+  redis.call('ZREM', base .. 'started', jid)
+end
 
 if outcome == 'finished' then
   if ukey and ukey ~= '' then
@@ -53,16 +75,15 @@ if outcome == 'finished' then
     redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', unpack(ARGV, 8))
     redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback',
       'failure_reason')
-    redis.call('ZADD', base .. 'finished', fmt_time(t), jid)
+    if not registry then redis.call('ZADD', base .. 'finished', fmt_time(t), jid) end
     if keep > 0 then redis.call('EXPIRE', jkey, keep) end
-    if result_ttl > 0 then prune(base .. 'finished', t - result_ttl) end
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
   redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
     'scheduled_for', fmt_time(t + delay), unpack(ARGV, 8))
   redis.call('HDEL', jkey, 'token')
-  redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid)
+  if not registry then redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid) end
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
   to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
@@ -70,7 +91,12 @@ end
 if outcome ~= 'failed' then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
 -- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h.
 -- A counter, not a record: a key of another type there skips the count (pcall); the
--- TTL is set by the call that made the key.
+-- TTL is set by the call that made the key. That call (the first outcome of its kind
+-- in a minute) also prunes `finished` of entries older than result_ttl: the records
+-- expire on their own (EXPIRE above); their ids leave the registry within a minute.
 local mkey = base .. 'minute:' .. fmt_int(math.floor(t / 60))
-if redis.pcall('HINCRBY', mkey, outcome, 1) == 1 then redis.call('EXPIRE', mkey, 7200) end
+if redis.pcall('HINCRBY', mkey, outcome, 1) == 1 then
+  redis.call('EXPIRE', mkey, 7200)
+  if outcome == 'finished' and result_ttl > 0 then prune(base .. 'finished', t - result_ttl) end
+end
 return {'ok', outcome}

@@ -9,7 +9,8 @@ local out = {}
 for i = 2, #ARGV - 1, 2 do
   local jid, token = ARGV[i], ARGV[i + 1]
   local jkey = base .. 'job:' .. jid
-  if hget(jkey, 'token') ~= token or hget(jkey, 'status') ~= 'started' then
+  local rec = hmget(jkey, 'token', 'status')   -- one read (nil: not a hash)
+  if not rec or rec[1] ~= token or rec[2] ~= 'started' then
     out[#out + 1] = 0
   else
     redis.call('ZADD', base .. 'started', 'XX', until_, jid)
