@@ -199,3 +199,16 @@ def test_finished_and_failed_jobs_past_the_retention_are_not_listed(queue, burst
     r.zadd(q.qkeys.failed, {bad.id: time.time() - 700_000})           # failed_ttl a week
     assert q.job_ids("finished") == [new.id] and q.job_ids("failed") == []
     assert (q.stats()["finished"], q.stats()["failed"]) == (1, 0)
+
+
+def test_ttl_expires_on_a_queue_with_a_concurrency_cap_too(queue, burst):
+    import time
+
+    q = queue()
+    q.set_max_active(5)               # the claim's full path (not the plain one)
+    late = q.enqueue(jobs.add, 1, 2, ttl=0.2)
+    fresh = q.enqueue(jobs.add, 2, 2)
+    time.sleep(0.4)
+    burst()
+    assert q.fetch_job(late.id).status == JobStatus.CANCELED
+    assert q.fetch_job(fresh.id).result == 4
