@@ -118,6 +118,9 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     if opts.depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
         deps, refs = _dependencies(q, opts.depends_on, when)
         mode = "deferred"
+    if opts.on_success is not None or opts.on_failure is not None:
+        opts = opts._replace(on_success=_callback(opts.on_success, allowed),
+                             on_failure=_callback(opts.on_failure, allowed))
     fields = _fields(q, ref, opts, args_enc, kwargs_enc, refs)
     assert opts.job_id is not None and opts.priority is not None  # checked() fills them
     # enqueue_many.lua's entry; a group is named so that a job without one takes the
@@ -132,6 +135,15 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
         payload=_payload(entry), deps=deps, batch=opts.batch, encoded_args=args_enc,
         encoded_kwargs=kwargs_enc,
     )
+
+
+def _callback(func: Any, allowed: tuple[str, ...]) -> str | None:
+    """An ``on_success``/``on_failure`` function as its checked, allowed reference."""
+    if func is None:
+        return None
+    ref = _checked_ref(func)
+    verify(ref, allowed)
+    return ref
 
 
 def _checked_ref(func: str | Callable[..., Any]) -> str:
@@ -209,7 +221,8 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             or opts.on_failure_url is not None or refs or opts.batch is not None
             or opts.description is not None or opts.result_ttl is not None
             or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front
-            or opts.retry is not None):
+            or opts.retry is not None or opts.on_success is not None
+            or opts.on_failure is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
@@ -220,6 +233,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             ttl=opts.ttl if opts.ttl is not None and opts.ttl > 0 else None,
             at_front="1" if opts.at_front else None,
             retry_intervals=list(opts.retry) if opts.retry is not None else None,
+            on_success=opts.on_success, on_failure=opts.on_failure,
         )
     if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
         fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
@@ -265,6 +279,7 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         failure_ttl=int(f["failure_ttl"]) if "failure_ttl" in f else None,
         ttl=float(f["ttl"]) if "ttl" in f else None,
         retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
+        on_success=f.get("on_success"), on_failure=f.get("on_failure"),
     )
     job._queue = q
     return job

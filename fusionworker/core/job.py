@@ -63,6 +63,9 @@ Hash fields (all strings in Redis):
                     which may then be zero or negative)
 ``retry_intervals`` JSON list of seconds: the delay before retry n is item n-1, the last
                     repeating (``retry=Retry(max=, interval=)``; optional)
+``on_success``      ``module:function`` enqueued with this job's id once it finished
+                    (optional; through the outbox, see workflows.py)
+``on_failure``      the same once it failed for good (optional)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -334,6 +337,9 @@ class Job(JobHabits, Generic[R]):
     ttl: float | None = None
     #: delays before retries 1, 2, ... (the last repeats); None: the backoff
     retry_intervals: list[float] | None = None
+    #: functions enqueued with this job's id once it finished / failed for good
+    on_success: str | None = None
+    on_failure: str | None = None
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -497,6 +503,8 @@ class Job(JobHabits, Generic[R]):
             failure_ttl=_ttl(data.get("failure_ttl")),
             ttl=_float(data.get("ttl")),
             retry_intervals=_json_list(data.get("retry_intervals")),
+            on_success=data.get("on_success") or None,
+            on_failure=data.get("on_failure") or None,
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -74,6 +74,11 @@ class JobOptions(NamedTuple):
     #: the delay before retry n is ``interval[n-1]`` (the last repeats); checked, the
     #: intervals as a tuple of seconds (default: none, the backoff)
     retry: Any = None
+    #: function (allowed, ``"module:function"`` or a module-level function) enqueued on
+    #: the job's queue with the job's id as its one argument once the job finished /
+    #: failed for good; exactly once (the outbox of workflows.py)
+    on_success: Any = None
+    on_failure: Any = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -138,7 +143,8 @@ class JobOptions(NamedTuple):
             0 if self.priority is None else check_priority(self.priority), timeout, retries,
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
-            self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals))
+            self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals,
+            self.on_success, self.on_failure))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -257,9 +263,7 @@ ALIASES: dict[str, str] = {
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
     "retry_policy": "use retry=Retry(max=, interval=[...]), or max_retries= and retry_delay=",
-    "on_success": "use a Batch(on_success=...) around the job, or depends_on= on a next job",
-    "on_failure": "use on_failure_url= (a URL POSTed) or a Batch(on_failure=...)",
-    "on_stopped": "use on_failure_url= (a stopped job fails) or a Batch(on_failure=...)",
+    "on_stopped": "a stopped job fails: use on_failure= (a job) or on_failure_url=",
     "link": "use depends_on= on the next job, or a Batch(on_success=...)",
     "link_error": "use on_failure_url= or a Batch(on_failure=...)",
     "countdown": "use q.enqueue_in(seconds, func, ...)",

@@ -161,13 +161,15 @@ def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit
             break
         for note in notes:
             try:
-                outcome, dependent, job_id = json.loads(text(note))
+                outcome, dependent, job_id, *callback = json.loads(text(note))
                 dq, did = split_ref(dependent)
                 check_queue_name(dq)
             except (ValueError, TypeError) as exc:
                 log.error("Dropped a malformed dependency note in %s: %s", outbox, exc)
             else:
-                if outcome.startswith("batch:"):  # a job of a batch ended (batch.py)
+                if outcome.startswith("callback:"):   # enqueue(on_success=/on_failure=)
+                    _fire_callback(connection, settings, dq, did, outcome[9:], callback)
+                elif outcome.startswith("batch:"):  # a job of a batch ended (batch.py)
                     scripts.batch_done(keys=[keys.queue(dq).base],
                                        args=[did, dependency_ref(queue, job_id),
                                              outcome[6:], ""])
@@ -178,6 +180,26 @@ def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit
             connection.lrem(outbox, 1, text(note))
             done += 1
     return done
+
+
+def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_id: str,
+                   outcome: str, callback: list[Any]) -> None:
+    """Enqueue the callback of job ``job_id`` (``func(job_id)``) on its queue, once: its
+    id is fixed (``<job_id>:on_success``), so a note replayed twice enqueues it once
+    while it is live or within the dedup window."""
+    from .queue import Queue
+
+    if len(callback) != 1 or not isinstance(callback[0], str):
+        raise ValueError(f"callback note of job {job_id} names no function")
+    kind = "on_success" if outcome == "finished" else "on_failure"
+    from ..exceptions import FusionWorkerError
+
+    q = Queue(queue, connection, settings=settings, events=False)
+    try:
+        q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])
+    except (FusionWorkerError, ValueError, TypeError) as exc:   # never will: drop the note
+        log.error("The %s callback %s of job %s on %s was not enqueued: %s",
+                  kind, callback[0], job_id, queue, exc)
 
 
 def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, older_than: float,
@@ -215,7 +237,8 @@ class DependencyMiddleware(Middleware):
             self._replay(worker, queue)
 
     def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
-        if getattr(job, "has_dependents", False) or getattr(job, "batch", None):
+        if (getattr(job, "has_dependents", False) or getattr(job, "batch", None)
+                or getattr(job, "on_success", None) or getattr(job, "on_failure", None)):
             self._replay(worker, job.queue)
         else:
             self._dirty.add(job.queue)

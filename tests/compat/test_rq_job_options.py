@@ -212,3 +212,29 @@ def test_ttl_expires_on_a_queue_with_a_concurrency_cap_too(queue, burst):
     burst()
     assert q.fetch_job(late.id).status == JobStatus.CANCELED
     assert q.fetch_job(fresh.id).result == 4
+
+
+def test_on_success_and_on_failure_are_enqueued_once_with_the_job_id(queue, work, r):
+    q = queue()
+    ok = q.enqueue(jobs.add, 1, 2, on_success=jobs.echo, on_failure="tests.jobs:echo",
+                   result_ttl=0)
+    bad = q.enqueue(jobs.boom, on_success=jobs.echo, on_failure=jobs.echo)
+    assert (q.fetch_job(bad.id).on_success, bad.on_failure) == ("tests.jobs:echo",) * 2
+    work()
+    success = q.fetch_job(f"{ok.id}:on_success")       # the job itself is not kept
+    failure = q.fetch_job(f"{bad.id}:on_failure")
+    assert success.status == JobStatus.FINISHED and success.result == {"args": [ok.id], "kwargs": {}}
+    assert failure.status == JobStatus.FINISHED and failure.result == {"args": [bad.id], "kwargs": {}}
+    assert q.fetch_job(f"{ok.id}:on_failure") is None
+    assert q.fetch_job(f"{bad.id}:on_success") is None
+    assert sorted(q.job_ids("finished")) == sorted([success.id, failure.id])
+    assert r.llen(q.qkeys.outbox) == 0
+
+
+def test_a_callback_that_is_not_allowed_is_refused_before_anything_is_written(queue):
+    from fusionworker.exceptions import FunctionNotAllowed
+
+    q = queue()
+    with pytest.raises(FunctionNotAllowed):
+        q.enqueue(jobs.add, 1, 2, on_success="os:system")
+    assert not q.connection.keys(q.qkeys.match_all)

@@ -44,8 +44,6 @@ def test_decorator_meta_and_description(r, settings):
 
 
 @pytest.mark.parametrize(("keyword", "value", "hint"), [
-    ("on_success", "tests.jobs:noop", "Batch(on_success"),
-    ("on_failure", "tests.jobs:noop", "on_failure_url="),
     ("on_stopped", "tests.jobs:noop", "on_failure_url="),
 ])
 def test_rq_options_that_are_no_option_here_are_refused(queue, keyword, value, hint):

@@ -189,6 +189,14 @@ function notify_dependents(base, jid, outcome)
   if batch and batch ~= '' then
     redis.call('RPUSH', base .. 'outbox', cjson.encode({'batch:' .. outcome, batch, jid}))
   end
+  -- per-job callbacks (enqueue(on_success=, on_failure=)): the note names the function,
+  -- the replay enqueues it (the record may be gone by then: result_ttl=0)
+  local field = (outcome == 'finished' and 'on_success') or (outcome == 'failed' and 'on_failure')
+  local cb = field and hget(base .. 'job:' .. jid, field)
+  if cb and cb ~= '' then
+    redis.call('RPUSH', base .. 'outbox', cjson.encode({'callback:' .. outcome,
+      string.match(base, '{(.*)}:$') .. ':' .. jid, jid, cb}))
+  end
 end
 
 -- Move a job to the failed registry (dead-letter) with retention failed_ttl.

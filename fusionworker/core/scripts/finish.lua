@@ -18,17 +18,21 @@ local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
-local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'status')
-if not rec or rec[1] ~= token or rec[6] ~= 'started' then return {'stale'} end
+local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
+  'on_failure', 'status')
+if not rec or rec[1] ~= token or rec[8] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
+-- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
+local cb = (outcome == 'finished' and rec[6]) or (outcome == 'failed' and rec[7])
+local notify = (batch and batch ~= '') or (cb and cb ~= '')
 local dependents = redis.call('SMEMBERS', base .. 'dependents:' .. jid)
 local bad
 local checked = outcome == 'failed' or (group and group ~= '')
 if checked then
   bad = check_types(base)            -- the paths of to_failed and release_group
 end
-if not bad and (#dependents > 0 or (batch and batch ~= '')) then
+if not bad and (#dependents > 0 or notify) then
   bad = wrong_type(base .. 'outbox', 'list')
 end
 if bad then return redis.error_reply(bad) end
@@ -66,7 +70,7 @@ if outcome == 'finished' then
     end
   end
   if group and group ~= '' then release_group(base, jid) end
-  if #dependents > 0 or (batch and batch ~= '') then
+  if #dependents > 0 or notify then
     notify_dependents(base, jid, 'finished')
   end
   if keep == 0 then
