@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - job.py imports this module
@@ -15,12 +16,14 @@ class FusionWorkerError(Exception):
 class Retry(Exception):
     """Raise from a job to ask for a retry (counts against ``max_retries``).
 
-    ``delay`` (seconds) overrides the exponential backoff for this retry.
+    ``delay`` (seconds, or a ``timedelta``) overrides the exponential backoff for
+    this retry.
     """
 
-    def __init__(self, message: str = "retry requested by the job", delay: float | None = None):
+    def __init__(self, message: str = "retry requested by the job",
+                 delay: float | timedelta | None = None):
         super().__init__(message)
-        self.delay = delay
+        self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
 
 
 class JobTimeoutError(BaseException):

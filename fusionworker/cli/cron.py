@@ -34,7 +34,9 @@ def cron() -> None:
 @click.argument("args", nargs=-1)
 @click.option("--queue", "-q", default="default", show_default=True)
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
-@click.option("--priority", type=click.IntRange(-1023, 1023), default=0, show_default=True)
+@click.option("--priority", type=click.IntRange(-1023, 1023), default=None,
+              help="-1023..1023, higher first (default: the function's @job priority, "
+                   "else 0).")
 @click.option("--timezone", default="UTC", show_default=True,
               help="IANA zone the schedule is read in, e.g. Europe/Berlin.")
 @click.option("--catch-up", type=click.Choice(cron_api.CATCH_UP_MODES), default="skip",
@@ -46,7 +48,7 @@ def cron() -> None:
 @click.option("--max-retries", type=click.IntRange(min=0))
 @pass_app
 def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...], queue: str,
-             kwargs_json: str | None, priority: int, timezone: str, catch_up: str,
+             kwargs_json: str | None, priority: int | None, timezone: str, catch_up: str,
              allow_overlap: bool, timeout: float | None, max_retries: int | None) -> None:
     """Add (or replace) entry NAME: run FUNC (module:function) on SCHEDULE.
 

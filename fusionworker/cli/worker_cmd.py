@@ -31,7 +31,8 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
               metavar="QUEUES",
               help="Comma list of queues served ROUND-ROBIN, optionally weighted "
                    "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
-                   "known queue (the default when no queue is given).")
+                   "known queue (the default when no queue is given). Queues given as "
+                   "arguments instead are served in STRICT order.")
 @click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
@@ -80,16 +81,17 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            horse_jobs: int | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
-    `-q high,default,low` serves the queues ROUND-ROBIN (weights:
-    `-q high:5,default:2,low:1`); no queue: every known queue, round-robin.
-    RQ's `worker high default low` means STRICT order (a job of `default`
-    only when `high` has none): it is recognized and refused with one line,
-    as this worker cannot claim in strict order yet.
+    `worker high default low` (queues as arguments, as with RQ) serves them in
+    STRICT order: a job of `default` only when `high` has none ready, a job of
+    `low` only when both have none. `-q high,default,low` serves them
+    ROUND-ROBIN (weights: `-q high:5,default:2,low:1`); no queue: every known
+    queue, round-robin.
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
     queues = queue_spec(ordered, queues)
+    strict = bool(ordered)
     try:
         parse_queue_spec(queues)
     except ValueError as exc:
@@ -120,7 +122,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         connection = connect(app.url)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
-                            processes, max_restarts, restart_window, concurrency))
+                            processes, max_restarts, restart_window, concurrency, strict))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                  metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
                  horse_jobs=horse_jobs)
@@ -135,7 +137,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         return load_settings(None, environ=environ, **app.overrides, **flags)
 
     w = Worker(queues, connection, settings=app.settings, name=name, burst=burst,
-               reload_settings=reload_settings)
+               reload_settings=reload_settings, strict=strict)
     try:
         code = w.work()
     except ValueError as exc:
@@ -145,16 +147,9 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     sys.exit(code)
 
 
-#: what ``worker high default low`` needs from the worker and why it is refused until then
-STRICT_ORDER_MISSING = (
-    "positional queues ask for RQ's strict order (a job of the second queue only when "
-    "the first has none), which this worker cannot do yet: serve them round-robin with "
-    "-q {spec}, or give the first queue's jobs a higher priority inside one queue")
-
-
 def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:
-    """The ``--queue`` spec of the command line: positional queues (strict order) or
-    ``-q`` (round-robin), not both; neither: ``all``."""
+    """The queue spec of the command line: positional queues (strict order, served
+    with ``strict=True``) or ``-q`` (round-robin), not both; neither: ``all``."""
     if ordered and queues is not None:
         raise click.UsageError("give the queues as arguments (strict order) or with -q "
                                "(round-robin), not both")
@@ -165,12 +160,13 @@ def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:
             raise click.BadParameter(f"{name!r}: weights and comma lists go with -q "
                                      "(round-robin); arguments are plain queue names",
                                      param_hint="QUEUE")
-    raise click.UsageError(STRICT_ORDER_MISSING.format(spec=",".join(ordered)))
+    return ",".join(ordered)
 
 
 def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name: str | None,
                worker_ttl: int | None, max_horse_memory: int | None, processes: int,
-               max_restarts: int, restart_window: float, concurrency: int | None = None) -> int:
+               max_restarts: int, restart_window: float, concurrency: int | None = None,
+               strict: bool = False) -> int:
     """Run ``processes`` children of the same ``worker`` command under a :class:`Supervisor`."""
     # Children resolve settings like we did (same env, same config file). The URL goes
     # in their environment (not argv: `ps` would show a password) so that they use an
@@ -180,7 +176,9 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
     if app.config_file:
         common += ["-c", app.config_file]
     common += ["--log-level", app.settings.log_level, "--log-format", app.settings.log_format]
-    args: list[str] = ["worker", "--queue", queues, "--processes", "1",
+    # strict order: the queues as arguments, as they were given to us
+    served = queues.split(",") if strict else ["--queue", queues]
+    args: list[str] = ["worker", *served, "--processes", "1",
                        "--metrics-bind", app.settings.metrics_bind]
     if burst:
         args.append("--burst")
@@ -205,7 +203,8 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
     supervisor = Supervisor(command, processes, names=names, env=env, burst=burst,
                             connection=connection, prefix=app.settings.prefix,
                             max_restarts=max_restarts,
-                            restart_window=restart_window, description=f"queues {queues}")
+                            restart_window=restart_window,
+                            description=f"queues {queues}{' (strict order)' if strict else ''}")
     return supervisor.run()
 
 

@@ -29,7 +29,7 @@ from .config import check_value
 from .connection import text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
-from .options import JobOptions
+from .options import JobOptions, seconds_of
 from .registry import lookup, producer_allowed, registered
 from .scripts import replies
 
@@ -57,6 +57,8 @@ _CHECKED_REFS: set[str] = set()
 
 def at(when: datetime) -> tuple[str, float]:
     """``enqueue_at``'s time: naive datetimes are taken as UTC."""
+    if not isinstance(when, datetime):
+        raise TypeError(f"enqueue_at takes a datetime, got {when!r}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return ("at", when.timestamp())
@@ -91,7 +93,7 @@ class PreparedJob:
 
 def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
             kwargs: Mapping[str, Any] | None, options: JobOptions,
-            when: tuple[str, float] | None = None) -> PreparedJob:
+            when: tuple[str, Any] | None = None) -> PreparedJob:
     """Validate and encode one job for queue ``q``; writes nothing."""
     # a bulk producer calls this per job: the settings' values are read once
     # (defaults), a checked function reference is remembered, and the error
@@ -105,6 +107,8 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     if handle is not None and handle.default_options:
         options = options.over(handle.default_options)
     opts = options.checked(default_timeout, default_retries)
+    if when is not None:      # enqueue_in(timedelta(...)) as well as seconds
+        when = (when[0], seconds_of(when[1], "the delay"))
     if when is not None and not math.isfinite(float(when[1])):
         raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
     args_enc, kwargs_enc = _encode_arguments(ref, args, kwargs)

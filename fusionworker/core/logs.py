@@ -41,3 +41,26 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def has_handler(logger: logging.Logger) -> bool:
+    """A handler of ``logger`` or of an ancestor it propagates to would take its
+    records (``logging.lastResort`` does not count: it shows warnings only)."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.handlers:
+            return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+def setup_default_logging(level: str = "INFO", fmt: str = "text") -> bool:
+    """:func:`setup_logging`, only when nothing is configured: no handler on the
+    ``fusionworker`` logger or its ancestors (what ``rq``'s worker does when it
+    starts). A program that configured logging keeps its own. True: configured."""
+    if has_handler(logging.getLogger("fusionworker")):
+        return False
+    setup_logging(level, fmt)
+    return True

@@ -16,6 +16,7 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .config import ConfigError, check_value
@@ -86,7 +87,8 @@ class JobOptions(NamedTuple):
                        else check_value("max_retries", int(self.max_retries), "max_retries"))
             delay = self.retry_delay
             if delay is not None:
-                delay = check_value("retry_delay", float(delay), "retry_delay")
+                delay = check_value("retry_delay", seconds_of(delay, "retry_delay"),
+                                    "retry_delay")
         except (TypeError, ValueError) as exc:
             if isinstance(exc, ConfigError):
                 raise
@@ -96,6 +98,10 @@ class JobOptions(NamedTuple):
             job_id = new_job_id()
         elif job_id.__class__ is not str or not job_id or len(job_id) > 200:
             raise ValueError(f"job_id must be a non-empty string of at most 200 characters, "
+                             f"got {job_id!r}")
+        elif not job_id.isprintable() or " " in job_id:
+            # a space, newline or control character: ids are shown, typed and logged
+            raise ValueError(f"job_id must not contain whitespace or control characters, "
                              f"got {job_id!r}")
         if self.batch is not None:
             _check_batch(self.batch)
@@ -112,6 +118,18 @@ NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
 _make = JobOptions._make
+
+
+def seconds_of(value: Any, what: str) -> float:
+    """Seconds from a number or a :class:`~datetime.timedelta` (RQ's and Celery's
+    habit for a delay); TypeError naming ``what`` for anything else."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    try:
+        return float(value)        # a numeric string, as before
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a number of seconds or a timedelta, "
+                        f"got {value!r}") from None
 
 
 def _not_a_number(options: JobOptions) -> str:

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import enqueue as _enqueue
@@ -139,9 +139,10 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         """
         return self.enqueue_call(func, args=args, kwargs=kwargs, **split(kwargs).given())
 
-    def enqueue_in(self, seconds: float, func: str | Callable[..., Any], *args: Any,
+    def enqueue_in(self, seconds: float | timedelta, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
-        """Enqueue to run ``seconds`` from now (by the Redis server's clock)."""
+        """Enqueue to run ``seconds`` (or a ``timedelta``) from now (by the Redis
+        server's clock)."""
         return self.enqueue_call(func, args=args, kwargs=kwargs, _when=("in", seconds),
                                  **split(kwargs).given())
 
@@ -170,7 +171,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         batch: Batch | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
-        _when: tuple[str, float] | None = None,
+        _when: tuple[str, float | timedelta] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
 
@@ -215,7 +216,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         batch: Batch | None = None,
         description: str | None = None,
         meta: dict[str, Any] | None = None,
-        _when: tuple[str, float] | None = None,
+        _when: tuple[str, float | timedelta] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import NoSuchJob
@@ -86,8 +86,16 @@ def split_ref(ref: str) -> tuple[str, str]:
 def normalize_dependencies(queue: str, depends_on: Any) -> list[tuple[str, str]]:
     """``depends_on`` -> ``[(queue, job_id), ...]``: a Job (any queue), a ``(queue, id)``
     pair, or a job id string (a job of ``queue``). Duplicates dropped, order kept."""
-    items = [depends_on] if isinstance(depends_on, (str, tuple)) or hasattr(
-        depends_on, "queue") else list(depends_on)
+    if isinstance(depends_on, Mapping):     # list() would take its keys for job ids
+        raise TypeError(f"depends_on takes Jobs, job ids or (queue, id) pairs (or a list of "
+                        f"them), not a dict: got {depends_on!r}")
+    if isinstance(depends_on, (str, tuple)) or hasattr(depends_on, "queue"):
+        items = [depends_on]
+    elif isinstance(depends_on, Iterable):
+        items = list(depends_on)
+    else:
+        raise TypeError(f"depends_on takes Jobs, job ids or (queue, id) pairs (or a list of "
+                        f"them), got {depends_on!r}")
     if not items:
         raise ValueError("depends_on is empty")
     out: list[tuple[str, str]] = []

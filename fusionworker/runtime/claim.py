@@ -11,6 +11,12 @@ the previous jobs' finish pipeline (recorder.py). A queue that gave fewer
 than asked is dry for this round and the rest of the want goes to the next
 queues. With one slot this is exactly "each claim starts one place after
 the queue that gave the previous job and skips empty or paused queues".
+
+In strict order (``strict=True``: RQ's ``worker high default low``) there is
+no cycle position: each round asks the first queue in listed order that is
+not dry this claim nor backed off for every wanted job, and the next round
+the next such queue for what is left, so a job of a later queue is taken only
+when every earlier queue was found empty (or paused) in this claim.
 """
 
 from __future__ import annotations
@@ -129,10 +135,15 @@ class Claimer:
     record without a job keeps."""
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
-                 name: str, lease: float, failed_ttl: float) -> None:
+                 name: str, lease: float, failed_ttl: float, strict: bool = False) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
         self.spec = parse_queue_spec(spec)
+        #: strict order: the first queue in listed order that has jobs, always
+        self.strict = strict
+        if strict and any(weight != 1 for _, weight in self.spec):
+            raise ValueError("weights mean nothing in strict queue order: give plain "
+                             "queue names, or serve them weighted round-robin")
         self.queue_names: list[str] = []
         self.cycle: list[str] = []
         self.pos = 0
@@ -227,6 +238,8 @@ class Claimer:
         skip = set(dry) if dry else set()
         if self.backoff:
             skip.update(q for q in self.queue_names if q in self.backoff and self.backed_off(q))
+        if self.strict:
+            return self._strict_plan(want, skip)
         if not skip and want == 1:           # the steady state of one slot
             index = self.pos % n
             return Plan([(self.cycle[index], 1)], [index])
@@ -244,6 +257,13 @@ class Claimer:
             places.append(index)
             counts[queue] = counts.get(queue, 0) + 1
         return Plan(list(counts.items()), places)
+
+    def _strict_plan(self, want: int, skip: set[str]) -> Plan | None:
+        """Strict order: every wanted job asked of the first queue not skipped."""
+        for index, queue in enumerate(self.cycle):
+            if queue not in skip:
+                return Plan([(queue, want)], [index] * want)
+        return None
 
     def forget(self) -> None:
         """Start a claim (one or more rounds): forget what the last one met. Not per
@@ -269,20 +289,17 @@ class Claimer:
 
     def reload_scripts(self, plan: Plan, answers: list[Any]) -> None:
         """A NOSCRIPT reply (Redis restarted or failed over): the Script call loads the
-        script and runs that claim once more, on its own."""
-        for i, reply in enumerate(answers):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                queue, count = plan.calls[i]
-                try:
-                    answers[i] = self.scripts.claim(keys=[self.keys.queue(queue).base],
-                                                    args=self._args(count))
-                except redis.RedisError as exc:
-                    answers[i] = exc
+        script and runs that claim once more, on its own (with a fresh token)."""
+        if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in answers):
+            self.scripts.reload_missing(
+                answers, [("claim", [self.keys.queue(queue).base], self._args(count))
+                          for queue, count in plan.calls], catch=redis.RedisError)
 
     def take(self, plan: Plan, answers: list[Any], dry: set[str]) -> list[Job[Any]]:
         """The jobs of the round's replies; queues that gave less than asked join ``dry``.
 
-        :attr:`pos` moves one place past the last place that got a job."""
+        :attr:`pos` moves one place past the last place that got a job (round-robin;
+        strict order has no position)."""
         jobs: list[Job[Any]] = []
         got: dict[str, int] = {}
         for (queue, count), reply in zip(plan.calls, answers):
@@ -297,7 +314,7 @@ class Claimer:
             if name is not None and got.get(name, 0) > 0:
                 got[name] -= 1
                 last = index
-        if last is not None and self.cycle:
+        if last is not None and self.cycle and not self.strict:
             self.pos = (last + 1) % len(self.cycle)
         return jobs
 

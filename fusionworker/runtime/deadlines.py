@@ -63,24 +63,24 @@ class DeadlineBoard:
 
     _ENTRY = struct.Struct("d")
 
-    def __init__(self, slots: int = 1, fd: int | None = None) -> None:
+    def __init__(self, entries: int = 1, fd: int | None = None) -> None:
         if fd is None:
             fd = os.memfd_create("fusionworker-deadlines", 0)
-            os.ftruncate(fd, self._ENTRY.size * slots)
-        elif slots <= 0:    # the fork server: as many entries as the memfd holds
-            slots = max(1, os.fstat(fd).st_size // self._ENTRY.size)
+            os.ftruncate(fd, self._ENTRY.size * entries)
+        elif entries <= 0:    # the fork server: as many entries as the memfd holds
+            entries = max(1, os.fstat(fd).st_size // self._ENTRY.size)
         self.fd = fd
-        self.slots = slots
-        self._map = mmap.mmap(fd, self._ENTRY.size * slots)
+        self.entries = entries
+        self._map = mmap.mmap(fd, self._ENTRY.size * entries)
 
-    def set(self, deadline: float, slot: int = 0) -> None:
-        """Entry ``slot`` gets ``deadline`` (``inf``: none, written as 0)."""
-        if 0 <= slot < self.slots:
+    def set(self, deadline: float, entry: int = 0) -> None:
+        """Entry ``entry`` gets ``deadline`` (``inf``: none, written as 0)."""
+        if 0 <= entry < self.entries:
             value = 0.0 if math.isinf(deadline) else deadline
-            self._ENTRY.pack_into(self._map, self._ENTRY.size * slot, value)
+            self._ENTRY.pack_into(self._map, self._ENTRY.size * entry, value)
 
-    def get(self, slot: int = 0) -> float:
-        return float(self._ENTRY.unpack_from(self._map, self._ENTRY.size * slot)[0])
+    def get(self, entry: int = 0) -> float:
+        return float(self._ENTRY.unpack_from(self._map, self._ENTRY.size * entry)[0])
 
     def close(self) -> None:
         self._map.close()

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from redis.typing import EncodableT
 
 from ..core.hooks import WorkerContext
@@ -81,12 +80,9 @@ class Heartbeat:
         pipe.exists(ctx.keys.suspended)
         sent = time.monotonic()
         answers = pipe.execute(raise_on_error=False)
-        for i, (keys, args) in enumerate(touches):
-            if isinstance(answers[i], redis.exceptions.NoScriptError):
-                try:     # Redis restarted or failed over: the Script call loads it
-                    answers[i] = self.scripts.touch_many(keys=keys, args=args)
-                except redis.ResponseError as exc:
-                    answers[i] = exc
+        # Redis restarted or failed over: the Script call loads it and runs it again
+        self.scripts.reload_missing(answers, [("touch_many", keys, args)
+                                              for keys, args in touches])
         refused = next((r for r in answers if isinstance(r, Exception)), None)
         if refused is not None:
             return refused

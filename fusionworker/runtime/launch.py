@@ -88,7 +88,7 @@ class Launcher(Protocol):
 def make_board(spec: LaunchSpec) -> DeadlineBoard | None:
     """The horses' deadlines in shared memory, one entry per slot (deadlines.py)."""
     try:
-        return DeadlineBoard(slots=spec.entries)
+        return DeadlineBoard(entries=spec.entries)
     except OSError as exc:             # no memfd: the parent's own police still kills
         log.warning("Worker %s: no shared memory for horse deadlines (%s)", spec.name, exc)
         return None

@@ -5,7 +5,7 @@ Two channels:
 
 * **the fork server's socket** (worker <-> fork server, forkserver/): messages
   are 4-byte big-endian length + bytes (:func:`frame`). The worker sends a
-  :class:`RunRequest` per job as two frames: JSON ``{"func", "slot"}`` (what
+  :class:`RunRequest` per job as two frames: JSON ``{"func", "entry"}`` (what
   the server needs itself: the module to preload, the deadline entry to
   watch) and the job's own JSON, which the server hands to a waiting horse
   unparsed. The server answers, per request and in order, a
@@ -99,15 +99,15 @@ def _recv_frame(sock: socket.socket) -> bytes | None:
 
 @dataclass(frozen=True, slots=True)
 class RunRequest:
-    """Run one job: ``func`` (the module the server may preload), ``slot`` (its entry on
+    """Run one job: ``func`` (the module the server may preload), ``entry`` (its entry on
     the deadline board) and ``body``, the job as the horse reads it (:func:`job_of`)."""
 
     func: str
-    slot: int
+    entry: int
     body: bytes
 
     @classmethod
-    def of(cls, job: Job[Any], slot: int = 0, trace: bool = False) -> RunRequest:
+    def of(cls, job: Job[Any], entry: int = 0, trace: bool = False) -> RunRequest:
         """The request for ``job``; ``trace``: OpenTelemetry on (the span's fields go too)."""
         msg: dict[str, Any] = {"id": job.id, "queue": job.queue, "func": job.func,
                                "args": encode(job.args), "kwargs": encode(job.kwargs),
@@ -117,10 +117,10 @@ class RunRequest:
         msg["attempt"], msg["max_retries"] = job.attempts, job.max_retries
         if getattr(job, "meta", None):     # current_job().meta starts from it (progress.py)
             msg["meta"] = encode(job.meta)
-        return cls(job.func, slot, json.dumps(msg).encode())
+        return cls(job.func, entry, json.dumps(msg).encode())
 
     def encode(self) -> bytes:
-        return json_frame({"func": self.func, "slot": self.slot}) + frame(self.body)
+        return json_frame({"func": self.func, "entry": self.entry}) + frame(self.body)
 
     @staticmethod
     def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
@@ -129,7 +129,7 @@ class RunRequest:
         requests = []
         for head, body in zip(frames[::2], frames[1::2]):
             meta = json.loads(head)
-            requests.append(RunRequest(meta["func"], int(meta.get("slot", 0)), body))
+            requests.append(RunRequest(meta["func"], int(meta.get("entry", 0)), body))
         return requests, frames[-1] if len(frames) % 2 else None
 
 

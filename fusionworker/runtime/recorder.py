@@ -136,9 +136,9 @@ class Recorder:
         counters = next((r for r in answers[len(ended):len(ended) + n_counters]
                          if isinstance(r, Exception)), None)
         unknown = False
+        # Redis restarted or failed over: each script is loaded and run once more
+        self.scripts.reload_missing(answers, calls, catch=redis.RedisError)
         for (job, outcome), call, reply in zip(ended, calls, answers):
-            if isinstance(reply, redis.exceptions.NoScriptError):
-                reply = self._direct(call)     # Redis restarted or failed over: load, run once
             if isinstance(reply, Exception):
                 unknown |= self._failed(job, outcome, reply, counted=counters is None)
             elif counters is not None and is_oom(counters):
@@ -212,13 +212,6 @@ class Recorder:
         pipe.hincrbyfloat(self.key, "total_working_time", working)
         return len(counts) + 1
 
-    def _direct(self, call: tuple[str, list[Any], list[Any]]) -> Any:
-        name, keys, args = call
-        try:
-            return getattr(self.scripts, name)(keys=keys, args=args)
-        except redis.RedisError as exc:
-            return exc
-
     # -- one outcome on its own, until Redis takes it ----------------------------
 
     def record_alone(self, job: Job[Any], outcome: Outcome, *, counted: bool = False,
@@ -239,8 +232,7 @@ class Recorder:
                 if not counted:
                     self._queue_counters(pipe, [(job, outcome)])
                 answers = pipe.execute(raise_on_error=False)
-                if isinstance(answers[0], redis.exceptions.NoScriptError):
-                    answers[0] = getattr(self.scripts, call[0])(keys=call[1], args=call[2])
+                self.scripts.reload_missing(answers, [call], catch=())   # raised as before
                 for value in answers:
                     if isinstance(value, Exception):
                         raise value

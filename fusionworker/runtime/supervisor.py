@@ -10,7 +10,7 @@ What it does:
 
 * **Restarts** a child that exits (crash, SIGKILL, OOM kill, or a clean exit
   outside burst mode), at most ``max_restarts`` times per ``restart_window``
-  seconds per slot; beyond that the slot waits until the window allows it
+  seconds per place; beyond that the place waits until the window allows it
   again (logged), so a child that dies at start-up cannot spin.
 * **Forwards signals.** The first SIGTERM/SIGINT is forwarded to every child
   (warm shutdown: each finishes its current job, deregisters, exits 0); the
@@ -103,7 +103,7 @@ def describe_exit(code: int) -> str:
 
 
 @dataclass
-class Slot:
+class Place:
     """One of the N places a worker process runs in."""
 
     index: int
@@ -115,7 +115,7 @@ class Slot:
 
 
 class Supervisor:
-    """Runs ``processes`` children built by ``command(slot)`` until shut down."""
+    """Runs ``processes`` children built by ``command(place)`` until shut down."""
 
     def __init__(
         self,
@@ -136,7 +136,7 @@ class Supervisor:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.command = command
-        self.names = names or (lambda slot, pid: f"{socket.gethostname()}.{pid}")
+        self.names = names or (lambda place, pid: f"{socket.gethostname()}.{pid}")
         self.env = child_env(env)
         self.burst = burst
         self.connection = connection
@@ -146,7 +146,7 @@ class Supervisor:
         self.restart_delay = restart_delay
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.description = description
-        self.slots = [Slot(i) for i in range(processes)]
+        self.places = [Place(i) for i in range(processes)]
         self.stop_level = 0        # 0 running, 1 warm, 2 cold: signals received
         self._forwarded = 0        # how many of them were forwarded to the children
         self._last_signal = signal.SIGTERM
@@ -163,10 +163,10 @@ class Supervisor:
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
         """SIGHUP: every child re-reads its config file (governor thresholds, log level)."""
-        for slot in self.slots:
-            if slot.proc is not None and slot.proc.poll() is None:
+        for place in self.places:
+            if place.proc is not None and place.proc.poll() is None:
                 try:
-                    os.kill(slot.proc.pid, signal.SIGHUP)
+                    os.kill(place.proc.pid, signal.SIGHUP)
                 except ProcessLookupError:
                     pass
 
@@ -202,14 +202,14 @@ class Supervisor:
         try:
             self._start_due()
             log.info("Supervisor pid %d started %d worker process(es)%s: pids %s", os.getpid(),
-                     len(self.slots), f" on {self.description}" if self.description else "",
-                     ", ".join(str(s.proc.pid) for s in self.slots if s.proc))
+                     len(self.places), f" on {self.description}" if self.description else "",
+                     ", ".join(str(s.proc.pid) for s in self.places if s.proc))
             self.notifier.ready(self._status_text())
             self._ping()
             while True:
                 self._forward_signals()
                 self._reap()
-                if all(s.proc is None and s.next_start is None for s in self.slots):
+                if all(s.proc is None and s.next_start is None for s in self.places):
                     break
                 if not self.stop_level:
                     self._start_due()
@@ -226,9 +226,9 @@ class Supervisor:
     def _timeout(self) -> float:
         timeout = 1.0
         now = time.monotonic()
-        for slot in self.slots:
-            if slot.proc is None and slot.next_start is not None:
-                timeout = min(timeout, max(0.0, slot.next_start - now))
+        for place in self.places:
+            if place.proc is None and place.next_start is not None:
+                timeout = min(timeout, max(0.0, place.next_start - now))
         interval = self.notifier.watchdog_interval()
         if interval:
             timeout = min(timeout, interval / 4)
@@ -249,86 +249,86 @@ class Supervisor:
         while self._forwarded < self.stop_level:
             self._forwarded += 1
             mode = "warm" if self._forwarded == 1 else "cold"
-            live = [s for s in self.slots if s.proc is not None]
+            live = [s for s in self.places if s.proc is not None]
             log.info("Supervisor got %s: %s shutdown of %d worker process(es)%s",
                      self._last_signal.name, mode, len(live),
                      "; send it again for a cold shutdown" if mode == "warm" else "")
             if self._forwarded == 1:
                 self.notifier.stopping(f"Supervisor: {mode} shutdown")
-            for slot in self.slots:
-                if slot.proc is None:
-                    slot.next_start = None  # waiting for a restart: stays down
+            for place in self.places:
+                if place.proc is None:
+                    place.next_start = None  # waiting for a restart: stays down
                     continue
                 try:
-                    slot.proc.send_signal(self._last_signal)
+                    place.proc.send_signal(self._last_signal)
                 except ProcessLookupError:  # exited meanwhile: _reap sees it
                     pass
 
     def _start_due(self) -> None:
         now = time.monotonic()
-        for slot in self.slots:
-            if slot.proc is None and slot.next_start is not None and slot.next_start <= now:
-                self._start(slot)
+        for place in self.places:
+            if place.proc is None and place.next_start is not None and place.next_start <= now:
+                self._start(place)
 
-    def _start(self, slot: Slot) -> None:
-        argv = list(self.command(slot.index))
-        slot.proc = subprocess.Popen(argv, env=self.env, preexec_fn=_child_setup,  # noqa: PLW1509
+    def _start(self, place: Place) -> None:
+        argv = list(self.command(place.index))
+        place.proc = subprocess.Popen(argv, env=self.env, preexec_fn=_child_setup,  # noqa: PLW1509
                                      close_fds=True)
-        slot.name = self.names(slot.index, slot.proc.pid)
-        slot.next_start = None
-        log.debug("Supervisor: slot %d runs pid %d (%s)", slot.index, slot.proc.pid, slot.name)
+        place.name = self.names(place.index, place.proc.pid)
+        place.next_start = None
+        log.debug("Supervisor: place %d runs pid %d (%s)", place.index, place.proc.pid, place.name)
 
     def _reap(self) -> None:
-        for slot in self.slots:
-            if slot.proc is None:
+        for place in self.places:
+            if place.proc is None:
                 continue
-            code = slot.proc.poll()
+            code = place.proc.poll()
             if code is None:
                 continue
-            pid, slot.proc, slot.last_code = slot.proc.pid, None, code
+            pid, place.proc, place.last_code = place.proc.pid, None, code
             if code != 0:
-                self._forget(slot, pid)
+                self._forget(place, pid)
             if self.stop_level or (self.burst and code == 0):
                 if code != 0:
                     self.failures += 1
-                    log.warning("Worker process %d (pid %d) %s during shutdown", slot.index,
+                    log.warning("Worker process %d (pid %d) %s during shutdown", place.index,
                                 pid, describe_exit(code))
                 else:
-                    log.info("Worker process %d (pid %d) exited", slot.index, pid)
-                slot.next_start = None
+                    log.info("Worker process %d (pid %d) exited", place.index, pid)
+                place.next_start = None
                 continue
-            self._schedule_restart(slot, pid, code)
+            self._schedule_restart(place, pid, code)
 
-    def _schedule_restart(self, slot: Slot, pid: int, code: int) -> None:
+    def _schedule_restart(self, place: Place, pid: int, code: int) -> None:
         now = time.monotonic()
-        while slot.restarts and slot.restarts[0] <= now - self.restart_window:
-            slot.restarts.popleft()
-        if len(slot.restarts) >= self.max_restarts:
-            at = slot.restarts[0] + self.restart_window
+        while place.restarts and place.restarts[0] <= now - self.restart_window:
+            place.restarts.popleft()
+        if len(place.restarts) >= self.max_restarts:
+            at = place.restarts[0] + self.restart_window
             log.error("Worker process %d (pid %d) %s; restarted %d times in %g s already: "
-                      "next start in %.0f s", slot.index, pid, describe_exit(code),
-                      len(slot.restarts), self.restart_window, at - now)
+                      "next start in %.0f s", place.index, pid, describe_exit(code),
+                      len(place.restarts), self.restart_window, at - now)
         else:
-            at = now + (self.restart_delay if slot.restarts else 0.0)
-            log.warning("Worker process %d (pid %d) %s; restarting it", slot.index, pid,
+            at = now + (self.restart_delay if place.restarts else 0.0)
+            log.warning("Worker process %d (pid %d) %s; restarting it", place.index, pid,
                         describe_exit(code))
-        slot.restarts.append(max(at, now))
-        slot.next_start = at
+        place.restarts.append(max(at, now))
+        place.next_start = at
 
-    def _forget(self, slot: Slot, pid: int) -> None:
-        if self.connection is None or slot.name is None:
+    def _forget(self, place: Place, pid: int) -> None:
+        if self.connection is None or place.name is None:
             return
         try:
-            admin.forget_worker(self.connection, slot.name, pid, self.prefix)
+            admin.forget_worker(self.connection, place.name, pid, self.prefix)
         except redis.RedisError as exc:
             log.warning("Supervisor could not remove the heartbeat of dead worker %s: %s",
-                        slot.name, exc)
+                        place.name, exc)
 
     # -- systemd ---------------------------------------------------------------
 
     def _status_text(self) -> str:
-        running = sum(1 for s in self.slots if s.proc is not None)
-        text = f"Supervisor: {running}/{len(self.slots)} worker processes running"
+        running = sum(1 for s in self.places if s.proc is not None)
+        text = f"Supervisor: {running}/{len(self.places)} worker processes running"
         if self.description:
             text += f" on {self.description}"
         if self.stop_level:

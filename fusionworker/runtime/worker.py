@@ -34,6 +34,7 @@ from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
 from ..core.keys import Keys
+from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
 from ..middleware import default_middleware  # the one list, in its documented order
@@ -59,7 +60,11 @@ class Worker:
 
     ``queues``: ``"sms:3,email"``, a list of names, or of :class:`~fusionworker.Queue`
     objects (RQ's ``Worker([Queue('high')])``: their connection and settings are used
-    when none is given). ``launcher``: how a job gets its process (launch.py; the
+    when none is given). ``strict``: serve the queues in strict order, as RQ does (a
+    job of a later queue only when every earlier one has none ready); False:
+    round-robin, weighted by ``name:weight``. Not given: strict for a list of
+    :class:`~fusionworker.Queue` objects (RQ's ``Worker([Queue('high'), Queue('low')])``),
+    round-robin for names. ``launcher``: how a job gets its process (launch.py; the
     fork server's horses by default)."""
 
     def __init__(
@@ -73,7 +78,10 @@ class Worker:
         middleware: Iterable[Middleware] | None = None,
         reload_settings: Callable[[], Settings] | None = None,
         launcher: Callable[[LaunchSpec], Launcher] | None = None,
+        strict: bool | None = None,
     ) -> None:
+        if strict is None:
+            strict = not isinstance(queues, str) and any(not isinstance(q, str) for q in queues)
         queues, connection, settings = _from_queue_objects(queues, connection, settings)
         self.settings = settings or load_settings()
         #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
@@ -101,10 +109,10 @@ class Worker:
         self.middleware = list(default_middleware(self.settings) if middleware is None
                                else middleware)
         self._wake_r = self._wake_w = -1
-        self._build(queues, launcher or ForkServerLauncher, burst)
+        self._build(queues, launcher or ForkServerLauncher, burst, strict)
 
     def _build(self, queues: str | Sequence[str], launcher: Callable[[LaunchSpec], Launcher],
-               burst: bool) -> None:
+               burst: bool, strict: bool = False) -> None:
         """The parts, each given what it needs."""
         s = self.settings
         self.hooks = HookCalls(self, self.middleware)
@@ -114,7 +122,8 @@ class Worker:
             on_progress=lambda job, value, message: self.hooks("on_progress", job, value,
                                                                message))
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
-                               name=self.name, lease=self.lease, failed_ttl=s.failed_ttl)
+                               name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
+                               strict=strict)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
@@ -285,11 +294,15 @@ class Worker:
     def work(self, burst: bool | None = None) -> int:
         """Run until shut down (or, in burst mode, until the queues are empty). Exit code.
 
-        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). Redis down
+        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). When no
+        logging handler is configured, the ``fusionworker`` loggers get the CLI's
+        (stderr, ``FUSIONWORKER_LOG_LEVEL``/``_FORMAT``), as RQ's worker does. Redis down
         or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
         not a burst waits for it, like a running worker does, instead of exiting."""
         if burst is not None:
             self.loop.burst = burst
+        # nothing configured logging (a script calling work()): the CLI's lines on stderr
+        setup_default_logging(self.settings.log_level, self.settings.log_format)
         self._install_signals()
         try:
             registered = self._register_when_reachable()
@@ -301,8 +314,9 @@ class Worker:
             log.info("Worker %s stopped before Redis answered", self.name)
             return 0
         try:
-            log.info("Worker %s started on queues %s (pid %s, version %s)",
-                     self.name, ",".join(self.queue_names) or "-", self.pid, __version__)
+            log.info("Worker %s started on queues %s%s (pid %s, version %s)",
+                     self.name, ",".join(self.queue_names) or "-",
+                     " in strict order" if self.claimer.strict else "", self.pid, __version__)
             self._warn_eviction()
             self.launcher.start()
             self.hooks("on_start")

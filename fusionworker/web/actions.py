@@ -1,7 +1,7 @@
 """The form actions of the pages: each button posts ``action`` (and its fields) to
 ``/action``; :func:`dispatch` makes the same :class:`Dashboard` call as the API
 (so each is audited the same way) and returns the message shown after the
-redirect. CSRF and read-only are checked before (``app.form_action``)."""
+redirect. CSRF and read-only are checked before (``views.form_action``)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,6 @@ batches, a batch, a worker. What each reads is in ``listings.py`` and
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -16,22 +14,7 @@ from starlette.routing import Route
 from ..events import metrics_history
 from . import details, listings
 from .service import ApiError, Dashboard, parse_int
-
-
-@dataclass
-class Site:
-    """What the page functions of ``app.create_app`` give these routes."""
-
-    board: Dashboard
-    #: ``page(request, template, who, **context)`` -> the rendered page
-    page: Callable[..., Response]
-    #: the logged-in identity, or the redirect to the login page
-    page_user: Callable[[Request], Any]
-    #: the API caller's name (401 without credentials)
-    api_user: Callable[..., str]
-    body: Callable[[Request], Awaitable[dict[str, Any]]]
-    #: ``fragment(template, request, user, here, **context)`` -> a part of a page
-    fragment: Callable[..., str]
+from .state import state
 
 
 def _float(value: Any, name: str) -> float | None:
@@ -63,82 +46,79 @@ def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:
     return result
 
 
-def routes(site: Site) -> list[Route]:
-    return [*_failed_routes(site), *_batch_routes(site), *_worker_and_chart_routes(site)]
+def failed_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    board = st.board
+    result = failed_query(board, request.query_params)
+    queue = result["filters"]["queue"]
+    stats = board.queue(queue).stats() if queue else None
+    return st.page(request, "failed.html", who, result=result, names=board.queue_names(),
+                   since_choices=[k for k in listings.SINCE if k], q=stats)
 
 
-def _user(site: Site, request: Request) -> Any:
-    return site.page_user(request)
+def api_failed(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return JSONResponse(failed_query(st.board, request.query_params))
 
 
-def _failed_routes(site: Site) -> list[Route]:
-    board = site.board
-
-    def failed_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        result = failed_query(board, request.query_params)
-        queue = result["filters"]["queue"]
-        stats = board.queue(queue).stats() if queue else None
-        return site.page(request, "failed.html", who, result=result, names=board.queue_names(),
-                         since_choices=[k for k in listings.SINCE if k], q=stats)
-
-    def api_failed(request: Request) -> Response:
-        site.api_user(request)
-        return JSONResponse(failed_query(board, request.query_params))
-
-    def scheduled_kind(retries: bool) -> dict[str, Any]:
-        return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
-
-    def retries_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        return site.page(request, "retries.html", who, result=scheduled_kind(True))
-
-    def api_scheduled(request: Request) -> Response:
-        site.api_user(request)
-        kind = request.query_params.get("kind") or "delayed"
-        if kind not in ("delayed", "retries"):
-            raise ApiError(400, "kind is delayed or retries")
-        return JSONResponse(scheduled_kind(kind == "retries"))
-
-    return [Route("/failed", failed_view), Route("/retries", retries_view),
-            Route("/api/v1/failed", api_failed), Route("/api/v1/scheduled", api_scheduled)]
+def _scheduled_kind(board: Dashboard, retries: bool) -> dict[str, Any]:
+    return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
 
 
-def _batch_routes(site: Site) -> list[Route]:
-    board = site.board
+def retries_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    return st.page(request, "retries.html", who, result=_scheduled_kind(st.board, True))
 
-    def batches_query(request: Request) -> dict[str, Any]:
-        return listings.batches(board.r, board.prefix, board.queue_names(),
-                                _float(request.query_params.get("before"), "before"),
-                                parse_int(request.query_params.get("per_page", 50), "per_page",
-                                          1, 500))
 
-    def batches_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        return site.page(request, "batches.html", who, result=batches_query(request))
+def api_scheduled(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    kind = request.query_params.get("kind") or "delayed"
+    if kind not in ("delayed", "retries"):
+        raise ApiError(400, "kind is delayed or retries")
+    return JSONResponse(_scheduled_kind(st.board, kind == "retries"))
 
-    def api_batches(request: Request) -> Response:
-        site.api_user(request)
-        return JSONResponse(batches_query(request))
 
-    def batch_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        return site.page(request, "batch.html", who, batch=batch_query(board, request))
+def _batches_query(board: Dashboard, request: Request) -> dict[str, Any]:
+    return listings.batches(board.r, board.prefix, board.queue_names(),
+                            _float(request.query_params.get("before"), "before"),
+                            parse_int(request.query_params.get("per_page", 50), "per_page",
+                                      1, 500))
 
-    def api_batch(request: Request) -> Response:
-        site.api_user(request)
-        return JSONResponse(batch_query(board, request))
 
-    return [Route("/batches", batches_view), Route("/batches/{id}", batch_view),
-            Route("/api/v1/batches", api_batches), Route("/api/v1/batches/{id}", api_batch)]
+def batches_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    return st.page(request, "batches.html", who, result=_batches_query(st.board, request))
+
+
+def api_batches(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return JSONResponse(_batches_query(st.board, request))
+
+
+def batch_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    return st.page(request, "batch.html", who, batch=batch_query(st.board, request))
+
+
+def api_batch(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return JSONResponse(batch_query(st.board, request))
 
 
 def batch_query(board: Dashboard, request: Request) -> dict[str, Any]:
@@ -161,51 +141,67 @@ def batch_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-def _worker_and_chart_routes(site: Site) -> list[Route]:
-    board = site.board
 
-    def worker_query(request: Request) -> dict[str, Any]:
-        name = request.path_params["name"]
-        doc = details.worker_detail(board.r, board.prefix, name)
-        if doc is None:
-            raise ApiError(404, f"no live worker {name!r}")
-        return doc
+def _worker_query(board: Dashboard, request: Request) -> dict[str, Any]:
+    name = request.path_params["name"]
+    doc = details.worker_detail(board.r, board.prefix, name)
+    if doc is None:
+        raise ApiError(404, f"no live worker {name!r}")
+    return doc
 
-    def worker_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        return site.page(request, "worker.html", who, w=worker_query(request))
 
-    def api_worker(request: Request) -> Response:
-        site.api_user(request)
-        return JSONResponse(worker_query(request))
+def worker_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    return st.page(request, "worker.html", who, w=_worker_query(st.board, request))
 
-    def history_query(request: Request) -> dict[str, Any]:
-        p = request.query_params
-        span = p.get("range") or "hour"
-        if span not in metrics_history.RANGES:
-            raise ApiError(400, "range is hour or day")
-        queue = p.get("queue") or ""
-        names = [board.queue(queue).name] if queue else board.queue_names()
-        doc = metrics_history.history(board.r, board.prefix, names, span, board.now())
-        doc["queue"] = queue or None
-        return doc
 
-    def charts_view(request: Request) -> Response:
-        who = _user(site, request)
-        if isinstance(who, Response):
-            return who
-        doc = history_query(request)
-        per_queue = [{"queue": name, **metrics_history.history(
-            board.r, board.prefix, [name], doc["range"], board.now())["total"]}
-            for name in board.queue_names()]
-        return site.page(request, "charts.html", who, history=doc, per_queue=per_queue,
-                         names=board.queue_names(), ranges=list(metrics_history.RANGES))
+def api_worker(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return JSONResponse(_worker_query(st.board, request))
 
-    def api_history(request: Request) -> Response:
-        site.api_user(request)
-        return JSONResponse(history_query(request))
 
-    return [Route("/workers/{name}", worker_view), Route("/charts", charts_view),
-            Route("/api/v1/workers/{name}", api_worker), Route("/api/v1/history", api_history)]
+def _history_query(board: Dashboard, request: Request) -> dict[str, Any]:
+    p = request.query_params
+    span = p.get("range") or "hour"
+    if span not in metrics_history.RANGES:
+        raise ApiError(400, "range is hour or day")
+    queue = p.get("queue") or ""
+    names = [board.queue(queue).name] if queue else board.queue_names()
+    doc = metrics_history.history(board.r, board.prefix, names, span, board.now())
+    doc["queue"] = queue or None
+    return doc
+
+
+def charts_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    board = st.board
+    doc = _history_query(board, request)
+    per_queue = [{"queue": name, **metrics_history.history(
+        board.r, board.prefix, [name], doc["range"], board.now())["total"]}
+        for name in board.queue_names()]
+    return st.page(request, "charts.html", who, history=doc, per_queue=per_queue,
+                   names=board.queue_names(), ranges=list(metrics_history.RANGES))
+
+
+def api_history(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return JSONResponse(_history_query(st.board, request))
+
+
+#: in the order they are matched (first of all the routes)
+ROUTES = [
+    Route("/failed", failed_view), Route("/retries", retries_view),
+    Route("/api/v1/failed", api_failed), Route("/api/v1/scheduled", api_scheduled),
+    Route("/batches", batches_view), Route("/batches/{id}", batch_view),
+    Route("/api/v1/batches", api_batches), Route("/api/v1/batches/{id}", api_batch),
+    Route("/workers/{name}", worker_view), Route("/charts", charts_view),
+    Route("/api/v1/workers/{name}", api_worker), Route("/api/v1/history", api_history),
+]

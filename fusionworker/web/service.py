@@ -446,7 +446,9 @@ class Dashboard:
         q = self.queue(queue or "default", must_exist=False)
         args = _json_field(fields.get("args"), "args", list)
         kwargs = _json_field(fields.get("kwargs"), "kwargs", dict)
-        priority = parse_int(fields.get("priority") or 0, "priority", -1023, 1023)
+        given = fields.get("priority")    # not given: the function's @job priority, else 0
+        priority = (None if given in (None, "") else
+                    parse_int(given, "priority", -1023, 1023))
         for key in ("name", "schedule", "func"):
             if not str(fields.get(key) or "").strip():
                 raise ApiError(400, f"{key} is required")

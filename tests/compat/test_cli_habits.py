@@ -39,12 +39,24 @@ def test_q_list_is_round_robin_and_says_so(cli, r, settings):  # noqa: F811
     assert a.count == b.count == 0
 
 
-def test_positional_queues_are_recognized_as_strict_order(cli, r, settings):  # noqa: F811
-    q = Queue("high", r, settings=settings)
-    q.enqueue("tests.jobs:noop")
-    result = cli("worker", "high", "default", "low", "--burst", code=2)
-    assert "strict order" in result.stderr and "-q high,default,low" in result.stderr
-    assert q.count == 1                          # refused before anything ran
+def _fill_three_queues(r: Any, settings: Any, key: str) -> None:
+    """Two jobs in each of low, default, high (enqueued in that order), each
+    recording its queue's name when it runs."""
+    for name in ("low", "default", "high"):
+        q = Queue(name, r, settings=settings)
+        for _ in range(2):
+            q.enqueue("tests.jobs:record", settings.redis_url, key, name)
+
+
+def test_positional_queues_are_served_in_strict_order(cli, r, settings):  # noqa: F811
+    key = f"{settings.prefix}order"
+    _fill_three_queues(r, settings, key)
+    cli("worker", "high", "default", "low", "--burst")
+    assert r.lrange(key, 0, -1) == ["high", "high", "default", "default", "low", "low"]
+    r.delete(key)
+    _fill_three_queues(r, settings, key)
+    cli("worker", "-q", "high,default,low", "--burst")     # round-robin: interleaved
+    assert r.lrange(key, 0, -1) == ["high", "default", "low"] * 2
     both = cli("worker", "high", "-q", "low", "--burst", code=2)
     assert "not both" in both.stderr
     weighted = cli("worker", "high:3", "--burst", code=2)

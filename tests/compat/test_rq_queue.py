@@ -259,3 +259,26 @@ def test_enqueue_at(queue):
     assert job.get_status() == "scheduled" and q.get_job_ids() == []
     due = q.scheduled_job_registry.get_scheduled_time(job)
     assert due is not None and abs((due - when).total_seconds()) < 2
+
+
+def test_enqueue_in_takes_a_timedelta(queue, r, settings):
+    q = queue()
+    job = q.enqueue_in(timedelta(minutes=5), HELLO, 1)
+    assert job.get_status() == "scheduled" and q.get_job_ids() == []
+    due = q.scheduled_job_registry.get_scheduled_time(job)
+    assert due is not None
+    assert abs((due - datetime.now(UTC)).total_seconds() - 300) < 5
+    assert q.enqueue(HELLO, retry_delay=timedelta(seconds=7)).refresh().retry_delay == 7.0
+    count = q.count + len(q.scheduled_job_registry)
+    with pytest.raises(TypeError, match="timedelta"):
+        q.enqueue_in("soon", HELLO)
+    with pytest.raises(TypeError, match="datetime"):
+        q.enqueue_at(300, HELLO)                    # seconds belong to enqueue_in
+    assert q.count + len(q.scheduled_job_registry) == count     # nothing written
+
+
+def test_retry_takes_a_timedelta():
+    from fusionworker import Retry
+
+    assert Retry(delay=timedelta(minutes=2)).delay == 120.0
+    assert Retry(delay=3).delay == 3

@@ -191,6 +191,31 @@ def test_round_robin(queue, work):
     assert [j.queue for j in order] == ["q0", "q1", "q2", "q0", "q1", "q2"]
 
 
+def test_strict_order_from_queue_objects(queue, r, settings):
+    low, high = queue("low"), queue("high")
+    jobs = [q.enqueue(HELLO) for q in (low, high) for _ in range(2)]
+    w = Worker([high, low], middleware=[])          # RQ: Worker([Queue]) is strict order
+    assert w.work(burst=True) == 0 and w.successful == 4
+    order = sorted(jobs, key=lambda j: j.refresh().started_at or 0)
+    assert [j.queue for j in order] == ["high", "high", "low", "low"]
+    with pytest.raises(ValueError, match="strict"):
+        Worker("a:2,b", r, settings=settings, strict=True)
+
+
+def test_strict_claims_ask_later_queues_only_for_what_is_left(queue, r, settings):
+    first, second = queue("first"), queue("second")
+    second.enqueue(HELLO)
+    second.enqueue(HELLO)
+    first.enqueue(HELLO)
+    claimer = Worker("first,second", r, settings=settings, strict=True,
+                     middleware=[]).claimer
+    got = claimer.claim(2)
+    assert [j.queue for j in got.jobs] == ["first", "second"] and claimer.pos == 0
+    first.enqueue(HELLO)                     # round-robin would now ask second first
+    assert [j.queue for j in claimer.claim(1).jobs] == ["first"]
+    assert [j.queue for j in claimer.claim(2).jobs] == ["second"]
+
+
 def test_run_empty_queue_with_a_worker_process(queue, processes):
     proc = processes.worker("-q", "empty", "--burst")
     assert proc.wait(60) == 0
@@ -237,3 +262,30 @@ def test_run_scheduled_access_self(queue, work):
     time.sleep(0.3)
     work()
     assert job.return_value() == job.id
+
+
+def _script_run(code: str, settings: Any, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    full = {**os.environ, "REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+            "FUSIONWORKER_ALLOWED_MODULES": "tests", **env}
+    done = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def test_work_from_a_script_logs_its_start_like_the_cli(queue, settings):
+    queue("scripted").enqueue(HELLO)
+    plain = ("from fusionworker import Worker\n"
+             "Worker(['scripted']).work(burst=True)\n")
+    err = _script_run(plain, settings)
+    assert "started on queues scripted" in err and "stopped (1 finished, 0 failed)" in err
+    own = ("import logging, sys\n"
+           "logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format='OWN %(message)s')\n"
+           + plain)
+    assert "started on queues" not in _script_run(own, settings)   # the program's config wins
+    as_json = _script_run(plain, settings, FUSIONWORKER_LOG_FORMAT="json")
+    assert '"message": "Worker' in as_json

@@ -14,6 +14,7 @@ from fusionworker.core.batch import Batch
 from fusionworker.exceptions import InvalidFunction
 from fusionworker.middleware import cron
 from tests import jobs
+from tests.cli.test_cli import cli  # noqa: F401 - the fixture
 from tests.waiting import wait_for
 
 DEFAULTS = "tests.defaults_jobs"
@@ -103,6 +104,27 @@ def test_an_empty_job_id_is_refused_not_replaced(queue):
     assert _nothing_written(q)
 
 
+@pytest.mark.parametrize("bad", ["two words", "line\nbreak", "tab\there", "bell\x07",
+                                 "nbsp\u00a0id", " lead", "trail\n"])
+def test_a_job_id_with_whitespace_or_control_characters_is_refused(queue, bad):
+    q = queue()
+    with pytest.raises(ValueError, match="whitespace or control characters"):
+        q.enqueue(jobs.echo, "x", job_id=bad)
+    assert _nothing_written(q)
+    assert q.enqueue(jobs.echo, "x", job_id="order-42:ok_ü").id == "order-42:ok_ü"
+
+
+def test_depends_on_a_dict_is_a_type_error_not_its_keys(queue):
+    q = queue()
+    parent = q.enqueue(jobs.echo, "p", job_id="id")      # a job whose id is the dict's key
+    before = q.count
+    with pytest.raises(TypeError, match="not a dict"):
+        q.enqueue(jobs.echo, "x", depends_on={"id": parent.id})
+    with pytest.raises(TypeError, match="depends_on takes"):
+        q.enqueue(jobs.echo, "x", depends_on=42)
+    assert q.count == before and len(q.deferred_job_registry) == 0
+
+
 @pytest.fixture
 def fresh_defaults_module():
     """``tests.defaults_jobs`` not imported yet: the producer imports it (allow-listed)."""
@@ -150,6 +172,26 @@ def test_batch_callbacks_and_cron_entries_take_the_registered_options(
     entry = cron.register(r, settings, "nightly", "0 3 * * *", f"{DEFAULTS}:always_retries",
                           queue=q.name, max_retries=1)
     assert entry.max_retries == 1
+
+
+def test_cron_entries_from_the_cli_and_the_web_api_take_the_registered_priority(
+        cli, r, settings, fresh_defaults_module):  # noqa: F811
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from fusionworker.web import create_app
+
+    cli("cron", "add", "from-cli", "0 3 * * *", f"{DEFAULTS}:long_allowed", "1")
+    assert cron.get_entry(r, settings, "from-cli").priority == 7       # @job(priority=7)
+    cli("cron", "add", "own", "0 3 * * *", f"{DEFAULTS}:long_allowed", "1", "--priority", "2")
+    assert cron.get_entry(r, settings, "own").priority == 2
+    token = "t" * 32
+    with TestClient(create_app(settings.replace(web_token=token), r)) as client:
+        reply = client.post("/api/v1/cron", headers={"Authorization": f"Bearer {token}"},
+                            json={"name": "from-web", "schedule": "0 3 * * *",
+                                  "func": f"{DEFAULTS}:long_allowed", "args": [1]})
+        assert reply.status_code == 201, reply.text
+    assert cron.get_entry(r, settings, "from-web").priority == 7
 
 
 def test_bulk_and_dependent_jobs_take_the_registered_options(queue, fresh_defaults_module):

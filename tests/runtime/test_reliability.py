@@ -605,3 +605,38 @@ def test_a_suspended_burst_worker_exits_once_the_queues_are_empty(processes, que
         assert proc.wait(30) == 0
     finally:
         admin.resume(r, prefix)
+
+
+def test_scripts_flushed_between_every_step_still_run_each_job_once(settings):
+    """Redis forgets its scripts (a restart, a failover) before each claim, each
+    claim riding in a finish pipeline, and each heartbeat: every NOSCRIPT answer is
+    made again directly (claim.lua, the outcomes, touch_many), each job runs once."""
+    from fusionworker.core.hooks import Middleware
+    from fusionworker.worker import Worker
+    from tests.redis_servers import start_single
+
+    port, stop = start_single()
+    try:
+        client = redis.Redis(port=port, decode_responses=True)
+        key = f"{settings.prefix}ran"
+        url = f"redis://127.0.0.1:{port}/0"
+        private = settings.replace(redis_url=url)
+        q = Queue("flushed", client, settings=private)
+        ids = [q.enqueue("tests.jobs:record", url, key, i, 0.3).id for i in range(4)]
+        flushes = []
+
+        class Forgetful(Middleware):
+            def before_claim(self, worker):
+                flushes.append(client.script_flush())
+                return None
+
+            def on_tick(self, worker):
+                client.script_flush()
+
+        w = Worker("flushed", client, settings=private, burst=True, middleware=[Forgetful()])
+        assert w.work() == 0
+        assert sorted(int(v) for v in client.lrange(key, 0, -1)) == [0, 1, 2, 3]
+        assert (w.successful, w.failed) == (4, 0) and len(flushes) >= 4
+        assert all(q.fetch_job(i).get_status() == "finished" for i in ids)
+    finally:
+        stop()

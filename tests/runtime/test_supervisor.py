@@ -121,31 +121,31 @@ def test_child_env_drops_systemd_variables() -> None:
 
 
 def test_restart_rate_limit_backs_off() -> None:
-    sup = Supervisor(lambda slot: ["true"], 1, max_restarts=3, restart_window=60,
+    sup = Supervisor(lambda place: ["true"], 1, max_restarts=3, restart_window=60,
                      notifier=SystemdNotifier(None))
-    slot = sup.slots[0]
+    place = sup.places[0]
     now = time.monotonic()
     for _ in range(3):
-        sup._schedule_restart(slot, 1, 1)
-        assert slot.next_start is not None and slot.next_start < now + 5
-    sup._schedule_restart(slot, 1, 1)
-    assert slot.next_start > now + 55  # the 4th restart within 60 s waits for the window
+        sup._schedule_restart(place, 1, 1)
+        assert place.next_start is not None and place.next_start < now + 5
+    sup._schedule_restart(place, 1, 1)
+    assert place.next_start > now + 55  # the 4th restart within 60 s waits for the window
 
 
 def test_a_child_dying_at_start_is_restarted_within_the_limit() -> None:
     starts: list[int] = []
 
-    def command(slot: int) -> list[str]:
-        starts.append(slot)
+    def command(place: int) -> list[str]:
+        starts.append(place)
         return [sys.executable, "-c", "import sys; sys.exit(3)"]
 
     sup = Supervisor(command, 2, max_restarts=2, restart_window=60, restart_delay=0.05,
                      notifier=SystemdNotifier(None))
 
-    def gave_up() -> bool:                # every slot's third start died: its next
+    def gave_up() -> bool:                # every place's third start died: its next
         later = time.monotonic() + 30     # start waits for the restart window
         return all(s.proc is None and s.next_start is not None and s.next_start > later
-                   for s in sup.slots)
+                   for s in sup.places)
 
     def stop_once_it_gave_up() -> None:   # SIGTERM ends that wait (exit 0)
         try:
@@ -154,8 +154,8 @@ def test_a_child_dying_at_start_is_restarted_within_the_limit() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(target=stop_once_it_gave_up, daemon=True).start()
     assert sup.run() == 0
-    assert sorted(starts) == [0, 0, 0, 1, 1, 1]  # first start + 2 restarts per slot
-    assert all(s.last_code == 3 and s.proc is None for s in sup.slots)
+    assert sorted(starts) == [0, 0, 0, 1, 1, 1]  # first start + 2 restarts per place
+    assert all(s.last_code == 3 and s.proc is None for s in sup.places)
 
 
 def test_workers_shut_down_when_the_supervisor_is_killed(processes: Any, r: Any,

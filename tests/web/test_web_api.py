@@ -128,6 +128,22 @@ def test_no_credentials_no_app(r, settings):
         create_app(settings, r)
 
 
+def test_every_route_is_a_module_level_function_over_the_app_state(r, web_settings):
+    """The endpoints are plain functions of their modules that read the one state
+    ``create_app`` builds (``request.app.state.web``), not closures over its locals."""
+    from starlette.routing import Route
+
+    app = create_app(web_settings, r, read_only=True, poll_interval=3.0)
+    endpoints = [route.endpoint for route in app.routes if isinstance(route, Route)]
+    assert len(endpoints) >= 40
+    nested = [f"{f.__module__}.{f.__qualname__}" for f in endpoints
+              if "<locals>" in f.__qualname__]
+    assert nested == []
+    web = app.state.web
+    assert web.board is app.state.dashboard and web.authn is app.state.auth
+    assert web.read_only is True and web.poll_interval == 3.0
+
+
 @pytest.mark.slow  # starts the product's processes itself (tests/README.md)
 def test_web_without_credentials_makes_a_one_run_token_and_requires_it(settings, queue):
     """Like Jupyter: nothing configured on loopback -> a random token printed once."""

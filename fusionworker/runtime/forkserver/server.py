@@ -112,7 +112,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
         os.setpgid(0, 0)
     except OSError:
         pass
-    watchdog = LeaseWatchdog(DeadlineBoard(slots=0, fd=board_fd)) if board_fd >= 0 else None
+    watchdog = LeaseWatchdog(DeadlineBoard(entries=0, fd=board_fd)) if board_fd >= 0 else None
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
@@ -306,7 +306,7 @@ class Server:
                 self.by_fd[read_fd] = new
                 self.ep.register(read_fd, select.EPOLLIN)
             if self.watchdog is not None:   # its entry on the board: its worker slot's
-                self.watchdog.watch(pid, request.slot)
+                self.watchdog.watch(pid, request.entry)
         self.running[pid] = new
         self.out.append((MovedNotice(moved_from, pid) if moved_from else StartNotice(pid))
                         .encode())

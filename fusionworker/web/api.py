@@ -1,0 +1,207 @@
+"""The JSON API under ``/api/v1``: reads, and the actions (each checked for
+read-only and CSRF by :meth:`WebState.api_user` and audited by the
+:class:`Dashboard` call it makes). Errors are ``{"error": "..."}``."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..core.job import JobStatus
+from .openapi import OPENAPI
+from .service import ApiError, parse_int
+from .state import body, ok, run, state
+
+# -- reads -----------------------------------------------------------------------------
+
+
+async def api_openapi(request: Request) -> Response:
+    state(request).api_user(request)
+    return ok(OPENAPI)
+
+
+def api_queues(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return ok({"queues": st.board.queues(), "suspended": st.board.suspended() is not None})
+
+
+def api_workers(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return ok({"workers": st.board.workers()})
+
+
+def api_info(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return ok(st.board.info())
+
+
+def api_chart(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    minutes = parse_int(request.query_params.get("minutes", 60), "minutes", 1, 120)
+    return ok({"minutes": st.board.chart(minutes, request.query_params.get("queue") or None)})
+
+
+def api_cron(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return ok({"cron": st.board.cron_entries()})
+
+
+def api_jobs(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    p = request.query_params
+    return ok(st.board.jobs(p.get("queue"), p.get("status") or JobStatus.QUEUED, p.get("priority"),
+                            p.get("function"), p.get("page", 1), p.get("per_page", 50),
+                            p.get("start")))
+
+
+def api_job(request: Request) -> Response:
+    st = state(request)
+    st.api_user(request)
+    return ok(st.board.job(request.path_params["id"], request.query_params.get("queue")))
+
+
+# -- actions ---------------------------------------------------------------------------
+
+
+async def api_priority(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    data = await body(request)
+    if "priority" not in data:
+        raise ApiError(400, 'give {"priority": N} (-1023..1023)')
+    return ok(await run(st.board.set_priority, who, request.path_params["id"], data["priority"],
+                        request.query_params.get("queue")))
+
+
+async def api_job_action(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    action = request.path_params["action"]
+    job_id = request.path_params["id"]
+    q = request.query_params.get("queue")
+    if action == "requeue":
+        return ok(await run(st.board.requeue, who, job_id, q))
+    if action == "cancel":
+        return ok(await run(st.board.cancel, who, job_id, q))
+    if action == "run-now":
+        return ok(await run(st.board.run_now, who, job_id, q))
+    raise ApiError(404, f"no action {action!r} (requeue, cancel, run-now)")
+
+
+async def api_delete_job(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    return ok(await run(st.board.delete, who, request.path_params["id"],
+                        request.query_params.get("queue")))
+
+
+async def api_requeue_failed(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    data = await body(request)
+    ids = data.get("ids")
+    if ids is not None and (not isinstance(ids, list)
+                            or not all(isinstance(i, str) for i in ids)):
+        raise ApiError(400, '"ids" must be a list of job ids (omit it for all failed jobs)')
+    return ok(await run(st.board.requeue_failed, who, request.path_params["q"], ids))
+
+
+async def api_queue_pause(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    paused = request.path_params["action"] == "pause"
+    if request.path_params["action"] not in ("pause", "unpause"):
+        raise ApiError(404, "pause or unpause")
+    return ok(await run(st.board.pause, who, request.path_params["q"], paused))
+
+
+async def api_max_active(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    data = await body(request)
+    if "max_active" not in data:
+        raise ApiError(400, 'give {"max_active": N} (N >= 1, or null for no cap)')
+    return ok(await run(st.board.max_active, who, request.path_params["q"], data["max_active"]))
+
+
+async def api_rate_limit(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    data = await body(request)
+    if "rate" not in data:
+        raise ApiError(400, 'give {"rate": "10/s"} (or null to remove; "scope": "queue", '
+                            '"every" or "group" with "group": name)')
+    return ok(await run(st.board.rate_limit, who, request.path_params["q"], data["rate"],
+                        str(data.get("scope") or "queue"), str(data.get("group") or "")))
+
+
+async def api_cron_add(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    data = await body(request)
+    fields = {k: data.get(k) for k in ("name", "schedule", "func", "timezone", "priority")}
+    for key, kind in (("args", list), ("kwargs", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise ApiError(400, f"{key} must be a JSON {'list' if kind is list else 'object'}")
+        fields[key] = json.dumps(data.get(key) or kind())
+    return ok(await run(st.board.cron_add, who, fields, data.get("queue")), 201)
+
+
+async def api_suspend(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    return ok(await run(st.board.suspend, who, request.url.path.endswith("/suspend")))
+
+
+async def api_cron_action(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    action = request.path_params["action"]
+    if action == "run":
+        return ok(await run(st.board.cron_run_now, who, request.path_params["name"],
+                            request.query_params.get("queue")))
+    if action not in ("pause", "resume"):
+        raise ApiError(404, "pause, resume or run")
+    return ok(await run(st.board.cron, who, request.path_params["name"], action,
+                        request.query_params.get("queue")))
+
+
+async def api_cron_delete(request: Request) -> Response:
+    st = state(request)
+    who = st.api_user(request, action=True)
+    return ok(await run(st.board.cron, who, request.path_params["name"], "remove",
+                        request.query_params.get("queue")))
+
+
+#: in the order they are matched (after the cross-queue and live routes)
+ROUTES = [
+    Route("/api/v1/openapi.json", api_openapi),
+    Route("/api/v1/queues", api_queues),
+    Route("/api/v1/workers", api_workers),
+    Route("/api/v1/info", api_info),
+    Route("/api/v1/chart", api_chart),
+    Route("/api/v1/cron", api_cron),
+    Route("/api/v1/jobs", api_jobs),
+    Route("/api/v1/jobs/{id}", api_job, methods=["GET"]),
+    Route("/api/v1/jobs/{id}", api_delete_job, methods=["DELETE"]),
+    Route("/api/v1/jobs/{id}/priority", api_priority, methods=["PUT"]),
+    Route("/api/v1/jobs/{id}/{action}", api_job_action, methods=["POST"]),
+    Route("/api/v1/queues/{q}/requeue-failed", api_requeue_failed, methods=["POST"]),
+    Route("/api/v1/queues/{q}/max-active", api_max_active, methods=["PUT"]),
+    Route("/api/v1/queues/{q}/rate-limit", api_rate_limit, methods=["PUT"]),
+    Route("/api/v1/cron", api_cron_add, methods=["POST"]),
+    Route("/api/v1/queues/{q}/{action}", api_queue_pause, methods=["POST"]),
+    Route("/api/v1/suspend", api_suspend, methods=["POST"]),
+    Route("/api/v1/resume", api_suspend, methods=["POST"]),
+    Route("/api/v1/cron/{name}/{action}", api_cron_action, methods=["POST"]),
+    Route("/api/v1/cron/{name}", api_cron_delete, methods=["DELETE"]),
+]

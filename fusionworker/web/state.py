@@ -1,0 +1,145 @@
+"""What every route of the dashboard reads: one :class:`WebState`, built by
+``app.create_app`` and kept as ``app.state.web``, with the plumbing the routes
+share (who is asking, the page and fragment renderers, the JSON body)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from .. import __version__
+from ..ops.info import fmt_age
+from . import auth
+from .service import ApiError, Dashboard
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.config import Settings
+    from ..core.connection import RedisClient
+
+HERE = resources.files(__package__)
+
+
+def _fmt_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fmt_window(seconds: float) -> str:
+    """A rate-limit window: ``s``, ``m``, ``h`` when it is one of them, else seconds."""
+    names = {1.0: "s", 60.0: "m", 3600.0: "h"}
+    return names.get(float(seconds), f"{seconds:g} s")
+
+
+def templates() -> jinja2.Environment:
+    """The pages' Jinja environment (autoescaped, strict) with the dashboard's filters."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE.joinpath("templates"))),
+        autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["age"] = fmt_age
+    env.filters["when"] = _fmt_time
+    env.filters["window"] = _fmt_window
+    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
+    return env
+
+
+@dataclass
+class WebState:
+    """The dashboard's parts and options, shared by every route."""
+
+    r: RedisClient
+    settings: Settings
+    board: Dashboard
+    authn: auth.Authenticator
+    env: jinja2.Environment
+    read_only: bool
+    #: the Redis URL without its password, as the pages and errors show it
+    masked: str
+    poll_interval: float
+    history_interval: float | None
+
+    def identify(self, request: Request) -> auth.Identity | None:
+        return self.authn.identify(request.headers.get("authorization"),
+                                   request.cookies.get(auth.SESSION_COOKIE))
+
+    def api_user(self, request: Request, action: bool = False) -> str:
+        """The API caller's name: 401 without credentials; for an ``action``, 403 when
+        read-only or when a browser-sent credential comes without the CSRF header."""
+        who = self.identify(request)
+        if who is None:
+            raise ApiError(401, "authentication required: Authorization: Bearer <token> "
+                                "or basic auth")
+        if action:
+            if self.read_only:
+                raise ApiError(403, "the dashboard runs read-only: actions are refused")
+            if who.method in ("basic", "session"):   # sent by the browser by itself
+                given = request.headers.get("x-csrf-token")
+                if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), given):
+                    raise ApiError(403, "CSRF token missing or wrong (X-CSRF-Token header)")
+        return who.user
+
+    def page_user(self, request: Request) -> auth.Identity | Response:
+        """The logged-in identity, or the redirect to the login page."""
+        who = self.identify(request)
+        if who is None:
+            return RedirectResponse("/login?" + urlencode({"next": request.url.path}), 303)
+        return who
+
+    def page(self, request: Request, name: str, who: auth.Identity, **ctx: Any) -> HTMLResponse:
+        """The template ``name`` rendered as a whole page (sets the CSRF cookie once)."""
+        csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        html = self.env.get_template(name).render(
+            request=request, user=who.user, read_only=self.read_only, csrf=csrf,
+            version=__version__, redis_url=self.masked, poll_ms=int(self.poll_interval * 1000),
+            message=request.query_params.get("msg"), error=request.query_params.get("error"),
+            path=request.url.path, here=here, auth_on=self.authn.configured, qs=urlencode, **ctx)
+        response = HTMLResponse(html)
+        if request.cookies.get(auth.CSRF_COOKIE) != csrf:
+            response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=False, samesite="strict")
+        return response
+
+    def fragment(self, name: str, request: Request, user: str, here: str, **ctx: Any) -> str:
+        """A part of a page, rendered as the page renders it (for live updates)."""
+        return self.env.get_template(name).render(
+            request=request, user=user, read_only=self.read_only,
+            csrf=request.cookies.get(auth.CSRF_COOKIE) or "", here=here,
+            path=here.split("?", 1)[0], qs=urlencode, **ctx)
+
+
+def state(request: Request) -> WebState:
+    """The :class:`WebState` of the app serving ``request``."""
+    found: WebState = request.app.state.web
+    return found
+
+
+async def body(request: Request) -> dict[str, Any]:
+    """The request's JSON object body (``{}`` when empty); 400 for anything else."""
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ApiError(400, "the body must be JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+def ok(data: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(data, status_code=status)
+
+
+async def run(func: Any, *args: Any) -> Any:
+    """``func(*args)`` in Starlette's thread pool (redis-py is synchronous)."""
+    return await run_in_threadpool(func, *args)

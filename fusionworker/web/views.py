@@ -1,0 +1,183 @@
+"""The HTML pages of one queue, job and the overview, the login, and ``/action``,
+where every button and form of the pages posts (read-only and CSRF checked
+there; :func:`actions.dispatch` makes the call). The cross-queue pages are in
+``pages.py``."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from .. import __version__
+from ..core.job import JobStatus
+from ..core.queue import find_queue_of
+from . import auth, listings
+from .actions import dispatch
+from .service import STATUSES, ApiError
+from .state import run, state
+
+log = logging.getLogger("fusionworker.web")
+
+
+def overview(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    board = st.board
+    return st.page(request, "overview.html", who, queues=board.queues(),
+                   workers=board.workers(), suspended=board.suspended(), chart=board.chart(60))
+
+
+def queue_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    board = st.board
+    name = request.path_params["q"]
+    p = request.query_params
+    names = board.queue_names()
+    status = p.get("status") or JobStatus.QUEUED
+    try:
+        listing = board.jobs(name, status, p.get("priority"), p.get("function"),
+                             p.get("page", 1), p.get("per_page", 50), p.get("start"))
+    except ApiError as exc:
+        if exc.status == 404:
+            raise
+        return RedirectResponse(f"/queues/{quote(name)}?" + urlencode({"error": exc.message}), 303)
+    stats = board.queue(name).stats()
+    live = {k: p.get(k) for k in ("priority", "function", "page", "per_page") if p.get(k)}
+    live_url = f"/api/v1/queues/{quote(name)}/live?" + urlencode({"status": status, **live})
+    return st.page(request, "queue.html", who, q=stats, listing=listing, statuses=STATUSES,
+                   counts=board.status_counts(name), live_url=live_url,
+                   seen=listing["fingerprint"] or "",
+                   names=names, failed_page=False, status=status,
+                   filters={k: p.get(k) or "" for k in ("priority", "function")})
+
+
+def job_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    job = st.board.job(request.path_params["id"], request.query_params.get("queue"))
+    return st.page(request, "job.html", who, job=job, seen=job["fingerprint"])
+
+
+def scheduled_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    board = st.board
+    rows = listings.scheduled(st.r, st.settings.prefix, board.queue_names(), retries=False)
+    return st.page(request, "scheduled.html", who, listings=rows["queues"],
+                   cron=board.cron_entries(), now=board.now())
+
+
+def search_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    text = (request.query_params.get("q") or "").strip()
+    if not text:
+        return RedirectResponse("/", 303)
+    if len(text) > 200:
+        raise ApiError(400, "search for at most 200 characters")
+    if listings.looks_like_job_id(text):
+        where = find_queue_of(st.r, text, st.settings.prefix)
+        if where is not None:
+            return RedirectResponse(f"/jobs/{quote(text)}?queue={quote(where)}", 303)
+    result = listings.search_functions(st.r, st.settings.prefix, st.board.queue_names(), text)
+    return st.page(request, "search.html", who, result=result)
+
+
+def workers_view(request: Request) -> Response:
+    st = state(request)
+    who = st.page_user(request)
+    if isinstance(who, Response):
+        return who
+    return st.page(request, "workers.html", who, workers=st.board.workers())
+
+
+async def login(request: Request) -> Response:
+    st = state(request)
+    nxt = request.query_params.get("next") or "/"
+    error = None
+    if request.method == "POST":
+        form = await request.form()
+        nxt = str(form.get("next") or "/")
+        sid = st.authn.login(token=str(form.get("token") or ""), user=str(form.get("user") or ""),
+                             password=str(form.get("password") or ""))
+        if sid:
+            response = RedirectResponse(auth.safe_next(nxt), 303)
+            response.set_cookie(auth.SESSION_COOKIE, sid, httponly=True, samesite="strict")
+            return response
+        log.warning("web: refused login from %s", request.client.host if request.client else "?")
+        error = "wrong token, user or password"
+    html = st.env.get_template("login.html").render(
+        next=auth.safe_next(nxt), error=error, user=None, read_only=st.read_only,
+        version=__version__, password_login=bool(st.authn.user and st.authn.password_hash),
+        path="/login", message=None, redis_url=None, csrf="", auth_on=st.authn.configured)
+    return HTMLResponse(html, status_code=401 if request.method == "POST" else 200)
+
+
+async def logout(request: Request) -> Response:
+    state(request).authn.logout(request.cookies.get(auth.SESSION_COOKIE))
+    response = RedirectResponse("/login", 303)
+    response.delete_cookie(auth.SESSION_COOKIE)
+    return response
+
+
+async def form_action(request: Request) -> Response:
+    """Every button and form of the pages posts here (CSRF checked)."""
+    st = state(request)
+    who = st.identify(request)
+    if who is None:
+        return RedirectResponse("/login", 303)
+    form = await request.form()
+    back = auth.safe_next(str(form.get("next") or "/"))
+    if st.read_only:
+        raise ApiError(403, "the dashboard runs read-only: actions are refused")
+    if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), form.get("csrf")):
+        raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
+    action = str(form.get("action") or "")
+    queue = str(form.get("queue") or "") or None
+    job_id = str(form.get("job_id") or "")
+    ids = [str(i) for i in form.getlist("ids") if i]
+    try:
+        message = await run(dispatch, st.board, who.user, action, queue, job_id, ids, form)
+    except ApiError as exc:
+        return RedirectResponse(with_param(back, "error", exc.message), 303)
+    if action == "delete" and job_id:
+        back = f"/queues/{quote(queue)}" if queue else "/"
+    return RedirectResponse(with_param(back, "msg", message), 303)
+
+
+def with_param(target: str, key: str, value: str) -> str:
+    """``target`` with ``key=value`` as its only ``msg``/``error`` query parameter."""
+    base = target.split("?", 1)
+    query = [part for part in (base[1].split("&") if len(base) > 1 else [])
+             if part and not part.startswith(("msg=", "error="))]
+    query.append(urlencode({key: value}))
+    return base[0] + "?" + "&".join(query)
+
+
+#: in the order they are matched (after the API routes)
+ROUTES = [
+    Route("/", overview),
+    Route("/queues/{q}", queue_view),
+    Route("/jobs/{id}", job_view),
+    Route("/scheduled", scheduled_view),
+    Route("/workers", workers_view),
+    Route("/search", search_view),
+    Route("/login", login, methods=["GET", "POST"]),
+    Route("/logout", logout, methods=["POST"]),
+    Route("/action", form_action, methods=["POST"]),
+]
