@@ -154,3 +154,26 @@ def test_a_queue_with_settings_reads_each_of_them(queue, r):
     assert replies.claim(_claim(q)).kind == "capped"
     r.delete(q.qkeys.base + "max_active")
     assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+
+
+def test_an_outcome_meeting_a_started_set_of_the_wrong_type_undoes_its_registry_write(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    assert replies.claim(_claim(q)).kind == "job"
+    r.delete(q.qkeys.started)
+    r.set(q.qkeys.started, "not a zset")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
+    assert _state(r, q) == before and not r.exists(q.qkeys.registry("finished"))
+
+
+def test_the_first_outcome_of_a_minute_prunes_the_finished_registry(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    claimed = replies.claim(_claim(q))
+    now = float(claimed.now or 0)
+    r.zadd(q.qkeys.registry("finished"), {"old": now - 1000, "recent": now - 10})
+    r.delete(q.qkeys.minute(int(now // 60)), q.qkeys.minute(int(now // 60) + 1))
+    q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
+    assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["recent", "a"]
