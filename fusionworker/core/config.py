@@ -152,7 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Directories (separated by ':') the worker puts at the front of sys.path before it "
             "imports job modules; the current directory is always put there too, as with "
             "`rq worker`.", "--path"),
-    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str, "Log level.", "--log-level",
+    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str,
+            "Log level (also of `Worker(...).work()` in a program that configured no logging).",
+            "--log-level",
             choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
     Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
             "Log format: text (readable lines) or json.", "--log-format", choices=("text", "json")),
