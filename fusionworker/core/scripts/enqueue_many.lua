@@ -91,8 +91,8 @@ for i = 1, n do
   local jid, prio, mode = job[1], tonumber(job[2]), job[3]
   local when, ukey, group, fields = tonumber(job[4]) or 0, job[5], job[6], job[7]
   local jkey = base .. 'job:' .. jid
-  local front = false
-  for k = 1, #fields - 1, 2 do
+  local front = false   -- the optional fields follow the six every job has (enqueue.py)
+  for k = 13, #fields - 1, 2 do
     if fields[k] == 'at_front' then front = true end
   end
 
