@@ -62,12 +62,10 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -77,6 +75,8 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.run import Monitor as RunMonitor  # noqa: E402
 
 SYSTEMS = ("fw", "fw-noevents", "fw-warm", "rq-simple", "celery", "dramatiq")
 LABEL = {"fw": "fusionworker fresh, events on", "fw-noevents": "fusionworker fresh, events off",
@@ -306,7 +306,7 @@ class Run:
         try:
             self._split_run(system, names, monitor)
         finally:
-            counts = monitor.stop(names)
+            counts = monitor.by_phase(names)
         phases: dict[str, dict[str, float]] = {}
         for source, div in ((counts, n), (usec, n)):
             key = "commands" if source is counts else "cmd_us"
@@ -412,43 +412,21 @@ def _kind(words: list[str], names: dict[str, str]) -> str:
     return head
 
 
-class Monitor:
-    """Counts MONITOR lines: a script's inner commands (``[0 lua]``) go to the script
-    before them (Redis runs a script whole, and shows it first)."""
+class Monitor(RunMonitor):
+    """Keeps MONITOR lines by phase: a script's inner commands (``[0 lua]``) go to the
+    script before them (Redis runs a script whole, and shows it first)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.sendall(b"MONITOR\r\n")
-        ok = b""
-        while not ok.endswith(b"\r\n"):
-            ok += self.sock.recv(64)
         self.phase = "enqueue"
         self.lines: list[tuple[str, bytes]] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+        super().__init__(f"redis://127.0.0.1:{port}/0", 0)
 
-    def _read(self) -> None:
-        buf = b""
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if not chunk:
-                return
-            buf += chunk
-            *lines, buf = buf.split(b"\r\n")
-            self.lines.extend((self.phase, line) for line in lines)
+    def take(self, lines: list[bytes]) -> None:
+        self.lines.extend((self.phase, line) for line in lines)
 
-    def stop(self, names: dict[str, str]) -> Counter[tuple[str, str]]:
-        time.sleep(0.1)
-        self._stop = True
-        self._thread.join(2)
-        self.sock.close()
+    def by_phase(self, names: dict[str, str]) -> Counter[tuple[str, str]]:
+        """Stop, and count the lines kept: (phase, command or script>inner command)."""
+        self.close()
         counts: Counter[tuple[str, str]] = Counter()
         script = "?"
         for phase, line in self.lines:

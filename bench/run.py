@@ -449,18 +449,25 @@ class Monitor:
                 return
             buf += chunk
             *lines, buf = buf.split(b"\r\n")
-            for line in lines:
-                head = line[:64]
-                if self.tag_lua in head:
-                    self.counts["lua"] += 1
-                elif self.tag_db in head:
-                    self.counts["client"] += 1
+            self.take(lines)
 
-    def stop(self) -> dict[str, int]:
+    def take(self, lines: list[bytes]) -> None:
+        """What to do with the lines read (a subclass keeps them instead)."""
+        for line in lines:
+            head = line[:64]
+            if self.tag_lua in head:
+                self.counts["lua"] += 1
+            elif self.tag_db in head:
+                self.counts["client"] += 1
+
+    def close(self) -> None:
         time.sleep(0.1)
         self._stop = True
         self._thread.join(2)
         self.sock.close()
+
+    def stop(self) -> dict[str, int]:
+        self.close()
         return dict(self.counts)
 
 
