@@ -82,18 +82,10 @@ ALLOWED_PRIVATE = {
         "whether enqueue_many.lua writes the events itself",
     ("fusionworker.core.tracing", "Queue._fw_plain"):
         "instrument()/uninstrument() wrap Queue.enqueue_call and keep the plain one",
-    ("fusionworker.events.sinks", "sink._reset_state"):
-        "a sink resets a copy of itself made for a forked child",
-    ("fusionworker.middleware.otel", "tracing._owned_meter_provider"):
-        "the OpenTelemetry middleware shuts down the meter provider core.tracing made",
 }
 
 #: another module's globals a module assigns, each with its reason
-ALLOWED_GLOBAL_WRITES = {
-    ("fusionworker.middleware.otel", "tracing.horse_tracing"):
-        "core.tracing's one slot the horse reads (None: OpenTelemetry off); set by the "
-        "middleware that owns it, in the worker and the fork server",
-}
+ALLOWED_GLOBAL_WRITES: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:

@@ -44,6 +44,19 @@ _configured = False
 _owned_meter_provider: Any = None
 
 
+def set_horse_tracing(value: Any) -> None:
+    """Set (or clear, with None) :data:`horse_tracing`: the OpenTelemetry middleware
+    owns it, in the worker and in the fork server."""
+    global horse_tracing
+    horse_tracing = value
+
+
+def owns_meter_provider(provider: Any) -> bool:
+    """Is ``provider`` the MeterProvider :func:`configure_sdk` made (shut down by
+    its owner rather than flushed)?"""
+    return provider is not None and provider is _owned_meter_provider
+
+
 class OtelUnavailable(RuntimeError):
     """OpenTelemetry was asked for but its packages are not installed."""
 

@@ -80,11 +80,11 @@ class EventSink:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.log_interval = log_interval
-        self._reset_state()
+        self.reset_state()
         _LIVE_SINKS.add(self)
         _install_process_hooks()
 
-    def _reset_state(self) -> None:
+    def reset_state(self) -> None:
         """Fresh buffer, lock and counters (construction, and in a forked child)."""
         self._cond = threading.Condition(threading.Lock())
         self._buffer: deque[Entry] = deque()
@@ -296,7 +296,7 @@ def _reset_sinks_in_child() -> None:
     # The parent keeps delivering what it buffered; the child starts empty,
     # with a fresh lock (the parent's may have been held at fork time).
     for sink in list(_LIVE_SINKS):
-        sink._reset_state()
+        sink.reset_state()
 
 
 _hooks_installed = False

@@ -172,7 +172,7 @@ def setup_horses(setup: str, flush_timeout: float, log_state: str = "") -> None:
         if not _has_tracer_provider():
             log.debug("OpenTelemetry: no tracer provider, jobs are not traced")
             return
-        tracing.horse_tracing = HorseTracing(flush_timeout)
+        tracing.set_horse_tracing(HorseTracing(flush_timeout))
     except Exception as exc:  # noqa: BLE001 - tracing must never stop jobs
         log.error("OpenTelemetry tracing of jobs is off: %s", exc)
 
@@ -236,8 +236,8 @@ class OtelMiddleware(Middleware):
         if tracing.horse_tracing is None and (   # horses forked by the worker itself
                 self.tracer_provider is not None or _has_tracer_provider()):
             try:
-                tracing.horse_tracing = HorseTracing(self.settings.otel_flush_timeout,
-                                           self.tracer_provider)
+                tracing.set_horse_tracing(HorseTracing(self.settings.otel_flush_timeout,
+                                                       self.tracer_provider))
             except Exception as exc:  # noqa: BLE001 - tracing must never stop jobs
                 log.error("OpenTelemetry tracing of jobs is off: %s", exc)
 
@@ -280,11 +280,11 @@ class OtelMiddleware(Middleware):
 
     def on_stop(self, worker: WorkerContext) -> None:
         if isinstance(tracing.horse_tracing, HorseTracing):
-            tracing.horse_tracing = None
+            tracing.set_horse_tracing(None)
         provider = self.meter_provider
         # ours: shut it down now, bounded (its atexit shutdown would export to a dead
         # collector for the exporter's whole timeout); the application's: flush it
-        call = getattr(provider, "shutdown" if provider is tracing._owned_meter_provider
+        call = getattr(provider, "shutdown" if tracing.owns_meter_provider(provider)
                        else "force_flush", None)
         if call is not None:
             _bounded(call, self.settings.otel_flush_timeout)

@@ -75,7 +75,7 @@ def tel(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
     assert Queue.enqueue_call is not Queue._fw_plain           # the traced one is in place
     yield t
     otel.uninstrument()
-    tracing.horse_tracing = None
+    tracing.set_horse_tracing(None)
     assert "_fw_plain" not in Queue.__dict__                   # and taken out again
 
 
@@ -295,7 +295,7 @@ def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_pat
     provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(path)))
     parent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
     try:
-        tracing.horse_tracing = otel.HorseTracing(2.0, provider)
+        tracing.set_horse_tracing(otel.HorseTracing(2.0, provider))
         launcher = OwnForkLauncher(LaunchSpec(allowed=("tests",), retryable=(), entries=1,
                                               deliver=lambda job, frame: None))
         for job_id, traceparent in (("j1", parent), ("j2", "garbage")):
@@ -307,7 +307,7 @@ def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_pat
             exit_ = slot.outcome(cold=False)
             assert exit_.error_type == "ValueError" and exit_.error_message == "x"
     finally:
-        tracing.horse_tracing = None
+        tracing.set_horse_tracing(None)
     first, second = sorted(wait_for(lambda: (lambda s: s if len(s) == 2 else None)(
         read_spans(path))), key=lambda s: s["attributes"]["messaging.message.id"])
     assert first["context"]["trace_id"] == "0x" + "ab" * 16
