@@ -35,6 +35,7 @@ key                            type     meaning
 ``fw:{q}:cron``                ZSET     cron entry name -> next run (server time)
 ``fw:{q}:cron:<name>``         HASH     cron entry definition and last-run info
 ``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h)
+``fw:{q}:hist:<r>:<b>``        HASH     chart counts of bucket b (r: its length in s; with a TTL)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
 ``fw:{q}:done:<id>``           channel  published on every outcome of job <id> (Job.wait)
 =============================  =======  ==============================================
@@ -192,6 +193,10 @@ class QueueKeys:
 
     def batch_ended(self, batch_id: str) -> str:
         return self.base + "batch:" + batch_id + ":ended"
+
+    def history(self, resolution: int, bucket: int) -> str:
+        """The dashboard's chart counts of one time bucket (events/metrics_history.py)."""
+        return self.base + "hist:" + str(resolution) + ":" + str(bucket)
 
     def deps(self, job_id: str) -> str:
         """The "queue:id" refs job ``job_id`` still waits on (SET)."""

@@ -63,7 +63,7 @@ def _lock_key(prefix: str) -> str:
 
 
 def bucket_key(prefix: str, queue: str, resolution: int, bucket: int) -> str:
-    return Keys(prefix).queue(queue).base + f"hist:{resolution}:{bucket}"
+    return Keys(prefix).queue(queue).history(resolution, bucket)
 
 
 def duration_bucket(seconds: float) -> int:

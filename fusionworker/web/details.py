@@ -87,7 +87,7 @@ def dependencies(r: RedisClient, prefix: str, job_id: str, queue: str,
     found = statuses(r, prefix, list(refs or []))
     if not found:
         return []
-    still = set(texts(list(r.smembers(Keys(prefix).queue(queue).base + f"deps:{job_id}"))))
+    still = set(texts(list(r.smembers(Keys(prefix).queue(queue).deps(job_id)))))
     for dep in found:
         dep["waited_on"] = f"{dep['queue']}:{dep['id']}" in still
     return found
@@ -97,7 +97,7 @@ def dependents(r: RedisClient, prefix: str, job_id: str, queue: str
                ) -> tuple[list[dict[str, Any]], int]:
     """Up to ``MAX_DEPENDENTS`` jobs still waiting on ``job_id``, and how many there are
     (the set is emptied once the job ended)."""
-    key = Keys(prefix).queue(queue).base + f"dependents:{job_id}"
+    key = Keys(prefix).queue(queue).dependents(job_id)
     pipe = r.pipeline(transaction=False)
     pipe.scard(key)
     pipe.srandmember(key, MAX_DEPENDENTS)

@@ -179,9 +179,9 @@ def batches(r: RedisClient, prefix: str, queues: list[str], before: float | None
     top = f"({before!r}" if before is not None else "+inf"
     pipe = r.pipeline(transaction=False)
     for queue in queues:
-        pipe.zrevrangebyscore(keys.queue(queue).base + "batches", top, "-inf", start=0,
+        pipe.zrevrangebyscore(keys.queue(queue).batches, top, "-inf", start=0,
                               num=size, withscores=True)
-        pipe.zcard(keys.queue(queue).base + "batches")
+        pipe.zcard(keys.queue(queue).batches)
     answers = pipe.execute()
     rows: list[tuple[float, str, str]] = []
     total = 0
@@ -201,7 +201,7 @@ def batch_docs(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list
     keys = Keys(prefix)
     pipe = r.pipeline(transaction=False)
     for queue, batch_id in refs:
-        key = keys.queue(queue).base + f"batch:{batch_id}"
+        key = keys.queue(queue).batch(batch_id)
         pipe.hgetall(key)
         pipe.scard(key + ":ended")
     answers = pipe.execute()
