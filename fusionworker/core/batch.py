@@ -130,7 +130,14 @@ def batch_status(connection: RedisClient, keys: QueueKeys | str,
     data = text_hash(connection.hgetall(keys.batch(batch_id)))
     if not data:
         return {"id": batch_id, "exists": False}
-    ended = int(connection.scard(keys.batch_ended(batch_id)))
+    return batch_doc(batch_id, data, int(connection.scard(keys.batch_ended(batch_id))))
+
+
+def batch_doc(batch_id: str, data: dict[str, str], ended: int) -> dict[str, Any]:
+    """The batch's counts and progress from its hash (``data``, as text; empty: gone)
+    and the count of its jobs that ended."""
+    if not data:
+        return {"id": batch_id, "exists": False}
     total = int(data.get("total") or 0)
     failed = int(data.get("failed") or 0)
     callbacks = json.loads(data.get("callbacks") or "{}")

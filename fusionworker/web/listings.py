@@ -6,11 +6,11 @@ the page shown."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..core.connection import texts
+from ..core.batch import batch_doc
+from ..core.connection import text_hash, texts
 from ..core.job import Job, JobStatus
 from ..core.keys import Keys
 from .service import STATUSES, job_summary
@@ -201,31 +201,10 @@ def batch_docs(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list
     keys = Keys(prefix)
     pipe = r.pipeline(transaction=False)
     for queue, batch_id in refs:
-        key = keys.queue(queue).batch(batch_id)
-        pipe.hgetall(key)
-        pipe.scard(key + ":ended")
+        qkeys = keys.queue(queue)
+        pipe.hgetall(qkeys.batch(batch_id))
+        pipe.scard(qkeys.batch_ended(batch_id))
     answers = pipe.execute()
-    docs = []
-    for n, (queue, batch_id) in enumerate(refs):
-        data = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes)
-                                                             else v)
-                for k, v in answers[2 * n].items()}
-        docs.append({"queue": queue, **_batch_doc(batch_id, data, int(answers[2 * n + 1]))})
-    return docs
-
-
-def _batch_doc(batch_id: str, data: dict[str, str], ended: int) -> dict[str, Any]:
-    if not data:
-        return {"id": batch_id, "exists": False}
-    total = int(data.get("total") or 0)
-    failed_n = int(data.get("failed") or 0)
-    callbacks = json.loads(data.get("callbacks") or "{}")
-    return {
-        "id": batch_id, "exists": True, "sealed": data.get("sealed") == "1",
-        "total": total, "ended": ended, "finished": ended - failed_n, "failed": failed_n,
-        "pending": max(0, total - ended), "progress": (ended / total) if total else None,
-        "fired": data.get("fired") == "1",
-        "callbacks": {kind: cb[0] for kind, cb in callbacks.items()},
-        "created_at": float(data["created_at"]) if data.get("created_at") else None,
-        "ended_at": float(data["ended_at"]) if data.get("ended_at") else None,
-    }
+    return [{"queue": queue, **batch_doc(batch_id, text_hash(answers[2 * n]),
+                                         int(answers[2 * n + 1]))}
+            for n, (queue, batch_id) in enumerate(refs)]
