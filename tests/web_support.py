@@ -118,3 +118,17 @@ def wait(driver: Any, predicate: Any, timeout: float = 15.0) -> Any:
             raise
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(asked)
+
+
+@contextmanager
+def dashboard(r: Any, settings: Any, driver: Any, token: str,
+              poll_interval: float) -> Iterator[str]:
+    """A dashboard (token auth, pages refreshing every ``poll_interval`` s) served on a
+    free loopback port, with the browser's cookies cleared: its base URL."""
+    from fusionworker.web import create_app
+
+    app = create_app(settings.replace(web_token=token), r, poll_interval=poll_interval)
+    with serve(app) as url:
+        driver.delete_all_cookies()
+        yield url
+

@@ -14,23 +14,14 @@ pytestmark = [pytest.mark.slow,
 if _missing is None:
     from selenium.webdriver.common.by import By
 
-    from fusionworker.web import create_app
-    from tests.web_support import chromium, login, serve, wait
+    from tests.web_support import dashboard, login, wait
 
 TOKEN = "browser-token"
 
 
-@pytest.fixture(scope="module")
-def driver():
-    with chromium() as d:
-        yield d
-
-
 @pytest.fixture
 def base(r, settings, driver):
-    app = create_app(settings.replace(web_token=TOKEN), r, poll_interval=0.3)
-    with serve(app) as url:
-        driver.delete_all_cookies()
+    with dashboard(r, settings, driver, TOKEN, poll_interval=0.3) as url:
         yield url
 
 

@@ -66,23 +66,11 @@ def test_queue_live_sends_rows_only_when_the_page_changed(client, queue):
     assert client.get("/api/v1/queues/nosuch/live", headers=BEARER).status_code == 404
 
 
-@pytest.fixture(scope="module")
-def driver():
-    if _missing is not None:
-        pytest.skip(f"no browser: {_missing}")
-    from tests.web_support import chromium
-
-    with chromium() as d:
-        yield d
-
-
 @pytest.fixture
 def base(r, settings, driver):
-    from tests.web_support import login, serve
+    from tests.web_support import dashboard, login
 
-    app = create_app(settings.replace(web_token=TOKEN), r, poll_interval=0.3)
-    with serve(app) as url:
-        driver.delete_all_cookies()
+    with dashboard(r, settings, driver, TOKEN, poll_interval=0.3) as url:
         login(driver, url, TOKEN)
         yield url
 
