@@ -133,7 +133,8 @@ class Worker:
             entries=self.concurrency, deliver=self.progress.received,
             kill_children=s.kill_job_children, tracing=self._horse_tracing, name=self.name,
             warm=lambda: {"horse_jobs": self.settings.horse_jobs,
-                          "max_rss_mib": self.settings.max_horse_memory}))
+                          "max_rss_mib": self.settings.max_horse_memory,
+                          "slots": self.concurrency}))
         self.loop = Loop(self, self.claimer, self.recorder, self.launcher, self.progress,
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),

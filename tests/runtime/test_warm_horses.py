@@ -228,3 +228,35 @@ def test_horse_jobs_of_a_function_is_checked_and_kept() -> None:
     for bad in (0, -1, True, 1.5, "2"):
         with pytest.raises(ValueError, match="horse_jobs"):
             JobFunction(warm_jobs.leak, horse_jobs=bad)
+
+
+def _horses(worker_pid: int) -> list[int]:
+    """The pids of the fork server's children (the horses, waiting or running)."""
+    server = [c for c in psutil.Process(worker_pid).children()
+              if "fork server" in " ".join(c.cmdline())]
+    return [h.pid for s in server for h in s.children() if not _gone(h.pid)]
+
+
+def test_warm_horses_are_forked_ahead_one_per_slot_and_replaced(processes, queue):
+    # a prefork pool: with --horse-jobs > 1 the server keeps one horse per slot alive,
+    # forked before the jobs come; a horse that retires (here after 2 jobs) is replaced
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "3", "--horse-jobs", "2")
+    first = q.enqueue_call(f"{JOBS}:pid")       # loads the module in the server
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
+    wait_for(lambda: len(_horses(w.pid)) == 3, timeout=20)
+    warm = q.fetch_job(first.id).result[0]
+    assert warm in _horses(w.pid)                # idle, one of the three
+    nxt = q.enqueue_call(f"{JOBS}:pid")          # its second job: then it retires
+    wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=30)
+    assert q.fetch_job(nxt.id).result == [warm, 1]
+    wait_for(lambda: _gone(warm), timeout=20)
+    wait_for(lambda: len(_horses(w.pid)) == 3, timeout=20)   # replaced, forked ahead
+
+
+def test_fresh_horses_are_not_forked_one_per_slot(processes, queue):
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "3")
+    first = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
+    wait_for(lambda: len(_horses(w.pid)) == 1, timeout=20)    # READY_MAX logic: one ahead

@@ -91,7 +91,8 @@ class _Ready:
 
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
-          kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0) -> NoReturn:
+          kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
+          slots: int = 0) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -99,7 +100,9 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``: the
     worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
-    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``.
+    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``;
+    ``slots`` (the worker's concurrency): with warm horses, the server keeps that many
+    horses alive, forked ahead as a prefork pool is (:meth:`Server.fork_ahead`).
     """
     if otel:
         from ...middleware.otel import setup_horses
@@ -116,6 +119,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
+    server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.run()
 
 
@@ -144,6 +148,7 @@ class Server:
         self.horse_jobs = 1                      # > 1: warm horses (horse/warm.py)
         self.max_rss = 0                         # a warm horse's RSS ceiling, bytes
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
+        self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -176,10 +181,20 @@ class Server:
             if eof:
                 self.last_reaps()
                 os._exit(0)
-            while len(self.ready) < self.want:    # fork ahead, but answer the worker first
-                self.ready.append(self.spawn())
-                if self.ep.poll(0):
-                    break
+            self.fork_ahead()
+
+    def fork_ahead(self) -> None:
+        """Fork horses for the next requests, but answer the worker first (a request that
+        came stops it). Fresh horses: as many as the largest batch of requests seen, up to
+        READY_MAX. Warm horses: as many as the worker has slots, counting the horses that
+        run a job or wait between jobs, so the first jobs of a burst find their horses
+        forked (a prefork pool: Celery forks its ``-c`` children at start too); a horse
+        that retires (N jobs, a failure, RSS) is replaced here, off the job's path."""
+        while len(self.ready) < self.want or (
+                len(self.ready) + len(self.idle) + len(self.running) < self.slots):
+            self.ready.append(self.spawn())
+            if self.ep.poll(0):
+                break
 
     def receive(self, events: list[tuple[int, int]]) -> tuple[bool, list[_Running]]:
         """What the turn's events brought: whether the worker is gone (EOF), and the
