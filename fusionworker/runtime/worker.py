@@ -269,7 +269,7 @@ class Worker:
     RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
                   "memory_resume_threshold", "swap_throttle_threshold",
                   "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
-                  "log_level")
+                  "log_level", "horse_jobs")
 
     def reload(self) -> None:
         """Re-read the settings and apply :data:`RELOADABLE` ones (SIGHUP, like nginx);

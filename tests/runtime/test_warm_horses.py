@@ -260,3 +260,25 @@ def test_fresh_horses_are_not_forked_one_per_slot(processes, queue):
     first = q.enqueue_call(f"{JOBS}:pid")
     wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
     wait_for(lambda: len(_horses(w.pid)) == 1, timeout=20)    # READY_MAX logic: one ahead
+
+
+def test_horse_jobs_is_reloaded_on_sighup(processes, queue, tmp_path):
+    # FUSIONWORKER_HORSE_JOBS from the -c file: 1 (a fresh horse per job), then 10 and
+    # SIGHUP: the new fork server's horses run several jobs each
+    config = tmp_path / "worker.env"
+    config.write_text("FUSIONWORKER_HORSE_JOBS=1\n")
+    q = queue()
+    w = processes.start("-c", str(config), "worker", "--customq", "default")
+
+    def one() -> list[int]:
+        job = q.enqueue_call(f"{JOBS}:pid")
+        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
+        return q.fetch_job(job.id).result
+
+    before = [one() for _ in range(3)]
+    assert len({pid for pid, _ in before}) == 3 and [n for _, n in before] == [0, 0, 0]
+    config.write_text("FUSIONWORKER_HORSE_JOBS=10\n")
+    w.send_signal(signal.SIGHUP)
+    wait_for(lambda: "horse_jobs=10" in processes.output(w), timeout=20)
+    after = [one() for _ in range(3)]
+    assert after[1][0] == after[2][0] and after[2][1] == after[1][1] + 1   # a warm horse
