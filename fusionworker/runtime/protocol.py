@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, Any
 from ..core.codec import decode, encode  # a job's arguments travel as tagged JSON
 
 if TYPE_CHECKING:  # pragma: no cover
-    import socket
-
     from ..core.job import Job
 
 HEADER = struct.Struct(">I")
@@ -73,25 +71,16 @@ def take_frames(buf: bytearray) -> list[bytes]:
     return out
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        try:
-            chunk = sock.recv(n - got)
-        except InterruptedError:
-            continue
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _recv_frame(sock: socket.socket) -> bytes | None:
-    head = _recv_exact(sock, HEADER.size)
-    if head is None:
-        return None
-    return _recv_exact(sock, HEADER.unpack(head)[0])
+def _frame_at(buf: bytearray, pos: int) -> tuple[bytes | None, int]:
+    """The frame that starts at ``pos`` of ``buf`` and where it ends; None while it is
+    not complete."""
+    if len(buf) - pos < HEADER.size:
+        return None, pos
+    size = HEADER.unpack_from(buf, pos)[0]
+    end = pos + HEADER.size + size
+    if len(buf) < end:
+        return None, pos
+    return bytes(buf[pos + HEADER.size:end]), end
 
 
 # -- worker -> fork server ---------------------------------------------------------------
@@ -203,23 +192,32 @@ class ExitNotice:
 Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice
 
 
-def read_notice(sock: socket.socket) -> Notice | None:
-    """One notice from the fork server (blocking), or None at EOF (it is gone)."""
-    body = _recv_frame(sock)
-    if body is None:
-        return None
-    msg: dict[str, Any] = json.loads(body)
-    pid = int(msg["pid"])
-    if "update" in msg:
-        return ProgressNotice(pid, msg["update"])
-    if "to" in msg:
-        return MovedNotice(pid, int(msg["to"]))
-    if "size" in msg:
-        report = _recv_frame(sock)
-        if report is None:
-            return None
-        return ExitNotice(pid, int(msg["status"]), report)
-    return StartNotice(pid)
+def take_notices(buf: bytearray) -> list[Notice]:
+    """Cut every complete notice off the front of ``buf`` (what the worker read of the
+    fork server's socket so far), in the order they were sent; an incomplete one (an
+    exit notice whose report frame is still on its way, too) stays for the next read."""
+    out: list[Notice] = []
+    pos = 0
+    while True:
+        body, end = _frame_at(buf, pos)
+        if body is None:
+            break
+        msg: dict[str, Any] = json.loads(body)
+        pid = int(msg["pid"])
+        if "size" in msg:
+            report, end = _frame_at(buf, end)
+            if report is None:
+                break
+            out.append(ExitNotice(pid, int(msg["status"]), report))
+        elif "update" in msg:
+            out.append(ProgressNotice(pid, msg["update"]))
+        elif "to" in msg:
+            out.append(MovedNotice(pid, int(msg["to"])))
+        else:
+            out.append(StartNotice(pid))
+        pos = end
+    del buf[:pos]
+    return out
 
 
 # -- a horse's report pipe ---------------------------------------------------------------
@@ -333,6 +331,6 @@ def drain(fd: int) -> None:
 __all__ = [
     "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
-    "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "read_notice",
+    "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "write_all",
 ]

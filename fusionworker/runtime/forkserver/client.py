@@ -11,20 +11,19 @@ from __future__ import annotations
 import errno
 import json
 import os
-import select
 import socket
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
     ExitNotice,
-    MovedNotice,
     ProgressNotice,
     RunRequest,
     StartNotice,
-    read_notice,
+    take_notices,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +64,8 @@ class ForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
+        self._inbox = bytearray()       # what was read of the socket, not parsed yet
+        self._starts: deque[int] = deque()   # the pids of answers read, not taken by run()
         #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
         self.on_update: Callable[[int, str], None] | None = None
         #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
@@ -125,13 +126,10 @@ class ForkServer:
             while_forking()
         pids: list[int] = []
         while len(pids) < len(jobs):
-            notice = self._recv()
-            if isinstance(notice, ExitNotice):
-                self._exits[notice.pid] = notice
-            elif isinstance(notice, StartNotice):
-                pids.append(notice.pid)
-                if self.on_start is not None:
-                    self.on_start(notice.pid)
+            if self._starts:
+                pids.append(self._starts.popleft())
+            else:
+                self._read(block=True)
         return pids
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
@@ -140,10 +138,8 @@ class ForkServer:
         die with it: PDEATHSIG)."""
         died = False
         try:
-            while self.sock is not None and select.select([self.sock], [], [], 0)[0]:
-                notice = self._recv()
-                if isinstance(notice, ExitNotice):
-                    self._exits[notice.pid] = notice
+            while self.sock is not None and self._read(block=False):
+                pass
         except ForkServerDied:
             died = True
         out, self._exits = self._exits, {}
@@ -159,31 +155,46 @@ class ForkServer:
         """Exit notices received meanwhile (by :meth:`run`) wait for :meth:`exits`."""
         return bool(self._exits)
 
-    def _recv(self) -> StartNotice | ExitNotice | None:
-        """The next notice; a progress notice goes to :attr:`on_update` (None returned)."""
+    def _read(self, block: bool) -> bool:
+        """Read what the socket holds (``block``: wait for something first) and deal with
+        every complete notice, in the order sent: an answer's pid is queued for
+        :meth:`run` (:attr:`on_start` is told at once), an exit notice is kept for
+        :meth:`exits`, a progress notice goes to :attr:`on_update`, a moved notice to
+        :attr:`on_move` (before the new horse's notices). One ``recv`` reads many
+        notices. False: nothing was there (only without ``block``). Raises
+        ForkServerDied at EOF or on a socket error (the server is gone)."""
         assert self.sock is not None
         try:
-            notice = read_notice(self.sock)
+            chunk = self.sock.recv(1 << 16, 0 if block else socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
         except OSError:
-            notice = None
-        if notice is None:
+            chunk = b""
+        if not chunk:
             self.close()
             raise ForkServerDied("the fork server went away")
-        if isinstance(notice, ProgressNotice):
-            if self.on_update is not None:
-                self.on_update(notice.pid, notice.update)
-            return None
-        if isinstance(notice, MovedNotice):     # in order: before the new horse's notices
-            if self.on_move is not None:
+        self._inbox.extend(chunk)
+        for notice in take_notices(self._inbox):
+            if isinstance(notice, StartNotice):
+                self._starts.append(notice.pid)
+                if self.on_start is not None:
+                    self.on_start(notice.pid)
+            elif isinstance(notice, ExitNotice):
+                self._exits[notice.pid] = notice
+            elif isinstance(notice, ProgressNotice):
+                if self.on_update is not None:
+                    self.on_update(notice.pid, notice.update)
+            elif self.on_move is not None:     # MovedNotice
                 self.on_move(notice.pid, notice.to)
-            return None
-        return notice
+        return True
 
     def close(self) -> None:
         """Stop the server (closing the socket is its signal to exit)."""
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+        self._inbox.clear()          # a server started again answers from the start
+        self._starts.clear()
         if self.proc is not None:
             try:
                 self.proc.wait(2)
