@@ -232,3 +232,27 @@ def test_horses_forked_ahead_for_a_batch_each_get_their_job(launcher: ForkServer
         until_done(launcher, slots)
         assert [s.outcome(cold=False).result_json for s in slots] == [
             str(i + 1) for i in range(n)]
+
+
+def test_notices_cut_anywhere_are_read_once_and_in_order() -> None:
+    # the worker reads its fork server's socket in chunks of any size: every notice,
+    # an exit notice and its report frame included, comes out once, whole, in order
+    from fusionworker.runtime.protocol import (
+        ExitNotice,
+        MovedNotice,
+        ProgressNotice,
+        StartNotice,
+        take_notices,
+    )
+
+    sent = [StartNotice(11), ProgressNotice(11, '{"progress": 0.5}'),
+            ExitNotice(11, 0, b'{"ok": true, "result": "x\\ny"}'), MovedNotice(12, 13),
+            StartNotice(13), ExitNotice(13, 9, b"")]
+    wire = b"".join(n.encode() for n in sent)
+    for cut in range(len(wire) + 1):
+        buf, got = bytearray(), []
+        for part in (wire[:cut], wire[cut:]):
+            buf.extend(part)
+            got += take_notices(buf)
+        assert got == sent, cut
+        assert not buf
