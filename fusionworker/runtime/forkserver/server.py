@@ -187,11 +187,11 @@ class Server:
         """Fork horses for the next requests, but answer the worker first (a request that
         came stops it). Fresh horses: as many as the largest batch of requests seen, up to
         READY_MAX. Warm horses: as many as the worker has slots, counting the horses that
-        run a job or wait between jobs, so the first jobs of a burst find their horses
+        run a job or wait between jobs (and no more), so the first jobs of a burst find their horses
         forked (a prefork pool: Celery forks its ``-c`` children at start too); a horse
         that retires (N jobs, a failure, RSS) is replaced here, off the job's path."""
-        while len(self.ready) < self.want or (
-                len(self.ready) + len(self.idle) + len(self.running) < self.slots):
+        while (len(self.ready) + len(self.idle) + len(self.running) < self.slots
+               if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
                 break
