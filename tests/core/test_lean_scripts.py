@@ -177,3 +177,49 @@ def test_the_first_outcome_of_a_minute_prunes_the_finished_registry(queue, r):
     r.delete(q.qkeys.minute(int(now // 60)), q.qkeys.minute(int(now // 60) + 1))
     q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
     assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["recent", "a"]
+
+
+def test_a_due_scheduled_job_is_promoted_and_the_next_time_answered(queue, r):
+    q = queue("lean")
+    _enqueue(q, "due", mode="in", when=600)
+    _enqueue(q, "later", mode="in", when=900)
+    assert replies.claim(_claim(q)).kind == "empty"      # nothing due yet
+    later = r.zscore(q.qkeys.scheduled, "later")
+    r.zadd(q.qkeys.scheduled, {"due": 1.0})              # its time has come
+    got = replies.claim(_claim(q))
+    assert got.jobs[0].job_id == "due" and r.hget(q.qkeys.job("due"), "status") == "started"
+    empty = replies.claim(_claim(q, token="t2"))
+    assert empty.kind == "empty" and empty.next_due == later
+    assert r.zrange(q.qkeys.scheduled, 0, -1) == ["later"]
+
+
+def test_a_queue_without_scheduled_jobs_answers_empty_without_a_next_time(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+    empty = replies.claim(_claim(q, token="t2"))
+    assert empty.kind == "empty" and empty.next_due is None and empty.now
+    assert not r.exists(q.qkeys.scheduled)
+
+
+def test_settings_beside_scheduled_jobs_are_still_read(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    _enqueue(q, "later", mode="in", when=600)
+    r.set(q.qkeys.base + "paused", "1")
+    assert replies.claim(_claim(q)).kind == "paused"
+    r.delete(q.qkeys.base + "paused")
+    r.set(q.qkeys.base + "max_active", "0")
+    assert replies.claim(_claim(q)).kind == "capped"
+    r.delete(q.qkeys.base + "max_active")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+
+
+def test_a_scheduled_key_of_the_wrong_type_refuses_the_claim_with_nothing_written(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    r.set(q.qkeys.scheduled, "not a zset")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _claim(q)
+    assert _state(r, q) == before
