@@ -6,7 +6,7 @@ parts, each in its own module, and hands each its collaborators; no part holds
 the worker to call back through it:
 
 * :class:`~.claim.Claimer` (``worker.claimer``): the queues, their order, claim.lua;
-* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline, counters;
+* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline, the counters to write;
 * :class:`~.progress_store.ProgressRelay` (``worker.progress``): the jobs' progress;
 * a launcher (``worker.launcher``, launch.py): how a job gets its process;
 * :class:`~.loop.Loop` (``worker.loop``): the claim/dispatch loop over the slots
@@ -392,6 +392,10 @@ class Worker:
 
     def _shutdown(self) -> None:
         self.launcher.close()
+        try:     # the counters since the last heartbeat, for on_stop hooks and readers
+            self.recorder.counters.flush(self.connection, self.key, self.settings.worker_ttl)
+        except redis.RedisError as exc:
+            log.warning("Worker %s could not write its counters: %s", self.name, exc)
         self.hooks("on_stop")
         try:
             self.deregister()
