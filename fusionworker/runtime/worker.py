@@ -367,7 +367,8 @@ class Worker:
         """Run one claimed job in a horse and record its outcome (no claim rides).
 
         ``sent``: when its claim was sent (its lease's start); 0: not known, the
-        horse gets no lease deadline of its own."""
+        horse gets no lease deadline of its own. The worker hash's counters take
+        the outcome with the next :meth:`heartbeat` (or at stop)."""
         return self.loop.run_one(job, sent)
 
     def heartbeat(self) -> bool:
