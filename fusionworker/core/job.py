@@ -45,6 +45,8 @@ Hash fields (all strings in Redis):
 ``depends_on``      JSON list of ``"queue:job_id"`` this job waits on (optional)
 ``allow_dependency_failure``  ``1``: run even if a dependency failed (optional)
 ``has_dependents``  ``1`` once a job waits on this one (optional)
+``waited``          ``1`` once a ``Job.wait`` subscribed to its outcome (waiting.lua):
+                    finish.lua publishes ``done:<id>`` only then (optional)
 ``batch``           ``queue:batch_id`` of its batch (optional; see ``batch.py``)
 ``progress``        fraction in [0, 1] the job last reported (``current_job().set_progress``;
                     written by the worker parent, see ``progress.py``; optional)
@@ -376,7 +378,10 @@ class Job(JobHabits, Generic[R]):
         expired, or finished with ``result_ttl=0``).
         """
         q = self._require_queue()
-        data = q.connection.hgetall(q.qkeys.job(self.id))
+        return self._update(q, q.connection.hgetall(q.qkeys.job(self.id)))
+
+    def _update(self, q: Any, data: dict[str, str]) -> Job[R]:
+        """Take what ``data`` (the record as ``HGETALL`` reads it) says, in place."""
         if not data:
             raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists")
         fresh = Job.from_hash(data)
@@ -384,6 +389,16 @@ class Job(JobHabits, Generic[R]):
             if f.name not in ("deduplicated", "_queue"):
                 setattr(self, f.name, getattr(fresh, f.name))
         return self
+
+    def _read_waited(self, q: Any) -> bool:
+        """Mark the record ``waited`` and read it, in one step (waiting.lua): finish.lua
+        publishes the outcome of a marked job only. False: Redis refused the mark (out
+        of memory, a read-only replica), so no message may come: read again on a timer."""
+        from .scripts import replies
+
+        read = replies.waiting(q.scripts.waiting(keys=[q.qkeys.base], args=[self.id]))
+        self._update(q, read.data)
+        return read.marked
 
     def wait(self, timeout: float | None = None) -> Job[R]:
         """Block until the job is finished, failed or canceled; return it (refreshed).
@@ -395,11 +410,14 @@ class Job(JobHabits, Generic[R]):
         seconds pass first (the job itself goes on). A retry in between is
         not an end: waiting goes on through it.
 
-        No polling: it subscribes to the job's channel ``fw:{q}:done:<id>``
-        (published by every outcome script), then reads the job once (closing
-        the race with an outcome recorded before the subscription) and again
-        only when a message arrives. Cost when the job is done already: one
-        pub/sub connection from the pool, SUBSCRIBE, one HGETALL.
+        No polling: it subscribes to the job's channel ``fw:{q}:done:<id>``,
+        then marks the job's record ``waited`` and reads it in one step
+        (waiting.lua: an outcome recorded before that step is in what it reads;
+        finish.lua publishes the outcome of a marked job, and cancel, delete and
+        failures always publish), and reads again only when a message arrives
+        (after a reconnection too: the subscription's confirmation comes again).
+        Cost when the job is done already: one pub/sub connection from the pool,
+        SUBSCRIBE, one script call that only reads.
         """
         from .connection import new_pubsub_connection
 
@@ -419,7 +437,7 @@ class Job(JobHabits, Generic[R]):
                 if deadline is not None and remaining() == 0:
                     break
             while True:
-                self.refresh()
+                marked = self._read_waited(q)
                 if self.status in DONE_STATUSES:
                     break
                 left = remaining()
@@ -428,8 +446,9 @@ class Job(JobHabits, Generic[R]):
                         f"job {self.id} ({self.func}) is still {self.status} after "
                         f"waiting {timeout:g} s", job=self)
                 while True:
-                    msg = pubsub.get_message(timeout=left if left is not None else 60.0)
-                    if msg is not None or deadline is not None:
+                    wait = left if left is not None else 60.0
+                    msg = pubsub.get_message(timeout=wait if marked else min(wait, 1.0))
+                    if msg is not None or deadline is not None or not marked:
                         break
         finally:
             pubsub.close()

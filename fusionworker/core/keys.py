@@ -37,7 +37,7 @@ key                            type     meaning
 ``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h)
 ``fw:{q}:hist:<r>:<b>``        HASH     chart counts of bucket b (r: its length in s; with a TTL)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
-``fw:{q}:done:<id>``           channel  published on every outcome of job <id> (Job.wait)
+``fw:{q}:done:<id>``           channel  outcomes of job <id> (Job.wait; finished/retry: if ``waited``)
 =============================  =======  ==============================================
 
 Global keys (touched by single-key commands only):

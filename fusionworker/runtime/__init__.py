@@ -7,8 +7,9 @@ and middleware only (``tests/test_layers.py``); see docs/design.md, "Layers".
 | ``worker.py`` | :class:`Worker`, the composition root: identity, registration, signals, reload |
 | ``loop.py`` | the claim/dispatch loop over N slots; the crash-point table (docstring) |
 | ``claim.py`` | the queues' order (weights, round-robin) and claim.lua's answers |
-| ``recorder.py`` | the finish pipeline: outcomes, counters, and the next claim, returned |
-| ``heartbeat.py`` | the heartbeat hash and the lease renewals (touch_many.lua) |
+| ``recorder.py`` | the finish pipeline: outcomes and the next claim, returned |
+| ``counters.py`` | the worker hash's job counters, counted per outcome, written by the heartbeat |
+| ``heartbeat.py`` | the heartbeat hash, its counters and the lease renewals (touch_many.lua) |
 | ``wakeups.py`` | the pub/sub connection: wake-ups, suspend/resume |
 | ``hookcalls.py`` | running the middleware's hooks, each guarded |
 | ``slot.py`` | the worker's side of one running horse: its job, deadlines, kill, its end |

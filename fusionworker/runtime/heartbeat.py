@@ -1,7 +1,8 @@
 """The heartbeat hash (loop.py, steps 3 and 4): what it says (:func:`view_of`), its
-own write, and the heartbeat round trip: the worker key and, in the same
-pipeline, touch_many.lua per queue, which renews the lease of every running
-job whose attempt still owns it.
+own write, and the heartbeat round trip: the worker key with the job counters
+counted since the last heartbeat (counters.py) and, in the same pipeline,
+touch_many.lua per queue, which renews the lease of every running job whose
+attempt still owns it.
 
 :meth:`Heartbeat.send` only writes and reads: what the answers mean (a lease
 renewed, a job taken back, the suspend flag) is the loop's to decide.
@@ -18,6 +19,7 @@ from redis.typing import EncodableT
 
 from ..core.hooks import WorkerContext
 from ..core.scripts import replies
+from .counters import Counters
 from .slot import Slot
 from .state import LoopState, View
 
@@ -58,10 +60,12 @@ class Heartbeat:
         pipe.expire(self.key, self.ctx.settings.worker_ttl)
         pipe.execute()
 
-    def send(self, running: Sequence[Slot], fields: dict[EncodableT, Any]) -> Renewal | Exception:
-        """Renew every running slot's lease and write ``fields`` to the hash, in one round
-        trip. Raises when Redis is unreachable; returns the refusal (e.g. OOM: these
-        renewals did not happen) or the :class:`Renewal`."""
+    def send(self, running: Sequence[Slot], fields: dict[EncodableT, Any],
+             counters: Counters) -> Renewal | Exception:
+        """Renew every running slot's lease and write ``fields`` and the ``counters``
+        not written yet to the hash, in one round trip. Raises when Redis is unreachable;
+        returns the refusal (e.g. OOM: these renewals did not happen) or the
+        :class:`Renewal`. Counters that did not land are given back to ``counters``."""
         ctx = self.ctx
         by_queue: dict[str, list[Slot]] = {}
         for slot in running:
@@ -75,11 +79,17 @@ class Heartbeat:
             touches.append(([ctx.keys.queue(queue).base], args))
             self.scripts.touch_many.queue_by_sha(pipe, *touches[-1])
         pipe.hset(self.key, mapping=fields)
+        counted, n_counted = counters.queue(pipe, self.key)
         pipe.expire(self.key, ctx.settings.worker_ttl)
         pipe.sadd(ctx.keys.workers, ctx.name)
         pipe.exists(ctx.keys.suspended)
         sent = time.monotonic()
-        answers = pipe.execute(raise_on_error=False)
+        try:
+            answers = pipe.execute(raise_on_error=False)
+        except Exception:
+            counters.give_back(counted)
+            raise
+        counters.settle(counted, answers[len(touches) + 1:len(touches) + 1 + n_counted])
         # Redis restarted or failed over: the Script call loads it and runs it again
         self.scripts.reload_missing(answers, [("touch_many", keys, args)
                                               for keys, args in touches])

@@ -29,15 +29,15 @@ parent dies at each step (each slot goes through the same steps)::
                           job at concurrency 1 never writes it, and its finish
                           pipeline then skips the matching state=idle.
     4. supervise          every heartbeat_interval, one pipeline: touch_many.lua
-                          per queue renews the lease of every running job and
-                          the worker key's TTL. A 0 for a job: the attempt was
-                          taken back; its horse is killed (the others run on),
-                          so a job never has two horses.
+                          per queue renews the lease of every running job; the
+                          worker key's TTL, and its counters (counters.py). A 0
+                          for a job: the attempt was taken back; its horse is
+                          killed (the others run on): a job never has two horses.
     5. finish pipeline    finish.lua of every job that ended since the last pass
                           (requeue.lua 'return' for one given back): outcome
                           recorded, fenced by the token (a late finish of a
-                          reaped attempt is refused); the worker counters; the
-                          hash's list of running jobs if it changed; then, if
+                          reaped attempt is refused) and counted in memory;
+                          the hash's list of running jobs if it changed; then, if
                           the loop may claim (not stopping, no reload, no
                           heartbeat due, not suspended, no middleware holding
                           claims: all known locally before sending), claim.lua
@@ -494,7 +494,7 @@ class Loop:
         view, current = view_of(st, running)
         fields.update(current)
         try:
-            renewal = self.beat.send(running, fields)
+            renewal = self.beat.send(running, fields, self.recorder.counters)
         except UNREACHABLE as exc:
             st.published = None
             self.redis_down(exc)

@@ -2,14 +2,14 @@
 
 :meth:`Recorder.record` writes, in ONE round trip, the outcome of every job
 that ended since the last pass (finish.lua, or requeue.lua ``return`` for a
-job given back), the worker's counters, the heartbeat hash's list of running
-jobs when it changed, and, at the end, the claim.lua calls of the next jobs
+job given back), the heartbeat hash's list of running jobs when it changed, and, at the end, the claim.lua calls of the next jobs
 when the loop may claim. Redis runs a pipeline's commands in order, so a
 claimed next job implies recorded outcomes (on a Cluster: when the queues
 share a shard). It RETURNS what the claims brought (:class:`~.claim.ClaimRound`);
 nothing is left behind in a field for the loop to find, and it writes no loop
 state: what the heartbeat hash is known to say after the round trip is part of
-its answer (:class:`Recorded`).
+its answer (:class:`Recorded`). The worker's counters are counted here, once per
+outcome, and written by the heartbeat (counters.py).
 
 When the round trip fails (Redis unreachable, a refusal), each outcome is
 recorded on its own (:meth:`Recorder.record_alone`), without claims, with
@@ -37,6 +37,7 @@ from ..core.job import FailureReason, Job, encode_fields
 from ..core.keys import Keys
 from ..core.scripts import replies
 from .claim import Claimer, ClaimRound, Plan
+from .counters import Counters
 from .errors import REFUSED, UNREACHABLE, is_oom
 from .exits import HorseExit
 from .state import View
@@ -72,8 +73,6 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     return Outcome(status=OutcomeStatus.FAILED, **common)
 
 
-#: the worker hash's counter of each status that has one
-_COUNTERS = {OutcomeStatus.FINISHED: "successful", OutcomeStatus.FAILED: "failed"}
 #: the job's status once an outcome of this status was recorded
 _EXPECTED = {OutcomeStatus.FINISHED: "finished", OutcomeStatus.RETRY: "scheduled",
              OutcomeStatus.FAILED: "failed", OutcomeStatus.REQUEUED: "queued"}
@@ -110,6 +109,8 @@ class Recorder:
         self.successful = 0
         self.failed = 0
         self.total_working_time = 0.0
+        #: the worker hash's counters not written yet (the heartbeat writes them)
+        self.counters = Counters()
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -120,9 +121,9 @@ class Recorder:
 
         Returns what the claims brought (nothing when ``plan`` is None) and what the
         heartbeat hash is known to say now."""
+        self.counters.count([outcome for _, outcome in ended])
         pipe = self.connection.pipeline(transaction=False)
         calls = [self._queue_outcome(pipe, job, outcome) for job, outcome in ended]
-        n_counters = self._queue_counters(pipe, ended)
         if view is not None:
             pipe.hset(self.key, mapping=view[1])
         if plan is not None:
@@ -137,26 +138,17 @@ class Recorder:
             for job, outcome in ended:
                 self.record_alone(job, outcome, lost_reply=True)
             return Recorded(ClaimRound(asked=plan.asked if plan else 0), HashState.UNKNOWN)
-        counters = next((r for r in answers[len(ended):len(ended) + n_counters]
-                         if isinstance(r, Exception)), None)
         unknown = False
         # Redis restarted or failed over: each script is loaded and run once more
         self.scripts.reload_missing(answers, calls, catch=redis.RedisError)
         for (job, outcome), call, reply in zip(ended, calls, answers):
             if isinstance(reply, Exception):
-                unknown |= self._failed(job, outcome, reply, counted=counters is None)
-            elif counters is not None and is_oom(counters):
-                # the outcome's own writes were refused in part (out of memory): as for a
-                # refused script, written again once Redis takes it (its script landed:
-                # landed() says so, it is not written twice)
-                log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying",
-                            self.name, job.id, counters)
-                unknown |= self.record_alone(job, outcome, lost_reply=True)
+                unknown |= self._failed(job, outcome, reply)
             else:
                 self._recorded(job, outcome, self._stale(call[0], reply))
         state = HashState.UNKNOWN if unknown else HashState.KEPT
         if view is not None:
-            hset = answers[len(ended) + n_counters]
+            hset = answers[len(ended)]
             state = HashState.UNKNOWN if isinstance(hset, Exception) else HashState.WRITTEN
         if plan is None:
             return Recorded(ClaimRound(), state)
@@ -166,7 +158,7 @@ class Recorder:
         out.jobs = self.claimer.take(plan, claims, out.dry)
         return Recorded(out, state)
 
-    def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception, counted: bool) -> bool:
+    def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception) -> bool:
         """The pipeline ran but this outcome's script answered an error. True: the
         heartbeat hash may not say what we think (write it again)."""
         if isinstance(exc, REFUSED) and (self.is_cold() or not is_oom(exc)):
@@ -174,7 +166,7 @@ class Recorder:
             return True
         log.error("Worker %s: recording job %s failed: %s; recording it again",
                   self.name, job.id, exc)
-        return self.record_alone(job, outcome, counted=counted)
+        return self.record_alone(job, outcome)
 
     def _refused(self, job: Job[Any], exc: Exception) -> None:
         """The job stays started; the reaper takes it back once its lease is over."""
@@ -202,28 +194,13 @@ class Recorder:
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
         return name, keys, args
 
-    def _queue_counters(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]) -> int:
-        """The worker hash's counters for ``ended``; returns how many commands it queued."""
-        counts: dict[str, int] = {}
-        working = 0.0
-        for _, outcome in ended:
-            name = _COUNTERS.get(outcome.status)
-            if name:
-                counts[name] = counts.get(name, 0) + 1
-            working += outcome.duration
-        for name, n in counts.items():
-            pipe.hincrby(self.key, name, n)
-        pipe.hincrbyfloat(self.key, "total_working_time", working)
-        return len(counts) + 1
-
     # -- one outcome on its own, until Redis takes it ----------------------------
 
-    def record_alone(self, job: Job[Any], outcome: Outcome, *, counted: bool = False,
-                     lost_reply: bool = False) -> bool:
-        """Record one outcome (no claim), retrying with backoff while Redis is unreachable
-        or out of memory. ``counted``: the counters were written already; ``lost_reply``:
-        an earlier attempt may have landed (looked up before writing again). True: it
-        was refused for good (the heartbeat hash may not say what we think)."""
+    def record_alone(self, job: Job[Any], outcome: Outcome, *, lost_reply: bool = False) -> bool:
+        """Record one outcome of :meth:`record`'s (no claim; counted there), retrying with
+        backoff while Redis is unreachable or out of memory. ``lost_reply``: an earlier
+        attempt may have landed (looked up before writing again). True: it was refused
+        for good (the heartbeat hash may not say what we think)."""
         delay = 0.5
         retrying = lost_reply
         while True:
@@ -233,8 +210,6 @@ class Recorder:
                     break
                 pipe = self.connection.pipeline(transaction=False)
                 call = self._queue_outcome(pipe, job, outcome)
-                if not counted:
-                    self._queue_counters(pipe, [(job, outcome)])
                 answers = pipe.execute(raise_on_error=False)
                 self.scripts.reload_missing(answers, [call], catch=())   # raised as before
                 for value in answers:

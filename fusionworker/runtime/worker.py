@@ -6,7 +6,7 @@ parts, each in its own module, and hands each its collaborators; no part holds
 the worker to call back through it:
 
 * :class:`~.claim.Claimer` (``worker.claimer``): the queues, their order, claim.lua;
-* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline, counters;
+* :class:`~.recorder.Recorder` (``worker.recorder``): the finish pipeline, the counters to write;
 * :class:`~.progress_store.ProgressRelay` (``worker.progress``): the jobs' progress;
 * a launcher (``worker.launcher``, launch.py): how a job gets its process;
 * :class:`~.loop.Loop` (``worker.loop``): the claim/dispatch loop over the slots
@@ -367,7 +367,8 @@ class Worker:
         """Run one claimed job in a horse and record its outcome (no claim rides).
 
         ``sent``: when its claim was sent (its lease's start); 0: not known, the
-        horse gets no lease deadline of its own."""
+        horse gets no lease deadline of its own. The worker hash's counters take
+        the outcome with the next :meth:`heartbeat` (or at stop)."""
         return self.loop.run_one(job, sent)
 
     def heartbeat(self) -> bool:
@@ -392,6 +393,10 @@ class Worker:
 
     def _shutdown(self) -> None:
         self.launcher.close()
+        try:     # the counters since the last heartbeat, for on_stop hooks and readers
+            self.recorder.counters.flush(self.connection, self.key, self.settings.worker_ttl)
+        except redis.RedisError as exc:
+            log.warning("Worker %s could not write its counters: %s", self.name, exc)
         self.hooks("on_stop")
         try:
             self.deregister()

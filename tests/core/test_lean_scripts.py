@@ -4,10 +4,13 @@ record as Redis holds it."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import redis
 
 from fusionworker.core.scripts import replies
+from tests.waiting import wait_for
 
 FIELDS = ["func", "tests.jobs:noop", "args", "[]", "kwargs", "{}", "queue", "lean"]
 
@@ -177,3 +180,137 @@ def test_the_first_outcome_of_a_minute_prunes_the_finished_registry(queue, r):
     r.delete(q.qkeys.minute(int(now // 60)), q.qkeys.minute(int(now // 60) + 1))
     q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
     assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["recent", "a"]
+
+
+def test_a_due_scheduled_job_is_promoted_and_the_next_time_answered(queue, r):
+    q = queue("lean")
+    _enqueue(q, "due", mode="in", when=600)
+    _enqueue(q, "later", mode="in", when=900)
+    assert replies.claim(_claim(q)).kind == "empty"      # nothing due yet
+    later = r.zscore(q.qkeys.scheduled, "later")
+    r.zadd(q.qkeys.scheduled, {"due": 1.0})              # its time has come
+    got = replies.claim(_claim(q))
+    assert got.jobs[0].job_id == "due" and r.hget(q.qkeys.job("due"), "status") == "started"
+    empty = replies.claim(_claim(q, token="t2"))
+    assert empty.kind == "empty" and empty.next_due == later
+    assert r.zrange(q.qkeys.scheduled, 0, -1) == ["later"]
+
+
+def test_a_queue_without_scheduled_jobs_answers_empty_without_a_next_time(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+    empty = replies.claim(_claim(q, token="t2"))
+    assert empty.kind == "empty" and empty.next_due is None and empty.now
+    assert not r.exists(q.qkeys.scheduled)
+
+
+def test_settings_beside_scheduled_jobs_are_still_read(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    _enqueue(q, "later", mode="in", when=600)
+    r.set(q.qkeys.base + "paused", "1")
+    assert replies.claim(_claim(q)).kind == "paused"
+    r.delete(q.qkeys.base + "paused")
+    r.set(q.qkeys.base + "max_active", "0")
+    assert replies.claim(_claim(q)).kind == "capped"
+    r.delete(q.qkeys.base + "max_active")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+
+
+def test_a_scheduled_key_of_the_wrong_type_refuses_the_claim_with_nothing_written(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    r.set(q.qkeys.scheduled, "not a zset")
+    before = _state(r, q)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        _claim(q)
+    assert _state(r, q) == before
+
+
+def _finish(q, job_id, token="tok", outcome="finished"):
+    return replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
+        job_id, token, outcome, 500, 60, 5, 0, "result", "1"]))
+
+
+def _subscribed(r, channel):
+    """A pub/sub connection whose subscription to ``channel`` Redis confirmed."""
+    pubsub = r.pubsub()
+    pubsub.subscribe(channel)
+    wait_for(lambda: (m := pubsub.get_message(timeout=0.1)) and m["type"] == "subscribe")
+    return pubsub
+
+
+def _messages_until_probe(r, pubsub, channel):
+    """Every message on ``channel`` before a probe published now (a PUBLISH inside a
+    script is sent before the script answers: the probe comes after any of them)."""
+    r.publish(channel, "probe")
+    got = []
+    while True:
+        msg = wait_for(lambda: pubsub.get_message(timeout=0.1))
+        if msg["type"] == "message":
+            if msg["data"] == "probe":
+                return got
+            got.append(msg["data"])
+
+
+def test_an_outcome_is_published_only_to_a_job_a_waiter_marked(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    _enqueue(q, "b")
+    ch_a, ch_b = q.qkeys.done("a"), q.qkeys.done("b")
+    pubsub = _subscribed(r, ch_a)
+    assert replies.claim(_claim(q, token="ta")).jobs[0].job_id == "a"
+    assert _finish(q, "a", token="ta").outcome == "finished"
+    assert _messages_until_probe(r, pubsub, ch_a) == []     # nobody marked a: not published
+    pubsub.close()
+
+    pubsub = _subscribed(r, ch_b)
+    read = replies.waiting(q.scripts.waiting(keys=[q.qkeys.base], args=["b"]))
+    assert read.marked and read.data["status"] == "queued"
+    assert r.hget(q.qkeys.job("b"), "waited") == "1"
+    assert replies.claim(_claim(q, token="tb")).jobs[0].job_id == "b"
+    assert _finish(q, "b", token="tb", outcome="retry").outcome == "retry"
+    assert _messages_until_probe(r, pubsub, ch_b) == ["retry"]   # the mark outlives a retry
+    r.zadd(q.qkeys.scheduled, {"b": 1.0})
+    assert replies.claim(_claim(q, token="tb2")).jobs[0].job_id == "b"
+    assert _finish(q, "b", token="tb2").outcome == "finished"
+    assert _messages_until_probe(r, pubsub, ch_b) == ["finished"]
+    pubsub.close()
+
+
+def test_a_waiter_marking_after_the_outcome_reads_it(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    job = q.fetch_job("a")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+    assert _finish(q, "a").outcome == "finished"          # before the waiter's mark
+    read = replies.waiting(q.scripts.waiting(keys=[q.qkeys.base], args=["a"]))
+    assert read.marked and read.data["status"] == "finished"
+    assert r.hget(q.qkeys.job("a"), "waited") is None      # ended: nothing to mark
+    assert job.wait(timeout=5).result == 1                 # no message needed
+
+
+def test_the_waiting_read_writes_nothing_for_a_missing_or_wrong_typed_record(queue, r):
+    q = queue("lean")
+    assert replies.waiting(q.scripts.waiting(keys=[q.qkeys.base], args=["ghost"])) == \
+        replies.Waiting(marked=False, data={})
+    assert not r.exists(q.qkeys.job("ghost"))
+    r.set(q.qkeys.job("bad"), "not a hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        q.scripts.waiting(keys=[q.qkeys.base], args=["bad"])
+    assert r.get(q.qkeys.job("bad")) == "not a hash"
+
+
+def test_a_waiter_gets_the_outcome_recorded_while_it_waits(queue, r):
+    q = queue("lean")
+    _enqueue(q, "a")
+    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
+    job = q.fetch_job("a")
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(job.wait(timeout=60)))
+    waiter.start()
+    wait_for(lambda: r.hget(q.qkeys.job("a"), "waited") == "1")   # subscribed, marked
+    assert _finish(q, "a").outcome == "finished"
+    waiter.join(60)
+    assert [j.status for j in got] == ["finished"] and got[0].result == 1

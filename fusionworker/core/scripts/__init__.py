@@ -15,7 +15,7 @@ called by SHA (redis-py's ``Script`` falls back to ``EVAL`` after a
 ``NOSCRIPT``, e.g. after a Redis restart or a failover).
 
 On a Redis Cluster a script can still be queued on a pipeline (the worker
-records an outcome and its own counters in one round trip): redis-py refuses
+records an outcome and claims its next job in one round trip): redis-py refuses
 ``EVALSHA`` on a ``ClusterPipeline``, so there it is sent as ``EVAL`` with
 the script's text (the server caches it by SHA; routed by the one key, the
 queue's hash-tagged base).
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAMES = (
     "enqueue", "claim", "finish", "touch", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
-    "progress",
+    "progress", "waiting",
 )
 
 

@@ -20,15 +20,27 @@
 -- window is full is set aside until its slot opens, and the next job is taken.
 local base = KEYS[1]
 local t = now()
--- The queue's settings: the usual queue has none (no group rate limits, not paused,
--- no concurrency cap, no rate limit): one EXISTS of the four keys says so; a queue
--- with any of them reads each, as below.
-local flags = redis.call('EXISTS', base .. 'group_rate', base .. 'paused', base .. 'max_active',
-  base .. 'rate') > 0
+-- The queue's settings and its `scheduled` set: the usual queue has none of them (no
+-- group rate limits, not paused, no concurrency cap, no rate limit, no delayed job or
+-- retry waiting): one EXISTS of the five keys says so. Otherwise the first entry of
+-- `scheduled` (a ZSET without members does not exist) tells it from the settings
+-- (EXISTS counts the keys that exist); a queue with settings reads each, as below, and
+-- only a first entry that is due makes the claim read the due ones.
+local settings = {base .. 'group_rate', base .. 'paused', base .. 'max_active', base .. 'rate'}
+local present = redis.call('EXISTS', base .. 'scheduled', unpack(settings))
+-- `first`: {id, score} of the earliest scheduled job, or {}, as long as this claim has
+-- not changed `scheduled` (promote, park: then nil, read again when needed)
+local first = present > 0 and redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES') or {}
+local flags = present > (first[1] and 1 or 0)
 local group_rates = flags and redis.call('EXISTS', base .. 'group_rate') == 1
 local count = tonumber(ARGV[5] or '')
-local due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
-  math.max(100, count or 1))
+local due = {}
+local first_at = first[2] and tonumber(first[2])
+if first[2] and not (first_at and first_at > tonumber(fmt_time(t))) then   -- one is due
+  due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
+    math.max(100, count or 1))
+  first = nil
+end
 -- Nothing is half-written on a refusal. Promoting due jobs and parking jobs of a
 -- rate-limited group write many keys: then every key is checked before the first
 -- write. Otherwise a claim writes `started` first (failing, it wrote nothing), then
@@ -59,7 +71,7 @@ if cap then cap = tonumber(cap) end
 -- ready, not an empty queue: answered 'limited' (a burst worker waits for them)
 -- with the earliest scheduled time, when the first of them is due again.
 local function nothing_pending()
-  local nxt = redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
+  local nxt = first or redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
   if group_rates and nxt[2] then
     local parked = base .. 'group_rate:parked'
     redis.call('ZREMRANGEBYSCORE', parked, '-inf', fmt_time(t))
@@ -102,6 +114,7 @@ local function park(jid, slot)
   local at = fmt_time(slot)
   redis.call('ZREM', base .. 'pending', jid)
   redis.call('ZADD', base .. 'scheduled', at, jid)
+  first = nil
   redis.call('HSET', base .. 'job:' .. jid, 'status', 'scheduled', 'scheduled_for', at)
   redis.call('ZADD', base .. 'group_rate:parked', at, jid)
   redis.call('HINCRBYFLOAT', base .. 'group_rate:held', 'held_seconds', fmt_time(slot - t))

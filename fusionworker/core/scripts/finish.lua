@@ -7,7 +7,7 @@
 --       retry_delay, dedup_window, field, value, ...
 -- Returns {'ok', outcome} | {'stale'}
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
--- fence and what the outcome needs, SMEMBERS of the waiting jobs). A job finished
+-- fence and what the outcome needs, SMEMBERS of the waiting jobs when it has some). A job finished
 -- or retried without a group: the outcome's registry (`finished` or `scheduled`)
 -- takes the first write (ZADD NX: failing, it wrote nothing), then `started` (ZREM
 -- under pcall: failing, the ZADD is undone and nothing is left written), then the
@@ -19,14 +19,17 @@ local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
 local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
-  'on_failure', 'status')
-if not rec or rec[1] ~= token or rec[8] ~= 'started' then return {'stale'} end
+  'on_failure', 'has_dependents', 'waited', 'status')
+if not rec or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
 local cb = (outcome == 'finished' and rec[6]) or (outcome == 'failed' and rec[7])
 local notify = (batch and batch ~= '') or (cb and cb ~= '')
-local dependents = redis.call('SMEMBERS', base .. 'dependents:' .. jid)
+-- the waiting jobs: dep_register.lua adds one to `dependents:<id>` and flags the record
+-- `has_dependents` in the same step (nothing removes the flag while the set lives), so
+-- a record without the flag has none to read
+local dependents = rec[8] == '1' and redis.call('SMEMBERS', base .. 'dependents:' .. jid) or {}
 local bad
 local checked = outcome == 'failed' or (group and group ~= '')
 if checked then
@@ -92,7 +95,9 @@ else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
   to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
 end
-if outcome ~= 'failed' then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
+-- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
+-- it subscribed; a waiter that marks it after this step reads the outcome instead
+if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
 -- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h.
 -- A counter, not a record: a key of another type there skips the count (pcall); the
 -- TTL is set by the call that made the key. That call (the first outcome of its kind

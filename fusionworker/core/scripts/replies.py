@@ -343,11 +343,25 @@ def batch_done(reply: Raw) -> BatchDone:
     return BatchDone(outcome, int(items[1]) if outcome == "fired" and len(items) > 1 else 0)
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """``waiting.lua``: the record as read (empty: there is none) and whether it carries
+    the waiter's mark (False: Redis refused it; the waiter reads on a timer)."""
+
+    marked: bool
+    data: dict[str, str]
+
+
+def waiting(reply: Raw) -> Waiting:
+    items = _items(reply)
+    return Waiting(marked=int(items[0]) == 1, data=_hash(items[1]))
+
+
 #: the parser of every script, by script name
 PARSERS: dict[str, Callable[[Raw], Any]] = {
     "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
     "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
-    "progress": progress,
+    "progress": progress, "waiting": waiting,
 }
