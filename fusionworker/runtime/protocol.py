@@ -26,9 +26,12 @@ server and every horse load this module.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
 import struct
+import termios
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,17 @@ def take_frames(buf: bytearray) -> list[bytes]:
         pos += HEADER.size + size
     del buf[:pos]
     return out
+
+
+def unread(job_w: int) -> int:
+    """Bytes a horse has not read from its job pipe (``job_w``, its write end: the pipe
+    keeps them after the horse died); 0 when the system cannot say."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(job_w, termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
 
 
 def _frame_at(buf: bytearray, pos: int) -> tuple[bytes | None, int]:
@@ -332,5 +346,5 @@ __all__ = [
     "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "take_notices",
-    "take_frames", "take_progress", "write_all",
+    "take_frames", "take_progress", "unread", "write_all",
 ]

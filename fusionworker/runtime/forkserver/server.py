@@ -14,15 +14,12 @@ forked ahead for the next requests.
 
 from __future__ import annotations
 
-import array
-import fcntl
 import gc
 import os
 import select
 import signal
 import socket
 import sys
-import termios
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -44,6 +41,7 @@ from ..protocol import (
     read_available,
     take_frames,
     take_progress,
+    unread,
     write_all,
 )
 
@@ -100,10 +98,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``: the
     worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
-    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``;
-    ``slots`` (the worker's concurrency): with warm horses, the server keeps that many
-    horses alive, forked ahead as a prefork pool is (:meth:`Server.fork_ahead`).
-    """
+    ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
+    per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`)."""
     if otel:
         from ...middleware.otel import setup_horses
 
@@ -184,12 +180,9 @@ class Server:
             self.fork_ahead()
 
     def fork_ahead(self) -> None:
-        """Fork horses for the next requests, but answer the worker first (a request that
-        came stops it). Fresh horses: as many as the largest batch of requests seen, up to
-        READY_MAX. Warm horses: as many as the worker has slots, counting the horses that
-        run a job or wait between jobs (and no more), so the first jobs of a burst find their horses
-        forked (a prefork pool: Celery forks its ``-c`` children at start too); a horse
-        that retires (N jobs, a failure, RSS) is replaced here, off the job's path."""
+        """Fork horses for the next requests, answering the worker first. Fresh horses:
+        as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
+        worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
         while (len(self.ready) + len(self.idle) + len(self.running) < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
@@ -571,17 +564,6 @@ class Server:
             except ChildProcessError:
                 return                     # no child left
             self.reap()
-
-
-def unread(job_w: int) -> int:
-    """Bytes a horse has not read from its job pipe (``job_w``, its write end: the pipe
-    keeps them after the horse died); 0 when the system cannot say."""
-    count = array.array("i", [0])
-    try:
-        fcntl.ioctl(job_w, termios.FIONREAD, count)
-    except OSError:
-        return 0
-    return count[0]
 
 
 def _kill_group(pgid: int) -> None:
