@@ -71,6 +71,11 @@ class Launcher(Protocol):
         """What the loop's select() waits on for the running slots' ends."""
         ...
 
+    def pending(self) -> bool:
+        """Ends read already (with a launch's answers) that :meth:`poll` has not taken:
+        the loop must not wait in select() for them, their socket has nothing more."""
+        ...
+
     def poll(self, readable: Collection[Any] | None) -> None:
         """Mark the slots whose horse ended as done (``readable``: what the last select()
         found readable; None: look at everything)."""
@@ -134,6 +139,9 @@ class OwnForkLauncher:
 
     def waitables(self) -> list[Any]:
         return [s.fd for s in self.running if s.fd >= 0]
+
+    def pending(self) -> bool:
+        return False
 
     def poll(self, readable: Collection[Any] | None) -> None:
         if not self.running:
@@ -298,6 +306,9 @@ class ForkServerLauncher:
         socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
         return socks + self.own.waitables()
 
+    def pending(self) -> bool:
+        return any(server.has_exits for server in self._servers())
+
     def poll(self, readable: Collection[Any] | None) -> None:
         """A server is read when the last select() found its socket readable (an exit, or
         its death) or it handed exits over while forking: no system call on a turn with
@@ -399,6 +410,9 @@ class InProcessLauncher:
 
     def waitables(self) -> list[Any]:
         return []
+
+    def pending(self) -> bool:
+        return False
 
     def poll(self, readable: Collection[Any] | None) -> None:
         """Every slot ended at birth."""

@@ -537,6 +537,9 @@ class Loop:
         progress_due = self.relay.next_due()      # rate-limited progress writes
         if progress_due is not None:
             until = min(until, progress_due)
+        if self.launcher.pending():   # ends read with a launch's answers: collect them now
+            self._readable = None
+            return
         for slot in self.slots:
             if slot.done:
                 return          # ended at birth: collect it now

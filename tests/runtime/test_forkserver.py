@@ -256,3 +256,16 @@ def test_notices_cut_anywhere_are_read_once_and_in_order() -> None:
             got += take_notices(buf)
         assert got == sent, cut
         assert not buf
+
+
+def test_an_end_read_with_the_answer_is_pending_for_the_loop(launcher) -> None:
+    # a short job ends before the worker reads its answer: its exit notice comes in the
+    # same read as the answer, and the socket holds nothing more. The launcher says so
+    # (pending), so the loop collects it at once instead of waiting in select()
+    job = Job(id="quick", queue="q", func="tests.jobs:noop", args=[], timeout=10)
+    [slot] = launcher.launch([job], [0], lambda: time.sleep(0.5))
+    assert launcher.pending()
+    assert not select.select(launcher.waitables(), [], [], 0)[0]   # nothing left to read
+    launcher.poll([])                 # what a select() that found nothing would pass
+    assert slot.done and slot.outcome(cold=False).ok
+    assert not launcher.pending()
