@@ -165,7 +165,7 @@ def table(results: dict[str, dict[str, list[float]]]) -> str:
 
         def cell(v: list[float]) -> str:
             return f"{median(v):.3f} ({min(v):.3f}-{max(v):.3f})" if v else "-"
-        ratio = f"{median(b) / median(a):.3f}" if a and b and median(a) else "-"
+        ratio = f"{median(b) / median(a):.3f}" if a and b and abs(median(a)) > 1e-9 else "-"
         rows.append((key, cell(a), cell(b), ratio))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
