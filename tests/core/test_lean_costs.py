@@ -115,3 +115,21 @@ def test_a_waiter_whose_mark_is_refused_reads_on_a_timer(redis_single):  # noqa:
     waiter.join(60)
     assert [j.status for j in got] == ["finished"]         # read again on its timer
     reader.close()
+
+
+def test_a_finish_deletes_fields_only_when_the_record_has_error_fields(redis_single):  # noqa: F811
+    r, q = _queue(redis_single)
+    q.enqueue("tests.jobs:noop", job_id="a")
+    _claim(q, "t1")
+    done, sent = _sent(r, lambda: replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
+        "a", "t1", "retry", 500, 60, 0, 0, "error_type", "ValueError"])))
+    assert done.outcome == "retry" and "hdel" not in sent      # the token blanked by HSET
+    r.zadd(q.qkeys.scheduled, {"a": 1.0})
+    _claim(q, "t2")
+    done, sent = _sent(r, lambda: _finish(q, "a", "t2"))
+    assert done.outcome == "finished" and sent["hdel"] == 1    # the retry's error goes
+    q.enqueue("tests.jobs:noop", job_id="b")
+    _claim(q, "t3")
+    done, sent = _sent(r, lambda: _finish(q, "b", "t3"))
+    assert done.outcome == "finished" and "hdel" not in sent
+    assert r.hget(q.qkeys.job("b"), "token") == "" and r.hget(q.qkeys.job("a"), "error_type") is None

@@ -18,9 +18,20 @@ local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
+local ERROR_FIELDS = {error_type = true, error_message = true, traceback = true,
+  failure_reason = true}
+-- the outcome's fields (ARGV[8..], name/value pairs) name an error field
+local function gives_error_fields()
+  for i = 8, #ARGV - 1, 2 do
+    if ERROR_FIELDS[ARGV[i]] then return true end
+  end
+  return false
+end
 local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
-  'on_failure', 'has_dependents', 'waited', 'status')
-if not rec or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
+  'on_failure', 'has_dependents', 'waited', 'status', 'error_type', 'error_message',
+  'traceback', 'failure_reason')
+-- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
+if not rec or token == '' or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
@@ -79,17 +90,21 @@ if outcome == 'finished' then
   if keep == 0 then
     redis.call('DEL', jkey)
   else
-    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', unpack(ARGV, 8))
-    redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback',
-      'failure_reason')
+    -- the token is blanked in the same HSET (readers: Job.token None; every fence also
+    -- wants status 'started'); the error fields of an earlier attempt, or given here,
+    -- go only when there are some (the HMGET read them): the record reads as before
+    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', 'token', '',
+      unpack(ARGV, 8))
+    if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
+      redis.call('HDEL', jkey, 'error_type', 'error_message', 'traceback', 'failure_reason')
+    end
     if not registry then redis.call('ZADD', base .. 'finished', fmt_time(t), jid) end
     if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
   redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
-    'scheduled_for', fmt_time(t + delay), unpack(ARGV, 8))
-  redis.call('HDEL', jkey, 'token')
+    'scheduled_for', fmt_time(t + delay), 'token', '', unpack(ARGV, 8))
   if not registry then redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid) end
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
