@@ -2,10 +2,11 @@
 -- outcome of an attempt the reaper already took back is refused ('stale').
 -- KEYS[1] base
 -- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl (the
---       worker's settings: the registries are pruned by them; the record's own
---       result_ttl / failure_ttl fields, when set, say how long the record is kept),
+--       worker's settings: `failed` is pruned by failed_ttl here, `finished` by
+--       result_ttl in minutes.lua; the record's own result_ttl / failure_ttl fields,
+--       when set, say how long the record is kept),
 --       retry_delay, dedup_window, field, value, ...
--- Returns {'ok', outcome} | {'stale'}
+-- Returns {'ok', outcome, server time} | {'stale'}
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
 -- fence and what the outcome needs, SMEMBERS of the waiting jobs when it has some). A job finished
 -- or retried without a group: the outcome's registry (`finished` or `scheduled`)
@@ -113,14 +114,6 @@ end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
 if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
--- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h.
--- A counter, not a record: a key of another type there skips the count (pcall); the
--- TTL is set by the call that made the key. That call (the first outcome of its kind
--- in a minute) also prunes `finished` of entries older than result_ttl: the records
--- expire on their own (EXPIRE above); their ids leave the registry within a minute.
-local mkey = base .. 'minute:' .. fmt_int(math.floor(t / 60))
-if redis.pcall('HINCRBY', mkey, outcome, 1) == 1 then
-  redis.call('EXPIRE', mkey, 7200)
-  if outcome == 'finished' and result_ttl > 0 then prune(base .. 'finished', t - result_ttl) end
-end
-return {'ok', outcome}
+-- the server time of the outcome: the worker counts it in that minute's outcome counts
+-- (the dashboard's chart), written with its heartbeat by minutes.lua
+return {'ok', outcome, fmt_time(t)}
