@@ -19,18 +19,18 @@ local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
-local ERROR_FIELDS = {error_type = true, error_message = true, traceback = true,
-  failure_reason = true}
+local ERROR_FIELDS = {'error_type', 'error_message', 'traceback', 'failure_reason'}
 -- the outcome's fields (ARGV[8..], name/value pairs) name an error field
 local function gives_error_fields()
   for i = 8, #ARGV - 1, 2 do
-    if ERROR_FIELDS[ARGV[i]] then return true end
+    for _, name in ipairs(ERROR_FIELDS) do
+      if ARGV[i] == name then return true end
+    end
   end
   return false
 end
 local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
-  'on_failure', 'has_dependents', 'waited', 'status', 'error_type', 'error_message',
-  'traceback', 'failure_reason')
+  'on_failure', 'has_dependents', 'waited', 'status', unpack(ERROR_FIELDS))   -- 11 to 14
 -- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
 if not rec or token == '' or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
@@ -97,7 +97,7 @@ if outcome == 'finished' then
     redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', 'token', '',
       unpack(ARGV, 8))
     if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
-      redis.call('HDEL', jkey, 'error_type', 'error_message', 'traceback', 'failure_reason')
+      redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
     end
     if not registry then redis.call('ZADD', base .. 'finished', fmt_time(t), jid) end
     if keep > 0 then redis.call('EXPIRE', jkey, keep) end
