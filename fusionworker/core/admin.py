@@ -155,7 +155,7 @@ def stuck_jobs(connection: RedisClient, queue: str, prefix: str = "fw",
                                           f"({now}"))
 
 
-#: Seconds the per-minute outcome counts live (set in ``scripts/finish.lua``).
+#: Seconds the per-minute outcome counts live (set in ``scripts/minutes.lua``).
 MINUTE_COUNTS_TTL = 7200
 
 
@@ -164,7 +164,10 @@ def minute_counts(connection: RedisClient, queues: list[str], prefix: str = "fw"
     """Jobs finished and failed per minute over the last ``minutes`` (oldest first),
     summed over ``queues``: ``[{"minute": epoch_minute, "finished": n, "failed": n}]``.
 
-    One pipelined HGETALL per queue and minute of the hashes ``finish.lua`` keeps.
+    One pipelined HGETALL per queue and minute of the hashes the workers keep: each
+    outcome ``finish.lua`` records is counted in the worker, in the server minute of the
+    outcome, and written by its next heartbeat or at its stop (``runtime/minutes.py``):
+    the counts are at most one ``heartbeat_interval`` behind.
     """
     connection = decoding(connection)
     if now is None:

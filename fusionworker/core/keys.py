@@ -34,7 +34,7 @@ key                            type     meaning
 ``fw:{q}:groups``              HASH     group -> job id that holds the group
 ``fw:{q}:cron``                ZSET     cron entry name -> next run (server time)
 ``fw:{q}:cron:<name>``         HASH     cron entry definition and last-run info
-``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h)
+``fw:{q}:minute:<m>``          HASH     outcome -> count in epoch minute m (TTL 2 h; ≤ 1 heartbeat behind)
 ``fw:{q}:hist:<r>:<b>``        HASH     chart counts of bucket b (r: its length in s; with a TTL)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
 ``fw:{q}:done:<id>``           channel  outcomes of job <id> (Job.wait; finished/retry: if ``waited``)
@@ -209,7 +209,8 @@ class QueueKeys:
         return self.base + "job:" + job_id
 
     def minute(self, minute: int) -> str:
-        """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (finish.lua)."""
+        """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (the workers'
+        heartbeats write them: runtime/minutes.py, scripts/minutes.lua)."""
         return self.base + "minute:" + str(minute)
 
     def done(self, job_id: str) -> str:

@@ -53,7 +53,7 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> 
     if queues:
         names = known_queues(r, prefix)
         doc["queues"] = [Queue(n, r, settings=app.settings).stats() for n in names]
-        for q in doc["queues"]:   # the per-minute counts finish.lua keeps (the web chart's)
+        for q in doc["queues"]:   # the per-minute counts the workers keep (the web chart's)
             rows = admin.minute_counts(r, [q["queue"]], prefix, now=now)
             q["last_hour"] = {"finished": sum(row["finished"] for row in rows),
                               "failed": sum(row["failed"] for row in rows)}

@@ -9,6 +9,7 @@ and middleware only (``tests/test_layers.py``); see docs/design.md, "Layers".
 | ``claim.py`` | the queues' order (weights, round-robin) and claim.lua's answers |
 | ``recorder.py`` | the finish pipeline: outcomes and the next claim, returned |
 | ``counters.py`` | the worker hash's job counters, counted per outcome, written by the heartbeat |
+| ``minutes.py`` | the queues' per-minute outcome counts (the chart), written by the heartbeat |
 | ``heartbeat.py`` | the heartbeat hash, its counters and the lease renewals (touch_many.lua) |
 | ``wakeups.py`` | the pub/sub connection: wake-ups, suspend/resume |
 | ``hookcalls.py`` | running the middleware's hooks, each guarded |

@@ -1,6 +1,7 @@
 """The heartbeat hash (loop.py, steps 3 and 4): what it says (:func:`view_of`), its
 own write, and the heartbeat round trip: the worker key with the job counters
-counted since the last heartbeat (counters.py) and, in the same pipeline,
+counted since the last heartbeat (counters.py), the queues' per-minute outcome
+counts (minutes.py) and, in the same pipeline,
 touch_many.lua per queue, which renews the lease of every running job whose
 attempt still owns it.
 
@@ -20,6 +21,7 @@ from redis.typing import EncodableT
 from ..core.hooks import WorkerContext
 from ..core.scripts import replies
 from .counters import Counters
+from .minutes import MinuteCounts
 from .slot import Slot
 from .state import LoopState, View
 
@@ -61,11 +63,12 @@ class Heartbeat:
         pipe.execute()
 
     def send(self, running: Sequence[Slot], fields: dict[EncodableT, Any],
-             counters: Counters) -> Renewal | Exception:
+             counters: Counters, minutes: MinuteCounts) -> Renewal | Exception:
         """Renew every running slot's lease and write ``fields`` and the ``counters``
-        not written yet to the hash, in one round trip. Raises when Redis is unreachable;
-        returns the refusal (e.g. OOM: these renewals did not happen) or the
-        :class:`Renewal`. Counters that did not land are given back to ``counters``."""
+        not written yet to the hash, and the per-minute outcome counts (``minutes``), in
+        one round trip. Raises when Redis is unreachable; returns the refusal (e.g. OOM:
+        these renewals did not happen) or the :class:`Renewal`. Counts that did not land
+        are given back to ``counters`` and ``minutes``."""
         ctx = self.ctx
         by_queue: dict[str, list[Slot]] = {}
         for slot in running:
@@ -78,6 +81,7 @@ class Heartbeat:
                 args += [slot.job.id, slot.job.token or ""]
             touches.append(([ctx.keys.queue(queue).base], args))
             self.scripts.touch_many.queue_by_sha(pipe, *touches[-1])
+        calls = minutes.queue(pipe)
         pipe.hset(self.key, mapping=fields)
         counted, n_counted = counters.queue(pipe, self.key)
         pipe.expire(self.key, ctx.settings.worker_ttl)
@@ -88,12 +92,19 @@ class Heartbeat:
             answers = pipe.execute(raise_on_error=False)
         except Exception:
             counters.give_back(counted)
+            minutes.give_back(calls)
             raise
-        counters.settle(counted, answers[len(touches) + 1:len(touches) + 1 + n_counted])
+        first = len(touches) + len(calls) + 1          # the counters' answers
+        counters.settle(counted, answers[first:first + n_counted])
         # Redis restarted or failed over: the Script call loads it and runs it again
+        mine = answers[len(touches):len(touches) + len(calls)]
+        minutes.reload(calls, mine)
+        answers[len(touches):len(touches) + len(calls)] = mine
         self.scripts.reload_missing(answers, [("touch_many", keys, args)
                                               for keys, args in touches])
-        refused = next((r for r in answers if isinstance(r, Exception)), None)
+        # the chart's counts never make a heartbeat look refused (given back above)
+        refused = next((r for i, r in enumerate(answers) if isinstance(r, Exception)
+                        and not len(touches) <= i < len(touches) + len(calls)), None)
         if refused is not None:
             return refused
         owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)

@@ -30,7 +30,7 @@ parent dies at each step (each slot goes through the same steps)::
                           pipeline then skips the matching state=idle.
     4. supervise          every heartbeat_interval, one pipeline: touch_many.lua
                           per queue renews the lease of every running job; the
-                          worker key's TTL, and its counters (counters.py). A 0
+                          worker key's TTL, counts (counters.py, minutes.py). A 0
                           for a job: the attempt was taken back; its horse is
                           killed (the others run on): a job never has two horses.
     5. finish pipeline    finish.lua of every job that ended since the last pass
@@ -494,7 +494,7 @@ class Loop:
         view, current = view_of(st, running)
         fields.update(current)
         try:
-            renewal = self.beat.send(running, fields, self.recorder.counters)
+            renewal = self.beat.send(running, fields, self.recorder.counters, self.recorder.minutes)
         except UNREACHABLE as exc:
             st.published = None
             self.redis_down(exc)

@@ -40,6 +40,7 @@ from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
 from .errors import REFUSED, UNREACHABLE, is_oom
 from .exits import HorseExit
+from .minutes import MinuteCounts
 from .state import View
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,8 @@ class Recorder:
         self.total_working_time = 0.0
         #: the worker hash's counters not written yet (the heartbeat writes them)
         self.counters = Counters()
+        #: the queues' per-minute outcome counts not written yet (the heartbeat too)
+        self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -145,7 +148,7 @@ class Recorder:
             if isinstance(reply, Exception):
                 unknown |= self._failed(job, outcome, reply)
             else:
-                self._recorded(job, outcome, self._stale(call[0], reply))
+                self._recorded(job, outcome, *self._answer(call[0], reply))
         state = HashState.UNKNOWN if unknown else HashState.KEPT
         if view is not None:
             hset = answers[len(ended)]
@@ -206,7 +209,7 @@ class Recorder:
         while True:
             try:
                 if retrying and self.landed(job, outcome):
-                    stale = False        # the lost reply's write went through: not twice
+                    stale, at = False, None   # the lost reply's write went through
                     break
                 pipe = self.connection.pipeline(transaction=False)
                 call = self._queue_outcome(pipe, job, outcome)
@@ -215,7 +218,7 @@ class Recorder:
                 for value in answers:
                     if isinstance(value, Exception):
                         raise value
-                stale = self._stale(call[0], answers[0])
+                stale, at = self._answer(call[0], answers[0])
                 break
             except UNREACHABLE as exc:
                 if self.is_cold():
@@ -233,7 +236,7 @@ class Recorder:
             retrying = True
             time.sleep(delay)
             delay = min(delay * 2, 10.0)
-        self._recorded(job, outcome, stale)
+        self._recorded(job, outcome, stale, at)
         return False
 
     def landed(self, job: Job[Any], outcome: Outcome) -> bool:
@@ -266,19 +269,24 @@ class Recorder:
     # -- after the write --------------------------------------------------------
 
     @staticmethod
-    def _stale(script: str, reply: Any) -> bool:
-        """The script wrote nothing: the attempt no longer owned its job (token fence)."""
+    def _answer(script: str, reply: Any) -> tuple[bool, float | None]:
+        """(stale, at): stale when the script wrote nothing, the attempt no longer owning
+        its job (token fence); ``at`` the server time finish.lua recorded the outcome."""
         if script == "finish":
-            return replies.finish(reply).stale
-        return replies.requeue(reply).outcome == "skipped"
+            done = replies.finish(reply)
+            return done.stale, done.at
+        return replies.requeue(reply).outcome == "skipped", None
 
-    def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool) -> None:
+    def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool,
+                  at: float | None = None) -> None:
         self.total_working_time += outcome.duration
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
                         "meanwhile (attempt token no longer current)", self.name, job.id)
             return
+        if outcome.status != OutcomeStatus.REQUEUED:   # finish.lua's: the chart counts it
+            self.minutes.count(job.queue, at, str(outcome.status))
         ms = outcome.duration * 1000
         if outcome.status == OutcomeStatus.FINISHED:
             self.successful += 1

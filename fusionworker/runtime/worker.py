@@ -367,8 +367,9 @@ class Worker:
         """Run one claimed job in a horse and record its outcome (no claim rides).
 
         ``sent``: when its claim was sent (its lease's start); 0: not known, the
-        horse gets no lease deadline of its own. The worker hash's counters take
-        the outcome with the next :meth:`heartbeat` (or at stop)."""
+        horse gets no lease deadline of its own. The worker hash's counters and the
+        queue's per-minute counts take the outcome with the next :meth:`heartbeat`
+        (or at stop)."""
         return self.loop.run_one(job, sent)
 
     def heartbeat(self) -> bool:
@@ -397,6 +398,10 @@ class Worker:
             self.recorder.counters.flush(self.connection, self.key, self.settings.worker_ttl)
         except redis.RedisError as exc:
             log.warning("Worker %s could not write its counters: %s", self.name, exc)
+        try:     # and the queues' per-minute outcome counts (the dashboard's chart)
+            self.recorder.minutes.flush(self.connection)
+        except redis.RedisError as exc:
+            log.warning("Worker %s could not write its outcome counts: %s", self.name, exc)
         self.hooks("on_stop")
         try:
             self.deregister()

@@ -13,6 +13,7 @@ import redis
 from fusionworker.core.config import load_settings
 from fusionworker.core.queue import Queue
 from fusionworker.core.scripts import replies
+from fusionworker.runtime.minutes import MinuteCounts
 from tests.redis_servers import redis_single  # noqa: F401 - fixture
 from tests.waiting import wait_for
 
@@ -79,9 +80,13 @@ def test_a_finish_reads_waiting_jobs_and_publishes_only_when_the_record_says_so(
     q.enqueue("tests.jobs:noop", job_id="after_c", depends_on="c")
     for token in ("ta", "tb", "tc"):
         _claim(q, token)
+    assert _finish(q, "nobody", "x").stale                      # the script is loaded
     done, sent = _sent(r, lambda: _finish(q, "a", "ta"))
     assert done.outcome == "finished"
-    assert "smembers" not in sent and "publish" not in sent and sent["hmget"] == 1
+    # no HDEL (the token blanked by the HSET), no minute counter (the worker's heartbeat);
+    # the EXPIRE is the record's (result_ttl)
+    assert sent == {"evalsha": 1, "hmget": 1, "time": 1, "zadd": 1, "zrem": 1, "hset": 1,
+                    "expire": 1}
 
     q.scripts.waiting(keys=[q.qkeys.base], args=["b"])         # a waiter marked b
     done, sent = _sent(r, lambda: _finish(q, "b", "tb"))
@@ -115,3 +120,39 @@ def test_a_waiter_whose_mark_is_refused_reads_on_a_timer(redis_single):  # noqa:
     waiter.join(60)
     assert [j.status for j in got] == ["finished"]         # read again on its timer
     reader.close()
+
+
+def test_a_finish_deletes_fields_only_when_the_record_has_error_fields(redis_single):  # noqa: F811
+    r, q = _queue(redis_single)
+    q.enqueue("tests.jobs:noop", job_id="a")
+    _claim(q, "t1")
+    done, sent = _sent(r, lambda: replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
+        "a", "t1", "retry", 500, 60, 0, 0, "error_type", "ValueError"])))
+    assert done.outcome == "retry" and "hdel" not in sent      # the token blanked by HSET
+    r.zadd(q.qkeys.scheduled, {"a": 1.0})
+    _claim(q, "t2")
+    done, sent = _sent(r, lambda: _finish(q, "a", "t2"))
+    assert done.outcome == "finished" and sent["hdel"] == 1    # the retry's error goes
+    q.enqueue("tests.jobs:noop", job_id="b")
+    _claim(q, "t3")
+    done, sent = _sent(r, lambda: _finish(q, "b", "t3"))
+    assert done.outcome == "finished" and "hdel" not in sent
+    assert r.hget(q.qkeys.job("b"), "token") == "" and r.hget(q.qkeys.job("a"), "error_type") is None
+
+
+def test_the_minute_counts_cost_one_call_per_queue_and_heartbeat(redis_single):  # noqa: F811
+    r, q = _queue(redis_single)
+    minutes = MinuteCounts(q.scripts, q.keys, 500)
+    q.scripts.minutes(keys=[q.qkeys.base], args=[500])       # the script is loaded
+    minute = int(float(r.time()[0]) // 60)
+    for _ in range(40):
+        minutes.count("lean", minute * 60.0 + 1, "finished")
+    minutes.count("lean", minute * 60.0 + 2, "failed")
+    _, sent = _sent(r, lambda: minutes.flush(r))          # the first of the minute
+    assert sent == {"evalsha": 1, "hincrby": 2, "expire": 2, "time": 1, "zremrangebyscore": 1}
+    minutes.count("lean", minute * 60.0 + 3, "finished")
+    _, sent = _sent(r, lambda: minutes.flush(r))          # the fields were there
+    assert sent == {"evalsha": 1, "hincrby": 1}
+    _, sent = _sent(r, lambda: minutes.flush(r))          # nothing counted: nothing sent
+    assert sent == {}
+    assert r.hgetall(q.qkeys.minute(minute)) == {"finished": "41", "failed": "1"}

@@ -86,14 +86,55 @@ def test_an_outcome_meeting_a_registry_of_the_wrong_type_writes_nothing(
     assert r.hget(q.qkeys.job("a"), "token") == "tok"
 
 
-def test_the_minute_counter_is_skipped_not_refused(queue, r):
+def _minutes(q, *triples, result_ttl=500):
+    return q.scripts.minutes(keys=[q.qkeys.base], args=[result_ttl, *triples])
+
+
+def test_a_finish_writes_no_minute_count_and_answers_its_time(queue, r):
     q = queue("lean")
     _enqueue(q, "a")
     claimed = replies.claim(_claim(q))
-    r.set(q.qkeys.minute(int(float(claimed.now or 0) // 60)), "not a hash")
     done = replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
         "a", "tok", "finished", 500, 60, 0, 0]))
-    assert done.outcome == "finished" and r.hget(q.qkeys.job("a"), "status") == "finished"
+    assert done.outcome == "finished" and done.at == float(r.hget(q.qkeys.job("a"), "ended_at"))
+    assert float(claimed.now or 0) <= done.at
+    assert not list(r.scan_iter(match=q.qkeys.base + "minute:*"))
+
+
+def test_a_minute_count_on_a_key_of_another_type_is_skipped_not_refused(queue, r):
+    q = queue("lean")
+    r.set(q.qkeys.minute(100), "not a hash")
+    assert _minutes(q, 100, "finished", 2, 101, "failed", 1) == 2    # both taken
+    assert r.get(q.qkeys.minute(100)) == "not a hash"
+    assert r.hgetall(q.qkeys.minute(101)) == {"failed": "1"}
+    assert 7100 < r.ttl(q.qkeys.minute(101)) <= 7200
+
+
+def test_the_first_finished_count_of_a_minute_prunes_the_finished_registry(queue, r):
+    q = queue("lean")
+    now = float(r.time()[0])
+    minute = int(now // 60)
+    r.zadd(q.qkeys.registry("finished"), {"old": now - 1000, "recent": now - 10})
+    assert _minutes(q, minute, "failed", 1) == 1                 # not a finished count
+    assert r.zcard(q.qkeys.registry("finished")) == 2
+    assert _minutes(q, minute, "finished", 3) == 1               # makes the field: prunes
+    assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["recent"]
+    r.zadd(q.qkeys.registry("finished"), {"old": now - 1000})
+    r.expire(q.qkeys.minute(minute), 50)
+    assert _minutes(q, minute, "finished", 2) == 1               # the field was there
+    assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["old", "recent"]
+    assert r.hgetall(q.qkeys.minute(minute)) == {"failed": "1", "finished": "5"}
+    assert r.ttl(q.qkeys.minute(minute)) <= 50                   # its TTL set once
+    assert _minutes(q, minute + 1, "finished", 1, result_ttl=0) == 1   # kept forever: no prune
+    assert r.zcard(q.qkeys.registry("finished")) == 2
+
+
+def test_a_finished_registry_of_another_type_is_not_pruned_and_the_count_kept(queue, r):
+    q = queue("lean")
+    r.set(q.qkeys.registry("finished"), "not a zset")
+    assert _minutes(q, 7, "finished", 1) == 1
+    assert r.hgetall(q.qkeys.minute(7)) == {"finished": "1"}
+    assert r.get(q.qkeys.registry("finished")) == "not a zset"
 
 
 def test_a_count_claim_stops_before_an_entry_it_could_not_dead_letter(queue, r):
@@ -169,17 +210,6 @@ def test_an_outcome_meeting_a_started_set_of_the_wrong_type_undoes_its_registry_
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
     assert _state(r, q) == before and not r.exists(q.qkeys.registry("finished"))
-
-
-def test_the_first_outcome_of_a_minute_prunes_the_finished_registry(queue, r):
-    q = queue("lean")
-    _enqueue(q, "a")
-    claimed = replies.claim(_claim(q))
-    now = float(claimed.now or 0)
-    r.zadd(q.qkeys.registry("finished"), {"old": now - 1000, "recent": now - 10})
-    r.delete(q.qkeys.minute(int(now // 60)), q.qkeys.minute(int(now // 60) + 1))
-    q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", "finished", 500, 60, 0, 0])
-    assert r.zrange(q.qkeys.registry("finished"), 0, -1) == ["recent", "a"]
 
 
 def test_a_due_scheduled_job_is_promoted_and_the_next_time_answered(queue, r):

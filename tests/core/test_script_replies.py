@@ -76,7 +76,8 @@ def test_finish_touch_requeue_replies(queue):
     assert replies.finish(q.scripts.finish(keys=base, args=["j", "old", "failed", *finish_args])
                           ) == replies.Finished(stale=True)
     done = replies.finish(q.scripts.finish(keys=base, args=["j", "tok", "failed", *finish_args]))
-    assert done == replies.Finished(stale=False, outcome="failed")
+    assert not done.stale and done.outcome == "failed" and done.at
+    assert done.at == float(q.connection.hget(q.qkeys.job("j"), "ended_at"))  # its time
     assert replies.requeue(q.scripts.requeue(keys=base, args=["j", "failed", "", 60])
                            ) == replies.Requeued("requeued")
     skipped = replies.requeue(q.scripts.requeue(keys=base, args=["j", "failed", "", 60]))

@@ -205,8 +205,8 @@ end
 function to_failed(base, jid, t, failed_ttl)
   local jkey = base .. 'job:' .. jid
   local keep = tonumber(hget(jkey, 'failure_ttl')) or failed_ttl
-  redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t))
-  redis.call('HDEL', jkey, 'token')
+  -- the token blanked in the same HSET (finish.lua says why that reads as gone)
+  redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t), 'token', '')
   redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   drop_unique(base, jid)

@@ -2,10 +2,11 @@
 -- outcome of an attempt the reaper already took back is refused ('stale').
 -- KEYS[1] base
 -- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl (the
---       worker's settings: the registries are pruned by them; the record's own
---       result_ttl / failure_ttl fields, when set, say how long the record is kept),
+--       worker's settings: `failed` is pruned by failed_ttl here, `finished` by
+--       result_ttl in minutes.lua; the record's own result_ttl / failure_ttl fields,
+--       when set, say how long the record is kept),
 --       retry_delay, dedup_window, field, value, ...
--- Returns {'ok', outcome} | {'stale'}
+-- Returns {'ok', outcome, server time} | {'stale'}
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
 -- fence and what the outcome needs, SMEMBERS of the waiting jobs when it has some). A job finished
 -- or retried without a group: the outcome's registry (`finished` or `scheduled`)
@@ -18,9 +19,20 @@ local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
+local ERROR_FIELDS = {'error_type', 'error_message', 'traceback', 'failure_reason'}
+-- the outcome's fields (ARGV[8..], name/value pairs) name an error field
+local function gives_error_fields()
+  for i = 8, #ARGV - 1, 2 do
+    for _, name in ipairs(ERROR_FIELDS) do
+      if ARGV[i] == name then return true end
+    end
+  end
+  return false
+end
 local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
-  'on_failure', 'has_dependents', 'waited', 'status')
-if not rec or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
+  'on_failure', 'has_dependents', 'waited', 'status', unpack(ERROR_FIELDS))   -- 11 to 14
+-- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
+if not rec or token == '' or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
@@ -79,17 +91,21 @@ if outcome == 'finished' then
   if keep == 0 then
     redis.call('DEL', jkey)
   else
-    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', unpack(ARGV, 8))
-    redis.call('HDEL', jkey, 'token', 'error_type', 'error_message', 'traceback',
-      'failure_reason')
+    -- the token is blanked in the same HSET (readers: Job.token None; every fence also
+    -- wants status 'started'); the error fields of an earlier attempt, or given here,
+    -- go only when there are some (the HMGET read them): the record reads as before
+    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', 'token', '',
+      unpack(ARGV, 8))
+    if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
+      redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
+    end
     if not registry then redis.call('ZADD', base .. 'finished', fmt_time(t), jid) end
     if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
   redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
-    'scheduled_for', fmt_time(t + delay), unpack(ARGV, 8))
-  redis.call('HDEL', jkey, 'token')
+    'scheduled_for', fmt_time(t + delay), 'token', '', unpack(ARGV, 8))
   if not registry then redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid) end
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
@@ -98,14 +114,6 @@ end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
 if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
--- outcomes per minute (web dashboard chart): fw:{q}:minute:<epoch minute>, kept ~2 h.
--- A counter, not a record: a key of another type there skips the count (pcall); the
--- TTL is set by the call that made the key. That call (the first outcome of its kind
--- in a minute) also prunes `finished` of entries older than result_ttl: the records
--- expire on their own (EXPIRE above); their ids leave the registry within a minute.
-local mkey = base .. 'minute:' .. fmt_int(math.floor(t / 60))
-if redis.pcall('HINCRBY', mkey, outcome, 1) == 1 then
-  redis.call('EXPIRE', mkey, 7200)
-  if outcome == 'finished' and result_ttl > 0 then prune(base .. 'finished', t - result_ttl) end
-end
-return {'ok', outcome}
+-- the server time of the outcome: the worker counts it in that minute's outcome counts
+-- (the dashboard's chart), written with its heartbeat by minutes.lua
+return {'ok', outcome, fmt_time(t)}

@@ -180,17 +180,20 @@ def claim(reply: Raw) -> Claim:
 @dataclass(frozen=True)
 class Finished:
     """``finish.lua``: ``stale`` when the attempt no longer owned the job (nothing
-    written); else ``outcome`` is what was recorded (finished, failed, retry)."""
+    written); else ``outcome`` is what was recorded (finished, failed, retry) and ``at``
+    the server time it was recorded (the minute the worker counts it in)."""
 
     stale: bool
     outcome: str | None = None
+    at: float | None = None
 
 
 def finish(reply: Raw) -> Finished:
     items = _items(reply)
     if _text(items[0]) == "stale":
         return Finished(stale=True)
-    return Finished(stale=False, outcome=_text(items[1]) if len(items) > 1 else None)
+    return Finished(stale=False, outcome=_text(items[1]) if len(items) > 1 else None,
+                    at=float(_text(items[2])) if len(items) > 2 else None)
 
 
 def touch(reply: Raw) -> bool:
@@ -357,11 +360,17 @@ def waiting(reply: Raw) -> Waiting:
     return Waiting(marked=int(items[0]) == 1, data=_hash(items[1]))
 
 
+def minutes(reply: Raw) -> int:
+    """``minutes.lua``: how many (minute, outcome, count) triples it took, from the
+    first (written, or skipped on a key of another type); the rest were refused."""
+    return int(reply)
+
+
 #: the parser of every script, by script name
 PARSERS: dict[str, Callable[[Raw], Any]] = {
     "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
     "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
-    "progress": progress, "waiting": waiting,
+    "progress": progress, "waiting": waiting, "minutes": minutes,
 }
