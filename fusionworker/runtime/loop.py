@@ -537,13 +537,10 @@ class Loop:
         progress_due = self.relay.next_due()      # rate-limited progress writes
         if progress_due is not None:
             until = min(until, progress_due)
-        if self.launcher.pending():   # ends read with a launch's answers: collect them now
-            self._readable = None
+        if self.launcher.pending() or any(slot.done for slot in self.slots):
+            self._readable = None   # ends read with a launch's answers, or at birth: now
             return
-        for slot in self.slots:
-            if slot.done:
-                return          # ended at birth: collect it now
-            until = min(until, slot.wakes_at())   # its first tick is its busy write's time
+        until = min([until, *(slot.wakes_at() for slot in self.slots)])  # busy writes due
         fds: list[Any] = [self.wake_fd] if self.wake_fd >= 0 else []
         fds.extend(self.launcher.waitables())
         sock = None
