@@ -188,9 +188,13 @@ def test_a_popped_job_is_put_back_at_its_place_when_the_claim_is_refused(queue, 
     assert got.missing == (("ghost",) if where == "failed" else ())
 
 
-def test_a_queue_with_settings_reads_each_of_them(queue, r):
+@pytest.mark.parametrize("scheduled", [False, True], ids=["alone", "beside-scheduled-jobs"])
+def test_a_queue_with_settings_reads_each_of_them(queue, r, scheduled):
+    # the one EXISTS also covers `scheduled`: settings beside scheduled jobs are still read
     q = queue("lean")
     _enqueue(q, "a")
+    if scheduled:
+        _enqueue(q, "later", mode="in", when=600)
     r.set(q.qkeys.base + "paused", "1")
     assert replies.claim(_claim(q)).kind == "paused"
     r.delete(q.qkeys.base + "paused")
@@ -233,19 +237,6 @@ def test_a_queue_without_scheduled_jobs_answers_empty_without_a_next_time(queue,
     empty = replies.claim(_claim(q, token="t2"))
     assert empty.kind == "empty" and empty.next_due is None and empty.now
     assert not r.exists(q.qkeys.scheduled)
-
-
-def test_settings_beside_scheduled_jobs_are_still_read(queue, r):
-    q = queue("lean")
-    _enqueue(q, "a")
-    _enqueue(q, "later", mode="in", when=600)
-    r.set(q.qkeys.base + "paused", "1")
-    assert replies.claim(_claim(q)).kind == "paused"
-    r.delete(q.qkeys.base + "paused")
-    r.set(q.qkeys.base + "max_active", "0")
-    assert replies.claim(_claim(q)).kind == "capped"
-    r.delete(q.qkeys.base + "max_active")
-    assert replies.claim(_claim(q)).jobs[0].job_id == "a"
 
 
 def test_a_scheduled_key_of_the_wrong_type_refuses_the_claim_with_nothing_written(queue, r):

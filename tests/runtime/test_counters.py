@@ -11,6 +11,7 @@ import pytest
 from fusionworker.core.hooks import Middleware, Outcome, WorkerContext
 from fusionworker.core.job import Job
 from fusionworker.core.keys import Keys
+from tests.runtime.test_minute_counts import _totals
 from tests.waiting import heartbeats, wait_for
 
 
@@ -51,6 +52,7 @@ def test_a_burst_worker_writes_its_counters_before_it_stops(queue, burst, r, set
 
 @pytest.mark.slow
 def test_a_running_worker_writes_its_counters_with_its_heartbeat(processes, queue, r, prefix):
+    # the worker's counters and the chart's per-minute counts (runtime/minutes.py) alike
     q = queue()
     proc = processes.worker("-q", "default", "--name", "counted")
     key = Keys(prefix).worker("counted")
@@ -60,4 +62,5 @@ def test_a_running_worker_writes_its_counters_with_its_heartbeat(processes, queu
     heartbeats(r, key)                                    # one heartbeat after the last end
     assert (r.hget(key, "successful"), r.hget(key, "failed")) == ("3", "1")
     assert float(r.hget(key, "total_working_time")) > 0
+    assert _totals(r, prefix) == {"finished": 3, "failed": 1}
     assert proc.poll() is None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 import redis
 
 from fusionworker.core import admin
@@ -18,7 +17,6 @@ from fusionworker.core.queue import scripts_for
 from fusionworker.runtime.minutes import MinuteCounts
 from fusionworker.testing import run_burst
 from tests.redis_servers import redis_single  # noqa: F401 - fixture
-from tests.waiting import heartbeats, wait_for
 
 
 def _totals(r: Any, prefix: str, queue: str = "default") -> dict[str, int]:
@@ -121,17 +119,3 @@ def test_a_flush_whose_script_redis_forgot_loads_it_and_counts_once(redis_single
     key = Keys("fw").queue("default").minute(int(time.time() // 60))
     assert r.hgetall(key) == {"finished": "1"} and not minutes.unwritten
     r.close()
-
-
-@pytest.mark.slow
-def test_a_running_worker_writes_the_chart_counts_with_its_heartbeat(processes, queue, r,
-                                                                      prefix):
-    q = queue()
-    proc = processes.worker("-q", "default", "--name", "charting")
-    key = Keys(prefix).worker("charting")
-    wait_for(lambda: r.hget(key, "state") == "idle")
-    jobs = [q.enqueue("tests.jobs:noop") for _ in range(3)] + [q.enqueue("tests.jobs:boom")]
-    wait_for(lambda: all(q.fetch_job(j.id).status in ("finished", "failed") for j in jobs))
-    heartbeats(r, key)                                    # one heartbeat after the last end
-    assert _totals(r, prefix) == {"finished": 3, "failed": 1}
-    assert proc.poll() is None
