@@ -50,6 +50,9 @@ class LaunchSpec:
     #: warm horses of the fork server, asked at its start: ``{"horse_jobs": N,
     #: "max_rss_mib": M}`` (N <= 1 or empty: a fresh horse per job)
     warm: Callable[[], dict[str, int]] = field(default=dict)
+    #: modules the fork server imports before its first horse (the worker's --import):
+    #: asked at its start, so a reload's new server imports the code on disk then
+    imports: Callable[[], tuple[str, ...]] = field(default=tuple)
 
 
 class Launcher(Protocol):
@@ -213,7 +216,8 @@ class ForkServerLauncher:
         board = self.own.board
         server = ForkServer(self.spec.allowed, self.spec.retryable, otel=self.spec.tracing(),
                             board_fd=board.fd if board is not None else -1,
-                            kill_children=self.spec.kill_children, warm=self.spec.warm())
+                            kill_children=self.spec.kill_children, warm=self.spec.warm(),
+                            imports=self.spec.imports())
         server.on_update = self._update
         server.on_move = self._moved
         if server.warm:     # a warm horse's pid names its new job from its answer on

@@ -134,7 +134,8 @@ class Worker:
             kill_children=s.kill_job_children, tracing=self._horse_tracing, name=self.name,
             warm=lambda: {"horse_jobs": self.settings.horse_jobs,
                           "max_rss_mib": self.settings.max_horse_memory,
-                          "slots": self.concurrency}))
+                          "slots": self.concurrency},
+            imports=lambda: tuple(self.settings.imports)))
         self.loop = Loop(self, self.claimer, self.recorder, self.launcher, self.progress,
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),

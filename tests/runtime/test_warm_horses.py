@@ -282,3 +282,20 @@ def test_horse_jobs_is_reloaded_on_sighup(processes, queue, tmp_path):
     wait_for(lambda: "horse_jobs=10" in processes.output(w), timeout=20)
     after = [one() for _ in range(3)]
     assert after[1][0] == after[2][0] and after[2][1] == after[1][1] + 1   # a warm horse
+
+
+def test_the_import_modules_are_loaded_before_the_pool_is_forked(processes, queue):
+    # --import: the fork server imports the module before its first horse, so the pool
+    # forked at start runs the first job and is not retired and forked again after it
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "2", "--horse-jobs", "10",
+                         "--import", JOBS)
+    wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)
+    pool = set(_horses(w.pid))
+    first = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
+    assert q.fetch_job(first.id).result[0] in pool
+    nxt = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=30)
+    assert q.fetch_job(nxt.id).result == [q.fetch_job(first.id).result[0], 1]
+    assert set(_horses(w.pid)) == pool       # the same two horses, none forked again

@@ -52,7 +52,8 @@ class ForkServer:
 
     def __init__(self, allowed: Sequence[str], retryable: Sequence[str],
                  otel: dict[str, Any] | None = None, board_fd: int = -1,
-                 kill_children: bool = True, warm: dict[str, int] | None = None) -> None:
+                 kill_children: bool = True, warm: dict[str, int] | None = None,
+                 imports: Sequence[str] = ()) -> None:
         self.board_fd = board_fd        # the worker's DeadlineBoard (deadlines.py), shared
         #: the server kills what a job left in its horse's group (FUSIONWORKER_KILL_JOB_CHILDREN)
         self.kill_children = kill_children
@@ -61,6 +62,7 @@ class ForkServer:
         self.otel = otel
         #: ``{"horse_jobs": N, "max_rss_mib": M}`` with N > 1: warm horses (horse/warm.py)
         self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
+        self.imports = list(imports)    # imported by the server before its first horse
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
@@ -83,6 +85,8 @@ class ForkServer:
             args["otel"] = self.otel
         if self.warm:
             args.update(self.warm)
+        if self.imports:
+            args["imports"] = self.imports
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, args])],

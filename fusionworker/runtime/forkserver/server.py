@@ -90,7 +90,7 @@ class _Ready:
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
-          slots: int = 0) -> NoReturn:
+          slots: int = 0, imports: tuple[str, ...] = ()) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -99,7 +99,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
-    per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`)."""
+    per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
+    worker's ``--import`` modules, imported before the first horse is forked."""
     if otel:
         from ...middleware.otel import setup_horses
 
@@ -116,6 +117,10 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                     kill_children=kill_children)
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
+    if preload:      # the worker imported them already: its horses find them imported,
+        for module in imports:    # and horses forked ahead are not retired at a first job
+            server.preloaded.add(module)
+            _preload(module)
     server.run()
 
 
@@ -161,7 +166,7 @@ class Server:
 
     def run(self) -> NoReturn:
         gc.freeze()
-        self.ready.append(self.spawn())
+        self.fork_ahead()          # one fresh horse; with warm horses, the whole pool
         while True:
             eof, ended = self.receive(self.ep.poll())
             if self.running or self.exiting:
