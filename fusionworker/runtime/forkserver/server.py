@@ -100,7 +100,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked."""
+    worker's ``--import`` modules, imported before the pool of warm horses is forked."""
     if otel:
         from ...middleware.otel import setup_horses
 
@@ -117,8 +117,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
                     kill_children=kill_children)
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
-    if preload:      # the worker imported them already: its horses find them imported,
-        for module in imports:    # and horses forked ahead are not retired at a first job
+    if preload and server.slots:   # warm: the pool, forked ahead, is not retired at the
+        for module in imports:     # first job (the worker imported them already)
             server.preloaded.add(module)
             _preload(module)
     server.run()
