@@ -19,7 +19,7 @@ from fusionworker.core.registry import JobFunction
 from fusionworker.runtime.launch import ForkServerLauncher
 from tests import warm_jobs
 from tests.runtime.test_forkserver import spec, until_done
-from tests.waiting import wait_for
+from tests.waiting import gone, processes_of, wait_for
 
 JOBS = "tests.warm_jobs"
 
@@ -234,7 +234,14 @@ def _horses(worker_pid: int) -> list[int]:
     """The pids of the fork server's children (the horses, waiting or running)."""
     server = [c for c in psutil.Process(worker_pid).children()
               if "fork server" in " ".join(c.cmdline())]
-    return [h.pid for s in server for h in s.children() if not _gone(h.pid)]
+    alive = []
+    for horse in (h for s in server for h in s.children()):
+        try:
+            if horse.status() != psutil.STATUS_ZOMBIE:
+                alive.append(horse.pid)
+        except psutil.NoSuchProcess:       # reaped meanwhile
+            pass
+    return alive
 
 
 def test_warm_horses_are_forked_ahead_one_per_slot_and_replaced(processes, queue):
@@ -247,10 +254,11 @@ def test_warm_horses_are_forked_ahead_one_per_slot_and_replaced(processes, queue
     wait_for(lambda: len(_horses(w.pid)) == 3, timeout=20)
     warm = q.fetch_job(first.id).result[0]
     assert warm in _horses(w.pid)                # idle, one of the three
+    retiring = processes_of([warm])              # taken before: its pid may be reused
     nxt = q.enqueue_call(f"{JOBS}:pid")          # its second job: then it retires
     wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=30)
     assert q.fetch_job(nxt.id).result == [warm, 1]
-    wait_for(lambda: _gone(warm), timeout=20)
+    wait_for(lambda: gone(retiring), timeout=20)
     wait_for(lambda: len(_horses(w.pid)) == 3, timeout=20)   # replaced, forked ahead
 
 
