@@ -310,8 +310,8 @@ class ForkServerLauncher:
         socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
         return socks + self.own.waitables()
 
-    def pending(self) -> bool:
-        return any(server.has_exits for server in self._servers())
+    def pending(self) -> bool:      # every turn: the servers themselves, not the slots
+        return any(s is not None and s.has_exits for s in (self.server, *self.retiring))
 
     def poll(self, readable: Collection[Any] | None) -> None:
         """A server is read when the last select() found its socket readable (an exit, or
