@@ -307,3 +307,23 @@ def test_the_import_modules_are_loaded_before_the_pool_is_forked(processes, queu
     wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=30)
     assert q.fetch_job(nxt.id).result == [q.fetch_job(first.id).result[0], 1]
     assert set(_horses(w.pid)) == pool       # the same two horses, none forked again
+
+
+def test_a_killed_fork_server_takes_its_pool_and_a_new_one_serves(processes, queue):
+    # the crash point of the pool: SIGKILL of the fork server between jobs. Its waiting
+    # horses die with it (PDEATHSIG); the next job gets a new server and a new pool
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "2", "--horse-jobs", "10")
+    first = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
+    wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)
+    [server] = [c for c in psutil.Process(w.pid).children()
+                if "fork server" in " ".join(c.cmdline())]
+    pool = processes_of(_horses(w.pid))
+    server.kill()
+    wait_for(lambda: gone(pool), timeout=20)
+    after = q.enqueue_call(f"{JOBS}:pid")
+    wait_for(lambda: q.fetch_job(after.id).status == "finished", timeout=30)
+    assert q.fetch_job(after.id).result[0] not in {p.pid for p in pool}
+    assert q.fetch_job(first.id).status == "finished"        # nothing recorded twice
+    assert w.poll() is None
