@@ -28,7 +28,11 @@ imported the job module before the clock starts), then the jobs are enqueued
 as fast as the system's client goes, each carrying ``time.time()`` taken just
 before its enqueue call. Figures, from the lines the jobs append to a file:
 
-* jobs/s = jobs / (last end - first start);
+* jobs/s = jobs / (last end - first start); it can never pass the ceiling
+  ``concurrency / seconds`` (1,000 by default): the jobs run in waves;
+* from enqueue = jobs / (last end - first enqueue), the burst as its producer
+  sees it; 1st wave ms and gap/wave ms say where the time past the ceiling went
+  (:func:`waves`);
 * enqueue -> start: p50 and p99 of (job start - its enqueue stamp); all the jobs
   are enqueued at once, so this includes the wait behind earlier jobs;
 * PSS: the sum of ``Pss:`` of ``/proc/<pid>/smaps_rollup`` over the worker's
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -243,11 +248,37 @@ class Run:
         gib = peak_pss / 1024 / 1024
         return {"system": system, "argv": " ".join(argv[1:]), "done": done,
                 "jobs_per_s": jobs_s, "enqueue_s": enqueue_s,
+                **waves(rows, self.args.concurrency, self.args.seconds),
                 "start_p50_ms": percentile(waits, 50) * 1000,
                 "start_p99_ms": percentile(waits, 99) * 1000,
                 "pss_idle_mib": idle_pss / 1024, "pss_peak_mib": peak_pss / 1024,
                 "processes_idle": nprocs, "processes_peak": peak_procs,
                 "jobs_per_s_per_gib": jobs_s / gib if gib else float("nan")}
+
+
+def waves(rows: list[tuple[float, ...]], concurrency: int, seconds: float) -> dict[str, float]:
+    """Where the time between the ideal and the measured run went, from the job lines
+    ``(enqueued, started, ended)``: the jobs run in ``ceil(jobs / concurrency)`` waves of
+    ``seconds`` each, so ``jobs/s`` can never pass ``concurrency / seconds``.
+
+    * ``first_wave_ms``: from the first start to the start of job number
+      ``concurrency`` (the producer is still enqueuing then: a system that starts
+      its first jobs as they come pays for the producer's pace here);
+    * ``wave_gap_ms``: the rest of the run past the ideal, per later wave (a slot's
+      turn-around: an end noticed, recorded, the next job claimed and started);
+    * ``from_enqueue_jobs_per_s``: jobs / (last end - first enqueue), the whole burst
+      as its producer sees it (a system that waits before it starts pays here).
+    """
+    done = len(rows)
+    first_enqueue = min(q for q, _, _ in rows)
+    starts = sorted(s for _, s, _ in rows)
+    last = max(e for _, _, e in rows)
+    count = math.ceil(done / concurrency)
+    first_wave = starts[min(concurrency, done) - 1] - starts[0]
+    rest = last - starts[0] - first_wave - count * seconds
+    return {"first_wave_ms": first_wave * 1000,
+            "wave_gap_ms": rest / (count - 1) * 1000 if count > 1 else float("nan"),
+            "from_enqueue_jobs_per_s": done / (last - first_enqueue)}
 
 
 LABEL = {"fw-c": "fusionworker --concurrency {c}",
@@ -257,15 +288,17 @@ LABEL = {"fw-c": "fusionworker --concurrency {c}",
 
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    head = ["system", "done", "jobs/s", "p50 start ms", "p99 start ms", "PSS idle MiB",
-            "PSS peak MiB", "procs", "jobs/s/GiB"]
+    head = ["system", "done", "jobs/s", "from enqueue", "1st wave ms", "gap/wave ms",
+            "p50 start ms", "p99 start ms", "PSS idle MiB", "PSS peak MiB", "procs",
+            "jobs/s/GiB"]
     rows = []
     for res in results:
         label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
                                             h=args.horse_jobs,
                                             pc=args.fw_concurrency, rq=args.rq_workers)
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
-                     f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
+                     f"{res['from_enqueue_jobs_per_s']:.0f}", f"{res['first_wave_ms']:.0f}",
+                     f"{res['wave_gap_ms']:.1f}", f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
                      f"{res['pss_idle_mib']:.0f}", f"{res['pss_peak_mib']:.0f}",
                      str(res["processes_peak"]), f"{res['jobs_per_s_per_gib']:.0f}"])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
@@ -280,6 +313,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             if other in by:
                 o = by[other]
                 out.append(f"{mine} vs {other}: jobs/s x{fw['jobs_per_s'] / o['jobs_per_s']:.2f}, "
+                           f"from enqueue x{fw['from_enqueue_jobs_per_s'] / o['from_enqueue_jobs_per_s']:.2f}, "
                            f"peak PSS x{fw['pss_peak_mib'] / o['pss_peak_mib']:.3f}, "
                            f"jobs/s per GiB x{fw['jobs_per_s_per_gib'] / o['jobs_per_s_per_gib']:.1f}")
     return "\n".join(out)
@@ -351,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     info = {"cpus": os.cpu_count(), "loadavg_before": load, "loadavg_after": os.getloadavg(),
             "jobs": args.jobs, "seconds": args.seconds, "results": results}
     print(f"{args.jobs} jobs x {args.seconds:g} s sleep; {os.cpu_count()} CPUs; load average "
-          f"before {load[0]:.2f}, after {info['loadavg_after'][0]:.2f}")
+          f"before {load[0]:.2f}, after {info['loadavg_after'][0]:.2f}; ceiling "
+          f"{args.concurrency / args.seconds:.0f} jobs/s (concurrency / seconds)")
     print(table(results, args))
     if args.json:
         Path(args.json).write_text(json.dumps(info, indent=2))

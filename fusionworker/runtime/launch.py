@@ -300,6 +300,12 @@ class ForkServerLauncher:
 
     def _servers(self) -> list[ForkServer]:
         """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
+        if not self.by_pid:
+            return []
+        if not self.retiring and self.server is not None:
+            # every slot of by_pid is the current server's: renew() moves an old server
+            # that still runs horses to `retiring`, and run() restarts a dead one in place
+            return [self.server]
         found: dict[int, ForkServer] = {}
         for slot in self.by_pid.values():
             if slot.origin is not None:

@@ -176,6 +176,14 @@ class Loop:
         self.beat = Heartbeat(ctx, scripts, lease=lease)
         #: what the last select() found readable: only those servers are read (None: all)
         self._readable: list[Any] | None = []
+        #: no slot needs policing before this time (the least ``wakes_at`` of the slots,
+        #: as of the last police; lowered by new slots, zeroed by a kill from elsewhere):
+        #: at concurrency 100 the loop looks at each slot when one is due, not every turn
+        self._police_due = 0.0
+        #: the heartbeat hash needs a write of its own (_publish) no sooner than this,
+        #: as long as it says what ``_publish_for`` said (its listed jobs)
+        self._publish_due = 0.0
+        self._publish_for: View | None = None
 
     @property
     def margin(self) -> float:
@@ -210,7 +218,9 @@ class Loop:
         self._periodic()
         ended = self._collect()
         if self.slots:
-            self._police(time.monotonic())
+            now = time.monotonic()
+            if now >= self._police_due or (st.stop == Stop.COLD and not st.cold_done):
+                self._police(now)
         if ended:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
@@ -396,9 +406,13 @@ class Loop:
                 slot.deadline = slot.started + slot.job.timeout + self.ctx.settings.kill_grace
                 slot.lease_until = lease_until
                 slot.next_tick = slot.started + BUSY_AFTER  # first horse tick: with the busy write
+                self._police_due = min(self._police_due, slot.wakes_at())
             slots.append(slot)
         hooks()
         self.slots.extend(slots)
+        if slots:     # young now, listed on the hash's write of its own after BUSY_AFTER
+            self._publish_due = min(self._publish_due,
+                                    min(s.started for s in slots) + BUSY_AFTER)
 
     def _collect(self) -> list[tuple[Job[Any], Outcome]]:
         """Slots whose horse ended -> their outcomes, to be recorded."""
@@ -450,6 +464,8 @@ class Loop:
                 reason = self.hooks("on_horse_tick", slot.job, slot.pid) if not slot.killed else None
                 if reason:
                     slot.kill(reason)
+        self._police_due = min((s.wakes_at() for s in self.slots if s.forked and not s.done),
+                               default=math.inf)
 
     # -- the heartbeat hash --------------------------------------------------------
 
@@ -463,9 +479,14 @@ class Loop:
         or, with no job running, the state (idle, suspended, throttled) changed."""
         st = self.state
         if self.slots:
+            now = time.monotonic()
+            if st.published is self._publish_for and now < self._publish_due:
+                return      # nothing unlisted is old enough yet (the scan below said so)
             listed = st.published.jobs if st.published is not None else ()
-            young = time.monotonic() - BUSY_AFTER
-            if all(s.done or s.job.id in listed or s.started > young for s in self.slots):
+            oldest = min((s.started for s in self.slots
+                          if not (s.done or s.job.id in listed)), default=math.inf)
+            if oldest > now - BUSY_AFTER:     # every running job listed, or young
+                self._publish_due, self._publish_for = oldest + BUSY_AFTER, st.published
                 return
         change = self._view_change()
         if change is None:
@@ -514,6 +535,7 @@ class Loop:
                 log.warning("Worker %s: job %s was taken back while running; killing its "
                             "horse", self.ctx.name, slot.job.id)
                 slot.kill(FailureReason.LOST)
+                self._police_due = 0.0     # its SIGKILL escalation is due in time
                 lost = True
         if self.claimer.follows_all and self.claimer.resolve():
             log.info("Worker %s now serves %s", self.ctx.name, ",".join(self.claimer.queue_names))
@@ -540,7 +562,8 @@ class Loop:
         if self.launcher.pending() or any(slot.done for slot in self.slots):
             self._readable = None   # ends read with a launch's answers, or at birth: now
             return
-        until = min([until, *(slot.wakes_at() for slot in self.slots)])  # busy writes due
+        if self.slots:    # a slot's tick (the first: its busy write), kill or escalation
+            until = min(until, self._police_due)
         fds: list[Any] = [self.wake_fd] if self.wake_fd >= 0 else []
         fds.extend(self.launcher.waitables())
         sock = None

@@ -115,6 +115,26 @@ def test_a_job_over_its_timeout_fails_alone(processes, queue, r, settings):
 
 
 @pytest.mark.slow
+def test_a_job_started_beside_a_long_one_gets_its_own_deadline_and_hard_kill(
+        processes, queue, r, settings):
+    """The loop looks at its slots when the first of them is due (runtime/loop.py): a job
+    started after that time was set, with an earlier deadline, is still killed at its
+    own, SIGKILL included (it ignores SIGALRM), and the long job runs on untouched."""
+    q = queue()
+    processes.worker("--customq", "default", "--concurrency", "2",
+                     env={"FUSIONWORKER_KILL_GRACE": "0.5"})
+    long = q.enqueue_call("tests.jobs:sleep", args=[30], timeout=60)
+    wait_for(lambda: _status(q, long.id) == "started", timeout=20)
+    time.sleep(0.3)     # policed with the long job alone: its due is a second away
+    short = q.enqueue_call("tests.jobs:ignore_alarm_and_sleep", args=[30], timeout=1.5)
+    _until(q, [short], ENDED, timeout=20)
+    job = q.fetch_job(short.id)
+    assert job.status == "failed" and job.failure_reason == "timeout"
+    assert "killed" in job.error_message
+    assert _status(q, long.id) == "started"
+
+
+@pytest.mark.slow
 def test_max_active_holds_across_slots(processes, queue, r, settings):
     q = queue()
     q.set_max_active(3)
