@@ -49,6 +49,11 @@ commands'; ``INFO commandstats`` counts both, so it cannot give this). A split
 run includes the worker's start-up and is slower (MONITOR costs the server):
 its figures are for the split, the table's are the ones to compare.
 
+Before each round, the **floor**: the Redis CPU of a bare round trip on the same
+server (PINGs one after the other, and pipelines of ten SETs). A round trip costs
+the server about the same whatever it carries (reading, replying, its event
+loop), and a job needs one from its producer and one from its worker at least.
+
 The machine running this bench is usually shared: keep ``--jobs`` small and
 read the figures as relative ones (say so next to them).
 """
@@ -154,6 +159,26 @@ class Server:
     def stop(self) -> None:
         self.r.close()
         self._stop()
+
+
+def round_trip_floor(server: Server, n: int = 3000) -> dict[str, float]:
+    """Redis CPU of a bare round trip on this server, in µs: ``n`` PINGs one after the
+    other, and ``n`` pipelines of ten SETs (what a round trip costs the server whatever it
+    carries: reading the request, writing the reply, the event loop). A job whose
+    producer and worker make one round trip each cannot cost less than twice ``ping``."""
+    out = {}
+    for name, call in (("ping", lambda: server.r.ping()),
+                       ("pipeline_of_10", lambda: server.r.pipeline(transaction=False)
+                        .set("fwfloor:a", 1).set("fwfloor:b", 2).set("fwfloor:c", 3)
+                        .set("fwfloor:d", 4).set("fwfloor:e", 5).set("fwfloor:f", 6)
+                        .set("fwfloor:g", 7).set("fwfloor:h", 8).set("fwfloor:i", 9)
+                        .set("fwfloor:j", 10).execute())):
+        meter = Meter(server)
+        for _ in range(n):
+            call()
+        out[name] = meter.read()["cpu_us"] / n
+    server.reset()
+    return out
 
 
 class Meter:
@@ -530,8 +555,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     splits: dict[str, Any] = {}
     load = os.getloadavg()
+    floors: list[dict[str, float]] = []
     try:
         for rnd in range(args.rounds):
+            floors.append(round_trip_floor(server))
             for system in (systems if rnd % 2 == 0 else systems[::-1]):
                 res = run.measure(system)
                 results[system].append(res)
@@ -551,6 +578,11 @@ def main(argv: list[str] | None = None) -> int:
           f"redis-server {version} on {os.cpu_count()} CPUs, load average "
           f"before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(table(results, systems, args))
+    ping = statistics.median(f["ping"] for f in floors)
+    pipe = statistics.median(f["pipeline_of_10"] for f in floors)
+    print(f"floor on this server (median of {len(floors)}): one round trip (PING) {ping:.1f} µs "
+          f"of Redis CPU, a pipeline of 10 SETs {pipe:.1f} µs; a job with one round trip "
+          f"from its producer and one from its worker: >= {2 * ping:.0f} µs")
     for system, why in skipped.items():
         print(f"{LABEL[system].format(h=args.horse_jobs)}: {why}")
     for system, split in splits.items():
@@ -562,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                                        if v >= 0.05))
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "splits": splits,
-                                               "skipped": skipped}, indent=2))
+                                               "skipped": skipped, "floors": floors},
+                                              indent=2))
     return 0
 
 
