@@ -19,6 +19,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -207,8 +208,9 @@ class ForkServerLauncher:
         #: the running slots of the fork servers' horses, by pid (whose progress frame
         #: is whose: progress.py)
         self.by_pid: dict[int, Slot] = {}
-        #: warm horses that died before taking the job of the launch under way: its horse
-        self.moved: dict[int, int] = {}
+        #: the slots of requests each fork server (by id) has not answered yet, in order:
+        #: its answers come in that order (:meth:`_answered`)
+        self.asked: dict[int, deque[Slot]] = {}
 
     def start(self) -> None:
         """Start a fork server (with the board, made once: every server maps the same)."""
@@ -220,8 +222,7 @@ class ForkServerLauncher:
                             imports=self.spec.imports())
         server.on_update = self._update
         server.on_move = self._moved
-        if server.warm:     # a warm horse's pid names its new job from its answer on
-            server.on_start = lambda pid: self._free_pid(server, pid)
+        server.on_start = lambda pid: self._answered(server, pid)
         try:
             server.start()
         except ForkServerDied as exc:
@@ -237,12 +238,28 @@ class ForkServerLauncher:
         if slot is not None:
             self.spec.deliver(slot.job, frame)
 
+    def _answered(self, server: ForkServer, pid: int) -> None:
+        """The answer to ``server``'s oldest open request: ``pid`` runs that job. A warm
+        horse's previous job ended before it (its exit notice came first): that slot
+        ends now, before the pid names the new one."""
+        asked = self.asked.get(id(server))
+        if not asked:      # cannot be: one answer per request, in order
+            log.warning("Worker %s: the fork server answered a request it was not sent "
+                        "(horse %d)", self.spec.name, pid)
+            return
+        slot = asked.popleft()
+        if not asked:
+            del self.asked[id(server)]
+        if server.warm:
+            self._free_pid(server, pid)
+        slot.bind(pid)
+        self.by_pid[pid] = slot
+
     def _moved(self, pid: int, to: int) -> None:
         """The job of the horse ``pid`` went to the horse ``to`` (a warm horse died before
-        it took it): its slot follows (one made by the launch under way: when made)."""
+        it took it; the server answered with ``pid`` before): its slot follows."""
         slot = self.by_pid.pop(pid, None)
         if slot is None:
-            self.moved[pid] = to
             return
         if slot.origin is not None:
             self._free_pid(slot.origin, to)
@@ -253,37 +270,32 @@ class ForkServerLauncher:
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                while_forking: Callable[[], None]) -> list[Slot]:
-        """Every request goes to the fork server before any answer is read
-        (``while_forking`` runs meanwhile)."""
+        """Every request goes to the fork server and no answer is waited for: each slot
+        gets its horse's pid when the answer is read with the ends (:meth:`_answered`);
+        ``while_forking`` runs after the requests went."""
         if not jobs:
             return []
         server = self.server
-        pids: list[int] | None = None
         if server is not None:
-            if self.by_pid and not server.alive:   # died unnoticed: its horses went with it
-                self._origin_died(server)          # (before run() starts a new one)
+            if (self.by_pid or id(server) in self.asked) and not server.alive:
+                self._origin_died(server)   # died unnoticed (before submit() starts a new one)
             try:
-                pids = server.run(jobs, entries, while_forking)
+                server.submit(jobs, entries)
             except ForkServerDied as exc:
                 log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
                             self.spec.name, exc)
                 self._origin_died(server)
-        if pids is None:
+                server = None
+        if server is None:
             return self.own.launch(jobs, entries, while_forking)
-        if server is not None and server.warm:
-            while self.moved and any(pid in self.moved for pid in pids):
-                pids = [self.moved.pop(pid, pid) for pid in pids]
-            for pid in pids:
-                self._free_pid(server, pid)
-        slots = [Slot(job, pid, index=entry, origin=server)
-                 for job, pid, entry in zip(jobs, pids, entries)]
-        self.by_pid.update((s.pid, s) for s in slots)
+        slots = [Slot.asked(job, server, index=entry) for job, entry in zip(jobs, entries)]
+        self.asked.setdefault(id(server), deque()).extend(slots)
+        while_forking()
         return slots
 
     def _free_pid(self, server: ForkServer, pid: int) -> None:
         """A warm horse got a new job: its previous job's exit notice came before the
-        answer (the server sends them in that order); that slot ends now, before the
-        pid names the new one."""
+        answer (the server sends them in that order); that slot ends now."""
         slot = self.by_pid.get(pid)
         if slot is None:
             return
@@ -300,14 +312,15 @@ class ForkServerLauncher:
 
     def _servers(self) -> list[ForkServer]:
         """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
-        if not self.by_pid:
+        if not self.by_pid and not self.asked:
             return []
         if not self.retiring and self.server is not None:
-            # every slot of by_pid is the current server's: renew() moves an old server
-            # that still runs horses to `retiring`, and run() restarts a dead one in place
+            # every slot is the current server's: renew() moves an old server that still
+            # runs horses (or owes answers) to `retiring`; submit() restarts a dead one
+            # in place
             return [self.server]
         found: dict[int, ForkServer] = {}
-        for slot in self.by_pid.values():
+        for slot in [*self.by_pid.values(), *(q[0] for q in self.asked.values() if q)]:
             if slot.origin is not None:
                 found[id(slot.origin)] = slot.origin
         return list(found.values())
@@ -323,7 +336,7 @@ class ForkServerLauncher:
         """A server is read when the last select() found its socket readable (an exit, or
         its death) or it handed exits over while forking: no system call on a turn with
         nothing new."""
-        if self.by_pid:
+        if self.by_pid or self.asked:
             for server in self._servers():
                 if (readable is not None and server.sock is not None
                         and server.sock not in readable and not server.has_exits):
@@ -341,14 +354,29 @@ class ForkServerLauncher:
         self.own.poll(readable)
 
     def _origin_died(self, server: ForkServer) -> None:
-        """A fork server is gone: its horses died with it (PDEATHSIG)."""
-        exits, _ = server.exits()          # what it reported before it went
+        """A fork server is gone: its horses died with it (PDEATHSIG). The requests it
+        did not answer get a horse the worker forks itself (:meth:`_fork_own`)."""
+        exits, _ = server.exits()          # what it reported (and answered) before it went
         for slot in self.by_pid.values():
             if slot.origin is server and not slot.done:
                 if slot.pid in exits:
                     slot.exited(exits[slot.pid])
                 else:
                     slot.origin_died()
+        unanswered = self.asked.pop(id(server), None)
+        if unanswered:
+            self._fork_own(list(unanswered))
+
+    def _fork_own(self, slots: list[Slot]) -> None:
+        """Jobs a fork server took but never answered for (it died): the worker forks
+        their horses itself, with the same attempt and board entry. As when the server
+        dies during any launch, a job may have begun in a horse that died with it."""
+        log.warning("Worker %s: the fork server died before starting %d job(s): forking "
+                    "them from the worker", self.spec.name, len(slots))
+        own = self.own.launch([s.job for s in slots], [s.index for s in slots], lambda: None)
+        for slot, new in zip(slots, own):
+            slot.adopt(new)
+        self.own.running = [s for s in self.own.running if s not in own] + slots
 
     def tidy(self) -> None:
         self.own.tidy()
@@ -365,7 +393,7 @@ class ForkServerLauncher:
         old, self.server = self.server, None
         if old is None:
             return
-        if any(slot.origin is old for slot in self.by_pid.values()):
+        if id(old) in self.asked or any(slot.origin is old for slot in self.by_pid.values()):
             self.retiring.append(old)
         else:
             old.close()

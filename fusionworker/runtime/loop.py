@@ -461,7 +461,9 @@ class Loop:
             slot.escalate(now)
             if now >= slot.next_tick:
                 slot.next_tick = now + interval
-                reason = self.hooks("on_horse_tick", slot.job, slot.pid) if not slot.killed else None
+                # a horse whose pid is not known yet (launch.py) has nothing to look at
+                ticked = not slot.killed and slot.pid > 0
+                reason = self.hooks("on_horse_tick", slot.job, slot.pid) if ticked else None
                 if reason:
                     slot.kill(reason)
         self._police_due = min((s.wakes_at() for s in self.slots if s.forked and not s.done),

@@ -21,6 +21,12 @@ Deadlines, all monotonic, set by the loop:
   :class:`~fusionworker.runtime.deadlines.DeadlineBoard`, entry :attr:`index`,
   which the fork server's lease watchdog enforces (or, for a horse the worker
   forked itself, the horse's own).
+
+A slot of the fork server exists from the request on, before its horse's pid
+is known (:attr:`Slot.launching`, :meth:`Slot.bind` when the answer is read):
+it is policed, renewed and listed like any running slot; a kill asked for
+meanwhile is remembered and its signal sent when the pid is known (pid 0 is
+never signalled: ``killpg(0)`` would be the worker's own group).
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ class Slot:
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
         self.next_tick = self.started          # the horse tick (memory ceiling): set by the loop
         self.kill_reason: FailureReason | None = None
+        #: asked of the fork server, its answer (the horse's pid) not read yet
+        self.launching = False
         self.exit: HorseExit | None = None     # known at birth: ended without a horse
         self.done = False
         self._buf = bytearray()                # the report pipe's data / the exit's report
@@ -80,10 +88,33 @@ class Slot:
         slot.started -= exit_.duration     # it ran that long (in this process), or not at all
         return slot
 
+    @classmethod
+    def asked(cls, job: Job[Any], origin: ForkServer, index: int = -1) -> Slot:
+        """A job sent to the fork server, its horse's pid not known yet (:meth:`bind`)."""
+        slot = cls(job, index=index, origin=origin)
+        slot.launching = True
+        return slot
+
+    def bind(self, pid: int) -> None:
+        """The fork server answered: ``pid`` runs the job. A kill asked for meanwhile
+        is sent now (its SIGKILL escalation keeps the time it was given)."""
+        self.pid = pid
+        self.launching = False
+        if self.kill_at is not None and not self.done:
+            self.signal_group(signal.SIGTERM)
+
+    def adopt(self, own: Slot) -> None:
+        """The fork server died before it answered: the worker forked ``own`` for the job
+        itself (launch.py), and this slot is that horse's from now on."""
+        self.pid, self.fd, self.origin, self.launching = own.pid, own.fd, None, False
+        if self.kill_at is not None:
+            self.signal_group(signal.SIGTERM)
+
     @property
     def forked(self) -> bool:
-        """A horse runs (or ran) the job: it can be killed, its lease must be renewed."""
-        return self.pid > 0
+        """A horse runs (or ran, or is being started for) the job: it can be killed,
+        its lease must be renewed."""
+        return self.pid > 0 or self.launching
 
     @property
     def killed(self) -> bool:
@@ -114,7 +145,10 @@ class Slot:
             self.kill_at = now + KILL_ESCALATION
 
     def signal_group(self, sig: int) -> None:
-        """Signal the horse's process group (the job's own children in it too)."""
+        """Signal the horse's process group (the job's own children in it too); nothing
+        while its pid is not known (:meth:`bind` sends a kill asked for meanwhile)."""
+        if self.pid <= 0:
+            return
         try:
             os.killpg(self.pid, sig)
         except ProcessLookupError:

@@ -48,6 +48,16 @@ def until_done(ln: ForkServerLauncher, slots: list[Slot], timeout: float = 60.0)
         ln.poll(None)
 
 
+def answered(ln: ForkServerLauncher, slots: list[Slot], timeout: float = 20.0) -> None:
+    """What the loop's turns do until the fork server's answers are read: each slot
+    knows its horse's pid (a launch does not wait for it)."""
+    def known() -> bool:
+        select.select(ln.waitables(), [], [], 0.05)
+        ln.poll(None)
+        return all(s.pid > 0 for s in slots)
+    wait_for(known, timeout=timeout, what="the fork server's answers")
+
+
 def run(ln: ForkServerLauncher, func: str, *args: object, timeout: float = 10.0,
         kill_after: float = 12.0) -> tuple[Slot, HorseExit]:
     job = Job(id="j1", queue="q", func=func, args=list(args), timeout=timeout)
@@ -94,6 +104,7 @@ def test_horse_group_dies_with_the_server_and_the_server_comes_back(
     job = Job(id="j2", queue="q", func="tests.jobs:pid_then_sleep", args=[redis_url, key, 30],
               timeout=60)
     [slot] = launcher.launch([job], [0], lambda: None)
+    answered(launcher, [slot])
     assert int(wait_for(lambda: r.lindex(key, 0))) == slot.pid   # the job runs
     procs = processes_of([slot.pid])
     assert launcher.server is not None
@@ -146,6 +157,7 @@ def test_the_server_kills_a_horse_at_its_board_deadline_with_nobody_else_watchin
         ln.set_deadline(1, time.monotonic() + 0.5)       # entry 1: over in half a second
         ln.set_deadline(0, time.monotonic() + 30.0)      # entry 0: far ahead
         doomed, spared = ln.launch([job, job], [1, 0], lambda: None)
+        answered(ln, [doomed, spared])
         until_done(ln, [doomed])
         exit_ = doomed.outcome(cold=False)
         assert exit_.reason == "killed" and "SIGKILL" in (exit_.error_message or "")
@@ -258,14 +270,59 @@ def test_notices_cut_anywhere_are_read_once_and_in_order() -> None:
         assert not buf
 
 
-def test_an_end_read_with_the_answer_is_pending_for_the_loop(launcher) -> None:
-    # a short job ends before the worker reads its answer: its exit notice comes in the
-    # same read as the answer, and the socket holds nothing more. The launcher says so
-    # (pending), so the loop collects it at once instead of waiting in select()
+def test_an_answer_and_the_end_read_together_are_taken_in_one_poll(launcher) -> None:
+    # a launch does not wait for the server's answer: the slot knows its horse's pid
+    # when the loop reads it. A short job's answer and its end then come in one read,
+    # and the server's socket is waited on while the slot has nothing but a request
+    # out (else the loop would sleep until its next timer)
     job = Job(id="quick", queue="q", func="tests.jobs:noop", args=[], timeout=10)
-    [slot] = launcher.launch([job], [0], lambda: time.sleep(0.5))
-    assert launcher.pending()
-    assert not select.select(launcher.waitables(), [], [], 0)[0]   # nothing left to read
-    launcher.poll([])                 # what a select() that found nothing would pass
-    assert slot.done and slot.outcome(cold=False).ok
+    [slot] = launcher.launch([job], [0], lambda: None)
+    assert slot.pid == 0 and slot.forked and not slot.done
+    assert launcher.waitables()
+    wait_for(lambda: select.select(launcher.waitables(), [], [], 0.05)[0], timeout=10,
+             what="the answer on the socket")
+    time.sleep(0.5)                   # the horse ran and ended meanwhile
+    launcher.poll(None)
+    assert slot.pid > 0 and slot.done and slot.outcome(cold=False).ok
     assert not launcher.pending()
+
+
+def test_requests_a_dead_server_never_answered_run_in_horses_of_the_worker(
+        launcher: ForkServerLauncher) -> None:
+    # crash point: the request is sent, the server dies before it answers (stopped,
+    # then SIGKILLed). The worker forks the job's horse itself; the job runs once
+    assert launcher.server is not None and launcher.server.proc is not None
+    server_pid = launcher.server.proc.pid
+    os.kill(server_pid, signal.SIGSTOP)
+    try:
+        job = Job(id="j1", queue="q", func="tests.jobs:add", args=[2, 2], timeout=10)
+        [slot] = launcher.launch([job], [0], lambda: None)
+        assert slot.pid == 0
+    finally:
+        os.kill(server_pid, signal.SIGKILL)
+    until_done(launcher, [slot])
+    exit_ = slot.outcome(cold=False)
+    assert exit_.ok and exit_.result_json == "4"
+    assert slot.origin is None and slot.pid > 0        # the worker's own horse
+    assert run(launcher, "tests.jobs:add", 1, 1)[1].result_json == "2"   # a new server
+
+
+def test_a_kill_asked_before_the_answer_is_sent_once_the_pid_is_known(
+        launcher: ForkServerLauncher) -> None:
+    # crash point: the job's deadline passes while its request waits for the answer (the
+    # server is stopped). Nothing is signalled then (pid 0 would be the worker's own
+    # process group: this test process); the kill goes to the horse when it is known
+    assert launcher.server is not None and launcher.server.proc is not None
+    server_pid = launcher.server.proc.pid
+    os.kill(server_pid, signal.SIGSTOP)
+    try:
+        job = Job(id="j1", queue="q", func="tests.jobs:sleep", args=[30], timeout=60)
+        [slot] = launcher.launch([job], [0], lambda: None)
+        slot.kill(FailureReason.TIMEOUT)
+        assert slot.killed and slot.pid == 0
+    finally:
+        os.kill(server_pid, signal.SIGCONT)
+    until_done(launcher, [slot], timeout=20)
+    exit_ = slot.outcome(cold=False)
+    assert slot.pid > 0
+    assert not exit_.ok and exit_.reason == "timeout"

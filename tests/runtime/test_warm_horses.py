@@ -18,7 +18,7 @@ from fusionworker.core.job import FailureReason, Job
 from fusionworker.core.registry import JobFunction
 from fusionworker.runtime.launch import ForkServerLauncher
 from tests import warm_jobs
-from tests.runtime.test_forkserver import spec, until_done
+from tests.runtime.test_forkserver import answered, spec, until_done
 from tests.waiting import gone, processes_of, wait_for
 
 JOBS = "tests.warm_jobs"
@@ -212,6 +212,7 @@ def test_a_warm_horse_killed_before_it_took_its_job_hands_it_on() -> None:
         assert second.pid == warm and second.outcome(cold=False).ok
         os.kill(warm, signal.SIGSTOP)
         third = one("c")
+        answered(ln, [third])
         assert third.pid == warm           # handed to the stopped horse
         os.kill(warm, signal.SIGKILL)
         until_done(ln, [third], timeout=20)

@@ -1,9 +1,10 @@
 """The worker's handle of its fork server (the package docstring says what it is).
 
-:meth:`ForkServer.run` sends a :class:`~fusionworker.runtime.protocol.RunRequest`
-per job, all before any answer is read, and returns the horses' pids;
-:meth:`ForkServer.exits` hands over the horses' exit notices; progress notices
-go to :attr:`ForkServer.on_update` as they are read.
+:meth:`ForkServer.submit` sends a :class:`~fusionworker.runtime.protocol.RunRequest`
+per job and returns at once: the server answers each request, in order, with the
+pid of the horse that runs it, read later with everything else the socket brings
+(:attr:`ForkServer.on_start`). :meth:`ForkServer.exits` hands over the horses'
+exit notices; progress notices go to :attr:`ForkServer.on_update` as they are read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,12 +67,14 @@ class ForkServer:
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
         self._inbox = bytearray()       # what was read of the socket, not parsed yet
-        self._starts: deque[int] = deque()   # the pids of answers read, not taken by run()
+        #: requests sent whose answer (a StartNotice) is not read yet, in order
+        self.awaiting = 0
         #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
         self.on_update: Callable[[int, str], None] | None = None
         #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
         self.on_move: Callable[[int, int], None] | None = None
-        #: gets the pid of each answer as it is read (warm horses: a pid seen again)
+        #: gets the pid of each answer as it is read, in the order of the requests (warm
+        #: horses: a pid seen again)
         self.on_start: Callable[[int], None] | None = None
 
     def start(self) -> None:
@@ -104,13 +106,11 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.sock is not None
 
-    def run(self, jobs: Sequence[Job[Any]], entries: Sequence[int] | None = None,
-            while_forking: Callable[[], None] | None = None) -> list[int]:
-        """Ask for one horse per job, all requests sent before any answer is read (the
-        server answers in order); returns their pids. ``entries``: each job's deadline
-        board entry; ``while_forking`` runs between the requests and the answers. Exit
-        notices of other horses that arrive meanwhile are kept for :meth:`exits`.
-        Raises ForkServerDied (a server that died before is started again first)."""
+    def submit(self, jobs: Sequence[Job[Any]], entries: Sequence[int] | None = None) -> None:
+        """Ask for one horse per job (``entries``: each job's deadline board entry) and
+        return without waiting: each answer (its horse's pid) goes to :attr:`on_start`
+        when it is read, in the order of the requests. Raises ForkServerDied when the
+        requests cannot be sent (a server that died before is started again first)."""
         if not self.alive:
             self.close()
             self.start()
@@ -126,15 +126,7 @@ class ForkServer:
                 raise
             self.close()
             raise ForkServerDied("the fork server went away") from None
-        if while_forking:
-            while_forking()
-        pids: list[int] = []
-        while len(pids) < len(jobs):
-            if self._starts:
-                pids.append(self._starts.popleft())
-            else:
-                self._read(block=True)
-        return pids
+        self.awaiting += len(jobs)
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
         """Every exit notice the server sent so far (read without blocking), by pid,
@@ -142,7 +134,7 @@ class ForkServer:
         die with it: PDEATHSIG)."""
         died = False
         try:
-            while self.sock is not None and self._read(block=False):
+            while self.sock is not None and self._read():
                 pass
         except ForkServerDied:
             died = True
@@ -150,26 +142,25 @@ class ForkServer:
         return out, died or self.sock is None
 
     def take_exit(self, pid: int) -> ExitNotice | None:
-        """The exit notice of ``pid`` received already (by :meth:`run`), handed over once;
-        nothing is read (a warm horse's previous job: it came before the pid's answer)."""
+        """The exit notice of ``pid`` received already, handed over once; nothing is read
+        (a warm horse's previous job: it came before the pid's answer)."""
         return self._exits.pop(pid, None)
 
     @property
     def has_exits(self) -> bool:
-        """Exit notices received meanwhile (by :meth:`run`) wait for :meth:`exits`."""
+        """Exit notices received already wait for :meth:`exits`."""
         return bool(self._exits)
 
-    def _read(self, block: bool) -> bool:
-        """Read what the socket holds (``block``: wait for something first) and deal with
-        every complete notice, in the order sent: an answer's pid is queued for
-        :meth:`run` (:attr:`on_start` is told at once), an exit notice is kept for
-        :meth:`exits`, a progress notice goes to :attr:`on_update`, a moved notice to
-        :attr:`on_move` (before the new horse's notices). One ``recv`` reads many
-        notices. False: nothing was there (only without ``block``). Raises
-        ForkServerDied at EOF or on a socket error (the server is gone)."""
+    def _read(self) -> bool:
+        """Read what the socket holds, without waiting, and deal with every complete
+        notice in the order sent: an answer's pid goes to :attr:`on_start`, an exit
+        notice is kept for :meth:`exits`, a progress notice goes to :attr:`on_update`, a
+        moved notice to :attr:`on_move` (before the new horse's notices). One ``recv``
+        reads many notices. False: nothing was there. Raises ForkServerDied at EOF or on
+        a socket error (the server is gone)."""
         assert self.sock is not None
         try:
-            chunk = self.sock.recv(1 << 16, 0 if block else socket.MSG_DONTWAIT)
+            chunk = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -180,7 +171,7 @@ class ForkServer:
         self._inbox.extend(chunk)
         for notice in take_notices(self._inbox):
             if isinstance(notice, StartNotice):
-                self._starts.append(notice.pid)
+                self.awaiting -= 1
                 if self.on_start is not None:
                     self.on_start(notice.pid)
             elif isinstance(notice, ExitNotice):
@@ -198,7 +189,7 @@ class ForkServer:
             self.sock.close()
             self.sock = None
         self._inbox.clear()          # a server started again answers from the start
-        self._starts.clear()
+        self.awaiting = 0
         if self.proc is not None:
             try:
                 self.proc.wait(2)
