@@ -198,6 +198,21 @@ class Claimer:
         said, at = self.server_clock
         return said + (time.monotonic() - at)
 
+    def idle_timeout(self, poll_interval: float) -> float:
+        """``poll_interval``, or less when a scheduled job or a rate limit's slot is due
+        sooner (server clock: from the claim's reply, else one TIME)."""
+        due = self.next_due
+        if due is None:
+            return poll_interval
+        now = self.server_now()
+        if now is None:
+            try:
+                sec, usec = self.connection.time()
+            except UNREACHABLE:
+                return poll_interval
+            now = sec + usec / 1e6
+        return min(poll_interval, max(0.0, due - now))
+
     def untried(self, dry: set[str]) -> bool:
         """Some queue may still hold a job: not dry this round, not backed off."""
         return any(q not in dry and not self.backed_off(q) for q in self.queue_names)

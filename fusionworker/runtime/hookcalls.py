@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.hooks import Middleware, WorkerContext
 
 log = logging.getLogger(__name__)
+
+
+class Once:
+    """Run ``fn`` the first time this is called, never again (the after_claim hooks of
+    a launch: while it forks, or after it)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn: Callable[[], Any] | None = fn
+
+    def __call__(self) -> None:
+        fn, self.fn = self.fn, None
+        if fn is not None:
+            fn()
 
 
 class HookCalls:

@@ -120,7 +120,7 @@ from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE
 from .exits import refusal
 from .heartbeat import Heartbeat, view_of
-from .hookcalls import HookCalls
+from .hookcalls import HookCalls, Once
 from .launch import Launcher
 from .progress_store import ProgressRelay
 from .protocol import drain
@@ -133,18 +133,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds a job runs before the heartbeat hash lists it on its own write (step 3).
 BUSY_AFTER = 0.05
-
-
-class _Once:
-    """Run ``fn`` the first time this is called, never again."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn: Callable[[], Any] | None = fn
-
-    def __call__(self) -> None:
-        fn, self.fn = self.fn, None
-        if fn is not None:
-            fn()
 
 
 class Loop:
@@ -332,24 +320,9 @@ class Loop:
         # job): claim then, not at the next poll
         due_matters = not busy or (self.claimer.next_due is not None
                                    and len(self.slots) + len(claimed.jobs) < self.concurrency)
-        st.next_poll = time.monotonic() + (self._idle_timeout() if due_matters
-                                           else self.ctx.settings.poll_interval)
-
-    def _idle_timeout(self) -> float:
-        """The poll interval, or less when a scheduled job or a rate limit's slot is due
-        sooner (server clock: from the claim's reply, else one TIME)."""
-        timeout = float(self.ctx.settings.poll_interval)
-        due = self.claimer.next_due
-        if due is None:
-            return timeout
-        now = self.claimer.server_now()
-        if now is None:
-            try:
-                sec, usec = self.ctx.connection.time()
-            except UNREACHABLE:
-                return timeout
-            now = sec + usec / 1e6
-        return min(timeout, max(0.0, due - now))
+        poll = float(self.ctx.settings.poll_interval)
+        st.next_poll = time.monotonic() + (self.claimer.idle_timeout(poll) if due_matters
+                                           else poll)
 
     # -- recording ---------------------------------------------------------------
 
@@ -400,7 +373,7 @@ class Loop:
         entries = [self.free_index.pop() for _ in to_fork]
         for entry in entries:
             self.launcher.set_deadline(entry, lease_until)
-        hooks = _Once(lambda: [self.hooks("after_claim", job) for job in jobs])
+        hooks = Once(lambda: [self.hooks("after_claim", job) for job in jobs])
         for slot in self.launcher.launch(to_fork, entries, hooks):
             if slot.forked:
                 slot.deadline = slot.started + slot.job.timeout + self.ctx.settings.kill_grace

@@ -164,12 +164,12 @@ def test_the_wait_for_the_next_slot_is_timed_by_the_claims_reply_not_a_time_call
     def no_time_call():
         raise AssertionError("TIME was sent")
     w.connection.time = no_time_call                  # type: ignore[method-assign]
-    assert 0.5 < w.loop._idle_timeout() <= 1.0
+    assert 0.5 < w.claimer.idle_timeout(60.0) <= 1.0
     q.set_rate_limit(None)
     q.enqueue_in(5, "tests.jobs:noop")
     w.claimer.claim(1)                                # takes the second job
     assert w.claimer.claim(1).jobs == []              # 'empty', the next one due in 5 s
-    assert 4.0 < w.loop._idle_timeout() <= 5.0
+    assert 4.0 < w.claimer.idle_timeout(60.0) <= 5.0
 
 
 def test_bad_limits_are_refused_and_write_nothing(queue, r):
