@@ -34,6 +34,12 @@ from .slot import Slot
 
 log = logging.getLogger(__name__)
 
+#: Seconds a fork server may leave a request unanswered before it is taken for hung and
+#: SIGKILLed (its unanswered jobs then get horses of the worker, the next ones a new
+#: server). It answers in milliseconds, but with warm horses it imports the worker's
+#: --import modules before its first answer: generous.
+ANSWER_TIMEOUT = 120.0
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -336,6 +342,8 @@ class ForkServerLauncher:
         """A server is read when the last select() found its socket readable (an exit, or
         its death) or it handed exits over while forking: no system call on a turn with
         nothing new."""
+        if self.asked:
+            self._hung(time.monotonic())
         if self.by_pid or self.asked:
             for server in self._servers():
                 if (readable is not None and server.sock is not None
@@ -352,6 +360,19 @@ class ForkServerLauncher:
             for pid in ended:
                 del self.by_pid[pid]
         self.own.poll(readable)
+
+    def _hung(self, now: float) -> None:
+        """SIGKILL a fork server whose oldest open request is ANSWER_TIMEOUT old (stopped,
+        wedged): its death is read like any other (:meth:`_origin_died`)."""
+        for asked in self.asked.values():
+            server = asked[0].origin if asked else None
+            if (server is None or server.proc is None or server.proc.poll() is not None
+                    or now - asked[0].started < ANSWER_TIMEOUT):
+                continue
+            log.error("Worker %s: the fork server (pid %d) left a request unanswered for "
+                      "%.0f s: killing it", self.spec.name, server.proc.pid,
+                      now - asked[0].started)
+            server.proc.kill()
 
     def _origin_died(self, server: ForkServer) -> None:
         """A fork server is gone: its horses died with it (PDEATHSIG). The requests it

@@ -14,8 +14,8 @@ parent dies at each step (each slot goes through the same steps)::
                           is lost): every claimed job is in `started` with a
                           lease nobody renews -> the reaper re-queues it
                           (attempt counted) once the lease is over.
-    2. fork the horse     every request is sent to the fork server before any
-                          answer is read (the after_claim hooks run meanwhile).
+    2. fork the horse     requests go to the fork server, its answers (the pids)
+                          are read with the ends, never waited for (launch.py).
                           PDEATHSIG chain: parent dies -> fork server dies ->
                           every horse dies, so a dead parent never leaves a job
                           running unsupervised. The fork server dies alone ->

@@ -307,6 +307,24 @@ def test_requests_a_dead_server_never_answered_run_in_horses_of_the_worker(
     assert run(launcher, "tests.jobs:add", 1, 1)[1].result_json == "2"   # a new server
 
 
+def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(
+        launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a stopped (wedged) fork server: past ANSWER_TIMEOUT the worker kills it, and the
+    # job it never answered for runs in a horse of the worker's own
+    from fusionworker.runtime import launch
+
+    monkeypatch.setattr(launch, "ANSWER_TIMEOUT", 0.5)
+    assert launcher.server is not None and launcher.server.proc is not None
+    server_pid = launcher.server.proc.pid
+    os.kill(server_pid, signal.SIGSTOP)
+    job = Job(id="j1", queue="q", func="tests.jobs:add", args=[3, 4], timeout=10)
+    [slot] = launcher.launch([job], [0], lambda: None)
+    until_done(launcher, [slot])
+    assert slot.outcome(cold=False).result_json == "7"
+    assert slot.origin is None
+    wait_for(lambda: _gone(server_pid), timeout=5, what="the stopped server killed")
+
+
 def test_a_kill_asked_before_the_answer_is_sent_once_the_pid_is_known(
         launcher: ForkServerLauncher) -> None:
     # crash point: the job's deadline passes while its request waits for the answer (the
