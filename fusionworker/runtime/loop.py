@@ -432,9 +432,8 @@ class Loop:
                             slot.job.id)
                 slot.kill(FailureReason.LEASE)
             slot.escalate(now)
-            if now >= slot.next_tick:
-                slot.next_tick = now + interval
-                # a horse whose pid is not known yet (launch.py) has nothing to look at
+            if now >= slot.next_tick:     # a horse without its pid yet (launch.py): soon
+                slot.next_tick = now + (interval if slot.pid > 0 else BUSY_AFTER)
                 ticked = not slot.killed and slot.pid > 0
                 reason = self.hooks("on_horse_tick", slot.job, slot.pid) if ticked else None
                 if reason:
