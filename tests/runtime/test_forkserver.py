@@ -287,16 +287,26 @@ def test_an_answer_and_the_end_read_together_are_taken_in_one_poll(launcher) -> 
     assert not launcher.pending()
 
 
+def _stop_server(ln: ForkServerLauncher) -> int:
+    """SIGSTOP the launcher's fork server: it reads no request and answers nothing."""
+    assert ln.server is not None and ln.server.proc is not None
+    os.kill(ln.server.proc.pid, signal.SIGSTOP)
+    return ln.server.proc.pid
+
+
+def _one(ln: ForkServerLauncher, func: str, *args: object, timeout: float = 10.0) -> Slot:
+    [slot] = ln.launch([Job(id="j1", queue="q", func=func, args=list(args), timeout=timeout)],
+                       [0], lambda: None)
+    return slot
+
+
 def test_requests_a_dead_server_never_answered_run_in_horses_of_the_worker(
         launcher: ForkServerLauncher) -> None:
     # crash point: the request is sent, the server dies before it answers (stopped,
     # then SIGKILLed). The worker forks the job's horse itself; the job runs once
-    assert launcher.server is not None and launcher.server.proc is not None
-    server_pid = launcher.server.proc.pid
-    os.kill(server_pid, signal.SIGSTOP)
+    server_pid = _stop_server(launcher)
     try:
-        job = Job(id="j1", queue="q", func="tests.jobs:add", args=[2, 2], timeout=10)
-        [slot] = launcher.launch([job], [0], lambda: None)
+        slot = _one(launcher, "tests.jobs:add", 2, 2)
         assert slot.pid == 0
     finally:
         os.kill(server_pid, signal.SIGKILL)
@@ -314,11 +324,8 @@ def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(
     from fusionworker.runtime import launch
 
     monkeypatch.setattr(launch, "ANSWER_TIMEOUT", 0.5)
-    assert launcher.server is not None and launcher.server.proc is not None
-    server_pid = launcher.server.proc.pid
-    os.kill(server_pid, signal.SIGSTOP)
-    job = Job(id="j1", queue="q", func="tests.jobs:add", args=[3, 4], timeout=10)
-    [slot] = launcher.launch([job], [0], lambda: None)
+    server_pid = _stop_server(launcher)
+    slot = _one(launcher, "tests.jobs:add", 3, 4)
     until_done(launcher, [slot])
     assert slot.outcome(cold=False).result_json == "7"
     assert slot.origin is None
@@ -330,12 +337,9 @@ def test_a_kill_asked_before_the_answer_is_sent_once_the_pid_is_known(
     # crash point: the job's deadline passes while its request waits for the answer (the
     # server is stopped). Nothing is signalled then (pid 0 would be the worker's own
     # process group: this test process); the kill goes to the horse when it is known
-    assert launcher.server is not None and launcher.server.proc is not None
-    server_pid = launcher.server.proc.pid
-    os.kill(server_pid, signal.SIGSTOP)
+    server_pid = _stop_server(launcher)
     try:
-        job = Job(id="j1", queue="q", func="tests.jobs:sleep", args=[30], timeout=60)
-        [slot] = launcher.launch([job], [0], lambda: None)
+        slot = _one(launcher, "tests.jobs:sleep", 30, timeout=60)
         slot.kill(FailureReason.TIMEOUT)
         assert slot.killed and slot.pid == 0
     finally:
