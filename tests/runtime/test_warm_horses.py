@@ -231,10 +231,18 @@ def test_horse_jobs_of_a_function_is_checked_and_kept() -> None:
             JobFunction(warm_jobs.leak, horse_jobs=bad)
 
 
+def _is_fork_server(proc: psutil.Process) -> bool:
+    """A running fork server (a child that ended and is not reaped yet, a zombie, has no
+    command line to read: it serves nobody)."""
+    try:
+        return "fork server" in " ".join(proc.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return False
+
+
 def _horses(worker_pid: int) -> list[int]:
     """The pids of the fork server's children (the horses, waiting or running)."""
-    server = [c for c in psutil.Process(worker_pid).children()
-              if "fork server" in " ".join(c.cmdline())]
+    server = [c for c in psutil.Process(worker_pid).children() if _is_fork_server(c)]
     alive = []
     for horse in (h for s in server for h in s.children()):
         try:
