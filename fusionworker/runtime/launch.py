@@ -82,7 +82,7 @@ class Launcher(Protocol):
         ...
 
     def pending(self) -> bool:
-        """Ends read already (with a launch's answers) that :meth:`poll` has not taken:
+        """Ends read already (outside :meth:`poll`) that :meth:`poll` has not taken:
         the loop must not wait in select() for them, their socket has nothing more."""
         ...
 
@@ -317,7 +317,8 @@ class ForkServerLauncher:
         self.own.set_deadline(entry, deadline)
 
     def _servers(self) -> list[ForkServer]:
-        """Every fork server a running horse was forked by (after SIGHUP: old and new)."""
+        """Every fork server a running horse was forked by, or that owes an answer
+        (after SIGHUP: old and new)."""
         if not self.by_pid and not self.asked:
             return []
         if not self.retiring and self.server is not None:
@@ -339,9 +340,9 @@ class ForkServerLauncher:
         return any(s is not None and s.has_exits for s in (self.server, *self.retiring))
 
     def poll(self, readable: Collection[Any] | None) -> None:
-        """A server is read when the last select() found its socket readable (an exit, or
-        its death) or it handed exits over while forking: no system call on a turn with
-        nothing new."""
+        """A server is read when the last select() found its socket readable (an answer,
+        an exit, or its death) or exits it sent were read already: no system call on a
+        turn with nothing new."""
         if self.asked:
             self._hung(time.monotonic())
         if self.by_pid or self.asked:

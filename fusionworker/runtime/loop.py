@@ -534,7 +534,7 @@ class Loop:
         if progress_due is not None:
             until = min(until, progress_due)
         if self.launcher.pending() or any(slot.done for slot in self.slots):
-            self._readable = None   # ends read with a launch's answers, or at birth: now
+            self._readable = None   # ends read already, or ended at birth: now
             return
         if self.slots:    # a slot's tick (the first: its busy write), kill or escalation
             until = min(until, self._police_due)

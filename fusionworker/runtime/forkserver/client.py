@@ -67,8 +67,6 @@ class ForkServer:
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
         self._inbox = bytearray()       # what was read of the socket, not parsed yet
-        #: requests sent whose answer (a StartNotice) is not read yet, in order
-        self.awaiting = 0
         #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
         self.on_update: Callable[[int, str], None] | None = None
         #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
@@ -126,7 +124,6 @@ class ForkServer:
                 raise
             self.close()
             raise ForkServerDied("the fork server went away") from None
-        self.awaiting += len(jobs)
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
         """Every exit notice the server sent so far (read without blocking), by pid,
@@ -171,7 +168,6 @@ class ForkServer:
         self._inbox.extend(chunk)
         for notice in take_notices(self._inbox):
             if isinstance(notice, StartNotice):
-                self.awaiting -= 1
                 if self.on_start is not None:
                     self.on_start(notice.pid)
             elif isinstance(notice, ExitNotice):
@@ -189,7 +185,6 @@ class ForkServer:
             self.sock.close()
             self.sock = None
         self._inbox.clear()          # a server started again answers from the start
-        self.awaiting = 0
         if self.proc is not None:
             try:
                 self.proc.wait(2)
