@@ -81,11 +81,6 @@ class Launcher(Protocol):
         """What the loop's select() waits on for the running slots' ends."""
         ...
 
-    def pending(self) -> bool:
-        """Ends read already (outside :meth:`poll`) that :meth:`poll` has not taken:
-        the loop must not wait in select() for them, their socket has nothing more."""
-        ...
-
     def poll(self, readable: Collection[Any] | None) -> None:
         """Mark the slots whose horse ended as done (``readable``: what the last select()
         found readable; None: look at everything)."""
@@ -149,9 +144,6 @@ class OwnForkLauncher:
 
     def waitables(self) -> list[Any]:
         return [s.fd for s in self.running if s.fd >= 0]
-
-    def pending(self) -> bool:
-        return False
 
     def poll(self, readable: Collection[Any] | None) -> None:
         if not self.running:
@@ -336,19 +328,16 @@ class ForkServerLauncher:
         socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
         return socks + self.own.waitables()
 
-    def pending(self) -> bool:      # every turn: the servers themselves, not the slots
-        return any(s is not None and s.has_exits for s in (self.server, *self.retiring))
-
     def poll(self, readable: Collection[Any] | None) -> None:
         """A server is read when the last select() found its socket readable (an answer,
-        an exit, or its death) or exits it sent were read already: no system call on a
-        turn with nothing new."""
+        an exit, or its death): no system call on a turn with nothing new. Every notice
+        is read here, so nothing read waits for a later turn."""
         if self.asked:
             self._hung(time.monotonic())
         if self.by_pid or self.asked:
             for server in self._servers():
                 if (readable is not None and server.sock is not None
-                        and server.sock not in readable and not server.has_exits):
+                        and server.sock not in readable):
                     continue
                 exits, died = server.exits()
                 for pid, notice in exits.items():
@@ -470,9 +459,6 @@ class InProcessLauncher:
 
     def waitables(self) -> list[Any]:
         return []
-
-    def pending(self) -> bool:
-        return False
 
     def poll(self, readable: Collection[Any] | None) -> None:
         """Every slot ended at birth."""

@@ -533,8 +533,8 @@ class Loop:
         progress_due = self.relay.next_due()      # rate-limited progress writes
         if progress_due is not None:
             until = min(until, progress_due)
-        if self.launcher.pending() or any(slot.done for slot in self.slots):
-            self._readable = None   # ends read already, or ended at birth: now
+        if any(slot.done for slot in self.slots):
+            self._readable = None   # done since _collect (refused; a dead server's): now
             return
         if self.slots:    # a slot's tick (the first: its busy write), kill or escalation
             until = min(until, self._police_due)

@@ -143,11 +143,6 @@ class ForkServer:
         (a warm horse's previous job: it came before the pid's answer)."""
         return self._exits.pop(pid, None)
 
-    @property
-    def has_exits(self) -> bool:
-        """Exit notices received already wait for :meth:`exits`."""
-        return bool(self._exits)
-
     def _read(self) -> bool:
         """Read what the socket holds, without waiting, and deal with every complete
         notice in the order sent: an answer's pid goes to :attr:`on_start`, an exit
