@@ -331,6 +331,24 @@ def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(
     wait_for(lambda: _gone(server_pid), timeout=5, what="the stopped server killed")
 
 
+def test_a_reload_with_an_answer_owed_keeps_the_old_server_until_it_answered(
+        launcher: ForkServerLauncher) -> None:
+    # crash point: SIGHUP (renew) while the server owes an answer. The old server is kept
+    # (closing it would lose the answer and kill the job's horse): the job runs there,
+    # the new server takes the next jobs, the old one goes once it is done
+    old_pid = _stop_server(launcher)
+    old = launcher.server
+    slot = _one(launcher, "tests.jobs:add", 5, 6)
+    launcher.renew()
+    assert launcher.server is not old and old in launcher.retiring
+    os.kill(old_pid, signal.SIGCONT)
+    until_done(launcher, [slot])
+    assert slot.outcome(cold=False).result_json == "11" and slot.origin is old
+    launcher.tidy()
+    assert not launcher.retiring                         # closed once it was done
+    assert run(launcher, "tests.jobs:add", 1, 1)[1].result_json == "2"   # the new server
+
+
 def test_a_kill_asked_before_the_answer_is_sent_once_the_pid_is_known(
         launcher: ForkServerLauncher) -> None:
     # crash point: the job's deadline passes while its request waits for the answer (the
