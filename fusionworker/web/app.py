@@ -53,7 +53,9 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                    poll_interval=poll_interval, history_interval=history_interval,
                    limiter=auth.FailureLimiter(settings.web_auth_failures))
     routes = [*pages.ROUTES, *live.ROUTES, *api.ROUTES, *views.ROUTES,
-              Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static")]
+              Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
+              # last: a job id or cron name holding a "/" (refused at creation since)
+              *api.SLASHED, *views.SLASHED]
     app = Starlette(routes=routes, lifespan=_lifespan, exception_handlers=errors.HANDLERS,
                     middleware=[Middleware(guard.Guard, web=web)])
     app.state.web = web

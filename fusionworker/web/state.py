@@ -150,13 +150,44 @@ async def body(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         return {}
+    if _depth(raw) > MAX_BODY_DEPTH:
+        raise ApiError(400, f"the body nests deeper than {MAX_BODY_DEPTH} levels")
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(400, "the body must be JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object")
     return data
+
+
+#: how deep a JSON body may nest (objects and lists)
+MAX_BODY_DEPTH = 32
+
+
+def _depth(raw: bytes) -> int:
+    """How deep the brackets of a JSON text nest (outside its strings), read without
+    parsing it: a body of 100,000 ``[`` is refused before the parser recurses."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:      # backslash
+                escaped = True
+            elif byte == 0x22:      # "
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_BODY_DEPTH:
+                break
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 def ok(data: Any, status: int = 200) -> JSONResponse:

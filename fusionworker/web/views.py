@@ -41,6 +41,7 @@ def queue_view(request: Request) -> Response:
         return who
     board = st.board
     name = request.path_params["q"]
+    board.queue(name)   # an invalid or unknown name: its error page (never a redirect)
     p = request.query_params
     names = board.queue_names()
     status = p.get("status") or JobStatus.QUEUED
@@ -189,6 +190,9 @@ def with_param(target: str, key: str, value: str) -> str:
     query.append(urlencode({key: value}))
     return base[0] + "?" + "&".join(query)
 
+
+#: a job whose id holds a "/" (matched after every other route)
+SLASHED = [Route("/jobs/{id:path}", job_view)]
 
 #: in the order they are matched (after the API routes)
 ROUTES = [

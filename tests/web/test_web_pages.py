@@ -268,7 +268,7 @@ def test_every_api_route_is_in_the_openapi_description(client):
     checked = 0
     for route in client.app.routes:
         if isinstance(route, Route) and route.path.startswith("/api/v1/") and (
-                route.path not in generic):
+                route.path not in generic) and ":path}" not in route.path:  # "/" in an id
             for method in (route.methods or set()) - {"HEAD"}:
                 assert method.lower() in spec.get(route.path, {}), (route.path, method)
                 checked += 1
