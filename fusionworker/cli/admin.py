@@ -127,6 +127,9 @@ def render_info(doc: dict[str, Any]) -> str:
         lines.append(f"*** all workers SUSPENDED{until} ***")
     if "queues" in doc:
         lines += ["", *_queue_lines(doc["queues"])]
+        if "page" in doc:
+            lines.append(f"page {doc['page']} of {doc['pages']} ({doc['queues_total']} "
+                         f"queue(s) in all; --page N for another)")
     if doc.get("cron"):
         lines += ["", *_cron_lines(doc["cron"], doc["time"])]
     if doc.get("groups"):
@@ -143,15 +146,20 @@ def render_info(doc: dict[str, Any]) -> str:
               help="Machine-readable output (schema in docs/operations.md).")
 @click.option("--interval", "-i", type=click.FloatRange(min=0.1), metavar="SECONDS",
               help="Refresh every SECONDS until Ctrl-C (with --json: one JSON line each).")
+@click.option("--page", type=click.IntRange(min=1), metavar="N",
+              help="Only the queues of page N (by name; see --per-page).")
+@click.option("--per-page", type=click.IntRange(1, 500), default=50, show_default=True,
+              metavar="N", help="Queues per page with --page.")
 @pass_app
 def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
-         interval: float | None) -> None:
+         interval: float | None, page: int | None, per_page: int) -> None:
     """Queues (depth, bands, registries) and workers (state, current job)."""
     if only_workers and only_queues:
         raise click.UsageError("-W/--only-workers and -Q/--only-queues exclude each other")
     try:
         while True:
-            doc = collect_info(app, queues=not only_workers, workers=not only_queues)
+            doc = collect_info(app, queues=not only_workers, workers=not only_queues,
+                               page=page, per_page=per_page)
             if as_json:
                 if interval:
                     click.echo(json.dumps(doc, sort_keys=True, default=str))

@@ -50,6 +50,7 @@ Global keys (touched by single-key commands only):
 ``fw:reaper``                  STRING   reaper lock (SET NX PX)
 ``fw:events``                  STREAM   default event log (capped)
 ``fw:control``                 channel  suspend/resume notifications
+``fw:hist:all:<r>:<b>``        HASH     chart counts of bucket b summed over every queue (TTL)
 =============================  =======  ==============================================
 """
 
@@ -262,3 +263,8 @@ class Keys:
     @property
     def control(self) -> str:
         return f"{self.prefix}:control"
+
+    def history_all(self, resolution: int, bucket: int) -> str:
+        """The chart counts of one time bucket summed over every queue (the charts of
+        all queues at any number of queues; events/metrics_history.py)."""
+        return f"{self.prefix}:hist:all:{resolution}:{bucket}"

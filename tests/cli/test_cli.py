@@ -83,7 +83,7 @@ def failed_jobs(queue: Callable[..., Any], burst: Callable[..., Any], n: int,
 # -- info -------------------------------------------------------------------------
 
 INFO_KEYS = {"schema", "version", "redis_url", "prefix", "time", "suspended",
-             "suspended_remaining", "queues", "workers", "cron", "groups"}
+             "suspended_remaining", "queues", "workers", "cron", "groups", "queues_total"}
 QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "finished",
               "paused", "max_active", "busy_groups", "oldest_age", "cron"}
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
