@@ -65,6 +65,7 @@ __all__ = [
     "new_pubsub_connection",
     "parse_url",
     "refresh_master",
+    "server_time",
 ]
 
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
@@ -381,6 +382,18 @@ def texts(values: Iterable[Any]) -> list[str]:
 def text_hash(data: Mapping[Any, Any]) -> dict[str, str]:
     """An ``HGETALL`` reply as text (empty when the hash does not exist)."""
     return {text(k): text(v) for k, v in data.items()}
+
+
+def seconds(reply: Any) -> float:
+    """A ``TIME`` reply (seconds, microseconds) as epoch seconds."""
+    sec, usec = reply
+    return float(sec) + float(usec) / 1e6
+
+
+def server_time(client: RedisClient) -> float:
+    """The Redis server's clock (epoch seconds): the one clock of every lease, due time
+    and age (not pipelined: a Cluster pipeline refuses ``TIME``)."""
+    return seconds(client.time())
 
 
 def new_pubsub_connection(client: RedisClient, **kwargs: Any) -> Any:

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
-from .connection import decoding, text_hash, texts
+from .connection import decoding, server_time, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 
@@ -132,9 +132,7 @@ class QueueReads:
             stamps = [float(s) for s in (self.connection.hget(k.job(i), "enqueued_at")
                                          for i in ids) if s]
             if stamps:
-                now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
-                server_now = now[0] + now[1] / 1e6
-                oldest_age = max(0.0, server_now - min(stamps))
+                oldest_age = max(0.0, server_time(self.connection) - min(stamps))
         return {
             "queue": self.name, "pending": pending, "bands": bands, "started": started,
             "scheduled": scheduled, "failed": failed, "finished": finished,

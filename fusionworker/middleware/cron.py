@@ -52,7 +52,7 @@ from croniter import croniter
 
 from ..core import codec
 from ..core.config import Settings
-from ..core.connection import decoding
+from ..core.connection import decoding, server_time
 from ..core.functions import func_ref, verify
 from ..core.hooks import Middleware
 from ..core.job import check_priority
@@ -207,11 +207,6 @@ def _qkeys(settings: Settings, queue: str) -> QueueKeys:
     return Keys(settings.prefix).queue(check_queue_name(queue))
 
 
-def _server_time(connection: RedisClient) -> float:
-    seconds, micros = connection.time()
-    return seconds + micros / 1e6
-
-
 def register(
     connection: RedisClient,
     settings: Settings,
@@ -264,7 +259,7 @@ def register(
         "timeout": repr(float(timeout if timeout is not None else settings.job_timeout)),
         "max_retries": int(max_retries if max_retries is not None else settings.max_retries),
     }
-    nxt = next_after(schedule, timezone, _server_time(connection))
+    nxt = next_after(schedule, timezone, server_time(connection))
     paused = connection.hget(ekey, "paused") == "1"
     pipe = connection.pipeline(transaction=False)
     pipe.hset(ekey, mapping={**definition, "next_run": "" if paused else f"{nxt:.0f}"})
@@ -353,7 +348,7 @@ def resume(connection: RedisClient, settings: Settings, name: str, queue: str | 
     connection = decoding(connection)   # any redis-py client
     entry = get_entry(connection, settings, name, queue)
     k = _qkeys(settings, entry.queue)
-    nxt = next_after(entry.schedule, entry.timezone, _server_time(connection))
+    nxt = next_after(entry.schedule, entry.timezone, server_time(connection))
     pipe = connection.pipeline(transaction=False)
     pipe.hset(k.cron_entry(name), mapping={"paused": "0", "next_run": f"{nxt:.0f}"})
     pipe.zadd(k.cron, {name: nxt}, xx=True)
@@ -405,7 +400,7 @@ def run_due(connection: RedisClient, prefix: str,
                   for member, score in rows]
     if not candidates:
         return []
-    now = _server_time(connection)
+    now = server_time(connection)
     due = [c for c in candidates if c[2] <= now]
     if not due:
         return []

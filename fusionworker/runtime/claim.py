@@ -30,6 +30,7 @@ from typing import Any
 
 import redis
 
+from ..core.connection import seconds, server_time
 from ..core.job import FailureReason, Job, MalformedJob
 from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
@@ -207,10 +208,9 @@ class Claimer:
         now = self.server_now()
         if now is None:
             try:
-                sec, usec = self.connection.time()
+                now = server_time(self.connection)
             except UNREACHABLE:
                 return poll_interval
-            now = sec + usec / 1e6
         return min(poll_interval, max(0.0, due - now))
 
     def untried(self, dry: set[str]) -> bool:
@@ -234,8 +234,7 @@ class Claimer:
             answers = pipe.execute()
         except (redis.RedisError, OSError):
             return False
-        sec, usec = answers[0]
-        now = float(sec) + float(usec) / 1e6
+        now = seconds(answers[0])
         for i in range(1, len(answers), 3):
             paused, pending, first = answers[i:i + 3]
             if not paused and (pending or (first and float(first[0][1]) <= now)):
