@@ -1,10 +1,7 @@
-"""The job record (one Redis HASH ``fw:{queue}:job:<id>``) and its vocabulary.
+"""The job record (one Redis HASH ``fw:{queue}:job:<id>``).
 
-The vocabulary: :class:`JobStatus`, :class:`FailureReason` and
-:class:`WorkerState` are ``StrEnum``s whose values are the strings stored in
-Redis (and compared by the Lua scripts: ``tests/core/test_vocabulary.py`` checks
-every status and reason literal of ``scripts/*.lua`` against them). Their
-members, listed with their meaning, are the documentation of record.
+Its vocabulary (:class:`JobStatus`, :class:`FailureReason`, :class:`WorkerState`)
+is in ``vocabulary.py`` and importable from here.
 
 The record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle.
 
@@ -97,12 +94,17 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .job_habits import JobHabits
+
+# the vocabulary's home is vocabulary.py; these names stay importable from here
+from .vocabulary import FailureReason as FailureReason
+from .vocabulary import JobStatus as JobStatus
+from .vocabulary import WorkerState as WorkerState
+from .vocabulary import _Vocabulary as _Vocabulary
 
 R = TypeVar("R")
 
@@ -110,73 +112,6 @@ PRIORITY_MIN = -1023
 PRIORITY_MAX = 1023
 SEQ_LIMIT = 2**42
 
-
-
-class _Vocabulary(StrEnum):
-    """A ``StrEnum`` whose values are stored in Redis as they are."""
-
-    @classmethod
-    def read(cls, value: str) -> Self:
-        """The member whose value is ``value``, for text read from Redis.
-
-        Reading never fails: a value this version does not know (written by a
-        newer version, or a middleware's own kill reason) becomes an unnamed
-        member of the class that compares, prints and serializes as its text.
-        Use ``cls(value)`` where an unknown value is an error (user input).
-        """
-        try:
-            return cls(value)
-        except ValueError:
-            member = str.__new__(cls, value)
-            member._name_ = value
-            member._value_ = value
-            return member
-
-
-class JobStatus(_Vocabulary):
-    """``status`` of a job record, in lifecycle order."""
-
-    QUEUED = "queued"          #: on the pending ZSET, ready to be claimed
-    SCHEDULED = "scheduled"    #: waits for ``scheduled_for`` (delayed job or retry backoff)
-    STARTED = "started"        #: claimed: a worker's horse runs it under a lease
-    FINISHED = "finished"      #: returned; ``result`` holds the value
-    FAILED = "failed"          #: final failure; ``failure_reason`` says how
-    CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
-    DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
-
-
-class FailureReason(_Vocabulary):
-    """How an attempt ended without a result: ``failure_reason`` of the job record and
-    ``reason`` of its events, webhooks and span attributes."""
-
-    EXCEPTION = "exception"    #: the function raised (or its result could not be serialized)
-    TIMEOUT = "timeout"        #: the hard time limit ran out
-    SEGFAULT = "segfault"      #: the horse died of SIGSEGV
-    CRASH = "crash"            #: the horse died of SIGBUS, SIGILL, SIGFPE or SIGABRT
-    KILLED = "killed"          #: the horse died of another signal (the OOM killer?)
-    EXIT = "exit"              #: the horse exited before it reported (``os._exit`` in the job)
-    MEMORY = "memory"          #: the horse went over ``--max-horse-memory``
-    REFUSED = "refused"        #: the function is not allowed or cannot be imported
-    MALFORMED = "malformed"    #: the record cannot be read (bad JSON, missing field)
-    LOST = "lost"              #: the job was taken back (reaped, deleted) while it ran
-    ABANDONED = "abandoned"    #: its worker died and its attempts are used up (reaper)
-    DEPENDENCY = "dependency"  #: a job it depends on failed (the job is ``canceled``)
-    #: its ``ttl`` ran out before a worker took it (the job is ``canceled``, never ran)
-    EXPIRED = "expired"
-    #: the worker could not renew the lease: the horse is killed, the job re-queued
-    LEASE = "lease"
-    #: cold shutdown interrupted the job: re-queued, the attempt not counted
-    SHUTDOWN = "shutdown"
-
-
-class WorkerState(_Vocabulary):
-    """``state`` of a worker's heartbeat hash (and the ``fusionworker_worker_state`` gauge)."""
-
-    STARTED = "started"        #: registered, not yet polling
-    IDLE = "idle"              #: waiting for a job
-    BUSY = "busy"              #: running a job for longer than a moment
-    SUSPENDED = "suspended"    #: ``fusionworker suspend``: claims nothing
-    THROTTLED = "throttled"    #: the resource governor holds claims back
 
 
 STATUSES = tuple(JobStatus)
