@@ -107,13 +107,23 @@ class Recorder:
         self.key = keys.worker(name)      # the heartbeat hash, where the counters are
         self.claimer = claimer
         self.is_cold = is_cold
-        self.successful = 0
-        self.failed = 0
-        self.total_working_time = 0.0
-        #: the worker hash's counters not written yet (the heartbeat writes them)
+        #: the job counters: the worker's totals, and the hash's increments not written
+        #: yet (the heartbeat writes them)
         self.counters = Counters()
         #: the queues' per-minute outcome counts not written yet (the heartbeat too)
         self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
+
+    @property
+    def successful(self) -> int:
+        return self.counters.total.successful
+
+    @property
+    def failed(self) -> int:
+        return self.counters.total.failed
+
+    @property
+    def total_working_time(self) -> float:
+        return self.counters.total.working
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -279,7 +289,7 @@ class Recorder:
 
     def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool,
                   at: float | None = None) -> None:
-        self.total_working_time += outcome.duration
+        self.counters.recorded(outcome, stale)
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
@@ -289,7 +299,6 @@ class Recorder:
             self.minutes.count(job.queue, at, str(outcome.status))
         ms = outcome.duration * 1000
         if outcome.status == OutcomeStatus.FINISHED:
-            self.successful += 1
             log.info("Worker %s finished job %s in %.1f ms", self.name, job.id, ms)
         elif outcome.status == OutcomeStatus.RETRY:
             log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
@@ -301,6 +310,5 @@ class Recorder:
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:
-            self.failed += 1
             log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
                       outcome.reason, outcome.error_type, outcome.error_message)
