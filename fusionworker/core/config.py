@@ -176,6 +176,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a failed job stays in the failed registry (dead-letter).", min=0),
     Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
             "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0),
+    Setting("max_args_bytes", "FUSIONWORKER_MAX_ARGS_BYTES", 10 * 1024 * 1024, int,
+            "Largest JSON text of a job's arguments (args and kwargs together, in bytes): enqueue "
+            "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
+            min=0),
     Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
             "URL POSTed (JSON) after a job's final failure."),
     Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
@@ -288,6 +292,7 @@ class Settings:
     reaper_interval: float = _default("reaper_interval")
     failed_ttl: int = _default("failed_ttl")
     dedup_window: int = _default("dedup_window")
+    max_args_bytes: int = _default("max_args_bytes")
     failure_webhook_url: str = _default("failure_webhook_url")
     poll_interval: float = _default("poll_interval")
     progress_interval: float = _default("progress_interval")

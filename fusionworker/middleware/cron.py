@@ -141,8 +141,26 @@ class CronEntry:
             misses=int(data.get("misses") or 0),
         )
 
+    @classmethod
+    def read(cls, data: dict[str, str], next_score: float | None,
+             where: str) -> CronEntry | None:
+        """:meth:`from_hash`, or None (logged) for a definition it cannot read: one bad
+        entry is skipped, the others are listed and run."""
+        try:
+            return cls.from_hash(data, next_score)
+        except Exception as exc:  # noqa: BLE001 - a record from Redis: skipped, never fatal
+            if where not in _UNREADABLE and len(_UNREADABLE) < 1000:   # once, not per tick
+                _UNREADABLE.add(where)
+                log.error("Cron entry %s cannot be read (%s: %s); skipped", where[:200],
+                          type(exc).__name__, str(exc)[:200])
+            return None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: cron entries (``"name on queue"``) this process logged as unreadable
+_UNREADABLE: set[str] = set()
 
 
 # -- schedule arithmetic (pure, no Redis) -----------------------------------------
@@ -373,8 +391,9 @@ def list_entries(connection: RedisClient, prefix: str = "fw",
     pipe = connection.pipeline(transaction=False)
     for q, member, _ in listed:
         pipe.hgetall(keys.queue(q).cron_entry(member))
-    entries = [CronEntry.from_hash(data, score)
-               for (_, _, score), data in zip(listed, pipe.execute()) if data]
+    found = [CronEntry.read(data, score, f"{member} on {q}")
+             for (q, member, score), data in zip(listed, pipe.execute()) if data]
+    entries = [entry for entry in found if entry is not None]
     _fill_job_status(connection, prefix, entries)
     entries.sort(key=lambda e: (e.next_run is None, e.next_run or 0.0, e.queue, e.name))
     return entries
@@ -412,7 +431,9 @@ def run_due(connection: RedisClient, prefix: str,
     calls = []
     pipe = connection.pipeline(transaction=False)
     for (q, member, score), data in zip(due, definitions):
-        entry = CronEntry.from_hash(data or {"name": member, "queue": q}, score)
+        entry = CronEntry.read(data or {"name": member, "queue": q}, score, f"{member} on {q}")
+        if entry is None:
+            continue
         if not data:  # definition gone: the script drops the dangling score ('moved')
             action, nxt, reason = "skip", score + 1, "missed"
         else:

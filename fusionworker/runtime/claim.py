@@ -79,24 +79,57 @@ def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str |
     return None
 
 
-def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job[Any]:
+def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None,
+             max_args_bytes: int = 0) -> Job[Any]:
     """The claimed job. The key we claimed is the truth: a record whose
     ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
-    claimed id and queue, without running."""
+    claimed id and queue, without running.
+
+    The guard of the claim (docs/design.md, "Decoding what Redis holds"): whatever
+    reading the record raises (arguments too deep, too large, not JSON, of a wrong
+    type; any other error) makes it a job failed with reason ``malformed`` under the
+    claimed id and queue, which the worker records like any failure; never an
+    exception out of the claim. ``max_args_bytes`` (0: none): a larger ``args`` +
+    ``kwargs`` text is malformed too (the setting of that name)."""
     try:
+        too_large = _too_large(data, max_args_bytes)
+        if too_large:
+            raise MalformedJob(too_large)
         job = Job.from_hash(data, strict=True)
         mismatch = _mismatch(data, queue, claimed_id)
         if mismatch:
             raise MalformedJob(mismatch)
         return job
     except MalformedJob as exc:
-        job = Job.from_hash(data)
-        job.error_type, job.error_message = "MalformedJob", str(exc)
-        job.failure_reason = FailureReason.MALFORMED
+        why = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a record nobody checked: it fails alone, never the worker
+        why = f"job record cannot be read ({type(exc).__name__}: {exc})"[:500]
+    job = _readable_part(data, queue)
+    job.error_type, job.error_message = "MalformedJob", why
+    job.failure_reason = FailureReason.MALFORMED
     job.queue = queue
     if claimed_id:
         job.id = claimed_id
     return job
+
+
+def _too_large(data: dict[str, str], limit: int) -> str | None:
+    size = len(data.get("args") or "") + len(data.get("kwargs") or "")
+    if limit and size > limit:
+        return (f"job arguments are {size} characters of JSON, more than this worker's "
+                f"max_args_bytes ({limit})")
+    return None
+
+
+def _readable_part(data: dict[str, str], queue: str) -> Job[Any]:
+    """What can be read of a malformed record (its attempts, retries, callbacks...),
+    without its arguments; a bare job when even that fails."""
+    rest = {k: v for k, v in data.items() if k not in ("args", "kwargs", "result")}
+    try:
+        return Job.from_hash(rest)
+    except Exception:   # not strict reading should not fail; if it does, the bare job
+        log.exception("Reading the fields of a malformed job record of queue %s failed", queue)
+        return Job(id=str(data.get("id", "")), queue=queue, func=str(data.get("func", "")))
 
 
 @dataclass
@@ -133,12 +166,15 @@ class Claimer:
 
     ``name``: the claiming worker's (each claimed job records it); ``lease``: the
     seconds each claim leases a job for; ``failed_ttl``: what a dead-lettered
-    record without a job keeps."""
+    record without a job keeps; ``max_args_bytes``: see :func:`job_from`."""
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
-                 name: str, lease: float, failed_ttl: float, strict: bool = False) -> None:
+                 name: str, lease: float, failed_ttl: float, strict: bool = False,
+                 max_args_bytes: int = 0) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
+        #: a record with more argument text is failed as malformed (0: no limit)
+        self.max_args_bytes = max_args_bytes
         self.spec = parse_queue_spec(spec)
         #: strict order: the first queue in listed order that has jobs, always
         self.strict = strict
@@ -377,7 +413,8 @@ class Claimer:
             self.next_due = due if self.next_due is None else min(self.next_due, due)
         if answer.now is not None:
             self.server_clock = (answer.now, time.monotonic())
-        jobs = [job_from(queue, taken.data, taken.job_id) for taken in answer.jobs]
+        jobs = [job_from(queue, taken.data, taken.job_id, self.max_args_bytes)
+                for taken in answer.jobs]
         return jobs, len(answer.jobs) + len(answer.missing)
 
     @staticmethod

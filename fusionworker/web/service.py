@@ -73,7 +73,15 @@ def job_summary(job: Job[Any]) -> dict[str, Any]:
             "priority": job.priority, "enqueued_at": job.enqueued_at,
             "scheduled_for": job.scheduled_for, "started_at": job.started_at,
             "ended_at": job.ended_at, "attempts": job.attempts, "error": job.error,
-            "worker": job.worker_name}
+            "worker": job.worker_name, "failure_reason": job.failure_reason}
+
+
+def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
+    """The record of key ``job:<job_id>`` of ``queue``: the key says its id and queue
+    (a record written by something else may lack or contradict them)."""
+    job = Job.from_hash(data)
+    job.id, job.queue = job_id, queue
+    return job
 
 
 class _InfoSource:
@@ -166,7 +174,7 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) for d in pipe.execute() if d]
+        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -246,7 +254,8 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) if d else None for d in pipe.execute()]
+        return [_keyed(d, job_id, q.name) if d else None
+                for job_id, d in zip(ids, pipe.execute())]
 
     def find(self, job_id: str, queue: str | None = None) -> Queue:
         if not job_id or len(job_id) > 200:
