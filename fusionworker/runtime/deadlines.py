@@ -72,6 +72,7 @@ class DeadlineBoard:
         self.fd = fd
         self.entries = entries
         self._map = mmap.mmap(fd, self._ENTRY.size * entries)
+        self._reader = -1
 
     def set(self, deadline: float, entry: int = 0) -> None:
         """Entry ``entry`` gets ``deadline`` (``inf``: none, written as 0)."""
@@ -86,25 +87,21 @@ class DeadlineBoard:
         self._map.close()
         os.close(self.fd)
 
+    def reader_fd(self) -> int:
+        """A read-only descriptor of the board (opened once, close-on-exec): what a horse
+        maps to watch its own entry (:class:`BoardView`) without being able to write it."""
+        if self._reader < 0:
+            self._reader = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        return self._reader
 
-def _watch_own(board: DeadlineBoard, entry: int) -> None:  # pragma: no cover - in the horse
-    while True:
-        deadline = board.get(entry)
-        now = time.monotonic()
-        if deadline > 0 and now >= deadline:
-            try:
-                os.killpg(0, signal.SIGKILL)
-            finally:
-                os._exit(71)
-        time.sleep(0.05 if deadline <= 0 else min(0.05, max(deadline - now, 0.001)))
-
-
-def watch_own_entry(board: DeadlineBoard, entry: int) -> None:
-    """In a horse the worker forked itself: a thread SIGKILLs the horse's process group
-    at the deadline of ``entry`` (horses of the fork server are watched by the server's
-    :class:`LeaseWatchdog`)."""
-    threading.Thread(target=_watch_own, args=(board, entry), daemon=True,
-                     name="fusionworker-lease-watchdog").start()
+    def detach(self) -> None:
+        """In a forked horse: drop this process's writable mapping of the board (a job
+        must not be able to write any deadline). The descriptors go with the horse's
+        others (horse/hygiene.py)."""
+        try:
+            self._map.close()
+        except (BufferError, ValueError, OSError):
+            pass
 
 
 class LeaseWatchdog:
