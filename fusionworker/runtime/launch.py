@@ -28,6 +28,7 @@ from ..core.job import Job
 from .deadlines import DeadlineBoard
 from .exits import HorseExit, exit_from_report
 from .forkserver.client import ForkServer, ForkServerDied
+from .horse.hygiene import oom_target
 from .horse.main import horse_main, settle_in
 from .protocol import HorseReport
 from .slot import Slot
@@ -123,6 +124,7 @@ class OwnForkLauncher:
     def start(self) -> None:
         if self.board is None:
             self.board = make_board(self.spec)
+        oom_target()              # read once here, written by each horse (hygiene.py)
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                while_forking: Callable[[], None]) -> list[Slot]:

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from ...core.functions import resolve
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..horse.hygiene import open_fds
+from ..horse.hygiene import oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
@@ -109,6 +109,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
 
         setup_horses(**otel)
     horses_own = tuple(open_fds() - before)   # the exporters' descriptors: the horses keep them
+    oom_target()                              # read once here, written by each horse
     set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
@@ -279,9 +280,8 @@ class Server:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            # it holds only its own (horse/hygiene.py): not the worker's socket, the board,
-            # the other horses' pipes (a copy of another ready horse's job pipe write end
-            # would also keep that horse from ever reading its job's end)
+            # only its own (hygiene.py): no worker socket, no board, no other horse's pipe
+            # (a copy of a job pipe's write end would keep that horse from its EOF)
             lease = settle_in(self.watchdog.board if self.watchdog is not None else None,
                               keep=(job_r, write_fd, *self.horses_own))
             if self.horse_jobs > 1:

@@ -18,7 +18,9 @@ has none; the horse H)::
 
 H never talks to Redis: everything it needs was in its parent's memory at
 fork time or came with its job, and everything it produces goes through the
-pipe. Its lease deadline is watched by another process (runtime/deadlines.py).
+pipe. Before its job it drops whatever of its parent it holds
+(:func:`settle_in`, hygiene.py); its lease deadline is watched by F and by H
+itself (runtime/deadlines.py, lease.py).
 """
 
 from __future__ import annotations
