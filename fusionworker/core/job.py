@@ -22,6 +22,8 @@ Hash fields (all strings in Redis):
 ``started_at``      server time of the last claim
 ``ended_at``        server time of the last outcome
 ``attempts``        how many times the job was claimed
+``shared_deaths``   how many times a process its horse shared with other jobs (the fork
+                    server) died under it: given back uncounted until 3 (optional)
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
 ``result``          tagged JSON of the return value (finished jobs)
@@ -244,6 +246,8 @@ class Job(JobHabits, Generic[R]):
     started_at: float | None = None
     ended_at: float | None = None
     attempts: int = 0
+    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
+    shared_deaths: int = 0
     max_retries: int = 0
     retry_delay: float | None = None
     result: R | None = None
@@ -441,6 +445,7 @@ class Job(JobHabits, Generic[R]):
             started_at=_float(data.get("started_at")),
             ended_at=_float(data.get("ended_at")),
             attempts=_int(data.get("attempts")),
+            shared_deaths=_int(data.get("shared_deaths")),
             max_retries=_int(data.get("max_retries")),
             retry_delay=_float(data.get("retry_delay")),
             result=result,

@@ -406,6 +406,8 @@ class Loop:
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
             outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
+            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
+                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running

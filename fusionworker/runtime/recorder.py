@@ -46,6 +46,11 @@ from .state import View
 log = logging.getLogger(__name__)
 
 
+#: A job its fork server died under this many times (each time running beside other
+#: jobs, any of which may have killed it) fails instead of being given back again.
+SHARED_DEATHS_MAX = 3
+
+
 def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
     """Delay before retry number ``attempt`` (1-based): initial * backoff^(n-1), capped, jittered."""
     base = settings.retry_delay if initial is None else initial
@@ -63,6 +68,13 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
                        duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
+    if exit_.shared:      # its fork server died under it: not its fault, up to a bound
+        if job.shared_deaths + 1 < SHARED_DEATHS_MAX:
+            return Outcome(status=OutcomeStatus.REQUEUED, **common)
+        common["error_message"] = (
+            f"the fork server died under this job {job.shared_deaths + 1} times (a job "
+            "running beside it, or this one, killed it each time): not tried again")
+        return Outcome(status=OutcomeStatus.FAILED, **common)
     if exit_.retryable and job.attempts <= job.max_retries:
         if exit_.retry_delay is not None:
             delay = exit_.retry_delay

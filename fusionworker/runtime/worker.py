@@ -250,8 +250,10 @@ class Worker:
         signal.signal(signal.SIGHUP, self._on_hup)
 
     def _restore_signals(self) -> None:
+        """The worker stopped: a SIGTERM from now on (systemd or an operator sending it
+        again) ends the process with status 0, as the stop it asks for is done."""
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _stopped_already)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for fd in (self._wake_r, self._wake_w):
@@ -458,3 +460,8 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
         if settings is None:
             settings = q.settings
     return names, connection, settings
+
+
+def _stopped_already(signum: int, frame: Any) -> None:
+    """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
+    raise SystemExit(0)
