@@ -78,6 +78,10 @@ CATCH_UP_MODES = ("skip", "once")
 #: Entries handled per queue per tick (the rest wait for the next tick).
 TICK_BATCH = 50
 
+#: Seconds between a worker's looks at every served queue for cron entries the
+#: ``cron_queues`` index does not list (written by an older version).
+CRON_RESCAN = 600.0
+
 _DEFINITION = ("name", "queue", "schedule", "func", "args", "kwargs", "priority", "timezone",
                "catch_up", "allow_overlap", "timeout", "max_retries")
 
@@ -267,6 +271,7 @@ def register(
     nxt = next_after(schedule, timezone, _server_time(connection))
     paused = connection.hget(ekey, "paused") == "1"
     pipe = connection.pipeline(transaction=False)
+    pipe.sadd(Keys(settings.prefix).cron_queues, queue)    # first: ticks look at the queue
     pipe.hset(ekey, mapping={**definition, "next_run": "" if paused else f"{nxt:.0f}"})
     pipe.zadd(k.cron, {name: float("inf") if paused else nxt})
     pipe.sadd(Keys(settings.prefix).queues, queue)
@@ -459,12 +464,47 @@ def _log_reply(entry: CronEntry, due: float, nxt: float, reply: replies.CronTick
                     "(catch_up=skip); next run %s", entry.name, when, _fmt(nxt, entry.timezone))
 
 
+def index_queues(connection: RedisClient, prefix: str, queues: Sequence[str]) -> list[str]:
+    """Add each of ``queues`` that has cron entries to ``<prefix>:cron_queues`` (entries
+    an older version registered without it); returns them. One pipeline."""
+    keys = Keys(prefix)
+    names = list(queues)
+    if not names:
+        return []
+    pipe = connection.pipeline(transaction=False)
+    for q in names:
+        pipe.exists(keys.queue(q).cron)
+    found = [q for q, n in zip(names, pipe.execute()) if n]
+    if found:
+        connection.sadd(keys.cron_queues, *found)
+    return found
+
+
 class CronScheduler(Middleware):
-    """Runs the due cron entries of the worker's queues on every tick (~1/s)."""
+    """Runs the due cron entries of the worker's queues on every tick (~1/s).
+
+    A tick reads ``<prefix>:cron_queues`` (the queues that have entries: ``register``
+    adds to it before it writes the entry) and only those of the worker's queues: an
+    idle worker on 1,000 queues without cron sends one SMEMBERS a second, not 1,000
+    reads. At start and every :data:`CRON_RESCAN` seconds one pipeline over every
+    served queue adds the queues whose entries were written without the index."""
+
+    def __init__(self) -> None:
+        self._rescan_at = 0.0
+
+    def _queues(self, worker: WorkerContext) -> list[str]:
+        served = list(worker.queue_names)
+        now = time.monotonic()
+        if now >= self._rescan_at:
+            index_queues(worker.connection, worker.settings.prefix, served)
+            self._rescan_at = now + CRON_RESCAN
+        indexed = {q if isinstance(q, str) else q.decode() for q in
+                   worker.connection.smembers(Keys(worker.settings.prefix).cron_queues)}
+        return [q for q in served if q in indexed]
 
     def on_tick(self, worker: WorkerContext) -> None:
         try:
-            results = run_due(worker.connection, worker.settings.prefix, worker.queue_names)
+            results = run_due(worker.connection, worker.settings.prefix, self._queues(worker))
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # the loop reports outages
             log.debug("cron tick skipped: Redis unreachable (%s)", exc)
             return
