@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import redis
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from ..core import codec
 from ..core.config import Settings
@@ -159,14 +159,43 @@ def _zone(name: str) -> ZoneInfo:
         raise InvalidSchedule(f"unknown time zone {name!r}") from exc
 
 
+#: The fields of a schedule, in order (the sixth, seconds, is optional).
+_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second")
+_NAMES = {3: {m: i + 1 for i, m in enumerate(("jan feb mar apr may jun jul aug sep oct nov "
+                                              "dec").split())},
+          4: {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}}
+
+
+def _reversed_range(fields: Sequence[str]) -> str | None:
+    """The first range of ``fields`` whose start is after its end (``1-0``), described."""
+    for i, field in enumerate(fields):
+        for part in field.split(","):
+            lo, dash, hi = part.split("/")[0].partition("-")
+            if not dash:
+                continue
+            start, end = (_NAMES.get(i, {}).get(v.lower(), int(v) if v.isdigit() else None)
+                          for v in (lo, hi))
+            if start is not None and end is not None and start > end:
+                return (f"the range {lo}-{hi} of the {_FIELDS[i]} field runs backwards "
+                        f"(a range goes from low to high, e.g. {hi}-{lo})")
+    return None
+
+
 def check_schedule(schedule: str, timezone: str = "UTC") -> None:
-    """Raise :class:`InvalidSchedule` unless croniter accepts ``schedule`` and the zone exists."""
-    if not isinstance(schedule, str) or not croniter.is_valid(schedule):
+    """Raise :class:`InvalidSchedule` (one line) unless ``schedule`` is one this scheduler
+    honours: 5 fields (minute hour day month weekday) or 6 with seconds last, or an alias
+    (``@daily``...); no range that runs backwards; a date that comes; a known zone."""
+    fields = schedule.split() if isinstance(schedule, str) else []
+    alias = len(fields) == 1 and fields[0].startswith("@")
+    if not (alias or len(fields) in (5, 6)) or not croniter.is_valid(schedule):
         raise InvalidSchedule(
             f"invalid cron schedule {schedule!r}: expected 5 fields (minute hour day month "
             "weekday) or 6 with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
         )
-    _zone(timezone)
+    backwards = None if alias else _reversed_range(fields)
+    if backwards:
+        raise InvalidSchedule(f"invalid cron schedule {schedule!r}: {backwards}")
+    next_after(schedule, timezone, time.time())     # a date that never comes says so
 
 
 def _fixed_hour(schedule: str) -> bool:
@@ -183,7 +212,12 @@ def next_after(schedule: str, timezone: str, after: float) -> float:
     it = croniter(schedule, datetime.fromtimestamp(after, zone))
     fixed_hour = _fixed_hour(schedule)
     while True:
-        nxt = float(it.get_next(float))
+        try:
+            nxt = float(it.get_next(float))
+        except CroniterError as exc:     # e.g. '* * 31 2 *': croniter looked for years
+            raise InvalidSchedule(f"cron schedule {schedule!r} never runs: no date matches "
+                                  "its day, month and weekday fields (e.g. day 31 of a "
+                                  "month that has 30 days or fewer)") from exc
         # fold=1: the second pass through a wall-clock hour repeated at the end of DST
         if fixed_hour and datetime.fromtimestamp(nxt, zone).fold == 1:
             continue
