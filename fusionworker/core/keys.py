@@ -249,6 +249,11 @@ class Keys:
     def workers(self) -> str:
         return f"{self.prefix}:workers"
 
+    @property
+    def cron_queues(self) -> str:
+        """The queues that have (or had) cron entries (SET): what a cron tick reads."""
+        return f"{self.prefix}:cron_queues"
+
     def worker(self, name: str) -> str:
         return f"{self.prefix}:worker:{name}"
 

@@ -127,6 +127,7 @@ class Worker:
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
                                name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
                                strict=strict, max_args_bytes=s.max_args_bytes)
+        self.claimer.sweep_interval = float(s.poll_interval)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
