@@ -22,7 +22,7 @@ from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
-from ..exceptions import FunctionNotAllowed, InvalidOperation, NoSuchJob
+from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
 from . import details
@@ -50,13 +50,29 @@ class ApiError(Exception):
         self.message = message
 
 
+#: the largest integer a page, offset or count of the API takes (no Redis range is longer)
+MAX_INT = 10**12
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a one-line error."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def parse_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an integer within ``low``..``high`` (``high`` at most :data:`MAX_INT`);
+    else 400 naming ``name``."""
+    text = str(value).strip() if isinstance(value, (str, int)) else ""
     try:
-        number = int(str(value).strip())
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(text)
     except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
-    if (low is not None and number < low) or (high is not None and number > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ApiError(400, f"{name} must be an integer, got {shown(value)}") from None
+    high = MAX_INT if high is None else high
+    if (low is not None and number < low) or number > high or number < -MAX_INT:
+        bounds = f"between {low if low is not None else -MAX_INT} and {high}"
         raise ApiError(400, f"{name} must be {bounds}, got {number}")
     return number
 
@@ -461,12 +477,15 @@ class Dashboard:
         for key in ("name", "schedule", "func"):
             if not str(fields.get(key) or "").strip():
                 raise ApiError(400, f"{key} is required")
+        if "/" in str(fields["name"]):   # /api/v1/cron/{name} could not address it
+            raise ApiError(400, "name may not contain '/'")
         try:
             entry = cron.register(self.r, self.settings, str(fields["name"]).strip(),
                                   str(fields["schedule"]).strip(), str(fields["func"]).strip(),
                                   args, kwargs, queue=q.name, priority=priority,
                                   timezone=str(fields.get("timezone") or "UTC").strip())
-        except (cron.InvalidSchedule, FunctionNotAllowed, ValueError, TypeError) as exc:
+        except (cron.InvalidSchedule, FunctionNotAllowed, InvalidFunction, ValueError,
+                TypeError) as exc:
             raise ApiError(400, str(exc)) from None
         self._audit(who, "cron-add", q.name, detail=f"{entry.name} {entry.schedule}")
         return entry.to_dict()
