@@ -31,6 +31,7 @@ from ..core.job import STATES, WorkerState
 from ..core.queue import BANDS, Queue, known_queues
 from ..events.middleware import EventsMiddleware
 from ..events.sinks import EventSink
+from .governor import RESOURCES, blocking_resources
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
@@ -75,9 +76,17 @@ class _WorkerCollector(Collector):
         current = getattr(worker, "state", None)
         for each in STATES:
             state.add_metric([each], 1.0 if each == current else 0.0)
-        throttled.add_metric([], 1.0 if getattr(worker, "hold_reason", None) else 0.0)
+        reason = getattr(worker, "hold_reason", None)
+        throttled.add_metric([], 1.0 if reason else 0.0)
+        by = GaugeMetricFamily("fusionworker_worker_throttled_by",
+                               "1 for each resource the governor holds claims back for",
+                               labels=["resource"])
+        blocking = blocking_resources(reason)
+        for resource in RESOURCES:
+            by.add_metric([resource], 1.0 if resource in blocking else 0.0)
         yield state
         yield throttled
+        yield by
         sink = self.middleware.sink
         if sink is not None:
             stats = sink.stats()
