@@ -143,6 +143,8 @@ class JobStatus(_Vocabulary):
     FAILED = "failed"          #: final failure; ``failure_reason`` says how
     CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
     DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
+    #: set aside by ``job hold`` (Job.hold): never claimed until released, keeps its place
+    HELD = "held"
 
 
 class FailureReason(_Vocabulary):
@@ -180,7 +182,7 @@ class WorkerState(_Vocabulary):
 
 
 STATUSES = tuple(JobStatus)
-LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
+LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.HELD)
 #: statuses ``Job.wait`` returns (or raises) on
 DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 #: every worker state, for gauges and listings

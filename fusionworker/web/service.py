@@ -33,10 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("fusionworker.web")
 
 #: the dashboard's tabs, in its order: every status a job can have
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
-            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.HELD,
+            JobStatus.STARTED, JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
 #: registries listed oldest (or soonest) first; the others newest (or best) first
-OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -322,6 +322,18 @@ class Dashboard:
         q = self.find(job_id, queue)
         job = self._guard(lambda: q.cancel(job_id))
         self._audit(who, "cancel", q.name, job)
+        return job_summary(job)
+
+    def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.hold(job_id))
+        self._audit(who, "hold", q.name, job)
+        return job_summary(job)
+
+    def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.release(job_id))
+        self._audit(who, "release", q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:

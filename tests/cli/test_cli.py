@@ -462,3 +462,16 @@ def test_enqueue_finds_the_job_module_in_the_current_folder(
     result = cli("enqueue", "q", f"{name}:nosuch", "a", env_extra=env, code=1)
     assert "nosuch" in result.output
     sys.modules.pop(name, None)
+
+
+def test_job_hold_and_release(cli, queue):
+    """Issue 34: `job hold` sets a queued job aside (listed as held), `job release`
+    gives it back its place; bad input is one line and changes nothing."""
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    assert cli("job", "hold", job.id).output == f"Held {job.id} on default\n"
+    assert job.id[:8] in cli("job", "list", "--status", "held").output
+    assert "no job 'nope'" in cli("job", "hold", "nope", code=1).output
+    assert cli("job", "release", job.id).output == f"Released {job.id} on default (queued)\n"
+    assert "is queued, not held" in cli("job", "release", job.id, code=1).output
+    assert q.fetch_job(job.id).status == "queued"
