@@ -182,7 +182,7 @@ class WorkerState(_Vocabulary):
 
 
 STATUSES = tuple(JobStatus)
-LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.HELD)
+LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
 #: statuses ``Job.wait`` returns (or raises) on
 DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 #: every worker state, for gauges and listings

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
+from . import admin
 from .connection import decoding, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
@@ -94,8 +95,10 @@ class QueueReads:
             job._queue = self
         return found
 
-    def stats(self) -> dict[str, Any]:
-        """Depths of every registry and band, pause state, cap, age of the oldest job."""
+    def stats(self, heartbeats: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """Depths of every registry and band, pause state, cap, age of the oldest job,
+        and ``awaiting_compute`` (:func:`~fusionworker.core.admin.awaiting_compute`)
+        from the workers' ``heartbeats`` (read here when not given)."""
         k = self.qkeys
         pipe = self.connection.pipeline(transaction=False)
         pipe.zcard(k.pending)
@@ -112,11 +115,13 @@ class QueueReads:
         pipe.hgetall(k.rate)
         pipe.zcard(k.deferred)
         pipe.zcard(k.batches)
+        pipe.zcard(k.held)
         pipe.hgetall(k.group_rate)
         pipe.hgetall(k.group_rate_held)
         pending, *rest = pipe.execute()
         group_rate = _group_rate_doc(*rest[-2:])
         del rest[-2:]
+        held = rest.pop()
         bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
         open_batches = rest.pop()
         deferred = rest.pop()
@@ -125,24 +130,32 @@ class QueueReads:
         # the oldest pending job is the one with the lowest seq, not the lowest score:
         # look at the tail of each band and take the oldest enqueued_at.
         oldest_age = None
+        server_now: float | None = None
+        if pending or scheduled:
+            now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
+            server_now = now[0] + now[1] / 1e6
+        due = (int(self.connection.zcount(k.scheduled, "-inf", f"{server_now:.6f}"))
+               if scheduled and server_now is not None else 0)
         if pending:
             heads = [self.connection.zrangebyscore(k.pending, *_band_range(lo, hi), start=0, num=1)
                      for _, lo, hi in BANDS]
             ids = [h[0] for h in heads if h] + list(tail)
             stamps = [float(s) for s in (self.connection.hget(k.job(i), "enqueued_at")
                                          for i in ids) if s]
-            if stamps:
-                now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
-                server_now = now[0] + now[1] / 1e6
+            if stamps and server_now is not None:
                 oldest_age = max(0.0, server_now - min(stamps))
-        return {
+        doc = {
             "queue": self.name, "pending": pending, "bands": bands, "started": started,
             "scheduled": scheduled, "failed": failed, "finished": finished,
             "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
             "busy_groups": groups, "oldest_age": oldest_age,
             "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
-            "deferred": deferred, "open_batches": open_batches,
+            "deferred": deferred, "open_batches": open_batches, "held": held, "due": due,
         }
+        if heartbeats is None:
+            heartbeats = admin.workers(self.connection, self.qkeys.prefix)
+        doc["awaiting_compute"] = admin.awaiting_compute(doc, heartbeats)
+        return doc
 
 
 def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:

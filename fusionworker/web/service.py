@@ -132,7 +132,9 @@ class Dashboard:
         return Queue(name, self.r, settings=self.settings)
 
     def queues(self) -> list[dict[str, Any]]:
-        return [Queue(n, self.r, settings=self.settings).stats() for n in self.queue_names()]
+        heartbeats = admin.workers(self.r, self.prefix)
+        return [Queue(n, self.r, settings=self.settings).stats(heartbeats)
+                for n in self.queue_names()]
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
