@@ -86,45 +86,6 @@ def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]
     return [data for data in pipe.execute() if data]
 
 
-#: worker states in which a free slot claims (not started yet, suspended or throttled)
-_CLAIMING = ("idle", "busy")
-
-
-def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
-    """Slots free now, by their heartbeats, in the live workers that serve ``queue`` and
-    claim (idle or busy, not suspended, throttled or starting): each worker's
-    ``concurrency`` minus its running jobs. A free slot of a worker that serves several
-    queues counts for each of them (it takes the next ready job of any)."""
-    free = 0
-    for data in heartbeats:
-        if queue not in (data.get("queues") or "").split(","):
-            continue
-        if data.get("state") not in _CLAIMING:
-            continue
-        slots = _num(data.get("concurrency"), int) or 1
-        running = [j for j in (data.get("current_jobs") or "").split(",") if j]
-        free += max(0, slots - len(running))
-    return free
-
-
-def awaiting_compute(stats: dict[str, Any], heartbeats: list[dict[str, str]]) -> int:
-    """Seed 003's *awaitingCompute* of one queue: its jobs ready now (``pending``, plus
-    ``due``: scheduled jobs whose time has come, promoted by the next claim) that no
-    free slot will take: the ready jobs beyond the free slots of the workers serving
-    the queue (:func:`free_slots`), and beyond its ``max_active`` cap's room. A paused
-    queue's jobs wait for ``unpause``, not for compute: 0. Held and deferred jobs are
-    not ready. ``pending`` = ``awaiting_compute`` + the jobs a free slot is about to
-    take; seed 003's *computing* is ``started``."""
-    if stats.get("paused"):
-        return 0
-    ready = int(stats.get("pending") or 0) + int(stats.get("due") or 0)
-    free = free_slots(str(stats["queue"]), heartbeats)
-    cap = stats.get("max_active")
-    if cap is not None:
-        free = min(free, max(0, int(cap) - int(stats.get("started") or 0)))
-    return max(0, ready - free)
-
-
 def _num(value: str | None, kind: type = float) -> Any:
     if value in (None, ""):
         return None
