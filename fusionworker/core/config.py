@@ -196,6 +196,12 @@ SETTINGS: tuple[Setting, ...] = (
             "RAM use (%) under which throttled workers resume.", **_percent()),
     Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
             "Swap use (%) at which workers stop claiming.", **_percent()),
+    Setting("cpu_throttle_threshold", "CPU_THROTTLE_THRESHOLD", 100.0, float,
+            "CPU use (% of all cores, averaged since the last sample) at which workers stop "
+            "claiming; 100 = never (a worker's own CPU-bound jobs would otherwise hold back "
+            "its free slots).", **_percent()),
+    Setting("cpu_resume_threshold", "CPU_RESUME_THRESHOLD", 80.0, float,
+            "CPU use (% of all cores) under which throttled workers resume.", **_percent()),
     Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
             "GPU memory use (%) of any device at which workers stop claiming.", **_percent()),
     Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
@@ -313,6 +319,8 @@ class Settings:
     memory_throttle_threshold: float = _default("memory_throttle_threshold")
     memory_resume_threshold: float = _default("memory_resume_threshold")
     swap_throttle_threshold: float = _default("swap_throttle_threshold")
+    cpu_throttle_threshold: float = _default("cpu_throttle_threshold")
+    cpu_resume_threshold: float = _default("cpu_resume_threshold")
     gpu_throttle_threshold: float = _default("gpu_throttle_threshold")
     gpu_resume_threshold: float = _default("gpu_resume_threshold")
     max_horse_memory: int = _default("max_horse_memory")

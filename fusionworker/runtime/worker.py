@@ -285,6 +285,7 @@ class Worker:
     #: Settings SIGHUP may change in a running worker; the rest need a restart.
     RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
                   "memory_resume_threshold", "swap_throttle_threshold",
+                  "cpu_throttle_threshold", "cpu_resume_threshold",
                   "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
                   "log_level", "horse_jobs")
 

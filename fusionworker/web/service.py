@@ -33,10 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("fusionworker.web")
 
 #: the dashboard's tabs, in its order: every status a job can have
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
-            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.HELD,
+            JobStatus.STARTED, JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
 #: registries listed oldest (or soonest) first; the others newest (or best) first
-OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -156,7 +156,9 @@ class Dashboard:
         return Queue(name, self.r, settings=self.settings)
 
     def queues(self) -> list[dict[str, Any]]:
-        return [Queue(n, self.r, settings=self.settings).stats() for n in self.queue_names()]
+        heartbeats = admin.workers(self.r, self.prefix)
+        return [Queue(n, self.r, settings=self.settings).stats(heartbeats)
+                for n in self.queue_names()]
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
@@ -347,6 +349,18 @@ class Dashboard:
         q = self.find(job_id, queue)
         job = self._guard(lambda: q.cancel(job_id))
         self._audit(who, "cancel", q.name, job)
+        return job_summary(job)
+
+    def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.hold(job_id))
+        self._audit(who, "hold", q.name, job)
+        return job_summary(job)
+
+    def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.release(job_id))
+        self._audit(who, "release", q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
