@@ -372,6 +372,12 @@ def test_an_allowed_module_is_loaded_by_the_server_not_by_each_horse(monkeypatch
     try:
         assert allowed.server is not None and allowed.server.proc is not None
         server = allowed.server.proc.pid
+        # an allowed module that cannot be imported: its job fails, the server goes on
+        [missing] = allowed.launch([Job(id="m", queue="q", func="tests.no_such_module:f",
+                                        args=[], timeout=10)], [7], lambda: None)
+        until_done(allowed, [missing])
+        gone_wrong = missing.outcome(cold=False)
+        assert not gone_wrong.ok and gone_wrong.error_type == "ModuleNotFoundError", gone_wrong
         slots = run(allowed, 2) + run(allowed, 2)
         assert all(s.outcome(cold=False).ok for s in slots)
         horses = {s.pid for s in slots}
