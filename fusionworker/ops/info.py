@@ -55,25 +55,27 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True,
         "suspended": remaining is not None,
         "suspended_remaining": remaining if remaining is not None and remaining >= 0 else None,
     }
+    heartbeats = admin.workers(r, prefix)     # read once: each queue's awaiting_compute
     if queues:
         names = known_queues(r, prefix)
         doc["queues_total"] = len(names)
         if page is not None:
             doc.update(page=page, per_page=per_page, pages=max(1, -(-len(names) // per_page)))
             names = names[(page - 1) * per_page:page * per_page]
-        _queues(app, doc, names, now)
+        _queues(app, doc, names, now, heartbeats)
     if workers:
         doc["workers"] = [{**admin.describe_worker(w, now), **_event_sink(w)}
-                          for w in admin.workers(r, prefix)]
+                          for w in heartbeats]
     return doc
 
 
-def _queues(app: InfoSource, doc: dict[str, Any], names: list[str], now: float) -> None:
+def _queues(app: InfoSource, doc: dict[str, Any], names: list[str], now: float,
+            heartbeats: list[dict[str, str]]) -> None:
     """The stats, last hour, cron entries and busy groups of the queues ``names``, read
     in a few pipelines whatever their number."""
     r = app.connection
     prefix = app.settings.prefix
-    doc["queues"] = stats_many(r, app.settings, names)
+    doc["queues"] = stats_many(r, app.settings, names, heartbeats)
     for q, counts in zip(doc["queues"], last_hours(r, prefix, names, now), strict=True):
         q["last_hour"] = counts   # the per-minute counts the workers keep (the web chart's)
     entries = cron.list_entries(r, prefix, names)

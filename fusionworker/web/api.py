@@ -113,9 +113,13 @@ async def api_job_action(request: Request) -> Response:
         return ok(await run(st.board.requeue, who, job_id, q))
     if action == "cancel":
         return ok(await run(st.board.cancel, who, job_id, q))
+    if action == "hold":
+        return ok(await run(st.board.hold, who, job_id, q))
+    if action == "release":
+        return ok(await run(st.board.release, who, job_id, q))
     if action == "run-now":
         return ok(await run(st.board.run_now, who, job_id, q))
-    raise ApiError(404, f"no action {action!r} (requeue, cancel, run-now)")
+    raise ApiError(404, f"no action {action!r} (requeue, cancel, hold, release, run-now)")
 
 
 async def api_delete_job(request: Request) -> Response:

@@ -34,10 +34,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("fusionworker.web")
 
 #: the dashboard's tabs, in its order: every status a job can have
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
-            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.HELD,
+            JobStatus.STARTED, JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
 #: registries listed oldest (or soonest) first; the others newest (or best) first
-OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
 #: queues the overview shows per page (and polls)
 QUEUES_PER_PAGE = 50
@@ -92,7 +92,15 @@ def job_summary(job: Job[Any]) -> dict[str, Any]:
             "priority": job.priority, "enqueued_at": job.enqueued_at,
             "scheduled_for": job.scheduled_for, "started_at": job.started_at,
             "ended_at": job.ended_at, "attempts": job.attempts, "error": job.error,
-            "worker": job.worker_name}
+            "worker": job.worker_name, "failure_reason": job.failure_reason}
+
+
+def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
+    """The record of key ``job:<job_id>`` of ``queue``: the key says its id and queue
+    (a record written by something else may lack or contradict them)."""
+    job = Job.from_hash(data)
+    job.id, job.queue = job_id, queue
+    return job
 
 
 class _InfoSource:
@@ -152,13 +160,16 @@ class Dashboard:
 
     def queues(self) -> list[dict[str, Any]]:
         """The stats of every queue (three pipelines whatever their number)."""
-        return stats_many(self.r, self.settings, self.queue_names())
+        return stats_many(self.r, self.settings, self.queue_names(),
+                          admin.workers(self.r, self.prefix))
 
     def queue_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE) -> dict[str, Any]:
         """One page of the queues by name, with their stats: what the overview shows
         (and polls) at any number of queues."""
         page_n, size, names, shown = self.names_page(page, per_page)
-        return {"queues": stats_many(self.r, self.settings, shown), "total": len(names),
+        heartbeats = admin.workers(self.r, self.prefix)
+        return {"queues": stats_many(self.r, self.settings, shown, heartbeats),
+                "total": len(names),
                 "page": page_n, "per_page": size, "pages": max(1, -(-len(names) // size)),
                 "first": (page_n - 1) * size + 1 if shown else 0,
                 "last": (page_n - 1) * size + len(shown)}
@@ -212,7 +223,7 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) for d in pipe.execute() if d]
+        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -292,7 +303,8 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) if d else None for d in pipe.execute()]
+        return [_keyed(d, job_id, q.name) if d else None
+                for job_id, d in zip(ids, pipe.execute())]
 
     def find(self, job_id: str, queue: str | None = None) -> Queue:
         if not job_id or len(job_id) > 200:
@@ -368,6 +380,18 @@ class Dashboard:
         q = self.find(job_id, queue)
         job = self._guard(lambda: q.cancel(job_id))
         self._audit(who, "cancel", q.name, job)
+        return job_summary(job)
+
+    def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.hold(job_id))
+        self._audit(who, "hold", q.name, job)
+        return job_summary(job)
+
+    def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.release(job_id))
+        self._audit(who, "release", q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:

@@ -74,6 +74,7 @@ ENDPOINTS = [
     ("GET", "/api/v1/scheduled"), ("GET", "/api/v1/batches"), ("GET", "/api/v1/batches/x"),
     ("GET", "/api/v1/workers/x"), ("GET", "/api/v1/jobs/x/live"),
     ("GET", "/api/v1/queues/default/live"), ("GET", "/api/v1/history"),
+    ("POST", "/api/v1/jobs/x/hold"), ("POST", "/api/v1/jobs/x/release"),
 ]
 
 
@@ -455,6 +456,39 @@ def test_form_actions_need_the_csrf_token(client, queue):
     away = client.post("/action", data={"action": "pause", "queue": "default", "csrf": csrf,
                                         "next": "//evil.example/"}, follow_redirects=False)
     assert away.headers["location"].startswith("/?")
+
+
+def test_hold_and_release_by_api_and_by_the_job_pages_buttons(client, queue, burst, r,
+                                                             settings):
+    """Issue 34: a held job is listed as held, survives a burst worker, and runs after its
+    release; the button posts with the CSRF token; both are audited."""
+    q = queue("default")
+    job = q.enqueue("tests.jobs:add", 1, 2)
+    held = api(client, "POST", f"/api/v1/jobs/{job.id}/hold")
+    assert held.status_code == 200 and held.json()["status"] == "held"
+    listed = api(client, "GET", "/api/v1/jobs?queue=default&status=held").json()
+    assert [j["id"] for j in listed["jobs"]] == [job.id]
+    burst("default")
+    assert q.fetch_job(job.id).status == "held"
+    again = api(client, "POST", f"/api/v1/jobs/{job.id}/release")
+    assert again.status_code == 200 and again.json()["status"] == "queued"
+    refused = api(client, "POST", f"/api/v1/jobs/{job.id}/release")
+    assert refused.status_code == 409 and "not held" in refused.json()["error"]
+    csrf = login(client)
+    page = client.get(f"/jobs/{job.id}?queue=default").text
+    assert 'data-action="hold"' in page and 'data-action="release"' not in page
+    form = {"action": "hold", "queue": "default", "job_id": job.id}
+    assert client.post("/action", data=form).status_code == 403       # no CSRF token
+    assert q.fetch_job(job.id).status == "queued"
+    client.post("/action", data={**form, "csrf": csrf})
+    assert q.fetch_job(job.id).status == "held"
+    page = client.get(f"/jobs/{job.id}?queue=default").text
+    assert 'data-action="release"' in page and 'data-action="hold"' not in page
+    client.post("/action", data={**form, "action": "release", "csrf": csrf})
+    burst("default")
+    assert q.fetch_job(job.id).status == "finished"
+    actions = [(e["reason"], e["job_id"]) for e in admin_events(r, settings)]
+    assert actions.count(("hold", job.id)) == 2 and actions.count(("release", job.id)) == 2
 
 
 def test_form_bulk_actions_and_errors_as_messages(client, queue, burst):

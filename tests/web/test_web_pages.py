@@ -177,6 +177,23 @@ def test_worker_page_shows_slots_memory_and_recent_outcomes(client, queue, proce
     assert client.get("/workers/nobody", headers=BEARER).status_code == 404
 
 
+def test_worker_page_shows_the_governors_cpu_sample(client, processes):
+    """CPU_THROTTLE_THRESHOLD under 100 (issue 34): the worker's last CPU sample is in
+    its API document and on its page; without it the page says the check is off."""
+    processes.worker("--customq", "default", "--name", "cpuw",
+                     env={"CPU_THROTTLE_THRESHOLD": "99.99", "CPU_RESUME_THRESHOLD": "99.99",
+                          "MEMORY_CHECK_INTERVAL": "0.2"})
+    processes.worker("--customq", "default", "--name", "nocpuw")
+    doc = wait_for(lambda: (d := client.get("/api/v1/workers/cpuw", headers=BEARER).json())
+                   .get("cpu_percent") is not None and d, timeout=30, ignore=(KeyError,))
+    assert 0.0 <= doc["cpu_percent"] <= 100.0
+    page = get(client, "/workers/cpuw").text
+    assert 'id="worker-cpu"' in page and "% of all cores" in page
+    wait_for(lambda: client.get("/api/v1/workers/nocpuw", headers=BEARER).status_code == 200)
+    assert client.get("/api/v1/workers/nocpuw", headers=BEARER).json()["cpu_percent"] is None
+    assert "not checked" in get(client, "/workers/nocpuw").text
+
+
 def test_rate_limits_shown_and_set_from_the_queue_page(client, queue, r, settings):
     q = queue("default")
     q.enqueue("tests.jobs:add", 1, 2)

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 from fusionworker.core.keys import Keys
 from fusionworker.core.queue import Queue
 from fusionworker.core.queue_read import stats_many
+from fusionworker.events import flush_default_sinks
 from fusionworker.events import metrics_history as mh
 from fusionworker.web import create_app
 from tests.web_support import SAME_SITE, browser_missing
@@ -92,11 +93,12 @@ def test_api_info_takes_a_page(client, many):
 
 def test_charts_page_the_queues_and_sum_all_of_them_from_the_recorder(r, settings, client,
                                                                        many):
+    flush_default_sinks()   # the queued events of the enqueues are in the stream before
     stream = Keys(settings.prefix).events
     for name in many:
         r.xadd(stream, {"event": "completed", "queue": name, "job_id": "x",
                         "duration": "0.01"})
-    assert mh.record_from_stream(r, settings.prefix) == COUNT
+    assert mh.record_from_stream(r, settings.prefix) >= COUNT
     summed = mh.history(r, settings.prefix, None, "hour")
     assert summed["total"]["finished"] == COUNT
     assert mh.history(r, settings.prefix, many, "hour")["total"] == summed["total"]

@@ -45,7 +45,7 @@ def test_deferred_jobs_listed_by_the_api_and_the_queue_page_with_tab_counts(clie
         assert f'data-job="{job.id}"' in page.text
     assert first.id not in page.text
     counts = dict(re.findall(r'data-k="(\w+)">(\d+)</span>', page.text))
-    assert counts == {"queued": "1", "scheduled": "0", "deferred": "3", "started": "0",
+    assert counts == {"queued": "1", "scheduled": "0", "deferred": "3", "held": "0", "started": "0",
                       "failed": "0", "finished": "0", "canceled": "0"}
     bad = client.get("/api/v1/jobs?queue=default&status=waiting", headers=BEARER)
     assert bad.status_code == 400 and "deferred" in bad.json()["error"]
