@@ -277,7 +277,8 @@ def time_many(client: TestClient, url: str, prefix: str, runs: int, count: int) 
     todo = ["/", "/?page=100", "/api/v1/queues?page=1&per_page=50",
             "/api/v1/chart?minutes=60&page=1&per_page=50", "/api/v1/queues",
             "/api/v1/info?page=1", "/api/v1/info", "/charts", "/api/v1/history", "/failed",
-            "/queues/q00001"]
+            "/queues/q00001", "/scheduled", "/retries", "/batches", "/workers",
+            "/search?q=send_s", "/api/v1/cron"]
     print(f"\nat {count} more queues ({runs} runs each):")
     print(f"{'call':<64} {'median ms':>9} {'max ms':>8} {'KiB':>7}")
     for path in todo:
