@@ -479,3 +479,15 @@ def test_job_hold_and_release(cli, queue):
     assert cli("job", "release", job.id).output == f"Released {job.id} on default (queued)\n"
     assert "is queued, not held" in cli("job", "release", job.id, code=1).output
     assert q.fetch_job(job.id).status == "queued"
+
+
+def test_info_shows_one_page_of_queues(cli: Run, queue: Any) -> None:
+    for n in range(12):
+        queue(f"pg{n:02d}").enqueue("tests.jobs:noop")
+    doc = json.loads(cli("info", "--json", "--page", "2", "--per-page", "5").stdout)
+    assert [q["queue"] for q in doc["queues"]] == [f"pg{n:02d}" for n in range(5, 10)]
+    assert (doc["queues_total"], doc["page"], doc["per_page"], doc["pages"]) == (12, 2, 5, 3)
+    out = cli("info", "--page", "3", "--per-page", "5").stdout
+    assert "pg11" in out and "pg04" not in out and "page 3 of 3 (12 queue(s) in all" in out
+    assert len(json.loads(cli("info", "--json").stdout)["queues"]) == 12
+    cli("info", "--page", "0", code=2)
