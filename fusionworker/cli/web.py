@@ -40,6 +40,8 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
     Pages and API calls need the bearer token FUSIONWORKER_WEB_TOKEN, or basic
     auth / a login with FUSIONWORKER_WEB_USER and its password hash. Without any
     of them, only a loopback bind is allowed (anyone on this machine can use it).
+    It speaks plain HTTP: beyond loopback, put it behind a TLS proxy named in
+    FUSIONWORKER_WEB_TRUSTED_PROXIES (docs/operations.md, "Security").
     """
     from ..web.auth import hash_password as make_hash
 
