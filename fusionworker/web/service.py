@@ -20,7 +20,7 @@ from ..core import admin
 from ..core.config import Settings
 from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
-from ..core.keys import InvalidQueueName, check_queue_name
+from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..core.queue_read import stats_many
 from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
@@ -154,7 +154,7 @@ class Dashboard:
             check_queue_name(name)
         except InvalidQueueName as exc:
             raise ApiError(400, str(exc)) from None
-        if must_exist and name not in self.queue_names():
+        if must_exist and not self.r.sismember(Keys(self.prefix).queues, name):
             raise ApiError(404, f"no queue {name!r}")
         return Queue(name, self.r, settings=self.settings)
 
