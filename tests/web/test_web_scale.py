@@ -138,3 +138,10 @@ def test_the_overview_polls_its_own_page(r, settings, driver, many):
     polls = [u for u in asked if "/api/v1/queues" in u]
     assert polls and all("page=2&per_page=50" in u for u in polls)
     assert driver.execute_script("return document.body.getAttribute('data-stale');") is None
+
+
+def test_search_by_function_looks_at_every_queue(client, many):
+    found = client.get("/search?q=tests.jobs:add").text
+    assert "looked at: 121 jobs" in found and "the first 100 shown" in found
+    shown = re.findall(r'href="/jobs/[^"?]+\?queue=(q\d+)"', found)
+    assert len(shown) == 100 and len(set(shown)) == 99   # q007 has two
