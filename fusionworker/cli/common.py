@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -22,6 +23,18 @@ from ..ops.info import fmt_age as fmt_age  # the CLI's age format (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
+
+
+class FiniteFloat(click.FloatRange):
+    """``click.FloatRange`` without NaN and infinity (``nan`` compares false to every
+    bound: ``--restart-window nan`` passed ``FloatRange(min=1)``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        found = super().convert(value, param, ctx)
+        if isinstance(found, float) and not math.isfinite(found):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return found
 
 
 class App:

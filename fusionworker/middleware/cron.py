@@ -56,7 +56,7 @@ from ..core.connection import decoding, server_time
 from ..core.functions import func_ref, verify
 from ..core.hooks import Middleware
 from ..core.job import check_priority
-from ..core.keys import Keys, QueueKeys, check_queue_name
+from ..core.keys import Keys, QueueKeys, check_addressable, check_queue_name
 from ..core.queue import known_queues, scripts_for
 from ..core.scripts import replies
 from ..exceptions import FusionWorkerError
@@ -288,6 +288,10 @@ def register(
     connection = decoding(connection)   # any redis-py client
     if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
         raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
+    try:
+        check_addressable("cron entry name", name)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
     check_schedule(schedule, timezone)
     if catch_up not in CATCH_UP_MODES:
         raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
