@@ -171,7 +171,7 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
 
 
 @click.command()
-@click.option("--duration", type=FiniteFloat(min=0, min_open=True), metavar="SECONDS",
+@click.option("--duration", type=FiniteFloat(min=0, min_open=True, max=1e9), metavar="SECONDS",
               help="Resume by itself after this many seconds.")
 @pass_app
 def suspend(app: App, duration: float | None) -> None:
@@ -336,7 +336,7 @@ def _unknown_queues(r: Any, prefix: str, queues: tuple[str, ...]) -> list[str]:
 @click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE",
               help="Also require a live worker on QUEUE and no job of it stuck past its "
                    "deadline (repeatable).")
-@click.option("--timeout", type=FiniteFloat(min=0.1), default=5.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0.1, max=86400), default=5.0, show_default=True,
               help="Seconds to wait for Redis.")
 @pass_app
 def health(app: App, queues: tuple[str, ...], timeout: float) -> None:

@@ -9,7 +9,7 @@ import sys
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, load_settings, read_config_file
+from ..core.config import ConfigError, Settings, check_value, load_settings, read_config_file
 from ..core.connection import RedisClient, connect
 from ..core.keys import check_worker_name
 from ..core.registry import worker_allowed
@@ -97,6 +97,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from None
+    if metrics_bind is not None:   # named as typed (the setting's check names its variable)
+        check_value("metrics_bind", metrics_bind, "--metrics-bind")
     if name is not None:   # before a --processes supervisor starts NAME.SLOT children
         try:
             check_worker_name(name if processes < 2 else f"{name}.{processes}")

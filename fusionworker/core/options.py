@@ -134,9 +134,10 @@ class JobOptions(NamedTuple):
         else:
             check_addressable("job_id", job_id)
         for what, text in (("group", self.group), ("unique_key", self.unique_key)):
-            if text is not None and (text.__class__ is not str or not text):
-                raise ValueError(f"{what} must be a non-empty string, got {text!r} "
-                                 f"(no {what}: leave it out)")
+            if text is not None and (text.__class__ is not str or not text.strip()
+                                     or not text.isprintable()):
+                raise ValueError(f"{what} must be a non-empty string without control "
+                                 f"characters, got {text!r} (no {what}: leave it out)")
         if self.batch is not None:
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:

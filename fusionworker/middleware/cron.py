@@ -51,7 +51,7 @@ import redis
 from croniter import CroniterError, croniter
 
 from ..core import codec
-from ..core.config import Settings
+from ..core.config import Settings, check_value
 from ..core.connection import decoding, server_time
 from ..core.functions import func_ref, verify
 from ..core.hooks import Middleware
@@ -304,8 +304,8 @@ def register(
     timeout = own.get("timeout") if timeout is None else timeout
     max_retries = own.get("max_retries") if max_retries is None else max_retries
     check_priority(priority)
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
+    if timeout is not None:   # as at enqueue: finite, positive, at most the horse's timer
+        timeout = check_value("job_timeout", float(timeout), "timeout")
     if max_retries is not None and max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     k = _qkeys(settings, queue)

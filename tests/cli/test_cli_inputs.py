@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from fusionworker.cli import main
+from fusionworker.core.config import load_settings
 
 HASH_OK = "pbkdf2_sha256$1$salt$" + "A" * 43 + "="
 
@@ -34,7 +35,8 @@ def run(settings, r, prefix):
     (["enqueue", "default", "tests.jobs:add", "--in", "inf"], "not a finite number"),
     (["enqueue", "default", "tests.jobs:add", "--retry-delay", "nan"], "not a finite number"),
     (["worker", "--metrics-bind", "not an address", "--burst"],
-     "FUSIONWORKER_METRICS_BIND='not an address': not an IP address nor a host name"),
+     "--metrics-bind='not an address': not an IP address nor a host name"),
+    (["worker", "--metrics-bind", "[::1]", "--burst"], "not an IP address nor a host name"),
     (["worker", "--name", "web\nworker", "--burst"], "must not contain control characters"),
     (["worker", "--name", "a/b", "--burst"], "cannot be addressed by URL"),
     (["worker", "--name", "", "--burst"], "give 1-200 characters"),
@@ -47,6 +49,16 @@ def run(settings, r, prefix):
      "group must be a non-empty string"),
     (["enqueue", "default", "tests.jobs:add", "1", "2", "--unique-key", ""],
      "unique_key must be a non-empty string"),
+    (["enqueue", "default", "tests.jobs:add", "1", "2", "--unique-key", " "],
+     "unique_key must be a non-empty string"),
+    (["enqueue", "default", "tests.jobs:add", "1", "2", "--group", "a\nb"],
+     "group must be a non-empty string without control characters"),
+    (["enqueue", "default", "tests.jobs:add", "1", "2", "--timeout", "1e308"],
+     "timeout=1e+308: must be <= 3.1536e+08"),
+    (["cron", "add", "n", "* * * * *", "tests.jobs:noop", "--timeout", "1e12"],
+     "must be <= 3.1536e+08"),
+    (["suspend", "--duration", "1e308"], "not in the range"),
+    (["health", "--timeout", "1e308"], "not in the range"),
     (["enqueue", "default", "tests.jobs:add", "1", "2", "--job-id", "a/b"],
      "job_id 'a/b' cannot be addressed by URL"),
     (["enqueue", "default", "tests.jobs:add", "1", "2", "--job-id", ".."],
@@ -69,6 +81,11 @@ def test_a_redis_url_with_a_database_that_is_no_integer_is_refused(run, url):
     assert code == 1 and "bad database" in output, output
 
 
+def test_a_metrics_bind_in_the_environment_is_checked_and_named(run):
+    code, output = run("worker", "--burst", env={"FUSIONWORKER_METRICS_BIND": "a b"})
+    assert code == 1 and "FUSIONWORKER_METRICS_BIND='a b': not an IP address" in output
+
+
 def test_a_garbage_password_hash_is_refused_and_never_shown(run):
     code, output = run("info", env={"FUSIONWORKER_WEB_USER": "ops",
                                     "FUSIONWORKER_WEB_PASSWORD_HASH": "not-a-hash-secret"})
@@ -89,3 +106,18 @@ def test_a_value_the_api_refuses_is_one_line_without_unexpected_error(run, job_i
     code, output = run("enqueue", "default", "tests.jobs:add", "1", "2", "--job-id", job_id)
     assert code == 1 and output.startswith(f"Error: {said}"), output
     assert len(output.strip().splitlines()) == 1, output
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "0.0.0.0", "::1", "::", "localhost",
+                                     "metrics.internal.example"])
+def test_addresses_to_listen_on_are_still_taken(address):
+    assert load_settings(environ={"FUSIONWORKER_METRICS_BIND": address}).metrics_bind == address
+
+
+def test_a_hash_of_hash_password_is_taken():
+    pytest.importorskip("starlette")   # fusionworker.web needs the [web] extra
+    from fusionworker.web.auth import hash_password
+
+    encoded = hash_password("s3cret", iterations=1)
+    assert load_settings(environ={"FUSIONWORKER_WEB_PASSWORD_HASH": encoded}) \
+        .web_password_hash == encoded
