@@ -115,8 +115,9 @@ _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9]
                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 
 
-def _address(value: str) -> None:
-    """An address to listen on: an IPv4 or IPv6 literal or a host name."""
+def check_address(value: str) -> None:
+    """An address to listen on: an IPv4 or IPv6 literal or a host name; ValueError (one
+    line) otherwise."""
     try:   # as the metrics server binds it: no [brackets] around an IPv6 address
         ipaddress.ip_address(value)
         return
@@ -285,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
             "this.", min=0),
     Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
             "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
-            "--metrics-bind", check=_address),
+            "--metrics-bind", check=check_address),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
     Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
