@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from .common import App, pass_app
+from .common import App, checked_address, pass_app
 
 
 def is_loopback(host: str) -> bool:
@@ -24,7 +24,7 @@ def is_loopback(host: str) -> bool:
 
 
 @click.command()
-@click.option("--bind", default="127.0.0.1", show_default=True,
+@click.option("--bind", default="127.0.0.1", show_default=True, callback=checked_address,
               help="Address to listen on. A non-loopback address needs authentication "
                    "(FUSIONWORKER_WEB_TOKEN, or FUSIONWORKER_WEB_USER + "
                    "FUSIONWORKER_WEB_PASSWORD_HASH).")

@@ -9,13 +9,14 @@ import sys
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, load_settings, read_config_file
+from ..core.config import ConfigError, Settings, check_value, load_settings, read_config_file
 from ..core.connection import RedisClient, connect
+from ..core.keys import check_worker_name
 from ..core.registry import worker_allowed
 from ..ops.embedded import RedisUnavailable
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
-from .common import App, pass_app
+from .common import App, FiniteFloat, pass_app
 
 
 def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> None:
@@ -70,7 +71,7 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
                    "@job(horse_jobs=M) lowers N for a function (M=1: always fresh).")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
-@click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--restart-window", type=FiniteFloat(min=1), default=60.0, show_default=True,
               help="With --processes: seconds over which --max-restarts is counted.")
 @pass_app
 def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, name: str | None, worker_ttl: int | None,
@@ -96,6 +97,13 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from None
+    if metrics_bind is not None:   # named as typed (the setting's check names its variable)
+        check_value("metrics_bind", metrics_bind, "--metrics-bind")
+    if name is not None:   # before a --processes supervisor starts NAME.SLOT children
+        try:
+            check_worker_name(name if processes < 2 else f"{name}.{processes}")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--name") from None
     searched = extend_sys_path((*paths, *app.settings.path))
     if len(searched) > 1:   # --processes children find them too
         os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])

@@ -14,9 +14,12 @@ The README's configuration table is generated from :data:`SETTINGS`
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +74,8 @@ class Setting:
     #: the minimum itself is refused (e.g. a poll interval of 0 would spin)
     exclusive_min: bool = False
     choices: tuple[str, ...] = ()
+    #: a text value's own check: raises ValueError (one line) for a value it cannot use
+    check: Callable[[str], None] | None = None
 
 
 def check_value(setting: Setting | str, value: Any, name: str | None = None) -> Any:
@@ -87,6 +92,12 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
             raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
         if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
             raise ConfigError(f"{where}: must be a number")
+        if setting.check is not None and isinstance(value, str) and value:
+            try:
+                setting.check(value)
+            except ValueError as exc:
+                shown = "***" if setting.name in SECRETS else repr(value)
+                raise ConfigError(f"{name or setting.env}={shown}: {exc}") from None
         return value
     # the message is formatted only on failure (a producer checks values per job)
     if not math.isfinite(value):
@@ -98,6 +109,37 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
     if setting.max is not None and value > setting.max:
         raise ConfigError(f"{name or setting.env}={value!r}: must be <= {setting.max:g}")
     return value
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def check_address(value: str) -> None:
+    """An address to listen on: an IPv4 or IPv6 literal or a host name; ValueError (one
+    line) otherwise."""
+    try:   # as the metrics server binds it: no [brackets] around an IPv6 address
+        ipaddress.ip_address(value)
+        return
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(value):
+        raise ValueError("not an IP address nor a host name (e.g. 127.0.0.1, ::1, 0.0.0.0)")
+
+
+def _password_hash(value: str) -> None:
+    """``pbkdf2_sha256$<iterations>$<salt>$<base64 hash>`` (``web --hash-password``)."""
+    algorithm, _, rest = value.partition("$")
+    iterations, _, rest = rest.partition("$")
+    salt, _, digest = rest.partition("$")
+    try:
+        ok = (algorithm == "pbkdf2_sha256" and iterations.isdigit() and int(iterations) >= 1
+              and bool(salt) and len(base64.b64decode(digest, validate=True)) == 32)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError("not a password hash of `fusionworker web --hash-password` "
+                         "(pbkdf2_sha256$<iterations>$<salt>$<hash>)")
 
 
 def _positive(**kw: Any) -> dict[str, Any]:
@@ -114,7 +156,8 @@ SETTINGS: tuple[Setting, ...] = (
             "redis+cluster://h:7000", "--redis-url"),
     Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
     Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
-            "Default hard time limit of a job, seconds.", **_positive()),
+            "Default hard time limit of a job, seconds (at most 315360000: ten years).",
+            **_positive(max=315_360_000)),
     Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
             "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
     Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
@@ -243,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
             "this.", min=0),
     Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
             "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
-            "--metrics-bind"),
+            "--metrics-bind", check=check_address),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
     Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
@@ -251,7 +294,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web_user", "FUSIONWORKER_WEB_USER", "", str,
             "User name of the web dashboard's basic auth / login (with the password hash)."),
     Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
-            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`)."),
+            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`).",
+            check=_password_hash),
     Setting("web_trusted_proxies", "FUSIONWORKER_WEB_TRUSTED_PROXIES", (), _csv,
             "Addresses (IPs or CIDR networks, comma-separated) of the reverse proxies whose "
             "X-Forwarded-Proto, X-Forwarded-Host and X-Forwarded-For the dashboard believes; "

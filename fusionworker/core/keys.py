@@ -69,6 +69,30 @@ class InvalidQueueName(ValueError):
     """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
 
 
+def check_addressable(what: str, value: str) -> str:
+    """``value`` (a job id, a cron entry's or a worker's name) if the dashboard and the API
+    can address it by URL and a log line can show it; ValueError (one line) otherwise.
+
+    A ``/`` is kept by the dashboard's links and by most clients' quoting, so it splits
+    the path; a ``\\`` typed unencoded is read as ``/`` by browsers; ``.`` and ``..`` are
+    resolved away by every client; a control character (a newline) would split log lines."""
+    if "/" in value or "\\" in value or value in (".", ".."):
+        raise ValueError(f"{what} {value!r} cannot be addressed by URL (dashboard, API): "
+                         "no '/' or '\\', and not '.' or '..'")
+    if not value.isprintable():
+        raise ValueError(f"{what} {value!r} must not contain control characters (a newline "
+                         "would split log lines)")
+    return value
+
+
+def check_worker_name(name: str) -> str:
+    """``name`` if a worker may be called so (``--name``, ``Worker(name=)``): 1-200
+    characters :func:`check_addressable` takes; ValueError (one line) otherwise."""
+    if name.__class__ is not str or not name or len(name) > 200:
+        raise ValueError(f"worker name {name!r}: give 1-200 characters")
+    return check_addressable("worker name", name)
+
+
 def is_queue_name(name: object) -> bool:
     """True when ``name`` is a name :func:`check_queue_name` takes."""
     return isinstance(name, str) and bool(_QUEUE_NAME.match(name)) and name != "all"

@@ -33,7 +33,7 @@ from ..core.config import Settings, load_settings
 from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
-from ..core.keys import Keys
+from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
@@ -100,7 +100,7 @@ class Worker:
         self.keys = Keys(self.settings.prefix)
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.name = name or f"{self.host}.{self.pid}"
+        self.name = f"{self.host}.{self.pid}" if name is None else check_worker_name(name)
         self.concurrency = int(self.settings.concurrency)
         if self.concurrency < 1:
             raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
