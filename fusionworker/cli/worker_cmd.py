@@ -35,6 +35,11 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
                    "arguments instead are served in STRICT order.")
 @click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--fair", is_flag=True, default=False,
+              help="Fair share by use: the next job comes from the queue (of -q) that used "
+                   "the least worker time lately, weighted (sms:3,email:1 = 3:1 shares of "
+                   "the time), across every worker; FUSIONWORKER_QUEUE_ORDER=fair. "
+                   "Default: round-robin.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
@@ -78,14 +83,15 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
-           horse_jobs: int | None = None) -> None:
+           horse_jobs: int | None = None, fair: bool = False) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
     STRICT order: a job of `default` only when `high` has none ready, a job of
     `low` only when both have none. `-q high,default,low` serves them
     ROUND-ROBIN (weights: `-q high:5,default:2,low:1`); no queue: every known
-    queue, round-robin.
+    queue, round-robin. `--fair`: by FAIR SHARE of worker time instead (the weights
+    are shares of the time).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
@@ -107,6 +113,12 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                                         concurrency=concurrency, horse_jobs=horse_jobs)
     if horse_jobs is not None:   # --processes children get it too
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+    if fair:
+        app.settings = app.settings.replace(queue_order="fair")
+        os.environ["FUSIONWORKER_QUEUE_ORDER"] = "fair"
+    if strict and app.settings.queue_order == "fair":
+        raise click.UsageError("fair share picks queues by their use, strict order by their "
+                               "place: give the queues with -q to serve them fairly")
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
     except ConfigError as exc:
@@ -125,7 +137,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                             processes, max_restarts, restart_window, concurrency, strict))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                  metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
-                 horse_jobs=horse_jobs)
+                 horse_jobs=horse_jobs, queue_order="fair" if fair else None)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process

@@ -141,6 +141,14 @@ SETTINGS: tuple[Setting, ...] = (
             "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
             "@job(horse_jobs=M) lowers it for a function.",
             "--horse-jobs", min=1, max=1000000),
+    Setting("queue_order", "FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
+            "How a worker given -q picks the queue of its next job: round-robin (weighted by "
+            "turns) or fair (the queue that used the least worker time lately, weighted: "
+            "sms:3,email:1 = 3:1 shares of the time, across every worker).", "--fair",
+            choices=("round-robin", "fair")),
+    Setting("fair_window", "FUSIONWORKER_FAIR_WINDOW", 60.0, float,
+            "Half-life in seconds of the worker time fair share remembers (--fair): time "
+            "used this long ago counts half.", **_positive()),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
@@ -280,6 +288,8 @@ class Settings:
     kill_job_children: bool = _default("kill_job_children")
     concurrency: int = _default("concurrency")
     horse_jobs: int = _default("horse_jobs")
+    queue_order: str = _default("queue_order")
+    fair_window: float = _default("fair_window")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
     imports: tuple[str, ...] = _default("imports")
     path: tuple[str, ...] = _default("path")

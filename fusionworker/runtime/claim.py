@@ -17,6 +17,10 @@ no cycle position: each round asks the first queue in listed order that is
 not dry this claim nor backed off for every wanted job, and the next round
 the next such queue for what is left, so a job of a later queue is taken only
 when every earlier queue was found empty (or paused) in this claim.
+
+In fair order (``fair``: ``worker --fair``, fairshare.py) there is no cycle position
+either: each round asks the queues not dry nor backed off whose recent worker time,
+divided by their weight, is lowest.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
 from ..core.scripts import replies
 from .errors import UNREACHABLE, is_refusal
+from .fairshare import FairShare
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +140,8 @@ class Claimer:
     record without a job keeps."""
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
-                 name: str, lease: float, failed_ttl: float, strict: bool = False) -> None:
+                 name: str, lease: float, failed_ttl: float, strict: bool = False,
+                 fair: FairShare | None = None) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
         self.spec = parse_queue_spec(spec)
@@ -144,6 +150,12 @@ class Claimer:
         if strict and any(weight != 1 for _, weight in self.spec):
             raise ValueError("weights mean nothing in strict queue order: give plain "
                              "queue names, or serve them weighted round-robin")
+        if strict and fair is not None:
+            raise ValueError("fair share picks queues by their use, strict order by their "
+                             "place: give the queues with -q to serve them fairly")
+        #: fair share by use (``--fair``): the queue with the least recent worker time
+        self.fair = fair
+        self.weights: dict[str, int] = {}
         self.queue_names: list[str] = []
         self.cycle: list[str] = []
         self.pos = 0
@@ -174,6 +186,7 @@ class Claimer:
                 if q not in names:
                     names.append(q)
                     cycle.extend([q] * weight)
+                    self.weights[q] = weight
         changed = names != self.queue_names
         self.queue_names, self.cycle = names, cycle
         return changed
@@ -255,6 +268,8 @@ class Claimer:
             skip.update(q for q in self.queue_names if q in self.backoff and self.backed_off(q))
         if self.strict:
             return self._strict_plan(want, skip)
+        if self.fair is not None:
+            return self._fair_plan(want, skip)
         if not skip and want == 1:           # the steady state of one slot
             index = self.pos % n
             return Plan([(self.cycle[index], 1)], [index])
@@ -279,6 +294,25 @@ class Claimer:
             if queue not in skip:
                 return Plan([(queue, want)], [index] * want)
         return None
+
+    def _fair_plan(self, want: int, skip: set[str]) -> Plan | None:
+        """Fair order: the wanted jobs dealt to the queues not skipped by their use."""
+        assert self.fair is not None
+        open_ = [(q, self.weights.get(q, 1)) for q in self.queue_names if q not in skip]
+        calls = self.fair.share(want, open_)
+        if not calls:
+            return None
+        places = [self.cycle.index(q) for q, count in calls for _ in range(count)]
+        return Plan(calls, places)
+
+    def note(self, ended: Sequence[tuple[Job[Any], Any]]) -> None:
+        """Jobs ended here (with their outcomes): fair share counts their worker time at
+        once, before the next plan (a job given back at shutdown counts none)."""
+        if self.fair is None:
+            return
+        for job, outcome in ended:
+            if str(getattr(outcome, "status", "")) != "requeued":
+                self.fair.note(job.queue, float(getattr(outcome, "duration", 0.0) or 0.0))
 
     def forget(self) -> None:
         """Start a claim (one or more rounds): forget what the last one met. Not per
@@ -347,8 +381,12 @@ class Claimer:
             try:
                 pipe = self.connection.pipeline(transaction=False)
                 self.queue_calls(pipe, plan)
+                read = self.fair.queue_reads(pipe, self.queue_names) if self.fair else []
                 plan.sent = time.monotonic()
                 answers = pipe.execute(raise_on_error=False)
+                if self.fair is not None:   # the use of every queue, for the next plan
+                    self.fair.learn([], read, answers[len(plan.calls):])
+                    del answers[len(plan.calls):]
                 self.reload_scripts(plan, answers)
             except UNREACHABLE as exc:
                 out.unreachable = exc

@@ -328,6 +328,7 @@ class Loop:
 
     def _finish(self, ended: list[tuple[Job[Any], Outcome]]) -> None:
         """Record what ended; the claims of the freed slots ride in the same round trip."""
+        self.claimer.note(ended)          # fair share: this worker time counts at once
         plan = self._carried_plan(self.concurrency - len(self.slots))
         claimed = self._record(ended, plan)
         for job, outcome in ended:

@@ -40,6 +40,7 @@ from ..core.registry import worker_allowed
 from ..middleware import default_middleware  # the one list, in its documented order
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
+from .fairshare import FairShare
 from .hookcalls import HookCalls
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
@@ -121,9 +122,11 @@ class Worker:
             self.scripts, self.keys, name=self.name, interval=s.progress_interval,
             on_progress=lambda job, value, message: self.hooks("on_progress", job, value,
                                                                message))
+        fair = (FairShare(self.keys, self.scripts, half_life=s.fair_window)
+                if s.queue_order == "fair" else None)
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
                                name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
-                               strict=strict)
+                               strict=strict, fair=fair)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
@@ -319,7 +322,8 @@ class Worker:
         try:
             log.info("Worker %s started on queues %s%s (pid %s, version %s)",
                      self.name, ",".join(self.queue_names) or "-",
-                     " in strict order" if self.claimer.strict else "", self.pid, __version__)
+                     " in strict order" if self.claimer.strict
+                     else " by fair share" if self.claimer.fair else "", self.pid, __version__)
             self._warn_eviction()
             self.launcher.start()
             self.hooks("on_start")
