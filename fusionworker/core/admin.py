@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .connection import decoding, texts
+from .connection import server_time as server_time  # its home is connection.py
 from .keys import Keys
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,13 +60,6 @@ def suspended_for(connection: RedisClient, prefix: str = "fw") -> float | None:
     if pttl == -1:
         return -1.0
     return pttl / 1000.0
-
-
-def server_time(connection: RedisClient) -> float:
-    """The Redis server's clock (epoch seconds): one clock for every age we show."""
-    connection = decoding(connection)
-    seconds, micros = connection.time()
-    return seconds + micros / 1e6
 
 
 def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]:

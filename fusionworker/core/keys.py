@@ -69,6 +69,11 @@ class InvalidQueueName(ValueError):
     """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
 
 
+def is_queue_name(name: object) -> bool:
+    """True when ``name`` is a name :func:`check_queue_name` takes."""
+    return isinstance(name, str) and bool(_QUEUE_NAME.match(name)) and name != "all"
+
+
 def check_queue_name(name: str) -> str:
     if not isinstance(name, str) or not _QUEUE_NAME.match(name) or name == "all":
         raise InvalidQueueName(
@@ -255,6 +260,11 @@ class Keys:
     @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    @property
+    def cron_queues(self) -> str:
+        """The queues that have (or had) cron entries (SET): what a cron tick reads."""
+        return f"{self.prefix}:cron_queues"
 
     def worker(self, name: str) -> str:
         return f"{self.prefix}:worker:{name}"

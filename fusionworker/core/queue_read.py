@@ -6,13 +6,16 @@ module functions work on a client and need no ``Queue``.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
-from .connection import decoding, text_hash, texts
+from .connection import decoding, server_time, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
-from .keys import Keys, QueueKeys
+from .keys import Keys, QueueKeys, is_queue_name
+
+log = logging.getLogger("fusionworker.queue")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -131,8 +134,7 @@ class QueueReads:
         oldest_age = None
         server_now: float | None = None
         if pending or scheduled:
-            now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
-            server_now = now[0] + now[1] / 1e6
+            server_now = server_time(self.connection)  # not pipelined: a cluster pipeline refuses TIME
         due = (int(self.connection.zcount(k.scheduled, "-inf", f"{server_now:.6f}"))
                if scheduled and server_now is not None else 0)
         if pending:
@@ -211,8 +213,25 @@ def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[st
 
 
 def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
-    """Every queue ever enqueued to, sorted."""
-    return sorted(texts(decoding(connection).smembers(Keys(prefix).queues)))
+    """Every queue ever enqueued to, sorted. A member of the set that is no queue
+    name (written by something else: ``SADD fw:queues '"><x'``) is skipped and
+    logged (once per process and name): no loop over the queues, the reaper's, a
+    worker's ``all``, a page's or the CLI's, stops at it."""
+    names = []
+    for name in texts(decoding(connection).smembers(Keys(prefix).queues)):
+        if is_queue_name(name):
+            names.append(name)
+        elif (prefix, name) not in _SKIPPED:
+            if len(_SKIPPED) < 1000:
+                _SKIPPED.add((prefix, name))
+            log.warning("Skipped %r in the set of known queues %s: not a queue name "
+                        "(remove it: SREM %s <name>)", name[:200], Keys(prefix).queues,
+                        Keys(prefix).queues)
+    return sorted(names)
+
+
+#: (prefix, name) of bad members of the known queues already logged by this process
+_SKIPPED: set[tuple[str, str]] = set()
 
 
 def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",

@@ -61,7 +61,8 @@ def registered(r: Any, settings: Settings) -> Iterator[Callable[..., Worker]]:
     made: list[Worker] = []
 
     def make(queues: str = "default", **fields: Any) -> Worker:
-        w = Worker(queues, r, settings=settings, name=f"w{len(made)}", middleware=[])
+        w = Worker(queues, r, settings=settings, name=f"w{len(made)}", defaults=False,
+                   middleware=[])
         w.register()
         if fields:
             r.hset(w.key, mapping=fields)

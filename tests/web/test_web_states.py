@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from fusionworker.core.batch import Batch
 from fusionworker.web import create_app
 from fusionworker.web.details import trim_traceback
+from tests.web_support import SAME_SITE
 
 TOKEN = "states-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -23,7 +24,8 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def client(r, settings):
-    with TestClient(create_app(settings.replace(web_token=TOKEN), r)) as c:
+    with TestClient(create_app(settings.replace(web_token=TOKEN), r),
+                    headers=SAME_SITE) as c:
         yield c
 
 

@@ -197,7 +197,7 @@ def finish(reply: Raw) -> Finished:
 
 
 def touch(reply: Raw) -> bool:
-    """``touch.lua``: whether the attempt still owns its job (its lease was renewed)."""
+    """``Scripts.touch``: whether the attempt still owns its job (its lease was renewed)."""
     return bool(int(reply))
 
 

@@ -310,6 +310,10 @@
   });
   document.addEventListener("change", function (ev) {   // survives a region's refresh
     var all = ev.target;
+    if (all && all.hasAttribute && all.hasAttribute("data-submit-on-change") && all.form) {
+      all.form.submit();
+      return;
+    }
     if (!all || all.id !== "select-all") return;
     document.querySelectorAll('#jobs input[name="ids"]').forEach(function (c) { c.checked = all.checked; });
   });
