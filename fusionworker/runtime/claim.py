@@ -424,6 +424,11 @@ class Claimer:
         places = [self.cycle.index(q) for q, count in calls for _ in range(count)]
         return Plan(calls, places)
 
+    def loud_queues(self) -> list[str]:
+        """The queues not known quiet (a quiet queue has nothing to take: fair share
+        does not read its use, so an idle worker's cost stays that of its sweep)."""
+        return [q for q in self.queue_names if q not in self.quiet]
+
     def replan(self, plan: Plan) -> Plan:
         """A plan made before :meth:`note` counted the jobs that just ended, made again
         with them counted (fair share only; round-robin's plan does not depend on use)."""
@@ -507,7 +512,8 @@ class Claimer:
             try:
                 pipe = self.connection.pipeline(transaction=False)
                 self.queue_calls(pipe, plan)
-                read = self.fair.queue_reads(pipe, self.queue_names) if self.fair else []
+                read = (self.fair.queue_reads(pipe, self.loud_queues()) if self.fair
+                        else [])
                 plan.sent = time.monotonic()
                 answers = pipe.execute(raise_on_error=False)
                 if self.fair is not None:   # the use of every queue, for the next plan

@@ -203,7 +203,7 @@ class Recorder:
         written = fair.queue_writes(pipe, spent)
         calls = [("use", [self.keys.queue(q).base], [f"{max(0.0, s):.6f}", fair.half_life])
                  for q, s in spent]
-        read = fair.queue_reads(pipe, [q for q in self.claimer.queue_names if q not in written])
+        read = fair.queue_reads(pipe, [q for q in self.claimer.loud_queues() if q not in written])
         return written, read, calls
 
     def _learn_use(self, use: tuple[list[str], list[str], list[Any]], answers: list[Any]
