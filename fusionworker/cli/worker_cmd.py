@@ -9,7 +9,7 @@ import sys
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, load_settings, read_config_file
+from ..core.config import ConfigError, Settings, load_settings, parse_gpus, read_config_file
 from ..core.connection import RedisClient, connect
 from ..core.registry import worker_allowed
 from ..ops.embedded import RedisUnavailable
@@ -35,6 +35,10 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
                    "arguments instead are served in STRICT order.")
 @click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--gpus", default=None, metavar="0,1|auto",
+              help="A GPU per slot: slot i owns the i-th device (auto: every device NVML "
+                   "counts); its jobs see only it (CUDA_VISIBLE_DEVICES); --concurrency "
+                   "defaults to their number. FUSIONWORKER_GPUS.")
 @click.option("--fair", is_flag=True, default=False,
               help="Fair share by use: the next job comes from the queue (of -q) that used "
                    "the least worker time lately, weighted (sms:3,email:1 = 3:1 shares of "
@@ -83,7 +87,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
-           horse_jobs: int | None = None, fair: bool = False) -> None:
+           horse_jobs: int | None = None, fair: bool = False,
+           gpus: str | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
@@ -113,6 +118,12 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                                         concurrency=concurrency, horse_jobs=horse_jobs)
     if horse_jobs is not None:   # --processes children get it too
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+    if gpus is not None:
+        try:
+            app.settings = app.settings.replace(gpus=parse_gpus(gpus))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--gpus") from None
+        os.environ["FUSIONWORKER_GPUS"] = gpus
     if fair:
         app.settings = app.settings.replace(queue_order="fair")
         os.environ["FUSIONWORKER_QUEUE_ORDER"] = "fair"
@@ -137,7 +148,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                             processes, max_restarts, restart_window, concurrency, strict))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                  metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
-                 horse_jobs=horse_jobs, queue_order="fair" if fair else None)
+                 horse_jobs=horse_jobs, queue_order="fair" if fair else None,
+                 gpus=parse_gpus(gpus) if gpus is not None else None)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process

@@ -47,6 +47,20 @@ def _paths(value: str) -> tuple[str, ...]:
     return tuple(part for part in value.split(os.pathsep) if part.strip())
 
 
+def parse_gpus(value: str) -> tuple[str, ...]:
+    """``"0,1"`` -> ``("0", "1")``, ``"auto"`` -> ``("auto",)``, ``""`` -> ``()``; a
+    device is a non-negative index, each named once (ValueError otherwise)."""
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if parts == ("auto",):
+        return parts
+    for part in parts:
+        if not part.isdigit():
+            raise ValueError(f"not a GPU index: {part!r} (give indexes like 0,1, or auto)")
+    if len(set(parts)) != len(parts):
+        raise ValueError("a GPU is named twice")
+    return parts
+
+
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -149,6 +163,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_window", "FUSIONWORKER_FAIR_WINDOW", 60.0, float,
             "Half-life in seconds of the worker time fair share remembers (--fair): time "
             "used this long ago counts half.", **_positive()),
+    Setting("gpus", "FUSIONWORKER_GPUS", (), parse_gpus,
+            "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
+            "(every device NVML counts). A job sees only its slot's device "
+            "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
+            "governor judges these devices only.", "--gpus"),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
@@ -307,6 +326,7 @@ class Settings:
     horse_jobs: int = _default("horse_jobs")
     queue_order: str = _default("queue_order")
     fair_window: float = _default("fair_window")
+    gpus: tuple[str, ...] = _default("gpus")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
     imports: tuple[str, ...] = _default("imports")
     path: tuple[str, ...] = _default("path")

@@ -41,6 +41,7 @@ from ..middleware import compose, default_middleware, place
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
 from .fairshare import FairShare
+from .gpus import resolve_devices, share_devices
 from .hookcalls import HookCalls
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
@@ -103,6 +104,11 @@ class Worker:
         self.pid = os.getpid()
         self.name = name or f"{self.host}.{self.pid}"
         self.concurrency = int(self.settings.concurrency)
+        #: --gpus: the devices its slots own (gpus.py), inherited by its fork server
+        self.devices = resolve_devices(self.settings.gpus)
+        if self.devices and not self.settings.is_explicit("concurrency"):
+            self.concurrency = len(self.devices)      # a GPU per slot
+        share_devices(self.devices)
         if self.concurrency < 1:
             raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
         self.lease = self.settings.lease

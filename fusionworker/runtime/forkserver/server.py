@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
+from ..gpus import device_of
 from ..horse.hygiene import oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
@@ -395,8 +396,10 @@ class Server:
         self.load(request.func)
         body = frame(for_horse(request))
         cap = self.cap(request.func)
+        device = device_of(request.entry)      # --gpus: a warm horse keeps its device
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
-            if run.done >= cap:
+            if run.done >= cap or (run.request is not None
+                                   and device_of(run.request.entry) != device):
                 continue
             try:
                 write_all(run.job_w, body)
