@@ -118,18 +118,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                                         concurrency=concurrency, horse_jobs=horse_jobs)
     if horse_jobs is not None:   # --processes children get it too
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
-    if gpus is not None:
-        try:
-            app.settings = app.settings.replace(gpus=parse_gpus(gpus))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--gpus") from None
-        os.environ["FUSIONWORKER_GPUS"] = gpus
-    if fair:
-        app.settings = app.settings.replace(queue_order="fair")
-        os.environ["FUSIONWORKER_QUEUE_ORDER"] = "fair"
-    if strict and app.settings.queue_order == "fair":
-        raise click.UsageError("fair share picks queues by their use, strict order by their "
-                               "place: give the queues with -q to serve them fairly")
+    _gpus_and_order(app, gpus, fair, strict)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
     except ConfigError as exc:
@@ -169,6 +158,23 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+def _gpus_and_order(app: App, gpus: str | None, fair: bool, strict: bool) -> None:
+    """--gpus and --fair into the settings and, for --processes children, the
+    environment; one line on a bad value or on --fair with strict order."""
+    if gpus is not None:
+        try:
+            app.settings = app.settings.replace(gpus=parse_gpus(gpus))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--gpus") from None
+        os.environ["FUSIONWORKER_GPUS"] = gpus
+    if fair:
+        app.settings = app.settings.replace(queue_order="fair")
+        os.environ["FUSIONWORKER_QUEUE_ORDER"] = "fair"
+    if strict and app.settings.queue_order == "fair":
+        raise click.UsageError("fair share picks queues by their use, strict order by their "
+                               "place: give the queues with -q to serve them fairly")
 
 
 def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:
