@@ -234,6 +234,9 @@ class Worker:
             "lease": self.lease, "concurrency": self.concurrency, "current_jobs": "",
             # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
             "worker_ttl": self.settings.worker_ttl,
+            # how it picks queues (round-robin, strict, fair) and the GPUs its slots own
+            "queue_order": ("strict" if self.claimer.strict else self.settings.queue_order),
+            "gpus": ",".join(self.devices),
         })
         pipe.expire(self.key, self.settings.worker_ttl)
         pipe.sadd(self.keys.workers, self.name)
