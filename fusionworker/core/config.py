@@ -50,6 +50,20 @@ def _paths(value: str) -> tuple[str, ...]:
     return tuple(part for part in value.split(os.pathsep) if part.strip())
 
 
+def parse_gpus(value: str) -> tuple[str, ...]:
+    """``"0,1"`` -> ``("0", "1")``, ``"auto"`` -> ``("auto",)``, ``""`` -> ``()``; a
+    device is a non-negative index, each named once (ValueError otherwise)."""
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if parts == ("auto",):
+        return parts
+    for part in parts:
+        if not part.isdigit():
+            raise ValueError(f"not a GPU index: {part!r} (give indexes like 0,1, or auto)")
+    if len(set(parts)) != len(parts):
+        raise ValueError("a GPU is named twice")
+    return parts
+
+
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -184,6 +198,19 @@ SETTINGS: tuple[Setting, ...] = (
             "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
             "@job(horse_jobs=M) lowers it for a function.",
             "--horse-jobs", min=1, max=1000000),
+    Setting("queue_order", "FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
+            "How a worker given -q picks the queue of its next job: round-robin (weighted by "
+            "turns) or fair (the queue that used the least worker time lately, weighted: "
+            "sms:3,email:1 = 3:1 shares of the time, across every worker).", "--fair",
+            choices=("round-robin", "fair")),
+    Setting("fair_window", "FUSIONWORKER_FAIR_WINDOW", 60.0, float,
+            "Half-life in seconds of the worker time fair share remembers (--fair): time "
+            "used this long ago counts half.", **_positive()),
+    Setting("gpus", "FUSIONWORKER_GPUS", (), parse_gpus,
+            "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
+            "(every device NVML counts). A job sees only its slot's device "
+            "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
+            "governor judges these devices only.", "--gpus"),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
@@ -345,6 +372,9 @@ class Settings:
     kill_job_children: bool = _default("kill_job_children")
     concurrency: int = _default("concurrency")
     horse_jobs: int = _default("horse_jobs")
+    queue_order: str = _default("queue_order")
+    fair_window: float = _default("fair_window")
+    gpus: tuple[str, ...] = _default("gpus")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
     allow_callables: bool = _default("allow_callables")
     imports: tuple[str, ...] = _default("imports")

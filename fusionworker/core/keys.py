@@ -23,6 +23,7 @@ key                            type     meaning
 ``fw:{q}:group_rate:held``     HASH     held_seconds, held_jobs: totals of the set-asides
 ``fw:{q}:deferred``            ZSET     jobs waiting on dependencies, score = enqueue time
 ``fw:{q}:held``                ZSET     jobs set aside by ``job hold``, score = when held
+``fw:{q}:use``                 HASH     v, t: decayed worker seconds of the queue (``--fair``)
 ``fw:{q}:deps:<id>``           SET      "queue:id" refs job <id> still waits on
 ``fw:{q}:dependents:<id>``     SET      "queue:id" refs of jobs waiting on job <id>
 ``fw:{q}:outbox``              LIST     dependency and batch notes to replay to other queues
@@ -158,6 +159,11 @@ class QueueKeys:
     @property
     def deferred(self) -> str:
         return self.base + "deferred"
+
+    @property
+    def use(self) -> str:
+        """The queue's decayed worker time (HASH: v, t; use.lua, ``worker --fair``)."""
+        return self.base + "use"
 
     @property
     def held(self) -> str:

@@ -91,7 +91,8 @@ QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "fi
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
                "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency",
-               "events_buffered", "events_dropped", "events_errors", "cpu_percent"}
+               "events_buffered", "events_dropped", "events_errors", "cpu_percent",
+               "queue_order", "gpus"}
 
 
 def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:

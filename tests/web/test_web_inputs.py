@@ -96,18 +96,6 @@ def test_a_long_bad_value_is_cut_in_the_error(client, queue):
     one_line_400(answer, "max_active")
 
 
-def made_before(r, q, job_id: str) -> None:
-    """A job whose id holds a "/", as one enqueued before such ids were refused: a job
-    enqueued now, its record and its place in the pending set moved to that id."""
-    job = q.enqueue("tests.jobs:add", 1, 2)
-    k = q.qkeys
-    score = r.zscore(k.pending, job.id)
-    r.rename(k.job(job.id), k.job(job_id))
-    r.hset(k.job(job_id), "id", job_id)
-    r.zrem(k.pending, job.id)
-    r.zadd(k.pending, {job_id: score})
-
-
 def test_a_job_id_with_a_slash_is_reachable(client, queue, r):
     """Such ids are refused at creation now; one made before (by an older version: the
     same record under the id, written here as that version wrote it) stays reachable."""
