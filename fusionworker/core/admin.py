@@ -101,6 +101,8 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "pid": _num(data.get("pid"), int),
         "state": data.get("state", ""),
         "throttle": data.get("throttle") or None,
+        # the governor's last CPU sample (% of all cores); None while its CPU check is off
+        "cpu_percent": _num(data.get("cpu_percent")),
         "queues": [q for q in (data.get("queues") or "").split(",") if q],
         "current_job": current,
         # a worker with --concurrency N runs up to N jobs at once (current_job: the first)

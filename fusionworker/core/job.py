@@ -22,6 +22,8 @@ Hash fields (all strings in Redis):
 ``started_at``      server time of the last claim
 ``ended_at``        server time of the last outcome
 ``attempts``        how many times the job was claimed
+``shared_deaths``   how many times a process its horse shared with other jobs (the fork
+                    server) died under it: given back uncounted until 3 (optional)
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
 ``result``          tagged JSON of the return value (finished jobs)
@@ -90,6 +92,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -149,12 +152,14 @@ def new_job_id() -> str:
 
 
 def _float(value: str | None) -> float | None:
+    """A number field; None when absent or no finite number (NaN, infinity)."""
     if value in (None, ""):
         return None
     try:
-        return float(value)
+        found = float(value)
     except ValueError:
         return None
+    return found if math.isfinite(found) else None
 
 
 def _int(value: str | None, default: int = 0) -> int:
@@ -184,12 +189,19 @@ def _reason(value: str | None) -> FailureReason | None:
     return FailureReason.read(value) if value else None
 
 
-def _json_list(value: str | None) -> list[Any] | None:
+def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> list[Any] | None:
+    """A JSON list field whose items are all ``item``s (numbers: finite), else None."""
     try:
         found = json.loads(value) if value else None
-    except ValueError:
+    except (ValueError, RecursionError):    # a field of a record that is not ours
         return None
-    return found if isinstance(found, list) else None
+    if not isinstance(found, list):
+        return None
+    for x in found:
+        if not isinstance(x, item) or isinstance(x, bool) and item is not object or (
+                isinstance(x, float) and not math.isfinite(x)):
+            return None
+    return found
 
 
 class MalformedJob(ValueError):
@@ -234,6 +246,8 @@ class Job(JobHabits, Generic[R]):
     started_at: float | None = None
     ended_at: float | None = None
     attempts: int = 0
+    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
+    shared_deaths: int = 0
     max_retries: int = 0
     retry_delay: float | None = None
     result: R | None = None
@@ -395,7 +409,10 @@ class Job(JobHabits, Generic[R]):
 
     @classmethod
     def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job[Any]:
-        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on bad JSON."""
+        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on arguments
+        that cannot be read (``codec.loads``: bad JSON, too deep, a bad tag) or no
+        ``func``. Not strict, reading never fails: what cannot be read is left empty
+        (listings show such a record; its ``args``/``kwargs`` are ``[]``/``{}``)."""
         args_raw, kwargs_raw = data.get("args", "[]"), data.get("kwargs", "{}")
         try:
             args = codec.loads(args_raw) if args_raw else []
@@ -428,6 +445,7 @@ class Job(JobHabits, Generic[R]):
             started_at=_float(data.get("started_at")),
             ended_at=_float(data.get("ended_at")),
             attempts=_int(data.get("attempts")),
+            shared_deaths=_int(data.get("shared_deaths")),
             max_retries=_int(data.get("max_retries")),
             retry_delay=_float(data.get("retry_delay")),
             result=result,
@@ -443,7 +461,7 @@ class Job(JobHabits, Generic[R]):
             duration=_float(data.get("duration")),
             traceparent=data.get("traceparent") or None,
             tracestate=data.get("tracestate") or None,
-            depends_on=_json_list(data.get("depends_on")),
+            depends_on=_json_list(data.get("depends_on"), str),
             allow_dependency_failure=data.get("allow_dependency_failure") == "1",
             has_dependents=data.get("has_dependents") == "1",
             batch=data.get("batch") or None,
@@ -456,7 +474,7 @@ class Job(JobHabits, Generic[R]):
             result_ttl=_ttl(data.get("result_ttl")),
             failure_ttl=_ttl(data.get("failure_ttl")),
             ttl=_float(data.get("ttl")),
-            retry_intervals=_json_list(data.get("retry_intervals")),
+            retry_intervals=_json_list(data.get("retry_intervals"), (int, float)),
             on_success=data.get("on_success") or None,
             on_failure=data.get("on_failure") or None,
         )

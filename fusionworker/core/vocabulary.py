@@ -40,6 +40,8 @@ class JobStatus(_Vocabulary):
     FAILED = "failed"          #: final failure; ``failure_reason`` says how
     CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
     DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
+    #: set aside by ``job hold`` (Job.hold): never claimed until released, keeps its place
+    HELD = "held"
 
 
 class FailureReason(_Vocabulary):

@@ -216,11 +216,16 @@ def reap_once(connection: RedisClient, settings: Settings, *, lock_owner: str | 
             _reap_queue(connection, settings, queue, now, counts, sink)
             _prune_registries(connection, settings, queue, now)
             workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise                         # the pass is skipped (the caller logs it)
         except redis.ResponseError as exc:
             # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
             counts.setdefault("refused", []).append(queue)
             log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
                       queue, exc)
+        except Exception:   # data of this queue it cannot use: the other queues are reaped
+            counts.setdefault("refused", []).append(queue)
+            log.exception("Reaper: could not reap queue %s; skipped it this pass", queue)
     counts["workers_pruned"] = prune_workers(connection, settings)
     return counts
 

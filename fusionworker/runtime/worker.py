@@ -126,7 +126,8 @@ class Worker:
                                                                message))
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
                                name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
-                               strict=strict)
+                               strict=strict, max_args_bytes=s.max_args_bytes)
+        self.claimer.sweep_interval = float(s.poll_interval)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
@@ -250,8 +251,10 @@ class Worker:
         signal.signal(signal.SIGHUP, self._on_hup)
 
     def _restore_signals(self) -> None:
+        """The worker stopped: a SIGTERM from now on (systemd or an operator sending it
+        again) ends the process with status 0, as the stop it asks for is done."""
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _stopped_already)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for fd in (self._wake_r, self._wake_w):
@@ -282,6 +285,7 @@ class Worker:
     #: Settings SIGHUP may change in a running worker; the rest need a restart.
     RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
                   "memory_resume_threshold", "swap_throttle_threshold",
+                  "cpu_throttle_threshold", "cpu_resume_threshold",
                   "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
                   "log_level", "horse_jobs")
 
@@ -458,3 +462,8 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
         if settings is None:
             settings = q.settings
     return names, connection, settings
+
+
+def _stopped_already(signum: int, frame: Any) -> None:
+    """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
+    raise SystemExit(0)
