@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Protocol
 
-from ..core import admin
+from ..core import admin, cron
 from ..core.config import Settings
 from ..core.groups import describe_busy_groups
 from ..core.queue import Queue, known_queues
-from ..middleware import cron
 
 __all__ = ["INFO_SCHEMA", "InfoSource", "collect_info", "fmt_age"]
 
