@@ -140,3 +140,22 @@ def test_the_timeout_default_is_the_settings():
     default = next(s.default for s in SETTINGS if s.name == "job_timeout")
     assert record.DEFAULT_TIMEOUT == default
     assert Job("j", "q", "m:f").timeout == default == Job.from_hash({"id": "j"}).timeout
+
+
+def test_every_field_an_enqueue_writes_is_in_the_schema(queue, r):
+    from fusionworker import Batch
+    from fusionworker.exceptions import Retry
+
+    q = queue("rec")
+    parent = q.enqueue("tests.jobs:noop")
+    with Batch(queue=q) as batch:
+        job = q.enqueue_call(
+            "tests.jobs:noop", args=[1], kwargs={"a": 2}, retry_delay=3, unique_key="u",
+            group="g", on_failure_url="http://127.0.0.1:9/x", depends_on=[parent],
+            allow_dependency_failure=True, batch=batch, description="d", result_ttl=60,
+            failure_ttl=60, ttl=600, at_front=True, retry=Retry(max=2, interval=[1, 2]),
+            on_success="tests.jobs:noop", on_failure="tests.jobs:noop", meta={"k": 1})
+    written = set(r.hgetall(q.qkeys.job(job.id)))
+    assert {"unique_key", "group", "depends_on", "batch", "description", "ttl",
+            "retry_intervals", "on_success", "meta"} <= written
+    assert written - record.HASH_FIELDS == set()
