@@ -58,7 +58,9 @@ from .connection import decoding, server_time
 from .functions import func_ref, verify
 from .job import check_priority
 from .keys import Keys, QueueKeys, check_queue_name
+from .options import registered_defaults
 from .queue import known_queues, scripts_for
+from .registry import producer_allowed
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -285,24 +287,9 @@ def register(
     options (its module is imported when it may be, as at enqueue), else 0 and the
     settings' defaults."""
     connection = decoding(connection)   # any redis-py client
-    if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
-        raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
-    check_schedule(schedule, timezone)
-    if catch_up not in CATCH_UP_MODES:
-        raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
-    from ..core.options import registered_defaults
-    from ..core.registry import producer_allowed
-
-    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
-    own = registered_defaults(func_ref(func))
-    priority = own.get("priority", 0) if priority is None else priority
-    timeout = own.get("timeout") if timeout is None else timeout
-    max_retries = own.get("max_retries") if max_retries is None else max_retries
-    check_priority(priority)
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
-    if max_retries is not None and max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    _check_entry(name, schedule, timezone, catch_up)
+    priority, timeout, max_retries = _job_options(settings, func, priority, timeout,
+                                                  max_retries)
     k = _qkeys(settings, queue)
     ekey = k.cron_entry(name)
     definition: dict[EncodableT, EncodableT] = {
@@ -325,6 +312,32 @@ def register(
     log.info("Cron entry %s on %s: %r (%s) -> %s, next run %s", name, queue, schedule,
              timezone, definition["func"], "paused" if paused else _fmt(nxt, timezone))
     return get_entry(connection, settings, name, queue)
+
+
+def _check_entry(name: str, schedule: str, timezone: str, catch_up: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
+        raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
+    check_schedule(schedule, timezone)
+    if catch_up not in CATCH_UP_MODES:
+        raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
+
+
+def _job_options(settings: Settings, func: str | Any, priority: int | None,
+                 timeout: float | None, max_retries: int | None
+                 ) -> tuple[int, float | None, int | None]:
+    """The runs' priority, timeout and retries: as given, else the function's ``@job``
+    options (checked against the allow-list, as at enqueue), else 0 / the settings'."""
+    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
+    own = registered_defaults(func_ref(func))
+    priority = own.get("priority", 0) if priority is None else priority
+    timeout = own.get("timeout") if timeout is None else timeout
+    max_retries = own.get("max_retries") if max_retries is None else max_retries
+    check_priority(priority)
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    if max_retries is not None and max_retries < 0:
+        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    return priority, timeout, max_retries
 
 
 def _fmt(ts: float, timezone: str = "UTC") -> str:
@@ -445,20 +458,7 @@ def run_due(connection: RedisClient, prefix: str,
     """Handle every due entry of ``queues`` once; returns ``(queue, name, reply)`` per
     script call. Safe to run in any number of processes at once (see module doc)."""
     keys = Keys(prefix)
-    names = list(queues)
-    if not names:
-        return []
-    horizon = time.time() + 60.0  # local clock + slack; the server's clock decides below
-    pipe = connection.pipeline(transaction=False)
-    for q in names:
-        pipe.zrangebyscore(keys.queue(q).cron, "-inf", horizon, start=0, num=TICK_BATCH,
-                           withscores=True)
-    candidates = [(q, member, score) for q, rows in zip(names, pipe.execute())
-                  for member, score in rows]
-    if not candidates:
-        return []
-    now = server_time(connection)
-    due = [c for c in candidates if c[2] <= now]
+    due, now = _due(connection, keys, list(queues))
     if not due:
         return []
     pipe = connection.pipeline(transaction=False)
@@ -470,19 +470,12 @@ def run_due(connection: RedisClient, prefix: str,
     pipe = connection.pipeline(transaction=False)
     for (q, member, score), data in zip(due, definitions):
         entry = CronEntry.read(data or {"name": member, "queue": q}, score, f"{member} on {q}")
-        if entry is None:
+        step = None if entry is None else _step(entry, bool(data), score, now)
+        if entry is None or step is None:
             continue
-        if not data:  # definition gone: the script drops the dangling score ('moved')
-            action, nxt, reason = "skip", score + 1, "missed"
-        else:
-            try:
-                action, nxt, reason = plan(entry, score, now)
-            except (ValueError, InvalidSchedule) as exc:
-                log.error("Cron entry %s on %s cannot be scheduled: %s", member, q, exc)
-                continue
-        job_id = uuid.uuid4().hex
-        scripts.cron_tick(keys=[keys.queue(q).base], client=pipe,
-                          args=[member, f"{score:.0f}", f"{nxt:.0f}", action, job_id, reason])
+        action, nxt, reason = step
+        scripts.cron_tick(keys=[keys.queue(q).base], client=pipe, args=[
+            member, f"{score:.0f}", f"{nxt:.0f}", action, uuid.uuid4().hex, reason])
         calls.append((q, member, entry, score, nxt))
     if not calls:
         return []
@@ -496,6 +489,37 @@ def run_due(connection: RedisClient, prefix: str,
         _log_reply(entry, score, nxt, tick)
         results.append((q, member, tick))
     return results
+
+
+def _due(connection: RedisClient, keys: Keys, names: list[str]
+         ) -> tuple[list[tuple[str, str, float]], float]:
+    """(queue, entry, due time) of the entries due now (by the server's clock), and now."""
+    if not names:
+        return [], 0.0
+    horizon = time.time() + 60.0  # local clock + slack; the server's clock decides below
+    pipe = connection.pipeline(transaction=False)
+    for q in names:
+        pipe.zrangebyscore(keys.queue(q).cron, "-inf", horizon, start=0, num=TICK_BATCH,
+                           withscores=True)
+    candidates = [(q, member, score) for q, rows in zip(names, pipe.execute())
+                  for member, score in rows]
+    if not candidates:
+        return [], 0.0
+    now = server_time(connection)
+    return [c for c in candidates if c[2] <= now], now
+
+
+def _step(entry: CronEntry, defined: bool, score: float, now: float
+          ) -> tuple[str, float, str] | None:
+    """What cron_tick.lua does with the due time: (action, next run, reason); None when
+    the schedule cannot be computed (logged)."""
+    if not defined:  # definition gone: the script drops the dangling score ('moved')
+        return "skip", score + 1, "missed"
+    try:
+        return plan(entry, score, now)
+    except (ValueError, InvalidSchedule) as exc:
+        log.error("Cron entry %s on %s cannot be scheduled: %s", entry.name, entry.queue, exc)
+        return None
 
 
 def _log_reply(entry: CronEntry, due: float, nxt: float, reply: replies.CronTick) -> None:
