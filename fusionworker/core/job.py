@@ -99,6 +99,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -154,6 +155,27 @@ def new_job_id() -> str:
     """32 hex digits of a random version-4 UUID: ``uuid.uuid4().hex`` without the
     ``UUID`` object (half the cost; a bulk producer makes one per job)."""
     return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
+
+
+def _confirmed(pubsub: Any, remaining: Callable[[], float | None], limited: bool) -> None:
+    """Wait for the subscription's confirmation (from then on every outcome reaches us),
+    or for the time left to run out."""
+    while True:
+        msg = pubsub.get_message(timeout=remaining() if limited else 1.0)
+        if msg is not None and msg.get("type") == "subscribe":
+            return
+        if limited and remaining() == 0:
+            return
+
+
+def _next_message(pubsub: Any, left: float | None, marked: bool, limited: bool) -> None:
+    """Wait for a message on the job's channel: up to ``left`` seconds, at most 1 s when
+    the record is not marked (no message may come); without a limit, in 60 s reads."""
+    while True:
+        wait = left if left is not None else 60.0
+        msg = pubsub.get_message(timeout=wait if marked else min(wait, 1.0))
+        if msg is not None or limited or not marked:
+            return
 
 
 class MalformedJob(ValueError):
@@ -273,12 +295,7 @@ class Job(JobRecord[R], JobHabits):
         pubsub = new_pubsub_connection(q.connection)
         try:
             pubsub.subscribe(q.qkeys.done(self.id))
-            while True:   # the confirmation: from now on every outcome reaches us
-                msg = pubsub.get_message(timeout=remaining() if deadline else 1.0)
-                if msg is not None and msg.get("type") == "subscribe":
-                    break
-                if deadline is not None and remaining() == 0:
-                    break
+            _confirmed(pubsub, remaining, deadline is not None)
             while True:
                 marked = self._read_waited(q)
                 if self.status in DONE_STATUSES:
@@ -288,11 +305,7 @@ class Job(JobRecord[R], JobHabits):
                     raise JobWaitTimeout(
                         f"job {self.id} ({self.func}) is still {self.status} after "
                         f"waiting {timeout:g} s", job=self)
-                while True:
-                    wait = left if left is not None else 60.0
-                    msg = pubsub.get_message(timeout=wait if marked else min(wait, 1.0))
-                    if msg is not None or deadline is not None or not marked:
-                        break
+                _next_message(pubsub, left, marked, deadline is not None)
         finally:
             pubsub.close()
         if self.status == JobStatus.FAILED:
