@@ -180,30 +180,48 @@ def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> lis
     return found
 
 
-#: how each ``kind`` of field is read from its text (None: absent); ``payload`` fields
-#: (args, kwargs, result) are read by ``Job.from_hash``, which knows about ``strict``
-READERS: dict[str, Callable[[str | None], Any]] = {
-    "str": lambda v: v or "",
-    "text": lambda v: v or None,
-    "int": _int,
-    "float": _float,
-    "ttl": _ttl,
-    "timeout": lambda v: _float(v) or DEFAULT_TIMEOUT,
-    "status": lambda v: JobStatus.read(v or JobStatus.QUEUED),
-    "reason": lambda v: FailureReason.read(v) if v else None,
-    "flag": lambda v: v == "1",
-    "meta": _meta,
-    "str_list": lambda v: _json_list(v, str),
-    "num_list": lambda v: _json_list(v, (int, float)),
+def _reason(value: str | None) -> FailureReason | None:
+    return FailureReason.read(value) if value else None
+
+
+#: how each ``kind`` of field is read from its text ``v`` (None: absent); ``payload``
+#: fields (args, kwargs, result) are read by ``Job.from_hash``, which knows ``strict``
+READERS: dict[str, str] = {
+    "str": '{v} or ""',
+    "text": "{v} or None",
+    "int": "_int({v})",
+    "float": "_float({v})",
+    "ttl": "_ttl({v})",
+    "timeout": "_float({v}) or DEFAULT_TIMEOUT",
+    "status": "JobStatus.read({v} or JobStatus.QUEUED)",
+    "reason": "_reason({v})",
+    "flag": '{v} == "1"',
+    "meta": "_meta({v})",
+    "str_list": "_json_list({v}, str)",
+    "num_list": "_json_list({v}, (int, float))",
+    "payload": "payload[{name!r}]",
 }
 
 
-def read_fields(data: dict[str, str], payload: dict[str, Any]) -> dict[str, Any]:
-    """The record's attributes from ``HGETALL``'s ``data``; ``payload`` gives the
-    ``payload`` fields already read."""
-    return {f.name: payload[f.name] if f.metadata["kind"] == "payload"
-            else READERS[f.metadata["kind"]](data.get(hash_name(f)))
-            for f in FIELDS}
+def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
+    """``read_fields``, written out from the schema once (as ``dataclasses`` writes
+    ``__init__``): one expression per field, no call per field but its reader's."""
+    items = [f"{f.name!r}: " + READERS[f.metadata["kind"]].format(
+        v=f"get({hash_name(f)!r})", name=f.name) for f in FIELDS]
+    source = ("def read_fields(data, payload):\n    get = data.get\n    return {"
+              + ", ".join(items) + "}\n")
+    namespace: dict[str, Any] = {
+        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
+        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
+    # the source is the schema's own names (repr) and the templates above: no data
+    exec(compile(source, "<record.read_fields>", "exec"), namespace)
+    reader: Callable[[dict[str, str], dict[str, Any]], dict[str, Any]] = namespace["read_fields"]
+    reader.__doc__ = ("The record's attributes from ``HGETALL``'s ``data``; ``payload`` gives "
+                      "the payload fields (args, kwargs, result) already read.")
+    return reader
+
+
+read_fields = _reader()
 
 
 def plain(value: Any) -> Any:
