@@ -46,14 +46,15 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 KNOWN_DEFERRED_CYCLES = {
     # job_habits (Job.fetch, job.cancel/requeue) reaches Queue when called; job imports
     # it, so it is on the cycle too; so do Queue's registries (registries.py)
-    # (keys and the script replies read the vocabulary, not job.py: off the cycle)
+    # (keys and the script replies read the vocabulary, not job.py, and tracing is
+    # handed the Queue class it instruments: off the cycle)
     frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue",
                "fusionworker.core.job", "fusionworker.core.job_habits",
                "fusionworker.core.options",
                "fusionworker.core.queue", "fusionworker.core.queue_admin",
                "fusionworker.core.queue_habits", "fusionworker.core.queue_read",
                "fusionworker.core.registries", "fusionworker.core.registry",
-               "fusionworker.core.tracing", "fusionworker.core.workflows"}),
+               "fusionworker.core.workflows"}),
 }
 
 #: reads of another object's private attribute there are, each with its reason
@@ -75,7 +76,7 @@ ALLOWED_PRIVATE = {
     ("fusionworker.core.enqueue", "q._register"): "the queue registers itself once",
     ("fusionworker.core.enqueue", "q._script_events"):
         "whether enqueue_many.lua writes the events itself",
-    ("fusionworker.core.tracing", "Queue._fw_plain"):
+    ("fusionworker.core.tracing", "queue_class._fw_plain"):
         "instrument()/uninstrument() wrap Queue.enqueue_call and keep the plain one",
 }
 

@@ -126,7 +126,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         self._registered = False
         self._made_defaults: tuple[Any, ...] | None = None
         if self.settings.otel:   # FUSIONWORKER_OTEL=on
-            _otel.ensure_producer()
+            _otel.ensure_producer(Queue)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
