@@ -7,9 +7,9 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from ..core import cron as cron_api
 from ..core.keys import Keys
 from ..core.registry import import_configured
-from ..middleware import cron as cron_api
 from .common import (
     App,
     FiniteFloat,
