@@ -13,7 +13,7 @@ parent dies at each step (each slot goes through the same steps)::
                           Dies before: nothing changed. Dies after (or the reply
                           is lost): every claimed job is in `started` with a
                           lease nobody renews -> the reaper re-queues it
-                          (attempt counted) once the lease is over.
+                          (attempt not counted) once the lease is over.
     2. fork the horse     requests go to the fork server, its answers (the pids)
                           are read with the ends, never waited for (launch.py).
                           PDEATHSIG chain: parent dies -> fork server dies ->

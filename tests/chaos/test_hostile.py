@@ -57,8 +57,14 @@ def test_hostile_jobs_cost_ordinary_jobs_nothing(processes, queue, r, prefix, re
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
-             timeout=180, what="every ordinary job finished")
+    try:
+        wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
+                 timeout=60, what="every ordinary job finished")
+    except BaseException:
+        from collections import Counter
+        print(Counter((q.fetch_job(j.id).status, q.fetch_job(j.id).error_message) for j in ordinary))
+        print(Counter((j.status, j.error_message, j.func) for j in [q.fetch_job(i) for i in q.job_ids] if j))
+        raise
     assert r.llen(f"{key}:overlap") == 0, r.lrange(f"{key}:overlap", 0, -1)
     runs = r.lrange(key, 0, -1)
     for job in ordinary:
