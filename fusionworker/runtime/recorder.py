@@ -46,8 +46,9 @@ from .state import View
 log = logging.getLogger(__name__)
 
 
-#: A job its fork server died under this many times (each time running beside other
-#: jobs, any of which may have killed it) fails instead of being given back again.
+#: A job its fork server or its worker died under this many times (each time running
+#: beside other jobs, any of which may have killed it) fails instead of being given back
+#: again; a job allowed more retries (``max_retries + 1``) gets that many.
 SHARED_DEATHS_MAX = 3
 
 
@@ -69,7 +70,7 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.shared:      # its fork server died under it: not its fault, up to a bound
-        if job.shared_deaths + 1 < SHARED_DEATHS_MAX:
+        if job.shared_deaths + 1 < max(SHARED_DEATHS_MAX, job.max_retries + 1):
             return Outcome(status=OutcomeStatus.REQUEUED, **common)
         common["error_message"] = (
             f"the fork server died under this job {job.shared_deaths + 1} times (a job "

@@ -56,7 +56,7 @@ def test_dead_worker_job_requeued_at_its_place(queue, settings, r):
 def test_a_job_its_worker_was_lost_under_three_times_fails_as_abandoned(queue, settings, r):
     # a job that takes its worker down (or is there each time one dies) is not run forever
     q = queue()
-    job = q.enqueue("tests.jobs:noop", max_retries=5)
+    job = q.enqueue("tests.jobs:noop", max_retries=1)
     for _ in range(SHARED_DEATHS_MAX - 1):
         claim(q)
         assert reap_once(r, settings)["requeued"] == 1

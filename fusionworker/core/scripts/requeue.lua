@@ -4,8 +4,9 @@
 --   mode 'reap'   : a started job whose lease expired and whose worker is gone
 --                   (the caller checked the worker). Its worker died or froze under
 --                   it, beside other jobs: re-queued with the attempt NOT counted and
---                   'shared_deaths' + 1, or failed as 'abandoned' at SHARED_MAX such
---                   deaths (a job that takes its worker down is not run forever).
+--                   'shared_deaths' + 1, or failed as 'abandoned' at max(SHARED_MAX,
+--                   max_retries + 1) such deaths (a job that takes its worker down
+--                   is not run forever).
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
@@ -51,10 +52,12 @@ if mode == 'return' then
   push_pending(base, jid)
   return {'requeued'}
 end
-local SHARED_MAX = 3    -- runtime/recorder.py SHARED_DEATHS_MAX: the same bound
+-- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
+local SHARED_MAX = 3
+local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
 local deaths = (tonumber(hget(jkey, 'shared_deaths') or '0') or 0) + 1
 redis.call('HSET', jkey, 'shared_deaths', deaths)
-if deaths >= SHARED_MAX then
+if deaths >= math.max(SHARED_MAX, max_retries + 1) then
   redis.call('HSET', jkey, 'error_type', 'Abandoned', 'failure_reason', 'abandoned',
     'error_message', 'worker ' .. (hget(jkey, 'worker') or '?') ..
     ' died (or stopped answering) while running the job; its worker was lost under it ' ..
