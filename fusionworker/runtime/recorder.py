@@ -13,7 +13,8 @@ outcome, and written by the heartbeat (counters.py).
 
 When the round trip fails (Redis unreachable, a refusal), each outcome is
 recorded on its own (:meth:`Recorder.record_alone`), without claims, with
-backoff until Redis answers; after a lost reply it first looks whether the
+backoff until Redis answers (a PING every 0.25 s cuts the backoff short: the
+write goes again as soon as Redis answers); after a lost reply it first looks whether the
 write landed (:meth:`Recorder.landed`), so nothing is counted twice. The
 crash points are in loop.py's docstring (step 5).
 """
@@ -38,7 +39,7 @@ from ..core.keys import Keys
 from ..core.scripts import replies
 from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
-from .errors import REFUSED, UNREACHABLE, is_oom
+from .errors import REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .exits import HorseExit
 from .minutes import MinuteCounts
 from .state import View
@@ -120,13 +121,23 @@ class Recorder:
         self.key = keys.worker(name)      # the heartbeat hash, where the counters are
         self.claimer = claimer
         self.is_cold = is_cold
-        self.successful = 0
-        self.failed = 0
-        self.total_working_time = 0.0
-        #: the worker hash's counters not written yet (the heartbeat writes them)
+        #: the job counters: the worker's totals, and the hash's increments not written
+        #: yet (the heartbeat writes them)
         self.counters = Counters()
         #: the queues' per-minute outcome counts not written yet (the heartbeat too)
         self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
+
+    @property
+    def successful(self) -> int:
+        return self.counters.total.successful
+
+    @property
+    def failed(self) -> int:
+        return self.counters.total.failed
+
+    @property
+    def total_working_time(self) -> float:
+        return self.counters.total.working
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -246,8 +257,12 @@ class Recorder:
                     return True
                 log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying "
                             "in %.1f s", self.name, job.id, exc, delay)
+                time.sleep(delay)                # OOM: the whole backoff
+                retrying = True
+                delay = min(delay * 2, 10.0)
+                continue
+            wait_reachable(self.connection, delay)   # a PING each 0.25 s cuts it short
             retrying = True
-            time.sleep(delay)
             delay = min(delay * 2, 10.0)
         self._recorded(job, outcome, stale, at)
         return False
@@ -292,7 +307,7 @@ class Recorder:
 
     def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool,
                   at: float | None = None) -> None:
-        self.total_working_time += outcome.duration
+        self.counters.recorded(outcome, stale)
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
@@ -302,7 +317,6 @@ class Recorder:
             self.minutes.count(job.queue, at, str(outcome.status))
         ms = outcome.duration * 1000
         if outcome.status == OutcomeStatus.FINISHED:
-            self.successful += 1
             log.info("Worker %s finished job %s in %.1f ms", self.name, job.id, ms)
         elif outcome.status == OutcomeStatus.RETRY:
             log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
@@ -314,6 +328,5 @@ class Recorder:
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:
-            self.failed += 1
             log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
                       outcome.reason, outcome.error_type, outcome.error_message)

@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ...core.functions import resolve
+from ...core.functions import check_allowed
+from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..horse.hygiene import oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
-    HorseReport,
     MovedNotice,
     ProgressNotice,
     RunRequest,
@@ -46,6 +46,7 @@ from ..protocol import (
     unread,
     write_all,
 )
+from .modules import import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
 #: turn brought, e.g. the claims a worker with many slots sends at once).
@@ -131,7 +132,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     if preload and server.slots:   # warm: the pool, forked ahead, is not retired at the
         for module in imports:     # first job (the worker imported them already)
             server.preloaded.add(module)
-            _preload(module)
+            import_for_horses(module)
     server.run()
 
 
@@ -355,9 +356,43 @@ class Server:
                 self.watchdog.forget(run.pid)
         self.start_warm(request, moved_from=run.pid, moves=run.moves + 1)
 
+    def load(self, func: str) -> None:
+        """Warm horses: import the module of ``func`` here before its first horse, once
+        the reference passed the allow check by name (the worker checked it too), so
+        every horse forked from now on has it: no module is ever imported here for a
+        job the allow-list refuses (its horse reports the refusal). A module named with
+        ``--import`` is here already; one whose import fails is tried once."""
+        module = func.partition(":")[0]
+        if not self.preload or module in self.preloaded:
+            return
+        try:
+            check_allowed(func, self.allowed)
+        except (FunctionNotAllowed, InvalidFunction):
+            return
+        self.loaded(module)
+        if module in sys.modules and len(self.tried) < REMEMBER_MAX:
+            self.tried.add(func)
+            remember(self.resolved, func, self.allowed)
+            gc.freeze()
+
+    def loaded(self, module: str) -> None:
+        """Import ``module`` (once), then what follows a preload: remembered functions
+        resolved again, the ready horses (forked before the import) retired."""
+        self.preloaded.add(module)
+        if module in sys.modules:     # imported already (with another module): no change
+            return
+        import_for_horses(module)
+        resolve_again(self.resolved, self.allowed)   # the import may have rebound them
+        gc.freeze()
+        for horse in self.ready:     # forked before the preload: retired
+            horse.retire()
+            self.exiting.add(horse.pid)
+        self.ready.clear()
+
     def start_warm(self, request: RunRequest, moved_from: int = 0, moves: int = 0) -> None:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
+        self.load(request.func)
         body = frame(for_horse(request))
         cap = self.cap(request.func)
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
@@ -451,50 +486,16 @@ class Server:
             os.close(run.job_w)
             run.job_w = -1
         module = run.func.partition(":")[0]
-        if self.preload and module not in self.preloaded and _reported_ok(run.buf):
-            self.preloaded.add(module)
-            _preload(module)
-            self.resolve_again()     # the import may have rebound what was resolved
-            gc.freeze()
-            for horse in self.ready:     # forked before the preload: retired
-                horse.retire()
-                self.exiting.add(horse.pid)
-            self.ready.clear()
+        if self.preload and module not in self.preloaded and reported_ok(run.buf):
+            self.loaded(module)      # fresh horses: only once a job of it ran fine
         if (module in self.preloaded and run.func not in self.tried
                 and len(self.tried) < REMEMBER_MAX):
             self.tried.add(run.func)
-            self.remember(run.func)
+            remember(self.resolved, run.func, self.allowed)
             gc.freeze()
         # release the report (a 100 MB result) before forking the next horse: the
         # server would otherwise keep that size for good
         run.buf = bytearray()
-
-    # -- remembered resolutions ------------------------------------------------------------
-
-    def remember(self, ref: str) -> None:
-        """Resolve ``ref`` here, once its module is preloaded, with every check of
-        ``functions.resolve``: the horses forked from now on find it in
-        :attr:`resolved`. An ``async def`` also has asyncio preloaded (horse/run.py
-        imports it on first use: a server of sync jobs does not map it, ~6 MiB with ssl)."""
-        import importlib
-        import inspect
-
-        try:
-            func = resolve(ref, self.allowed)
-            self.resolved[ref] = func
-            if inspect.iscoroutinefunction(inspect.unwrap(func)):
-                importlib.import_module("asyncio")
-        except BaseException:  # noqa: BLE001 - refused or broken: each horse checks it, says why
-            pass
-
-    def resolve_again(self) -> None:
-        """After a preload: resolve every remembered function again (an import can rebind
-        a module's attributes); one that no longer resolves is forgotten."""
-        for ref in list(self.resolved):
-            try:
-                self.resolved[ref] = resolve(ref, self.allowed)
-            except BaseException:  # noqa: BLE001 - as in remember
-                del self.resolved[ref]
 
     # -- reaping -------------------------------------------------------------------------
 
@@ -581,19 +582,4 @@ def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reported_ok(buf: bytearray) -> bool:
-    report = HorseReport.decode(buf)
-    return report is not None and report.ok
-
-
-def _preload(module: str) -> None:
-    """Import a module a horse just ran fine, so later horses find it imported."""
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except BaseException:  # noqa: BLE001 - a bad import must not kill the server; horses still try
         pass
