@@ -405,9 +405,7 @@ class Loop:
             outcome = decide(self.ctx.settings, slot.job, exit_)
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
-            outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
-            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
-                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
+            outcome.progress_fields[:0] = self.relay.final_fields(slot.job, exit_.progress)
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running

@@ -72,7 +72,9 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.shared:      # its fork server died under it: not its fault, up to a bound
         if job.shared_deaths + 1 < max(SHARED_DEATHS_MAX, job.max_retries + 1):
-            return Outcome(status=OutcomeStatus.REQUEUED, **common)
+            # written with the give-back (requeue.lua 'return'), after the job's progress
+            return Outcome(status=OutcomeStatus.REQUEUED, **common,
+                           progress_fields=["shared_deaths", str(job.shared_deaths + 1)])
         common["error_message"] = (
             f"the fork server died under this job {job.shared_deaths + 1} times (a job "
             "running beside it, or this one, killed it each time): not tried again")
