@@ -67,9 +67,11 @@ def log_fds() -> list[int]:
     out = []
     for handler in logging.getLogger().handlers:
         stream = getattr(handler, "stream", None)
+        if stream is None:
+            continue
         try:
-            out.append(stream.fileno()) if stream is not None else None
-        except (AttributeError, OSError, ValueError):
+            out.append(stream.fileno())
+        except (AttributeError, OSError, ValueError):   # no descriptor (a StringIO)
             pass
     return out
 
