@@ -13,7 +13,7 @@ parent dies at each step (each slot goes through the same steps)::
                           Dies before: nothing changed. Dies after (or the reply
                           is lost): every claimed job is in `started` with a
                           lease nobody renews -> the reaper re-queues it
-                          (attempt counted) once the lease is over.
+                          (attempt not counted) once the lease is over.
     2. fork the horse     requests go to the fork server, its answers (the pids)
                           are read with the ends, never waited for (launch.py).
                           PDEATHSIG chain: parent dies -> fork server dies ->
@@ -403,9 +403,7 @@ class Loop:
             outcome = decide(self.ctx.settings, slot.job, exit_)
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
-            outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
-            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
-                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
+            outcome.progress_fields[:0] = self.relay.final_fields(slot.job, exit_.progress)
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running

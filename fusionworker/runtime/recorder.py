@@ -47,8 +47,9 @@ from .state import View
 log = logging.getLogger(__name__)
 
 
-#: A job its fork server died under this many times (each time running beside other
-#: jobs, any of which may have killed it) fails instead of being given back again.
+#: A job its fork server or its worker died under this many times (each time running
+#: beside other jobs, any of which may have killed it) fails instead of being given back
+#: again; a job allowed more retries (``max_retries + 1``) gets that many.
 SHARED_DEATHS_MAX = 3
 
 
@@ -70,8 +71,10 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.shared:      # its fork server died under it: not its fault, up to a bound
-        if job.shared_deaths + 1 < SHARED_DEATHS_MAX:
-            return Outcome(status=OutcomeStatus.REQUEUED, **common)
+        if job.shared_deaths + 1 < max(SHARED_DEATHS_MAX, job.max_retries + 1):
+            # written with the give-back (requeue.lua 'return'), after the job's progress
+            return Outcome(status=OutcomeStatus.REQUEUED, **common,
+                           progress_fields=["shared_deaths", str(job.shared_deaths + 1)])
         common["error_message"] = (
             f"the fork server died under this job {job.shared_deaths + 1} times (a job "
             "running beside it, or this one, killed it each time): not tried again")
