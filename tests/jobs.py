@@ -249,3 +249,8 @@ def barrier(url, key, n, timeout=60.0):
         time.sleep(0.05)
     r.rpush(f"{key}:met", 0)
     return False
+
+
+def sized_result(size):
+    """A return value of ``size`` characters (the result cap's tests)."""
+    return "x" * size
