@@ -52,7 +52,7 @@ from croniter import CroniterError, croniter
 
 from ..core import codec
 from ..core.config import Settings
-from ..core.connection import decoding
+from ..core.connection import decoding, server_time
 from ..core.functions import func_ref, verify
 from ..core.hooks import Middleware
 from ..core.job import check_priority
@@ -145,8 +145,26 @@ class CronEntry:
             misses=int(data.get("misses") or 0),
         )
 
+    @classmethod
+    def read(cls, data: dict[str, str], next_score: float | None,
+             where: str) -> CronEntry | None:
+        """:meth:`from_hash`, or None (logged) for a definition it cannot read: one bad
+        entry is skipped, the others are listed and run."""
+        try:
+            return cls.from_hash(data, next_score)
+        except Exception as exc:  # noqa: BLE001 - a record from Redis: skipped, never fatal
+            if where not in _UNREADABLE and len(_UNREADABLE) < 1000:   # once, not per tick
+                _UNREADABLE.add(where)
+                log.error("Cron entry %s cannot be read (%s: %s); skipped", where[:200],
+                          type(exc).__name__, str(exc)[:200])
+            return None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+#: cron entries (``"name on queue"``) this process logged as unreadable
+_UNREADABLE: set[str] = set()
 
 
 # -- schedule arithmetic (pure, no Redis) -----------------------------------------
@@ -245,11 +263,6 @@ def _qkeys(settings: Settings, queue: str) -> QueueKeys:
     return Keys(settings.prefix).queue(check_queue_name(queue))
 
 
-def _server_time(connection: RedisClient) -> float:
-    seconds, micros = connection.time()
-    return seconds + micros / 1e6
-
-
 def register(
     connection: RedisClient,
     settings: Settings,
@@ -302,7 +315,7 @@ def register(
         "timeout": repr(float(timeout if timeout is not None else settings.job_timeout)),
         "max_retries": int(max_retries if max_retries is not None else settings.max_retries),
     }
-    nxt = next_after(schedule, timezone, _server_time(connection))
+    nxt = next_after(schedule, timezone, server_time(connection))
     paused = connection.hget(ekey, "paused") == "1"
     pipe = connection.pipeline(transaction=False)
     pipe.sadd(Keys(settings.prefix).cron_queues, queue)    # first: ticks look at the queue
@@ -392,7 +405,7 @@ def resume(connection: RedisClient, settings: Settings, name: str, queue: str | 
     connection = decoding(connection)   # any redis-py client
     entry = get_entry(connection, settings, name, queue)
     k = _qkeys(settings, entry.queue)
-    nxt = next_after(entry.schedule, entry.timezone, _server_time(connection))
+    nxt = next_after(entry.schedule, entry.timezone, server_time(connection))
     pipe = connection.pipeline(transaction=False)
     pipe.hset(k.cron_entry(name), mapping={"paused": "0", "next_run": f"{nxt:.0f}"})
     pipe.zadd(k.cron, {name: nxt}, xx=True)
@@ -417,8 +430,9 @@ def list_entries(connection: RedisClient, prefix: str = "fw",
     pipe = connection.pipeline(transaction=False)
     for q, member, _ in listed:
         pipe.hgetall(keys.queue(q).cron_entry(member))
-    entries = [CronEntry.from_hash(data, score)
-               for (_, _, score), data in zip(listed, pipe.execute()) if data]
+    found = [CronEntry.read(data, score, f"{member} on {q}")
+             for (q, member, score), data in zip(listed, pipe.execute()) if data]
+    entries = [entry for entry in found if entry is not None]
     _fill_job_status(connection, prefix, entries)
     entries.sort(key=lambda e: (e.next_run is None, e.next_run or 0.0, e.queue, e.name))
     return entries
@@ -444,7 +458,7 @@ def run_due(connection: RedisClient, prefix: str,
                   for member, score in rows]
     if not candidates:
         return []
-    now = _server_time(connection)
+    now = server_time(connection)
     due = [c for c in candidates if c[2] <= now]
     if not due:
         return []
@@ -456,7 +470,9 @@ def run_due(connection: RedisClient, prefix: str,
     calls = []
     pipe = connection.pipeline(transaction=False)
     for (q, member, score), data in zip(due, definitions):
-        entry = CronEntry.from_hash(data or {"name": member, "queue": q}, score)
+        entry = CronEntry.read(data or {"name": member, "queue": q}, score, f"{member} on {q}")
+        if entry is None:
+            continue
         if not data:  # definition gone: the script drops the dangling score ('moved')
             action, nxt, reason = "skip", score + 1, "missed"
         else:

@@ -43,6 +43,7 @@ from typing import Any
 
 import redis
 
+from ..core.connection import seconds, server_time
 from ..core.job import FailureReason, Job, MalformedJob
 from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
@@ -94,24 +95,57 @@ def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str |
     return None
 
 
-def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job[Any]:
+def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None,
+             max_args_bytes: int = 0) -> Job[Any]:
     """The claimed job. The key we claimed is the truth: a record whose
     ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
-    claimed id and queue, without running."""
+    claimed id and queue, without running.
+
+    The guard of the claim (docs/design.md, "Decoding what Redis holds"): whatever
+    reading the record raises (arguments too deep, too large, not JSON, of a wrong
+    type; any other error) makes it a job failed with reason ``malformed`` under the
+    claimed id and queue, which the worker records like any failure; never an
+    exception out of the claim. ``max_args_bytes`` (0: none): a larger ``args`` +
+    ``kwargs`` text is malformed too (the setting of that name)."""
     try:
+        too_large = _too_large(data, max_args_bytes)
+        if too_large:
+            raise MalformedJob(too_large)
         job = Job.from_hash(data, strict=True)
         mismatch = _mismatch(data, queue, claimed_id)
         if mismatch:
             raise MalformedJob(mismatch)
         return job
     except MalformedJob as exc:
-        job = Job.from_hash(data)
-        job.error_type, job.error_message = "MalformedJob", str(exc)
-        job.failure_reason = FailureReason.MALFORMED
+        why = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a record nobody checked: it fails alone, never the worker
+        why = f"job record cannot be read ({type(exc).__name__}: {exc})"[:500]
+    job = _readable_part(data, queue)
+    job.error_type, job.error_message = "MalformedJob", why
+    job.failure_reason = FailureReason.MALFORMED
     job.queue = queue
     if claimed_id:
         job.id = claimed_id
     return job
+
+
+def _too_large(data: dict[str, str], limit: int) -> str | None:
+    size = len(data.get("args") or "") + len(data.get("kwargs") or "")
+    if limit and size > limit:
+        return (f"job arguments are {size} characters of JSON, more than this worker's "
+                f"max_args_bytes ({limit})")
+    return None
+
+
+def _readable_part(data: dict[str, str], queue: str) -> Job[Any]:
+    """What can be read of a malformed record (its attempts, retries, callbacks...),
+    without its arguments; a bare job when even that fails."""
+    rest = {k: v for k, v in data.items() if k not in ("args", "kwargs", "result")}
+    try:
+        return Job.from_hash(rest)
+    except Exception:   # not strict reading should not fail; if it does, the bare job
+        log.exception("Reading the fields of a malformed job record of queue %s failed", queue)
+        return Job(id=str(data.get("id", "")), queue=queue, func=str(data.get("func", "")))
 
 
 @dataclass
@@ -149,12 +183,15 @@ class Claimer:
 
     ``name``: the claiming worker's (each claimed job records it); ``lease``: the
     seconds each claim leases a job for; ``failed_ttl``: what a dead-lettered
-    record without a job keeps."""
+    record without a job keeps; ``max_args_bytes``: see :func:`job_from`."""
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
-                 name: str, lease: float, failed_ttl: float, strict: bool = False) -> None:
+                 name: str, lease: float, failed_ttl: float, strict: bool = False,
+                 max_args_bytes: int = 0) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
+        #: a record with more argument text is failed as malformed (0: no limit)
+        self.max_args_bytes = max_args_bytes
         self.spec = parse_queue_spec(spec)
         #: strict order: the first queue in listed order that has jobs, always
         self.strict = strict
@@ -172,7 +209,7 @@ class Claimer:
         #: from its last reply
         self.due_at: dict[str, float] = {}
         #: wake-ups are confirmed (the loop sets it): a dry queue may go quiet
-        self.armed = False
+        self._armed = False
         #: queues found with nothing to claim since wake-ups were confirmed (module doc)
         self.quiet: set[str] = set()
         self.sweep_interval = 1.0
@@ -224,10 +261,20 @@ class Claimer:
         else:
             self.quiet -= queues
 
+    @property
+    def armed(self) -> bool:
+        """Wake-ups are confirmed: a queue found dry may go quiet."""
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        self._armed = value
+        if not value:            # a wake-up may have been missed: every queue is loud
+            self.quiet.clear()
+
     def disarm(self) -> None:
         """Wake-ups may be missed (the subscription is gone): every queue is loud."""
         self.armed = False
-        self.quiet.clear()
 
     def _refresh(self) -> None:
         """Wake the quiet queues whose due time came, and the next of the sweep."""
@@ -281,10 +328,9 @@ class Claimer:
         now = self.server_now()
         if now is None:
             try:
-                sec, usec = self.connection.time()
+                now = server_time(self.connection)
             except UNREACHABLE:
                 return poll_interval
-            now = sec + usec / 1e6
         return min(poll_interval, max(0.0, due - now))
 
     def untried(self, dry: set[str]) -> bool:
@@ -309,8 +355,7 @@ class Claimer:
             answers = pipe.execute()
         except (redis.RedisError, OSError):
             return False
-        sec, usec = answers[0]
-        now = float(sec) + float(usec) / 1e6
+        now = seconds(answers[0])
         for i in range(1, len(answers), 3):
             paused, pending, first = answers[i:i + 3]
             if not paused and (pending or (first and float(first[0][1]) <= now)):
@@ -468,7 +513,8 @@ class Claimer:
             self.due_at.pop(queue, None)
         if answer.now is not None:
             self.server_clock = (answer.now, time.monotonic())
-        jobs = [job_from(queue, taken.data, taken.job_id) for taken in answer.jobs]
+        jobs = [job_from(queue, taken.data, taken.job_id, self.max_args_bytes)
+                for taken in answer.jobs]
         return jobs, len(answer.jobs) + len(answer.missing)
 
     @staticmethod

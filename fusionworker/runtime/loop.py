@@ -406,6 +406,8 @@ class Loop:
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
             outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
+            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
+                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running
@@ -562,8 +564,7 @@ class Loop:
 
     def drop_pubsub(self) -> None:
         """Close pub/sub; wake-ups may be missed until it is back: claim from every queue."""
-        self.wakeups.drop()
-        self.claimer.disarm()
+        self.wakeups.drop()      # no longer confirmed: _heard, before any claim, disarms
         self.state.want_claim = True
 
     def _pubsub_sock(self) -> Any:

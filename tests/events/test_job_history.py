@@ -57,7 +57,8 @@ def test_after_a_burst_of_400_jobs_every_job_shows_all_its_events(
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
     try:
-        processes.worker("-q", "burst", "--concurrency", "4")
+        processes.worker("-q", "burst", "--concurrency", "4",
+                         env={"FUSIONWORKER_RESULT_TTL": "3600"})   # pages read after
         ids = [job.id for job in jobs]
         wait_for(lambda: q.finished_job_registry.count + q.failed_job_registry.count == JOBS,
                  interval=0.5, timeout=240)
@@ -81,7 +82,9 @@ def test_after_a_burst_of_400_jobs_every_job_shows_all_its_events(
     with TestClient(app) as client:
         for job_id in ids:
             want = stream[job_id]
-            doc = client.get(f"/api/v1/jobs/{job_id}", headers=BEARER).json()
+            answer = client.get(f"/api/v1/jobs/{job_id}", headers=BEARER)
+            assert answer.status_code == 200, answer.text
+            doc = answer.json()
             api_events = [(e["id"], e["event"]) for e in doc["events"]]
             page = client.get(f"/jobs/{job_id}", headers=BEARER).text
             page_events = re.findall(r'<span class="badge status-(\w+)">\1</span></td>'
