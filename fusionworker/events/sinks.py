@@ -355,6 +355,13 @@ HISTORY_CAP = 200
 #: Seconds a job's history outlives its record when an event comes after the record is
 #: gone (a job finished with ``result_ttl=0``, deleted).
 HISTORY_GONE_TTL = 600
+#: Seconds a new history lives until an event that ends the job gives it the record's
+#: TTL (a job that lives longer loses its first events).
+HISTORY_TTL = 30 * 86400
+#: The events after which the history takes the record's TTL: the job ended (its script
+#: set the record's TTL first) or came back (a failed job requeued: its TTL dropped).
+HISTORY_COPY_TTL = frozenset(("completed", "failed", "timeout", "abandoned", "canceled",
+                              "deleted", "requeued"))
 
 
 class RedisStreamSink(EventSink):
@@ -392,7 +399,9 @@ class RedisStreamSink(EventSink):
                 calls.append(None)
             if keys is not None:
                 keys += [self.key] if own_stream else []
-                args: list[Any] = [HISTORY_CAP, HISTORY_GONE_TTL, self.maxlen]
+                copy = "copy" if doc.get("event") in HISTORY_COPY_TTL else "keep"
+                args: list[Any] = [HISTORY_CAP, copy, HISTORY_TTL, HISTORY_GONE_TTL,
+                                   self.maxlen]
                 for name, value in fields.items():
                     args += [name, value]
                 scripts.history.queue_by_sha(pipe, keys, args)

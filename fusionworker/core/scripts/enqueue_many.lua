@@ -157,8 +157,8 @@ for i = 1, n do
       local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
       local doc = {}   -- and the job's own history, as history.lua writes it
       for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
-      if redis.call('RPUSH', base .. 'job_events:' .. jid, cjson.encode({id, doc})) > 1 then
-        redis.call('PERSIST', base .. 'job_events:' .. jid)   -- a record replaced: it lives on
+      if redis.call('RPUSH', base .. 'job_events:' .. jid, cjson.encode({id, doc})) == 1 then
+        redis.call('EXPIRE', base .. 'job_events:' .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
       end
     end
   end
