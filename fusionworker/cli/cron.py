@@ -61,8 +61,10 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
     """Add (or replace) entry NAME: run FUNC (module:function) on SCHEDULE.
 
     SCHEDULE is a cron expression: 5 fields (minute hour day month weekday), or 6
-    with seconds last ("* * * * * */10" = every 10 s). ARGS are parsed as JSON where
-    they parse, else kept as strings.
+    with seconds last ("* * * * * */10" = every 10 s), or @hourly, @daily, @weekly,
+    @monthly, @yearly. Refused, with nothing stored: any other number of fields, a
+    range that runs backwards ("1-0"), a date that never comes ("* * 31 2 *"). ARGS
+    are parsed as JSON where they parse, else kept as strings.
     """
     kwargs = parse_kwargs(kwargs_json)
     import_configured(app.settings)   # their @job functions may be named

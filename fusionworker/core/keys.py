@@ -250,6 +250,11 @@ class QueueKeys:
     def job(self, job_id: str) -> str:
         return self.base + "job:" + job_id
 
+    def job_events(self, job_id: str) -> str:
+        """The job's events, oldest first (LIST of JSON ``[stream id, fields]``, capped;
+        lives as long as the job record: scripts/history.lua)."""
+        return self.base + "job_events:" + job_id
+
     def minute(self, minute: int) -> str:
         """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (the workers'
         heartbeats write them: runtime/minutes.py, scripts/minutes.lua)."""

@@ -560,8 +560,7 @@ class Loop:
 
     def drop_pubsub(self) -> None:
         """Close pub/sub; wake-ups may be missed until it is back: claim from every queue."""
-        self.wakeups.drop()
-        self.claimer.disarm()
+        self.wakeups.drop()      # no longer confirmed: _heard, before any claim, disarms
         self.state.want_claim = True
 
     def _pubsub_sock(self) -> Any:

@@ -60,12 +60,30 @@ def backoff_delay(settings: Settings, attempt: int, initial: float | None = None
     return delay * (1.0 + settings.retry_jitter * random.random())
 
 
+def _too_large(settings: Settings, result: str | None) -> str | None:
+    """Why ``result`` (the encoded return value) may not be stored, or None."""
+    cap = settings.max_result_bytes
+    if not cap or result is None or len(result) <= cap // 4:    # 4 bytes a char at most
+        return None
+    size = len(result.encode("utf-8", "surrogatepass"))
+    if size <= cap:
+        return None
+    return (f"the job's return value is {size} bytes of JSON; the limit is {cap} bytes "
+            "(FUSIONWORKER_MAX_RESULT_BYTES): store large data elsewhere and return a "
+            "reference. Nothing was stored.")
+
+
 def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     """The outcome of an attempt from the way its horse ended and the job's retry policy."""
     common: dict[str, Any] = dict(
         reason=exit_.reason, duration=exit_.duration, error_type=exit_.error_type,
         error_message=exit_.error_message, traceback=exit_.traceback)
     if exit_.ok:
+        too_large = _too_large(settings, exit_.result_json)
+        if too_large:      # never retried: the same job returns the same value again
+            return Outcome(status=OutcomeStatus.FAILED, reason=OutcomeReason.EXCEPTION,
+                           duration=exit_.duration, error_type="ResultTooLarge",
+                           error_message=too_large, traceback="")
         return Outcome(status=OutcomeStatus.FINISHED, reason=OutcomeReason.OK,
                        duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):

@@ -39,7 +39,7 @@ from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
-from .errors import REFUSED, UNREACHABLE, is_oom
+from .errors import PROBE_INTERVAL, REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .fairshare import FairShare
 from .gpus import resolve_devices, share_devices
 from .hookcalls import HookCalls
@@ -359,7 +359,8 @@ class Worker:
     def _register_when_reachable(self) -> bool:
         """:meth:`register`, retried while Redis is unreachable or refuses for a passing
         reason (loading, OOM, a read-only replica during a failover): every 0.5 s at
-        first, doubling to 30 s, logging each try. False: a signal stopped the wait.
+        first, doubling to 30 s, logging each try; sooner once a PING (every 0.25 s)
+        answers. False: a signal stopped the wait.
 
         A wrong password, a name in use or a wrong-typed key are not waited out: they
         raise (the CLI prints them and exits 1). A worker that never registered writes
@@ -380,9 +381,20 @@ class Worker:
                     raise
                 log.warning("Worker %s: Redis did not take the registration (%s); "
                             "trying again in %.1f s", self.name, exc, delay)
-            if self._wait_for_signal(delay):
+                down = isinstance(exc, UNREACHABLE)    # a refusal (OOM): the whole delay
+            if self._wait_for_redis(delay) if down else self._wait_for_signal(delay):
                 return False
             delay = min(delay * 2, 30.0)
+
+    def _wait_for_redis(self, seconds: float) -> bool:
+        """Wait up to ``seconds``, a PING every PROBE_INTERVAL: on as soon as Redis
+        answers, whatever the backoff had grown to. True: a signal said stop."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self._wait_for_signal(min(PROBE_INTERVAL, max(0.0, deadline - time.monotonic()))):
+                return True
+            if time.monotonic() >= deadline or wait_reachable(self.connection, 0.0):
+                return False
 
     def _wait_for_signal(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, woken by a signal (the wake-up fd). True: stop."""

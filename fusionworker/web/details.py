@@ -187,11 +187,17 @@ TIMELINE_SCAN = 500
 
 
 def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The job's events in the stream, read in windows of ``TIMELINE_SCAN`` entries from
-    its enqueue, its last start and its end (stream ids are delivery times: producers
-    and workers deliver in batches, so each window starts a second early), merged."""
+    """The job's events: its own history (every event, written with it: one LRANGE).
+    A job without one (its events written by an older version) is looked up in the
+    stream, in windows of ``TIMELINE_SCAN`` entries from its enqueue, its last start
+    and its end (stream ids are delivery times: producers and workers deliver in
+    batches, so each window starts a second early), merged."""
     from ..core.job import DONE_STATUSES
-    from ..events import job_timeline
+    from ..events import job_history, job_timeline
+
+    kept = job_history(r, prefix, job.queue, job.id) if job.queue else []
+    if kept:
+        return kept
 
     end = job.ended_at if job.status in DONE_STATUSES else None
     starts = [job.enqueued_at or 0.0]

@@ -2,8 +2,8 @@
 
 Every read is bounded: registries are paged with ZRANGE offsets (``LIMIT`` for a
 priority range of the pending set), job records are read with one pipelined
-HGETALL per page, the event timeline reads a window of the stream. Nothing
-scans the keyspace. Errors users can cause raise :class:`ApiError` (a 4xx status
+HGETALL per page, the event timeline reads the job's own history (capped; a
+window of the stream for a job without one). Nothing scans the keyspace. Errors users can cause raise :class:`ApiError` (a 4xx status
 and a message); every action is logged and emitted as an ``admin`` event naming
 who did it.
 """

@@ -152,9 +152,14 @@ for i = 1, n do
     out[#out + 1] = status; out[#out + 1] = jid; out[#out + 1] = status
     out[#out + 1] = fmt_int(seq); out[#out + 1] = sched
     if stream then
-      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', '@timestamp', event_time,
-        'event', 'queued', 'job_id', jid, 'queue', qname, 'function', fields[4],
-        'priority', fmt_int(prio), 'attempt', '0', 'host', host)
+      local ev = {'@timestamp', event_time, 'event', 'queued', 'job_id', jid, 'queue', qname,
+        'function', fields[4], 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
+      local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
+      local doc = {}   -- and the job's own history, as history.lua writes it
+      for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
+      if redis.call('RPUSH', base .. 'job_events:' .. jid, cjson.encode({id, doc})) == 1 then
+        redis.call('EXPIRE', base .. 'job_events:' .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
+      end
     end
   end
 end
