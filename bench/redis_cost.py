@@ -113,7 +113,8 @@ def fw_worker(argv: list[str]) -> int:
     chain = default_middleware(settings)
     if kind == "fw-noevents":
         chain = [mw for mw in chain if not isinstance(mw, EventsMiddleware)]
-    worker = Worker(queue, connect(url), settings=settings, middleware=chain, burst=burst)
+    worker = Worker(queue, connect(url), settings=settings, defaults=False, middleware=chain,
+                    burst=burst)
     return int(worker.work() or 0)
 
 

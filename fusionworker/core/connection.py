@@ -1,6 +1,10 @@
 """Connecting to Redis: one URL picks a plain server, a Sentinel setup or a Cluster.
 
-Accepted URLs (every client is made with ``decode_responses=True``):
+Accepted URLs (every client is made with ``decode_responses=True`` and
+``encoding_errors="backslashreplace"``: bytes that are not UTF-8, written into a
+key by someone else, read as the text ``\\xff`` instead of raising
+``UnicodeDecodeError`` in the middle of a reply; docs/design.md, "Decoding what
+Redis holds"):
 
 ``redis://[[user]:password@]host[:6379][/db]``, ``rediss://…`` (TLS),
 ``unix://[[user]:password@]/path/to/redis.sock[?db=N]``
@@ -65,6 +69,7 @@ __all__ = [
     "new_pubsub_connection",
     "parse_url",
     "refresh_master",
+    "server_time",
 ]
 
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
@@ -89,6 +94,10 @@ _OPTION_PARSERS: dict[str, Any] = {
 #: Connect timeout (seconds) used unless the caller passes one: a worker
 #: whose Redis is unreachable should say so instead of hanging in connect().
 DEFAULT_CONNECT_TIMEOUT = 5.0
+#: how our clients decode bytes that are not UTF-8: as the escape ``\\xff``, never an
+#: error (a reply is read whole or the connection is lost; one bad byte in one record
+#: must not fail a claim, a listing or a page)
+READ_ERRORS = "backslashreplace"
 #: A reply that takes longer means Redis is frozen (SIGSTOP, swap storm): the caller
 #: gets a TimeoutError and backs off instead of hanging. ``?socket_timeout=`` overrides.
 DEFAULT_SOCKET_TIMEOUT = 15.0
@@ -128,6 +137,13 @@ def mask_url(url: str) -> str:
     Never raises: a string that does not even parse as a URL is masked with a
     regular expression instead.
     """
+    _, sep, rest = url.partition("://")
+    if sep and "@" in rest and "@" not in _netloc(url):
+        # a user or password holding an unencoded '/', '?' or '#' ends the authority early
+        # for a URL parser: mask everything from the user's ':' to the last '@'
+        userinfo, _, hostpart = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        return f"{url[:len(url) - len(rest)]}{user}:***@{_mask_query(hostpart)}"
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -147,6 +163,46 @@ def mask_url(url: str) -> str:
     except ValueError:
         masked = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
         return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", masked)
+
+
+def _netloc(url: str) -> str:
+    try:
+        return urlsplit(url).netloc
+    except ValueError:
+        return ""
+
+
+def _split_userinfo(url: str) -> bool:
+    """The URL's user or password holds an unencoded ``/``, ``?`` or ``#``: a URL parser
+    ends the authority there and finds the ``@`` in the path, query or fragment."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if "@" in parts.netloc:
+        return False
+    query_user = "@" in parts.query and "=" not in parts.query.split("@", 1)[0]
+    return "@" in parts.path or "@" in parts.fragment or query_user
+
+
+def _mask_query(text: str) -> str:
+    return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", text)
+
+
+def _check_plain(url: str, parts: Any) -> None:
+    """A ``redis://``/``rediss://``/``unix://`` URL that redis-py would read otherwise
+    than written: a database that is no integer (redis-py takes db 0 for ``/abc``,
+    ``/1.5``, ``/0/extra``), or a ``#`` part."""
+    if parts.fragment:
+        raise ValueError(f"a Redis URL has no '#' part: {mask_url(url)}")
+    if parts.scheme.lower() != "unix" and parts.path not in ("", "/") and not re.fullmatch(
+            r"/[0-9]+", parts.path):
+        raise ValueError(f"bad database {parts.path[1:]!r} in Redis URL {mask_url(url)}: "
+                         "write /N with N a whole number (/0, /1...)")
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "db" and not value.isdigit():
+            raise ValueError(f"bad database {value!r} in Redis URL {mask_url(url)}: "
+                             "db=N with N a whole number")
 
 
 def _parse_host(text: str, default_port: int, url: str) -> tuple[str, int]:
@@ -209,6 +265,9 @@ def parse_url(url: str) -> RedisURL:
     URL or an unsupported scheme.
     """
     scheme = _scheme_of(url)
+    if _split_userinfo(url):
+        raise ValueError(f"cannot read the user and password of Redis URL {mask_url(url)}: "
+                         "percent-encode '/', '?', '#' and '@' in them (%2F, %3F, %23, %40)")
     parts = urlsplit(url)
     userinfo, at, hostinfo = parts.netloc.rpartition("@")
     if not at:
@@ -221,6 +280,7 @@ def parse_url(url: str) -> RedisURL:
         password = unquote(secret) if colon else None
 
     if scheme in PLAIN_SCHEMES:
+        _check_plain(url, parts)
         if scheme == "unix":
             if not parts.path:
                 raise ValueError(f"unix:// Redis URL without a socket path: {mask_url(url)}")
@@ -269,6 +329,7 @@ def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
     if kwargs.get("decode_responses", True) is not True:
         raise ValueError("fusionworker clients always use decode_responses=True")
     kwargs["decode_responses"] = True
+    kwargs.setdefault("encoding_errors", READ_ERRORS)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     parsed = parse_url(url)
 
@@ -383,6 +444,18 @@ def text_hash(data: Mapping[Any, Any]) -> dict[str, str]:
     return {text(k): text(v) for k, v in data.items()}
 
 
+def seconds(reply: Any) -> float:
+    """A ``TIME`` reply (seconds, microseconds) as epoch seconds."""
+    sec, usec = reply
+    return float(sec) + float(usec) / 1e6
+
+
+def server_time(client: RedisClient) -> float:
+    """The Redis server's clock (epoch seconds): the one clock of every lease, due time
+    and age (not pipelined: a Cluster pipeline refuses ``TIME``)."""
+    return seconds(client.time())
+
+
 def new_pubsub_connection(client: RedisClient, **kwargs: Any) -> Any:
     """A pub/sub object of its own connection, for either kind of client.
 
@@ -422,7 +495,11 @@ def _decodes(client: RedisClient) -> bool:
 
 
 def _user_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k not in _INTERNAL_KWARGS}
+    """The client's own options, for its twin; bytes that are not UTF-8 read as escapes."""
+    found = {k: v for k, v in kwargs.items() if k not in _INTERNAL_KWARGS}
+    if found.get("encoding_errors", "strict") == "strict":
+        found["encoding_errors"] = READ_ERRORS
+    return found
 
 
 def _decoding_twin(client: RedisClient) -> RedisClient:

@@ -2,7 +2,7 @@
 -- queue (a worker with --concurrency N runs up to N at once).
 -- KEYS[1] base ; ARGV: lease_seconds, job_id, token, job_id, token, ...
 -- Returns a list with, per job: 1, or 0 when that attempt no longer owns its job
--- (reaped, canceled): the parent then kills that horse (as with touch.lua).
+-- (reaped, canceled): the parent then kills that horse. Scripts.touch sends it for one job.
 local base = KEYS[1]
 local until_ = fmt_time(now() + tonumber(ARGV[1]))
 local out = {}

@@ -27,7 +27,8 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..horse.main import set_pdeathsig, waiting_horse
+from ..horse.hygiene import oom_target, open_fds
+from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
@@ -36,6 +37,7 @@ from ..protocol import (
     RunRequest,
     StartNotice,
     drain,
+    for_horse,
     frame,
     has_report,
     read_available,
@@ -102,10 +104,13 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
     worker's ``--import`` modules, imported before the pool of warm horses is forked."""
+    before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses
 
         setup_horses(**otel)
+    horses_own = tuple(open_fds() - before)   # the exporters' descriptors: the horses keep them
+    oom_target()                              # read once here, written by each horse
     set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
@@ -114,8 +119,14 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     except OSError:
         pass
     watchdog = LeaseWatchdog(DeadlineBoard(entries=0, fd=board_fd)) if board_fd >= 0 else None
+    if watchdog is not None:
+        try:
+            watchdog.board.reader_fd()   # once: every horse maps the board read-only from it
+        except OSError:
+            pass
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
+    server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     if preload and server.slots:   # warm: the pool, forked ahead, is not retired at the
@@ -155,6 +166,8 @@ class Server:
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
+        self.horses_own: tuple[int, ...] = ()
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.wake_r, self.wake_w = os.pipe()
@@ -271,22 +284,15 @@ class Server:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            # the other ready horses' job pipes too: a copy of a write end held here
-            # would keep that horse from ever reading its job's end
-            others = [end for horse in self.ready for end in (horse.job_w, horse.report_r)]
-            others += [run.job_w for run in self.running.values() if run.job_w >= 0]
-            others += [end for run in self.idle.values() for end in (run.job_w, run.fd)]
-            for other in (job_w, read_fd, self.fd, self.wake_r, self.wake_w,
-                          self.ep.fileno(), *others):
-                try:
-                    os.close(other)
-                except OSError:
-                    pass
+            # only its own (hygiene.py): no worker socket, no board, no other horse's pipe
+            # (a copy of a job pipe's write end would keep that horse from its EOF)
+            lease = settle_in(self.watchdog.board if self.watchdog is not None else None,
+                              keep=(job_r, write_fd, *self.horses_own))
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                           self.resolved, self.horse_jobs, self.max_rss)
+                           self.resolved, self.horse_jobs, self.max_rss, lease)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                          self.resolved)
+                          self.resolved, lease)
         os.close(job_r)
         os.close(write_fd)
         return _Ready(pid, job_w, read_fd)
@@ -301,7 +307,7 @@ class Server:
             horse = self.ready.pop(0) if self.ready else self.spawn()
             pid, read_fd = horse.pid, horse.report_r
             try:
-                write_all(horse.job_w, request.body)
+                write_all(horse.job_w, for_horse(request))
                 sent = True
             except BrokenPipeError:
                 sent = False
@@ -392,7 +398,7 @@ class Server:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
         self.load(request.func)
-        body = frame(request.body)
+        body = frame(for_horse(request))
         cap = self.cap(request.func)
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
             if run.done >= cap:
