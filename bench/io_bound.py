@@ -28,10 +28,10 @@ holds keys of its own it did not write, unless --force-flush):
 
 Per system: the worker is started and warmed with one job (so every system has
 imported the job module before the clock starts; ``--cold``: no warm-up job, the
-burst is the worker's first work, once its process count settled, e.g. ``--systems
-fw-w,fw-wi --cold`` for warm horses whose module was or was not named with
-``--import``), then the jobs are enqueued
-as fast as the system's client goes, each carrying ``time.time()`` taken just
+burst is the worker's first work, e.g. ``--systems fw-w,fw-wi --cold`` for warm
+horses whose module was or was not named with ``--import``); once the number of its
+processes stopped changing for a second (a pool forked after the warm-up job, or at
+start), the jobs are enqueued as fast as the system's client goes, each carrying ``time.time()`` taken just
 before its enqueue call. Figures, from the lines the jobs append to a file:
 
 * jobs/s = jobs / (last end - first start); it can never pass the ceiling
@@ -233,7 +233,7 @@ class Run:
                 raise RuntimeError(f"{system} did not start (see {log.name})")
             time.sleep(2.0)                  # let the start-up settle
             settle = time.monotonic() + 60
-            while self.args.cold and time.monotonic() < settle:
+            while time.monotonic() < settle:     # e.g. a pool forked after the warm-up job
                 before = tree_pss_kib(proc.pid)[1]
                 time.sleep(1.0)
                 if tree_pss_kib(proc.pid)[1] == before:
