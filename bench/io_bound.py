@@ -27,8 +27,11 @@ holds keys of its own it did not write, unless --force-flush):
   ``$XDG_CACHE_HOME/fusionworker-bench/``, default ``~/.cache``) and reuses it.
 
 Per system: the worker is started and warmed with one job (so every system has
-imported the job module before the clock starts), then the jobs are enqueued
-as fast as the system's client goes, each carrying ``time.time()`` taken just
+imported the job module before the clock starts; ``--cold``: no warm-up job, the
+burst is the worker's first work, e.g. ``--systems fw-w,fw-wi --cold`` for warm
+horses whose module was or was not named with ``--import``); once the number of its
+processes stopped changing for a second (a pool forked after the warm-up job, or at
+start), the jobs are enqueued as fast as the system's client goes, each carrying ``time.time()`` taken just
 before its enqueue call. Figures, from the lines the jobs append to a file:
 
 * jobs/s = jobs / (last end - first start); it can never pass the ceiling
@@ -216,7 +219,10 @@ class Run:
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             warm = str(self.workdir / f"{tag}.warm")
-            self.enqueue(system, warm, 1)
+            if self.args.cold:         # no job before the burst: ready once its processes are
+                Path(warm).touch()     # there and their number settled (a pool forked at start)
+            else:
+                self.enqueue(system, warm, 1)
             deadline = time.monotonic() + self.args.start_timeout
             while True:
                 ready = os.path.exists(warm) and tree_pss_kib(proc.pid)[1] >= least
@@ -226,6 +232,12 @@ class Run:
             if not ready:
                 raise RuntimeError(f"{system} did not start (see {log.name})")
             time.sleep(2.0)                  # let the start-up settle
+            settle = time.monotonic() + 60
+            while time.monotonic() < settle:     # e.g. a pool forked after the warm-up job
+                before = tree_pss_kib(proc.pid)[1]
+                time.sleep(1.0)
+                if tree_pss_kib(proc.pid)[1] == before:
+                    break
             idle_pss, nprocs = tree_pss_kib(proc.pid)
             sampler = Sampler(proc.pid)
             sampler.start()
@@ -374,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start-timeout", type=float, default=180.0)
     p.add_argument("--run-timeout", type=float, default=120.0)
     p.add_argument("--force-flush", action="store_true")
+    p.add_argument("--cold", action="store_true",
+                   help="no warm-up job: the burst is each worker's first work (warm horses: "
+                        "ready once the pool is forked)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
     r = redis.Redis.from_url(args.redis_url)

@@ -389,17 +389,18 @@ def test_an_allowed_module_is_loaded_by_the_server_not_by_each_horse(monkeypatch
 
 def test_horse_jobs_without_import_runs_the_first_jobs_in_warm_horses(processes, queue,
                                                                       tmp_path):
-    # the same through a real worker: --horse-jobs without --import; the pool forked at
-    # start is replaced once the server loaded the module, the jobs reuse their horses
+    # the same through a real worker: --horse-jobs without --import; the pool (one horse
+    # per slot) is forked once the server loaded the module, the jobs reuse their horses
     markers = tmp_path / "imports"
     markers.mkdir()
     q = queue()
     w = processes.worker("--customq", "default", "--concurrency", "2", "--horse-jobs", "10",
                          env={"FW_TEST_IMPORT_MARKERS": str(markers)})
-    wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)
+    wait_for(lambda: len(_horses(w.pid)) == 1, timeout=20)     # no module known: one horse
     jobs = [q.enqueue_call("tests.marker_jobs:pid") for _ in range(6)]
     wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in jobs), timeout=30)
     pids = {q.fetch_job(j.id).result for j in jobs}
     [server] = [c for c in psutil.Process(w.pid).children() if _is_fork_server(c)]
     assert [p.name for p in markers.iterdir()] == [str(server.pid)]
     assert len(pids) <= 2 and server.pid not in pids
+    wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)     # the pool, with the module

@@ -134,6 +134,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
         for module in imports:     # (models loaded once; the worker imported them already)
             server.preloaded.add(module)
             import_for_horses(module)
+        if not imports:            # it would be: forked once the first job's module is here
+            server.pool_later, server.slots = server.slots, 0
     server.run()
 
 
@@ -163,6 +165,7 @@ class Server:
         self.max_rss = 0                         # a warm horse's RSS ceiling, bytes
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
+        self.pool_later = 0                      # warm, no --import: slots from the 1st load
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
         #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
         self.horses_own: tuple[int, ...] = ()
@@ -371,6 +374,8 @@ class Server:
         except (FunctionNotAllowed, InvalidFunction):
             return
         self.loaded(module)
+        if self.pool_later:      # the pool, forked from now on with the module (fork_ahead)
+            self.slots, self.pool_later = self.pool_later, 0
         if module in sys.modules and len(self.tried) < REMEMBER_MAX:
             self.tried.add(func)
             remember(self.resolved, func, self.allowed)
