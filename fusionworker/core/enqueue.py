@@ -222,7 +222,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             or opts.description is not None or opts.result_ttl is not None
             or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front
             or opts.retry is not None or opts.on_success is not None
-            or opts.on_failure is not None):
+            or opts.on_failure is not None or opts.retry_on is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
@@ -234,6 +234,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             at_front="1" if opts.at_front else None,
             retry_intervals=list(opts.retry) if opts.retry is not None else None,
             on_success=opts.on_success, on_failure=opts.on_failure,
+            retry_on=list(opts.retry_on) if opts.retry_on is not None else None,
         )
     if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
         fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
@@ -280,6 +281,7 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         ttl=float(f["ttl"]) if "ttl" in f else None,
         retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
         on_success=f.get("on_success"), on_failure=f.get("on_failure"),
+        retry_on=json.loads(f["retry_on"]) if "retry_on" in f else None,
     )
     job._queue = q
     return job

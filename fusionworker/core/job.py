@@ -68,6 +68,9 @@ Hash fields (all strings in Redis):
 ``on_success``      ``module:function`` enqueued with this job's id once it finished
                     (optional; through the outbox, see workflows.py)
 ``on_failure``      the same once it failed for good (optional)
+``retry_on``        JSON list of the exception classes retried (``"module.Class"``; ``"*"``:
+                    any, RQ's ``Retry``), instead of the worker's FUSIONWORKER_RETRYABLE
+                    (optional; ``retry_on=``, Celery's ``autoretry_for``)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -342,6 +345,8 @@ class Job(JobHabits, Generic[R]):
     #: functions enqueued with this job's id once it finished / failed for good
     on_success: str | None = None
     on_failure: str | None = None
+    #: exception classes retried (``"module.Class"``, ``"*"`` any); None: the worker's list
+    retry_on: list[str] | None = None
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -524,6 +529,7 @@ class Job(JobHabits, Generic[R]):
             retry_intervals=_json_list(data.get("retry_intervals")),
             on_success=data.get("on_success") or None,
             on_failure=data.get("on_failure") or None,
+            retry_on=_json_list(data.get("retry_on")),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -79,6 +79,11 @@ class JobOptions(NamedTuple):
     #: failed for good; exactly once (the outbox of workflows.py)
     on_success: Any = None
     on_failure: Any = None
+    #: the exceptions retried (classes, or ``"module.Class"`` names; subclasses match)
+    #: instead of the worker's FUSIONWORKER_RETRYABLE; Celery's ``autoretry_for``.
+    #: ``retry=Retry(...)`` without it retries on any exception, as RQ does. Checked:
+    #: a tuple of qualified names, ``("*",)`` for any (default: the worker's list)
+    retry_on: Any = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -105,8 +110,11 @@ class JobOptions(NamedTuple):
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
         given_retries, intervals = self.max_retries, None
+        retry_on = None if self.retry_on is None else retry_names(self.retry_on)
         if self.retry is not None:
             given_retries, intervals = _retry_policy(self.retry, given_retries)
+            if retry_on is None:       # RQ's Retry: any exception is retried
+                retry_on = ANY_ERROR
         try:
             timeout = (default_timeout if self.timeout is None
                        else check_value("job_timeout", float(self.timeout), "timeout"))
@@ -144,7 +152,7 @@ class JobOptions(NamedTuple):
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
             self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals,
-            self.on_success, self.on_failure))
+            self.on_success, self.on_failure, retry_on))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -224,8 +232,8 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
     if max_retries is not None:
         raise TypeError("give max_retries= or retry=Retry(max=...), not both")
     interval = retry.interval
-    if interval is None:
-        return retry.max, None
+    if interval is None:      # RQ: no interval, the retry is at once
+        return retry.max, (0.0,)
     values = list(interval) if isinstance(interval, (list, tuple)) else [interval]
     if not 0 < len(values) <= 100 or not all(
             not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
@@ -233,6 +241,32 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
         raise ValueError(f"Retry interval must be seconds (0 to a year) or a list of 1 to 100 "
                          f"of them, got {interval!r}")
     return retry.max, tuple(float(v) for v in values)
+
+
+#: ``retry_on`` meaning every exception (and the job's timeout): RQ's ``Retry`` policy
+ANY_ERROR: tuple[str, ...] = ("*",)
+
+
+def retry_names(retry_on: Any) -> tuple[str, ...]:
+    """``retry_on=`` as qualified class names: an exception class, a ``"module.Class"``
+    name (a bare name is a builtin's: ``"ValueError"``), ``"*"`` for any, or a list or
+    tuple of them. TypeError (one line) on anything else."""
+    items = list(retry_on) if isinstance(retry_on, (list, tuple, set, frozenset)) else [retry_on]
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            names.append(f"{item.__module__}.{item.__qualname__}")
+        elif isinstance(item, str) and item == "*":
+            names.append(item)
+        elif (isinstance(item, str) and 0 < len(item) <= 200
+              and all(part.isidentifier() for part in item.split("."))):
+            names.append(item if "." in item else f"builtins.{item}")
+        else:
+            raise TypeError(f"retry_on must be exception classes or \"module.Class\" names "
+                            f"(or \"*\" for any), got {item!r}")
+    if not names:
+        raise TypeError("retry_on must name at least one exception class (or \"*\")")
+    return tuple(dict.fromkeys(names))
 
 
 def _check_front(at_front: Any) -> bool | None:
@@ -256,6 +290,17 @@ def _check_batch(batch: Any) -> None:
 ALIASES: dict[str, str] = {
     "job_timeout": "timeout",     # RQ: seconds before the run is killed
     "time_limit": "timeout",      # Celery: the hard limit, the run is killed
+    "autoretry_for": "retry_on",  # Celery: the exceptions retried
+    "default_retry_delay": "retry_delay",  # Celery: seconds before a retry
+}
+
+#: Celery's task options that say what always happens here: taken when True (a no-op),
+#: refused otherwise with the reason
+ALWAYS: dict[str, str] = {
+    "acks_late": "a started job is always under a lease its worker renews; when the "
+                 "worker dies the reaper requeues it",
+    "reject_on_worker_lost": "a job whose worker died is always requeued by the reaper "
+                             "(its attempt counted) or failed as abandoned",
 }
 
 #: keywords of RQ's or Celery's enqueue calls that are no option here: name -> what to
@@ -272,7 +317,11 @@ FOREIGN: dict[str, str] = {
     "queue": "the queue is the Queue's: Queue(name).enqueue(...), or @job(queue=...)",
     "routing_key": "the queue is the Queue's: Queue(name).enqueue(...)",
     "exchange": "the queue is the Queue's: Queue(name).enqueue(...)",
-    "soft_time_limit": "no soft limit; timeout= is the hard one",
+    "soft_time_limit": "timeout= raises JobTimeoutError in the job first, and kills it "
+                       "FUSIONWORKER_KILL_GRACE seconds later: give timeout=<soft limit>",
+    "bind": "a job reads itself with fusionworker.current_job() (.id, .attempt, .meta): "
+            "drop bind=True and the self parameter",
+    "rate_limit": "rate limits are per queue: fusionworker set-rate-limit QUEUE 10/s",
     "ignore_result": "use result_ttl=0 (the finished job is not kept)",
     "serializer": "arguments are always tagged JSON (no pickle)",
     "compression": "arguments are always tagged JSON (no pickle)",
@@ -287,7 +336,7 @@ FOREIGN: dict[str, str] = {
 }
 
 #: every keyword ``Queue.enqueue`` takes for itself or refuses
-_OTHERS: frozenset[str] = frozenset(ALIASES) | frozenset(FOREIGN)
+_OTHERS: frozenset[str] = frozenset(ALIASES) | frozenset(FOREIGN) | frozenset(ALWAYS)
 _TAKEN: frozenset[str] = OPTIONS | _OTHERS
 
 
@@ -309,14 +358,47 @@ def split(kwargs: dict[str, Any]) -> JobOptions:
     if _OTHERS.isdisjoint(kwargs):
         return JobOptions(**found)
     for name in list(kwargs):
-        if name in ALIASES:
-            real = ALIASES[name]
-            if real in kwargs or real in found:
-                raise TypeError(f"give {real}= or {name}= (the same option), not both")
-            found[real] = kwargs.pop(name)
-        elif name in FOREIGN:
-            raise TypeError(refusal(name))
+        if name in _OTHERS:
+            _translate(name, kwargs.pop(name), found, kwargs, refusal)
     return JobOptions(**found)
+
+
+def _translate(name: str, value: Any, found: dict[str, Any], rest: Mapping[str, Any],
+               refuse: Callable[[str], str]) -> None:
+    """Foreign keyword ``name`` into ``found`` (the options): an alias as its option,
+    ``ignore_result=True`` as ``result_ttl=0``, an :data:`ALWAYS` one given True as
+    nothing; TypeError(``refuse(name)``) for the rest. ``rest``: what is still to come."""
+    real = ALIASES.get(name) or ("result_ttl" if name == "ignore_result" and value is True
+                                 else None)
+    if real is not None:
+        if real in rest or real in found:
+            raise TypeError(f"give {real}= or {name}= (the same option), not both")
+        found[real] = 0 if name == "ignore_result" else value
+    elif name in ALWAYS:
+        if value is not True:
+            raise TypeError(f"{name}={value!r} cannot be had here: {ALWAYS[name]}")
+    else:
+        raise TypeError(refuse(name))
+
+
+def decorator_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given to ``@job(...)`` / ``.options(...)``, RQ's and Celery's names
+    taken as in ``Queue.enqueue`` (:func:`split`); TypeError (one line) naming the way
+    here for a foreign one, or listing the known ones for an unknown one."""
+    found = {name: value for name, value in options.items() if name in OPTIONS}
+    if len(found) == len(options):
+        return found
+    for name, value in options.items():
+        if name in _OTHERS:
+            _translate(name, value, found, options, _decorator_refusal)
+    check_names({name: 1 for name in options if name not in _OTHERS})
+    return found
+
+
+def _decorator_refusal(name: str) -> str:
+    hint = {"countdown": "use f.enqueue_in(seconds, ...)", "eta": "use f.enqueue_at(when, ...)",
+            }.get(name, FOREIGN[name])
+    return f"{name}= is not a fusionworker job option ({hint})"
 
 
 def option_like(names: Iterable[str]) -> list[str]:

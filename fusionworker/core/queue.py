@@ -178,6 +178,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         retry: Any = None,
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
+        retry_on: Any = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -201,7 +202,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure)
+                             on_success, on_failure, retry_on)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -231,13 +232,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         retry: Any = None,
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
+        retry_on: Any = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure)
+                             on_success, on_failure, retry_on)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:

@@ -71,7 +71,23 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
         else:
             delay = backoff_delay(settings, job.attempts, job.retry_delay)
         return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
-    return Outcome(status=OutcomeStatus.FAILED, **common)
+    return Outcome(status=OutcomeStatus.FAILED, not_retried=why_not_retried(job, exit_), **common)
+
+
+def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
+    """Why a failed attempt is the job's last, in words for the log."""
+    if exit_.retryable:
+        if job.max_retries == 0:
+            return "not retried: max_retries is 0"
+        return f"not retried: its {job.max_retries} retries are used up"
+    if exit_.reason not in (FailureReason.EXCEPTION, FailureReason.TIMEOUT):
+        return f"not retried: a failure of kind {exit_.reason} is not retried"
+    what = exit_.error_type or str(exit_.reason)
+    if job.retry_on is not None:
+        return (f"not retried: {what} is not among its retry_on "
+                f"({', '.join(job.retry_on)})")
+    return (f"not retried: {what} is not in FUSIONWORKER_RETRYABLE (give the job "
+            f"retry_on=..., or retry=Retry(max=N) to retry any exception)")
 
 
 #: the job's status once an outcome of this status was recorded
@@ -302,5 +318,6 @@ class Recorder:
                         self.name, job.id, why, job.queue)
         else:
             self.failed += 1
-            log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
-                      outcome.reason, outcome.error_type, outcome.error_message)
+            log.error("Worker %s: job %s failed [%s] %s: %s%s", self.name, job.id,
+                      outcome.reason, outcome.error_type, outcome.error_message,
+                      f"; {outcome.not_retried}" if outcome.not_retried else "")

@@ -45,3 +45,15 @@ def decorated_hello() -> str:
 def decorated_by_a_test(name: str) -> str:
     """Left plain: a test decorates it with a Queue of its own."""
     return name
+
+
+@job(queue="rq_decorated", retry_on=(KeyError,), max_retries=1, retry_delay=0)
+def decorated_key_error() -> None:
+    """Retries a KeyError (its own retry_on), which the worker's list does not name."""
+    raise KeyError("missing")
+
+
+@job(queue="rq_decorated", autoretry_for=(KeyError,), max_retries=1, retry_delay=0)
+def celery_autoretry() -> None:
+    """Celery's spelling of the same."""
+    raise KeyError("missing")
