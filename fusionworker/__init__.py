@@ -44,6 +44,7 @@ _PUBLIC = {
 _SUBMODULES = {
     "admin": "fusionworker.core.admin",
     "codec": "fusionworker.core.codec",
+    "command": "fusionworker.core.command",
     "health": "fusionworker.ops.health",
     "otel": "fusionworker.middleware.otel",
     "registries": "fusionworker.core.registries",
@@ -58,6 +59,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .core import admin as admin
     from .core import codec as codec
+    from .core import command as command
     from .core import registries as registries
     from .core.batch import Batch
     from .core.codec import UnsupportedType
@@ -109,6 +111,8 @@ _MODULE_ALIASES = {
     "fusionworker.job": "fusionworker.core.job",
     # RQ's ``rq.registry``: ``from fusionworker.registries import FailedJobRegistry``
     "fusionworker.registries": "fusionworker.core.registries",
+    # RQ's ``rq.command``: ``from fusionworker.command import send_stop_job_command``
+    "fusionworker.command": "fusionworker.core.command",
 }
 
 

@@ -357,6 +357,21 @@ def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Canceled {job_id} on {q.name}")
 
 
+@job.command("stop")
+@click.argument("job_id")
+@search_queue_option("job")
+@pass_app
+def job_stop(app: App, job_id: str, queue: str | None) -> None:
+    """Stop JOB_ID: a running job is killed by its worker, on whatever host, and ends
+    stopped (no retry; its on_stopped callback runs); a queued one is canceled."""
+    q = _find(app, job_id, queue)
+    found = q.stop(job_id)
+    if found.status == JobStatus.CANCELED:
+        click.echo(f"Canceled {job_id} on {q.name} (it had not started)")
+    else:
+        click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
+
+
 @job.command("priority")
 @click.argument("job_id")
 @click.argument("priority", type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX))

@@ -118,9 +118,10 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     if opts.depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
         deps, refs = _dependencies(q, opts.depends_on, when)
         mode = "deferred"
-    if opts.on_success is not None or opts.on_failure is not None:
+    if opts.on_success is not None or opts.on_failure is not None or opts.on_stopped is not None:
         opts = opts._replace(on_success=_callback(opts.on_success, allowed),
-                             on_failure=_callback(opts.on_failure, allowed))
+                             on_failure=_callback(opts.on_failure, allowed),
+                             on_stopped=_callback(opts.on_stopped, allowed))
     fields = _fields(q, ref, opts, args_enc, kwargs_enc, refs)
     assert opts.job_id is not None and opts.priority is not None  # checked() fills them
     # enqueue_many.lua's entry; a group is named so that a job without one takes the
@@ -222,7 +223,8 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             or opts.description is not None or opts.result_ttl is not None
             or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front
             or opts.retry is not None or opts.on_success is not None
-            or opts.on_failure is not None or opts.retry_on is not None):
+            or opts.on_failure is not None or opts.retry_on is not None
+            or opts.on_stopped is not None):
         fields += encode_fields(
             retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
             on_failure_url=opts.on_failure_url, depends_on=refs or None,
@@ -235,6 +237,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             retry_intervals=list(opts.retry) if opts.retry is not None else None,
             on_success=opts.on_success, on_failure=opts.on_failure,
             retry_on=list(opts.retry_on) if opts.retry_on is not None else None,
+            on_stopped=opts.on_stopped,
         )
     if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
         fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
@@ -282,6 +285,7 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
         on_success=f.get("on_success"), on_failure=f.get("on_failure"),
         retry_on=json.loads(f["retry_on"]) if "retry_on" in f else None,
+        on_stopped=f.get("on_stopped"),
     )
     job._queue = q
     return job

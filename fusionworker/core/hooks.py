@@ -54,6 +54,7 @@ class OutcomeReason(StrEnum):
     LOST = "lost"
     SHUTDOWN = "shutdown"
     LEASE = "lease"
+    STOPPED = "stopped"
 
     @classmethod
     def _missing_(cls, value: object) -> OutcomeReason | None:

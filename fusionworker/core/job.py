@@ -68,9 +68,10 @@ Hash fields (all strings in Redis):
 ``on_success``      ``module:function`` enqueued with this job's id once it finished
                     (optional; through the outbox, see workflows.py)
 ``on_failure``      the same once it failed for good (optional)
-``retry_on``        JSON list of the exception classes retried (``"module.Class"``; ``"*"``:
-                    any, RQ's ``Retry``), instead of the worker's FUSIONWORKER_RETRYABLE
-                    (optional; ``retry_on=``, Celery's ``autoretry_for``)
+``on_stopped``      the same once it was stopped (``job stop``; optional)
+``stop_requested``  server time a stop was asked (stop.lua; the worker kills the horse)
+``retry_on``        JSON list of the exception classes retried instead of the worker's
+                    FUSIONWORKER_RETRYABLE (``"module.Class"``, ``"*"``: any; optional)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -145,6 +146,7 @@ class JobStatus(_Vocabulary):
     FINISHED = "finished"      #: returned; ``result`` holds the value
     FAILED = "failed"          #: final failure; ``failure_reason`` says how
     CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
+    STOPPED = "stopped"        #: stopped while it ran (``job stop``): in ``failed``, no retry
     DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
 
 
@@ -170,6 +172,7 @@ class FailureReason(_Vocabulary):
     LEASE = "lease"
     #: cold shutdown interrupted the job: re-queued, the attempt not counted
     SHUTDOWN = "shutdown"
+    STOPPED = "stopped"        #: stopped on request (``job stop``): its horse was killed
 
 
 class WorkerState(_Vocabulary):
@@ -185,7 +188,7 @@ class WorkerState(_Vocabulary):
 STATUSES = tuple(JobStatus)
 LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
 #: statuses ``Job.wait`` returns (or raises) on
-DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED)
 #: every worker state, for gauges and listings
 STATES = tuple(WorkerState)
 
@@ -347,6 +350,8 @@ class Job(JobHabits, Generic[R]):
     on_failure: str | None = None
     #: exception classes retried (``"module.Class"``, ``"*"`` any); None: the worker's list
     retry_on: list[str] | None = None
+    on_stopped: str | None = None
+    stop_requested: float | None = None    #: when a stop was asked (``Queue.stop``)
     #: the record's ``description`` field (optional); see :attr:`description`
     _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
@@ -457,7 +462,7 @@ class Job(JobHabits, Generic[R]):
                         break
         finally:
             pubsub.close()
-        if self.status == JobStatus.FAILED:
+        if self.status in (JobStatus.FAILED, JobStatus.STOPPED):
             raise JobFailed(self)
         if self.status == JobStatus.CANCELED:
             raise JobCanceled(self)
@@ -530,6 +535,8 @@ class Job(JobHabits, Generic[R]):
             on_success=data.get("on_success") or None,
             on_failure=data.get("on_failure") or None,
             retry_on=_json_list(data.get("retry_on")),
+            on_stopped=data.get("on_stopped") or None,
+            stop_requested=_float(data.get("stop_requested")),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -84,6 +84,8 @@ class JobOptions(NamedTuple):
     #: ``retry=Retry(...)`` without it retries on any exception, as RQ does. Checked:
     #: a tuple of qualified names, ``("*",)`` for any (default: the worker's list)
     retry_on: Any = None
+    #: the same once the job was stopped (``job stop``, ``Job.stop()``): RQ's on_stopped
+    on_stopped: Any = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -152,7 +154,7 @@ class JobOptions(NamedTuple):
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
             self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals,
-            self.on_success, self.on_failure, retry_on))
+            self.on_success, self.on_failure, retry_on, self.on_stopped))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -308,7 +310,6 @@ ALWAYS: dict[str, str] = {
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
     "retry_policy": "use retry=Retry(max=, interval=[...]), or max_retries= and retry_delay=",
-    "on_stopped": "a stopped job fails: use on_failure= (a job) or on_failure_url=",
     "link": "use depends_on= on the next job, or a Batch(on_success=...)",
     "link_error": "use on_failure_url= or a Batch(on_failure=...)",
     "countdown": "use q.enqueue_in(seconds, func, ...)",

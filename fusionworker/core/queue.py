@@ -179,6 +179,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
         retry_on: Any = None,
+        on_stopped: str | Callable[..., Any] | None = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -202,7 +203,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure, retry_on)
+                             on_success, on_failure, retry_on, on_stopped)
         return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
                                                          _when))
 
@@ -233,13 +234,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
         retry_on: Any = None,
+        on_stopped: str | Callable[..., Any] | None = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure, retry_on)
+                             on_success, on_failure, retry_on, on_stopped)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:

@@ -63,6 +63,9 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
                        duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
+    if exit_.reason == FailureReason.STOPPED:     # on request: never retried
+        return Outcome(status=OutcomeStatus.FAILED, not_retried="stopped on request",
+                       **common)
     if exit_.retryable and job.attempts <= job.max_retries:
         if exit_.retry_delay is not None:
             delay = exit_.retry_delay
@@ -207,7 +210,10 @@ class Recorder:
                 duration=round(outcome.duration, 6),
             ) + outcome.progress_fields
             name = "finish"
-            args = [job.id, job.token or "", outcome.status, self.settings.result_ttl,
+            stopped = (outcome.status == OutcomeStatus.FAILED
+                       and outcome.reason == OutcomeReason.STOPPED)
+            args = [job.id, job.token or "", "stopped" if stopped else outcome.status,
+                    self.settings.result_ttl,
                     self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
                     *fields]
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
@@ -266,7 +272,9 @@ class Recorder:
             self.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
         if status is None:  # finished with result_ttl 0, or deleted
             return outcome.status == OutcomeStatus.FINISHED
-        return (token != job.token and worker == self.name and status == _EXPECTED[outcome.status]
+        expected = ("stopped" if outcome.reason == OutcomeReason.STOPPED
+                    else _EXPECTED[outcome.status])
+        return (token != job.token and worker == self.name and status == expected
                 and (outcome.status != OutcomeStatus.FAILED or reason == outcome.reason))
 
     def give_back(self, job: Job[Any]) -> None:

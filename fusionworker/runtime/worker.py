@@ -409,6 +409,7 @@ class Worker:
         except redis.RedisError as exc:
             log.warning("Worker %s could not deregister: %s", self.name, exc)
         self.loop.drop_pubsub()
+        self.loop.stops.drop()
         self._restore_signals()
         log.info("Worker %s stopped (%d finished, %d failed)",
                  self.name, self.successful, self.failed)

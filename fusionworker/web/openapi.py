@@ -134,6 +134,10 @@ OPENAPI: dict[str, Any] = {
                                                   action=True)},
         "/api/v1/jobs/{id}/cancel": {"post": _op("Cancel a queued or scheduled job",
                                                  params=[_ID, _QUEUE], action=True)},
+        "/api/v1/jobs/{id}/stop": {"post": _op(
+            "Stop a job: a running one is killed by its worker and ends stopped (no retry); "
+            "a queued, scheduled or deferred one is canceled", params=[_ID, _QUEUE],
+            action=True)},
         "/api/v1/queues/{q}/requeue-failed": {"post": _op(
             "Requeue the given failed jobs, or every failed job when `ids` is absent",
             params=[_Q], body={"ids": {"type": "array", "items": {"type": "string"}}},

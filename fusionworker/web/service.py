@@ -324,6 +324,13 @@ class Dashboard:
         self._audit(who, "cancel", q.name, job)
         return job_summary(job)
 
+    def stop(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        """A running job is killed by its worker (ends ``stopped``); a queued one canceled."""
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.stop(job_id))
+        self._audit(who, "stop", q.name, job)
+        return job_summary(job)
+
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
         q = self.find(job_id, queue)
         job = q.fetch_job(job_id)

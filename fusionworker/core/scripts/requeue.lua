@@ -3,13 +3,14 @@
 -- ARGV: job_id, mode, token, failed_ttl[, field, value, ...]
 --   mode 'reap'   : a started job whose lease expired and whose worker is gone
 --                   (the caller checked the worker). Re-queued with the attempt
---                   counted, or failed as 'abandoned' once attempts > max_retries.
+--                   counted, or failed as 'abandoned' once attempts > max_retries;
+--                   a job whose stop was asked (stop.lua) ends 'stopped' instead.
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
 --   mode 'failed' : from the failed registry (dead-letter); attempts start over.
--- Returns {'requeued'} | {'abandoned'} | {'skipped', why}
+-- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
@@ -48,6 +49,13 @@ if mode == 'return' then
   redis.call('HINCRBY', jkey, 'attempts', -1)
   push_pending(base, jid)
   return {'requeued'}
+end
+if hget(jkey, 'stop_requested') then   -- its worker died before the stop: never again
+  redis.call('HSET', jkey, 'error_type', 'JobStopped', 'failure_reason', 'stopped',
+    'error_message', 'stopped on request; worker ' .. (hget(jkey, 'worker') or '?') ..
+    ' died before it killed the job')
+  to_failed(base, jid, t, failed_ttl, 'stopped')
+  return {'abandoned', 'stopped'}
 end
 local attempts = tonumber(hget(jkey, 'attempts') or '0') or 0
 local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
