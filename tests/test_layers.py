@@ -44,6 +44,9 @@ ALLOWED_UPWARD = {
         "deferred to the first event",
     ("fusionworker.core.queue", "fusionworker.events.schema"):
         "the same: the event document of those events",
+    ("fusionworker.core.queue", "fusionworker.testing"):
+        "Queue(is_async=False), RQ's synchronous mode for tests: each job enqueued runs in "
+        "this process (testing.run_burst); deferred to the first such enqueue",
 }
 
 #: cycles that exist only through imports inside functions (each inside one layer);

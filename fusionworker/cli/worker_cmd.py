@@ -18,11 +18,21 @@ from ..worker import Worker, parse_queue_spec
 from .common import App, pass_app
 
 
-def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> None:
-    if value is not None:
+def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """RQ's ``rq worker -n NAME``: the worker's name. A number (``rq worker-pool -n 3``,
+    or the --limit of the other commands) is refused, naming --processes."""
+    if value is not None and value.strip().isdigit():
         raise click.BadParameter("-n means how many to show (--limit) in every command; the "
-                                 "number of worker processes is --processes N", ctx=ctx,
+                                 "number of worker processes is --processes N (-n NAME, as "
+                                 "with rq worker, is the worker's --name)", ctx=ctx,
                                  param_hint="-n")
+    return value
+
+
+def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        click.echo("note: --with-scheduler is not needed: every worker runs due scheduled "
+                   "jobs and retries", err=True)
 
 
 @click.command()
@@ -33,7 +43,9 @@ def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> No
                    "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
                    "known queue (the default when no queue is given). Queues given as "
                    "arguments instead are served in STRICT order.")
-@click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
+@click.option("-n", "short_n", hidden=True, callback=_short_n)
+@click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
+              callback=_with_scheduler)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
@@ -78,7 +90,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
-           horse_jobs: int | None = None) -> None:
+           horse_jobs: int | None = None, short_n: str | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
@@ -90,6 +102,10 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
+    if short_n is not None:       # rq worker -n NAME
+        if name is not None and name != short_n:
+            raise click.BadParameter("give --name or -n (the same), not both", param_hint="-n")
+        name = short_n
     queues = queue_spec(ordered, queues)
     strict = bool(ordered)
     try:

@@ -232,7 +232,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             batch=opts.batch.ref if opts.batch is not None else None,
             description=opts.description, result_ttl=opts.result_ttl,
             failure_ttl=opts.failure_ttl,
-            ttl=opts.ttl if opts.ttl is not None and opts.ttl > 0 else None,
+            ttl=opts.ttl if isinstance(opts.ttl, float) and opts.ttl > 0 else None,
             at_front="1" if opts.at_front else None,
             retry_intervals=list(opts.retry) if opts.retry is not None else None,
             on_success=opts.on_success, on_failure=opts.on_failure,

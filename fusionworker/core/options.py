@@ -16,6 +16,7 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -36,8 +37,9 @@ class JobOptions(NamedTuple):
 
     #: -1023..1023, higher runs first (default 0)
     priority: int | None = None
-    #: seconds a run may take before it is killed (default FUSIONWORKER_JOB_TIMEOUT)
-    timeout: float | None = None
+    #: seconds a run may take before it is killed (default FUSIONWORKER_JOB_TIMEOUT); this
+    #: and the three ttls below take RQ's duration strings too ("30s", "10m", "1h", "2d")
+    timeout: float | str | None = None
     #: retries after the first attempt (default FUSIONWORKER_MAX_RETRIES)
     max_retries: int | None = None
     #: first retry delay in seconds (default: the worker's backoff)
@@ -62,12 +64,12 @@ class JobOptions(NamedTuple):
     meta: dict[str, Any] | None = None
     #: seconds a finished job (its result) is kept: 0 = deleted at once, -1 = never
     #: expires (default FUSIONWORKER_RESULT_TTL)
-    result_ttl: int | None = None
+    result_ttl: int | str | None = None
     #: seconds a failed job is kept: -1 = never expires (default FUSIONWORKER_FAILED_TTL)
-    failure_ttl: int | None = None
+    failure_ttl: int | str | None = None
     #: seconds the job may wait to be started (from enqueue, or the end of its delay);
     #: a worker that takes it later cancels it, reason ``expired`` (default: no limit)
-    ttl: float | None = None
+    ttl: float | str | None = None
     #: True: the job runs before every other pending job of its priority (default False)
     at_front: bool | None = None
     #: RQ's policy ``Retry(max=3, interval=[10, 30, 60])``: ``max`` is ``max_retries``,
@@ -111,6 +113,9 @@ class JobOptions(NamedTuple):
         """
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
+        if any(isinstance(v, str) for v in (self.timeout, self.result_ttl, self.failure_ttl,
+                                            self.ttl)):
+            return self._replace(**_durations(self)).checked(default_timeout, default_retries)
         given_retries, intervals = self.max_retries, None
         retry_on = None if self.retry_on is None else retry_names(self.retry_on)
         if self.retry is not None:
@@ -162,6 +167,32 @@ NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
 _make = JobOptions._make
+
+
+#: RQ's duration strings: "30s", "10m", "1h", "2d"
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _durations(options: JobOptions) -> dict[str, Any]:
+    """``timeout``/``result_ttl``/``failure_ttl``/``ttl`` given as RQ's duration strings
+    ("1h", "10m", "30s", "2d") as whole seconds; ValueError naming the option for a
+    string that is neither that nor a number."""
+    out: dict[str, Any] = {}
+    for name in ("timeout", "result_ttl", "failure_ttl", "ttl"):
+        value = getattr(options, name)
+        if not isinstance(value, str):
+            continue
+        found = _DURATION.fullmatch(value.strip())
+        if found is not None:
+            out[name] = int(found.group(1)) * _UNIT[found.group(2)]
+            continue
+        try:
+            out[name] = float(value) if name in ("timeout", "ttl") else int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be seconds or a duration such as '30s', '10m', "
+                             f"'1h', '2d', got {value!r}") from None
+    return out
 
 
 def seconds_of(value: Any, what: str) -> float:
@@ -332,6 +363,8 @@ FOREIGN: dict[str, str] = {
     "connection": "the connection is the Queue's: Queue(name, connection)",
     "group_id": "use a Batch (batch=) to follow a set of jobs",
     "repeat": "use a cron entry (fusionworker cron add)",
+    "unique": "use job_id= or unique_key=: a live job with it is returned, not enqueued "
+              "again (job.deduplicated)",
     "args": "use q.enqueue_call(func, args=[...], kwargs={...})",
     "kwargs": "use q.enqueue_call(func, args=[...], kwargs={...})",
 }

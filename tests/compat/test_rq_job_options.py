@@ -41,7 +41,7 @@ def test_failure_ttl_of_the_job_wins_over_the_setting(queue, burst):
 
 
 @pytest.mark.parametrize(("option", "value"), [
-    ("result_ttl", -2), ("result_ttl", 1.5), ("result_ttl", "1h"), ("result_ttl", True),
+    ("result_ttl", -2), ("result_ttl", 1.5), ("result_ttl", "1 h"), ("result_ttl", True),
     ("failure_ttl", 0), ("failure_ttl", -5),
 ])
 def test_a_bad_ttl_is_refused_before_anything_is_written(queue, option, value):
@@ -84,7 +84,7 @@ def test_a_job_not_started_within_its_ttl_is_canceled_as_expired(queue, burst):
         assert q.fetch_job(job.id).result == value          # ran: the group moved on
 
 
-@pytest.mark.parametrize("value", [0, -2, float("nan"), "1h", True])
+@pytest.mark.parametrize("value", [0, -2, float("nan"), "1 hour", True])
 def test_a_bad_ttl_is_refused(queue, value):
     q = queue()
     with pytest.raises(ValueError, match="ttl"):
