@@ -85,7 +85,7 @@ def global_shard(client: redis.Redis, ports: list[int]) -> dict[str, int]:
 
 class Cluster:
     def __init__(self) -> None:
-        from tests.redis_servers import start_cluster
+        from bench.redis_server import start_cluster
 
         self.ports, self._stop = start_cluster(3)
         self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)

@@ -3,7 +3,8 @@
 
     python bench/cpu_per_job.py [--jobs 1000] [--runs 5] [--concurrency 1] [--horse-jobs 1]
                                 [--func bench.jobs:noop] [--sleep S]
-                                [--tree /path/to/other/checkout ...] [--json out.json]
+                                [--tree /path/to/other/checkout ...] [--dramatiq]
+                                [--json out.json]
 
 Each run is a fresh interpreter with ``PYTHONPATH`` set to the tree measured (so
 ``import fusionworker`` and ``import bench`` come from that tree). It enqueues
@@ -31,6 +32,16 @@ printed. ``/proc`` figures are in clock ticks (10 ms): over 1,000 jobs that is
 ``--sleep S`` runs ``bench.io_jobs:io_sleep`` (``time.sleep(S)``) instead of the
 no-op, e.g. ``--concurrency 100 --sleep 0.1`` for the I/O-bound case of
 ``bench/io_bound.py``, measured the same way.
+
+``--dramatiq`` adds Dramatiq's worker to the alternation (``dramatiq`` CLI, 1 process
+x ``--concurrency`` threads, its Redis broker under a namespace of its own), running
+the same job (``io_sleep`` of ``bench/io_peers.py``; without ``--sleep``, with 0 s:
+its nearest to a no-op). Dramatiq has no burst mode: the worker is started and warmed
+with one job, then the jobs are enqueued and the bench waits until its broker holds
+none; its figure is the CPU time (user + system) of the whole worker process tree
+(the CLI's parent and its worker process) over that span, per job, in the
+``total_ms`` column (and ``parent_ms``: it is one process doing what fusionworker's
+parent, fork server and horses do).
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,6 +62,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 TICK = os.sysconf("SC_CLK_TCK")
+#: the name of Dramatiq's row (``--dramatiq``)
+DRAMATIQ = "dramatiq 1 process x threads"
 
 FIGURES = ("parent_ms", "server_ms", "horses_ms", "children_ms", "total_ms", "redis_ms",
            "jobs_per_s")
@@ -163,6 +177,83 @@ def child(args: argparse.Namespace) -> None:
             r.delete(*keys[i:i + 500])
 
 
+def _tree_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return total
+    for proc in procs:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:
+    """One Dramatiq run (module docstring): its worker's CPU per job and jobs/s."""
+    import dramatiq
+    import redis
+    from dramatiq.brokers.redis import RedisBroker
+
+    ns = f"fwcpud{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_PEER": "dramatiq",
+           "BENCH_REDIS_URL": REDIS_URL, "BENCH_DRAMATIQ_NAMESPACE": ns}
+    broker = RedisBroker(url=REDIS_URL, namespace=ns)
+    r = redis.Redis.from_url(REDIS_URL)
+    msgs = f"{ns}:ioq.msgs"
+
+    def send(n: int) -> None:
+        for _ in range(n):
+            broker.enqueue(dramatiq.Message(
+                queue_name="ioq", actor_name="io_sleep",
+                args=(os.devnull, time.time(), args.sleep), kwargs={}, options={}))
+
+    def drained(limit: float) -> None:
+        give_up = time.monotonic() + limit
+        while r.hlen(msgs) or r.llen(f"{ns}:ioq"):
+            if time.monotonic() > give_up or proc.poll() is not None:
+                raise SystemExit(f"dramatiq did not finish its jobs (exit {proc.poll()})")
+            time.sleep(0.01)
+
+    proc = subprocess.Popen([sys.executable, "-m", "dramatiq", "bench.io_peers:dramatiq_broker",
+                             "-p", "1", "-t", str(args.concurrency), "-Q", "ioq"],
+                            env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        send(1)                    # warmed: imports done, threads started
+        drained(120)
+        time.sleep(1.0)
+        redis0, cpu0, wall0 = _redis_cpu(r), _tree_cpu(proc.pid), time.perf_counter()
+        send(args.jobs)
+        drained(600)
+        wall = time.perf_counter() - wall0
+        cpu, redis_cpu = _tree_cpu(proc.pid) - cpu0, _redis_cpu(r) - redis0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        keys = list(r.scan_iter(match=f"{ns}:*", count=1000))
+        if keys:
+            r.delete(*keys)
+    n = args.jobs
+    nan = float("nan")
+    return {"jobs": n, "failed": 0, "parent_ms": cpu * 1000 / n, "server_ms": nan,
+            "horses_ms": nan, "children_ms": nan, "total_ms": cpu * 1000 / n,
+            "redis_ms": redis_cpu * 1000 / n, "jobs_per_s": n / wall,
+            "parent_sys_ms": nan, "server_sys_ms": nan, "horses_sys_ms": nan,
+            "horse_faults": nan}
+
+
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
            "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
@@ -192,18 +283,23 @@ def main() -> int:
                         help="run bench.io_jobs:io_sleep for S seconds instead of --func")
     parser.add_argument("--tree", action="append", default=[],
                         help="another checkout to measure alternately (repeatable)")
+    parser.add_argument("--dramatiq", action="store_true",
+                        help="also Dramatiq's worker, 1 process x --concurrency threads")
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
         return 0
-    trees = [ROOT, *(Path(t).resolve() for t in args.tree)]
+    trees: list[Path | str] = [ROOT, *(Path(t).resolve() for t in args.tree)]
+    if args.dramatiq:
+        trees.append(DRAMATIQ)
     results: dict[str, list[dict[str, Any]]] = {str(t): [] for t in trees}
     for i in range(args.runs):
         order = trees if i % 2 == 0 else trees[::-1]
         for tree in order:
-            fig = run_once(tree, args)
+            fig = (dramatiq_once(args) if tree == DRAMATIQ
+                   else run_once(Path(tree), args))
             results[str(tree)].append(fig)
             print(f"run {i + 1} {tree}: " + " ".join(f"{k}={fig[k]:.3f}" for k in FIGURES),
                   file=sys.stderr, flush=True)
@@ -220,6 +316,14 @@ def main() -> int:
     for tree, figs in results.items():
         print(f"{tree[-40:]:40} "
               + " ".join(f"{statistics.median(f[k] for f in figs):13.3f}" for k in SYSTEM))
+    if args.dramatiq:
+        ours = statistics.median(f["total_ms"] for f in results[str(ROOT)])
+        theirs = statistics.median(f["total_ms"] for f in results[DRAMATIQ])
+        speed = (statistics.median(f["jobs_per_s"] for f in results[str(ROOT)])
+                 / statistics.median(f["jobs_per_s"] for f in results[DRAMATIQ]))
+        print(f"this tree's CPU per job (parent + fork server + horses) / Dramatiq's worker "
+              f"CPU per job: {ours:.3f} / {theirs:.3f} ms = x{ours / theirs:.2f}; "
+              f"jobs/s x{speed:.2f} (Dramatiq's from its first enqueue)")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

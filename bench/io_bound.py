@@ -2,7 +2,7 @@
 """I/O-bound jobs at concurrency 100: fusionworker against its peers, in one run.
 
     python bench/io_bound.py [--jobs 1000] [--seconds 0.1] [--concurrency 100]
-                             [--systems fw-c,fw-w,fw-p,rq,celery,dramatiq,arq]
+                             [--systems fw-c,fw-w,fw-wi,fw-p,rq,celery,dramatiq,arq]
                              [--horse-jobs 100] [--json out.json]
 
 Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
@@ -12,6 +12,9 @@ holds keys of its own it did not write, unless --force-flush):
 
 * ``fw-c``: ONE fusionworker worker, ``--concurrency 100``;
 * ``fw-w``: the same with warm horses, ``--horse-jobs 100`` (``--horse-jobs``);
+* ``fw-wi``: ``fw-w`` with the job's module also named with ``--import`` (the two
+  should run at the same speed: the fork server loads an allowed module at its first
+  job whether or not it was named; the table prints ``fw-w`` against ``fw-wi``);
 * ``fw-p``: fusionworker ``--processes 100`` (today's way; ``--fw-processes P
   --fw-concurrency N`` to change it, e.g. 20 x 5);
 * ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
@@ -50,6 +53,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import percentile  # noqa: E402
 
-SYSTEMS = ("fw-c", "fw-w", "fw-p", "rq", "celery", "dramatiq", "arq")
+SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-p", "rq", "celery", "dramatiq", "arq")
 
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
@@ -115,6 +119,7 @@ class Run:
         self.r = redis.Redis.from_url(self.url, decode_responses=True)
         self.prefix = f"fwio{uuid.uuid4().hex[:6]}"
         self.workdir = workdir
+        self.runs = 0
         self.env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep
                     + os.environ.get("PYTHONPATH", ""), "REDIS_URL": self.url,
                     "BENCH_REDIS_URL": self.url, "FUSIONWORKER_PREFIX": self.prefix,
@@ -132,6 +137,10 @@ class Run:
         if system == "fw-w":
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
                      str(a.concurrency), "--horse-jobs", str(a.horse_jobs)], {}, 2)
+        if system == "fw-wi":
+            return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
+                     str(a.concurrency), "--horse-jobs", str(a.horse_jobs),
+                     "--import", "bench.io_jobs"], {}, 2)
         if system == "fw-p":
             n = a.fw_processes
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--processes",
@@ -199,12 +208,14 @@ class Run:
 
     def one(self, system: str) -> dict[str, Any]:
         self.flush()
+        self.runs += 1
+        tag = f"{system}.{self.runs}"
         argv, extra, least = self.command(system)
-        log = open(self.workdir / f"{system}.log", "w")  # noqa: SIM115
+        log = open(self.workdir / f"{tag}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(argv, env={**self.env, **extra}, cwd=str(ROOT), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            warm = str(self.workdir / f"{system}.warm")
+            warm = str(self.workdir / f"{tag}.warm")
             self.enqueue(system, warm, 1)
             deadline = time.monotonic() + self.args.start_timeout
             while True:
@@ -218,7 +229,7 @@ class Run:
             idle_pss, nprocs = tree_pss_kib(proc.pid)
             sampler = Sampler(proc.pid)
             sampler.start()
-            path = str(self.workdir / f"{system}.lines")
+            path = str(self.workdir / f"{tag}.lines")
             t0 = time.time()
             self.enqueue(system, path, self.args.jobs)
             enqueue_s = time.time() - t0
@@ -282,7 +293,9 @@ def waves(rows: list[tuple[float, ...]], concurrency: int, seconds: float) -> di
 
 
 LABEL = {"fw-c": "fusionworker --concurrency {c}",
-         "fw-w": "fusionworker --concurrency {c} --horse-jobs {h}", "fw-p": "fusionworker --processes {p} x{pc}",
+         "fw-w": "fusionworker --concurrency {c} --horse-jobs {h}",
+         "fw-wi": "fusionworker --concurrency {c} --horse-jobs {h} --import",
+         "fw-p": "fusionworker --processes {p} x{pc}",
          "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
          "dramatiq": "Dramatiq 1 proc x {c} threads", "arq": "arq max_jobs={c}"}
 
@@ -305,6 +318,13 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     out = ["  ".join(c.ljust(w) for c, w in zip(head, widths))]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
     by = {res["system"]: res for res in results}
+    plain = [res["jobs_per_s"] for res in results if res["system"] == "fw-w"]
+    named = [res["jobs_per_s"] for res in results if res["system"] == "fw-wi"]
+    if plain and named:
+        out.append(f"fw-w (no --import) vs fw-wi (--import): jobs/s "
+                   f"{' '.join(f'{x:.0f}' for x in plain)} vs "
+                   f"{' '.join(f'{x:.0f}' for x in named)}: median "
+                   f"x{statistics.median(plain) / statistics.median(named):.2f}")
     for mine in ("fw-c", "fw-w"):
         if mine not in by:
             continue

@@ -32,7 +32,9 @@ if WANT == "dramatiq":
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    dramatiq_broker = RedisBroker(url=URL)
+    # a namespace of its own when the bench gives one (bench/cpu_per_job.py: db 0 is shared)
+    dramatiq_broker = RedisBroker(url=URL, namespace=os.environ.get("BENCH_DRAMATIQ_NAMESPACE",
+                                                                    "dramatiq"))
     dramatiq.set_broker(dramatiq_broker)
     dramatiq_io_sleep = dramatiq.actor(io_sleep, queue_name=QUEUE, actor_name="io_sleep",
                                        max_retries=0)

@@ -85,7 +85,8 @@ def child(kind: str, mode: str, n: int) -> float:
             return (time.perf_counter() - start) / n * 1e6
         for _ in range(n):
             q.enqueue("bench.jobs:noop")
-        worker = Worker("bench", r, settings=settings, burst=True, middleware=middleware)
+        worker = Worker("bench", r, settings=settings, burst=True, defaults=False,
+                        middleware=middleware)
         start = time.perf_counter()
         worker.work()
         return n / (time.perf_counter() - start)

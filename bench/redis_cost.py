@@ -113,7 +113,8 @@ def fw_worker(argv: list[str]) -> int:
     chain = default_middleware(settings)
     if kind == "fw-noevents":
         chain = [mw for mw in chain if not isinstance(mw, EventsMiddleware)]
-    worker = Worker(queue, connect(url), settings=settings, middleware=chain, burst=burst)
+    worker = Worker(queue, connect(url), settings=settings, defaults=False, middleware=chain,
+                    burst=burst)
     return int(worker.work() or 0)
 
 
@@ -127,10 +128,10 @@ def horse_jobs_supported() -> bool:
 
 
 class Server:
-    """A private redis-server on a free port (tests/redis_servers.py starts it)."""
+    """A private redis-server on a free port (bench/redis_server.py starts it)."""
 
     def __init__(self) -> None:
-        from tests.redis_servers import start_single
+        from bench.redis_server import start_single
 
         self.port, self._stop = start_single("--appendonly", "no")
         self.url = f"redis://127.0.0.1:{self.port}/0"

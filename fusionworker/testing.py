@@ -60,21 +60,18 @@ class InProcessWorker(Worker):
     (:class:`~fusionworker.runtime.launch.InProcessLauncher`).
 
     Everything but the horse is the real worker: claim, outcome, retries. One job
-    at a time, whatever ``concurrency`` says. A ``middleware`` list of your own gets
-    the dependency middleware added when it has none (dependents and batch
-    callbacks are the queues' semantics, not a plugin).
+    at a time, whatever ``concurrency`` says. Its built-in middleware is the queues'
+    semantics only (dependents and batch callbacks): no reaper, cron, events or
+    metrics in a test process; ``middleware=`` adds yours.
     """
 
     def __init__(self, *args: Any, settings: Settings | None = None, **kwargs: Any) -> None:
         settings = (settings or load_settings()).replace(concurrency=1)
         kwargs.setdefault("launcher", InProcessLauncher)
-        chosen = kwargs.get("middleware")
-        if chosen is not None:
-            chosen = list(chosen)
-            if not any(isinstance(mw, DependencyMiddleware) for mw in chosen):
-                chosen.insert(0, DependencyMiddleware())
-            kwargs["middleware"] = chosen
         super().__init__(*args, settings=settings, **kwargs)
+
+    def builtin_middleware(self) -> list[Middleware]:
+        return [DependencyMiddleware()]
 
 
 class _Collect(Middleware):

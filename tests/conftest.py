@@ -124,9 +124,9 @@ def queue(r: redis.Redis, settings: Settings) -> Callable[[str], Queue]:
 
 @pytest.fixture
 def burst(r: redis.Redis, settings: Settings) -> Callable[..., Worker]:
-    """Run an in-process burst worker (no default middleware) over the given queues."""
+    """Run an in-process burst worker (no built-in middleware: ``defaults=False``)."""
     def run(queues: str = "default", **kwargs: Any) -> Worker:
-        w = Worker(queues, r, settings=kwargs.pop("settings", settings), burst=True,
+        w = Worker(queues, r, settings=kwargs.pop("settings", settings), burst=True, defaults=False,
                    middleware=kwargs.pop("middleware", []), **kwargs)
         assert w.work() == 0
         return w

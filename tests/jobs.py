@@ -21,6 +21,10 @@ def echo(*args, **kwargs):
     return {"args": list(args), "kwargs": kwargs}
 
 
+def identity(value):
+    return value
+
+
 def noop():
     return None
 

@@ -17,3 +17,8 @@ if _DIR:
 @job
 def ok() -> str:
     return "ok"
+
+
+def pid() -> int:
+    """The pid of the process that ran it (not registered: allowed by module only)."""
+    return os.getpid()

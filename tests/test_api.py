@@ -74,7 +74,7 @@ def test_an_in_process_worker_takes_a_bytes_client(redis_url, settings):
     plain = redis.Redis.from_url(redis_url)
     q = Queue("bytes2", plain, settings=settings)
     job = q.enqueue("tests.jobs:echo", "x", k=1)
-    w = Worker("bytes2", plain, settings=settings, burst=True, middleware=[])
+    w = Worker("bytes2", plain, settings=settings, burst=True, defaults=False, middleware=[])
     assert w.work() == 0
     assert q.fetch_job(job.id).result == {"args": ["x"], "kwargs": {"k": 1}}
 

@@ -20,10 +20,11 @@ def test_importing_the_package_imports_neither_the_worker_nor_redis():
     ours = {m for m in loaded if m.startswith("fusionworker")}
     assert "fusionworker.worker" not in ours and "redis" not in loaded and "click" not in loaded
     # what it does import: the documented fusionworker.job path and what the job module needs
-    # (job_habits: the RQ names of Job, a part of the class)
+    # (job_habits: the RQ names of Job, a part of the class; vocabulary: its enums)
     assert ours == {"fusionworker", "fusionworker.core", "fusionworker.core.codec",
                     "fusionworker.core.job", "fusionworker.core.job_habits",
-                    "fusionworker.exceptions", "fusionworker.job"}
+                    "fusionworker.core.vocabulary", "fusionworker.exceptions",
+                    "fusionworker.job"}
 
 
 def test_every_public_name_resolves_and_is_listed():

@@ -7,6 +7,7 @@ Selenium Manager never runs.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import tempfile
@@ -132,3 +133,29 @@ def dashboard(r: Any, settings: Any, driver: Any, token: str,
         driver.delete_all_cookies()
         yield url
 
+
+
+#: what a browser sends with every state change of the dashboard's own pages, as
+#: Starlette's TestClient (base URL http://testserver) names its site
+SAME_SITE = {"Origin": "http://testserver"}
+_CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
+_FORM_TOKEN = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def page_csrf(html: str) -> str:
+    """The CSRF token a page carries (its ``csrf-token`` meta tag)."""
+    found = _CSRF_META.search(html)
+    assert found, "the page carries no CSRF token"
+    return found.group(1)
+
+
+def form_login(client: Any, token: str) -> str:
+    """Log ``client`` (a TestClient) in through the login form as a browser does (the
+    form's token, the site named); returns the CSRF token of the new session."""
+    form = client.get("/login").text
+    found = _FORM_TOKEN.search(form)
+    assert found, "the login form carries no token"
+    done = client.post("/login", data={"token": token, "csrf": found.group(1)},
+                       headers=SAME_SITE, follow_redirects=False)
+    assert done.status_code == 303, done.text[:300]
+    return page_csrf(client.get("/").text)

@@ -23,8 +23,8 @@ from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, 
 
 def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     band_names = [b[0] for b in BANDS]
-    headers = ["QUEUE", "PENDING", *(b.upper() for b in band_names), "SCHED", "STARTED",
-               "FAILED", "FINISHED", "MAX", "GROUPS", "OLDEST", "STATE"]
+    headers = ["QUEUE", "PENDING", *(b.upper() for b in band_names), "AWAIT", "SCHED", "HELD",
+               "STARTED", "FAILED", "FINISHED", "MAX", "GROUPS", "OLDEST", "STATE"]
     cron = any("cron" in q for q in queues)
     if cron:  # cron entries (per queue), when the cron feature reports them
         headers.insert(-1, "CRON")
@@ -34,7 +34,7 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     rows = []
     for q in queues:
         row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
-               q["scheduled"], q["started"], q["failed"], q.get("finished", 0),
+               q.get("awaiting_compute", 0), q["scheduled"], q.get("held", 0), q["started"], q["failed"], q.get("finished", 0),
                q["max_active"], q.get("busy_groups", 0), fmt_age(q["oldest_age"]),
                "paused" if q["paused"] else "active"]
         if cron:

@@ -372,6 +372,30 @@ def job_stop(app: App, job_id: str, queue: str | None) -> None:
         click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
+@job.command("hold")
+@click.argument("job_id")
+@search_queue_option("job")
+@pass_app
+def job_hold(app: App, job_id: str, queue: str | None) -> None:
+    """Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.
+
+    It keeps its place (priority and order, or its due time) and is listed as held."""
+    q = _find(app, job_id, queue)
+    q.hold(job_id)
+    click.echo(f"Held {job_id} on {q.name}")
+
+
+@job.command("release")
+@click.argument("job_id")
+@search_queue_option("job")
+@pass_app
+def job_release(app: App, job_id: str, queue: str | None) -> None:
+    """Give held JOB_ID back its place in its queue: workers claim it again."""
+    q = _find(app, job_id, queue)
+    found = q.release(job_id)
+    click.echo(f"Released {job_id} on {q.name} ({found.status})")
+
+
 @job.command("priority")
 @click.argument("job_id")
 @click.argument("priority", type=click.IntRange(PRIORITY_MIN, PRIORITY_MAX))

@@ -80,4 +80,6 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
                f"{', read-only' if read_only else ''}"
                f"{'' if configured else ', one-run token: loopback only'}); Ctrl-C to stop",
                err=True)
-    uvicorn.run(application, host=bind, port=port, log_level="warning", access_log=False)
+    # forwarded headers are believed from FUSIONWORKER_WEB_TRUSTED_PROXIES only (web/guard.py)
+    uvicorn.run(application, host=bind, port=port, log_level="warning", access_log=False,
+                proxy_headers=False)

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .connection import decoding, texts
+from .connection import server_time as server_time  # its home is connection.py
 from .keys import Keys
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,13 +62,6 @@ def suspended_for(connection: RedisClient, prefix: str = "fw") -> float | None:
     return pttl / 1000.0
 
 
-def server_time(connection: RedisClient) -> float:
-    """The Redis server's clock (epoch seconds): one clock for every age we show."""
-    connection = decoding(connection)
-    seconds, micros = connection.time()
-    return seconds + micros / 1e6
-
-
 def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]:
     """Heartbeat hashes of live workers (names whose key expired are left out).
 
@@ -107,6 +101,8 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "pid": _num(data.get("pid"), int),
         "state": data.get("state", ""),
         "throttle": data.get("throttle") or None,
+        # the governor's last CPU sample (% of all cores); None while its CPU check is off
+        "cpu_percent": _num(data.get("cpu_percent")),
         "queues": [q for q in (data.get("queues") or "").split(",") if q],
         "current_job": current,
         # a worker with --concurrency N runs up to N jobs at once (current_job: the first)

@@ -40,6 +40,7 @@ it was meant to have); ``status()`` shows ``sealed: false``.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -135,19 +136,53 @@ def batch_status(connection: RedisClient, keys: QueueKeys | str,
 
 def batch_doc(batch_id: str, data: dict[str, str], ended: int) -> dict[str, Any]:
     """The batch's counts and progress from its hash (``data``, as text; empty: gone)
-    and the count of its jobs that ended."""
+    and the count of its jobs that ended. A field that cannot be read (written by
+    something else) counts as absent and the document says ``malformed``: a listing
+    shows the batch, never fails on it."""
     if not data:
         return {"id": batch_id, "exists": False}
-    total = int(data.get("total") or 0)
-    failed = int(data.get("failed") or 0)
-    callbacks = json.loads(data.get("callbacks") or "{}")
-    return {
+    bad: list[str] = []
+    total = _count(data, "total", bad)
+    failed = _count(data, "failed", bad)
+    callbacks = _callbacks(data.get("callbacks"), bad)
+    doc = {
         "id": batch_id, "exists": True, "sealed": data.get("sealed") == "1",
-        "total": total, "ended": ended, "finished": ended - failed, "failed": failed,
+        "total": total, "ended": ended, "finished": max(0, ended - failed), "failed": failed,
         "pending": max(0, total - ended), "progress": (ended / total) if total else None,
         "fired": data.get("fired") == "1",
-        "callbacks": {kind: cb[0] for kind, cb in callbacks.items()},
-        "created_at": float(data["created_at"]) if data.get("created_at") else None,
-        "ended_at": float(data["ended_at"]) if data.get("ended_at") else None,
+        "callbacks": callbacks,
+        "created_at": _stamp(data, "created_at", bad),
+        "ended_at": _stamp(data, "ended_at", bad),
     }
+    if bad:
+        doc["malformed"] = "unreadable field(s): " + ", ".join(bad)
+    return doc
 
+
+def _count(data: dict[str, str], name: str, bad: list[str]) -> int:
+    try:
+        return max(0, int(data.get(name) or 0))
+    except ValueError:
+        bad.append(name)
+        return 0
+
+
+def _stamp(data: dict[str, str], name: str, bad: list[str]) -> float | None:
+    try:
+        found = float(data[name]) if data.get(name) else None
+    except ValueError:
+        found = None
+    if found is not None and math.isfinite(found):
+        return found
+    if data.get(name):
+        bad.append(name)
+    return None
+
+
+def _callbacks(value: str | None, bad: list[str]) -> dict[str, Any]:
+    try:
+        found = json.loads(value or "{}")
+        return {str(kind): cb[0] for kind, cb in found.items()}
+    except (ValueError, RecursionError, TypeError, AttributeError, KeyError, IndexError):
+        bad.append("callbacks")
+        return {}

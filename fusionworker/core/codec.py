@@ -24,6 +24,15 @@ whose message names the type and where it sits (``args[1]``,
 ``kwargs['when']['at']``): at ``enqueue`` before anything is written, and in
 the horse for a result (the job fails with reason ``exception``, error type
 ``ResultNotSerializable``).
+
+Limits: a value nested deeper than :data:`MAX_DEPTH` containers (lists, dicts,
+sets, tagged values) is refused by :func:`encode` (:class:`TooDeep`, an
+:class:`UnsupportedType`), so nothing is written that a reader cannot read back.
+:func:`loads` is the guard of everything read back: any failure of the text it is
+given (not JSON, nested deeper than :data:`MAX_DEPTH` or than the parser can go, a
+tag whose value does not parse) is one :class:`Unreadable` (a ``ValueError``),
+never a ``RecursionError`` or another type (docs/design.md, "Decoding what Redis
+holds").
 """
 
 from __future__ import annotations
@@ -43,8 +52,28 @@ TAG = "__fw__"
 PLAIN = (type(None), bool, int, float, str)
 
 
+#: the deepest nesting of containers a value may have: written and read (list, dict,
+#: set and tagged values each count one); deeper values are refused at enqueue and
+#: read back as :class:`Unreadable`
+MAX_DEPTH = 100
+
+
 class UnsupportedType(FusionWorkerError, TypeError):
     """A value cannot be written as tagged JSON (see :mod:`fusionworker.codec`)."""
+
+
+class TooDeep(UnsupportedType):
+    """A value is nested deeper than :data:`MAX_DEPTH` containers."""
+
+
+class TooLarge(UnsupportedType):
+    """A job's arguments are more JSON text than the ``max_args_bytes`` setting allows."""
+
+
+class Unreadable(FusionWorkerError, ValueError):
+    """Text read from Redis is no value :func:`dumps` could have written: not JSON,
+    nested too deep, or a tag whose value does not parse. One class for every way,
+    so a reader catches one thing."""
 
 
 def _tagged(kind: str, value: Any) -> dict[str, Any]:
@@ -54,25 +83,31 @@ def _tagged(kind: str, value: Any) -> dict[str, Any]:
 def encode(value: Any, where: str = "value") -> Any:
     """``value`` as plain JSON-able data (tags added); ``where`` names it in errors."""
     try:
-        return _encode(value, None)
+        return _encode(value, None, 0)
     except UnsupportedType:   # again, naming where the value sits (not built for every item)
-        return _encode(value, where)
+        return _encode(value, where, 0)
 
 
 _INFINITIES = (float("inf"), float("-inf"))
 
 
-def _encode(value: Any, where: str | None) -> Any:
+def _encode(value: Any, where: str | None, depth: int) -> Any:
     """:func:`encode`; ``where`` None: the paths of the items are not built (error text
-    without them), so the common case makes no string per item."""
+    without them), so the common case makes no string per item. ``depth``: the
+    containers around ``value``."""
     if isinstance(value, PLAIN):
         if isinstance(value, float) and (value != value or value in _INFINITIES):
             raise UnsupportedType(f"{where or 'value'} is {value!r}, which JSON cannot hold")
         return value
+    depth += 1
+    if depth > MAX_DEPTH:
+        where = where if where is None or len(where) <= 60 else where[:40] + "..." + where[-16:]
+        raise TooDeep(f"{where or 'value'} is nested deeper than {MAX_DEPTH} levels "
+                      "(lists, dicts, sets), which fusionworker does not write")
     if isinstance(value, (list, tuple)):
         if where is None:
-            return [_encode(v, None) for v in value]
-        return [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return [_encode(v, None, depth) for v in value]
+        return [_encode(v, f"{where}[{i}]", depth) for i, v in enumerate(value)]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
@@ -80,7 +115,7 @@ def _encode(value: Any, where: str | None) -> Any:
                 raise UnsupportedType(
                     f"{where or 'value'} has a key of type {type(k).__name__} ({k!r}); "
                     "only string keys are supported")
-            out[k] = _encode(v, None if where is None else f"{where}[{k!r}]")
+            out[k] = _encode(v, None if where is None else f"{where}[{k!r}]", depth)
         if TAG in out:
             return _tagged("dict", [[k, v] for k, v in out.items()])
         return out
@@ -96,7 +131,7 @@ def _encode(value: Any, where: str | None) -> Any:
         return _tagged("bytes", base64.b64encode(bytes(value)).decode("ascii"))
     if isinstance(value, (set, frozenset)):
         kind = "frozenset" if isinstance(value, frozenset) else "set"
-        return _tagged(kind, [_encode(v, None if where is None else f"{where}{{{i}}}")
+        return _tagged(kind, [_encode(v, None if where is None else f"{where}{{{i}}}", depth)
                               for i, v in enumerate(value)])
     raise UnsupportedType(
         f"{where or 'value'} is of type {type(value).__module__}.{type(value).__qualname__}, "
@@ -104,7 +139,7 @@ def _encode(value: Any, where: str | None) -> Any:
         "UUID, bytes, set, frozenset)")
 
 
-def _decode_tag(kind: str, v: Any) -> Any:
+def _decode_tag(kind: str, v: Any, depth: int) -> Any:
     if kind == "datetime":
         return datetime.fromisoformat(v)
     if kind == "date":
@@ -116,23 +151,32 @@ def _decode_tag(kind: str, v: Any) -> Any:
     if kind == "bytes":
         return base64.b64decode(v)
     if kind == "set":
-        return {decode(x) for x in v}
+        return {_decode(x, depth) for x in v}
     if kind == "frozenset":
-        return frozenset(decode(x) for x in v)
+        return frozenset(_decode(x, depth) for x in v)
     if kind == "dict":
-        return {k: decode(x) for k, x in v}
+        return {k: _decode(x, depth) for k, x in v}
     raise ValueError(f"unknown tag {kind!r}")
 
 
 def decode(value: Any) -> Any:
-    """The inverse of :func:`encode`."""
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if isinstance(value, dict):
+    """The inverse of :func:`encode`. A value nested deeper than :data:`MAX_DEPTH` is
+    :class:`Unreadable`; a tag whose value does not parse raises what its parser does
+    (:func:`loads` turns every failure into :class:`Unreadable`)."""
+    return _decode(value, 0)
+
+
+def _decode(value: Any, depth: int) -> Any:
+    if isinstance(value, (list, dict)):
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise Unreadable(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, list):
+            return [_decode(v, depth) for v in value]
         kind = value.get(TAG)
         if isinstance(kind, str) and len(value) == 2 and "v" in value:
-            return _decode_tag(kind, value["v"])
-        return {k: decode(v) for k, v in value.items()}
+            return _decode_tag(kind, value["v"], depth)
+        return {k: _decode(v, depth) for k, v in value.items()}
     return value
 
 
@@ -146,5 +190,19 @@ def dumps(value: Any, where: str = "value") -> str:
 
 
 def loads(text: str) -> Any:
-    """The value :func:`dumps` wrote."""
-    return decode(json.loads(text))
+    """The value :func:`dumps` wrote; :class:`Unreadable` (one line, saying why) for
+    any text it could not have written, whatever the parser or a tag's parser raised
+    (``RecursionError`` for ``[`` repeated 100,000 times, ``InvalidOperation`` for a
+    bad decimal, ``TypeError`` for a tag holding a number...)."""
+    try:
+        return decode(json.loads(text))
+    except Unreadable:
+        raise
+    except RecursionError:
+        raise Unreadable("nested deeper than the JSON parser can read") from None
+    except Exception as exc:  # noqa: BLE001 - text from Redis: every failure is "unreadable"
+        raise Unreadable(f"not tagged JSON: {type(exc).__name__}: {_clip(str(exc))}") from None
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

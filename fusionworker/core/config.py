@@ -176,6 +176,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a failed job stays in the failed registry (dead-letter).", min=0),
     Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
             "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0),
+    Setting("max_args_bytes", "FUSIONWORKER_MAX_ARGS_BYTES", 10 * 1024 * 1024, int,
+            "Largest JSON text of a job's arguments (args and kwargs together, in bytes): enqueue "
+            "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
+            min=0),
     Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
             "URL POSTed (JSON) after a job's final failure."),
     Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
@@ -192,6 +196,12 @@ SETTINGS: tuple[Setting, ...] = (
             "RAM use (%) under which throttled workers resume.", **_percent()),
     Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
             "Swap use (%) at which workers stop claiming.", **_percent()),
+    Setting("cpu_throttle_threshold", "CPU_THROTTLE_THRESHOLD", 100.0, float,
+            "CPU use (% of all cores, averaged since the last sample) at which workers stop "
+            "claiming; 100 = never (a worker's own CPU-bound jobs would otherwise hold back "
+            "its free slots).", **_percent()),
+    Setting("cpu_resume_threshold", "CPU_RESUME_THRESHOLD", 80.0, float,
+            "CPU use (% of all cores) under which throttled workers resume.", **_percent()),
     Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
             "GPU memory use (%) of any device at which workers stop claiming.", **_percent()),
     Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
@@ -238,6 +248,19 @@ SETTINGS: tuple[Setting, ...] = (
             "User name of the web dashboard's basic auth / login (with the password hash)."),
     Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
             "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`)."),
+    Setting("web_trusted_proxies", "FUSIONWORKER_WEB_TRUSTED_PROXIES", (), _csv,
+            "Addresses (IPs or CIDR networks, comma-separated) of the reverse proxies whose "
+            "X-Forwarded-Proto, X-Forwarded-Host and X-Forwarded-For the dashboard believes; "
+            "from anyone else they are ignored."),
+    Setting("web_secure_cookies", "FUSIONWORKER_WEB_SECURE_COOKIES", False, _bool,
+            "Mark the dashboard's cookies Secure even when the request did not arrive over "
+            "TLS (set it when TLS ends at a proxy that sends no X-Forwarded-Proto)."),
+    Setting("web_max_body", "FUSIONWORKER_WEB_MAX_BODY", 1_048_576, int,
+            "Largest request body (bytes) the dashboard reads; a bigger one gets 413.",
+            min=1024),
+    Setting("web_auth_failures", "FUSIONWORKER_WEB_AUTH_FAILURES", 10, int,
+            "Wrong credentials one client may send per minute; then 429 with Retry-After.",
+            min=1),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}
@@ -288,6 +311,7 @@ class Settings:
     reaper_interval: float = _default("reaper_interval")
     failed_ttl: int = _default("failed_ttl")
     dedup_window: int = _default("dedup_window")
+    max_args_bytes: int = _default("max_args_bytes")
     failure_webhook_url: str = _default("failure_webhook_url")
     poll_interval: float = _default("poll_interval")
     progress_interval: float = _default("progress_interval")
@@ -295,6 +319,8 @@ class Settings:
     memory_throttle_threshold: float = _default("memory_throttle_threshold")
     memory_resume_threshold: float = _default("memory_resume_threshold")
     swap_throttle_threshold: float = _default("swap_throttle_threshold")
+    cpu_throttle_threshold: float = _default("cpu_throttle_threshold")
+    cpu_resume_threshold: float = _default("cpu_resume_threshold")
     gpu_throttle_threshold: float = _default("gpu_throttle_threshold")
     gpu_resume_threshold: float = _default("gpu_resume_threshold")
     max_horse_memory: int = _default("max_horse_memory")
@@ -314,6 +340,10 @@ class Settings:
     web_token: str = _default("web_token")
     web_user: str = _default("web_user")
     web_password_hash: str = _default("web_password_hash")
+    web_trusted_proxies: tuple[str, ...] = _default("web_trusted_proxies")
+    web_secure_cookies: bool = _default("web_secure_cookies")
+    web_max_body: int = _default("web_max_body")
+    web_auth_failures: int = _default("web_auth_failures")
     #: names whose value came from an override, the environment or the file
     #: the values set (by name), as given; the others are the table's defaults
     values: Mapping[str, Any] = field(default_factory=dict)

@@ -1,6 +1,10 @@
 """Connecting to Redis: one URL picks a plain server, a Sentinel setup or a Cluster.
 
-Accepted URLs (every client is made with ``decode_responses=True``):
+Accepted URLs (every client is made with ``decode_responses=True`` and
+``encoding_errors="backslashreplace"``: bytes that are not UTF-8, written into a
+key by someone else, read as the text ``\\xff`` instead of raising
+``UnicodeDecodeError`` in the middle of a reply; docs/design.md, "Decoding what
+Redis holds"):
 
 ``redis://[[user]:password@]host[:6379][/db]``, ``rediss://…`` (TLS),
 ``unix://[[user]:password@]/path/to/redis.sock[?db=N]``
@@ -65,6 +69,7 @@ __all__ = [
     "new_pubsub_connection",
     "parse_url",
     "refresh_master",
+    "server_time",
 ]
 
 PLAIN_SCHEMES = ("redis", "rediss", "unix")
@@ -89,6 +94,10 @@ _OPTION_PARSERS: dict[str, Any] = {
 #: Connect timeout (seconds) used unless the caller passes one: a worker
 #: whose Redis is unreachable should say so instead of hanging in connect().
 DEFAULT_CONNECT_TIMEOUT = 5.0
+#: how our clients decode bytes that are not UTF-8: as the escape ``\\xff``, never an
+#: error (a reply is read whole or the connection is lost; one bad byte in one record
+#: must not fail a claim, a listing or a page)
+READ_ERRORS = "backslashreplace"
 #: A reply that takes longer means Redis is frozen (SIGSTOP, swap storm): the caller
 #: gets a TimeoutError and backs off instead of hanging. ``?socket_timeout=`` overrides.
 DEFAULT_SOCKET_TIMEOUT = 15.0
@@ -269,6 +278,7 @@ def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
     if kwargs.get("decode_responses", True) is not True:
         raise ValueError("fusionworker clients always use decode_responses=True")
     kwargs["decode_responses"] = True
+    kwargs.setdefault("encoding_errors", READ_ERRORS)
     kwargs.setdefault("socket_connect_timeout", DEFAULT_CONNECT_TIMEOUT)
     parsed = parse_url(url)
 
@@ -383,6 +393,18 @@ def text_hash(data: Mapping[Any, Any]) -> dict[str, str]:
     return {text(k): text(v) for k, v in data.items()}
 
 
+def seconds(reply: Any) -> float:
+    """A ``TIME`` reply (seconds, microseconds) as epoch seconds."""
+    sec, usec = reply
+    return float(sec) + float(usec) / 1e6
+
+
+def server_time(client: RedisClient) -> float:
+    """The Redis server's clock (epoch seconds): the one clock of every lease, due time
+    and age (not pipelined: a Cluster pipeline refuses ``TIME``)."""
+    return seconds(client.time())
+
+
 def new_pubsub_connection(client: RedisClient, **kwargs: Any) -> Any:
     """A pub/sub object of its own connection, for either kind of client.
 
@@ -422,7 +444,11 @@ def _decodes(client: RedisClient) -> bool:
 
 
 def _user_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k not in _INTERNAL_KWARGS}
+    """The client's own options, for its twin; bytes that are not UTF-8 read as escapes."""
+    found = {k: v for k, v in kwargs.items() if k not in _INTERNAL_KWARGS}
+    if found.get("encoding_errors", "strict") == "strict":
+        found["encoding_errors"] = READ_ERRORS
+    return found
 
 
 def _decoding_twin(client: RedisClient) -> RedisClient:

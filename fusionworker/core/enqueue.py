@@ -190,7 +190,7 @@ def _encode_arguments(ref: str, args: list[Any] | tuple[Any, ...] | None,
         args_enc = codec.encode(args, "args")
         kwargs_enc = codec.encode(kwargs, "kwargs")
     except codec.UnsupportedType as exc:
-        raise codec.UnsupportedType(f"cannot enqueue {ref}: {exc}") from None
+        raise type(exc)(f"cannot enqueue {ref}: {exc}") from None
     return args_enc, kwargs_enc
 
 
@@ -215,8 +215,15 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
     """The record's fields, ``[name, value, ...]``, as the enqueue scripts take them."""
     # encode_fields(queue=..., func=..., ...) with the always-present fields spelled
     # out: the name, the checked reference, ASCII JSON and numbers need no safe_text
-    fields = ["queue", q.name, "func", ref, "args", _tagged_json(args_enc),
-              "kwargs", _tagged_json(kwargs_enc) if kwargs_enc else "{}",
+    args_text = _tagged_json(args_enc)
+    kwargs_text = _tagged_json(kwargs_enc) if kwargs_enc else "{}"
+    limit = q.settings.max_args_bytes
+    if limit and len(args_text) + len(kwargs_text) > limit:    # ASCII JSON: chars are bytes
+        raise codec.TooLarge(
+            f"cannot enqueue {ref}: its arguments are {len(args_text) + len(kwargs_text)} "
+            f"bytes of JSON, more than max_args_bytes ({limit}; "
+            "FUSIONWORKER_MAX_ARGS_BYTES): pass a reference (a key, a path) instead")
+    fields = ["queue", q.name, "func", ref, "args", args_text, "kwargs", kwargs_text,
               "timeout", repr(opts.timeout), "max_retries", str(opts.max_retries)]
     if (opts.retry_delay is not None or opts.unique_key is not None or opts.group is not None
             or opts.on_failure_url is not None or refs or opts.batch is not None

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
+# ``ok`` or a failure reason: one vocabulary with FailureReason (vocabulary.py)
+from .vocabulary import OutcomeReason as OutcomeReason
+
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
@@ -35,35 +38,6 @@ class OutcomeStatus(StrEnum):
     RETRY = "retry"          #: it failed and is scheduled again (backoff)
     FAILED = "failed"        #: it failed for good: dead-letter
     REQUEUED = "requeued"    #: given back unstarted (cold shutdown, lease): not counted
-
-
-class OutcomeReason(StrEnum):
-    """Why (``Outcome.reason``): ``ok`` or a ``FailureReason`` value. A middleware may
-    kill a horse with a reason of its own: read as a member of its own text."""
-
-    OK = "ok"
-    EXCEPTION = "exception"
-    TIMEOUT = "timeout"
-    SEGFAULT = "segfault"
-    CRASH = "crash"
-    KILLED = "killed"
-    EXIT = "exit"
-    MEMORY = "memory"
-    REFUSED = "refused"
-    MALFORMED = "malformed"
-    LOST = "lost"
-    SHUTDOWN = "shutdown"
-    LEASE = "lease"
-    STOPPED = "stopped"
-
-    @classmethod
-    def _missing_(cls, value: object) -> OutcomeReason | None:
-        if not isinstance(value, str):
-            return None
-        member = str.__new__(cls, value)
-        member._name_ = value
-        member._value_ = value
-        return member
 
 
 @dataclass
@@ -87,7 +61,7 @@ class Outcome:
     def __post_init__(self) -> None:
         # text stays accepted (``Outcome(status="retry", reason="exception")``)
         self.status = OutcomeStatus(self.status)
-        self.reason = OutcomeReason(self.reason)
+        self.reason = OutcomeReason.read(self.reason)   # a middleware's own reason too
 
 
 class WorkerContext(Protocol):

@@ -1,10 +1,7 @@
-"""The job record (one Redis HASH ``fw:{queue}:job:<id>``) and its vocabulary.
+"""The job record (one Redis HASH ``fw:{queue}:job:<id>``).
 
-The vocabulary: :class:`JobStatus`, :class:`FailureReason` and
-:class:`WorkerState` are ``StrEnum``s whose values are the strings stored in
-Redis (and compared by the Lua scripts: ``tests/core/test_vocabulary.py`` checks
-every status and reason literal of ``scripts/*.lua`` against them). Their
-members, listed with their meaning, are the documentation of record.
+Its vocabulary (:class:`JobStatus`, :class:`FailureReason`, :class:`WorkerState`)
+is in ``vocabulary.py`` and importable from here.
 
 The record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle.
 
@@ -25,6 +22,8 @@ Hash fields (all strings in Redis):
 ``started_at``      server time of the last claim
 ``ended_at``        server time of the last outcome
 ``attempts``        how many times the job was claimed
+``shared_deaths``   how many times a process its horse shared with other jobs (the fork
+                    server) died under it: given back uncounted until 3 (optional)
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
 ``result``          tagged JSON of the return value (finished jobs)
@@ -97,16 +96,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .job_habits import JobHabits
+
+# the vocabulary's home is vocabulary.py; these names stay importable from here
+from .vocabulary import FailureReason as FailureReason
+from .vocabulary import JobStatus as JobStatus
+from .vocabulary import WorkerState as WorkerState
+from .vocabulary import _Vocabulary as _Vocabulary
 
 R = TypeVar("R")
 
@@ -114,75 +119,6 @@ PRIORITY_MIN = -1023
 PRIORITY_MAX = 1023
 SEQ_LIMIT = 2**42
 
-
-
-class _Vocabulary(StrEnum):
-    """A ``StrEnum`` whose values are stored in Redis as they are."""
-
-    @classmethod
-    def read(cls, value: str) -> Self:
-        """The member whose value is ``value``, for text read from Redis.
-
-        Reading never fails: a value this version does not know (written by a
-        newer version, or a middleware's own kill reason) becomes an unnamed
-        member of the class that compares, prints and serializes as its text.
-        Use ``cls(value)`` where an unknown value is an error (user input).
-        """
-        try:
-            return cls(value)
-        except ValueError:
-            member = str.__new__(cls, value)
-            member._name_ = value
-            member._value_ = value
-            return member
-
-
-class JobStatus(_Vocabulary):
-    """``status`` of a job record, in lifecycle order."""
-
-    QUEUED = "queued"          #: on the pending ZSET, ready to be claimed
-    SCHEDULED = "scheduled"    #: waits for ``scheduled_for`` (delayed job or retry backoff)
-    STARTED = "started"        #: claimed: a worker's horse runs it under a lease
-    FINISHED = "finished"      #: returned; ``result`` holds the value
-    FAILED = "failed"          #: final failure; ``failure_reason`` says how
-    CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
-    STOPPED = "stopped"        #: stopped while it ran (``job stop``): in ``failed``, no retry
-    DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
-
-
-class FailureReason(_Vocabulary):
-    """How an attempt ended without a result: ``failure_reason`` of the job record and
-    ``reason`` of its events, webhooks and span attributes."""
-
-    EXCEPTION = "exception"    #: the function raised (or its result could not be serialized)
-    TIMEOUT = "timeout"        #: the hard time limit ran out
-    SEGFAULT = "segfault"      #: the horse died of SIGSEGV
-    CRASH = "crash"            #: the horse died of SIGBUS, SIGILL, SIGFPE or SIGABRT
-    KILLED = "killed"          #: the horse died of another signal (the OOM killer?)
-    EXIT = "exit"              #: the horse exited before it reported (``os._exit`` in the job)
-    MEMORY = "memory"          #: the horse went over ``--max-horse-memory``
-    REFUSED = "refused"        #: the function is not allowed or cannot be imported
-    MALFORMED = "malformed"    #: the record cannot be read (bad JSON, missing field)
-    LOST = "lost"              #: the job was taken back (reaped, deleted) while it ran
-    ABANDONED = "abandoned"    #: its worker died and its attempts are used up (reaper)
-    DEPENDENCY = "dependency"  #: a job it depends on failed (the job is ``canceled``)
-    #: its ``ttl`` ran out before a worker took it (the job is ``canceled``, never ran)
-    EXPIRED = "expired"
-    #: the worker could not renew the lease: the horse is killed, the job re-queued
-    LEASE = "lease"
-    #: cold shutdown interrupted the job: re-queued, the attempt not counted
-    SHUTDOWN = "shutdown"
-    STOPPED = "stopped"        #: stopped on request (``job stop``): its horse was killed
-
-
-class WorkerState(_Vocabulary):
-    """``state`` of a worker's heartbeat hash (and the ``fusionworker_worker_state`` gauge)."""
-
-    STARTED = "started"        #: registered, not yet polling
-    IDLE = "idle"              #: waiting for a job
-    BUSY = "busy"              #: running a job for longer than a moment
-    SUSPENDED = "suspended"    #: ``fusionworker suspend``: claims nothing
-    THROTTLED = "throttled"    #: the resource governor holds claims back
 
 
 STATUSES = tuple(JobStatus)
@@ -220,12 +156,14 @@ def new_job_id() -> str:
 
 
 def _float(value: str | None) -> float | None:
+    """A number field; None when absent or no finite number (NaN, infinity)."""
     if value in (None, ""):
         return None
     try:
-        return float(value)
+        found = float(value)
     except ValueError:
         return None
+    return found if math.isfinite(found) else None
 
 
 def _int(value: str | None, default: int = 0) -> int:
@@ -255,12 +193,19 @@ def _reason(value: str | None) -> FailureReason | None:
     return FailureReason.read(value) if value else None
 
 
-def _json_list(value: str | None) -> list[Any] | None:
+def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> list[Any] | None:
+    """A JSON list field whose items are all ``item``s (numbers: finite), else None."""
     try:
         found = json.loads(value) if value else None
-    except ValueError:
+    except (ValueError, RecursionError):    # a field of a record that is not ours
         return None
-    return found if isinstance(found, list) else None
+    if not isinstance(found, list):
+        return None
+    for x in found:
+        if not isinstance(x, item) or isinstance(x, bool) and item is not object or (
+                isinstance(x, float) and not math.isfinite(x)):
+            return None
+    return found
 
 
 class MalformedJob(ValueError):
@@ -305,6 +250,8 @@ class Job(JobHabits, Generic[R]):
     started_at: float | None = None
     ended_at: float | None = None
     attempts: int = 0
+    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
+    shared_deaths: int = 0
     max_retries: int = 0
     retry_delay: float | None = None
     result: R | None = None
@@ -470,7 +417,10 @@ class Job(JobHabits, Generic[R]):
 
     @classmethod
     def from_hash(cls, data: dict[str, str], *, strict: bool = False) -> Job[Any]:
-        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on bad JSON."""
+        """Build from ``HGETALL``. ``strict``: raise :class:`MalformedJob` on arguments
+        that cannot be read (``codec.loads``: bad JSON, too deep, a bad tag) or no
+        ``func``. Not strict, reading never fails: what cannot be read is left empty
+        (listings show such a record; its ``args``/``kwargs`` are ``[]``/``{}``)."""
         args_raw, kwargs_raw = data.get("args", "[]"), data.get("kwargs", "{}")
         try:
             args = codec.loads(args_raw) if args_raw else []
@@ -503,6 +453,7 @@ class Job(JobHabits, Generic[R]):
             started_at=_float(data.get("started_at")),
             ended_at=_float(data.get("ended_at")),
             attempts=_int(data.get("attempts")),
+            shared_deaths=_int(data.get("shared_deaths")),
             max_retries=_int(data.get("max_retries")),
             retry_delay=_float(data.get("retry_delay")),
             result=result,
@@ -518,7 +469,7 @@ class Job(JobHabits, Generic[R]):
             duration=_float(data.get("duration")),
             traceparent=data.get("traceparent") or None,
             tracestate=data.get("tracestate") or None,
-            depends_on=_json_list(data.get("depends_on")),
+            depends_on=_json_list(data.get("depends_on"), str),
             allow_dependency_failure=data.get("allow_dependency_failure") == "1",
             has_dependents=data.get("has_dependents") == "1",
             batch=data.get("batch") or None,
@@ -531,7 +482,7 @@ class Job(JobHabits, Generic[R]):
             result_ttl=_ttl(data.get("result_ttl")),
             failure_ttl=_ttl(data.get("failure_ttl")),
             ttl=_float(data.get("ttl")),
-            retry_intervals=_json_list(data.get("retry_intervals")),
+            retry_intervals=_json_list(data.get("retry_intervals"), (int, float)),
             on_success=data.get("on_success") or None,
             on_failure=data.get("on_failure") or None,
             retry_on=_json_list(data.get("retry_on")),

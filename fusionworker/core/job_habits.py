@@ -294,6 +294,18 @@ class JobHabits:
         self._queue_for("stop").stop(self.id)
         return self._updated()
 
+    def hold(self) -> Job[Any]:
+        """Set the queued or scheduled job aside: never claimed until :meth:`release`
+        (see ``Queue.hold``); self, updated."""
+        self._queue_for("hold").hold(self.id)
+        return self._updated()
+
+    def release(self) -> Job[Any]:
+        """Give a held job back its place in its queue (see ``Queue.release``); self,
+        updated."""
+        self._queue_for("release").release(self.id)
+        return self._updated()
+
     def requeue(self) -> Job[Any]:
         """Put a failed job back on its queue (see ``Queue.requeue``); self, updated."""
         self._queue_for("requeue").requeue(self.id)

@@ -22,6 +22,7 @@ key                            type     meaning
 ``fw:{q}:group_rate:parked``   ZSET     jobs set aside by their group's limit, score = slot
 ``fw:{q}:group_rate:held``     HASH     held_seconds, held_jobs: totals of the set-asides
 ``fw:{q}:deferred``            ZSET     jobs waiting on dependencies, score = enqueue time
+``fw:{q}:held``                ZSET     jobs set aside by ``job hold``, score = when held
 ``fw:{q}:deps:<id>``           SET      "queue:id" refs job <id> still waits on
 ``fw:{q}:dependents:<id>``     SET      "queue:id" refs of jobs waiting on job <id>
 ``fw:{q}:outbox``              LIST     dependency and batch notes to replay to other queues
@@ -66,6 +67,11 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
 class InvalidQueueName(ValueError):
     """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
+
+
+def is_queue_name(name: object) -> bool:
+    """True when ``name`` is a name :func:`check_queue_name` takes."""
+    return isinstance(name, str) and bool(_QUEUE_NAME.match(name)) and name != "all"
 
 
 def check_queue_name(name: str) -> str:
@@ -128,6 +134,11 @@ class QueueKeys:
     @property
     def deferred(self) -> str:
         return self.base + "deferred"
+
+    @property
+    def held(self) -> str:
+        """Jobs set aside by ``hold`` (ZSET, score = when held; hold.lua)."""
+        return self.base + "held"
 
     def registry(self, status: str) -> str:
         """The ZSET listing the jobs of ``status`` (a ``JobStatus``): ``pending`` for
@@ -249,6 +260,11 @@ class Keys:
     @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    @property
+    def cron_queues(self) -> str:
+        """The queues that have (or had) cron entries (SET): what a cron tick reads."""
+        return f"{self.prefix}:cron_queues"
 
     def worker(self, name: str) -> str:
         return f"{self.prefix}:worker:{name}"

@@ -79,6 +79,35 @@ class QueueAdmin:
                 continue      # it started (or ended) meanwhile: look again
         raise InvalidOperation(f"job {job_id} kept changing state; try again")
 
+    def hold(self, job_id: str) -> Job[Any]:
+        """Set a queued or scheduled job aside: no worker claims it until :meth:`release`,
+        which gives it back its place (priority and FIFO order, or its due time). Holding
+        a held job changes nothing. Refused for a job that is not ready (started, ended,
+        deferred, or queued behind its group's running job)."""
+        verdict = replies.hold(self.scripts.hold(keys=[self.qkeys.base], args=[job_id]))
+        if verdict.outcome == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict.outcome == "refused":
+            what = ("queued behind its group's running job" if verdict.why == "group"
+                    else str(verdict.status))
+            raise InvalidOperation(f"job {job_id} is {what}; only a queued or scheduled job "
+                                   "can be held")
+        job = self._require(job_id)
+        if verdict.status != JobStatus.HELD:
+            self._emit("held", job)
+        return job
+
+    def release(self, job_id: str) -> Job[Any]:
+        """Put a held job back where it was (see :meth:`hold`); workers claim it again."""
+        verdict = replies.release(self.scripts.release(keys=[self.qkeys.base], args=[job_id]))
+        if verdict.outcome == "missing":
+            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+        if verdict.outcome == "refused":
+            raise InvalidOperation(f"job {job_id} is {verdict.status}, not held")
+        job = self._require(job_id)
+        self._emit("released", job)
+        return job
+
     def delete(self, job_id: str) -> None:
         """Delete a job and every reference to it."""
         before = text_hash(self.connection.hgetall(self.qkeys.job(job_id)))

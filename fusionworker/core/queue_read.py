@@ -6,13 +6,16 @@ module functions work on a client and need no ``Queue``.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
-from .connection import decoding, text_hash, texts
+from .connection import decoding, server_time, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
-from .keys import Keys, QueueKeys
+from .keys import Keys, QueueKeys, is_queue_name
+
+log = logging.getLogger("fusionworker.queue")
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -94,8 +97,10 @@ class QueueReads:
             job._queue = self
         return found
 
-    def stats(self) -> dict[str, Any]:
-        """Depths of every registry and band, pause state, cap, age of the oldest job."""
+    def stats(self, heartbeats: list[dict[str, str]] | None = None) -> dict[str, Any]:
+        """Depths of every registry and band, pause state, cap, age of the oldest job,
+        and ``awaiting_compute`` (:func:`awaiting_compute`)
+        from the workers' ``heartbeats`` (read here when not given)."""
         k = self.qkeys
         pipe = self.connection.pipeline(transaction=False)
         pipe.zcard(k.pending)
@@ -112,11 +117,13 @@ class QueueReads:
         pipe.hgetall(k.rate)
         pipe.zcard(k.deferred)
         pipe.zcard(k.batches)
+        pipe.zcard(k.held)
         pipe.hgetall(k.group_rate)
         pipe.hgetall(k.group_rate_held)
         pending, *rest = pipe.execute()
         group_rate = _group_rate_doc(*rest[-2:])
         del rest[-2:]
+        held = rest.pop()
         bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
         open_batches = rest.pop()
         deferred = rest.pop()
@@ -125,29 +132,106 @@ class QueueReads:
         # the oldest pending job is the one with the lowest seq, not the lowest score:
         # look at the tail of each band and take the oldest enqueued_at.
         oldest_age = None
+        server_now: float | None = None
+        if pending or scheduled:
+            server_now = server_time(self.connection)  # not pipelined: a cluster pipeline refuses TIME
+        due = (int(self.connection.zcount(k.scheduled, "-inf", f"{server_now:.6f}"))
+               if scheduled and server_now is not None else 0)
         if pending:
             heads = [self.connection.zrangebyscore(k.pending, *_band_range(lo, hi), start=0, num=1)
                      for _, lo, hi in BANDS]
             ids = [h[0] for h in heads if h] + list(tail)
             stamps = [float(s) for s in (self.connection.hget(k.job(i), "enqueued_at")
                                          for i in ids) if s]
-            if stamps:
-                now = self.connection.time()  # not pipelined: a cluster pipeline refuses TIME
-                server_now = now[0] + now[1] / 1e6
+            if stamps and server_now is not None:
                 oldest_age = max(0.0, server_now - min(stamps))
-        return {
+        doc = {
             "queue": self.name, "pending": pending, "bands": bands, "started": started,
             "scheduled": scheduled, "failed": failed, "finished": finished,
             "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
             "busy_groups": groups, "oldest_age": oldest_age,
             "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
-            "deferred": deferred, "open_batches": open_batches,
+            "deferred": deferred, "open_batches": open_batches, "held": held, "due": due,
         }
+        if heartbeats is None:
+            heartbeats = read_heartbeats(self.connection, self.qkeys.prefix)
+        doc["awaiting_compute"] = awaiting_compute(doc, heartbeats)
+        return doc
+
+
+#: worker states in which a free slot claims (not started yet, suspended or throttled)
+_CLAIMING = ("idle", "busy")
+
+
+def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
+    """Slots free now, by their heartbeats, in the live workers that serve ``queue`` and
+    claim (idle or busy, not suspended, throttled or starting): each worker's
+    ``concurrency`` minus its running jobs. A free slot of a worker that serves several
+    queues counts for each of them (it takes the next ready job of any)."""
+    free = 0
+    for data in heartbeats:
+        if queue not in (data.get("queues") or "").split(","):
+            continue
+        if data.get("state") not in _CLAIMING:
+            continue
+        try:
+            slots = max(1, int(data.get("concurrency") or 1))
+        except ValueError:
+            slots = 1
+        running = [j for j in (data.get("current_jobs") or "").split(",") if j]
+        free += max(0, slots - len(running))
+    return free
+
+
+def awaiting_compute(stats: dict[str, Any], heartbeats: list[dict[str, str]]) -> int:
+    """Seed 003's *awaitingCompute* of one queue: its jobs ready now (``pending``, plus
+    ``due``: scheduled jobs whose time has come, promoted by the next claim) that no
+    free slot will take: the ready jobs beyond the free slots of the workers serving
+    the queue (:func:`free_slots`), and beyond its ``max_active`` cap's room. A paused
+    queue's jobs wait for ``unpause``, not for compute: 0. Held and deferred jobs are
+    not ready. ``pending`` = ``awaiting_compute`` + the jobs a free slot is about to
+    take; seed 003's *computing* is ``started``."""
+    if stats.get("paused"):
+        return 0
+    ready = int(stats.get("pending") or 0) + int(stats.get("due") or 0)
+    free = free_slots(str(stats["queue"]), heartbeats)
+    cap = stats.get("max_active")
+    if cap is not None:
+        free = min(free, max(0, int(cap) - int(stats.get("started") or 0)))
+    return max(0, ready - free)
+
+
+def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]:
+    """The heartbeat hashes of the registered workers whose key lives (read-only; as
+    ``admin.workers``, which ``info`` uses)."""
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in sorted(texts(connection.smembers(keys.workers))):
+        pipe.hgetall(keys.worker(name))
+    return [text_hash(data) for data in pipe.execute() if data]
 
 
 def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
-    """Every queue ever enqueued to, sorted."""
-    return sorted(texts(decoding(connection).smembers(Keys(prefix).queues)))
+    """Every queue ever enqueued to, sorted. A member of the set that is no queue
+    name (written by something else: ``SADD fw:queues '"><x'``) is skipped and
+    logged (once per process and name): no loop over the queues, the reaper's, a
+    worker's ``all``, a page's or the CLI's, stops at it."""
+    names = []
+    for name in texts(decoding(connection).smembers(Keys(prefix).queues)):
+        if is_queue_name(name):
+            names.append(name)
+        elif (prefix, name) not in _SKIPPED:
+            if len(_SKIPPED) < 1000:
+                _SKIPPED.add((prefix, name))
+            log.warning("Skipped %r in the set of known queues %s: not a queue name "
+                        "(remove it: SREM %s <name>)", name[:200], Keys(prefix).queues,
+                        Keys(prefix).queues)
+    return sorted(names)
+
+
+#: (prefix, name) of bad members of the known queues already logged by this process
+_SKIPPED: set[tuple[str, str]] = set()
 
 
 def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",

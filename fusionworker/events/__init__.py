@@ -21,7 +21,7 @@ some entries when re-sent.
 Who emits what: :class:`EventsMiddleware` in the worker parent (``processing``,
 ``progress`` with each rate-limited progress write of a running job, and the
 outcome: ``completed``, ``retry``, ``failed``, ``timeout``, ``requeued``), ``Queue`` through the process-wide :func:`default_sink`
-(``queued``, ``canceled``, ``deleted``, ``reprioritized``, ``requeued`` with
+(``queued``, ``canceled``, ``deleted``, ``reprioritized``, ``held``, ``released``, ``requeued`` with
 reason ``manual``), the reaper (``abandoned``, ``requeued`` with reason
 ``worker died``) and the cron scheduler (``queued`` of each run) through
 :func:`emit_job_event`,

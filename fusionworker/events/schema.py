@@ -16,7 +16,7 @@ from typing import Any
 from ..core.job import FailureReason
 
 EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
-          "canceled", "requeued", "deleted", "reprioritized",
+          "canceled", "requeued", "deleted", "reprioritized", "held", "released",
           "admin", "progress")
 
 #: Field order of an event document.

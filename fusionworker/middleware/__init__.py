@@ -1,9 +1,10 @@
-"""Middleware: the plugins that hang off the worker loop's hooks.
+"""Middleware: the worker's built-in duties and plugins on the loop's hooks.
 
 The hook points are the :class:`Middleware` base (``core/hooks.py``: the core
 layer, so that the events layer and the core's own middleware — dependencies,
 Sentinel — implement it without depending on this package). This package holds
-the plugins and :func:`default_middleware`, the one list every worker runs.
+the built-ins, :func:`default_middleware` (the list every worker runs, whatever
+``Worker(middleware=...)`` adds) and :func:`compose` (how the user's hooks join it).
 
 The worker calls each hook on every middleware *in list order*. Order matters
 in three places: for the hooks that answer (``before_claim``, ``on_horse_tick``)
@@ -30,12 +31,18 @@ of :func:`default_middleware`:
 Between 2 and 7 the order is the order the features were added in; none of them
 answers a hook or reads another's state.
 
+These run in every worker: ``Worker(middleware=[mine])`` adds ``mine`` after them
+(:func:`compose`), and ``worker.add_middleware(mw, before=Cls)`` (or ``after=``)
+puts one elsewhere (:func:`place`). Only ``Worker(defaults=False)`` runs without
+them (the suite's tests of the bare loop, benchmarks).
+
 Importing this package imports none of the plugins (they are imported when the
 list is built).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..core.hooks import Middleware
@@ -43,11 +50,11 @@ from ..core.hooks import Middleware
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
 
-__all__ = ["Middleware", "default_middleware"]
+__all__ = ["Middleware", "compose", "default_middleware", "place"]
 
 
 def default_middleware(settings: Settings) -> list[Middleware]:
-    """The middleware every worker runs, in the order documented above."""
+    """The built-in middleware every worker runs, in the order documented above."""
     from ..core.connection import FollowSentinelMaster
     from ..core.workflows import DependencyMiddleware
     from ..events.middleware import EventsMiddleware
@@ -73,3 +80,37 @@ def default_middleware(settings: Settings) -> list[Middleware]:
 
         chain.append(OtelMiddleware(settings))
     return chain
+
+
+def compose(builtins: Iterable[Middleware], given: Iterable[Middleware]) -> list[Middleware]:
+    """The chain a worker runs: ``builtins`` in their order, then ``given`` in its order.
+
+    A given instance of a built-in's class takes that built-in's place (it configures
+    the duty, e.g. an ``EventsMiddleware`` with your own sink): so
+    ``[*default_middleware(s), mine]`` means what it always meant."""
+    given = list(given)
+    classes = {type(mw) for mw in given}
+    chain: list[Middleware] = []
+    for mw in builtins:
+        if type(mw) not in classes:
+            chain.append(mw)
+            continue
+        chain += [g for g in given if type(g) is type(mw) and g not in chain]
+    return chain + [g for g in given if g not in chain]
+
+
+def place(chain: list[Middleware], mw: Middleware, *, before: type | None = None,
+          after: type | None = None) -> None:
+    """Insert ``mw`` into ``chain`` in place: before the first instance of ``before``,
+    after the last instance of ``after``, or at the end. ValueError when both are given
+    or the class named is not in the chain."""
+    if before is not None and after is not None:
+        raise ValueError("add_middleware: give before= or after=, not both")
+    anchor = before or after
+    if anchor is None:
+        chain.append(mw)
+        return
+    at = [i for i, m in enumerate(chain) if isinstance(m, anchor)]
+    if not at:
+        raise ValueError(f"add_middleware: no {anchor.__name__} in this worker's middleware")
+    chain.insert(at[0] if before is not None else at[-1] + 1, mw)

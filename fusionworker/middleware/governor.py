@@ -1,11 +1,13 @@
-"""Resource governor: stop claiming jobs while the machine is short of memory.
+"""Resource governor: stop claiming jobs while the machine is short of memory or CPU.
 
 Two middlewares live here:
 
 * :class:`Governor` answers ``before_claim``: the worker claims nothing while
-  RAM, swap or any GPU's memory is above its throttle threshold, and resumes
-  only once every resource is back under its resume threshold (hysteresis, as
-  in seed 000: RAM 90/80, GPU 85/75, swap 70 with no separate resume level).
+  RAM, swap, any GPU's memory or the CPU (percent of all cores) is above its
+  throttle threshold, and resumes only once every resource is back under its
+  resume threshold (hysteresis, as in seed 000: RAM 90/80, GPU 85/75, swap 70
+  with no separate resume level; CPU, seed 003's other resource, is off by
+  default: 100).
   Refusing new work is the only lever a worker has: a job already running is
   never touched by the governor, so a full machine drains instead of
   OOM-killing horses at random.
@@ -23,6 +25,7 @@ last sample in between.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,8 +47,11 @@ __all__ = [
     "Governor",
     "HorseMemoryLimit",
     "NvmlGpuReader",
+    "RESOURCES",
     "Reading",
     "build_governors",
+    "CpuReader",
+    "blocking_resources",
     "read_ram_percent",
     "read_swap_percent",
     "rss_mib",
@@ -71,6 +77,47 @@ def read_swap_percent() -> float:
     if not swap.total:
         return 0.0
     return float(swap.percent)
+
+
+class CpuReader:
+    """Busy time of all cores in percent since the previous call (``/proc/stat`` through
+    psutil): what ``top`` shows as ``100 - idle - iowait``, over the governor's sampling
+    interval, so a short spike between two samples is averaged, not missed.
+
+    The first call measures from when the reader was built.
+    """
+
+    def __init__(self) -> None:
+        self._last = psutil.cpu_times()
+
+    @staticmethod
+    def _split(times: Any) -> tuple[float, float]:
+        """(idle, total) seconds; guest time is already counted in user time."""
+        total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+        return times.idle + getattr(times, "iowait", 0.0), total
+
+    def __call__(self) -> float:
+        now = psutil.cpu_times()
+        idle0, total0 = self._split(self._last)
+        idle1, total1 = self._split(now)
+        self._last = now
+        elapsed = total1 - total0
+        if elapsed <= 0:
+            return 0.0
+        return max(0.0, min(100.0, 100.0 * (1.0 - (idle1 - idle0) / elapsed)))
+
+
+_RESOURCE_AT = re.compile(r"\b(RAM|swap|GPU\d*|CPU) at ")
+
+#: the resources the governor watches, as named by :func:`blocking_resources`
+RESOURCES = ("ram", "swap", "gpu", "cpu")
+
+
+def blocking_resources(reason: str | None) -> set[str]:
+    """The resources named in a governor's reason: ``{"ram", "swap", "gpu", "cpu"}`` or
+    fewer (each part of a reason names its resource: ``RAM at 93.1% (...)``)."""
+    found = _RESOURCE_AT.findall(reason or "")
+    return {"gpu" if word.startswith("GPU") else word.lower() for word in found}
 
 
 class NvmlGpuReader:
@@ -180,18 +227,28 @@ class NvmlGpuReader:
 
 @dataclass(frozen=True)
 class Reading:
-    """One sample of the machine's memory, taken at ``at`` (governor clock)."""
+    """One sample of the machine's memory and CPU, taken at ``at`` (governor clock).
+
+    ``cpu`` is ``None`` while the CPU check is off (its throttle threshold 100)."""
 
     ram: float
     swap: float
     gpus: tuple[GpuReading, ...]
     at: float
+    cpu: float | None = None
 
     def figures(self) -> str:
-        """``RAM at 93.1%, swap at 2.0%, GPU0 at 12.0%`` — for the log lines."""
+        """``RAM at 93.1%, swap at 2.0%, GPU0 at 12.0%, CPU at 97.0%`` — for the log lines."""
         parts = [f"RAM at {self.ram:.1f}%", f"swap at {self.swap:.1f}%"]
         parts += [f"GPU{index} at {used:.1f}%" for index, used in self.gpus]
+        if self.cpu is not None:
+            parts.append(f"CPU at {self.cpu:.1f}%")
         return ", ".join(parts)
+
+
+def _kind(reasons: Sequence[str]) -> str:
+    """``MEMORY`` (the seed's log line) unless the CPU alone holds claims back."""
+    return "CPU" if blocking_resources("; ".join(reasons)) == {"cpu"} else "MEMORY"
 
 
 def _pct(value: float) -> str:
@@ -200,12 +257,14 @@ def _pct(value: float) -> str:
 
 
 class Governor(Middleware):
-    """Refuse claims while RAM, swap or GPU memory is too high (with hysteresis).
+    """Refuse claims while RAM, swap, GPU memory or CPU is too high (with hysteresis).
 
     Throttle when RAM >= ``memory_throttle_threshold`` or swap >=
-    ``swap_throttle_threshold`` or any GPU >= ``gpu_throttle_threshold``. Once
-    throttled, stay throttled until RAM < ``memory_resume_threshold`` AND swap
-    < ``swap_throttle_threshold`` AND every GPU < ``gpu_resume_threshold``.
+    ``swap_throttle_threshold`` or any GPU >= ``gpu_throttle_threshold`` or the
+    CPU >= ``cpu_throttle_threshold`` (when that is under 100). Once throttled,
+    stay throttled until RAM < ``memory_resume_threshold`` AND swap <
+    ``swap_throttle_threshold`` AND every GPU < ``gpu_resume_threshold`` AND the
+    CPU < ``cpu_resume_threshold``.
     Swap has no resume level of its own (seed 000 lists it as N/A): swap is
     freed slowly and only by the kernel, so a second, lower level would keep
     a worker idle long after RAM has recovered. The gap between throttle and
@@ -225,6 +284,9 @@ class Governor(Middleware):
         or ``None`` when no GPU can be read. If it raises, the GPU check is
         turned off for good (logged once) — a broken GPU probe must not stop
         a CPU-only worker from claiming. Default: :class:`NvmlGpuReader`.
+    :param cpu_reader: zero-arg callable, CPU busy percent of all cores since its
+        previous call. Default: :class:`CpuReader`. Called only while the CPU check is
+        on (``cpu_throttle_threshold`` < 100).
     :param clock: monotonic seconds; injectable for tests.
     """
 
@@ -235,6 +297,7 @@ class Governor(Middleware):
         ram_reader: Callable[[], float] | None = None,
         swap_reader: Callable[[], float] | None = None,
         gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = None,
+        cpu_reader: Callable[[], float] | None = None,
         clock: Callable[[], float] = time.monotonic,
         logger: logging.Logger | None = None,
     ) -> None:
@@ -247,6 +310,7 @@ class Governor(Middleware):
                 logger=self._log, gpu_configured=any(
                     settings.is_explicit(name)
                     for name in ("gpu_throttle_threshold", "gpu_resume_threshold"))))
+        self._cpu_reader = cpu_reader or CpuReader()
         self._clock = clock
         self._throttled = False
         self._reason: str | None = None
@@ -261,15 +325,24 @@ class Governor(Middleware):
         self.gpu_throttle = float(settings.gpu_throttle_threshold)
         self.gpu_resume = self._resume_level(
             "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
+        self.cpu_throttle = float(settings.cpu_throttle_threshold)
+        self.cpu_resume = self._resume_level(
+            "CPU_RESUME_THRESHOLD", float(settings.cpu_resume_threshold), self.cpu_throttle)
+
+    @property
+    def cpu_checked(self) -> bool:
+        """The CPU check is on (a throttle threshold under 100)."""
+        return self.cpu_throttle < 100.0
 
     def reload(self, worker: WorkerContext, settings: Settings) -> None:
         """New thresholds (SIGHUP); the next check samples at once and applies them."""
         self._configure(settings)
         self._last = None
         self._log.info("Resource governor thresholds: RAM %s (resume %s), swap %s, GPU %s "
-                       "(resume %s), every %gs", _pct(self.ram_throttle), _pct(self.ram_resume),
-                       _pct(self.swap_throttle), _pct(self.gpu_throttle), _pct(self.gpu_resume),
-                       self.interval)
+                       "(resume %s), CPU %s, every %gs", _pct(self.ram_throttle),
+                       _pct(self.ram_resume), _pct(self.swap_throttle), _pct(self.gpu_throttle),
+                       _pct(self.gpu_resume), f"{_pct(self.cpu_throttle)} (resume "
+                       f"{_pct(self.cpu_resume)})" if self.cpu_checked else "off", self.interval)
 
     def _resume_level(self, env: str, resume: float, throttle: float) -> float:
         if resume > throttle:
@@ -321,7 +394,8 @@ class Governor(Middleware):
     def _sample(self, now: float) -> Reading:
         ram = float(self._ram_reader())
         swap = float(self._swap_reader())
-        return Reading(ram=ram, swap=swap, gpus=self._read_gpus(), at=now)
+        cpu = float(self._cpu_reader()) if self.cpu_checked else None
+        return Reading(ram=ram, swap=swap, gpus=self._read_gpus(), at=now, cpu=cpu)
 
     def _read_gpus(self) -> tuple[GpuReading, ...]:
         reader = self._gpu_reader
@@ -343,14 +417,16 @@ class Governor(Middleware):
             blocking = self._over_throttle(reading)
             if blocking:
                 self._throttled = True
-                self._log.warning("MEMORY THROTTLE ACTIVE: %s (throttle %s)",
+                self._log.warning("%s THROTTLE ACTIVE: %s (throttle %s)", _kind(blocking),
                                   reading.figures(), self._levels(reading, resume=False))
         else:
+            held = self._reason
             blocking = self._over_throttle(reading) or self._over_resume(reading)
             if not blocking:
                 self._throttled = False
-                self._log.info("MEMORY THROTTLE RELEASED: %s (resume %s)",
-                               reading.figures(), self._levels(reading, resume=True))
+                self._log.info("%s THROTTLE RELEASED: %s (resume %s)",
+                               _kind((held or "").split("; ")), reading.figures(),
+                               self._levels(reading, resume=True))
         self._reason = "; ".join(blocking) if self._throttled else None
 
     def _over_throttle(self, r: Reading) -> list[str]:
@@ -362,6 +438,8 @@ class Governor(Middleware):
             out.append(f"swap at {r.swap:.1f}% (throttle {_pct(self.swap_throttle)})")
         out += [f"GPU{i} at {used:.1f}% (throttle {_pct(self.gpu_throttle)})"
                 for i, used in r.gpus if used >= self.gpu_throttle]
+        if r.cpu is not None and r.cpu >= self.cpu_throttle:
+            out.append(f"CPU at {r.cpu:.1f}% (throttle {_pct(self.cpu_throttle)})")
         return out
 
     def _over_resume(self, r: Reading) -> list[str]:
@@ -371,6 +449,8 @@ class Governor(Middleware):
             out.append(f"RAM at {r.ram:.1f}% (resume below {_pct(self.ram_resume)})")
         out += [f"GPU{i} at {used:.1f}% (resume below {_pct(self.gpu_resume)})"
                 for i, used in r.gpus if self.gpu_resume <= used < self.gpu_throttle]
+        if r.cpu is not None and self.cpu_resume <= r.cpu < self.cpu_throttle:
+            out.append(f"CPU at {r.cpu:.1f}% (resume below {_pct(self.cpu_resume)})")
         return out
 
     def _levels(self, r: Reading, *, resume: bool) -> str:
@@ -378,6 +458,8 @@ class Governor(Middleware):
         parts = [f"RAM {_pct(ram)}", f"swap {_pct(self.swap_throttle)}"]
         if r.gpus:
             parts.append(f"GPU {_pct(self.gpu_resume if resume else self.gpu_throttle)}")
+        if r.cpu is not None:
+            parts.append(f"CPU {_pct(self.cpu_resume if resume else self.cpu_throttle)}")
         return ", ".join(parts)
 
     # -- middleware hooks ---------------------------------------------------
@@ -387,11 +469,16 @@ class Governor(Middleware):
         return self.check()
 
     def describe(self) -> dict[str, Any]:
-        """``{"throttle": reason}`` for the heartbeat hash; ``""`` when not throttled.
+        """``{"throttle": reason}`` for the heartbeat hash; ``""`` when not throttled;
+        with the CPU check on, ``cpu_percent``: the last sample's CPU use.
 
         Does not sample: the heartbeat shows what the claim loop last saw.
         """
-        return {"throttle": self._reason or ""}
+        fields: dict[str, Any] = {"throttle": self._reason or ""}
+        last = self._last
+        if last is not None and last.cpu is not None:
+            fields["cpu_percent"] = round(last.cpu, 1)
+        return fields
 
 
 def rss_mib(pid: int) -> float:

@@ -31,6 +31,7 @@ from ..core.job import STATES, WorkerState
 from ..core.queue import BANDS, Queue, known_queues
 from ..events.middleware import EventsMiddleware
 from ..events.sinks import EventSink
+from .governor import RESOURCES, blocking_resources
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
@@ -75,9 +76,17 @@ class _WorkerCollector(Collector):
         current = getattr(worker, "state", None)
         for each in STATES:
             state.add_metric([each], 1.0 if each == current else 0.0)
-        throttled.add_metric([], 1.0 if getattr(worker, "hold_reason", None) else 0.0)
+        reason = getattr(worker, "hold_reason", None)
+        throttled.add_metric([], 1.0 if reason else 0.0)
+        by = GaugeMetricFamily("fusionworker_worker_throttled_by",
+                               "1 for each resource the governor holds claims back for",
+                               labels=["resource"])
+        blocking = blocking_resources(reason)
+        for resource in RESOURCES:
+            by.add_metric([resource], 1.0 if resource in blocking else 0.0)
         yield state
         yield throttled
+        yield by
         sink = self.middleware.sink
         if sink is not None:
             stats = sink.stats()
@@ -237,8 +246,18 @@ class QueueCollector(Collector):
             "fusionworker_queue_group_rate_limited_seconds",
             "Seconds jobs were set aside until their group's next rate-limit slot "
             "(summed over jobs)", labels=["queue"])
+        awaiting = GaugeMetricFamily(
+            "fusionworker_queue_awaiting_compute",
+            "Jobs ready now that no free slot of the workers serving the queue will take "
+            "(seed 003's awaitingCompute)", labels=["queue"])
+        held = GaugeMetricFamily("fusionworker_queue_held", "Jobs held (job hold)",
+                                 labels=["queue"])
+        heartbeats = admin.workers(self.connection, self.settings.prefix)
         for name in names:
-            stats = Queue(name, self.connection, settings=self.settings, events=False).stats()
+            stats = Queue(name, self.connection, settings=self.settings,
+                          events=False).stats(heartbeats)
+            awaiting.add_metric([name], stats["awaiting_compute"])
+            held.add_metric([name], stats["held"])
             if stats.get("rate_limit"):
                 rate = stats["rate_limit"]
                 rate_limit.add_metric([name], rate["limit"] / rate["window"])
@@ -261,7 +280,7 @@ class QueueCollector(Collector):
                                     labels=["state"])
         counts: dict[str, int] = dict.fromkeys(STATES, 0)
         wanted = set(self.queues or ())
-        for info in admin.workers(self.connection, self.settings.prefix):
+        for info in heartbeats:
             served = set(filter(None, (info.get("queues") or "").split(",")))
             if wanted and not wanted & served:
                 continue
@@ -273,7 +292,8 @@ class QueueCollector(Collector):
                                       "1 while every worker is suspended")
         suspended.add_metric([], 1 if admin.is_suspended(self.connection, self.settings.prefix)
                              else 0)
-        return [pending, started, scheduled, failed, finished, paused, oldest, workers, suspended,
+        return [pending, started, scheduled, failed, finished, paused, oldest, awaiting, held,
+                workers, suspended,
                 rate_limit, rate_held, group_limit, group_held]
 
 

@@ -1,7 +1,7 @@
 """The reaper: finds claimed jobs whose worker died and gives them back (invariant 2).
 
 A claimed job sits in its queue's ``started`` ZSET scored by a lease deadline
-that the live parent renews every heartbeat (``touch.lua``). A job whose lease
+that the live parent renews every heartbeat (``touch_many.lua``). A job whose lease
 ran out *and* whose worker is gone is stuck: nobody will ever record its
 outcome. One pass, for each known queue::
 
@@ -19,7 +19,7 @@ If the reaping process dies at any step nothing is half done: steps 1-3 only
 read, step 4 is one script (it ran or it did not), and the next pass of any
 worker repeats the decision. A worker that was only slow (not dead) and
 renews its lease between steps 3 and 4 makes the script answer
-``lease still valid``; if it renews after step 4, its ``touch.lua`` answers 0
+``lease still valid``; if it renews after step 4, its ``touch_many.lua`` answers 0
 and it kills its horse, and its late ``finish.lua`` is refused by the token,
 so a job never has two horses and never two recorded outcomes.
 
@@ -43,7 +43,7 @@ import redis
 
 from ..core import workflows
 from ..core.config import Settings
-from ..core.connection import decoding, text_hash, texts
+from ..core.connection import decoding, server_time, text_hash, texts
 from ..core.hooks import Middleware
 from ..core.job import FailureReason
 from ..core.keys import Keys
@@ -61,11 +61,6 @@ log = logging.getLogger("fusionworker.reaper")
 
 #: Most started entries looked at per queue and pass (the rest wait for the next pass).
 BATCH = 1000
-
-
-def _server_time(connection: RedisClient) -> float:
-    seconds, micros = connection.time()
-    return float(seconds) + float(micros) / 1e6
 
 
 def acquire_lock(connection: RedisClient, settings: Settings, owner: str) -> bool:
@@ -215,17 +210,22 @@ def reap_once(connection: RedisClient, settings: Settings, *, lock_owner: str | 
     if lock_owner is not None and not acquire_lock(connection, settings, lock_owner):
         counts["locked"] = False
         return counts
-    now = _server_time(connection)
+    now = server_time(connection)
     for queue in known_queues(connection, settings.prefix):
         try:
             _reap_queue(connection, settings, queue, now, counts, sink)
             _prune_registries(connection, settings, queue, now)
             workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
+        except (redis.ConnectionError, redis.TimeoutError):
+            raise                         # the pass is skipped (the caller logs it)
         except redis.ResponseError as exc:
             # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
             counts.setdefault("refused", []).append(queue)
             log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
                       queue, exc)
+        except Exception:   # data of this queue it cannot use: the other queues are reaped
+            counts.setdefault("refused", []).append(queue)
+            log.exception("Reaper: could not reap queue %s; skipped it this pass", queue)
     counts["workers_pruned"] = prune_workers(connection, settings)
     return counts
 

@@ -50,9 +50,10 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> 
         "suspended": remaining is not None,
         "suspended_remaining": remaining if remaining is not None and remaining >= 0 else None,
     }
+    heartbeats = admin.workers(r, prefix)     # read once: each queue's awaiting_compute
     if queues:
         names = known_queues(r, prefix)
-        doc["queues"] = [Queue(n, r, settings=app.settings).stats() for n in names]
+        doc["queues"] = [Queue(n, r, settings=app.settings).stats(heartbeats) for n in names]
         for q in doc["queues"]:   # the per-minute counts the workers keep (the web chart's)
             rows = admin.minute_counts(r, [q["queue"]], prefix, now=now)
             q["last_hour"] = {"finished": sum(row["finished"] for row in rows),
@@ -68,7 +69,7 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> 
         ]
     if workers:
         doc["workers"] = [{**admin.describe_worker(w, now), **_event_sink(w)}
-                          for w in admin.workers(r, prefix)]
+                          for w in heartbeats]
     return doc
 
 

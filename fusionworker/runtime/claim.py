@@ -17,6 +17,19 @@ no cycle position: each round asks the first queue in listed order that is
 not dry this claim nor backed off for every wanted job, and the next round
 the next such queue for what is left, so a job of a later queue is taken only
 when every earlier queue was found empty (or paused) in this claim.
+
+Quiet queues (the idle cost does not grow with the queues served): while the
+wake-up subscription is confirmed (wakeups.py), a queue a claim found with
+nothing to take is *quiet*: no claim asks it again until its channel speaks
+(enqueue, a scheduled job or retry, a promotion, a resume publish there), the
+time its reply named comes (its first scheduled job, its rate limit's next
+slot), or the sweep reaches it: every ``sweep_interval`` (the poll interval)
+the next :data:`SWEEP_QUEUES` quiet queues are asked again, a safety net for a
+write that published nothing. A queue at its concurrency cap is never quiet
+(a slot freeing elsewhere publishes nothing). Losing the subscription (or
+Redis) makes every queue loud again. An idle worker on 1,000 queues thus
+claims from 4 queues a second, not 1,000; one queue is asked every poll, as
+before. A burst worker never trusts quiet queues (it ends on a full sweep).
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from typing import Any
 
 import redis
 
+from ..core.connection import seconds, server_time
 from ..core.job import FailureReason, Job, MalformedJob
 from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
@@ -40,6 +54,9 @@ log = logging.getLogger(__name__)
 
 #: Back-off of a queue whose claim Redis refused: first delay, cap (seconds).
 QUEUE_BACKOFF = (1.0, 60.0)
+
+#: Quiet queues asked again per sweep (every ``sweep_interval``): the safety net.
+SWEEP_QUEUES = 4
 
 
 def parse_queue_spec(spec: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -78,24 +95,57 @@ def _mismatch(data: dict[str, str], queue: str, claimed_id: str | None) -> str |
     return None
 
 
-def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None) -> Job[Any]:
+def job_from(queue: str, data: dict[str, str], claimed_id: str | None = None,
+             max_args_bytes: int = 0) -> Job[Any]:
     """The claimed job. The key we claimed is the truth: a record whose
     ``id`` or ``queue`` field disagrees with it is failed as malformed, under the
-    claimed id and queue, without running."""
+    claimed id and queue, without running.
+
+    The guard of the claim (docs/design.md, "Decoding what Redis holds"): whatever
+    reading the record raises (arguments too deep, too large, not JSON, of a wrong
+    type; any other error) makes it a job failed with reason ``malformed`` under the
+    claimed id and queue, which the worker records like any failure; never an
+    exception out of the claim. ``max_args_bytes`` (0: none): a larger ``args`` +
+    ``kwargs`` text is malformed too (the setting of that name)."""
     try:
+        too_large = _too_large(data, max_args_bytes)
+        if too_large:
+            raise MalformedJob(too_large)
         job = Job.from_hash(data, strict=True)
         mismatch = _mismatch(data, queue, claimed_id)
         if mismatch:
             raise MalformedJob(mismatch)
         return job
     except MalformedJob as exc:
-        job = Job.from_hash(data)
-        job.error_type, job.error_message = "MalformedJob", str(exc)
-        job.failure_reason = FailureReason.MALFORMED
+        why = str(exc)
+    except Exception as exc:  # noqa: BLE001 - a record nobody checked: it fails alone, never the worker
+        why = f"job record cannot be read ({type(exc).__name__}: {exc})"[:500]
+    job = _readable_part(data, queue)
+    job.error_type, job.error_message = "MalformedJob", why
+    job.failure_reason = FailureReason.MALFORMED
     job.queue = queue
     if claimed_id:
         job.id = claimed_id
     return job
+
+
+def _too_large(data: dict[str, str], limit: int) -> str | None:
+    size = len(data.get("args") or "") + len(data.get("kwargs") or "")
+    if limit and size > limit:
+        return (f"job arguments are {size} characters of JSON, more than this worker's "
+                f"max_args_bytes ({limit})")
+    return None
+
+
+def _readable_part(data: dict[str, str], queue: str) -> Job[Any]:
+    """What can be read of a malformed record (its attempts, retries, callbacks...),
+    without its arguments; a bare job when even that fails."""
+    rest = {k: v for k, v in data.items() if k not in ("args", "kwargs", "result")}
+    try:
+        return Job.from_hash(rest)
+    except Exception:   # not strict reading should not fail; if it does, the bare job
+        log.exception("Reading the fields of a malformed job record of queue %s failed", queue)
+        return Job(id=str(data.get("id", "")), queue=queue, func=str(data.get("func", "")))
 
 
 @dataclass
@@ -105,6 +155,7 @@ class Plan:
     calls: list[tuple[str, int]]
     places: list[int]               # the cycle index of each claimed place, in order
     sent: float = 0.0               # monotonic time the calls were sent
+    armed: bool = False             # planned with wake-ups confirmed: dry queues go quiet
 
     @property
     def asked(self) -> int:
@@ -132,12 +183,15 @@ class Claimer:
 
     ``name``: the claiming worker's (each claimed job records it); ``lease``: the
     seconds each claim leases a job for; ``failed_ttl``: what a dead-lettered
-    record without a job keeps."""
+    record without a job keeps; ``max_args_bytes``: see :func:`job_from`."""
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
-                 name: str, lease: float, failed_ttl: float, strict: bool = False) -> None:
+                 name: str, lease: float, failed_ttl: float, strict: bool = False,
+                 max_args_bytes: int = 0) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
+        #: a record with more argument text is failed as malformed (0: no limit)
+        self.max_args_bytes = max_args_bytes
         self.spec = parse_queue_spec(spec)
         #: strict order: the first queue in listed order that has jobs, always
         self.strict = strict
@@ -151,8 +205,18 @@ class Claimer:
         self.backoff: dict[str, tuple[float, float]] = {}
         #: the last round met a rate-limited queue holding jobs (a burst worker waits)
         self.rate_held = False
-        #: server time at which a scheduled (or rate-held) job is due, from the last round
-        self.next_due: float | None = None
+        #: queue -> server time at which its first scheduled (or rate-held) job is due,
+        #: from its last reply
+        self.due_at: dict[str, float] = {}
+        #: wake-ups are confirmed (the loop sets it): a dry queue may go quiet
+        self.armed = False
+        #: queues found with nothing to claim since wake-ups were confirmed (module doc)
+        self.quiet: set[str] = set()
+        self.sweep_interval = 1.0
+        self._sweep_at = 0.0
+        self._sweep_pos = 0
+        #: queues whose last reply said "capped" (never quiet)
+        self._capped: set[str] = set()
         #: (the server's time in a reply of the last claim, time.monotonic() then)
         self.server_clock: tuple[float, float] | None = None
         self.resolve()
@@ -176,7 +240,54 @@ class Claimer:
                     cycle.extend([q] * weight)
         changed = names != self.queue_names
         self.queue_names, self.cycle = names, cycle
+        if changed:
+            served = set(names)
+            self.quiet &= served
+            self.due_at = {q: t for q, t in self.due_at.items() if q in served}
         return changed
+
+    # -- quiet queues -------------------------------------------------------------
+
+    @property
+    def next_due(self) -> float | None:
+        """The server time the first scheduled (or rate-held) job of a queue not backed
+        off is due."""
+        return min((t for q, t in self.due_at.items() if not self.backed_off(q)), default=None)
+
+    def wake(self, queues: set[str] | None = None) -> None:
+        """Channels spoke: these queues (None: every queue) may hold jobs again."""
+        if queues is None:
+            self.quiet.clear()
+        else:
+            self.quiet -= queues
+
+    def disarm(self) -> None:
+        """Wake-ups may be missed (the subscription is gone): every queue is loud."""
+        self.armed = False
+        self.quiet.clear()
+
+    def _refresh(self) -> None:
+        """Wake the quiet queues whose due time came, and the next of the sweep."""
+        if not self.quiet:
+            return
+        now = self.server_now()
+        if now is not None:
+            for queue, due in self.due_at.items():
+                if due <= now:
+                    self.quiet.discard(queue)
+        mono = time.monotonic()
+        if mono < self._sweep_at or not self.quiet:
+            return
+        self._sweep_at = mono + self.sweep_interval
+        names, woken = self.queue_names, 0
+        for step in range(len(names)):
+            queue = names[(self._sweep_pos + step) % len(names)]
+            if queue in self.quiet:
+                self.quiet.discard(queue)
+                woken += 1
+                if woken >= SWEEP_QUEUES:
+                    self._sweep_pos = (self._sweep_pos + step + 1) % len(names)
+                    return
 
     def backed_off(self, queue: str) -> bool:
         return time.monotonic() < self.backoff.get(queue, (0.0, 0.0))[0]
@@ -207,15 +318,15 @@ class Claimer:
         now = self.server_now()
         if now is None:
             try:
-                sec, usec = self.connection.time()
+                now = server_time(self.connection)
             except UNREACHABLE:
                 return poll_interval
-            now = sec + usec / 1e6
         return min(poll_interval, max(0.0, due - now))
 
     def untried(self, dry: set[str]) -> bool:
-        """Some queue may still hold a job: not dry this round, not backed off."""
-        return any(q not in dry and not self.backed_off(q) for q in self.queue_names)
+        """Some queue may still hold a job: not dry this round, not quiet, not backed off."""
+        return any(q not in dry and q not in self.quiet and not self.backed_off(q)
+                   for q in self.queue_names)
 
     def nothing_due(self) -> bool:
         """No queue holds a job ready now (pending, or scheduled for a time passed; a
@@ -234,8 +345,7 @@ class Claimer:
             answers = pipe.execute()
         except (redis.RedisError, OSError):
             return False
-        sec, usec = answers[0]
-        now = float(sec) + float(usec) / 1e6
+        now = seconds(answers[0])
         for i in range(1, len(answers), 3):
             paused, pending, first = answers[i:i + 3]
             if not paused and (pending or (first and float(first[0][1]) <= now)):
@@ -250,9 +360,19 @@ class Claimer:
         n = len(self.cycle)
         if want <= 0 or not n:
             return None
+        self._refresh()
         skip = set(dry) if dry else set()
+        skip |= self.quiet
         if self.backoff:
             skip.update(q for q in self.queue_names if q in self.backoff and self.backed_off(q))
+        plan = self._plan(want, skip, n)
+        if plan is not None:
+            plan.armed = self.armed
+            for queue, _ in plan.calls:     # its reply says again (a stale time is no loop)
+                self.due_at.pop(queue, None)
+        return plan
+
+    def _plan(self, want: int, skip: set[str], n: int) -> Plan | None:
         if self.strict:
             return self._strict_plan(want, skip)
         if not skip and want == 1:           # the steady state of one slot
@@ -285,8 +405,6 @@ class Claimer:
         round: a round asking one queue must not forget that an earlier round of the
         same claim met a rate-limited queue (a burst worker would end with jobs held)."""
         self.rate_held = False
-        self.next_due = None
-        self.server_clock = None
 
     def queue_calls(self, pipe: Any, plan: Plan) -> None:
         """Queue the round's claim.lua calls on ``pipe`` (sent by the caller)."""
@@ -323,6 +441,8 @@ class Claimer:
             got[queue] = len(found)
             if taken < count:
                 dry.add(queue)
+                if plan.armed and self.armed and queue not in self._capped:
+                    self.quiet.add(queue)
         last = None
         for index in plan.places:
             name = self.cycle[index] if index < len(self.cycle) else None
@@ -362,23 +482,29 @@ class Claimer:
     def parse(self, queue: str, reply: Any) -> tuple[list[Job[Any]], int]:
         """One claim.lua reply (single or count form): its jobs, and how many places it
         took (a dead-lettered entry without a record takes one, yields no job)."""
+        self._capped.discard(queue)
         if is_refusal(reply):                 # OOM, WRONGTYPE...: back that queue off
             self.refused(queue, reply)
             return [], 0
         if isinstance(reply, Exception) or not reply:
+            self._capped.add(queue)           # not understood: never quiet
             return [], 0
         self.backoff.pop(queue, None)
         answer = replies.claim(reply)
+        if answer.kind == "capped":
+            self._capped.add(queue)
         for job_id in answer.missing:
             self._log_missing(queue, job_id)
         if answer.kind == "limited" or answer.limited:
             self.rate_held = True    # jobs wait for a rate-limit slot: a burst worker waits too
-        if answer.next_due is not None:
-            due = answer.next_due         # limited: when the rate limit next allows a claim
-            self.next_due = due if self.next_due is None else min(self.next_due, due)
+        if answer.next_due is not None:   # limited: when the rate limit next allows a claim
+            self.due_at[queue] = answer.next_due
+        else:
+            self.due_at.pop(queue, None)
         if answer.now is not None:
             self.server_clock = (answer.now, time.monotonic())
-        jobs = [job_from(queue, taken.data, taken.job_id) for taken in answer.jobs]
+        jobs = [job_from(queue, taken.data, taken.job_id, self.max_args_bytes)
+                for taken in answer.jobs]
         return jobs, len(answer.jobs) + len(answer.missing)
 
     @staticmethod

@@ -1,4 +1,6 @@
-"""The worker hash's job counters: ``successful``, ``failed``, ``total_working_time``.
+"""The worker's job counters, in one place: ``successful``, ``failed``,
+``total_working_time`` of the worker hash (increments not written yet) and of the
+``Worker`` object (its totals since it started, :attr:`Counters.total`).
 
 They are counted here as the recorder records outcomes (the same rule as ever: a
 finished outcome counts in ``successful``, a failure for good in ``failed``, every
@@ -43,6 +45,19 @@ class Counters:
 
     def __init__(self) -> None:
         self.unwritten = Counts()
+        #: this worker's totals (``Worker.successful``, ...): outcomes Redis took, and
+        #: the duration of every attempt
+        self.total = Counts()
+
+    def recorded(self, outcome: Outcome, stale: bool) -> None:
+        """One outcome's write answered: ``stale`` when the token fence refused it."""
+        self.total.working += outcome.duration
+        if stale:
+            return
+        if outcome.status == OutcomeStatus.FINISHED:
+            self.total.successful += 1
+        elif outcome.status == OutcomeStatus.FAILED:
+            self.total.failed += 1
 
     def count(self, outcomes: Sequence[Outcome]) -> None:
         """Count recorded outcomes (each once)."""

@@ -6,8 +6,8 @@ is over the reaper hands the job to another worker. So a horse H has a
 deadline of its own, on the host's monotonic clock (CLOCK_MONOTONIC is one
 clock for every process of the host), in a :class:`DeadlineBoard` (8 bytes of
 shared memory per entry, one entry per worker slot: a memfd mapped by the
-parent P and by the fork server S, inherited by every horse), enforced by a
-process other than P: S, which forked H::
+parent P and by the fork server S; each horse maps it read-only), enforced by
+a process other than P: S, which forked H (and by H itself)::
 
     P: t0 = monotonic(); send claim.lua (Redis: lease until T0 + lease, T0 >= t0)
     P: board[entry] = t0 + lease - margin;   ask S for H    (margin = heartbeat interval)
@@ -31,16 +31,20 @@ partitioned -> touch fails, the board stays, P's police and S's watchdog both
 kill H before the lease ends; P gives the job back (not counted) if Redis
 answers again before the reaper, else its give-back is refused. S frozen or
 dead -> P's police kills H (S dead: H dies with it, PDEATHSIG). P renews -> the
-lease never ends: P is never reaped. Left open: P and S each stopped on
-purpose while H runs (nobody is left to kill H; a cgroup freeze stops H too).
+lease never ends: P is never reaped. P and S both stopped -> H's own lease
+watcher (horse/lease.py: a thread of H reading its entry of a read-only mapping
+of the board) kills H's group at the same deadline: never two at once.
 
-Why S and not a thread in each horse: a thread per horse cost about 0.5 ms of
-CPU per job (its creation, its start handshake, its 50 ms polling), for every
-job, for a deadline that is about a lease away; S's one thread sleeps until
-the nearest deadline. It is also stronger: a job that holds the GIL in C code,
+No horse holds the board writable: each drops the mapping it inherited and maps
+it read-only from :meth:`DeadlineBoard.reader_fd` (horse/hygiene.py closes every
+other descriptor), so a job cannot move a deadline of its own or of a sibling.
+
+Why S as well as a thread in each horse: a job that holds the GIL in C code,
 ignores signals or breaks its interpreter cannot delay a watchdog in another
-process. A horse the worker forks itself (no fork server: it could not start)
-runs a thread of its own, :func:`watch_own_entry`.
+process. The horse's own thread is the one that holds when every other process
+is stopped; it sleeps until its deadline (at most 1 s at a time, a
+``_thread`` without a start handshake: no polling of the 0.5 ms per job an
+earlier 50 ms-polling ``threading.Thread`` cost).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class DeadlineBoard:
         self.fd = fd
         self.entries = entries
         self._map = mmap.mmap(fd, self._ENTRY.size * entries)
+        self._reader = -1
 
     def set(self, deadline: float, entry: int = 0) -> None:
         """Entry ``entry`` gets ``deadline`` (``inf``: none, written as 0)."""
@@ -86,25 +91,21 @@ class DeadlineBoard:
         self._map.close()
         os.close(self.fd)
 
+    def reader_fd(self) -> int:
+        """A read-only descriptor of the board (opened once, close-on-exec): what a horse
+        maps to watch its own entry (:class:`BoardView`) without being able to write it."""
+        if self._reader < 0:
+            self._reader = os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        return self._reader
 
-def _watch_own(board: DeadlineBoard, entry: int) -> None:  # pragma: no cover - in the horse
-    while True:
-        deadline = board.get(entry)
-        now = time.monotonic()
-        if deadline > 0 and now >= deadline:
-            try:
-                os.killpg(0, signal.SIGKILL)
-            finally:
-                os._exit(71)
-        time.sleep(0.05 if deadline <= 0 else min(0.05, max(deadline - now, 0.001)))
-
-
-def watch_own_entry(board: DeadlineBoard, entry: int) -> None:
-    """In a horse the worker forked itself: a thread SIGKILLs the horse's process group
-    at the deadline of ``entry`` (horses of the fork server are watched by the server's
-    :class:`LeaseWatchdog`)."""
-    threading.Thread(target=_watch_own, args=(board, entry), daemon=True,
-                     name="fusionworker-lease-watchdog").start()
+    def detach(self) -> None:
+        """In a forked horse: drop this process's writable mapping of the board (a job
+        must not be able to write any deadline). The descriptors go with the horse's
+        others (horse/hygiene.py)."""
+        try:
+            self._map.close()
+        except (BufferError, ValueError, OSError):
+            pass
 
 
 class LeaseWatchdog:

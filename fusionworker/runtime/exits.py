@@ -41,6 +41,9 @@ class HorseExit:
     duration: float = 0.0
     #: the job's final progress/meta (``current_job()``), None if it set none (progress.py)
     progress: dict[str, Any] | None = None
+    #: the horse died because the fork server it shared with other jobs died: the job is
+    #: given back uncounted, up to SHARED_DEATHS_MAX times (recorder.decide)
+    shared: bool = False
 
 
 def _text(value: Any) -> str | None:
@@ -113,15 +116,26 @@ def killed_exit(reason: FailureReason, timeout: float, duration: float,
                      traceback=_text(report.traceback if report else None), duration=duration)
 
 
+def unreadable_exit(size: int, duration: float) -> HorseExit:
+    """A horse that exited after writing ``size`` bytes that are no report (the job wrote
+    into its own report pipe, or replaced how the report is written)."""
+    return HorseExit(ok=False, reason=FailureReason.EXIT, error_type="UnreadableReport",
+                     error_message=f"work horse's report cannot be read ({size} bytes that "
+                                   "are not a report: did the job write into its report "
+                                   "pipe?)", duration=duration)
+
+
 def horse_exit(report: HorseReport | None, status: int, duration: float, *,
                kill_reason: FailureReason | None = None, timeout: float = 0.0,
-               lost_server: bool = False) -> HorseExit:
+               lost_server: bool = False, unread: int = 0) -> HorseExit:
     """How the horse ended: killed by us (unless it reported success first), its
-    report, or its wait status."""
+    report, or its wait status; ``unread``: bytes it wrote that are no report."""
     if kill_reason is not None and not (report is not None and report.ok):
         return killed_exit(kill_reason, timeout, duration, report, lost_server)
     if report is not None:
         return exit_from_report(report, duration)
+    if unread and not os.WIFSIGNALED(status):
+        return unreadable_exit(unread, duration)
     return exit_from_status(status, duration)
 
 

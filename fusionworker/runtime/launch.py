@@ -28,7 +28,8 @@ from ..core.job import Job
 from .deadlines import DeadlineBoard
 from .exits import HorseExit, exit_from_report
 from .forkserver.client import ForkServer, ForkServerDied
-from .horse.main import horse_main
+from .horse.hygiene import oom_target
+from .horse.main import horse_main, settle_in
 from .protocol import HorseReport
 from .slot import Slot
 
@@ -98,10 +99,15 @@ class Launcher(Protocol):
 def make_board(spec: LaunchSpec) -> DeadlineBoard | None:
     """The horses' deadlines in shared memory, one entry per slot (deadlines.py)."""
     try:
-        return DeadlineBoard(entries=spec.entries)
+        board = DeadlineBoard(entries=spec.entries)
     except OSError as exc:             # no memfd: the parent's own police still kills
         log.warning("Worker %s: no shared memory for horse deadlines (%s)", spec.name, exc)
         return None
+    try:
+        board.reader_fd()     # opened once, before the forks: the horses map it read-only
+    except OSError:           # no /proc: horses enforce no lease of their own (lease.py)
+        pass
+    return board
 
 
 class OwnForkLauncher:
@@ -118,6 +124,7 @@ class OwnForkLauncher:
     def start(self) -> None:
         if self.board is None:
             self.board = make_board(self.spec)
+        oom_target()              # read once here, written by each horse (hygiene.py)
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                while_forking: Callable[[], None]) -> list[Slot]:
@@ -131,9 +138,9 @@ class OwnForkLauncher:
         parent_pid = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
-            os.close(read_fd)
+            lease = settle_in(self.board, keep=(write_fd,))   # (read_fd closed with the rest)
             horse_main(job, write_fd, parent_pid, self.spec.allowed, self.spec.retryable,
-                       board=self.board, entry=entry)
+                       lease=lease, entry=entry)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         return Slot(job, pid, index=entry, fd=read_fd)
@@ -213,14 +220,7 @@ class ForkServerLauncher:
     def start(self) -> None:
         """Start a fork server (with the board, made once: every server maps the same)."""
         self.own.start()
-        board = self.own.board
-        server = ForkServer(self.spec.allowed, self.spec.retryable, otel=self.spec.tracing(),
-                            board_fd=board.fd if board is not None else -1,
-                            kill_children=self.spec.kill_children, warm=self.spec.warm(),
-                            imports=self.spec.imports())
-        server.on_update = self._update
-        server.on_move = self._moved
-        server.on_start = lambda pid: self._answered(server, pid)
+        server = self._new_server(warm=True)
         try:
             server.start()
         except ForkServerDied as exc:
@@ -228,6 +228,36 @@ class ForkServerLauncher:
                         self.spec.name, exc)
             return
         self.server = server
+
+    def _new_server(self, warm: bool) -> ForkServer:
+        """A fork server's handle, not started; ``warm``: with the worker's warm horses."""
+        board = self.own.board
+        server = ForkServer(self.spec.allowed, self.spec.retryable, otel=self.spec.tracing(),
+                            board_fd=board.fd if board is not None else -1,
+                            kill_children=self.spec.kill_children,
+                            warm=self.spec.warm() if warm else None,
+                            imports=self.spec.imports() if warm else ())
+        server.on_update = self._update
+        server.on_move = self._moved
+        server.on_start = lambda pid: self._answered(server, pid)
+        return server
+
+    def _alone(self, job: Job[Any], entry: int) -> Slot | None:
+        """A suspect (its fork server died under it before, beside other jobs): it runs
+        in a fork server of its own, so that if that one dies too, its death is this
+        job's (Slot.alone) and no other job pays. None: none could be started."""
+        server = self._new_server(warm=False)
+        try:
+            server.start()
+            server.submit([job], [entry])
+        except ForkServerDied:
+            server.close()
+            return None
+        slot = Slot.asked(job, server, index=entry)
+        slot.alone = True
+        self.asked[id(server)] = deque([slot])
+        self.retiring.append(server)       # closed by tidy() once its horse ended
+        return slot
 
     def _update(self, pid: int, frame: str) -> None:
         """A progress frame of the horse ``pid``: as that horse's attempt (its token fences
@@ -273,6 +303,13 @@ class ForkServerLauncher:
         ``while_forking`` runs after the requests went."""
         if not jobs:
             return []
+        if any(job.shared_deaths for job in jobs):
+            return self._launch_suspects(jobs, entries, while_forking)
+        return self._launch_shared(jobs, entries, while_forking)
+
+    def _launch_shared(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+                       while_forking: Callable[[], None]) -> list[Slot]:
+        """:meth:`launch` on the worker's fork server (or its own forks)."""
         server = self.server
         if server is not None:
             if (self.by_pid or id(server) in self.asked) and not server.alive:
@@ -290,6 +327,24 @@ class ForkServerLauncher:
         self.asked.setdefault(id(server), deque()).extend(slots)
         while_forking()
         return slots
+
+    def _launch_suspects(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
+                         while_forking: Callable[[], None]) -> list[Slot]:
+        """:meth:`launch`, each suspect in a fork server of its own (:meth:`_alone`)."""
+        slots: list[Slot | None] = [None] * len(jobs)
+        rest = []
+        for i, (job, entry) in enumerate(zip(jobs, entries)):
+            if job.shared_deaths:
+                slots[i] = self._alone(job, entry)
+            if slots[i] is None:
+                rest.append(i)
+        others = self._launch_shared([jobs[i] for i in rest], [entries[i] for i in rest],
+                                     while_forking) if rest else []
+        if not rest:
+            while_forking()
+        for i, slot in zip(rest, others):
+            slots[i] = slot
+        return [slot for slot in slots if slot is not None]
 
     def _free_pid(self, server: ForkServer, pid: int) -> None:
         """A warm horse got a new job: its previous job's exit notice came before the

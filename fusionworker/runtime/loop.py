@@ -108,7 +108,7 @@ from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus, WorkerContext
 from ..core.job import FailureReason, Job
 from ..core.scripts.replies import STOP_ASKED
 from .claim import Claimer, ClaimRound, Plan
-from .errors import UNREACHABLE
+from .errors import UNREACHABLE, wait_reachable
 from .exits import refusal
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
@@ -400,6 +400,8 @@ class Loop:
             outcome.duration = time.monotonic() - slot.started
             # the job's last progress/meta ride with its outcome (progress_store.py)
             outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
+            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
+                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running
@@ -560,9 +562,9 @@ class Loop:
             self._pubsub_sock()
 
     def drop_pubsub(self) -> None:
-        """Close the pub/sub connection; wake-ups may be missed until it is back: claim
-        at the next chance."""
+        """Close pub/sub; wake-ups may be missed until it is back: claim from every queue."""
         self.wakeups.drop()
+        self.claimer.disarm()
         self.state.want_claim = True
 
     def _pubsub_sock(self) -> Any:
@@ -588,9 +590,11 @@ class Loop:
             self._set_suspended(heard.suspended)
         if heard.wake:
             self.state.want_claim = True     # a job was enqueued or promoted; or resumed
+            self.claimer.wake(None if heard.every else heard.queues)
+        self.claimer.armed = self.wakeups.confirmed and not self.burst   # quiet queues
 
     def redis_down(self, exc: Exception) -> None:
         log.warning("Worker %s: Redis unreachable (%s); backing off", self.ctx.name, exc)
         self.drop_pubsub()
-        if self.state.stop is None:
-            time.sleep(min(self.ctx.settings.poll_interval * 2, 5.0))
+        if self.state.stop is None:     # a PING every 0.25 s: on as soon as it answers
+            wait_reachable(self.ctx.connection, min(self.ctx.settings.poll_interval * 2, 5.0))

@@ -138,6 +138,21 @@ class RunRequest:
         return requests, frames[-1] if len(frames) % 2 else None
 
 
+#: What a horse reads on its job pipe before the job: its deadline board entry (its own
+#: lease, horse/lease.py), a signed 32-bit integer (-1: none)
+ENTRY = struct.Struct(">i")
+
+
+def for_horse(request: RunRequest) -> bytes:
+    """What the fork server writes to a horse's job pipe: the entry, then the body."""
+    return ENTRY.pack(request.entry) + request.body
+
+
+def from_server(data: bytes) -> tuple[int, bytes]:
+    """In the horse: (board entry, the job's body) of what :func:`for_horse` wrote."""
+    return ENTRY.unpack_from(data)[0], data[ENTRY.size:]
+
+
 def job_of(body: bytes) -> Job[Any]:
     """In the horse: the job of a :class:`RunRequest`'s body."""
     from ..core.job import Job
@@ -347,8 +362,8 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "ENTRY", "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
-    "StartNotice", "drain", "frame", "has_report", "job_of", "read_available", "take_notices",
+    "StartNotice", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",
 ]

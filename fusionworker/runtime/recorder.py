@@ -13,7 +13,8 @@ outcome, and written by the heartbeat (counters.py).
 
 When the round trip fails (Redis unreachable, a refusal), each outcome is
 recorded on its own (:meth:`Recorder.record_alone`), without claims, with
-backoff until Redis answers; after a lost reply it first looks whether the
+backoff until Redis answers (a PING every 0.25 s cuts the backoff short: the
+write goes again as soon as Redis answers); after a lost reply it first looks whether the
 write landed (:meth:`Recorder.landed`), so nothing is counted twice. The
 crash points are in loop.py's docstring (step 5).
 """
@@ -38,12 +39,17 @@ from ..core.keys import Keys
 from ..core.scripts import replies
 from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
-from .errors import REFUSED, UNREACHABLE, is_oom
+from .errors import REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .exits import HorseExit
 from .minutes import MinuteCounts
 from .state import View
 
 log = logging.getLogger(__name__)
+
+
+#: A job its fork server died under this many times (each time running beside other
+#: jobs, any of which may have killed it) fails instead of being given back again.
+SHARED_DEATHS_MAX = 3
 
 
 def backoff_delay(settings: Settings, attempt: int, initial: float | None = None) -> float:
@@ -66,6 +72,13 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     if exit_.reason == FailureReason.STOPPED:     # on request: never retried
         return Outcome(status=OutcomeStatus.FAILED, not_retried="stopped on request",
                        **common)
+    if exit_.shared:      # its fork server died under it: not its fault, up to a bound
+        if job.shared_deaths + 1 < SHARED_DEATHS_MAX:
+            return Outcome(status=OutcomeStatus.REQUEUED, **common)
+        common["error_message"] = (
+            f"the fork server died under this job {job.shared_deaths + 1} times (a job "
+            "running beside it, or this one, killed it each time): not tried again")
+        return Outcome(status=OutcomeStatus.FAILED, **common)
     if exit_.retryable and job.attempts <= job.max_retries:
         if exit_.retry_delay is not None:
             delay = exit_.retry_delay
@@ -126,13 +139,23 @@ class Recorder:
         self.key = keys.worker(name)      # the heartbeat hash, where the counters are
         self.claimer = claimer
         self.is_cold = is_cold
-        self.successful = 0
-        self.failed = 0
-        self.total_working_time = 0.0
-        #: the worker hash's counters not written yet (the heartbeat writes them)
+        #: the job counters: the worker's totals, and the hash's increments not written
+        #: yet (the heartbeat writes them)
         self.counters = Counters()
         #: the queues' per-minute outcome counts not written yet (the heartbeat too)
         self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
+
+    @property
+    def successful(self) -> int:
+        return self.counters.total.successful
+
+    @property
+    def failed(self) -> int:
+        return self.counters.total.failed
+
+    @property
+    def total_working_time(self) -> float:
+        return self.counters.total.working
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -255,8 +278,12 @@ class Recorder:
                     return True
                 log.warning("Worker %s: Redis refused the outcome of job %s (%s); retrying "
                             "in %.1f s", self.name, job.id, exc, delay)
+                time.sleep(delay)                # OOM: the whole backoff
+                retrying = True
+                delay = min(delay * 2, 10.0)
+                continue
+            wait_reachable(self.connection, delay)   # a PING each 0.25 s cuts it short
             retrying = True
-            time.sleep(delay)
             delay = min(delay * 2, 10.0)
         self._recorded(job, outcome, stale, at)
         return False
@@ -303,7 +330,7 @@ class Recorder:
 
     def _recorded(self, job: Job[Any], outcome: Outcome, stale: bool,
                   at: float | None = None) -> None:
-        self.total_working_time += outcome.duration
+        self.counters.recorded(outcome, stale)
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
@@ -313,7 +340,6 @@ class Recorder:
             self.minutes.count(job.queue, at, str(outcome.status))
         ms = outcome.duration * 1000
         if outcome.status == OutcomeStatus.FINISHED:
-            self.successful += 1
             log.info("Worker %s finished job %s in %.1f ms", self.name, job.id, ms)
         elif outcome.status == OutcomeStatus.RETRY:
             log.warning("Worker %s: job %s failed (%s: %s); retry %d/%d in %.1f s",
@@ -325,7 +351,6 @@ class Recorder:
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:
-            self.failed += 1
             log.error("Worker %s: job %s failed [%s] %s: %s%s", self.name, job.id,
                       outcome.reason, outcome.error_type, outcome.error_message,
                       f"; {outcome.not_retried}" if outcome.not_retried else "")

@@ -79,6 +79,8 @@ class Slot:
         self._buf = bytearray()                # the report pipe's data / the exit's report
         self._status: int | None = None
         self._lost_origin = False
+        #: its fork server ran this job only (a suspect: launch.py); its death is the job's
+        self.alone = False
 
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
@@ -220,9 +222,18 @@ class Slot:
             return self.exit
         if self.kill_reason is not None:   # a grandchild may keep the pipe of a killed horse
             self.signal_group(signal.SIGKILL)
-        exit_ = horse_exit(HorseReport.decode(self._buf), self._status or 0,
+        report = HorseReport.decode(self._buf)
+        exit_ = horse_exit(report, self._status or 0,
                            time.monotonic() - self.started, kill_reason=self.kill_reason,
-                           timeout=self.job.timeout, lost_server=self._lost_origin)
+                           timeout=self.job.timeout, lost_server=self._lost_origin,
+                           unread=len(self._buf) if report is None else 0)
+        if self._lost_origin and not exit_.ok and exit_.reason == FailureReason.KILLED:
+            if self.alone:      # nobody else ran there: this job killed it (or its memory)
+                exit_.error_message = ("the fork server this job ran in alone died while "
+                                       "it ran (the job killed it, or its memory use got "
+                                       "it killed)")
+            else:               # any job beside it may have killed it: not counted
+                exit_.shared = True
         if (not exit_.ok and exit_.reason in (FailureReason.KILLED, FailureReason.LEASE)
                 and not cold and time.monotonic() >= self.lease_until):
             exit_.reason, exit_.error_type = FailureReason.LEASE, "LeaseExpired"

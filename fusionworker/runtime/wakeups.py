@@ -1,13 +1,17 @@
 """The worker's pub/sub connection: wake-ups (``fw:{q}:wake``, published by the
 enqueue and promotion scripts) and the control channel (``fw:control``:
 suspend/resume). The loop select()s on its socket while a slot is free and
-reads what it holds without a round trip (:meth:`Wakeups.drain`)."""
+reads what it holds without a round trip (:meth:`Wakeups.drain`).
+
+Once Redis confirmed every subscription (:attr:`Wakeups.confirmed`), a wake-up
+names its queue (:attr:`Heard.queues`): the claimer then trusts a queue found
+empty to stay so until its channel says otherwise (claim.py, "quiet queues")."""
 
 from __future__ import annotations
 
 import select
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -24,6 +28,9 @@ class Heard:
 
     wake: bool = False                 # a job was enqueued or promoted (or resumed)
     suspended: bool | None = None      # the control channel's last word, if any
+    #: the queues whose channel spoke (a job enqueued, scheduled, promoted; a resume)
+    queues: set[str] = field(default_factory=set)
+    every: bool = False                # the control channel spoke: any queue may hold jobs
 
 
 class Wakeups:
@@ -36,19 +43,31 @@ class Wakeups:
         self.keys = keys
         self.queue_names = queue_names
         self.pubsub: Any = None
+        #: channel -> queue of the current subscription
+        self.channels: dict[str, str] = {}
+        #: subscriptions Redis has not confirmed yet (a message may be missed until 0)
+        self.unconfirmed = 0
+
+    @property
+    def confirmed(self) -> bool:
+        """Subscribed, and Redis confirmed every channel: from now on no message of
+        them is missed while the connection lives."""
+        return self.pubsub is not None and self.unconfirmed == 0
 
     def subscribe(self) -> Any:
         """The pub/sub connection, subscribed (raises when Redis is unreachable)."""
         if self.pubsub is None:
-            pubsub = new_pubsub_connection(self.connection, ignore_subscribe_messages=True)
-            pubsub.subscribe(self.keys.control,
-                             *(self.keys.queue(q).wake for q in self.queue_names()))
-            self.pubsub = pubsub
+            pubsub = new_pubsub_connection(self.connection)
+            channels = {self.keys.queue(q).wake: q for q in self.queue_names()}
+            pubsub.subscribe(self.keys.control, *channels)
+            self.pubsub, self.channels = pubsub, channels
+            self.unconfirmed = len(channels) + 1
         return self.pubsub
 
     def drop(self) -> None:
         """Close the connection (subscribed again at the next :meth:`subscribe`)."""
         old, self.pubsub = self.pubsub, None
+        self.unconfirmed = 0
         if old is not None:
             try:
                 old.close()
@@ -87,11 +106,18 @@ class Wakeups:
             msg = pubsub.get_message(timeout=0)
             if msg is None:
                 return
-            if msg.get("type") != "message":
+            kind = msg.get("type")
+            if kind == "subscribe":
+                self.unconfirmed = max(0, self.unconfirmed - 1)
+            if kind != "message":
                 continue
-            if msg.get("channel") == self.keys.control:
+            channel = msg.get("channel")
+            if channel == self.keys.control:
+                heard.every = True
                 if msg.get("data") == Control.SUSPEND:
                     heard.suspended = True
                 elif msg.get("data") == Control.RESUME:
                     heard.suspended = False
+            elif channel in self.channels:
+                heard.queues.add(self.channels[channel])
             heard.wake = True     # a job was enqueued or promoted; or resumed

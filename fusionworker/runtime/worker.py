@@ -37,7 +37,7 @@ from ..core.keys import Keys
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
-from ..middleware import default_middleware  # the one list, in its documented order
+from ..middleware import compose, default_middleware, place
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
 from .hookcalls import HookCalls
@@ -65,7 +65,9 @@ class Worker:
     round-robin, weighted by ``name:weight``. Not given: strict for a list of
     :class:`~fusionworker.Queue` objects (RQ's ``Worker([Queue('high'), Queue('low')])``),
     round-robin for names. ``launcher``: how a job gets its process (launch.py; the
-    fork server's horses by default)."""
+    fork server's horses by default). ``middleware``: your hooks, run after the
+    built-in ones (:meth:`builtin_middleware`; ``middleware/__init__.py``);
+    ``defaults=False`` runs yours alone (tests of the bare loop)."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class Worker:
         reload_settings: Callable[[], Settings] | None = None,
         launcher: Callable[[LaunchSpec], Launcher] | None = None,
         strict: bool | None = None,
+        defaults: bool = True,
     ) -> None:
         if strict is None:
             strict = not isinstance(queues, str) and any(not isinstance(q, str) for q in queues)
@@ -106,8 +109,8 @@ class Worker:
             raise ValueError(f"FUSIONWORKER_LEASE ({self.lease:g} s) must be at least 3 x the "
                              f"heartbeat interval ({self.settings.heartbeat_interval:g} s)")
         self.scripts = scripts_for(self.connection)
-        self.middleware = list(default_middleware(self.settings) if middleware is None
-                               else middleware)
+        self.middleware = compose(self.builtin_middleware() if defaults else (),
+                                  middleware or ())
         self._wake_r = self._wake_w = -1
         self._build(queues, launcher or ForkServerLauncher, burst, strict)
 
@@ -123,7 +126,8 @@ class Worker:
                                                                message))
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
                                name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
-                               strict=strict)
+                               strict=strict, max_args_bytes=s.max_args_bytes)
+        self.claimer.sweep_interval = float(s.poll_interval)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
         #: how a claimed job gets its process (launch.py): the fork server's horses unless
@@ -140,6 +144,16 @@ class Worker:
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),
                          on_reload=self.reload)
+
+    def builtin_middleware(self) -> list[Middleware]:
+        """The duties and plugins every worker runs (``default_middleware``)."""
+        return default_middleware(self.settings)
+
+    def add_middleware(self, mw: Middleware, *, before: type | None = None,
+                       after: type | None = None) -> None:
+        """Add a hook before ``work()``: at the end, before the first middleware of class
+        ``before`` or after the last of class ``after``."""
+        place(self.middleware, mw, before=before, after=after)
 
     def _cold(self) -> bool:
         return self.loop.state.stop == Stop.COLD
@@ -237,8 +251,10 @@ class Worker:
         signal.signal(signal.SIGHUP, self._on_hup)
 
     def _restore_signals(self) -> None:
+        """The worker stopped: a SIGTERM from now on (systemd or an operator sending it
+        again) ends the process with status 0, as the stop it asks for is done."""
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _stopped_already)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
         for fd in (self._wake_r, self._wake_w):
@@ -269,6 +285,7 @@ class Worker:
     #: Settings SIGHUP may change in a running worker; the rest need a restart.
     RELOADABLE = ("memory_check_interval", "memory_throttle_threshold",
                   "memory_resume_threshold", "swap_throttle_threshold",
+                  "cpu_throttle_threshold", "cpu_resume_threshold",
                   "gpu_throttle_threshold", "gpu_resume_threshold", "max_horse_memory",
                   "log_level", "horse_jobs")
 
@@ -446,3 +463,8 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
         if settings is None:
             settings = q.settings
     return names, connection, settings
+
+
+def _stopped_already(signum: int, frame: Any) -> None:
+    """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
+    raise SystemExit(0)

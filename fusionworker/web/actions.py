@@ -22,7 +22,8 @@ def dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id:
         return "Workers resumed"
     if action.startswith("cron-"):
         return _cron(board, who, action, queue, form)
-    if action in ("requeue", "cancel", "stop", "delete", "priority", "run-now") and job_id:
+    if action in ("requeue", "cancel", "stop", "delete", "priority", "run-now", "hold",
+                  "release") and job_id:
         return _job(board, who, action, queue, job_id, form)
     if action in ("requeue-selected", "delete-selected", "cancel-selected"):
         return _bulk(board, who, action, queue, ids)

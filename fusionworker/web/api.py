@@ -4,13 +4,18 @@ read-only and CSRF by :meth:`WebState.api_user` and audited by the
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
+from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core.job import JobStatus
+from . import live
 from .openapi import OPENAPI
 from .service import ApiError, parse_int
 from .state import body, ok, run, state
@@ -92,11 +97,16 @@ async def api_job_action(request: Request) -> Response:
         return ok(await run(st.board.requeue, who, job_id, q))
     if action == "cancel":
         return ok(await run(st.board.cancel, who, job_id, q))
+    if action == "hold":
+        return ok(await run(st.board.hold, who, job_id, q))
+    if action == "release":
+        return ok(await run(st.board.release, who, job_id, q))
     if action == "run-now":
         return ok(await run(st.board.run_now, who, job_id, q))
     if action == "stop":
         return ok(await run(st.board.stop, who, job_id, q))
-    raise ApiError(404, f"no action {action!r} (requeue, cancel, stop, run-now)")
+    raise ApiError(404, f"no action {action!r} (requeue, cancel, stop, hold, release, "
+                        "run-now)")
 
 
 async def api_delete_job(request: Request) -> Response:
@@ -150,6 +160,9 @@ async def api_cron_add(request: Request) -> Response:
     st = state(request)
     who = st.api_user(request, action=True)
     data = await body(request)
+    for key in ("name", "schedule", "func", "timezone", "queue"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ApiError(400, f"{key} must be a string")
     fields = {k: data.get(k) for k in ("name", "schedule", "func", "timezone", "priority")}
     for key, kind in (("args", list), ("kwargs", dict)):
         if data.get(key) is not None and not isinstance(data[key], kind):
@@ -182,6 +195,53 @@ async def api_cron_delete(request: Request) -> Response:
     who = st.api_user(request, action=True)
     return ok(await run(st.board.cron, who, request.path_params["name"], "remove",
                         request.query_params.get("queue")))
+
+
+# -- ids and names with a "/" (made before they were refused at creation) -----------------
+
+
+async def _with(request: Request, endpoint: Callable[[Request], Any], **params: str) -> Any:
+    """``endpoint`` called with ``params`` as its path parameters (sync ones in the pool)."""
+    if not all(params.values()):
+        raise ApiError(404, "not found")
+    request.scope["path_params"] = {**request.path_params, **params}
+    if inspect.iscoroutinefunction(endpoint):
+        return await endpoint(request)
+    return await run_in_threadpool(endpoint, request)
+
+
+async def api_job_slashed(request: Request) -> Any:
+    """``/api/v1/jobs/{rest:path}``, matched after every other route: a job id holding a
+    ``/``, with what follows it (``/live``, ``/priority``, ``/<action>``) as above."""
+    rest = request.path_params["rest"]
+    if request.method == "GET":
+        if rest.endswith("/live"):
+            return await _with(request, live.api_job_live, id=rest[:-len("/live")])
+        return await _with(request, api_job, id=rest)
+    if request.method == "DELETE":
+        return await _with(request, api_delete_job, id=rest)
+    head, _, tail = rest.rpartition("/")
+    if request.method == "PUT":
+        if tail != "priority":
+            raise ApiError(404, "not found")
+        return await _with(request, api_priority, id=head)
+    return await _with(request, api_job_action, id=head, action=tail)
+
+
+async def api_cron_slashed(request: Request) -> Any:
+    """``/api/v1/cron/{rest:path}``: a cron name holding a ``/``."""
+    rest = request.path_params["rest"]
+    if request.method == "DELETE":
+        return await _with(request, api_cron_delete, name=rest)
+    head, _, tail = rest.rpartition("/")
+    return await _with(request, api_cron_action, name=head, action=tail)
+
+
+#: matched after every other route (app.py)
+SLASHED = [
+    Route("/api/v1/jobs/{rest:path}", api_job_slashed, methods=["GET", "PUT", "POST", "DELETE"]),
+    Route("/api/v1/cron/{rest:path}", api_cron_slashed, methods=["POST", "DELETE"]),
+]
 
 
 #: in the order they are matched (after the cross-queue and live routes)

@@ -6,8 +6,9 @@ and the routes: module-level endpoints that read it from the request, in
 login, the pages' form actions), ``pages.py`` (the cross-queue pages and their
 API) and ``live.py`` (what the live pages poll); ``errors.py`` answers errors.
 Reads run as plain functions in Starlette's thread pool (redis-py is
-synchronous). Every request, page or API, is authenticated first (see
-``auth.py``); a read-only app refuses every action with 403 and its pages show
+synchronous). Every request, page or API, passes ``guard.py`` first (its
+sender, body size, credentials checked off the event loop, same-site check of
+state changes, security headers) and is authenticated (see ``auth.py``); a read-only app refuses every action with 403 and its pages show
 none. Errors are JSON ``{"error": "..."}`` on the API and a message on a page,
 never a traceback.
 """
@@ -19,13 +20,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ..core.config import Settings
 from ..core.connection import connect, decoding, mask_url
 from ..events import metrics_history
-from . import api, auth, errors, live, pages, views
+from . import api, auth, errors, guard, live, pages, views
 from .service import Dashboard
 from .state import HERE, WebState, run, templates
 
@@ -48,10 +50,14 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                          "FUSIONWORKER_WEB_USER and FUSIONWORKER_WEB_PASSWORD_HASH)")
     web = WebState(r=r, settings=settings, board=board, authn=authn, env=templates(),
                    read_only=read_only, masked=mask_url(settings.redis_url),
-                   poll_interval=poll_interval, history_interval=history_interval)
+                   poll_interval=poll_interval, history_interval=history_interval,
+                   limiter=auth.FailureLimiter(settings.web_auth_failures))
     routes = [*pages.ROUTES, *live.ROUTES, *api.ROUTES, *views.ROUTES,
-              Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static")]
-    app = Starlette(routes=routes, lifespan=_lifespan, exception_handlers=errors.HANDLERS)
+              Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
+              # last: a job id or cron name holding a "/" (refused at creation since)
+              *api.SLASHED, *views.SLASHED]
+    app = Starlette(routes=routes, lifespan=_lifespan, exception_handlers=errors.HANDLERS,
+                    middleware=[Middleware(guard.Guard, web=web)])
     app.state.web = web
     app.state.dashboard = board
     app.state.auth = authn

@@ -9,8 +9,15 @@
 
 CSRF: a request authenticated by anything but a bearer token (basic auth and
 session cookies are sent by the browser by itself) that changes state must
-carry the per-browser random token of the ``fw_csrf`` cookie in the form field
-``csrf`` or the ``X-CSRF-Token`` header (double submit, compared in constant time).
+carry the token of its credential in the form field ``csrf`` or the
+``X-CSRF-Token`` header: an HMAC, under a random secret of this process, of the
+session id (or of the basic-auth header), written into the pages only (never
+into a cookie another port of the same host could read or set), compared in
+constant time. ``guard.py`` also checks ``Origin`` (else ``Referer``) on every
+state change, the login and logout included.
+
+Wrong credentials are counted per client (:class:`FailureLimiter`): past the
+limit in a minute the client gets 429 and nothing is hashed for it.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import hmac
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
 
 ALGORITHM = "pbkdf2_sha256"
 ITERATIONS = 200_000
@@ -60,6 +68,9 @@ def verify_password(password: str, encoded: str) -> bool:
 class Identity:
     user: str
     method: str   # bearer | basic | session
+    #: what the CSRF token is bound to: the session id, or a digest of the basic-auth
+    #: header (empty for a bearer token, which a browser never sends by itself)
+    binding: str = field(default="", repr=False)
 
 
 class Authenticator:
@@ -71,6 +82,8 @@ class Authenticator:
         self.password_hash = password_hash
         self._sessions: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
+        #: the key of this process's CSRF tokens (sessions live in this process too)
+        self._csrf_key = secrets.token_bytes(32)
         #: checked basic credentials (header value digest -> user): pbkdf2 once per browser
         self._basic_ok: dict[str, str] = {}
 
@@ -103,16 +116,22 @@ class Authenticator:
             with self._lock:
                 found = self._sessions.get(session)
                 if found and found[1] > time.monotonic():
-                    return Identity(found[0], "session")
+                    return Identity(found[0], "session", session)
                 self._sessions.pop(session, None)
         return None
+
+    def basic_known(self, authorization: str) -> bool:
+        """True when these basic credentials were checked good before (no hash to run)."""
+        key = hashlib.sha256(authorization.partition(" ")[2].strip().encode()).hexdigest()
+        with self._lock:
+            return key in self._basic_ok
 
     def _basic(self, value: str) -> Identity | None:
         key = hashlib.sha256(value.encode()).hexdigest()
         with self._lock:
             known = self._basic_ok.get(key)
         if known:
-            return Identity(known, "basic")
+            return Identity(known, "basic", key)
         try:
             user, _, password = base64.b64decode(value, validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
@@ -123,7 +142,7 @@ class Authenticator:
             if len(self._basic_ok) > 1000:
                 self._basic_ok.clear()
             self._basic_ok[key] = user
-        return Identity(user, "basic")
+        return Identity(user, "basic", key)
 
     def login(self, *, token: str = "", user: str = "", password: str = "") -> str | None:
         """A new session id for good credentials, else None."""
@@ -145,6 +164,69 @@ class Authenticator:
         if session:
             with self._lock:
                 self._sessions.pop(session, None)
+
+
+    def csrf_token(self, who: Identity | None) -> str:
+        """The CSRF token of ``who``'s credential ("" for none or a bearer token)."""
+        if who is None or not who.binding:
+            return ""
+        mac = hmac.new(self._csrf_key, f"{who.method}:{who.binding}".encode(), hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()[:24]).decode()
+
+    def csrf_valid(self, who: Identity, given: object) -> bool:
+        """The token sent with a state change is the one of ``who``'s credential."""
+        expected = self.csrf_token(who)
+        if not expected or not isinstance(given, str) or not given:
+            return False
+        return hmac.compare_digest(expected.encode(), given.encode())
+
+    def login_token(self) -> str:
+        """The token of the login form: a time and its HMAC (the form is good 1 h)."""
+        stamp = str(int(time.time()))
+        mac = hmac.new(self._csrf_key, f"login:{stamp}".encode(), hashlib.sha256)
+        return f"{stamp}.{base64.urlsafe_b64encode(mac.digest()[:18]).decode()}"
+
+    def login_token_valid(self, given: object) -> bool:
+        if not isinstance(given, str) or "." not in given:
+            return False
+        stamp, _, _ = given.partition(".")
+        if not stamp.isdigit() or not 0 <= time.time() - int(stamp) <= 3600:
+            return False
+        mac = hmac.new(self._csrf_key, f"login:{stamp}".encode(), hashlib.sha256)
+        expected = f"{stamp}.{base64.urlsafe_b64encode(mac.digest()[:18]).decode()}"
+        return hmac.compare_digest(expected.encode(), given.encode())
+
+
+class FailureLimiter:
+    """Wrong credentials per client: at most ``limit`` in ``window`` seconds; past it,
+    :meth:`retry_after` says how long the client must wait (nothing is checked for it
+    meanwhile). Keeps the ``clients`` most recent clients."""
+
+    def __init__(self, limit: int, window: float = 60.0, clients: int = 10_000) -> None:
+        self.limit, self.window, self.clients = limit, window, clients
+        self._seen: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str) -> int:
+        """0 when ``client`` may try; else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            times = self._seen.get(client)
+            if not times:
+                return 0
+            while times and times[0] <= now - self.window:
+                times.popleft()
+            if len(times) < self.limit:
+                return 0
+            return max(1, int(times[0] + self.window - now + 0.999))
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            times = self._seen.pop(client, None) or deque(maxlen=self.limit)
+            times.append(time.monotonic())
+            self._seen[client] = times
+            while len(self._seen) > self.clients:
+                self._seen.popitem(last=False)
 
 
 def csrf_ok(cookie: str | None, given: object) -> bool:

@@ -67,7 +67,7 @@ OPENAPI: dict[str, Any] = {
             "first. A function filter, or a priority filter outside `queued`, reads a window "
             "of 2000 ids from `start` and gives `next_start`.",
             params=[_p("queue", required=True),
-                    _p("status", help_="queued|scheduled|deferred|started|failed|finished|canceled"),
+                    _p("status", help_="queued|scheduled|deferred|held|started|failed|finished|canceled"),
                     _p("priority", help_="an integer -1023..1023 or a band: high|normal|low"),
                     _p("function", help_="substring of module:function"),
                     _p("page", kind="integer"), _p("per_page", kind="integer"),
@@ -132,12 +132,17 @@ OPENAPI: dict[str, Any] = {
             action=True)},
         "/api/v1/jobs/{id}/requeue": {"post": _op("Requeue a failed job", params=[_ID, _QUEUE],
                                                   action=True)},
-        "/api/v1/jobs/{id}/cancel": {"post": _op("Cancel a queued or scheduled job",
+        "/api/v1/jobs/{id}/cancel": {"post": _op("Cancel a queued, scheduled or held job",
                                                  params=[_ID, _QUEUE], action=True)},
         "/api/v1/jobs/{id}/stop": {"post": _op(
             "Stop a job: a running one is killed by its worker and ends stopped (no retry); "
             "a queued, scheduled or deferred one is canceled", params=[_ID, _QUEUE],
             action=True)},
+        "/api/v1/jobs/{id}/hold": {"post": _op(
+            "Hold a queued or scheduled job: never claimed until released, keeps its place",
+            params=[_ID, _QUEUE], action=True)},
+        "/api/v1/jobs/{id}/release": {"post": _op("Release a held job back to its place",
+                                                  params=[_ID, _QUEUE], action=True)},
         "/api/v1/queues/{q}/requeue-failed": {"post": _op(
             "Requeue the given failed jobs, or every failed job when `ids` is absent",
             params=[_Q], body={"ids": {"type": "array", "items": {"type": "string"}}},

@@ -5,6 +5,7 @@ batches, a batch, a worker. What each reads is in ``listings.py`` and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.requests import Request
@@ -13,17 +14,21 @@ from starlette.routing import Route
 
 from ..events import metrics_history
 from . import details, listings
-from .service import ApiError, Dashboard, parse_int
+from .service import ApiError, Dashboard, parse_int, shown
 from .state import state
 
 
 def _float(value: Any, name: str) -> float | None:
+    """A time in epoch seconds (a finite number), None when not given; else 400."""
     if value in (None, ""):
         return None
     try:
-        return float(value)
+        number = float(value) if len(str(value)) <= 40 else math.nan
     except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must be a number (a time in epoch seconds)") from None
+        number = math.nan
+    if not math.isfinite(number) or abs(number) > 1e12:
+        raise ApiError(400, f"{name} must be a time in epoch seconds, got {shown(value)}")
+    return number
 
 
 def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:

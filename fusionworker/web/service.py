@@ -22,7 +22,7 @@ from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
-from ..exceptions import FunctionNotAllowed, InvalidOperation, NoSuchJob
+from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
 from . import details
@@ -33,10 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("fusionworker.web")
 
 #: the dashboard's tabs, in its order: every status a job can have
-STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.STARTED,
-            JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.HELD,
+            JobStatus.STARTED, JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
 #: registries listed oldest (or soonest) first; the others newest (or best) first
-OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
+OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
@@ -50,13 +50,29 @@ class ApiError(Exception):
         self.message = message
 
 
+#: the largest integer a page, offset or count of the API takes (no Redis range is longer)
+MAX_INT = 10**12
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a one-line error."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def parse_int(value: Any, name: str, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an integer within ``low``..``high`` (``high`` at most :data:`MAX_INT`);
+    else 400 naming ``name``."""
+    text = str(value).strip() if isinstance(value, (str, int)) else ""
     try:
-        number = int(str(value).strip())
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(text)
     except (TypeError, ValueError):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}") from None
-    if (low is not None and number < low) or (high is not None and number > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ApiError(400, f"{name} must be an integer, got {shown(value)}") from None
+    high = MAX_INT if high is None else high
+    if (low is not None and number < low) or number > high or number < -MAX_INT:
+        bounds = f"between {low if low is not None else -MAX_INT} and {high}"
         raise ApiError(400, f"{name} must be {bounds}, got {number}")
     return number
 
@@ -73,7 +89,15 @@ def job_summary(job: Job[Any]) -> dict[str, Any]:
             "priority": job.priority, "enqueued_at": job.enqueued_at,
             "scheduled_for": job.scheduled_for, "started_at": job.started_at,
             "ended_at": job.ended_at, "attempts": job.attempts, "error": job.error,
-            "worker": job.worker_name}
+            "worker": job.worker_name, "failure_reason": job.failure_reason}
+
+
+def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
+    """The record of key ``job:<job_id>`` of ``queue``: the key says its id and queue
+    (a record written by something else may lack or contradict them)."""
+    job = Job.from_hash(data)
+    job.id, job.queue = job_id, queue
+    return job
 
 
 class _InfoSource:
@@ -132,7 +156,9 @@ class Dashboard:
         return Queue(name, self.r, settings=self.settings)
 
     def queues(self) -> list[dict[str, Any]]:
-        return [Queue(n, self.r, settings=self.settings).stats() for n in self.queue_names()]
+        heartbeats = admin.workers(self.r, self.prefix)
+        return [Queue(n, self.r, settings=self.settings).stats(heartbeats)
+                for n in self.queue_names()]
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
@@ -166,7 +192,7 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) for d in pipe.execute() if d]
+        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -246,7 +272,8 @@ class Dashboard:
         pipe = self.r.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(q.qkeys.job(job_id))
-        return [Job.from_hash(d) if d else None for d in pipe.execute()]
+        return [_keyed(d, job_id, q.name) if d else None
+                for job_id, d in zip(ids, pipe.execute())]
 
     def find(self, job_id: str, queue: str | None = None) -> Queue:
         if not job_id or len(job_id) > 200:
@@ -329,6 +356,18 @@ class Dashboard:
         q = self.find(job_id, queue)
         job = self._guard(lambda: q.stop(job_id))
         self._audit(who, "stop", q.name, job)
+        return job_summary(job)
+
+    def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.hold(job_id))
+        self._audit(who, "hold", q.name, job)
+        return job_summary(job)
+
+    def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.release(job_id))
+        self._audit(who, "release", q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
@@ -459,12 +498,15 @@ class Dashboard:
         for key in ("name", "schedule", "func"):
             if not str(fields.get(key) or "").strip():
                 raise ApiError(400, f"{key} is required")
+        if "/" in str(fields["name"]):   # /api/v1/cron/{name} could not address it
+            raise ApiError(400, "name may not contain '/'")
         try:
             entry = cron.register(self.r, self.settings, str(fields["name"]).strip(),
                                   str(fields["schedule"]).strip(), str(fields["func"]).strip(),
                                   args, kwargs, queue=q.name, priority=priority,
                                   timezone=str(fields.get("timezone") or "UTC").strip())
-        except (cron.InvalidSchedule, FunctionNotAllowed, ValueError, TypeError) as exc:
+        except (cron.InvalidSchedule, FunctionNotAllowed, InvalidFunction, ValueError,
+                TypeError) as exc:
             raise ApiError(400, str(exc)) from None
         self._audit(who, "cron-add", q.name, detail=f"{entry.name} {entry.schedule}")
         return entry.to_dict()

@@ -5,12 +5,13 @@ share (who is asking, the page and fragment renderers, the JSON body)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+import anyio
 import jinja2
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -20,6 +21,9 @@ from .. import __version__
 from ..ops.info import fmt_age
 from . import auth
 from .service import ApiError, Dashboard
+
+#: the scope key where ``guard.Guard`` keeps the identity it found (guard.IDENTITY)
+GUARD_IDENTITY = "fusionworker.identity"
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
@@ -66,10 +70,28 @@ class WebState:
     masked: str
     poll_interval: float
     history_interval: float | None
+    #: wrong credentials per client (``guard.py``)
+    limiter: auth.FailureLimiter = field(default_factory=lambda: auth.FailureLimiter(10))
+    #: the worker threads password hashes may take at once (``guard.HASHERS``)
+    hashers: Any = field(default_factory=lambda: anyio.CapacityLimiter(2))
 
     def identify(self, request: Request) -> auth.Identity | None:
+        """Who sent the request: what the guard found (it checked the credentials
+        off the event loop)."""
+        if GUARD_IDENTITY in request.scope:
+            found: auth.Identity | None = request.scope[GUARD_IDENTITY]
+            return found
         return self.authn.identify(request.headers.get("authorization"),
                                    request.cookies.get(auth.SESSION_COOKIE))
+
+    def csrf_valid(self, request: Request, who: auth.Identity, given: object) -> bool:
+        """A state change sent with ``who``'s credential carries its CSRF token (one
+        authenticated by a bearer token needs none: a browser never adds it)."""
+        return who.method == "bearer" or self.authn.csrf_valid(who, given)
+
+    def secure_cookies(self, request: Request) -> bool:
+        """Cookies are ``Secure`` over TLS (as a trusted proxy says) or when configured."""
+        return self.settings.web_secure_cookies or request.url.scheme == "https"
 
     def api_user(self, request: Request, action: bool = False) -> str:
         """The API caller's name: 401 without credentials; for an ``action``, 403 when
@@ -81,10 +103,10 @@ class WebState:
         if action:
             if self.read_only:
                 raise ApiError(403, "the dashboard runs read-only: actions are refused")
-            if who.method in ("basic", "session"):   # sent by the browser by itself
-                given = request.headers.get("x-csrf-token")
-                if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), given):
-                    raise ApiError(403, "CSRF token missing or wrong (X-CSRF-Token header)")
+            if not self.csrf_valid(request, who, request.headers.get("x-csrf-token")):
+                # basic auth and the session cookie are sent by the browser by itself
+                raise ApiError(403, "CSRF token missing or wrong (X-CSRF-Token header: the "
+                                    "token in the pages' csrf-token meta tag)")
         return who.user
 
     def page_user(self, request: Request) -> auth.Identity | Response:
@@ -95,8 +117,9 @@ class WebState:
         return who
 
     def page(self, request: Request, name: str, who: auth.Identity, **ctx: Any) -> HTMLResponse:
-        """The template ``name`` rendered as a whole page (sets the CSRF cookie once)."""
-        csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        """The template ``name`` rendered as a whole page, with the CSRF token of
+        ``who``'s credential in its forms (and its ``csrf-token`` meta tag)."""
+        csrf = self.authn.csrf_token(who)
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         html = self.env.get_template(name).render(
             request=request, user=who.user, read_only=self.read_only, csrf=csrf,
@@ -104,15 +127,15 @@ class WebState:
             message=request.query_params.get("msg"), error=request.query_params.get("error"),
             path=request.url.path, here=here, auth_on=self.authn.configured, qs=urlencode, **ctx)
         response = HTMLResponse(html)
-        if request.cookies.get(auth.CSRF_COOKIE) != csrf:
-            response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=False, samesite="strict")
+        if auth.CSRF_COOKIE in request.cookies:   # the former double-submit cookie
+            response.delete_cookie(auth.CSRF_COOKIE)
         return response
 
     def fragment(self, name: str, request: Request, user: str, here: str, **ctx: Any) -> str:
         """A part of a page, rendered as the page renders it (for live updates)."""
         return self.env.get_template(name).render(
             request=request, user=user, read_only=self.read_only,
-            csrf=request.cookies.get(auth.CSRF_COOKIE) or "", here=here,
+            csrf=self.authn.csrf_token(self.identify(request)), here=here,
             path=here.split("?", 1)[0], qs=urlencode, **ctx)
 
 
@@ -127,13 +150,44 @@ async def body(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
         return {}
+    if _depth(raw) > MAX_BODY_DEPTH:
+        raise ApiError(400, f"the body nests deeper than {MAX_BODY_DEPTH} levels")
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ApiError(400, "the body must be JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object")
     return data
+
+
+#: how deep a JSON body may nest (objects and lists)
+MAX_BODY_DEPTH = 32
+
+
+def _depth(raw: bytes) -> int:
+    """How deep the brackets of a JSON text nest (outside its strings), read without
+    parsing it: a body of 100,000 ``[`` is refused before the parser recurses."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:      # backslash
+                escaped = True
+            elif byte == 0x22:      # "
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_BODY_DEPTH:
+                break
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 def ok(data: Any, status: int = 200) -> JSONResponse:

@@ -17,6 +17,7 @@ from ..core.job import JobStatus
 from ..core.queue import find_queue_of
 from . import auth, listings
 from .actions import dispatch
+from .guard import check_login
 from .service import STATUSES, ApiError
 from .state import run, state
 
@@ -40,6 +41,7 @@ def queue_view(request: Request) -> Response:
         return who
     board = st.board
     name = request.path_params["q"]
+    board.queue(name)   # an invalid or unknown name: its error page (never a redirect)
     p = request.query_params
     names = board.queue_names()
     status = p.get("status") or JobStatus.QUEUED
@@ -107,29 +109,49 @@ def workers_view(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
+    """The login form; its post carries the form's token and, like every state change,
+    comes from this site (``guard.py``); wrong credentials count against the client."""
     st = state(request)
     nxt = request.query_params.get("next") or "/"
-    error = None
+    error, status, headers = None, 200, None
     if request.method == "POST":
         form = await request.form()
         nxt = str(form.get("next") or "/")
-        sid = st.authn.login(token=str(form.get("token") or ""), user=str(form.get("user") or ""),
-                             password=str(form.get("password") or ""))
-        if sid:
-            response = RedirectResponse(auth.safe_next(nxt), 303)
-            response.set_cookie(auth.SESSION_COOKIE, sid, httponly=True, samesite="strict")
-            return response
-        log.warning("web: refused login from %s", request.client.host if request.client else "?")
-        error = "wrong token, user or password"
+        client = request.client.host if request.client else "?"
+        if not st.authn.login_token_valid(form.get("csrf")):
+            error, status = "the login form expired: try again", 403
+        else:
+            sid = await check_login(st, client, token=str(form.get("token") or ""),
+                                    user=str(form.get("user") or ""),
+                                    password=str(form.get("password") or ""))
+            if isinstance(sid, str):
+                response = RedirectResponse(auth.safe_next(nxt), 303)
+                response.set_cookie(auth.SESSION_COOKIE, sid, httponly=True, samesite="strict",
+                                    secure=st.secure_cookies(request))
+                return response
+            if isinstance(sid, int):
+                error, status = f"too many wrong attempts: try again in {sid} s", 429
+                headers = {"Retry-After": str(sid)}
+            else:
+                log.warning("web: refused login from %s", client)
+                error, status = "wrong token, user or password", 401
     html = st.env.get_template("login.html").render(
         next=auth.safe_next(nxt), error=error, user=None, read_only=st.read_only,
         version=__version__, password_login=bool(st.authn.user and st.authn.password_hash),
-        path="/login", message=None, redis_url=None, csrf="", auth_on=st.authn.configured)
-    return HTMLResponse(html, status_code=401 if request.method == "POST" else 200)
+        path="/login", message=None, redis_url=None, csrf=st.authn.login_token(),
+        auth_on=st.authn.configured)
+    return HTMLResponse(html, status_code=status, headers=headers)
 
 
 async def logout(request: Request) -> Response:
-    state(request).authn.logout(request.cookies.get(auth.SESSION_COOKIE))
+    """Ends the session (with its CSRF token, from this site: ``guard.py``)."""
+    st = state(request)
+    who = st.identify(request)
+    if who is not None and who.method == "session":
+        form = await request.form()
+        if not st.csrf_valid(request, who, form.get("csrf")):
+            raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
+        st.authn.logout(request.cookies.get(auth.SESSION_COOKIE))
     response = RedirectResponse("/login", 303)
     response.delete_cookie(auth.SESSION_COOKIE)
     return response
@@ -145,7 +167,7 @@ async def form_action(request: Request) -> Response:
     back = auth.safe_next(str(form.get("next") or "/"))
     if st.read_only:
         raise ApiError(403, "the dashboard runs read-only: actions are refused")
-    if not auth.csrf_ok(request.cookies.get(auth.CSRF_COOKIE), form.get("csrf")):
+    if not st.csrf_valid(request, who, form.get("csrf")):
         raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
     action = str(form.get("action") or "")
     queue = str(form.get("queue") or "") or None
@@ -168,6 +190,9 @@ def with_param(target: str, key: str, value: str) -> str:
     query.append(urlencode({key: value}))
     return base[0] + "?" + "&".join(query)
 
+
+#: a job whose id holds a "/" (matched after every other route)
+SLASHED = [Route("/jobs/{id:path}", job_view)]
 
 #: in the order they are matched (after the API routes)
 ROUTES = [

@@ -61,7 +61,8 @@ def registered(r: Any, settings: Settings) -> Iterator[Callable[..., Worker]]:
     made: list[Worker] = []
 
     def make(queues: str = "default", **fields: Any) -> Worker:
-        w = Worker(queues, r, settings=settings, name=f"w{len(made)}", middleware=[])
+        w = Worker(queues, r, settings=settings, name=f"w{len(made)}", defaults=False,
+                   middleware=[])
         w.register()
         if fields:
             r.hset(w.key, mapping=fields)
@@ -85,11 +86,12 @@ def failed_jobs(queue: Callable[..., Any], burst: Callable[..., Any], n: int,
 INFO_KEYS = {"schema", "version", "redis_url", "prefix", "time", "suspended",
              "suspended_remaining", "queues", "workers", "cron", "groups"}
 QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "finished",
-              "paused", "max_active", "busy_groups", "oldest_age", "cron"}
+              "paused", "max_active", "busy_groups", "oldest_age", "cron", "held", "due",
+              "awaiting_compute"}
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
                "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency",
-               "events_buffered", "events_dropped", "events_errors"}
+               "events_buffered", "events_dropped", "events_errors", "cpu_percent"}
 
 
 def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:
@@ -110,10 +112,12 @@ def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None
     assert qs["queue"] == "sms" and qs["pending"] == 3 and qs["scheduled"] == 1
     assert qs["bands"] == {"high": 1, "normal": 1, "low": 1}
     assert qs["paused"] is True and qs["max_active"] == 4 and qs["oldest_age"] >= 0
+    assert qs["awaiting_compute"] == 0 and qs["held"] == 0 and qs["due"] == 0   # paused
     [ws] = doc["workers"]
     assert set(ws) == WORKER_KEYS
     assert ws["name"] == w.name and ws["pid"] == w.pid and ws["queues"] == ["sms"]
     assert ws["state"] == "busy" and ws["throttle"] == "RAM at 93.0%"
+    assert ws["cpu_percent"] is None            # the CPU check is off by default
     assert ws["current_job"] == "abc" and 4 < ws["current_job_age"] < 60
     assert ws["current_jobs"] == ["abc"] and ws["concurrency"] == 1   # one-slot worker
     assert ws["successful"] == 7 and ws["failed"] == 0 and ws["heartbeat_age"] < 60
@@ -462,3 +466,16 @@ def test_enqueue_finds_the_job_module_in_the_current_folder(
     result = cli("enqueue", "q", f"{name}:nosuch", "a", env_extra=env, code=1)
     assert "nosuch" in result.output
     sys.modules.pop(name, None)
+
+
+def test_job_hold_and_release(cli, queue):
+    """Issue 34: `job hold` sets a queued job aside (listed as held), `job release`
+    gives it back its place; bad input is one line and changes nothing."""
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    assert cli("job", "hold", job.id).output == f"Held {job.id} on default\n"
+    assert job.id[:8] in cli("job", "list", "--status", "held").output
+    assert "no job 'nope'" in cli("job", "hold", "nope", code=1).output
+    assert cli("job", "release", job.id).output == f"Released {job.id} on default (queued)\n"
+    assert "is queued, not held" in cli("job", "release", job.id, code=1).output
+    assert q.fetch_job(job.id).status == "queued"

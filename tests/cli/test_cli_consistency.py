@@ -81,7 +81,7 @@ def test_cron_add_warns_when_no_worker_serves_the_queue(cli, r, settings):  # no
 
     res = cli("cron", "add", "nightly", "0 3 * * *", "tests.jobs:noop", "-q", "lonely")
     assert "warning: no live worker serves queue 'lonely'" in res.stderr
-    w = Worker("lonely", r, settings=settings, burst=True, middleware=[])
+    w = Worker("lonely", r, settings=settings, burst=True, defaults=False, middleware=[])
     w.register()                               # a live worker on the queue: no warning
     try:
         res = cli("cron", "add", "nightly", "0 3 * * *", "tests.jobs:noop", "-q", "lonely")

@@ -39,7 +39,7 @@ def test_statistics_count_successes_and_failures(queue, work):
 
 
 def test_registered_workers_are_listed_with_their_heartbeat(r, settings):
-    w = Worker("foo,bar", r, settings=settings, name="listed", middleware=[])
+    w = Worker("foo,bar", r, settings=settings, name="listed", defaults=False, middleware=[])
     w.register()
     try:
         found = {d["name"]: d for d in admin.workers(r, settings.prefix)}
@@ -194,7 +194,8 @@ def test_round_robin(queue, work):
 def test_strict_order_from_queue_objects(queue, r, settings):
     low, high = queue("low"), queue("high")
     jobs = [q.enqueue(HELLO) for q in (low, high) for _ in range(2)]
-    w = Worker([high, low], middleware=[])          # RQ: Worker([Queue]) is strict order
+    w = Worker([high, low], defaults=False,
+               middleware=[])          # RQ: Worker([Queue]) is strict order
     assert w.work(burst=True) == 0 and w.successful == 4
     order = sorted(jobs, key=lambda j: j.refresh().started_at or 0)
     assert [j.queue for j in order] == ["high", "high", "low", "low"]
@@ -208,7 +209,7 @@ def test_strict_claims_ask_later_queues_only_for_what_is_left(queue, r, settings
     second.enqueue(HELLO)
     first.enqueue(HELLO)
     claimer = Worker("first,second", r, settings=settings, strict=True,
-                     middleware=[]).claimer
+                     defaults=False, middleware=[]).claimer
     got = claimer.claim(2)
     assert [j.queue for j in got.jobs] == ["first", "second"] and claimer.pos == 0
     first.enqueue(HELLO)                     # round-robin would now ask second first
@@ -231,7 +232,7 @@ def test_max_jobs(queue):
 def test_heartbeat_and_version(r, settings):
     from fusionworker import __version__
 
-    w = Worker("default", r, settings=settings, name="beating", middleware=[])
+    w = Worker("default", r, settings=settings, name="beating", defaults=False, middleware=[])
     w.register()
     try:
         data = r.hgetall(w.key)

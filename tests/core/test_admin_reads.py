@@ -44,7 +44,7 @@ def test_info_a_scrape_and_the_dashboard_write_nothing(redis_single):  # noqa: F
     q.enqueue("tests.jobs:noop")
     q.enqueue_in(60, "tests.jobs:noop")
     cron.register(r, s, "nightly", "0 3 * * *", "tests.jobs:noop", queue="mail")
-    Worker("mail", r, settings=s, middleware=[], name="live.1").register()
+    Worker("mail", r, settings=s, defaults=False, middleware=[], name="live.1").register()
     r.sadd(Keys("ro").workers, "dead.1")           # registered, heartbeat key expired
     flags = {name: set(doc["flags"]) for name, doc in r.command().items()}
     before, calls = _contents(r), _calls(r)

@@ -109,7 +109,7 @@ def test_crash_between_outbox_and_replay_the_reaper_replays_once(queue, r, setti
     a = upstream.enqueue("tests.jobs:noop")
     d = downstream.enqueue("tests.jobs:noop", depends_on=[a])
     # run a without the dependency middleware: the worker "dies" before replaying
-    w = Worker("up", r, settings=settings, burst=True, middleware=[])
+    w = Worker("up", r, settings=settings, burst=True, defaults=False, middleware=[])
     assert w.work() == 0
     outbox = upstream.qkeys.base + "outbox"
     notes = r.lrange(outbox, 0, -1)

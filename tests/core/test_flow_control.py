@@ -140,3 +140,36 @@ def test_real_worker_throttles_below_current_ram_use_until_raised(processes, que
     assert "MEMORY THROTTLE RELEASED" in out and "reloaded its settings" in out
     wait_for(lambda: r.hget(key, "state") == "idle")
     assert r.hget(key, "throttle") == ""
+
+
+@pytest.mark.serial
+def test_real_worker_holds_claims_while_every_core_is_busy_and_resumes_after(processes, queue,
+                                                                            r, prefix):
+    """CPU_THROTTLE_THRESHOLD (issue 34): real processes spin on every core; the worker
+    claims nothing and says why (CPU), and claims the job once they are gone."""
+    import os
+    import subprocess
+    import sys
+
+    env = {"CPU_THROTTLE_THRESHOLD": "98", "CPU_RESUME_THRESHOLD": "98",
+           "MEMORY_CHECK_INTERVAL": "0.3"}
+    q = queue()
+    proc = processes.worker("--customq", "default", env=env)
+    key = _one_worker_key(r, prefix)
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        wait_for(lambda: r.hget(key, "state") == "throttled", timeout=20)
+        assert r.hget(key, "throttle").startswith("CPU at")
+        assert float(wait_for(lambda: r.hget(key, "cpu_percent"))) >= 98.0
+        job = q.enqueue("tests.jobs:noop")
+        heartbeats(r, key)         # went round its loop with the job there: claimed nothing
+        assert q.fetch_job(job.id).status == "queued"
+        assert "CPU THROTTLE ACTIVE" in processes.output(proc)
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30)
+    assert "CPU THROTTLE RELEASED" in processes.output(proc)

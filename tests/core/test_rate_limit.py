@@ -131,7 +131,7 @@ def test_a_claim_remembers_a_held_queue_across_its_rounds(queue, r, settings):
     limited.set_rate_limit("1/m")
     limited.enqueue("tests.jobs:noop")
     limited.enqueue("tests.jobs:noop")
-    w = Worker("limited,free", r, settings=settings, middleware=[], burst=True)
+    w = Worker("limited,free", r, settings=settings, defaults=False, middleware=[], burst=True)
     assert w.claimer.cycle == ["limited", "free"]
     assert len(w.claimer.claim(1).jobs) == 1      # the window's one start
     for pos in (0, 1):  # limited asked first, then free; and the other way round
@@ -156,7 +156,8 @@ def test_the_wait_for_the_next_slot_is_timed_by_the_claims_reply_not_a_time_call
     q.set_rate_limit("1/s")
     q.enqueue("tests.jobs:noop")
     q.enqueue("tests.jobs:noop")
-    w = Worker("limited", r, settings=settings.replace(poll_interval=60.0), middleware=[])
+    w = Worker("limited", r, settings=settings.replace(poll_interval=60.0), defaults=False,
+               middleware=[])
     assert len(w.claimer.claim(1).jobs) == 1
     claimed = w.claimer.claim(1)                      # refused: 'limited' until the slot
     assert claimed.jobs == [] and w.claimer.rate_held

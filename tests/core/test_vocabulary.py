@@ -1,4 +1,4 @@
-"""The typed vocabulary (job.py) against the strings the Lua scripts and the docs use."""
+"""The typed vocabulary (vocabulary.py) against the strings the Lua scripts and the docs use."""
 
 from __future__ import annotations
 
@@ -103,6 +103,16 @@ def test_a_job_read_from_redis_holds_members():
     assert Job.from_hash({"id": "j"}).failure_reason is None
 
 
+def test_failure_and_outcome_reasons_are_one_vocabulary():
+    from fusionworker.core.hooks import Outcome, OutcomeReason
+
+    assert OutcomeReason is FailureReason
+    assert {m.value for m in FailureReason} - {"ok"} >= {"exception", "abandoned", "lease"}
+    outcome = Outcome(status="failed", reason="gpu_lost")     # a middleware's own reason
+    assert isinstance(outcome.reason, FailureReason) and outcome.reason == "gpu_lost"
+    assert Outcome(status="finished", reason="ok").reason is FailureReason.OK
+
+
 def test_worker_states_are_defined_once():
     from fusionworker.middleware import metrics
 
@@ -118,7 +128,7 @@ def test_job_module_documents_the_vocabulary_from_the_enums():
 
     job_module = importlib.import_module("fusionworker.core.job")
 
-    source = inspect.getsource(job_module)
+    source = inspect.getsource(importlib.import_module("fusionworker.core.vocabulary"))
     for vocabulary in (JobStatus, FailureReason, WorkerState):
         assert f":class:`{vocabulary.__name__}`" in (job_module.__doc__ or "")
         for member in vocabulary:

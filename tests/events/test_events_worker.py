@@ -114,7 +114,7 @@ def test_heartbeat_hash_carries_the_sink_counters(r, settings):
     from fusionworker.worker import Worker
 
     sink = MemorySink()
-    w = Worker("ev", r, settings=settings, middleware=[EventsMiddleware(sink)])
+    w = Worker("ev", r, settings=settings, defaults=False, middleware=[EventsMiddleware(sink)])
     w.register()
     try:
         w.heartbeat()
@@ -158,12 +158,12 @@ def test_emit_job_event_for_the_reaper(r, settings, prefix):
 
     job = {"id": "j9", "queue": "sms", "func": "m:f", "priority": 0, "attempts": 3}
     sink = MemorySink()
-    w = Worker("sms", r, settings=settings, middleware=[EventsMiddleware(sink)])
+    w = Worker("sms", r, settings=settings, defaults=False, middleware=[EventsMiddleware(sink)])
     emit_job_event(w, "abandoned", job, worker="dead.1", reason="abandoned",
                    error_type="Abandoned", error_message="worker dead.1 stopped heartbeating")
     assert sink.docs[0]["event"] == "abandoned" and sink.docs[0]["worker"] == "dead.1"
     emit_job_event(settings, "requeued", job, connection=r, reason="worker died")
-    bare = Worker("sms", r, settings=settings, middleware=[])
+    bare = Worker("sms", r, settings=settings, defaults=False, middleware=[])
     emit_job_event(bare, "requeued", job, reason="worker died")
     assert flush_default_sinks()
     assert [e["reason"] for _, e in read_events(r, prefix)] == ["worker died", "worker died"]

@@ -179,7 +179,8 @@ def test_every_queue_operation_works_on_every_shard(rc, settings, cluster_prefix
 
         def retried_and_failed(name=name, q=q, job_id=retried.id) -> bool:
             # burst again once the retry's backoff is over
-            assert Worker(name, rc, settings=fast, burst=True, middleware=[]).work() == 0
+            assert Worker(name, rc, settings=fast, burst=True, defaults=False,
+                          middleware=[]).work() == 0
             return q.fetch_job(job_id).status == "failed"
         wait_for(retried_and_failed, timeout=10, interval=0.05)
 
@@ -216,7 +217,7 @@ def test_a_plain_bytes_cluster_client_works(redis_cluster, settings):
     q = Queue("sms", plain, settings=settings, events=False)
     job = q.enqueue("tests.jobs:add", 40, 2)
     assert q.fetch_job(job.id).status == "queued" and q.count == 1
-    Worker("sms", plain, settings=settings, burst=True, middleware=[]).work()
+    Worker("sms", plain, settings=settings, burst=True, defaults=False, middleware=[]).work()
     assert job.wait(10).result == 42
     assert admin.stuck_jobs(plain, "sms", settings.prefix) == []
     assert admin.workers(plain, settings.prefix) == []

@@ -38,7 +38,7 @@ def test_enqueue_many_and_rate_limits_on_every_shard(rc, settings, cluster_prefi
         assert replies == ["job"] * 5 + ["limited"]
         assert q.stats()["rate_limit"]["limit"] == 5
         q.set_rate_limit(None)
-        w = Worker(name, rc, settings=settings, burst=True, middleware=[])
+        w = Worker(name, rc, settings=settings, burst=True, defaults=False, middleware=[])
         assert w.work() == 0
         assert q.count == 0
 

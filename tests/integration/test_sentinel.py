@@ -122,6 +122,6 @@ def test_a_plain_bytes_sentinel_client_works(settings, redis_sentinel):
     q = Queue("sms", plain, settings=settings, events=False)
     job = q.enqueue("tests.jobs:add", 40, 2)
     assert q.fetch_job(job.id).status == "queued" and q.count == 1
-    Worker("sms", plain, settings=settings, burst=True, middleware=[]).work()
+    Worker("sms", plain, settings=settings, burst=True, defaults=False, middleware=[]).work()
     assert job.wait(10).result == 42
     assert admin.stuck_jobs(plain, "sms", settings.prefix) == []

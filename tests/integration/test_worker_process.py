@@ -134,7 +134,7 @@ def test_embedded_redis_when_none_answers(tmp_path):
     job = q.enqueue("tests.jobs:add", 20, 22)
     from fusionworker.worker import Worker
     Worker("emb", client, settings=implicit.replace(allowed_modules=("tests",)), burst=True,
-           middleware=[]).work()
+           defaults=False, middleware=[]).work()
     assert q.fetch_job(job.id).result == 42
     explicit = implicit.replace(redis_url=dead)
     try:

@@ -61,7 +61,7 @@ def test_reaper_calls_on_job_reaped_on_every_middleware_guarded(queue, settings,
     rec, sink = Recorder(), MemorySink()
     reaper = ReaperMiddleware(s)
     w = Worker(q.name, r, settings=s, burst=True,
-               middleware=[EventsMiddleware(sink), reaper, Broken(), rec])
+               defaults=False, middleware=[EventsMiddleware(sink), reaper, Broken(), rec])
     for expected in ("requeued", "abandoned"):
         claim(q)
         passes = reaper.passes            # a pass once the interval and the 100 ms lock are over
@@ -95,7 +95,7 @@ def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
     time.sleep(0.005)                      # the worker's events happen later
     worker_sink = RedisStreamSink(r, prefix, flush_interval=0.01)
     w = Worker("default", r, settings=settings, burst=True,
-               middleware=[EventsMiddleware(worker_sink)])
+               defaults=False, middleware=[EventsMiddleware(worker_sink)])
     assert w.work() == 0
     assert worker_sink.flush()
     worker_sink.close()
@@ -146,7 +146,7 @@ def test_cron_run_is_a_queued_event(r, settings):
     set_due(r, settings, "tick", server_now(r) - 1, queue="crq")
     sink = MemorySink()
     w = Worker("crq", r, settings=settings, burst=True,
-               middleware=[EventsMiddleware(sink), cron.CronScheduler()])
+               defaults=False, middleware=[EventsMiddleware(sink), cron.CronScheduler()])
     cron.CronScheduler().on_tick(w)
     [doc] = sink.docs
     assert doc["event"] == "queued" and doc["queue"] == "crq"

@@ -294,6 +294,37 @@ def test_cli(r, settings):
     assert bad.exit_code != 0 and "invalid cron schedule" in bad.output
 
 
+@pytest.mark.parametrize(("schedule", "says"), [
+    ("* * * * * * *", "expected 5 fields"),           # croniter's year field: not ours
+    ("* * * *", "expected 5 fields"),
+    ("1-0 * * * *", "the range 1-0 of the minute field runs backwards"),
+    ("0 9 * * fri-mon", "the range fri-mon of the day-of-week field runs backwards"),
+    ("0 0 1 dec-jan *", "the range dec-jan of the month field runs backwards"),
+    ("* * 31 2 *", "never runs: no date matches"),
+    ("0 0 30 2 *", "never runs: no date matches"),
+])
+def test_cron_add_refuses_what_it_cannot_honour_in_one_line_storing_nothing(
+        r, settings, prefix, schedule, says):
+    env = {"FUSIONWORKER_PREFIX": settings.prefix, "REDIS_URL": settings.redis_url,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
+    bad = CliRunner().invoke(main, ["cron", "add", "x", schedule, "tests.jobs:noop",
+                                    "--queue", "crons"], env=env)
+    assert bad.exit_code != 0, bad.output
+    lines = bad.output.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], bad.output
+    assert "unexpected" not in bad.output and "Croniter" not in bad.output
+    assert sorted(r.scan_iter(f"{prefix}:*")) == []          # nothing stored
+    with pytest.raises(cron.InvalidSchedule, match=says.split(":")[0]):
+        cron.register(r, settings, "x", schedule, "tests.jobs:noop", queue="crons")
+    assert sorted(r.scan_iter(f"{prefix}:*")) == []
+
+
+def test_cron_keeps_what_it_can_honour(r, settings):
+    for schedule in ("* * * * 5-7", "0 9 * * mon-fri", "* * 31 2 mon", "0 0 29 2 *",
+                     "@daily", "*/5 1-3,22-23 * * *"):
+        cron.register(r, settings, "ok", schedule, "tests.jobs:noop", queue="crons")
+
+
 # -- real worker processes -----------------------------------------------------------------
 
 

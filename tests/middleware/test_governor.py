@@ -12,6 +12,7 @@ import logging
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,9 +24,11 @@ import pytest
 from fusionworker.core.config import load_settings
 from fusionworker.middleware.governor import (
     MIB,
+    CpuReader,
     Governor,
     HorseMemoryLimit,
     NvmlGpuReader,
+    blocking_resources,
     build_governors,
     rss_mib,
 )
@@ -473,3 +476,66 @@ def test_build_governors():
     limited = build_governors(settings(max_horse_memory=512))
     assert [type(m) for m in limited] == [Governor, HorseMemoryLimit]
     assert limited[1].limit_mib == 512
+
+
+# -- CPU (issue 34) -----------------------------------------------------------
+
+def cpu_machine(cpu=10.0, **overrides):
+    overrides.setdefault("memory_check_interval", 5)
+    cpu_value, clock = Value(cpu), Clock()
+    gov = Governor(settings(**overrides), ram_reader=lambda: 10.0, swap_reader=lambda: 0.0,
+                   gpu_reader=lambda: None, cpu_reader=cpu_value, clock=clock)
+    return gov, cpu_value, clock
+
+
+def test_cpu_throttles_with_hysteresis_when_configured(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    gov, cpu, clock = cpu_machine(cpu=94.9, cpu_throttle_threshold=95, cpu_resume_threshold=70)
+    assert gov.check() is None
+    cpu.value = 95.0
+    clock.advance(5)
+    assert gov.check() == "CPU at 95.0% (throttle 95%)"
+    cpu.value = 80.0
+    clock.advance(5)
+    assert gov.check() == "CPU at 80.0% (resume below 70%)"
+    assert gov.describe() == {"throttle": "CPU at 80.0% (resume below 70%)", "cpu_percent": 80.0}
+    cpu.value = 69.0
+    clock.advance(5)
+    assert gov.check() is None
+    assert [m for m in caplog.messages if "THROTTLE" in m] == [
+        "CPU THROTTLE ACTIVE: RAM at 10.0%, swap at 0.0%, CPU at 95.0% "
+        "(throttle RAM 90%, swap 70%, CPU 95%)",
+        "CPU THROTTLE RELEASED: RAM at 10.0%, swap at 0.0%, CPU at 69.0% "
+        "(resume RAM 80%, swap 70%, CPU 70%)"]
+
+
+def test_cpu_check_is_off_by_default_and_never_reads():
+    gov, cpu, clock = cpu_machine(cpu=100.0)
+    assert gov.check() is None
+    assert cpu.calls == 0 and gov.last_reading.cpu is None
+    assert gov.describe() == {"throttle": ""}
+
+
+def test_cpu_beside_memory_names_both():
+    gov, cpu, clock = cpu_machine(cpu=99.0, cpu_throttle_threshold=90,
+                                  memory_throttle_threshold=5)
+    assert gov.check() == "RAM at 10.0% (throttle 5%); CPU at 99.0% (throttle 90%)"
+    assert blocking_resources(gov.reason) == {"ram", "cpu"}
+    assert blocking_resources("GPU1 at 90.0% (throttle 85%)") == {"gpu"}
+    assert blocking_resources(None) == set()
+
+
+def test_cpu_reader_measures_busy_time_of_real_processes():
+    """The real reader: with every core spinning in real processes the reading is high;
+    it is a percent of all cores."""
+    reader = CpuReader()
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.5)          # a window with the burners running (not a latency bound)
+        busy = reader()
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    assert 90.0 <= busy <= 100.0

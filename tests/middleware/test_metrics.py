@@ -59,6 +59,11 @@ def test_middleware_counts_outcomes_and_reads_state_throttle_and_sink_at_scrape(
     assert value(reg, "fusionworker_worker_state", state="throttled") == 1
     assert value(reg, "fusionworker_worker_state", state="idle") == 0
     assert value(reg, "fusionworker_worker_throttled") == 1
+    assert value(reg, "fusionworker_worker_throttled_by", resource="ram") == 1
+    assert value(reg, "fusionworker_worker_throttled_by", resource="cpu") == 0
+    worker.hold_reason = "CPU at 99.0% (throttle 95%)"
+    assert value(reg, "fusionworker_worker_throttled_by", resource="cpu") == 1
+    assert value(reg, "fusionworker_worker_throttled_by", resource="ram") == 0
     sink.emit({"event": "queued"})
     assert value(reg, "fusionworker_event_sink_delivered_total") == 1
     assert value(reg, "fusionworker_event_sink_dropped_total") == 0

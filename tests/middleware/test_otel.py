@@ -86,7 +86,7 @@ def otel_settings(settings: Any) -> Any:
 
 def run_burst(r: Any, settings: Any, tel: Telemetry, queues: str = "default") -> OtelMiddleware:
     mw = OtelMiddleware(settings, meter_provider=tel.meter_provider)
-    worker = Worker(queues, r, settings=settings, burst=True, middleware=[mw])
+    worker = Worker(queues, r, settings=settings, burst=True, defaults=False, middleware=[mw])
     assert worker.work() == 0
     return mw
 
@@ -184,7 +184,8 @@ def test_the_five_queue_instruments_carry_the_values_of_a_known_run(r, otel_sett
         return tuple(sorted(attrs))
 
     mw = OtelMiddleware(otel_settings, meter_provider=tel.meter_provider)
-    worker = Worker("default", r, settings=otel_settings, burst=True, middleware=[mw])
+    worker = Worker("default", r, settings=otel_settings, burst=True, defaults=False,
+                    middleware=[mw])
     mw.on_start(worker)          # the depth callback reads the worker's queues from Redis
     depth = tel.points("queue.depth")
     assert {k: p.value for k, p in depth.items()} == {
@@ -417,7 +418,7 @@ def test_queue_active_is_one_while_the_job_runs_and_zero_after(r, otel_settings,
     q.enqueue("tests.jobs:sleep", 0.3, priority=-5)
     mw = OtelMiddleware(otel_settings, meter_provider=tel.meter_provider)
     assert Worker("default", r, settings=otel_settings, burst=True,
-                  middleware=[mw, Look()]).work() == 0
+                  defaults=False, middleware=[mw, Look()]).work() == 0
     assert seen and set(seen) == {1}
     assert {tuple(sorted(k)): p.value for k, p in tel.points("queue.active").items()} == {
         (("band", "low"), ("queue", "default")): 0}

@@ -160,3 +160,18 @@ def test_live_long_job_outlives_several_leases(processes, queue, r, prefix, redi
     assert reaped == 0
     assert job.status == "finished" and job.attempts == 1
     assert r.lrange(f"{prefix}:out", 0, -1) == ["long"]
+
+
+def test_a_bad_name_in_the_known_queues_is_skipped_and_every_queue_is_reaped(
+        queue, settings, r, prefix, caplog):
+    """Issue 30, item 2: a member of the known-queues set that is no queue name (sorted
+    before the others) is skipped and logged; the queues after it are reaped."""
+    z = queue("zeta")
+    stuck = z.enqueue("tests.jobs:noop", max_retries=3)
+    assert claim(z)[0] == stuck.id
+    r.sadd(Keys(prefix).queues, '"><bad name>', "", "a b", "all")
+    with caplog.at_level("WARNING", logger="fusionworker"):
+        counts = reap_once(r, settings)
+    assert counts["requeued"] == 1 and counts["jobs"] == [stuck.id]
+    assert z.fetch_job(stuck.id).status == "queued"
+    assert "Skipped '\"><bad name>' in the set of known queues" in caplog.text

@@ -17,7 +17,7 @@ from fusionworker.worker import Worker
 
 @pytest.fixture
 def worker(r: Any, settings: Any) -> Any:
-    w = Worker("sms,email", r, settings=settings, name="hw", middleware=[])
+    w = Worker("sms,email", r, settings=settings, name="hw", defaults=False, middleware=[])
     w.register()
     yield w
     w.deregister()

@@ -250,7 +250,7 @@ def test_a_refused_name_leaves_the_live_workers_registration_alone(r, settings):
     r.hset(keys.worker("dup"), mapping={"name": "dup", "pid": "1"})   # another process's
     r.sadd(keys.workers, "dup")
     with pytest.raises(ValueError, match="exists already"):
-        Worker("default", r, settings=settings, middleware=[], name="dup").work()
+        Worker("default", r, settings=settings, defaults=False, middleware=[], name="dup").work()
     assert r.hget(keys.worker("dup"), "pid") == "1"
     assert r.sismember(keys.workers, "dup")
 
@@ -521,7 +521,7 @@ def test_an_evicting_policy_is_warned_about_at_start_and_in_health(redis_single,
     health = check(client, s.prefix)
     assert health.ok and "maxmemory-policy is allkeys-lru" in health.message
     with caplog.at_level("ERROR", logger="fusionworker"):
-        Worker("default", client, settings=s, burst=True, middleware=[]).work()
+        Worker("default", client, settings=s, burst=True, defaults=False, middleware=[]).work()
     assert any("maxmemory-policy is allkeys-lru" in rec.getMessage() for rec in caplog.records)
     # CONFIG refused (ACL, managed Redis): no crash, no verdict on the policy
     client.acl_setuser("limited", enabled=True, passwords=["+limitedpw"], keys=["*"],

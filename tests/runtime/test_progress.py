@@ -62,7 +62,8 @@ def test_a_tight_loop_is_rate_limited_and_its_last_value_lands(queue, r, setting
     q = Queue("default", r, settings=s)
     job = q.enqueue("tests.progress_jobs:tight_loop", 100_000, 1.0)
     sink = MemorySink()
-    w = Worker("default", r, settings=s, burst=True, middleware=[EventsMiddleware(sink)])
+    w = Worker("default", r, settings=s, burst=True, defaults=False,
+               middleware=[EventsMiddleware(sink)])
     assert w.work() == 0
     job.refresh()
     assert job.status == "finished" and job.result >= 100_000
@@ -131,7 +132,7 @@ def test_horses_forked_by_the_worker_itself_report_too(r, settings, concurrency)
     q = Queue("default", r, settings=s)
     jobs = [q.enqueue("tests.progress_jobs:tight_loop", 1000, 0.5) for _ in range(2)]
     # forks its horses itself, as a worker does when its fork server cannot start
-    assert Worker("default", r, settings=s, burst=True, middleware=[],
+    assert Worker("default", r, settings=s, burst=True, defaults=False, middleware=[],
                   launcher=OwnForkLauncher).work() == 0
     for job in jobs:
         job.refresh()

@@ -512,7 +512,7 @@ def test_a_recorded_outcome_whose_reply_was_lost_is_not_sent_again(queue, settin
 
     q = queue()
     q.enqueue("tests.jobs:noop")
-    w = Worker("default", r, settings=settings, middleware=[], name="landed-test")
+    w = Worker("default", r, settings=settings, defaults=False, middleware=[], name="landed-test")
     [job] = w.claimer.claim(1).jobs
     done = Outcome(status="finished", reason="ok", result="null")
     assert not w.recorder.landed(job, done)                 # nothing written yet
@@ -531,7 +531,7 @@ def test_the_finish_pipeline_returns_the_jobs_its_claim_brought(queue, settings,
     q = queue()
     first = q.enqueue("tests.jobs:noop")
     second = q.enqueue("tests.jobs:noop", priority=-1)
-    w = Worker("default", r, settings=settings, middleware=[], name="returns")
+    w = Worker("default", r, settings=settings, defaults=False, middleware=[], name="returns")
     w.register()
     try:
         [job] = w.claimer.claim(1).jobs
@@ -571,7 +571,7 @@ def test_a_job_claimed_by_the_finish_pipeline_is_given_back_at_shutdown(queue, s
     stop = StopAfterFirst()
     # no heartbeat falls due during the first job: its finish pipeline may claim
     w = Worker("default", r, settings=settings.replace(heartbeat_interval=10.0, lease=30.0),
-               middleware=[stop], name="giveback")
+               defaults=False, middleware=[stop], name="giveback")
     assert w.work() == 0
     assert q.fetch_job(first.id).status == "finished"
     assert stop.seen == [(first.id, "started")]     # claimed in the same round trip
@@ -633,7 +633,8 @@ def test_scripts_flushed_between_every_step_still_run_each_job_once(settings):
             def on_tick(self, worker):
                 client.script_flush()
 
-        w = Worker("flushed", client, settings=private, burst=True, middleware=[Forgetful()])
+        w = Worker("flushed", client, settings=private, burst=True, defaults=False,
+                   middleware=[Forgetful()])
         assert w.work() == 0
         assert sorted(int(v) for v in client.lrange(key, 0, -1)) == [0, 1, 2, 3]
         assert (w.successful, w.failed) == (4, 0) and len(flushes) >= 4

@@ -16,7 +16,8 @@ import pytest
 
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.core.registry import JobFunction
-from fusionworker.runtime.launch import ForkServerLauncher
+from fusionworker.runtime.launch import ForkServerLauncher, LaunchSpec
+from fusionworker.runtime.slot import Slot
 from tests import warm_jobs
 from tests.runtime.test_forkserver import answered, spec, until_done
 from tests.waiting import gone, processes_of, wait_for
@@ -336,3 +337,69 @@ def test_a_killed_fork_server_takes_its_pool_and_a_new_one_serves(processes, que
     assert q.fetch_job(after.id).result[0] not in {p.pid for p in pool}
     assert q.fetch_job(first.id).status == "finished"        # nothing recorded twice
     assert w.poll() is None
+
+
+def test_an_allowed_module_is_loaded_by_the_server_not_by_each_horse(monkeypatch, tmp_path):
+    # no silent cold start (launcher level): the first job of a module nobody named with
+    # --import has the fork server import it before that job's horse is forked, so no
+    # horse imports it itself; a module the allow-list refuses is imported by nobody
+    markers = tmp_path / "imports"
+    markers.mkdir()
+    monkeypatch.setenv("FW_TEST_IMPORT_MARKERS", str(markers))
+
+    def launcher(allowed: tuple[str, ...]) -> ForkServerLauncher:
+        ln = ForkServerLauncher(LaunchSpec(
+            allowed=allowed, retryable=(), entries=8, deliver=lambda job, frame: None,
+            warm=lambda: {"horse_jobs": 10, "max_rss_mib": 0}))
+        ln.start()
+        return ln
+
+    def run(ln: ForkServerLauncher, n: int) -> list[Slot]:
+        jobs = [Job(id=f"j{i}", queue="q", func="tests.marker_jobs:pid", args=[], timeout=10)
+                for i in range(n)]
+        slots = ln.launch(jobs, list(range(n)), lambda: None)
+        until_done(ln, slots)
+        return slots
+
+    refused = launcher(("tests.jobs",))
+    try:
+        [slot] = run(refused, 1)
+        assert slot.outcome(cold=False).reason == FailureReason.REFUSED
+    finally:
+        refused.close()
+    assert list(markers.iterdir()) == []
+    allowed = launcher(("tests",))
+    try:
+        assert allowed.server is not None and allowed.server.proc is not None
+        server = allowed.server.proc.pid
+        # an allowed module that cannot be imported: its job fails, the server goes on
+        [missing] = allowed.launch([Job(id="m", queue="q", func="tests.no_such_module:f",
+                                        args=[], timeout=10)], [7], lambda: None)
+        until_done(allowed, [missing])
+        gone_wrong = missing.outcome(cold=False)
+        assert not gone_wrong.ok and gone_wrong.error_type == "ModuleNotFoundError", gone_wrong
+        slots = run(allowed, 2) + run(allowed, 2)
+        assert all(s.outcome(cold=False).ok for s in slots)
+        horses = {s.pid for s in slots}
+        assert len(horses) <= 2          # the second pair ran in the first pair's horses
+        assert [p.name for p in markers.iterdir()] == [str(server)]
+    finally:
+        allowed.close()
+
+
+def test_horse_jobs_without_import_runs_the_first_jobs_in_warm_horses(processes, queue,
+                                                                      tmp_path):
+    # the same through a real worker: --horse-jobs without --import; the pool forked at
+    # start is replaced once the server loaded the module, the jobs reuse their horses
+    markers = tmp_path / "imports"
+    markers.mkdir()
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "2", "--horse-jobs", "10",
+                         env={"FW_TEST_IMPORT_MARKERS": str(markers)})
+    wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)
+    jobs = [q.enqueue_call("tests.marker_jobs:pid") for _ in range(6)]
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in jobs), timeout=30)
+    pids = {q.fetch_job(j.id).result for j in jobs}
+    [server] = [c for c in psutil.Process(w.pid).children() if _is_fork_server(c)]
+    assert [p.name for p in markers.iterdir()] == [str(server.pid)]
+    assert len(pids) <= 2 and server.pid not in pids

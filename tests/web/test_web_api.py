@@ -20,6 +20,7 @@ from fusionworker.middleware import cron
 from fusionworker.web import create_app
 from fusionworker.web.auth import hash_password, verify_password
 from tests.waiting import wait_for
+from tests.web_support import SAME_SITE, form_login, page_csrf
 
 TOKEN = "s3cret-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -38,7 +39,7 @@ def web_settings(settings):
 
 @pytest.fixture
 def client(r, web_settings):
-    with TestClient(create_app(web_settings, r)) as c:
+    with TestClient(create_app(web_settings, r), headers=SAME_SITE) as c:
         yield c
 
 
@@ -74,6 +75,7 @@ ENDPOINTS = [
     ("GET", "/api/v1/scheduled"), ("GET", "/api/v1/batches"), ("GET", "/api/v1/batches/x"),
     ("GET", "/api/v1/workers/x"), ("GET", "/api/v1/jobs/x/live"),
     ("GET", "/api/v1/queues/default/live"), ("GET", "/api/v1/history"),
+    ("POST", "/api/v1/jobs/x/hold"), ("POST", "/api/v1/jobs/x/release"),
 ]
 
 
@@ -91,14 +93,17 @@ def test_pages_redirect_to_login_without_auth_and_show_after_login(client, queue
     answer = client.get("/", follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"].startswith("/login")
     assert client.get("/api/v1/queues").status_code == 401
-    bad = client.post("/login", data={"token": "nope", "next": "/"}, follow_redirects=False)
+    form = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text).group(1)
+    bad = client.post("/login", data={"token": "nope", "next": "/", "csrf": form},
+                      follow_redirects=False)
     assert bad.status_code == 401 and "wrong token" in bad.text
-    good = client.post("/login", data={"token": TOKEN, "next": "/"}, follow_redirects=False)
+    good = client.post("/login", data={"token": TOKEN, "next": "/", "csrf": form},
+                       follow_redirects=False)
     assert good.status_code == 303
     page = client.get("/")
     assert page.status_code == 200 and 'data-queue="default"' in page.text
     assert client.get("/api/v1/queues").json()["queues"][0]["queue"] == "default"
-    client.post("/logout")
+    client.post("/logout", data={"csrf": page_csrf(page.text)})
     assert client.get("/api/v1/queues").status_code == 401
 
 
@@ -107,7 +112,7 @@ def test_basic_auth_with_password_hash(r, settings):
     assert verify_password("hunter2", encoded) and not verify_password("hunter3", encoded)
     assert not verify_password("hunter2", "garbage")
     app = create_app(settings.replace(web_user="ops", web_password_hash=encoded), r)
-    with TestClient(app) as c:
+    with TestClient(app, headers=SAME_SITE) as c:
         good = base64.b64encode(b"ops:hunter2").decode()
         bad = base64.b64encode(b"ops:hunter3").decode()
         assert c.get("/api/v1/queues", headers={"Authorization": f"Basic {good}"}).status_code == 200
@@ -117,9 +122,14 @@ def test_basic_auth_with_password_hash(r, settings):
         refused = c.post("/api/v1/suspend", headers={"Authorization": f"Basic {good}"})
         assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
         assert not admin.is_suspended(r, settings.prefix)
+        # a token of the browser's own making (the former double-submit cookie) is refused
         c.cookies.set("fw_csrf", "tok123")
+        forged = c.post("/api/v1/suspend", headers={"Authorization": f"Basic {good}",
+                                                    "X-CSRF-Token": "tok123"})
+        assert forged.status_code == 403 and not admin.is_suspended(r, settings.prefix)
+        token = page_csrf(c.get("/", headers={"Authorization": f"Basic {good}"}).text)
         done = c.post("/api/v1/suspend", headers={"Authorization": f"Basic {good}",
-                                                  "X-CSRF-Token": "tok123"})
+                                                  "X-CSRF-Token": token})
         assert done.status_code == 200 and admin.is_suspended(r, settings.prefix)
 
 
@@ -224,8 +234,8 @@ def test_workers_endpoint_shows_a_live_worker(client, processes, queue, settings
 def test_redis_password_never_shown(r, settings):
     url = settings.redis_url.replace("redis://", "redis://:hidden-pw@")
     app = create_app(settings.replace(web_token=TOKEN, redis_url=url), r)
-    with TestClient(app) as c:
-        c.post("/login", data={"token": TOKEN})
+    with TestClient(app, headers=SAME_SITE) as c:
+        form_login(c, TOKEN)
         for path in ("/api/v1/info", "/", "/workers", "/scheduled", "/failed"):
             text = c.get(path, headers=BEARER).text
             assert "hidden-pw" not in text, path
@@ -381,7 +391,7 @@ def test_read_only_refuses_and_hides_actions(r, settings, queue):
     q = queue("default")
     job = q.enqueue("tests.jobs:add", 1, 2)
     app = create_app(settings.replace(web_token=TOKEN), r, read_only=True)
-    with TestClient(app) as c:
+    with TestClient(app, headers=SAME_SITE) as c:
         for method, url in ENDPOINTS:
             if method == "GET":
                 continue
@@ -422,11 +432,7 @@ def test_minute_chart_counts_finished_and_failed(client, queue, burst):
 
 
 def login(client: TestClient) -> str:
-    client.post("/login", data={"token": TOKEN})
-    client.get("/")
-    csrf = client.cookies.get("fw_csrf")
-    assert csrf
-    return csrf
+    return form_login(client, TOKEN)
 
 
 def test_form_actions_need_the_csrf_token(client, queue):
@@ -451,6 +457,39 @@ def test_form_actions_need_the_csrf_token(client, queue):
     away = client.post("/action", data={"action": "pause", "queue": "default", "csrf": csrf,
                                         "next": "//evil.example/"}, follow_redirects=False)
     assert away.headers["location"].startswith("/?")
+
+
+def test_hold_and_release_by_api_and_by_the_job_pages_buttons(client, queue, burst, r,
+                                                             settings):
+    """Issue 34: a held job is listed as held, survives a burst worker, and runs after its
+    release; the button posts with the CSRF token; both are audited."""
+    q = queue("default")
+    job = q.enqueue("tests.jobs:add", 1, 2)
+    held = api(client, "POST", f"/api/v1/jobs/{job.id}/hold")
+    assert held.status_code == 200 and held.json()["status"] == "held"
+    listed = api(client, "GET", "/api/v1/jobs?queue=default&status=held").json()
+    assert [j["id"] for j in listed["jobs"]] == [job.id]
+    burst("default")
+    assert q.fetch_job(job.id).status == "held"
+    again = api(client, "POST", f"/api/v1/jobs/{job.id}/release")
+    assert again.status_code == 200 and again.json()["status"] == "queued"
+    refused = api(client, "POST", f"/api/v1/jobs/{job.id}/release")
+    assert refused.status_code == 409 and "not held" in refused.json()["error"]
+    csrf = login(client)
+    page = client.get(f"/jobs/{job.id}?queue=default").text
+    assert 'data-action="hold"' in page and 'data-action="release"' not in page
+    form = {"action": "hold", "queue": "default", "job_id": job.id}
+    assert client.post("/action", data=form).status_code == 403       # no CSRF token
+    assert q.fetch_job(job.id).status == "queued"
+    client.post("/action", data={**form, "csrf": csrf})
+    assert q.fetch_job(job.id).status == "held"
+    page = client.get(f"/jobs/{job.id}?queue=default").text
+    assert 'data-action="release"' in page and 'data-action="hold"' not in page
+    client.post("/action", data={**form, "action": "release", "csrf": csrf})
+    burst("default")
+    assert q.fetch_job(job.id).status == "finished"
+    actions = [(e["reason"], e["job_id"]) for e in admin_events(r, settings)]
+    assert actions.count(("hold", job.id)) == 2 and actions.count(("release", job.id)) == 2
 
 
 def test_form_bulk_actions_and_errors_as_messages(client, queue, burst):

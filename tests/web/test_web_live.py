@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from fusionworker.web import create_app
 from tests.waiting import wait_for
-from tests.web_support import browser_missing
+from tests.web_support import SAME_SITE, browser_missing
 
 TOKEN = "live-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -25,7 +25,8 @@ needs_browser = pytest.mark.skipif(_missing is not None, reason=f"no browser: {_
 
 @pytest.fixture
 def client(r, settings):
-    with TestClient(create_app(settings.replace(web_token=TOKEN), r)) as c:
+    with TestClient(create_app(settings.replace(web_token=TOKEN), r),
+                    headers=SAME_SITE) as c:
         yield c
 
 

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from fusionworker.core.batch import Batch
 from fusionworker.web import create_app
 from fusionworker.web.details import trim_traceback
+from tests.web_support import SAME_SITE
 
 TOKEN = "states-token"
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
@@ -23,7 +24,8 @@ BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def client(r, settings):
-    with TestClient(create_app(settings.replace(web_token=TOKEN), r)) as c:
+    with TestClient(create_app(settings.replace(web_token=TOKEN), r),
+                    headers=SAME_SITE) as c:
         yield c
 
 
@@ -43,7 +45,7 @@ def test_deferred_jobs_listed_by_the_api_and_the_queue_page_with_tab_counts(clie
         assert f'data-job="{job.id}"' in page.text
     assert first.id not in page.text
     counts = dict(re.findall(r'data-k="(\w+)">(\d+)</span>', page.text))
-    assert counts == {"queued": "1", "scheduled": "0", "deferred": "3", "started": "0",
+    assert counts == {"queued": "1", "scheduled": "0", "deferred": "3", "held": "0", "started": "0",
                       "failed": "0", "finished": "0", "canceled": "0"}
     bad = client.get("/api/v1/jobs?queue=default&status=waiting", headers=BEARER)
     assert bad.status_code == 400 and "deferred" in bad.json()["error"]

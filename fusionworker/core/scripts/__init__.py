@@ -36,9 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..connection import RedisClient
 
 NAMES = (
-    "enqueue", "claim", "finish", "touch", "touch_many", "requeue", "cancel", "delete",
+    "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
-    "progress", "waiting", "minutes", "stop",
+    "progress", "waiting", "minutes", "hold", "release", "stop",
 )
 
 
@@ -149,6 +149,13 @@ class Scripts:
             except catch as exc:
                 answers[i] = exc
         return again
+
+    def touch(self, keys: list[Any], args: list[Any], client: RedisClient | None = None) -> Any:
+        """Renew one started job's lease: ``args = [job_id, token, lease_seconds]``; 1, or
+        0 when that attempt no longer owns the job (``touch_many.lua`` for one job)."""
+        job_id, token, lease = args
+        return self._scripts["touch_many"](keys=keys, args=[lease, job_id, token],
+                                           client=client)[0]
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -234,7 +234,9 @@ function live_status(base, jid, t, window)
   local jkey = base .. 'job:' .. jid
   local st = hget(jkey, 'status')
   if not st then return nil end
-  if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'deferred' then return st end
+  if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'deferred' or st == 'held' then
+    return st
+  end
   if st == 'finished' and t - (tonumber(hget(jkey, 'ended_at') or '0') or 0) < window then
     return st
   end

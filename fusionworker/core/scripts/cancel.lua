@@ -1,4 +1,4 @@
--- cancel: a queued or scheduled job will not run. Started jobs are refused.
+-- cancel: a queued, scheduled, deferred or held job will not run. Started jobs are refused.
 -- KEYS[1] base ; ARGV: job_id, result_ttl
 -- Returns {'canceled', previous_status} | {'refused', status} | {'missing'}
 local base = KEYS[1]
@@ -6,11 +6,17 @@ local jid, ttl = ARGV[1], tonumber(ARGV[2])
 local jkey = base .. 'job:' .. jid
 local st = hget(jkey, 'status')
 if not st then return {'missing'} end
-if st ~= 'queued' and st ~= 'scheduled' and st ~= 'deferred' then return {'refused', st} end
+if st ~= 'queued' and st ~= 'scheduled' and st ~= 'deferred' and st ~= 'held' then
+  return {'refused', st}
+end
 local t = now()
 redis.call('ZREM', base .. 'pending', jid)
 redis.call('ZREM', base .. 'scheduled', jid)
 redis.call('ZREM', base .. 'deferred', jid)  -- waiting on dependencies
+if st == 'held' then
+  redis.call('ZREM', base .. 'held', jid)
+  redis.call('HDEL', jkey, 'held_from', 'held_score', 'held_at')
+end
 redis.call('DEL', base .. 'deps:' .. jid)
 local group = hget(jkey, 'group')
 if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end

@@ -9,7 +9,7 @@ local st = hget(jkey, 'status')
 if not st then return {'missing'} end
 redis.call('DEL', base .. 'deps:' .. jid)
 for _, reg in ipairs({'pending', 'started', 'scheduled', 'failed', 'finished', 'canceled',
-                      'deferred'}) do
+                      'deferred', 'held'}) do
   redis.call('ZREM', base .. reg, jid)
 end
 local group = hget(jkey, 'group')

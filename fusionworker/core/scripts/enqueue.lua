@@ -75,8 +75,9 @@ if jtype == 'none' and not group and not front then
   end
   redis.call('HSET', jkey, unpack(rec))
   if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
-  if at then return {'scheduled', jid, 'scheduled', fmt_int(seq), fmt_time(t), fmt_time(at)} end
+  -- a scheduled job wakes too: an idle worker learns when it is due (claim.py, quiet)
   redis.call('PUBLISH', base .. 'wake', jid)
+  if at then return {'scheduled', jid, 'scheduled', fmt_int(seq), fmt_time(t), fmt_time(at)} end
   return {'queued', jid, 'queued', fmt_int(seq), fmt_time(t)}
 end
 
@@ -102,6 +103,7 @@ if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
 if at then
   redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(at))
   redis.call('ZADD', base .. 'scheduled', fmt_time(at), jid)
+  redis.call('PUBLISH', base .. 'wake', jid)   -- an idle worker learns when it is due
   return {'scheduled', jid, 'scheduled', seq, fmt_time(t), fmt_time(at)}
 end
 make_ready(base, jid)

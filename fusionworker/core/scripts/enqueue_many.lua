@@ -162,6 +162,8 @@ if seq > seq0 then redis.call('SET', base .. 'seq', fmt_int(seq)) end
 for name, pairs_ in pairs(adds) do
   if #pairs_ > 0 then zadd_all(name, pairs_) end
 end
-if #adds.pending > 0 then redis.call('PUBLISH', base .. 'wake', 'bulk') end
+if #adds.pending > 0 or #adds.scheduled > 0 then   -- scheduled: idle workers learn when
+  redis.call('PUBLISH', base .. 'wake', 'bulk')
+end
 out[#out + 1] = stamp
 return cjson.encode(out)

@@ -112,6 +112,7 @@ elseif outcome == 'retry' then
   redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
     'scheduled_for', fmt_time(t + delay), 'token', '', unpack(ARGV, 8))
   if not registry then redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid) end
+  redis.call('PUBLISH', base .. 'wake', jid)   -- idle workers learn when the retry is due
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
   to_failed(base, jid, t, failed_ttl, stopped and 'stopped' or nil)   -- publishes done:<id>

@@ -197,7 +197,7 @@ def finish(reply: Raw) -> Finished:
 
 
 def touch(reply: Raw) -> bool:
-    """``touch.lua``: whether the attempt still owns its job (its lease was renewed)."""
+    """``Scripts.touch``: whether the attempt still owns its job (its lease was renewed)."""
     return bool(int(reply))
 
 
@@ -254,7 +254,7 @@ def requeue(reply: Raw) -> Requeued:
 
 # --------------------------------------------------------------------------- admin
 
-Verdict = Literal["ok", "canceled", "deleted", "refused", "missing"]
+Verdict = Literal["ok", "canceled", "deleted", "refused", "missing", "held", "released"]
 
 
 @dataclass(frozen=True)
@@ -267,6 +267,8 @@ class Changed:
     outcome: Verdict
     status: JobStatus | None = None
     old_priority: int | None = None
+    #: hold.lua's refusal of a queued job: ``group`` (it waits on its group's list)
+    why: str | None = None
 
 
 def cancel(reply: Raw) -> Changed:
@@ -276,6 +278,18 @@ def cancel(reply: Raw) -> Changed:
 
 
 delete = cancel
+
+
+def hold(reply: Raw) -> Changed:
+    """``hold.lua`` (``held``) and ``release.lua`` (``released``; ``status``: the job's
+    status now)."""
+    items = _items(reply)
+    outcome = cast(Verdict, _text(items[0]))
+    return Changed(outcome, _status(items[1]) if len(items) > 1 else None,
+                   why=_text(items[2]) if len(items) > 2 else None)
+
+
+release = hold
 
 
 def reprioritize(reply: Raw) -> Changed:
@@ -388,7 +402,7 @@ def minutes(reply: Raw) -> int:
 #: the parser of every script, by script name
 PARSERS: dict[str, Callable[[Raw], Any]] = {
     "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
-    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel,
+    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel, "hold": hold, "release": release,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,

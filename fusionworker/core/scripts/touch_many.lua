@@ -2,8 +2,8 @@
 -- queue (a worker with --concurrency N runs up to N at once).
 -- KEYS[1] base ; ARGV: lease_seconds, job_id, token, job_id, token, ...
 -- Returns a list with, per job: 1, or 0 when that attempt no longer owns its job
--- (reaped, canceled): the parent then kills that horse (as with touch.lua); 2 when
--- it owns it and its stop was asked (stop.lua): the parent kills it as stopped.
+-- (reaped, canceled): the parent then kills that horse; 2 when it owns it and its stop
+-- was asked (stop.lua): the parent kills it as stopped. Scripts.touch sends it for one job.
 local base = KEYS[1]
 local until_ = fmt_time(now() + tonumber(ARGV[1]))
 local out = {}

@@ -10,7 +10,9 @@ process (isolation is unchanged): a job's changes to module state die with its
 horse; unless the worker runs warm horses (``--horse-jobs N``, horse/warm.py),
 which run up to N jobs each, one after another. Once a horse ran a function of an allowed module (registered or
 allow-listed, see ``core/functions.py``) successfully, the server imports that
-module too, so later horses find it imported, and resolves each function of it
+module too (warm horses: at the first request whose function passes the allow
+check by name, before its horse, ``modules.py``), so later horses find it
+imported, and resolves each function of it
 that runs (every check of ``functions.resolve``), so later horses find it
 resolved (resolved again after each later preload, whose import may rebind it).
 
@@ -18,6 +20,7 @@ resolved (resolved again after each later preload, whose import may rebind it).
 |---|---|---|
 | ``client.py`` | the worker | :class:`ForkServer`, the worker's handle: start, requests, notices |
 | ``server.py`` | the fork server | its turn: requests, ready horses, reports, reaping |
+| ``modules.py`` | the fork server | job code it imports and resolves for its horses |
 
 The wire (requests and notices) is ``runtime/protocol.py``.
 

@@ -24,18 +24,20 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ...core.functions import resolve
+from ...core.functions import check_allowed
+from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..horse.main import set_pdeathsig, waiting_horse
+from ..horse.hygiene import oom_target, open_fds
+from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
-    HorseReport,
     MovedNotice,
     ProgressNotice,
     RunRequest,
     StartNotice,
     drain,
+    for_horse,
     frame,
     has_report,
     read_available,
@@ -44,6 +46,7 @@ from ..protocol import (
     unread,
     write_all,
 )
+from .modules import import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
 #: turn brought, e.g. the claims a worker with many slots sends at once).
@@ -101,10 +104,13 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
     worker's ``--import`` modules, imported before the pool of warm horses is forked."""
+    before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses
 
         setup_horses(**otel)
+    horses_own = tuple(open_fds() - before)   # the exporters' descriptors: the horses keep them
+    oom_target()                              # read once here, written by each horse
     set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
@@ -113,14 +119,20 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     except OSError:
         pass
     watchdog = LeaseWatchdog(DeadlineBoard(entries=0, fd=board_fd)) if board_fd >= 0 else None
+    if watchdog is not None:
+        try:
+            watchdog.board.reader_fd()   # once: every horse maps the board read-only from it
+        except OSError:
+            pass
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
+    server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     if preload and server.slots:   # warm: the pool, forked ahead, is not retired at the
         for module in imports:     # first job (the worker imported them already)
             server.preloaded.add(module)
-            _preload(module)
+            import_for_horses(module)
     server.run()
 
 
@@ -151,6 +163,8 @@ class Server:
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
+        self.horses_own: tuple[int, ...] = ()
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.wake_r, self.wake_w = os.pipe()
@@ -267,22 +281,15 @@ class Server:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            # the other ready horses' job pipes too: a copy of a write end held here
-            # would keep that horse from ever reading its job's end
-            others = [end for horse in self.ready for end in (horse.job_w, horse.report_r)]
-            others += [run.job_w for run in self.running.values() if run.job_w >= 0]
-            others += [end for run in self.idle.values() for end in (run.job_w, run.fd)]
-            for other in (job_w, read_fd, self.fd, self.wake_r, self.wake_w,
-                          self.ep.fileno(), *others):
-                try:
-                    os.close(other)
-                except OSError:
-                    pass
+            # only its own (hygiene.py): no worker socket, no board, no other horse's pipe
+            # (a copy of a job pipe's write end would keep that horse from its EOF)
+            lease = settle_in(self.watchdog.board if self.watchdog is not None else None,
+                              keep=(job_r, write_fd, *self.horses_own))
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                           self.resolved, self.horse_jobs, self.max_rss)
+                           self.resolved, self.horse_jobs, self.max_rss, lease)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                          self.resolved)
+                          self.resolved, lease)
         os.close(job_r)
         os.close(write_fd)
         return _Ready(pid, job_w, read_fd)
@@ -297,7 +304,7 @@ class Server:
             horse = self.ready.pop(0) if self.ready else self.spawn()
             pid, read_fd = horse.pid, horse.report_r
             try:
-                write_all(horse.job_w, request.body)
+                write_all(horse.job_w, for_horse(request))
                 sent = True
             except BrokenPipeError:
                 sent = False
@@ -349,10 +356,44 @@ class Server:
                 self.watchdog.forget(run.pid)
         self.start_warm(request, moved_from=run.pid, moves=run.moves + 1)
 
+    def load(self, func: str) -> None:
+        """Warm horses: import the module of ``func`` here before its first horse, once
+        the reference passed the allow check by name (the worker checked it too), so
+        every horse forked from now on has it: no module is ever imported here for a
+        job the allow-list refuses (its horse reports the refusal). A module named with
+        ``--import`` is here already; one whose import fails is tried once."""
+        module = func.partition(":")[0]
+        if not self.preload or module in self.preloaded:
+            return
+        try:
+            check_allowed(func, self.allowed)
+        except (FunctionNotAllowed, InvalidFunction):
+            return
+        self.loaded(module)
+        if module in sys.modules and len(self.tried) < REMEMBER_MAX:
+            self.tried.add(func)
+            remember(self.resolved, func, self.allowed)
+            gc.freeze()
+
+    def loaded(self, module: str) -> None:
+        """Import ``module`` (once), then what follows a preload: remembered functions
+        resolved again, the ready horses (forked before the import) retired."""
+        self.preloaded.add(module)
+        if module in sys.modules:     # imported already (with another module): no change
+            return
+        import_for_horses(module)
+        resolve_again(self.resolved, self.allowed)   # the import may have rebound them
+        gc.freeze()
+        for horse in self.ready:     # forked before the preload: retired
+            horse.retire()
+            self.exiting.add(horse.pid)
+        self.ready.clear()
+
     def start_warm(self, request: RunRequest, moved_from: int = 0, moves: int = 0) -> None:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
-        body = frame(request.body)
+        self.load(request.func)
+        body = frame(for_horse(request))
         cap = self.cap(request.func)
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
             if run.done >= cap:
@@ -445,50 +486,16 @@ class Server:
             os.close(run.job_w)
             run.job_w = -1
         module = run.func.partition(":")[0]
-        if self.preload and module not in self.preloaded and _reported_ok(run.buf):
-            self.preloaded.add(module)
-            _preload(module)
-            self.resolve_again()     # the import may have rebound what was resolved
-            gc.freeze()
-            for horse in self.ready:     # forked before the preload: retired
-                horse.retire()
-                self.exiting.add(horse.pid)
-            self.ready.clear()
+        if self.preload and module not in self.preloaded and reported_ok(run.buf):
+            self.loaded(module)      # fresh horses: only once a job of it ran fine
         if (module in self.preloaded and run.func not in self.tried
                 and len(self.tried) < REMEMBER_MAX):
             self.tried.add(run.func)
-            self.remember(run.func)
+            remember(self.resolved, run.func, self.allowed)
             gc.freeze()
         # release the report (a 100 MB result) before forking the next horse: the
         # server would otherwise keep that size for good
         run.buf = bytearray()
-
-    # -- remembered resolutions ------------------------------------------------------------
-
-    def remember(self, ref: str) -> None:
-        """Resolve ``ref`` here, once its module is preloaded, with every check of
-        ``functions.resolve``: the horses forked from now on find it in
-        :attr:`resolved`. An ``async def`` also has asyncio preloaded (horse/run.py
-        imports it on first use: a server of sync jobs does not map it, ~6 MiB with ssl)."""
-        import importlib
-        import inspect
-
-        try:
-            func = resolve(ref, self.allowed)
-            self.resolved[ref] = func
-            if inspect.iscoroutinefunction(inspect.unwrap(func)):
-                importlib.import_module("asyncio")
-        except BaseException:  # noqa: BLE001 - refused or broken: each horse checks it, says why
-            pass
-
-    def resolve_again(self) -> None:
-        """After a preload: resolve every remembered function again (an import can rebind
-        a module's attributes); one that no longer resolves is forgotten."""
-        for ref in list(self.resolved):
-            try:
-                self.resolved[ref] = resolve(ref, self.allowed)
-            except BaseException:  # noqa: BLE001 - as in remember
-                del self.resolved[ref]
 
     # -- reaping -------------------------------------------------------------------------
 
@@ -575,19 +582,4 @@ def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reported_ok(buf: bytearray) -> bool:
-    report = HorseReport.decode(buf)
-    return report is not None and report.ok
-
-
-def _preload(module: str) -> None:
-    """Import a module a horse just ran fine, so later horses find it imported."""
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except BaseException:  # noqa: BLE001 - a bad import must not kill the server; horses still try
         pass

@@ -18,7 +18,9 @@ has none; the horse H)::
 
 H never talks to Redis: everything it needs was in its parent's memory at
 fork time or came with its job, and everything it produces goes through the
-pipe. Its lease deadline is watched by another process (runtime/deadlines.py).
+pipe. Before its job it drops whatever of its parent it holds
+(:func:`settle_in`, hygiene.py); its lease deadline is watched by F and by H
+itself (runtime/deadlines.py, lease.py).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..deadlines import DeadlineBoard, watch_own_entry
-from ..protocol import HorseReport, job_of, write_all
+from ..deadlines import DeadlineBoard
+from ..protocol import HorseReport, from_server, job_of, write_all
+from .hygiene import close_others, log_fds, raise_oom_score
+from .lease import BoardView, OwnLease
 from .run import _csignal, run_job
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,14 +59,30 @@ def set_pdeathsig() -> None:
         pass
 
 
+def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...]) -> OwnLease | None:
+    """In a fresh fork that becomes a horse: the OOM killer's first pick; the board
+    mapped read-only for its own lease (lease.py), its writable mapping dropped; every
+    descriptor closed but ``keep`` and the log's (hygiene.py). Never raises."""
+    raise_oom_score()
+    lease = None
+    if board is not None:
+        try:
+            lease = OwnLease(BoardView(board.reader_fd()))
+        except (OSError, ValueError):      # no /proc: the watchdog and police still kill
+            lease = None
+        board.detach()
+    close_others((*keep, *log_fds()))
+    return lease
+
+
 def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str, ...],
                retryable: tuple[str, ...], *,
                resolved: Mapping[str, Callable[..., Any]] | None = None,
-               board: DeadlineBoard | None = None, entry: int = 0) -> NoReturn:
+               lease: OwnLease | None = None, entry: int = -1) -> NoReturn:
     """Body of the child. Ends in ``os._exit``: no atexit, no parent cleanup code.
 
-    ``board``: a horse the worker forked itself watches its own ``entry`` of it
-    (deadlines.py); ``resolved``: the fork server's resolved functions."""
+    ``lease``: the horse's own lease watcher (lease.py), on board entry ``entry``
+    (:func:`settle_in` made it); ``resolved``: the fork server's resolved functions."""
     code = 0
     try:
         os.setpgid(0, 0)
@@ -73,8 +93,8 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)     # (_csignal: no enums)
         _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
         _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
-        if board is not None:    # a horse never outlives its lease (deadlines.py)
-            watch_own_entry(board, entry)
+        if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
+            lease.watch(entry)
         progress.begin(job, fd=write_fd)     # current_job() (progress.py)
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         if tracing is None:
@@ -97,10 +117,11 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
 
 
 def waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
-                  retryable: tuple[str, ...],
-                  resolved: Mapping[str, Callable[..., Any]]) -> NoReturn:  # pragma: no cover
-    """A horse the fork server forked ahead: wait for its one job on ``job_r`` (a
-    :class:`~fusionworker.runtime.protocol.RunRequest`'s body), then run it.
+                  retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
+                  lease: OwnLease | None = None) -> NoReturn:  # pragma: no cover
+    """A horse the fork server forked ahead: wait for its one job on ``job_r`` (its board
+    entry and a :class:`~fusionworker.runtime.protocol.RunRequest`'s body,
+    :func:`~fusionworker.runtime.protocol.for_horse`), then run it.
 
     EOF without a job (the server retired it, or died): exit. It joins its own
     process group only with its job (:func:`horse_main`), so an idle one is no horse yet.
@@ -115,10 +136,12 @@ def waiting_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str
         os.close(job_r)
         if not chunks:
             os._exit(0)
-        job = job_of(b"".join(chunks))
+        entry, body = from_server(b"".join(chunks))
+        job = job_of(body)
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         os._exit(70)
-    horse_main(job, write_fd, server_pid, allowed, retryable, resolved=resolved)
+    horse_main(job, write_fd, server_pid, allowed, retryable, resolved=resolved,
+               lease=lease, entry=entry)
 
 
 def _flush_job_events() -> None:

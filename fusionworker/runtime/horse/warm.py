@@ -33,7 +33,9 @@ from typing import Any, NoReturn
 from ...core import tracing as _tracing
 from ...core.functions import resolve
 from .. import progress
-from ..protocol import HEADER, HorseReport, job_of, write_all
+from ..protocol import HEADER, HorseReport, from_server, job_of, write_all
+from . import guard
+from .lease import OwnLease
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
 
@@ -43,25 +45,36 @@ STAY = b"\n"
 
 def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
                retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
-               horse_jobs: int, max_rss: int) -> NoReturn:  # pragma: no cover - a child
+               horse_jobs: int, max_rss: int,
+               lease: OwnLease | None = None) -> NoReturn:  # pragma: no cover - a child
     """Run jobs from ``job_r`` until one says leave (or EOF); ``max_rss`` in bytes (0:
-    no ceiling). Ends in ``os._exit``."""
+    no ceiling); ``lease``: its own lease watcher (lease.py). Ends in ``os._exit``."""
     code = 0
     done = 0
     mine = dict(resolved)       # what this horse resolved too: each function once
+    originals = guard.snapshot()    # what its reports rely on (guard.py)
     try:
         while True:
-            body = _read_frame(job_r)
-            if body is None:
+            frame = _read_frame(job_r)
+            if frame is None:
                 break
+            entry, body = from_server(frame)
             job = job_of(body)
             if not done:
                 _become_horse(server_pid)
             done += 1
+            if lease is not None and entry >= 0:
+                lease.watch(entry)
             report, tracing = _run_one(job, write_fd, allowed, retryable, mine)
-            if report.ok and job.func not in mine:
+            if lease is not None:
+                lease.idle()
+            changed = guard.replaced(originals)
+            if changed:       # the job replaced the framework: it fails, the horse retires
+                guard.restore(originals)
+                report = guard.replaced_report(changed)
+            elif report.ok and job.func not in mine:
                 remember(mine, job.func, allowed)
-            stay = (report.ok and done < cap_of(job.func, horse_jobs, mine)
+            stay = (not changed and report.ok and done < cap_of(job.func, horse_jobs, mine)
                     and not (max_rss and rss() >= max_rss) and not has_children())
             write_all(write_fd, report.encode() + (STAY if stay else b""))
             if not stay:

@@ -66,6 +66,7 @@
       if (!row) { document.body.setAttribute("data-stale", "1"); return; }
       var values = { pending: q.pending, high: q.bands.high, normal: q.bands.normal, low: q.bands.low,
                      scheduled: q.scheduled, deferred: q.deferred, started: q.started, finished: q.finished,
+                     awaiting_compute: q.awaiting_compute, held: q.held,
                      max_active: q.max_active === null ? "-" : q.max_active, busy_groups: q.busy_groups,
                      oldest_age: age(q.oldest_age) };
       Object.keys(values).forEach(function (k) {
@@ -309,6 +310,10 @@
   });
   document.addEventListener("change", function (ev) {   // survives a region's refresh
     var all = ev.target;
+    if (all && all.hasAttribute && all.hasAttribute("data-submit-on-change") && all.form) {
+      all.form.submit();
+      return;
+    }
     if (!all || all.id !== "select-all") return;
     document.querySelectorAll('#jobs input[name="ids"]').forEach(function (c) { c.checked = all.checked; });
   });

@@ -1,0 +1,27 @@
+-- release: a held job (hold.lua) goes back to the ZSET it left, at the score it had
+-- there (its priority and FIFO place, or its due time), with its status, in one call;
+-- idle workers are woken as by an enqueue. A scheduled job whose time passed while it
+-- was held is promoted by the next claim, as any due job is.
+-- KEYS[1] base ; ARGV: job_id
+-- Returns {'released', status now} | {'refused', status} | {'missing'}
+local base = KEYS[1]
+local jid = ARGV[1]
+local jkey = base .. 'job:' .. jid
+local st = hget(jkey, 'status')
+if not st then return {'missing'} end
+if st ~= 'held' then return {'refused', st} end
+local was = hget(jkey, 'held_from') or 'queued'
+local score = hget(jkey, 'held_score')
+local into = was == 'scheduled' and 'scheduled' or 'pending'
+local bad = wrong_type(base .. into, 'zset')
+if bad then return redis.error_reply(bad) end
+redis.call('ZREM', base .. 'held', jid)
+redis.call('HDEL', jkey, 'held_from', 'held_score', 'held_at')
+if not score then          -- a record written by hand: queued at its priority, in order
+  push_pending(base, jid)
+  return {'released', 'queued'}
+end
+redis.call('ZADD', base .. into, score, jid)
+redis.call('HSET', jkey, 'status', was == 'scheduled' and 'scheduled' or 'queued')
+redis.call('PUBLISH', base .. 'wake', jid)
+return {'released', was == 'scheduled' and 'scheduled' or 'queued'}

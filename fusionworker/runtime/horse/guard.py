@@ -1,0 +1,77 @@
+"""Warm horses guard the framework: a job that replaced what the horse relies on
+does not get to speak for the next jobs.
+
+A warm horse (warm.py) runs up to N jobs in one interpreter. A job that rebinds
+``fusionworker.core.codec.dumps`` (or the report's encoding, the pipe writer,
+``current_job()``'s begin/end, ``json.dumps``, ``os.write``...) would change the
+result of every later job of that horse: they would be recorded with whatever
+the replacement wrote. :func:`snapshot` takes the originals when the horse
+starts; after each job :func:`replaced` names what is no longer the original
+(one identity check per name, no import). The horse then puts the originals
+back (so its last report is written by them), fails that job with
+``FrameworkReplaced`` naming what it replaced, and retires.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ...core import codec
+from .. import progress, protocol
+from . import run
+
+#: (owner, attribute, the name said in the error): what a warm horse's report relies on
+_GUARDED: tuple[tuple[Any, str, str], ...] = (
+    (codec, "dumps", "fusionworker.core.codec.dumps"),
+    (codec, "encode", "fusionworker.core.codec.encode"),
+    (codec, "_encode", "fusionworker.core.codec._encode"),
+    (run, "codec", "fusionworker.runtime.horse.run.codec"),
+    (run, "run_job", "fusionworker.runtime.horse.run.run_job"),
+    (run, "call", "fusionworker.runtime.horse.run.call"),
+    (run, "HorseReport", "fusionworker.runtime.horse.run.HorseReport"),
+    (protocol, "write_all", "fusionworker.runtime.protocol.write_all"),
+    (protocol, "HorseReport", "fusionworker.runtime.protocol.HorseReport"),
+    (protocol.HorseReport, "encode", "fusionworker.runtime.protocol.HorseReport.encode"),
+    (protocol.HorseReport, "as_dict", "fusionworker.runtime.protocol.HorseReport.as_dict"),
+    (progress, "begin", "fusionworker.runtime.progress.begin"),
+    (progress, "end", "fusionworker.runtime.progress.end"),
+    (json, "dumps", "json.dumps"),
+    (os, "write", "os.write"),
+    (os, "close", "os.close"),
+    (os, "_exit", "os._exit"),
+)
+
+Snapshot = tuple[Any, ...]
+
+
+def snapshot() -> Snapshot:
+    """The originals, in :data:`_GUARDED`'s order."""
+    return tuple(getattr(owner, name, None) for owner, name, _ in _GUARDED)
+
+
+def replaced(originals: Snapshot) -> list[str]:
+    """The names whose object is no longer the original (empty: all intact)."""
+    return [said for (owner, name, said), orig in zip(_GUARDED, originals)
+            if getattr(owner, name, None) is not orig]
+
+
+def restore(originals: Snapshot) -> None:
+    """Put every original back (the horse writes its last report with them)."""
+    for (owner, name, _), orig in zip(_GUARDED, originals):
+        try:
+            if getattr(owner, name, None) is not orig:
+                setattr(owner, name, orig)
+        except (AttributeError, TypeError):
+            pass
+
+
+def replaced_report(names: list[str]) -> protocol.HorseReport:
+    """The failure of the job that replaced ``names``."""
+    shown = ", ".join(names[:5]) + (f" (and {len(names) - 5} more)" if len(names) > 5 else "")
+    return protocol.HorseReport(
+        ok=False, reason="exception", error_type="FrameworkReplaced",
+        error_message=(f"the job replaced {shown}, which the worker's horse relies on to "
+                       "report the next jobs; the job failed and its horse retired"),
+        traceback="")

@@ -1,0 +1,92 @@
+"""What a horse holds and how the kernel treats it: only its own descriptors, and
+the first place in line for the OOM killer.
+
+A horse is a fork of the fork server (or of the worker, when it has none): at
+fork it holds every descriptor of its parent: the worker's socket, the deadline
+board's memfd, the SIGCHLD wake-up pipe, the epoll, the pipes of the horses
+forked before it (and, forked by the worker, its Redis connections). A job that
+writes into them harms every job beside it. :func:`close_others` closes all of
+them at the horse's start: it keeps 0, 1 and 2, its job and report pipes and
+what its parent declared the horses' own (the descriptors the OpenTelemetry set-up
+of the fork server opened for the horses' exporters); whatever the job opens later
+is its own.
+
+:func:`raise_oom_score`: a horse's ``oom_score_adj`` is above its parent's
+(:func:`oom_target`, computed once in the process that forks), so the kernel's OOM
+killer takes a horse (the job that grew) rather than the fork server or the worker,
+whose death every running job would share.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+#: a horse's oom_score_adj is at least this (and above its parent's, up to 1000)
+OOM_SCORE_MIN = 800
+
+_OOM_PATH = "/proc/self/oom_score_adj"
+_FD_MAX = 0x7FFFFFFF
+
+_target: bytes | None = None
+
+
+def oom_target() -> bytes:
+    """The horses' ``oom_score_adj``: the forking process's own + 500, at least
+    :data:`OOM_SCORE_MIN`, at most 1000 (read once per process, before its forks)."""
+    global _target
+    if _target is None:
+        try:
+            with open(_OOM_PATH, "rb") as fh:
+                own = int(fh.read().strip() or b"0")
+        except (OSError, ValueError):
+            own = 0
+        _target = str(min(1000, max(own + 500, OOM_SCORE_MIN))).encode()
+    return _target
+
+
+def raise_oom_score(target: bytes | None = None) -> None:
+    """In a horse: the OOM killer's first pick (a failed write is ignored: the kernel
+    may refuse it, or there is no /proc)."""
+    try:
+        fd = os.open(_OOM_PATH, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.write(fd, target or oom_target())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def log_fds() -> list[int]:
+    """The descriptors the root logger's stream handlers write to (the worker's
+    ``--log-file``, stderr): a job's own logging still reaches them."""
+    out = []
+    for handler in logging.getLogger().handlers:
+        stream = getattr(handler, "stream", None)
+        try:
+            out.append(stream.fileno()) if stream is not None else None
+        except (AttributeError, OSError, ValueError):
+            pass
+    return out
+
+
+def close_others(keep: Iterable[int]) -> None:
+    """Close every descriptor above 2 but ``keep`` (one ``close_range`` per gap)."""
+    low = 3
+    for fd in sorted({fd for fd in keep if fd > 2}):
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, _FD_MAX)
+
+
+def open_fds() -> set[int]:
+    """The descriptors this process holds now (to learn which ones a set-up opened)."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+    except (OSError, ValueError):
+        return set()

@@ -1,0 +1,112 @@
+"""A horse enforces its own lease: never two at once, whatever freezes.
+
+The worker parent P moves each job's deadline on the deadline board
+(runtime/deadlines.py) at every renewal that reached Redis; the fork server S
+kills a horse past it (its lease watchdog) and so does P's police. With P and S
+both stopped (SIGSTOP, a debugger, a frozen VM page) nobody was left to kill the
+horse, and the reaper handed its job to another worker: two horses ran it. So
+the horse H watches its own entry as well::
+
+    S (or P, forking H itself): open the board read-only (once), fork H
+    H: drop the writable mapping of the board it inherited; map the board
+       read-only from that descriptor (no descriptor kept, no Python object:
+       a job cannot write a deadline: PROT_READ of a read-only open file cannot
+       be made writable); close every other descriptor (hygiene.py)
+    H: at its job (after it has a process group of its own): OwnLease.watch(entry);
+       one thread: read board[entry]; now >= it -> SIGKILL H's own group (the job's
+       children too), else sleep until it (at most CHECK s: a warm horse's next
+       job may be on another entry) and read again
+    P: renewals move board[entry] later (deadlines.py): the thread reads the new
+       value when it wakes, and sleeps again
+    H warm, between jobs: OwnLease.idle(): no entry, nothing to enforce
+
+Crash points: P and S stopped -> the board stays, H kills itself at the deadline,
+which is before the lease Redis holds ends (it was computed from the time the
+renewal was SENT, minus a margin); the reaper re-queues the job once the lease is
+over and finds no horse running it. P dies -> S dies with it (PDEATHSIG) and so
+does H. S dies -> H dies with it (PDEATHSIG). H's thread cannot run (the job holds
+the GIL in C code for the whole lease) -> as before, S's watchdog and P's police
+kill it; only with P and S stopped as well does the job outrun its lease.
+The kill is SIGKILL at or past the deadline the worker's slot holds: the worker
+records it as a lease kill (``lease``, the job given back, attempt not counted).
+"""
+
+from __future__ import annotations
+
+import _thread
+import ctypes
+import os
+import signal
+import time
+
+_PROT_READ = 1
+_MAP_SHARED = 1
+_ENTRY = ctypes.sizeof(ctypes.c_double)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+
+
+class BoardView:
+    """The deadline board, read-only, in a horse: a ``PROT_READ`` shared mapping of
+    ``fd`` (opened read-only, :meth:`DeadlineBoard.reader_fd`); the descriptor is not
+    kept (the caller's is closed with the horse's others)."""
+
+    def __init__(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        self.entries = size // _ENTRY
+        addr = _libc.mmap(None, max(size, 1), _PROT_READ, _MAP_SHARED, fd, 0)
+        if addr is None or addr == ctypes.c_void_p(-1).value:
+            raise OSError(ctypes.get_errno(), "cannot map the deadline board")
+        self._addr: int = addr
+
+    def get(self, entry: int) -> float:
+        """Entry ``entry``'s deadline (monotonic seconds; 0: none)."""
+        if not 0 <= entry < self.entries:
+            return 0.0
+        return float(ctypes.c_double.from_address(self._addr + _ENTRY * entry).value)
+
+
+class OwnLease:
+    """The horse's own lease watcher (module docstring): one thread, started at the
+    first job."""
+
+    #: seconds the thread sleeps at most between two reads of the board
+    CHECK = 1.0
+
+    def __init__(self, view: BoardView) -> None:
+        self.view = view
+        self.entry = -1         # the running job's board entry; -1: no job
+        self._started = False
+
+    def watch(self, entry: int) -> None:
+        """A job runs on board entry ``entry`` (call once the horse has its own
+        process group: the kill is that group's)."""
+        self.entry = entry
+        if not self._started:
+            self._started = True
+            _thread.start_new_thread(self._run, ())
+
+    def idle(self) -> None:
+        """The job ended (a warm horse waits for its next): nothing to enforce."""
+        self.entry = -1
+
+    def _run(self) -> None:  # pragma: no cover - a thread of the horse
+        while True:
+            entry = self.entry
+            deadline = self.view.get(entry) if entry >= 0 else 0.0
+            now = time.monotonic()
+            if deadline > 0 and now >= deadline and entry == self.entry:
+                expire()
+            time.sleep(self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now)))
+
+
+def expire() -> None:  # pragma: no cover - in the horse
+    """The lease is over: SIGKILL this horse's process group (the job's children in it
+    too); exit if the kill did not end us."""
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(71)

@@ -1,0 +1,105 @@
+"""Jobs that try to harm the jobs beside them (issue #31's hostile user), run by horses.
+
+Each says what it reached (Redis list ``key``) before it harms, so a test can check
+that it had its chance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import redis
+
+GARBAGE = b"\xff" * 4096
+
+
+def _push(url, key, value):
+    redis.Redis.from_url(url).rpush(key, value)
+
+
+def scribble(url, key):
+    """Write garbage into every descriptor this process holds above 2, and into every
+    mapping of the deadline board (through /proc/self/mem, which ignores a mapping's
+    protection when the file is writable); record what it wrote into."""
+    hit = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            os.write(fd, GARBAGE)
+            hit.append(target)
+        except OSError:
+            pass
+    with open("/proc/self/maps") as fh:
+        boards = [line.split()[0] for line in fh if "fusionworker-deadlines" in line]
+    for span in boards:
+        start, end = (int(x, 16) for x in span.split("-"))
+        try:
+            with open("/proc/self/mem", "r+b", buffering=0) as mem:
+                mem.seek(start)
+                mem.write(b"\xff" * (end - start))
+            hit.append("board")
+        except OSError:
+            pass
+    _push(url, key, json.dumps(hit))     # its own connection, after it scribbled
+    return hit
+
+
+def kill_fork_server(url, key, started_key=None, started=0):
+    """SIGKILL the process that forked this horse (the fork server), once ``started``
+    entries are in ``started_key`` (its neighbours run), then wait to die."""
+    r = redis.Redis.from_url(url)
+    give_up = time.monotonic() + 60
+    while started_key and r.llen(started_key) < started and time.monotonic() < give_up:
+        time.sleep(0.05)
+    _push(url, key, os.getppid())
+    os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(30)
+
+
+def kill_worker(url, key):
+    """SIGKILL the worker parent (the fork server's parent), then wait to die."""
+    with open(f"/proc/{os.getppid()}/stat") as fh:
+        worker = int(fh.read().rsplit(")", 1)[1].split()[1])
+    _push(url, key, worker)
+    os.kill(worker, signal.SIGKILL)
+    time.sleep(30)
+
+
+def patch_dumps(url, key):
+    """Replace fusionworker.core.codec.dumps: every result says "PATCHED"."""
+    from fusionworker.core import codec
+
+    codec.dumps = lambda value, where="value": '"PATCHED"'
+    _push(url, key, os.getpid())
+    return "mine"
+
+
+def stamped(url, key, value, seconds):
+    """Append ``tick:value:pid:monotonic`` every 0.1 s for ``seconds`` (two runs of one job
+    at once show as interleaved ticks of two pids), then ``done:value:pid``."""
+    r = redis.Redis.from_url(url)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        r.rpush(key, f"tick:{value}:{os.getpid()}:{time.monotonic()}")
+        time.sleep(0.1)
+    r.rpush(key, f"done:{value}:{os.getpid()}")
+    return value
+
+
+def oom_score():
+    """This horse's oom_score_adj and its parent's (the fork server)."""
+    def read(pid):
+        with open(f"/proc/{pid}/oom_score_adj") as fh:
+            return int(fh.read())
+    return [read("self"), read(os.getppid())]
+
+
+def pid():
+    """The horse's pid (a list: a result of its own shape, never a patched one)."""
+    return [os.getpid()]

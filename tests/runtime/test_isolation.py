@@ -1,0 +1,160 @@
+"""Isolation (issue #31): no job harms the job beside it, never two at once even when
+the worker and its fork server both freeze.
+
+Real Redis, real fork server, real horses, real SIGKILL and SIGSTOP; the hostile jobs
+are tests/hostile_jobs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from fusionworker.core.config import load_settings
+from fusionworker.core.job import FailureReason, Job
+from fusionworker.runtime.exits import HorseExit
+from fusionworker.runtime.recorder import SHARED_DEATHS_MAX, decide
+from tests.conftest import ROOT
+from tests.runtime.test_faults import LEASE_ENV
+from tests.waiting import wait_for
+
+HOSTILE = "tests.hostile_jobs"
+
+
+@pytest.mark.parametrize("horse_jobs", [1, 10])
+def test_a_job_scribbling_on_every_descriptor_harms_no_sibling(
+        queue, burst, settings, r, horse_jobs):
+    q = queue()
+    started, hits = f"{settings.prefix}:started", f"{settings.prefix}:hits"
+    siblings = [q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 2.0)
+                for _ in range(3)]
+    bad = q.enqueue(f"{HOSTILE}:scribble", settings.redis_url, hits)
+    burst(settings=settings.replace(concurrency=4, horse_jobs=horse_jobs))
+    for job in siblings:
+        done = q.fetch_job(job.id)
+        assert (done.status, done.attempts) == ("finished", 1), done.error_message
+    hit = json.loads(r.lindex(hits, 0))
+    assert hit and not [h for h in hit if "memfd" in h or "socket" in h or h == "board"], hit
+    # what it could write into is its own report pipe: its report, unreadable, says so
+    failed = q.fetch_job(bad.id)
+    assert (failed.status, failed.error_type) == ("failed", "UnreadableReport")
+    assert "report cannot be read" in failed.error_message
+
+
+@pytest.mark.parametrize("horse_jobs", [1, 10])
+def test_a_job_killing_its_fork_server_costs_its_neighbours_nothing(
+        queue, burst, settings, r, horse_jobs):
+    q = queue()
+    started, pids = f"{settings.prefix}:started", f"{settings.prefix}:servers"
+    neighbours = [q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 2.0,
+                            max_retries=0) for _ in range(3)]
+    killer = q.enqueue(f"{HOSTILE}:kill_fork_server", settings.redis_url, pids, started, 3,
+                       max_retries=3)
+    burst(settings=settings.replace(concurrency=4, horse_jobs=horse_jobs))
+    assert r.llen(pids) == 2          # it killed the shared server, then its own
+    for job in neighbours:
+        done = q.fetch_job(job.id)
+        assert (done.status, done.attempts) == ("finished", 1), done.error_message
+        assert r.hget(q.qkeys.job(job.id), "shared_deaths") == "1"    # it was there
+    culprit = q.fetch_job(killer.id)
+    assert (culprit.status, culprit.failure_reason) == ("failed", FailureReason.KILLED)
+    assert "ran in alone died" in culprit.error_message
+    assert culprit.attempts == 1      # the shared death was not counted, its own was
+
+
+def test_a_job_present_at_k_shared_deaths_fails_saying_so():
+    settings = load_settings(environ={})
+    lost = HorseExit(ok=False, reason=FailureReason.KILLED, error_type="HorseKilled",
+                     error_message="the fork server died while the job ran", shared=True)
+    job = Job(id="j", queue="q", func="m:f", attempts=1, max_retries=5)
+    assert decide(settings, job, lost).status == "requeued"
+    job.shared_deaths = SHARED_DEATHS_MAX - 1
+    outcome = decide(settings, job, lost)
+    assert outcome.status == "failed"
+    assert f"died under this job {SHARED_DEATHS_MAX} times" in outcome.error_message
+
+
+def test_horses_are_the_oom_killers_first_pick(queue, burst, settings):
+    q = queue()
+    job = q.enqueue(f"{HOSTILE}:oom_score")
+    burst(settings=settings)
+    horse, server = q.fetch_job(job.id).result
+    assert horse >= 800 and horse > server
+
+
+def test_a_warm_job_replacing_the_result_encoding_fails_and_its_horse_retires(
+        queue, burst, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:patched"
+    before = q.enqueue(f"{HOSTILE}:pid")     # its module is preloaded: the next stay warm
+    patcher = q.enqueue(f"{HOSTILE}:patch_dumps", settings.redis_url, key)
+    after = [q.enqueue(f"{HOSTILE}:pid") for _ in range(3)]
+    burst(settings=settings.replace(horse_jobs=10))
+    failed = q.fetch_job(patcher.id)
+    assert (failed.status, failed.error_type) == ("failed", "FrameworkReplaced")
+    assert "fusionworker.core.codec.dumps" in failed.error_message
+    patched_in = int(r.lpop(key))
+    assert q.fetch_job(before.id).result == [patched_in]      # it ran in a warm horse
+    results = [q.fetch_job(j.id).result for j in after]
+    assert all(isinstance(res, list) and res[0] != patched_in for res in results), results
+
+
+def _fork_server(worker_pid: int) -> int:
+    def found() -> int | None:
+        for child in psutil.Process(worker_pid).children():
+            if "fork server" in " ".join(child.cmdline()):
+                return child.pid
+        return None
+    return wait_for(found, what="the worker's fork server")
+
+
+@pytest.mark.slow
+def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
+        processes, queue, r, prefix, redis_url):
+    q = queue()
+    key = f"{prefix}:ticks"
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+    a = processes.worker("-q", "default", env=LEASE_ENV)
+    server = _fork_server(a.pid)
+    wait_for(lambda: r.llen(key) >= 1, what="the first run")
+    stopped = [a.pid, server]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        processes.worker("-q", "default", env=LEASE_ENV)
+        wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=60)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    entries = r.lrange(key, 0, -1)
+    ticks = [e.split(":") for e in entries if e.startswith("tick:")]
+    first = ticks[0][2]
+    last_of_first = max(float(t[3]) for t in ticks if t[2] == first)
+    first_of_others = min(float(t[3]) for t in ticks if t[2] != first)
+    assert last_of_first < first_of_others, "two horses ran the job at once"
+    assert len([e for e in entries if e.startswith("done:")]) == 1, entries   # exactly once
+
+
+def test_a_second_sigterm_after_the_worker_stopped_exits_0(settings):
+    script = textwrap.dedent(f"""
+        import os, signal, redis
+        from fusionworker.core.config import load_settings
+        from fusionworker.runtime.worker import Worker
+        settings = load_settings(environ={{}}, redis_url={settings.redis_url!r},
+                                 prefix={settings.prefix!r}, allowed_modules=("tests",))
+        w = Worker("default", redis.Redis.from_url(settings.redis_url), settings=settings,
+                   burst=True, middleware=[])
+        assert w.work() == 0
+        os.kill(os.getpid(), signal.SIGTERM)     # systemd sending it again, say
+        signal.pause()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=str(ROOT), timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]

@@ -1,0 +1,42 @@
+"""After an outage the worker goes on as soon as Redis answers again, whatever its
+backoff had grown to: a PING every 0.25 s (runtime/errors.py, ``wait_reachable``)
+cuts the wait short."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tcp_proxy import TcpProxy
+from tests.waiting import wait_for
+
+#: A limit for a broken run, not a measurement: the worker healed here has just
+#: announced an 8 s wait before its next write, so a worker that waits it out starts
+#: the next job 8 s after the link is back; one that probes starts it within a few
+#: tenths of a second.
+BROKEN = 4.0
+
+
+@pytest.mark.slow
+def test_the_first_job_after_a_partition_starts_soon_after_redis_answers_again(
+        processes, queue, r, redis_url):
+    proxy = TcpProxy(("127.0.0.1", int(redis_url.split(":")[2].split("/")[0])))
+    try:
+        q = queue()
+        first = q.enqueue("tests.jobs:sleep", 0.5)
+        proc = processes.worker("-q", "default", env={"REDIS_URL": proxy.url,
+                                                       "FUSIONWORKER_LEASE": "60"})
+        wait_for(lambda: q.fetch_job(first.id).status == "started")
+        proxy.cut()           # the job ends in the partition: its outcome waits for Redis
+        second = q.enqueue("tests.jobs:add", 1, 2)     # straight to Redis, not via the link
+        # the outcome's retries back off 0.5, 1, 2, 4 s: heal when the next wait is 8 s
+        wait_for(lambda: "retrying in 8.0 s" in processes.output(proc), timeout=60)
+        sec, usec = r.time()
+        proxy.heal()
+        healed = sec + usec / 1e6
+        wait_for(lambda: q.fetch_job(second.id).status == "finished")
+        assert q.fetch_job(first.id).status == "finished"   # recorded before the claim
+        started = q.fetch_job(second.id).started_at          # the claim's server time
+        assert started is not None and started - healed < BROKEN, started - healed
+        assert proc.poll() is None
+    finally:
+        proxy.cut()
