@@ -13,6 +13,7 @@ from fusionworker.core.job import JobStatus
 from fusionworker.web import create_app
 from tests.waiting import wait_for
 from tests.web.test_web_api import TOKEN, admin_events, api, login
+from tests.web_support import SAME_SITE
 
 
 @pytest.fixture
@@ -36,9 +37,10 @@ def test_the_api_and_the_button_stop_a_running_job(client, queue, processes, red
     page = client.get(f"/jobs/{second.id}?queue=default").text
     assert 'value="stop"' in page
     form = {"action": "stop", "queue": "default", "job_id": second.id}
-    refused = client.post("/action", data=form)
+    refused = client.post("/action", data=form, headers=SAME_SITE)
     assert refused.status_code == 403 and second.get_status() == JobStatus.STARTED
-    done = client.post("/action", data={**form, "csrf": csrf}, follow_redirects=False)
+    done = client.post("/action", data={**form, "csrf": csrf}, headers=SAME_SITE,
+                       follow_redirects=False)
     assert done.status_code == 303 and "stop" in done.headers["location"]
     wait_for(lambda: second.get_status() == JobStatus.STOPPED, what="stopped by the button")
     assert 'value="stop"' not in client.get(f"/jobs/{second.id}?queue=default").text
