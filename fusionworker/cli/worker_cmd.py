@@ -136,6 +136,10 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         # a long-running worker waits for it and registers once it answers (Worker.work)
         click.echo(f"warning: {exc}; the worker waits for it", err=True)
         connection = connect(app.url)
+    # a job's (or callback's) Queue() / Job.fetch() without settings reads the environment:
+    # it is the worker's own (its --redis-url, --prefix, config file), for its horses too
+    os.environ["REDIS_URL"] = app.settings.redis_url
+    os.environ["FUSIONWORKER_PREFIX"] = app.settings.prefix
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window, concurrency, strict))
