@@ -100,14 +100,16 @@ end
 -- pending job of its priority: its seq becomes the first one's minus one (zero or
 -- below when needed, down to -2^41: the score stays under the next priority's jobs
 -- while a queue's sequence is under 2^41), written to the record, so a retry comes
--- back to that place. The flag is used once (dropped here).
+-- back to that place. With none pending it takes 0 (at most): ahead of every job
+-- enqueued before it that becomes ready later (a sibling dependent released after
+-- it by the same parent). The flag is used once (dropped here).
 function front_seq(base, jkey, prio, seq)
   redis.call('HDEL', jkey, 'at_front')
   local top = redis.call('ZREVRANGEBYSCORE', base .. 'pending',
     fmt_int(prio * SEQ_LIMIT + SEQ_LIMIT / 2), '(' .. fmt_int(prio * SEQ_LIMIT - SEQ_LIMIT / 2),
     'LIMIT', 0, 1, 'WITHSCORES')
-  if #top == 0 then return seq end
-  local front = math.max(math.min(prio * SEQ_LIMIT - tonumber(top[2]) - 1, seq), -SEQ_LIMIT / 2)
+  local first = #top > 0 and (prio * SEQ_LIMIT - tonumber(top[2])) or 1
+  local front = math.max(math.min(first - 1, seq), -SEQ_LIMIT / 2)
   redis.call('HSET', jkey, 'seq', fmt_int(front))
   return front
 end
