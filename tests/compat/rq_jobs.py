@@ -64,3 +64,10 @@ def fetch_result(job_id: str) -> object:
     from fusionworker import Job
 
     return Job.fetch(job_id).result
+
+
+def chord_total(batch_id: str) -> dict[str, object]:
+    """Celery's chord callback: it reads its group's job ids and results from the batch."""
+    from fusionworker import Batch
+
+    return {"ids": Batch.job_ids(batch_id), "results": Batch.results(batch_id)}
