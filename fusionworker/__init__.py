@@ -36,6 +36,8 @@ _PUBLIC = {
     "UnsupportedType": "fusionworker.core.codec",
     "Worker": "fusionworker.worker",
     "current_job": "fusionworker.runtime.progress",
+    "periodic": "fusionworker.middleware.schedules",
+    "schedule": "fusionworker.middleware.schedules",
     "job": "fusionworker.core.registry",
     "register": "fusionworker.core.registry",
 }
@@ -53,7 +55,8 @@ _SUBMODULES = {
 __all__ = [
     "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobContext", "JobFailed",
     "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
-    "UnsupportedType", "Worker", "__version__", "current_job", "job", "register",
+    "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic", "register",
+    "schedule",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
@@ -76,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
         Retry,
     )
     from .middleware import otel as otel
+    from .middleware.schedules import periodic, schedule
     from .ops import health as health
     from .runtime.progress import JobContext, current_job
     from .worker import Worker

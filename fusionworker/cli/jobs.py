@@ -91,7 +91,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     machine cannot import is checked by name only (a warning says so).
     Options not given are the function's @job options (then the settings').
     """
-    _producer_imports(app, imports, paths)
+    producer_imports(app, imports, paths)
     if from_file is not None:
         ctx = click.get_current_context()
         given = [name for name in ("func", "args", "kwargs_json", "priority", "timeout",
@@ -119,7 +119,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         click.echo(job.id)
 
 
-def _producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
+def producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
     """The worker's import path and ``--import`` for a producer: the current directory,
     ``--path`` and FUSIONWORKER_PATH on ``sys.path``; FUSIONWORKER_IMPORTS and
     ``--import`` imported (their @job functions may be enqueued by name)."""
