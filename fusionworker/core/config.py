@@ -145,6 +145,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
             "deny; a worker with neither refuses to start)."),
+    Setting("allow_callables", "FUSIONWORKER_ALLOW_CALLABLES", False, _bool,
+            "Also run classes, bound methods (instance or class) and callable objects that "
+            "the allowed modules define, not only their functions (off: a class, e.g. a "
+            "subprocess.Popen subclass, is refused)."),
     Setting("imports", "FUSIONWORKER_IMPORTS", (), _csv,
             "Comma-separated modules the worker imports at start, so that the functions they "
             "register with @fusionworker.job may run.", "--import"),
@@ -298,6 +302,7 @@ class Settings:
     concurrency: int = _default("concurrency")
     horse_jobs: int = _default("horse_jobs")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
+    allow_callables: bool = _default("allow_callables")
     imports: tuple[str, ...] = _default("imports")
     path: tuple[str, ...] = _default("path")
     log_level: str = _default("log_level")

@@ -137,6 +137,13 @@ def mask_url(url: str) -> str:
     Never raises: a string that does not even parse as a URL is masked with a
     regular expression instead.
     """
+    _, sep, rest = url.partition("://")
+    if sep and "@" in rest and "@" not in _netloc(url):
+        # a user or password holding an unencoded '/', '?' or '#' ends the authority early
+        # for a URL parser: mask everything from the user's ':' to the last '@'
+        userinfo, _, hostpart = rest.rpartition("@")
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else ""
+        return f"{url[:len(url) - len(rest)]}{user}:***@{_mask_query(hostpart)}"
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -156,6 +163,46 @@ def mask_url(url: str) -> str:
     except ValueError:
         masked = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
         return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", masked)
+
+
+def _netloc(url: str) -> str:
+    try:
+        return urlsplit(url).netloc
+    except ValueError:
+        return ""
+
+
+def _split_userinfo(url: str) -> bool:
+    """The URL's user or password holds an unencoded ``/``, ``?`` or ``#``: a URL parser
+    ends the authority there and finds the ``@`` in the path, query or fragment."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    if "@" in parts.netloc:
+        return False
+    query_user = "@" in parts.query and "=" not in parts.query.split("@", 1)[0]
+    return "@" in parts.path or "@" in parts.fragment or query_user
+
+
+def _mask_query(text: str) -> str:
+    return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", text)
+
+
+def _check_plain(url: str, parts: Any) -> None:
+    """A ``redis://``/``rediss://``/``unix://`` URL that redis-py would read otherwise
+    than written: a database that is no integer (redis-py takes db 0 for ``/abc``,
+    ``/1.5``, ``/0/extra``), or a ``#`` part."""
+    if parts.fragment:
+        raise ValueError(f"a Redis URL has no '#' part: {mask_url(url)}")
+    if parts.scheme.lower() != "unix" and parts.path not in ("", "/") and not re.fullmatch(
+            r"/[0-9]+", parts.path):
+        raise ValueError(f"bad database {parts.path[1:]!r} in Redis URL {mask_url(url)}: "
+                         "write /N with N a whole number (/0, /1...)")
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "db" and not value.isdigit():
+            raise ValueError(f"bad database {value!r} in Redis URL {mask_url(url)}: "
+                             "db=N with N a whole number")
 
 
 def _parse_host(text: str, default_port: int, url: str) -> tuple[str, int]:
@@ -218,6 +265,9 @@ def parse_url(url: str) -> RedisURL:
     URL or an unsupported scheme.
     """
     scheme = _scheme_of(url)
+    if _split_userinfo(url):
+        raise ValueError(f"cannot read the user and password of Redis URL {mask_url(url)}: "
+                         "percent-encode '/', '?', '#' and '@' in them (%2F, %3F, %23, %40)")
     parts = urlsplit(url)
     userinfo, at, hostinfo = parts.netloc.rpartition("@")
     if not at:
@@ -230,6 +280,7 @@ def parse_url(url: str) -> RedisURL:
         password = unquote(secret) if colon else None
 
     if scheme in PLAIN_SCHEMES:
+        _check_plain(url, parts)
         if scheme == "unix":
             if not parts.path:
                 raise ValueError(f"unix:// Redis URL without a socket path: {mask_url(url)}")

@@ -21,6 +21,15 @@ must have been *defined* in an allowed module (its ``__module__``;
 and is refused). A registered reference must lead to the very function that
 was registered (same ``__module__:__qualname__``).
 
+What a walk through the allow-list may end on: a *function* (``def`` or
+``async def``, at module level or a ``staticmethod`` reached through its
+class) or an ``@job`` handle. A class (a ``subprocess.Popen`` subclass would
+run its constructor with the job's arguments), a method bound to an instance or
+a class (``classmethod``), and any other callable object are refused unless
+the allowed tuple holds :data:`CALLABLES` (the setting
+``FUSIONWORKER_ALLOW_CALLABLES``). A registered reference names its function
+exactly and is not restricted further.
+
 The check runs at enqueue (nothing is written for a refused name; for the
 walk the producer imports an allowed module, and checks only the name if it
 cannot), again in the worker before forking (:func:`verify_loaded`: the name,
@@ -80,6 +89,11 @@ def parse_func_ref(ref: str) -> tuple[str, str]:
     return module, attr
 
 
+#: the entry of an *allowed* tuple that lets allow-listed classes, bound methods and
+#: callable objects run too (``FUSIONWORKER_ALLOW_CALLABLES``); never a module name
+CALLABLES = "+callables"
+
+
 def _matches(module: str, prefixes: Iterable[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
@@ -91,7 +105,7 @@ def split_allowed(allowed: Iterable[str]) -> tuple[tuple[str, ...], frozenset[st
 
 @functools.lru_cache(maxsize=64)
 def _split(allowed: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]]:
-    return (tuple(a for a in allowed if ":" not in a),
+    return (tuple(a for a in allowed if ":" not in a and a != CALLABLES),
             frozenset(a for a in allowed if ":" in a))
 
 
@@ -117,6 +131,7 @@ def check_allowed(ref: str, allowed: Iterable[str] = ()) -> tuple[str, str]:
 
 def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
     """Follow ``attr`` from the module, checking every step (module docstring)."""
+    allowed = tuple(allowed)
     prefixes, refs = split_allowed(allowed)
     registered = ref in refs
     obj = module_obj
@@ -139,7 +154,31 @@ def _walk(ref: str, module_obj: Any, attr: str, allowed: Iterable[str]) -> Any:
             raise FunctionNotAllowed(f"{ref!r} leads to {here!r}, not the registered function")
     if not callable(obj):
         raise InvalidFunction(f"{ref!r} is not callable")
+    if not registered and not _a_function(obj) and CALLABLES not in allowed:
+        raise FunctionNotAllowed(
+            f"{ref!r} is {_kind(obj)}, not a function: only functions of allowed modules run "
+            "as jobs (FUSIONWORKER_ALLOW_CALLABLES=1 admits classes, methods and callable "
+            "objects too)")
     return obj
+
+
+def _a_function(obj: Any) -> bool:
+    """A plain function (``def``/``async def``; a staticmethod read through its class)
+    or an ``@job`` handle of one."""
+    return isinstance(obj, types.FunctionType) or (
+        getattr(type(obj), "is_job_handle", False) is True
+        and isinstance(getattr(obj, "func", None), types.FunctionType))
+
+
+def _kind(obj: Any) -> str:
+    if isinstance(obj, type):
+        return "a class"
+    if isinstance(obj, types.MethodType):
+        return ("a classmethod" if isinstance(obj.__self__, type)
+                else "a method bound to an instance")
+    if isinstance(obj, types.BuiltinFunctionType):
+        return "a built-in function"
+    return f"a callable {type(obj).__name__} object"
 
 
 #: (ref, allowed) pairs whose full walk passed in this process (bulk enqueue repeats them)

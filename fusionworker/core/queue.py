@@ -157,14 +157,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
 
     # -- enqueue ---------------------------------------------------------------
 
-    def enqueue(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Job[Any]:
+    def enqueue(self, /, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Job[Any]:
         """Enqueue ``func(*args, **kwargs)``; option names (:data:`OPTIONS`) are taken out.
 
         Use :meth:`enqueue_call` when the job's own keyword arguments clash with them.
         """
         return self.enqueue_call(func, args=args, kwargs=kwargs, **split(kwargs).given())
 
-    def enqueue_in(self, seconds: float | timedelta, func: str | Callable[..., Any], *args: Any,
+    def enqueue_in(self, /, seconds: float | timedelta, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
         """Enqueue to run ``seconds`` (or a ``timedelta``) from now (by the Redis
         server's clock). The job's arguments may be given as ``args=[...]``,
@@ -173,7 +173,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         return self.enqueue_call(func, args=args, kwargs=job_kwargs, _when=("in", seconds),
                                  **split(kwargs).given())
 
-    def enqueue_at(self, when: datetime, func: str | Callable[..., Any], *args: Any,
+    def enqueue_at(self, /, when: datetime, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
         """Enqueue to run at ``when`` (naive datetimes are taken as UTC); ``args=``,
         ``kwargs=`` as with :meth:`enqueue_in`."""
@@ -288,7 +288,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
                              on_success, on_failure, retry_on, on_stopped)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
-    def prepare(self, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
+    def prepare(self, /, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
         """Validate and encode exactly what :meth:`enqueue` takes (options included);
         writes nothing. Hand the result to :meth:`enqueue_many`.
 

@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 from .config import ConfigError, Settings
-from .functions import HOW_TO_ALLOW, func_ref, parse_func_ref
+from .functions import CALLABLES, HOW_TO_ALLOW, func_ref, parse_func_ref
 
 if TYPE_CHECKING:
     from .connection import RedisClient
@@ -87,7 +87,11 @@ class JobFunction(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<job {self.ref} queue={getattr(self.queue, 'name', self.queue)!r}>"
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    #: what the allow-list's walk recognises as a job function (functions.py)
+    is_job_handle = True
+
+    # ``self, /``: a job's own keyword argument may be named ``self``
+    def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     def options(self, *, queue: str | Queue | None = None, connection: RedisClient | None = None,
@@ -124,17 +128,17 @@ class JobFunction(Generic[P, R]):
             return self.queue
         return Queue(self.queue, self.connection, settings=self.settings)
 
-    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+    def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run with these arguments now."""
         self._check_kwargs(kwargs)
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           **self.default_options)
 
-    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+    def delay(self, /, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """:meth:`enqueue` under RQ's and Celery's name."""
         return self.enqueue(*args, **kwargs)
 
-    def enqueue_in(self, seconds: float | timedelta, *args: P.args,
+    def enqueue_in(self, /, seconds: float | timedelta, *args: P.args,
                    **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run ``seconds`` (or a ``timedelta``) from now (Redis server clock)."""
         self._check_kwargs(kwargs)
@@ -143,7 +147,7 @@ class JobFunction(Generic[P, R]):
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=("in", seconds), **self.default_options)
 
-    def enqueue_at(self, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+    def enqueue_at(self, /, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run at ``when`` (naive datetimes are UTC)."""
         self._check_kwargs(kwargs)
         from .enqueue import at
@@ -208,8 +212,10 @@ def lookup(ref: str) -> JobFunction[Any, Any] | None:
 
 
 def producer_allowed(settings: Settings) -> tuple[str, ...]:
-    """What ``enqueue`` accepts in this process: the allow-list plus registered refs."""
-    return tuple(settings.allowed_modules) + registered()
+    """What ``enqueue`` accepts in this process: the allow-list plus registered refs
+    (and ``functions.CALLABLES`` with ``FUSIONWORKER_ALLOW_CALLABLES``)."""
+    extra = (CALLABLES,) if settings.allow_callables and settings.allowed_modules else ()
+    return tuple(settings.allowed_modules) + registered() + extra
 
 
 def import_configured(settings: Settings) -> None:

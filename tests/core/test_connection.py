@@ -90,12 +90,40 @@ def test_plain_urls_are_left_to_redis_py(url: str) -> None:
     ("redis+cluster://h:7000/1", "only database 0"),
     ("redis+cluster://h:7000?sentinel_password=x", "for Sentinel URLs"),
     ("unix://", "without a socket path"),
+    # issue 30: redis-py read these as database 0
+    ("redis://h:6379/abc", "bad database 'abc'"),
+    ("redis://h:6379/1.5", "bad database '1.5'"),
+    ("redis://h:6379/0/extra", "bad database '0/extra'"),
+    ("rediss://h/-1", "bad database '-1'"),
+    ("unix:///run/r.sock?db=two", "bad database 'two'"),
+    ("redis://h:6379/0#frag", "no '#' part"),
+    ("redis://:pa/ss@h:6379/0", "percent-encode"),
+    ("redis://:pa#ss@h:6379/0", "percent-encode"),
+    ("redis://u:pa?ss@h:6379/0", "percent-encode"),
+    ("redis+sentinel://:pa/ss@h:26379/m", "percent-encode"),
 ])
 def test_malformed_urls_raise_value_error(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_url(url)
     with pytest.raises(ValueError, match=message):
         connect(url)
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:se/cr?et@h:6379/0", "redis://:se#cr/et@h:6379/abc", "redis://u:se?c=r@h/0",
+    "redis://:secret@h:6379/abc", "redis+sentinel://:se/cret@h:26379/m",
+    "redis+cluster://:se?cret@h:7000",
+])
+def test_a_password_is_masked_however_it_is_written(url: str) -> None:
+    """Issue 30: an unencoded '/', '?' or '#' in the password ended the URL's authority
+    early, and the error line printed the password twice."""
+    with pytest.raises(ValueError) as info:
+        connect(url)
+    for piece in ("se/cr", "cr?et", "se#cr", "se?c", "secret", "se/cret", "se?cret"):
+        assert piece not in str(info.value)
+    assert "***" in str(info.value)
+    for piece in ("se/cr", "cr?et", "se#cr", "se?c", "secret", "se/cret", "se?cret"):
+        assert piece not in mask_url(url)
 
 
 def test_errors_never_show_the_password() -> None:
