@@ -397,7 +397,7 @@ class Loop:
                 self.free_index.append(slot.index)
             exit_ = slot.outcome(cold=cold)
             outcome = decide(self.ctx.settings, slot.job, exit_)
-            outcome.duration = time.monotonic() - slot.started
+            outcome.duration = time.monotonic() - slot.ran_from   # not the server's start-up
             # the job's last progress/meta ride with its outcome (progress_store.py)
             outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
             if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
