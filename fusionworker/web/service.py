@@ -317,6 +317,7 @@ class Dashboard:
             job.traceback)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
                                key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
+        doc["timeline_rows"] = details.bounded_progress(doc["events"])
         return doc
 
     # -- actions -----------------------------------------------------------------
