@@ -3,6 +3,7 @@ Redis work a live viewer costs.
 
     python bench/web.py [--queued 100000] [--failed 50000] [--deferred 10000]
                         [--batches 1000] [--runs 15] [--viewers 20] [--seconds 10]
+                        [--queues 0]
 
 Runs on a private redis-server started on a free port (no persistence; stopped
 at the end), so that ``INFO commandstats`` counts the dashboard's commands only:
@@ -23,7 +24,11 @@ at the end), so that ``INFO commandstats`` counts the dashboard's commands only:
    in-place refresh asks it), once with nothing changing and once with a
    job's progress and the queue's first page changing every second; the
    ``INFO commandstats`` delta (less the bench's own writes and INFO calls)
-   per viewer per second.
+   per viewer per second (``--viewers 0``: not run).
+4. with ``--queues N``: N more queues of one job each, then the overview, its polls,
+   ``/api/v1/queues``, ``/api/v1/info``, ``/charts``, ``/failed`` (paged and whole) and
+   the ``fusionworker info`` command timed at that many queues. Target: the overview
+   under 1 s at 10,000 queues.
 """
 
 from __future__ import annotations
@@ -259,6 +264,47 @@ def start_worker(url: str, prefix: str, name: str) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
+def many_queues(r: redis.Redis, settings: Any, count: int) -> None:
+    """``count`` queues named ``q00000``... with one job each."""
+    t0 = time.perf_counter()
+    for n in range(count):
+        Queue(f"q{n:05d}", r, settings=settings, events=False).enqueue(SEND, "+1", "hi")
+    print(f"  {count} queues of one job each: {time.perf_counter() - t0:.1f} s")
+
+
+def time_many(client: TestClient, url: str, prefix: str, runs: int, count: int) -> None:
+    """Step 4 (see the module doc)."""
+    todo = ["/", "/?page=100", "/api/v1/queues?page=1&per_page=50",
+            "/api/v1/chart?minutes=60&page=1&per_page=50", "/api/v1/queues",
+            "/api/v1/info?page=1", "/api/v1/info", "/charts", "/api/v1/history", "/failed",
+            "/queues/q00001", "/scheduled", "/retries", "/batches", "/workers",
+            "/search?q=send_s", "/api/v1/cron"]
+    print(f"\nat {count} more queues ({runs} runs each):")
+    print(f"{'call':<64} {'median ms':>9} {'max ms':>8} {'KiB':>7}")
+    whole = ("/api/v1/queues", "/api/v1/info")   # every queue at once: asked once
+    for path in todo:
+        times, size = [], 0
+        for _ in range(1 if path in whole else runs):
+            t = time.perf_counter()
+            answer = client.get(path)
+            times.append((time.perf_counter() - t) * 1000)
+            if answer.status_code != 200:
+                raise SystemExit(f"GET {path}: {answer.status_code} {answer.text[:200]}")
+            size = len(answer.content)
+        median = statistics.median(times)
+        flag = "  <-- over 1 s" if path == "/" and median > 1000 else ""
+        print(f"{'GET ' + path[:58]:<64} {median:9.1f} {max(times):8.1f} {size / 1024:7.1f}"
+              f"{flag}")
+    env = dict(os.environ, REDIS_URL=url, FUSIONWORKER_PREFIX=prefix, PYTHONPATH=str(ROOT))
+    for args in (["info"], ["info", "--page", "1"]):
+        t = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "fusionworker.cli", *args], env=env,
+                              capture_output=True, check=False)
+        took = time.perf_counter() - t
+        print(f"{'fusionworker ' + ' '.join(args):<64} {took * 1000:9.1f} "
+              f"(exit {done.returncode}, {len(done.stdout) / 1024:.1f} KiB out)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queued", type=int, default=100_000)
@@ -268,6 +314,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--viewers", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--queues", type=int, default=0)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="fw-bench-web-"))
     server, url = start_redis(workdir)
@@ -293,12 +340,16 @@ def main() -> None:
         # commands from counting
         worker.kill()
         worker.wait(10)
-        print(f"\nRedis commands per viewer per second, {args.viewers} viewers polling "
-              f"every 2 s for {args.seconds:g} s:")
-        for changing in (False, True):
+        if args.viewers:
+            print(f"\nRedis commands per viewer per second, {args.viewers} viewers polling "
+                  f"every 2 s for {args.seconds:g} s:")
+        for changing in (False, True) if args.viewers else ():
             for kind in ("overview", "job", "queue", "failed", "worker"):
                 rate = viewers(app, r, ids, kind, args.viewers, args.seconds, changing)
                 print(f"  {kind:<9} {'changing' if changing else 'steady':<9} {rate:7.2f}")
+        if args.queues:
+            many_queues(r, settings, args.queues)
+            time_many(client, url, prefix, min(args.runs, 5), args.queues)
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()

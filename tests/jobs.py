@@ -253,3 +253,15 @@ def barrier(url, key, n, timeout=60.0):
         time.sleep(0.05)
     r.rpush(f"{key}:met", 0)
     return False
+
+
+def device_at_barrier(url, key, n, timeout=60.0):
+    """The GPU this job's slot gave it (``CUDA_VISIBLE_DEVICES``) and its pid, once
+    ``n`` jobs arrived at the barrier ``key`` (all ran at once), or None on a timeout."""
+    met = barrier(url, key, n, timeout)
+    return [os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()] if met else None
+
+
+def device_of_horse():
+    """This horse's ``CUDA_VISIBLE_DEVICES`` and pid."""
+    return [os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()]

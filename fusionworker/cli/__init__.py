@@ -92,6 +92,14 @@ class _Main(click.Group):
             raise click.ClickException(f"Redis refused the command: {exc}") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
             raise
+        except (ValueError, TypeError) as exc:
+            # a value the user typed that the API refused (its message names it): no
+            # "unexpected error" wording for it (issue 30)
+            if os.environ.get("FUSIONWORKER_DEBUG"):
+                raise
+            if not str(exc).strip():
+                raise click.ClickException(_one_line(ctx, exc)) from None
+            raise click.ClickException(_masked(ctx, str(exc).splitlines()[0])) from None
         except Exception as exc:  # no traceback may reach a user (issue 18.8)
             if os.environ.get("FUSIONWORKER_DEBUG"):
                 raise
@@ -101,11 +109,15 @@ class _Main(click.Group):
 def _one_line(ctx: click.Context, exc: Exception) -> str:
     """An unexpected error as one line, secrets masked (FUSIONWORKER_DEBUG=1: traceback)."""
     text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    return f"unexpected error: {_masked(ctx, text)} (set FUSIONWORKER_DEBUG=1 for the traceback)"
+
+
+def _masked(ctx: click.Context, text: str) -> str:
     app = ctx.find_object(App)
     if app is not None:
         for secret in _secrets(app.url):
             text = text.replace(secret, "***")
-    return f"unexpected error: {text} (set FUSIONWORKER_DEBUG=1 for the traceback)"
+    return text
 
 
 def _secrets(url: str) -> list[str]:

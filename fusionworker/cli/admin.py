@@ -18,7 +18,7 @@ from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
 from ..ops.health import check, live_workers
 from ..ops.info import collect_info
-from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
+from .common import App, FiniteFloat, echo_json, fmt_age, pass_app, progress, require_queue, table
 
 
 def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
@@ -133,6 +133,9 @@ def render_info(doc: dict[str, Any]) -> str:
         lines.append(f"*** all workers SUSPENDED{until} ***")
     if "queues" in doc:
         lines += ["", *_queue_lines(doc["queues"])]
+        if "page" in doc:
+            lines.append(f"page {doc['page']} of {doc['pages']} ({doc['queues_total']} "
+                         f"queue(s) in all; --page N for another)")
     if doc.get("cron"):
         lines += ["", *_cron_lines(doc["cron"], doc["time"])]
     if doc.get("groups"):
@@ -147,17 +150,22 @@ def render_info(doc: dict[str, Any]) -> str:
 @click.option("-Q", "--only-queues", is_flag=True, help="Queues only.")
 @click.option("--json", "as_json", is_flag=True,
               help="Machine-readable output (schema in docs/operations.md).")
-@click.option("--interval", "-i", type=click.FloatRange(min=0.1), metavar="SECONDS",
+@click.option("--interval", "-i", type=FiniteFloat(min=0.1), metavar="SECONDS",
               help="Refresh every SECONDS until Ctrl-C (with --json: one JSON line each).")
+@click.option("--page", type=click.IntRange(min=1), metavar="N",
+              help="Only the queues of page N (by name; see --per-page).")
+@click.option("--per-page", type=click.IntRange(1, 500), default=50, show_default=True,
+              metavar="N", help="Queues per page with --page.")
 @pass_app
 def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
-         interval: float | None) -> None:
+         interval: float | None, page: int | None, per_page: int) -> None:
     """Queues (depth, bands, registries) and workers (state, current job)."""
     if only_workers and only_queues:
         raise click.UsageError("-W/--only-workers and -Q/--only-queues exclude each other")
     try:
         while True:
-            doc = collect_info(app, queues=not only_workers, workers=not only_queues)
+            doc = collect_info(app, queues=not only_workers, workers=not only_queues,
+                               page=page, per_page=per_page)
             if as_json:
                 if interval:
                     click.echo(json.dumps(doc, sort_keys=True, default=str))
@@ -177,7 +185,7 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
 
 
 @click.command()
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--duration", type=FiniteFloat(min=0, min_open=True, max=1e9), metavar="SECONDS",
               help="Resume by itself after this many seconds.")
 @pass_app
 def suspend(app: App, duration: float | None) -> None:
@@ -342,7 +350,7 @@ def _unknown_queues(r: Any, prefix: str, queues: tuple[str, ...]) -> list[str]:
 @click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE",
               help="Also require a live worker on QUEUE and no job of it stuck past its "
                    "deadline (repeatable).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+@click.option("--timeout", type=FiniteFloat(min=0.1, max=86400), default=5.0, show_default=True,
               help="Seconds to wait for Redis.")
 @pass_app
 def health(app: App, queues: tuple[str, ...], timeout: float) -> None:

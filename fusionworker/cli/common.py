@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, load_settings
+from ..core.config import ConfigError, Settings, check_address, load_settings
 from ..core.connection import connect, mask_url
 from ..core.keys import check_queue_name
 from ..core.logs import setup_logging
@@ -22,6 +23,29 @@ from ..ops.info import fmt_age as fmt_age  # the CLI's age format (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
+
+
+class FiniteFloat(click.FloatRange):
+    """``click.FloatRange`` without NaN and infinity (``nan`` compares false to every
+    bound: ``--restart-window nan`` passed ``FloatRange(min=1)``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        found = super().convert(value, param, ctx)
+        if isinstance(found, float) and not math.isfinite(found):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return found
+
+
+def checked_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Callback of a ``--bind`` option: an IP address or a host name, else one line
+    before anything starts (``not an address`` reached the server's bind)."""
+    if value is not None:
+        try:
+            check_address(value)
+        except ValueError as exc:
+            raise click.BadParameter(f"{value!r}: {exc}") from None
+    return value
 
 
 class App:

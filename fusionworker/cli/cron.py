@@ -9,7 +9,15 @@ import click
 
 from ..core.keys import Keys
 from ..middleware import cron as cron_api
-from .common import App, echo_json, parse_arg, parse_kwargs, pass_app, search_queue_option
+from .common import (
+    App,
+    FiniteFloat,
+    echo_json,
+    parse_arg,
+    parse_kwargs,
+    pass_app,
+    search_queue_option,
+)
 from .jobs import producer_imports
 
 
@@ -44,7 +52,7 @@ def cron() -> None:
               help="After downtime: skip the missed runs, or run once, then keep the schedule.")
 @click.option("--allow-overlap", is_flag=True,
               help="Enqueue a run even while the previous one is queued or running.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Job time limit, s.")
+@click.option("--timeout", type=FiniteFloat(min=0, min_open=True), help="Job time limit, s.")
 @click.option("--max-retries", type=click.IntRange(min=0))
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE first so that its @fusionworker.job functions may be "

@@ -16,6 +16,7 @@ from ..core.registry import import_configured
 from ..exceptions import FusionWorkerError, NoSuchJob, PartialEnqueue
 from .common import (
     App,
+    FiniteFloat,
     echo_json,
     fmt_age,
     parse_arg,
@@ -53,16 +54,16 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 @click.option("--priority", type=click.IntRange(-1023, 1023),
               help="-1023..1023, higher runs first. Default: the function's @job priority, "
                    "else 0.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=FiniteFloat(min=0, min_open=True),
               help="Seconds. Default: the function's @job timeout, else "
                    "FUSIONWORKER_JOB_TIMEOUT.")
 @click.option("--max-retries", type=click.IntRange(min=0),
               help="Default: the function's @job max_retries, else FUSIONWORKER_MAX_RETRIES.")
-@click.option("--retry-delay", type=click.FloatRange(min=0), help="First retry delay, seconds.")
+@click.option("--retry-delay", type=FiniteFloat(min=0), help="First retry delay, seconds.")
 @click.option("--job-id")
 @click.option("--unique-key", help="Skip if a live job with this key exists.")
 @click.option("--group", help="Jobs of one group run one at a time, in order.")
-@click.option("--in", "delay", type=click.FloatRange(min=0), help="Run after this many seconds.")
+@click.option("--in", "delay", type=FiniteFloat(min=0), help="Run after this many seconds.")
 @click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8"), metavar="JSONL",
               help="Enqueue one job per line of this file ('-' = stdin): a JSON object with "
                    "func, and optionally args, kwargs, options. Every line is checked before "

@@ -12,7 +12,7 @@ import click
 
 from .. import events as ev
 from ..core.queue import find_queue_of
-from .common import App, pass_app
+from .common import App, checked_address, pass_app
 
 #: Width of the event column: the longest event name plus two spaces.
 _EVENT_WIDTH = max(len(e) for e in ev.EVENTS) + 1
@@ -116,6 +116,7 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
 @click.option("--port", "-p", type=click.IntRange(min=1, max=65535), required=True,
               help="Port of the /metrics endpoint.")
 @click.option("--bind", "--addr", "addr", default="127.0.0.1", show_default=True, metavar="ADDR",
+              callback=checked_address,
               help="Address to listen on (0.0.0.0 = every interface; --addr is the old name).")
 @click.option("--queue", "--queues", "-q", "queues", metavar="QUEUES",
               help="Comma list of queues to report (default: every known queue).")

@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from .common import App, pass_app
+from .common import App, checked_address, pass_app
 
 
 def is_loopback(host: str) -> bool:
@@ -24,7 +24,7 @@ def is_loopback(host: str) -> bool:
 
 
 @click.command()
-@click.option("--bind", default="127.0.0.1", show_default=True,
+@click.option("--bind", default="127.0.0.1", show_default=True, callback=checked_address,
               help="Address to listen on. A non-loopback address needs authentication "
                    "(FUSIONWORKER_WEB_TOKEN, or FUSIONWORKER_WEB_USER + "
                    "FUSIONWORKER_WEB_PASSWORD_HASH).")
@@ -40,6 +40,8 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
     Pages and API calls need the bearer token FUSIONWORKER_WEB_TOKEN, or basic
     auth / a login with FUSIONWORKER_WEB_USER and its password hash. Without any
     of them, only a loopback bind is allowed (anyone on this machine can use it).
+    It speaks plain HTTP: beyond loopback, put it behind a TLS proxy named in
+    FUSIONWORKER_WEB_TRUSTED_PROXIES (docs/operations.md, "Security").
     """
     from ..web.auth import hash_password as make_hash
 

@@ -9,13 +9,15 @@ import sys
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, load_settings, read_config_file
+from ..core.config import (ConfigError, Settings, check_value, load_settings, parse_gpus,
+                           read_config_file)
 from ..core.connection import RedisClient, connect
+from ..core.keys import check_worker_name
 from ..core.registry import worker_allowed
 from ..ops.embedded import RedisUnavailable
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
-from .common import App, pass_app
+from .common import App, FiniteFloat, pass_app
 
 
 def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -47,6 +49,15 @@ def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> 
 @click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
               callback=_with_scheduler)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--gpus", default=None, metavar="0,1|auto",
+              help="A GPU per slot: slot i owns the i-th device (auto: every device NVML "
+                   "counts); its jobs see only it (CUDA_VISIBLE_DEVICES); --concurrency "
+                   "defaults to their number. FUSIONWORKER_GPUS.")
+@click.option("--fair", is_flag=True, default=False,
+              help="Fair share by use: the next job comes from the queue (of -q) that used "
+                   "the least worker time lately, weighted (sms:3,email:1 = 3:1 shares of "
+                   "the time), across every worker; FUSIONWORKER_QUEUE_ORDER=fair. "
+                   "Default: round-robin.")
 @click.option("--import", "imports", multiple=True, metavar="MODULE",
               help="Import MODULE at start so that its @fusionworker.job functions may run "
                    "(repeatable; adds to FUSIONWORKER_IMPORTS).")
@@ -82,7 +93,7 @@ def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> 
                    "@job(horse_jobs=M) lowers N for a function (M=1: always fresh).")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
-@click.option("--restart-window", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--restart-window", type=FiniteFloat(min=1), default=60.0, show_default=True,
               help="With --processes: seconds over which --max-restarts is counted.")
 @pass_app
 def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, name: str | None, worker_ttl: int | None,
@@ -90,14 +101,16 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
-           horse_jobs: int | None = None, short_n: str | None = None) -> None:
+           horse_jobs: int | None = None, fair: bool = False,
+           gpus: str | None = None, short_n: str | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
     STRICT order: a job of `default` only when `high` has none ready, a job of
     `low` only when both have none. `-q high,default,low` serves them
     ROUND-ROBIN (weights: `-q high:5,default:2,low:1`); no queue: every known
-    queue, round-robin.
+    queue, round-robin. `--fair`: by FAIR SHARE of worker time instead (the weights
+    are shares of the time).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
@@ -112,6 +125,13 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         parse_queue_spec(queues)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--queue") from None
+    if metrics_bind is not None:   # named as typed (the setting's check names its variable)
+        check_value("metrics_bind", metrics_bind, "--metrics-bind")
+    if name is not None:   # before a --processes supervisor starts NAME.SLOT children
+        try:
+            check_worker_name(name if processes < 2 else f"{name}.{processes}")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--name") from None
     searched = extend_sys_path((*paths, *app.settings.path))
     if len(searched) > 1:   # --processes children find them too
         os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])
@@ -123,6 +143,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                                         concurrency=concurrency, horse_jobs=horse_jobs)
     if horse_jobs is not None:   # --processes children get it too
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+    _gpus_and_order(app, gpus, fair, strict)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
     except ConfigError as exc:
@@ -145,7 +166,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                             processes, max_restarts, restart_window, concurrency, strict))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                  metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
-                 horse_jobs=horse_jobs)
+                 horse_jobs=horse_jobs, queue_order="fair" if fair else None,
+                 gpus=parse_gpus(gpus) if gpus is not None else None)
 
     def reload_settings() -> Settings:
         """SIGHUP: the -c file is read again and wins over the environment the process
@@ -165,6 +187,23 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+def _gpus_and_order(app: App, gpus: str | None, fair: bool, strict: bool) -> None:
+    """--gpus and --fair into the settings and, for --processes children, the
+    environment; one line on a bad value or on --fair with strict order."""
+    if gpus is not None:
+        try:
+            app.settings = app.settings.replace(gpus=parse_gpus(gpus))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--gpus") from None
+        os.environ["FUSIONWORKER_GPUS"] = gpus
+    if fair:
+        app.settings = app.settings.replace(queue_order="fair")
+        os.environ["FUSIONWORKER_QUEUE_ORDER"] = "fair"
+    if strict and app.settings.queue_order == "fair":
+        raise click.UsageError("fair share picks queues by their use, strict order by their "
+                               "place: give the queues with -q to serve them fairly")
 
 
 def queue_spec(ordered: tuple[str, ...], queues: str | None) -> str:

@@ -109,6 +109,10 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "current_jobs": ([j for j in (data.get("current_jobs") or "").split(",") if j]
                          or ([current] if current else [])),
         "concurrency": _num(data.get("concurrency"), int) or 1,
+        # round-robin | strict | fair (worker --fair); None for a worker that says none
+        "queue_order": data.get("queue_order") or None,
+        # the devices its slots own, slot i the i-th (worker --gpus); [] without
+        "gpus": [d for d in (data.get("gpus") or "").split(",") if d],
         "current_queue": (data.get("current_queue") or None) if current else None,
         "current_job_age": max(0.0, now - started) if current and started else None,
         "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,

@@ -14,9 +14,12 @@ The README's configuration table is generated from :data:`SETTINGS`
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +50,20 @@ def _paths(value: str) -> tuple[str, ...]:
     return tuple(part for part in value.split(os.pathsep) if part.strip())
 
 
+def parse_gpus(value: str) -> tuple[str, ...]:
+    """``"0,1"`` -> ``("0", "1")``, ``"auto"`` -> ``("auto",)``, ``""`` -> ``()``; a
+    device is a non-negative index, each named once (ValueError otherwise)."""
+    parts = tuple(p.strip() for p in value.split(",") if p.strip())
+    if parts == ("auto",):
+        return parts
+    for part in parts:
+        if not part.isdigit():
+            raise ValueError(f"not a GPU index: {part!r} (give indexes like 0,1, or auto)")
+    if len(set(parts)) != len(parts):
+        raise ValueError("a GPU is named twice")
+    return parts
+
+
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -71,6 +88,8 @@ class Setting:
     #: the minimum itself is refused (e.g. a poll interval of 0 would spin)
     exclusive_min: bool = False
     choices: tuple[str, ...] = ()
+    #: a text value's own check: raises ValueError (one line) for a value it cannot use
+    check: Callable[[str], None] | None = None
 
 
 def check_value(setting: Setting | str, value: Any, name: str | None = None) -> Any:
@@ -87,6 +106,12 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
             raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
         if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
             raise ConfigError(f"{where}: must be a number")
+        if setting.check is not None and isinstance(value, str) and value:
+            try:
+                setting.check(value)
+            except ValueError as exc:
+                shown = "***" if setting.name in SECRETS else repr(value)
+                raise ConfigError(f"{name or setting.env}={shown}: {exc}") from None
         return value
     # the message is formatted only on failure (a producer checks values per job)
     if not math.isfinite(value):
@@ -98,6 +123,37 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
     if setting.max is not None and value > setting.max:
         raise ConfigError(f"{name or setting.env}={value!r}: must be <= {setting.max:g}")
     return value
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def check_address(value: str) -> None:
+    """An address to listen on: an IPv4 or IPv6 literal or a host name; ValueError (one
+    line) otherwise."""
+    try:   # as the metrics server binds it: no [brackets] around an IPv6 address
+        ipaddress.ip_address(value)
+        return
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(value):
+        raise ValueError("not an IP address nor a host name (e.g. 127.0.0.1, ::1, 0.0.0.0)")
+
+
+def _password_hash(value: str) -> None:
+    """``pbkdf2_sha256$<iterations>$<salt>$<base64 hash>`` (``web --hash-password``)."""
+    algorithm, _, rest = value.partition("$")
+    iterations, _, rest = rest.partition("$")
+    salt, _, digest = rest.partition("$")
+    try:
+        ok = (algorithm == "pbkdf2_sha256" and iterations.isdigit() and int(iterations) >= 1
+              and bool(salt) and len(base64.b64decode(digest, validate=True)) == 32)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError("not a password hash of `fusionworker web --hash-password` "
+                         "(pbkdf2_sha256$<iterations>$<salt>$<hash>)")
 
 
 def _positive(**kw: Any) -> dict[str, Any]:
@@ -114,7 +170,8 @@ SETTINGS: tuple[Setting, ...] = (
             "redis+cluster://h:7000", "--redis-url"),
     Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
     Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
-            "Default hard time limit of a job, seconds.", **_positive()),
+            "Default hard time limit of a job, seconds (at most 315360000: ten years).",
+            **_positive(max=315_360_000)),
     Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
             "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
     Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
@@ -141,6 +198,19 @@ SETTINGS: tuple[Setting, ...] = (
             "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
             "@job(horse_jobs=M) lowers it for a function.",
             "--horse-jobs", min=1, max=1000000),
+    Setting("queue_order", "FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
+            "How a worker given -q picks the queue of its next job: round-robin (weighted by "
+            "turns) or fair (the queue that used the least worker time lately, weighted: "
+            "sms:3,email:1 = 3:1 shares of the time, across every worker).", "--fair",
+            choices=("round-robin", "fair")),
+    Setting("fair_window", "FUSIONWORKER_FAIR_WINDOW", 60.0, float,
+            "Half-life in seconds of the worker time fair share remembers (--fair): time "
+            "used this long ago counts half.", **_positive()),
+    Setting("gpus", "FUSIONWORKER_GPUS", (), parse_gpus,
+            "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
+            "(every device NVML counts). A job sees only its slot's device "
+            "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
+            "governor judges these devices only.", "--gpus"),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "
@@ -243,7 +313,7 @@ SETTINGS: tuple[Setting, ...] = (
             "this.", min=0),
     Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
             "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
-            "--metrics-bind"),
+            "--metrics-bind", check=check_address),
     Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
             "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
     Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
@@ -251,7 +321,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web_user", "FUSIONWORKER_WEB_USER", "", str,
             "User name of the web dashboard's basic auth / login (with the password hash)."),
     Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
-            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`)."),
+            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`).",
+            check=_password_hash),
     Setting("web_trusted_proxies", "FUSIONWORKER_WEB_TRUSTED_PROXIES", (), _csv,
             "Addresses (IPs or CIDR networks, comma-separated) of the reverse proxies whose "
             "X-Forwarded-Proto, X-Forwarded-Host and X-Forwarded-For the dashboard believes; "
@@ -301,6 +372,9 @@ class Settings:
     kill_job_children: bool = _default("kill_job_children")
     concurrency: int = _default("concurrency")
     horse_jobs: int = _default("horse_jobs")
+    queue_order: str = _default("queue_order")
+    fair_window: float = _default("fair_window")
+    gpus: tuple[str, ...] = _default("gpus")
     allowed_modules: tuple[str, ...] = _default("allowed_modules")
     allow_callables: bool = _default("allow_callables")
     imports: tuple[str, ...] = _default("imports")

@@ -23,6 +23,7 @@ key                            type     meaning
 ``fw:{q}:group_rate:held``     HASH     held_seconds, held_jobs: totals of the set-asides
 ``fw:{q}:deferred``            ZSET     jobs waiting on dependencies, score = enqueue time
 ``fw:{q}:held``                ZSET     jobs set aside by ``job hold``, score = when held
+``fw:{q}:use``                 HASH     v, t: decayed worker seconds of the queue (``--fair``)
 ``fw:{q}:deps:<id>``           SET      "queue:id" refs job <id> still waits on
 ``fw:{q}:dependents:<id>``     SET      "queue:id" refs of jobs waiting on job <id>
 ``fw:{q}:outbox``              LIST     dependency and batch notes to replay to other queues
@@ -52,6 +53,7 @@ Global keys (touched by single-key commands only):
 ``fw:reaper``                  STRING   reaper lock (SET NX PX)
 ``fw:events``                  STREAM   default event log (capped)
 ``fw:control``                 channel  suspend/resume notifications
+``fw:hist:all:<r>:<b>``        HASH     chart counts of bucket b summed over every queue (TTL)
 =============================  =======  ==============================================
 """
 
@@ -67,6 +69,30 @@ _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
 class InvalidQueueName(ValueError):
     """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
+
+
+def check_addressable(what: str, value: str) -> str:
+    """``value`` (a job id, a cron entry's or a worker's name) if the dashboard and the API
+    can address it by URL and a log line can show it; ValueError (one line) otherwise.
+
+    A ``/`` is kept by the dashboard's links and by most clients' quoting, so it splits
+    the path; a ``\\`` typed unencoded is read as ``/`` by browsers; ``.`` and ``..`` are
+    resolved away by every client; a control character (a newline) would split log lines."""
+    if "/" in value or "\\" in value or value in (".", ".."):
+        raise ValueError(f"{what} {value!r} cannot be addressed by URL (dashboard, API): "
+                         "no '/' or '\\', and not '.' or '..'")
+    if not value.isprintable():
+        raise ValueError(f"{what} {value!r} must not contain control characters (a newline "
+                         "would split log lines)")
+    return value
+
+
+def check_worker_name(name: str) -> str:
+    """``name`` if a worker may be called so (``--name``, ``Worker(name=)``): 1-200
+    characters :func:`check_addressable` takes; ValueError (one line) otherwise."""
+    if name.__class__ is not str or not name or len(name) > 200:
+        raise ValueError(f"worker name {name!r}: give 1-200 characters")
+    return check_addressable("worker name", name)
 
 
 def is_queue_name(name: object) -> bool:
@@ -134,6 +160,11 @@ class QueueKeys:
     @property
     def deferred(self) -> str:
         return self.base + "deferred"
+
+    @property
+    def use(self) -> str:
+        """The queue's decayed worker time (HASH: v, t; use.lua, ``worker --fair``)."""
+        return self.base + "use"
 
     @property
     def held(self) -> str:
@@ -284,3 +315,8 @@ class Keys:
     @property
     def control(self) -> str:
         return f"{self.prefix}:control"
+
+    def history_all(self, resolution: int, bucket: int) -> str:
+        """The chart counts of one time bucket summed over every queue (the charts of
+        all queues at any number of queues; events/metrics_history.py)."""
+        return f"{self.prefix}:hist:all:{resolution}:{bucket}"

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
+from .keys import check_addressable
 from .registry import lookup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,6 +146,13 @@ class JobOptions(NamedTuple):
             # a space, newline or control character: ids are shown, typed and logged
             raise ValueError(f"job_id must not contain whitespace or control characters, "
                              f"got {job_id!r}")
+        else:
+            check_addressable("job_id", job_id)
+        for what, text in (("group", self.group), ("unique_key", self.unique_key)):
+            if text is not None and (text.__class__ is not str or not text.strip()
+                                     or not text.isprintable()):
+                raise ValueError(f"{what} must be a non-empty string without control "
+                                 f"characters, got {text!r} (no {what}: leave it out)")
         if self.batch is not None:
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:

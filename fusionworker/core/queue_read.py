@@ -41,11 +41,7 @@ class QueueReads:
     settings: Settings
 
     def _kept_since(self, status: JobStatus) -> str:
-        """The lowest score of a finished/failed registry entry whose record is still
-        kept by the settings' retention (older ones wait for a prune: not listed)."""
-        ttl = (self.settings.result_ttl if status == JobStatus.FINISHED
-               else self.settings.failed_ttl if status == JobStatus.FAILED else 0)
-        return f"{time.time() - ttl:.6f}" if ttl > 0 else "-inf"
+        return kept_since(self.settings, status)
 
     def fetch_job(self, job_id: str) -> Job[Any] | None:
         """The job, or None when unknown (or expired)."""
@@ -101,15 +97,37 @@ class QueueReads:
         """Depths of every registry and band, pause state, cap, age of the oldest job,
         and ``awaiting_compute`` (:func:`awaiting_compute`)
         from the workers' ``heartbeats`` (read here when not given)."""
-        k = self.qkeys
-        pipe = self.connection.pipeline(transaction=False)
+        return stats_many(self.connection, self.settings, [self.name], heartbeats)[0]
+
+
+def kept_since(settings: Settings, status: JobStatus) -> str:
+    """The lowest score of a finished/failed registry entry whose record is still
+    kept by the settings' retention (older ones wait for a prune: not listed)."""
+    ttl = (settings.result_ttl if status == JobStatus.FINISHED
+           else settings.failed_ttl if status == JobStatus.FAILED else 0)
+    return f"{time.time() - ttl:.6f}" if ttl > 0 else "-inf"
+
+
+def stats_many(connection: RedisClient, settings: Settings, names: list[str],
+               heartbeats: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """``Queue.stats()`` of each queue of ``names``, in a few pipelines whatever their
+    number (the depths of all; the head of each band of those with pending jobs and
+    the due count of those with scheduled ones; the ``enqueued_at`` of those heads),
+    one ``TIME`` and the workers' ``heartbeats`` (read here when not given)."""
+    connection = decoding(connection)
+    keys = Keys(settings.prefix)
+    failed_since = kept_since(settings, JobStatus.FAILED)
+    finished_since = kept_since(settings, JobStatus.FINISHED)
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        k = keys.queue(name)
         pipe.zcard(k.pending)
         for _, low, high in BANDS:
             pipe.zcount(k.pending, *_band_range(low, high))
         for reg in (k.started, k.scheduled):
             pipe.zcard(reg)
-        pipe.zcount(k.failed, self._kept_since(JobStatus.FAILED), "+inf")
-        pipe.zcount(k.finished, self._kept_since(JobStatus.FINISHED), "+inf")
+        pipe.zcount(k.failed, failed_since, "+inf")
+        pipe.zcount(k.finished, finished_since, "+inf")
         pipe.exists(k.paused)
         pipe.get(k.max_active)
         pipe.zrange(k.pending, -1, -1)
@@ -120,43 +138,74 @@ class QueueReads:
         pipe.zcard(k.held)
         pipe.hgetall(k.group_rate)
         pipe.hgetall(k.group_rate_held)
-        pending, *rest = pipe.execute()
-        group_rate = _group_rate_doc(*rest[-2:])
-        del rest[-2:]
-        held = rest.pop()
-        bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
-        open_batches = rest.pop()
-        deferred = rest.pop()
-        rate = rest.pop()
-        started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
-        # the oldest pending job is the one with the lowest seq, not the lowest score:
-        # look at the tail of each band and take the oldest enqueued_at.
-        oldest_age = None
-        server_now: float | None = None
-        if pending or scheduled:
-            server_now = server_time(self.connection)  # not pipelined: a cluster pipeline refuses TIME
-        due = (int(self.connection.zcount(k.scheduled, "-inf", f"{server_now:.6f}"))
-               if scheduled and server_now is not None else 0)
-        if pending:
-            heads = [self.connection.zrangebyscore(k.pending, *_band_range(lo, hi), start=0, num=1)
-                     for _, lo, hi in BANDS]
-            ids = [h[0] for h in heads if h] + list(tail)
-            stamps = [float(s) for s in (self.connection.hget(k.job(i), "enqueued_at")
-                                         for i in ids) if s]
-            if stamps and server_now is not None:
-                oldest_age = max(0.0, server_now - min(stamps))
-        doc = {
-            "queue": self.name, "pending": pending, "bands": bands, "started": started,
-            "scheduled": scheduled, "failed": failed, "finished": finished,
-            "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
-            "busy_groups": groups, "oldest_age": oldest_age,
-            "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
-            "deferred": deferred, "open_batches": open_batches, "held": held, "due": due,
-        }
-        if heartbeats is None:
-            heartbeats = read_heartbeats(self.connection, self.qkeys.prefix)
-        doc["awaiting_compute"] = awaiting_compute(doc, heartbeats)
-        return doc
+    answers = pipe.execute() if names else []
+    size = len(answers) // max(len(names), 1)
+    docs = [_stats_doc(name, answers[n * size:(n + 1) * size]) for n, name in enumerate(names)]
+    if any(d["pending"] or d["scheduled"] for d in docs):
+        # not pipelined: a cluster pipeline refuses TIME
+        _waiting(connection, keys, docs, server_time(connection))
+    for doc in docs:
+        del doc["_tail"]
+    if heartbeats is None and docs:
+        heartbeats = read_heartbeats(connection, settings.prefix)
+    for doc in docs:
+        doc["awaiting_compute"] = awaiting_compute(doc, heartbeats or [])
+    return docs
+
+
+def _stats_doc(name: str, reply: list[Any]) -> dict[str, Any]:
+    pending, *rest = reply
+    group_rate = _group_rate_doc(*rest[-2:])
+    del rest[-2:]
+    held = rest.pop()
+    bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
+    open_batches = rest.pop()
+    deferred = rest.pop()
+    rate = rest.pop()
+    started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
+    return {
+        "queue": name, "pending": pending, "bands": bands, "started": started,
+        "scheduled": scheduled, "failed": failed, "finished": finished,
+        "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
+        "busy_groups": groups, "oldest_age": None,
+        "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
+        "deferred": deferred, "open_batches": open_batches, "held": held, "due": 0,
+        "_tail": list(tail),
+    }
+
+
+def _waiting(connection: RedisClient, keys: Keys, docs: list[dict[str, Any]],
+             server_now: float) -> None:
+    """The age of each queue's oldest pending job and the count of its due scheduled
+    jobs. The oldest is the one with the lowest seq, not the lowest score: the tail of
+    each band is looked at, and the oldest ``enqueued_at`` taken."""
+    busy = [d for d in docs if d["pending"]]
+    timed = [d for d in docs if d["scheduled"]]
+    pipe = connection.pipeline(transaction=False)
+    for doc in busy:
+        for _, lo, hi in BANDS:
+            pipe.zrangebyscore(keys.queue(doc["queue"]).pending, *_band_range(lo, hi),
+                               start=0, num=1)
+    for doc in timed:
+        pipe.zcount(keys.queue(doc["queue"]).scheduled, "-inf", f"{server_now:.6f}")
+    replies = pipe.execute()
+    heads, dues = replies[:len(busy) * len(BANDS)], replies[len(busy) * len(BANDS):]
+    for doc, due in zip(timed, dues, strict=True):
+        doc["due"] = int(due)
+    pipe = connection.pipeline(transaction=False)
+    asked: list[tuple[dict[str, Any], int]] = []
+    for n, doc in enumerate(busy):
+        ids = [h[0] for h in heads[n * len(BANDS):(n + 1) * len(BANDS)] if h] + doc["_tail"]
+        for job_id in ids:
+            pipe.hget(keys.queue(doc["queue"]).job(job_id), "enqueued_at")
+        asked.append((doc, len(ids)))
+    stamps = pipe.execute() if any(count for _, count in asked) else []
+    at = 0
+    for doc, count in asked:
+        found = [float(x) for x in stamps[at:at + count] if x]
+        at += count
+        if found:
+            doc["oldest_age"] = max(0.0, server_now - min(found))
 
 
 #: worker states in which a free slot claims (not started yet, suspended or throttled)

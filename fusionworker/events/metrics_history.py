@@ -8,12 +8,15 @@ entries after its cursor and adds them up into::
 
     fw:{q}:hist:60:<epoch minute>          HASH  finished, failed, retry, d<k>
     fw:{q}:hist:600:<epoch 10-minute>      HASH  the same, per 10 minutes
+    fw:hist:all:60:<epoch minute>          HASH  the same summed over every queue
+    fw:hist:all:600:<epoch 10-minute>      HASH  (the charts of all queues, read in
+                                                 one hash per bucket)
 
 ``d<k>`` counts the attempts whose duration fell in bucket ``k`` (quarter powers
 of two of a millisecond: ``2**(k/4) <= ms < 2**((k+1)/4)``, ``k`` in 0..99), so
 a percentile is known within 19 %. Each hash expires (``EXPIREAT``) its
 retention after its own end, so the history holds at most 120 + 156 small
-hashes per queue. The cursor (``fw:hist:cursor``) and a lock
+hashes per queue, and as many for the sums. The cursor (``fw:hist:cursor``) and a lock
 (``fw:hist:lock``, so that two dashboards do not count twice) are global keys.
 
 Limits: only events that reach the Redis stream are counted (with
@@ -45,6 +48,8 @@ BUCKETS = 100
 #: stream entries one pass reads at most (in pages of PAGE)
 PASS_LIMIT = 200_000
 PAGE = 2000
+#: the counts of every queue summed (``fw:hist:all:<r>:<b>``); no queue has this name
+ALL = "*"
 OUTCOMES = {"completed": "finished", "failed": "failed", "timeout": "failed",
             "abandoned": "failed", "retry": "retry"}
 
@@ -100,10 +105,11 @@ def _add(counts: dict[tuple[str, int, int], dict[str, int]], fields: dict[str, s
         except ValueError:
             k = None
     for resolution in RESOLUTIONS:
-        row = counts[(queue, resolution, int(when // resolution))]
-        row[kind] += 1
-        if k is not None:
-            row[f"d{k}"] += 1
+        for where in (queue, ALL):   # the queue's bucket and the sum over every queue
+            row = counts[(where, resolution, int(when // resolution))]
+            row[kind] += 1
+            if k is not None:
+                row[f"d{k}"] += 1
 
 
 def record_from_stream(r: RedisClient, prefix: str, now: float | None = None,
@@ -143,7 +149,8 @@ def _record(r: RedisClient, prefix: str, now: float, limit: int) -> int:
         expire_at = (bucket + 1) * resolution + RESOLUTIONS[resolution]
         if expire_at <= now:
             continue
-        key = bucket_key(prefix, queue, resolution, bucket)
+        key = (Keys(prefix).history_all(resolution, bucket) if queue == ALL
+               else bucket_key(prefix, queue, resolution, bucket))
         for field, n in row.items():
             pipe.hincrby(key, field, n)
         pipe.expireat(key, int(expire_at))
@@ -170,19 +177,24 @@ def _shown(ms: float) -> float:
     return round(ms, 1) if ms >= 10 else round(ms, 2)
 
 
-def history(r: RedisClient, prefix: str, queues: list[str], span: str = "hour",
+def history(r: RedisClient, prefix: str, queues: list[str] | None, span: str = "hour",
             now: float | None = None) -> dict[str, Any]:
     """Rows oldest first, summed over ``queues``: ``{"t": bucket start, "finished",
     "failed", "retry", "p50", "p95", "p99"}`` (milliseconds; None without a timed
-    attempt), and the same over the whole span in ``total``."""
+    attempt), and the same over the whole span in ``total``. ``queues`` None: every
+    queue, read from the sums the recorder keeps (one hash per bucket whatever the
+    number of queues; counted since this version of the recorder)."""
     resolution, n = RANGES[span]
     now = time.time() if now is None else now
     last = int(now // resolution)
     span_buckets = list(range(last - n + 1, last + 1))
     pipe = r.pipeline(transaction=False)
+    if queues is None:
+        queues = [ALL]
     for queue in queues:
         for bucket in span_buckets:
-            pipe.hgetall(bucket_key(prefix, queue, resolution, bucket))
+            pipe.hgetall(Keys(prefix).history_all(resolution, bucket) if queue == ALL
+                         else bucket_key(prefix, queue, resolution, bucket))
     answers = pipe.execute() if queues else []
     rows = []
     whole: dict[int, int] = defaultdict(int)

@@ -51,12 +51,12 @@ import redis
 from croniter import CroniterError, croniter
 
 from ..core import codec
-from ..core.config import Settings
+from ..core.config import Settings, check_value
 from ..core.connection import decoding, server_time
 from ..core.functions import func_ref, verify
 from ..core.hooks import Middleware
 from ..core.job import check_priority
-from ..core.keys import Keys, QueueKeys, check_queue_name
+from ..core.keys import Keys, QueueKeys, check_addressable, check_queue_name
 from ..core.queue import known_queues, scripts_for
 from ..core.scripts import replies
 from ..exceptions import FusionWorkerError
@@ -288,6 +288,10 @@ def register(
     connection = decoding(connection)   # any redis-py client
     if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
         raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
+    try:
+        check_addressable("cron entry name", name)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
     check_schedule(schedule, timezone)
     if catch_up not in CATCH_UP_MODES:
         raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
@@ -300,8 +304,8 @@ def register(
     timeout = own.get("timeout") if timeout is None else timeout
     max_retries = own.get("max_retries") if max_retries is None else max_retries
     check_priority(priority)
-    if timeout is not None and timeout <= 0:
-        raise ValueError(f"timeout must be positive, got {timeout}")
+    if timeout is not None:   # as at enqueue: finite, positive, at most the horse's timer
+        timeout = check_value("job_timeout", float(timeout), "timeout")
     if max_retries is not None and max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     k = _qkeys(settings, queue)

@@ -312,6 +312,8 @@ class Governor(Middleware):
                     for name in ("gpu_throttle_threshold", "gpu_resume_threshold"))))
         self._cpu_reader = cpu_reader or CpuReader()
         self._clock = clock
+        #: --gpus 0,1: the worker's own devices, the only ones it judges (auto: all)
+        self._devices = {int(d) for d in settings.gpus if d.isdigit()}
         self._throttled = False
         self._reason: str | None = None
         self._last: Reading | None = None
@@ -409,7 +411,8 @@ class Governor(Middleware):
             return ()
         if not readings:
             return ()
-        return tuple((int(index), float(used)) for index, used in readings)
+        return tuple((int(index), float(used)) for index, used in readings
+                     if not self._devices or int(index) in self._devices)
 
     def _update(self, reading: Reading) -> None:
         self._last = reading

@@ -10,7 +10,9 @@ from typing import Any, Protocol
 from ..core import admin
 from ..core.config import Settings
 from ..core.groups import describe_busy_groups
-from ..core.queue import Queue, known_queues
+from ..core.keys import Keys
+from ..core.queue import known_queues
+from ..core.queue_read import stats_many
 from ..middleware import cron
 
 __all__ = ["INFO_SCHEMA", "InfoSource", "collect_info", "fmt_age"]
@@ -34,9 +36,12 @@ class InfoSource(Protocol):
 INFO_SCHEMA = 1
 
 
-def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> dict[str, Any]:
+def collect_info(app: InfoSource, queues: bool = True, workers: bool = True,
+                 page: int | None = None, per_page: int = 50) -> dict[str, Any]:
     """Everything ``info`` shows, as the documented JSON document (``info --json``,
-    the web's ``/api/info``)."""
+    the web's ``/api/info``). With ``page``, the queues of that page only (by name,
+    ``per_page`` each; their cron entries and busy groups): ``queues_total``,
+    ``page``, ``per_page`` and ``pages`` say where it is."""
     r = app.connection
     prefix = app.settings.prefix
     now = admin.server_time(r)
@@ -53,24 +58,62 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True) -> 
     heartbeats = admin.workers(r, prefix)     # read once: each queue's awaiting_compute
     if queues:
         names = known_queues(r, prefix)
-        doc["queues"] = [Queue(n, r, settings=app.settings).stats(heartbeats) for n in names]
-        for q in doc["queues"]:   # the per-minute counts the workers keep (the web chart's)
-            rows = admin.minute_counts(r, [q["queue"]], prefix, now=now)
-            q["last_hour"] = {"finished": sum(row["finished"] for row in rows),
-                              "failed": sum(row["failed"] for row in rows)}
-        entries = cron.list_entries(r, prefix, names)
-        doc["cron"] = [e.to_dict() for e in entries]
-        for q in doc["queues"]:
-            q["cron"] = sum(1 for e in entries if e.queue == q["queue"])
-        doc["groups"] = [
-            {"queue": n, **asdict(g)}
-            for n, q in zip(names, doc["queues"]) if q.get("busy_groups")
-            for g in describe_busy_groups(r, prefix, n, limit=10)
-        ]
+        doc["queues_total"] = len(names)
+        if page is not None:
+            doc.update(page=page, per_page=per_page, pages=max(1, -(-len(names) // per_page)))
+            names = names[(page - 1) * per_page:page * per_page]
+        _queues(app, doc, names, now, heartbeats)
     if workers:
         doc["workers"] = [{**admin.describe_worker(w, now), **_event_sink(w)}
                           for w in heartbeats]
     return doc
+
+
+def _queues(app: InfoSource, doc: dict[str, Any], names: list[str], now: float,
+            heartbeats: list[dict[str, str]]) -> None:
+    """The stats, last hour, cron entries and busy groups of the queues ``names``, read
+    in a few pipelines whatever their number."""
+    r = app.connection
+    prefix = app.settings.prefix
+    doc["queues"] = stats_many(r, app.settings, names, heartbeats)
+    for q, counts in zip(doc["queues"], last_hours(r, prefix, names, now), strict=True):
+        q["last_hour"] = counts   # the per-minute counts the workers keep (the web chart's)
+    entries = cron.list_entries(r, prefix, names)
+    doc["cron"] = [e.to_dict() for e in entries]
+    per_queue: dict[str, int] = {}
+    for e in entries:
+        per_queue[e.queue] = per_queue.get(e.queue, 0) + 1
+    for q in doc["queues"]:
+        q["cron"] = per_queue.get(q["queue"], 0)
+    doc["groups"] = [
+        {"queue": n, **asdict(g)}
+        for n, q in zip(names, doc["queues"]) if q.get("busy_groups")
+        for g in describe_busy_groups(r, prefix, n, limit=10)
+    ]
+
+
+def last_hours(r: Any, prefix: str, names: list[str], now: float,
+               chunk: int = 20_000) -> list[dict[str, int]]:
+    """Jobs finished and failed in the last hour of each queue of ``names``: the
+    per-minute hashes of all, read in pipelines of ``chunk`` commands (plain reads: a
+    Redis user limited to reads can run ``info``)."""
+    last = int(now // 60)
+    minutes = list(range(last - 59, last + 1))
+    keys = Keys(prefix)
+    out = []
+    step = max(1, chunk // len(minutes))
+    for start in range(0, len(names), step):
+        part = names[start:start + step]
+        pipe = r.pipeline(transaction=False)
+        for name in part:
+            for minute in minutes:
+                pipe.hmget(keys.queue(name).minute(minute), ["finished", "failed"])
+        replies = pipe.execute()
+        for n in range(len(part)):
+            rows = replies[n * len(minutes):(n + 1) * len(minutes)]
+            out.append({"finished": sum(int(f or 0) for f, _ in rows),
+                        "failed": sum(int(x or 0) for _, x in rows)})
+    return out
 
 
 #: the event sink's counters a worker writes into its heartbeat (events/middleware.py)

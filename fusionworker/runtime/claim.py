@@ -18,6 +18,10 @@ not dry this claim nor backed off for every wanted job, and the next round
 the next such queue for what is left, so a job of a later queue is taken only
 when every earlier queue was found empty (or paused) in this claim.
 
+In fair order (``fair``: ``worker --fair``, fairshare.py) there is no cycle position
+either: each round asks the queues not dry nor backed off whose recent worker time,
+divided by their weight, is lowest.
+
 Quiet queues (the idle cost does not grow with the queues served): while the
 wake-up subscription is confirmed (wakeups.py), a queue a claim found with
 nothing to take is *quiet*: no claim asks it again until its channel speaks
@@ -49,6 +53,7 @@ from ..core.keys import Keys, check_queue_name
 from ..core.queue import known_queues
 from ..core.scripts import replies
 from .errors import UNREACHABLE, is_refusal
+from .fairshare import FairShare
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +192,7 @@ class Claimer:
 
     def __init__(self, connection: Any, scripts: Any, keys: Keys, spec: str | Sequence[str], *,
                  name: str, lease: float, failed_ttl: float, strict: bool = False,
-                 max_args_bytes: int = 0) -> None:
+                 max_args_bytes: int = 0, fair: FairShare | None = None) -> None:
         self.connection, self.scripts, self.keys = connection, scripts, keys
         self.name, self.lease, self.failed_ttl = name, lease, failed_ttl
         #: a record with more argument text is failed as malformed (0: no limit)
@@ -198,6 +203,12 @@ class Claimer:
         if strict and any(weight != 1 for _, weight in self.spec):
             raise ValueError("weights mean nothing in strict queue order: give plain "
                              "queue names, or serve them weighted round-robin")
+        if strict and fair is not None:
+            raise ValueError("fair share picks queues by their use, strict order by their "
+                             "place: give the queues with -q to serve them fairly")
+        #: fair share by use (``--fair``): the queue with the least recent worker time
+        self.fair = fair
+        self.weights: dict[str, int] = {}
         self.queue_names: list[str] = []
         self.cycle: list[str] = []
         self.pos = 0
@@ -238,6 +249,7 @@ class Claimer:
                 if q not in names:
                     names.append(q)
                     cycle.extend([q] * weight)
+                    self.weights[q] = weight
         changed = names != self.queue_names
         self.queue_names, self.cycle = names, cycle
         if changed:
@@ -375,6 +387,8 @@ class Claimer:
     def _plan(self, want: int, skip: set[str], n: int) -> Plan | None:
         if self.strict:
             return self._strict_plan(want, skip)
+        if self.fair is not None:
+            return self._fair_plan(want, skip)
         if not skip and want == 1:           # the steady state of one slot
             index = self.pos % n
             return Plan([(self.cycle[index], 1)], [index])
@@ -399,6 +413,37 @@ class Claimer:
             if queue not in skip:
                 return Plan([(queue, want)], [index] * want)
         return None
+
+    def _fair_plan(self, want: int, skip: set[str]) -> Plan | None:
+        """Fair order: the wanted jobs dealt to the queues not skipped by their use."""
+        assert self.fair is not None
+        open_ = [(q, self.weights.get(q, 1)) for q in self.queue_names if q not in skip]
+        calls = self.fair.share(want, open_)
+        if not calls:
+            return None
+        places = [self.cycle.index(q) for q, count in calls for _ in range(count)]
+        return Plan(calls, places)
+
+    def loud_queues(self) -> list[str]:
+        """The queues not known quiet (a quiet queue has nothing to take: fair share
+        does not read its use, so an idle worker's cost stays that of its sweep)."""
+        return [q for q in self.queue_names if q not in self.quiet]
+
+    def replan(self, plan: Plan) -> Plan:
+        """A plan made before :meth:`note` counted the jobs that just ended, made again
+        with them counted (fair share only; round-robin's plan does not depend on use)."""
+        if self.fair is None:
+            return plan
+        return self.plan(plan.asked) or plan
+
+    def note(self, ended: Sequence[tuple[Job[Any], Any]]) -> None:
+        """Jobs ended here (with their outcomes): fair share counts their worker time at
+        once, before the next plan (a job given back at shutdown counts none)."""
+        if self.fair is None:
+            return
+        for job, outcome in ended:
+            if str(getattr(outcome, "status", "")) != "requeued":
+                self.fair.note(job.queue, float(getattr(outcome, "duration", 0.0) or 0.0))
 
     def forget(self) -> None:
         """Start a claim (one or more rounds): forget what the last one met. Not per
@@ -467,8 +512,13 @@ class Claimer:
             try:
                 pipe = self.connection.pipeline(transaction=False)
                 self.queue_calls(pipe, plan)
+                read = (self.fair.queue_reads(pipe, self.loud_queues()) if self.fair
+                        else [])
                 plan.sent = time.monotonic()
                 answers = pipe.execute(raise_on_error=False)
+                if self.fair is not None:   # the use of every queue, for the next plan
+                    self.fair.learn([], read, answers[len(plan.calls):])
+                    del answers[len(plan.calls):]
                 self.reload_scripts(plan, answers)
             except UNREACHABLE as exc:
                 out.unreachable = exc

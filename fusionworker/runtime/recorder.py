@@ -167,10 +167,14 @@ class Recorder:
         Returns what the claims brought (nothing when ``plan`` is None) and what the
         heartbeat hash is known to say now."""
         self.counters.count([outcome for _, outcome in ended])
+        self.claimer.note(ended)       # fair share: this worker time counts at once,
+        if plan is not None:           # and the claims riding here are dealt with it
+            plan = self.claimer.replan(plan)
         pipe = self.connection.pipeline(transaction=False)
         calls = [self._queue_outcome(pipe, job, outcome) for job, outcome in ended]
         if view is not None:
             pipe.hset(self.key, mapping=view[1])
+        use = self._queue_use(pipe, ended)
         if plan is not None:
             self.claimer.forget()
             self.claimer.queue_calls(pipe, plan)
@@ -195,6 +199,8 @@ class Recorder:
         if view is not None:
             hset = answers[len(ended)]
             state = HashState.UNKNOWN if isinstance(hset, Exception) else HashState.WRITTEN
+        if use is not None:
+            self._learn_use(use, answers[len(ended) + (view is not None):])
         if plan is None:
             return Recorded(ClaimRound(), state)
         claims = answers[len(answers) - len(plan.calls):]
@@ -202,6 +208,31 @@ class Recorder:
         out = ClaimRound(asked=plan.asked, sent=plan.sent)
         out.jobs = self.claimer.take(plan, claims, out.dry)
         return Recorded(out, state)
+
+    def _queue_use(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]
+                   ) -> tuple[list[str], list[str], list[Any]] | None:
+        """Fair share (``--fair``): each attempt's worker time added to its queue's use
+        (use.lua) and the use of the worker's queues read, in this pipeline. Returns
+        what was queued (written, read, the writes' calls), or None."""
+        fair = self.claimer.fair
+        if fair is None:
+            return None
+        spent = [(job.queue, outcome.duration) for job, outcome in ended
+                 if outcome.status != OutcomeStatus.REQUEUED]
+        written = fair.queue_writes(pipe, spent)
+        calls = [("use", [self.keys.queue(q).base], [f"{max(0.0, s):.6f}", fair.half_life])
+                 for q, s in spent]
+        read = fair.queue_reads(pipe, [q for q in self.claimer.loud_queues() if q not in written])
+        return written, read, calls
+
+    def _learn_use(self, use: tuple[list[str], list[str], list[Any]], answers: list[Any]
+                   ) -> None:
+        written, read, calls = use
+        mine = answers[:len(written) + len(read)]
+        # Redis restarted or failed over: use.lua is loaded and run once more
+        self.scripts.reload_missing(mine, calls + [None] * len(read), catch=redis.RedisError)
+        assert self.claimer.fair is not None
+        self.claimer.fair.learn(written, read, mine)
 
     def _failed(self, job: Job[Any], outcome: Outcome, exc: Exception) -> bool:
         """The pipeline ran but this outcome's script answered an error. True: the

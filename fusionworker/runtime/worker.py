@@ -33,13 +33,15 @@ from ..core.config import Settings, load_settings
 from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
-from ..core.keys import Keys
+from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
 from .errors import REFUSED, UNREACHABLE, is_oom
+from .fairshare import FairShare
+from .gpus import resolve_devices, share_devices
 from .hookcalls import HookCalls
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
@@ -100,8 +102,13 @@ class Worker:
         self.keys = Keys(self.settings.prefix)
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.name = name or f"{self.host}.{self.pid}"
+        self.name = f"{self.host}.{self.pid}" if name is None else check_worker_name(name)
         self.concurrency = int(self.settings.concurrency)
+        #: --gpus: the devices its slots own (gpus.py), inherited by its fork server
+        self.devices = resolve_devices(self.settings.gpus)
+        if self.devices and not self.settings.is_explicit("concurrency"):
+            self.concurrency = len(self.devices)      # a GPU per slot
+        share_devices(self.devices)
         if self.concurrency < 1:
             raise ValueError(f"FUSIONWORKER_CONCURRENCY ({self.concurrency}) must be at least 1")
         self.lease = self.settings.lease
@@ -124,9 +131,11 @@ class Worker:
             self.scripts, self.keys, name=self.name, interval=s.progress_interval,
             on_progress=lambda job, value, message: self.hooks("on_progress", job, value,
                                                                message))
+        fair = (FairShare(self.keys, self.scripts, half_life=s.fair_window)
+                if s.queue_order == "fair" else None)
         self.claimer = Claimer(self.connection, self.scripts, self.keys, queues,
                                name=self.name, lease=self.lease, failed_ttl=s.failed_ttl,
-                               strict=strict, max_args_bytes=s.max_args_bytes)
+                               strict=strict, max_args_bytes=s.max_args_bytes, fair=fair)
         self.claimer.sweep_interval = float(s.poll_interval)
         self.recorder = Recorder(self.connection, self.scripts, self.keys, s, name=self.name,
                                  claimer=self.claimer, is_cold=self._cold)
@@ -225,6 +234,9 @@ class Worker:
             "lease": self.lease, "concurrency": self.concurrency, "current_jobs": "",
             # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
             "worker_ttl": self.settings.worker_ttl,
+            # how it picks queues (round-robin, strict, fair) and the GPUs its slots own
+            "queue_order": ("strict" if self.claimer.strict else self.settings.queue_order),
+            "gpus": ",".join(self.devices),
         })
         pipe.expire(self.key, self.settings.worker_ttl)
         pipe.sadd(self.keys.workers, self.name)
@@ -335,7 +347,8 @@ class Worker:
         try:
             log.info("Worker %s started on queues %s%s (pid %s, version %s)",
                      self.name, ",".join(self.queue_names) or "-",
-                     " in strict order" if self.claimer.strict else "", self.pid, __version__)
+                     " in strict order" if self.claimer.strict
+                     else " by fair share" if self.claimer.fair else "", self.pid, __version__)
             self._warn_eviction()
             hint = otel_hint(self.settings.otel)
             if hint:

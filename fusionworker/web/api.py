@@ -17,7 +17,7 @@ from starlette.routing import Route
 from ..core.job import JobStatus
 from . import live
 from .openapi import OPENAPI
-from .service import ApiError, parse_int
+from .service import QUEUES_PER_PAGE, ApiError, parse_int
 from .state import body, ok, run, state
 
 # -- reads -----------------------------------------------------------------------------
@@ -29,9 +29,17 @@ async def api_openapi(request: Request) -> Response:
 
 
 def api_queues(request: Request) -> Response:
+    """Every queue's stats; with ``page`` (and ``per_page``, default 50), one page of
+    them by name, with ``total`` and ``pages``."""
     st = state(request)
     st.api_user(request)
-    return ok({"queues": st.board.queues(), "suspended": st.board.suspended() is not None})
+    p = request.query_params
+    suspended = st.board.suspended() is not None
+    if "page" in p or "per_page" in p:
+        listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
+        return ok({**listing, "suspended": suspended})
+    queues = st.board.queues()
+    return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
 
 
 def api_workers(request: Request) -> Response:
@@ -41,16 +49,24 @@ def api_workers(request: Request) -> Response:
 
 
 def api_info(request: Request) -> Response:
+    """``info --json``; with ``page`` (and ``per_page``), one page of the queues."""
     st = state(request)
     st.api_user(request)
+    p = request.query_params
+    if "page" in p or "per_page" in p:
+        return ok(st.board.info(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE)))
     return ok(st.board.info())
 
 
 def api_chart(request: Request) -> Response:
     st = state(request)
     st.api_user(request)
-    minutes = parse_int(request.query_params.get("minutes", 60), "minutes", 1, 120)
-    return ok({"minutes": st.board.chart(minutes, request.query_params.get("queue") or None)})
+    p = request.query_params
+    minutes = parse_int(p.get("minutes", 60), "minutes", 1, 120)
+    names = None
+    if "page" in p or "per_page" in p:   # the queues of one page of the overview
+        names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))[3]
+    return ok({"minutes": st.board.chart(minutes, p.get("queue") or None, names)})
 
 
 def api_cron(request: Request) -> Response:

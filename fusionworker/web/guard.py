@@ -93,8 +93,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
         send = self._with_headers(send)
-        headers = Headers(scope=scope)
-        self._forwarded(scope, headers)
+        self._forwarded(scope, Headers(scope=scope))
+        headers = Headers(scope=scope)   # with the forwarded Host, if any
         client = self.client(scope)
         wait = self.web.limiter.retry_after(client)
         if wait and headers.get("authorization"):

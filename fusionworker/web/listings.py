@@ -29,11 +29,6 @@ def looks_like_job_id(text: str) -> bool:
     return bool(_JOB_ID.match(text))
 
 
-def _window(r: RedisClient, key: str, newest_first: bool, size: int = WINDOW) -> list[str]:
-    ids = r.zrevrange(key, 0, size - 1) if newest_first else r.zrange(key, 0, size - 1)
-    return texts(list(ids))
-
-
 def records(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[Job[Any]]:
     keys = Keys(prefix)
     pipe = r.pipeline(transaction=False)
@@ -48,11 +43,20 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
     each queue are looked at (their ``func`` field only), at most ``limit`` shown."""
     keys = Keys(prefix)
     refs: list[tuple[str, str]] = []
-    for queue in queues:
-        k = keys.queue(queue)
-        for status in STATUSES:
-            newest = status not in (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED)
-            refs.extend((queue, i) for i in _window(r, k.registry(status), newest, 500))
+    for start in range(0, len(queues), 1000):   # the windows, pipelined 1,000 queues at a time
+        names = queues[start:start + 1000]
+        pipe = r.pipeline(transaction=False)
+        for queue in names:
+            k = keys.queue(queue)
+            for status in STATUSES:
+                if status in (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED):
+                    pipe.zrange(k.registry(status), 0, 499)
+                else:
+                    pipe.zrevrange(k.registry(status), 0, 499)
+        windows = iter(pipe.execute())
+        for queue in names:
+            for _ in STATUSES:
+                refs.extend((queue, i) for i in texts(list(next(windows))))
     found: list[tuple[str, str]] = []
     for start in range(0, len(refs), 1000):
         part = refs[start:start + 1000]

@@ -36,6 +36,8 @@ _ID = _p("id", "path", help_="job id")
 _Q = _p("q", "path", help_="queue name")
 _QUEUE = _p("queue", help_="queue of the job (default: search every queue)")
 _NAME = _p("name", "path", help_="cron entry name")
+_PAGE = [_p("page", kind="integer", help_="page of the queues by name (from 1)"),
+         _p("per_page", kind="integer", help_="queues per page (1-500, default 50)")]
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -49,19 +51,26 @@ OPENAPI: dict[str, Any] = {
                        "description": "FUSIONWORKER_WEB_TOKEN"},
             "basic": {"type": "http", "scheme": "basic",
                       "description": "FUSIONWORKER_WEB_USER and its password; state changes "
-                                     "also need the X-CSRF-Token header (fw_csrf cookie)"},
+                                     "also need the X-CSRF-Token header (the csrf-token "
+                                     "meta tag of a page) and an Origin of this site"},
         },
         "responses": {"Error": {"description": "error", "content": {"application/json": {
             "schema": {"type": "object", "properties": {"error": {"type": "string"}}}}}}},
     },
     "paths": {
         "/api/v1/queues": {"get": _op("Queues: depth by priority band, scheduled, started, "
-                                      "failed, finished, cap, paused, groups, oldest age")},
+                                      "failed, finished, cap, paused, groups, oldest age; "
+                                      "with page (and per_page), one page of them by name",
+                                      params=_PAGE)},
         "/api/v1/workers": {"get": _op("Workers: state, throttle reason, current job, "
                                        "heartbeat age")},
-        "/api/v1/info": {"get": _op("The `info --json` document (same schema)")},
-        "/api/v1/chart": {"get": _op("Jobs finished and failed per minute (all queues or one)",
-                                     params=[_p("minutes", kind="integer"), _p("queue")])},
+        "/api/v1/info": {"get": _op("The `info --json` document (same schema); with page "
+                                    "(and per_page), the queues of that page only",
+                                    params=_PAGE)},
+        "/api/v1/chart": {"get": _op("Jobs finished and failed per minute (all queues, one, "
+                                     "or one page of them by name)",
+                                     params=[_p("minutes", kind="integer"), _p("queue"),
+                                             *_PAGE])},
         "/api/v1/jobs": {"get": _op(
             "One page of a queue's jobs by status, newest (queued: best, scheduled: soonest) "
             "first. A function filter, or a priority filter outside `queued`, reads a window "

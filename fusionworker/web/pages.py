@@ -14,8 +14,16 @@ from starlette.routing import Route
 
 from ..events import metrics_history
 from . import details, listings
-from .service import ApiError, Dashboard, parse_int, shown
+from .service import QUEUES_PER_PAGE, ApiError, Dashboard, parse_int, shown
 from .state import state
+
+#: the charts of all queues read the recorder's sums above this many queues (below,
+#: the queues' own counts are added up: the same figures, and the ones recorded before
+#: the sums were)
+SUMMED_ABOVE = 100
+#: a page offers a list of the queues to pick from up to this many (a name is typed
+#: beyond)
+PICKER_LIMIT = 500
 
 
 def _float(value: Any, name: str) -> float | None:
@@ -60,7 +68,9 @@ def failed_view(request: Request) -> Response:
     result = failed_query(board, request.query_params)
     queue = result["filters"]["queue"]
     stats = board.queue(queue).stats() if queue else None
-    return st.page(request, "failed.html", who, result=result, names=board.queue_names(),
+    names = board.queue_names()
+    return st.page(request, "failed.html", who, result=result,
+                   names=names if len(names) <= PICKER_LIMIT else [],
                    since_choices=[k for k in listings.SINCE if k], q=stats)
 
 
@@ -175,7 +185,9 @@ def _history_query(board: Dashboard, request: Request) -> dict[str, Any]:
     if span not in metrics_history.RANGES:
         raise ApiError(400, "range is hour or day")
     queue = p.get("queue") or ""
-    names = [board.queue(queue).name] if queue else board.queue_names()
+    names: list[str] | None = [board.queue(queue).name] if queue else board.queue_names()
+    if not queue and len(names or []) > SUMMED_ABOVE:
+        names = None     # the sums the recorder keeps: one hash per bucket
     doc = metrics_history.history(board.r, board.prefix, names, span, board.now())
     doc["queue"] = queue or None
     return doc
@@ -188,11 +200,17 @@ def charts_view(request: Request) -> Response:
         return who
     board = st.board
     doc = _history_query(board, request)
+    p = request.query_params
+    page, size, names, shown = board.names_page(p.get("page", 1),
+                                                p.get("per_page", QUEUES_PER_PAGE))
     per_queue = [{"queue": name, **metrics_history.history(
         board.r, board.prefix, [name], doc["range"], board.now())["total"]}
-        for name in board.queue_names()]
-    return st.page(request, "charts.html", who, history=doc, per_queue=per_queue,
-                   names=board.queue_names(), ranges=list(metrics_history.RANGES))
+        for name in shown]
+    pager = {"page": page, "per_page": size, "total": len(names),
+             "pages": max(1, -(-len(names) // size))}
+    return st.page(request, "charts.html", who, history=doc, per_queue=per_queue, pager=pager,
+                   names=names if len(names) <= PICKER_LIMIT else [],
+                   ranges=list(metrics_history.RANGES))
 
 
 def api_history(request: Request) -> Response:

@@ -20,8 +20,9 @@ from ..core import admin
 from ..core.config import Settings
 from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
-from ..core.keys import InvalidQueueName, check_queue_name
+from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
+from ..core.queue_read import stats_many
 from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
 from ..middleware import cron
 from ..ops.info import collect_info
@@ -38,6 +39,8 @@ STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus
 #: registries listed oldest (or soonest) first; the others newest (or best) first
 OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
+#: queues the overview shows per page (and polls)
+QUEUES_PER_PAGE = 50
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
 FILTER_SCAN = 2000
@@ -151,21 +154,36 @@ class Dashboard:
             check_queue_name(name)
         except InvalidQueueName as exc:
             raise ApiError(400, str(exc)) from None
-        if must_exist and name not in self.queue_names():
+        if must_exist and not self.r.sismember(Keys(self.prefix).queues, name):
             raise ApiError(404, f"no queue {name!r}")
         return Queue(name, self.r, settings=self.settings)
 
     def queues(self) -> list[dict[str, Any]]:
+        """The stats of every queue (three pipelines whatever their number)."""
+        return stats_many(self.r, self.settings, self.queue_names(),
+                          admin.workers(self.r, self.prefix))
+
+    def queue_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE) -> dict[str, Any]:
+        """One page of the queues by name, with their stats: what the overview shows
+        (and polls) at any number of queues."""
+        page_n, size, names, shown = self.names_page(page, per_page)
         heartbeats = admin.workers(self.r, self.prefix)
-        return [Queue(n, self.r, settings=self.settings).stats(heartbeats)
-                for n in self.queue_names()]
+        return {"queues": stats_many(self.r, self.settings, shown, heartbeats),
+                "total": len(names),
+                "page": page_n, "per_page": size, "pages": max(1, -(-len(names) // size)),
+                "first": (page_n - 1) * size + 1 if shown else 0,
+                "last": (page_n - 1) * size + len(shown)}
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
         return [admin.describe_worker(w, now) for w in admin.workers(self.r, self.prefix)]
 
-    def info(self) -> dict[str, Any]:
-        return collect_info(_InfoSource(self.r, self.settings))
+    def info(self, page: Any = None, per_page: Any = QUEUES_PER_PAGE) -> dict[str, Any]:
+        """``info --json``; with ``page``, the queues of that page only."""
+        if page is None:
+            return collect_info(_InfoSource(self.r, self.settings))
+        return collect_info(_InfoSource(self.r, self.settings), page=parse_int(page, "page", 1),
+                            per_page=parse_int(per_page, "per_page", 1, MAX_PER_PAGE))
 
     def now(self) -> float:
         return admin.server_time(self.r)
@@ -173,8 +191,21 @@ class Dashboard:
     def suspended(self) -> float | None:
         return admin.suspended_for(self.r, self.prefix)
 
-    def chart(self, minutes: int = 60, queue: str | None = None) -> list[dict[str, Any]]:
-        names = [self.queue(queue).name] if queue else self.queue_names()
+    def names_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE,
+                   ) -> tuple[int, int, list[str], list[str]]:
+        """(page, per_page, every name, the names of that page), checked."""
+        page_n = parse_int(page, "page", 1)
+        size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
+        names = self.queue_names()
+        return page_n, size, names, names[(page_n - 1) * size:page_n * size]
+
+    def chart(self, minutes: int = 60, queue: str | None = None,
+              names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Finished and failed per minute of ``queue``, or of ``names``, or of all."""
+        if queue:
+            names = [self.queue(queue).name]
+        elif names is None:
+            names = self.queue_names()
         return admin.minute_counts(self.r, names, self.prefix, minutes)
 
     def cron_entries(self) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from ..core.queue import find_queue_of
 from . import auth, listings
 from .actions import dispatch
 from .guard import check_login
-from .service import STATUSES, ApiError
+from .service import QUEUES_PER_PAGE, STATUSES, ApiError
 from .state import run, state
 
 log = logging.getLogger("fusionworker.web")
@@ -30,8 +30,12 @@ def overview(request: Request) -> Response:
     if isinstance(who, Response):
         return who
     board = st.board
-    return st.page(request, "overview.html", who, queues=board.queues(),
-                   workers=board.workers(), suspended=board.suspended(), chart=board.chart(60))
+    p = request.query_params
+    listing = board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
+    names = [q["queue"] for q in listing["queues"]]
+    return st.page(request, "overview.html", who, queues=listing["queues"], listing=listing,
+                   workers=board.workers(), suspended=board.suspended(),
+                   chart=board.chart(60, names=names))
 
 
 def queue_view(request: Request) -> Response:

@@ -84,14 +84,15 @@ def failed_jobs(queue: Callable[..., Any], burst: Callable[..., Any], n: int,
 # -- info -------------------------------------------------------------------------
 
 INFO_KEYS = {"schema", "version", "redis_url", "prefix", "time", "suspended",
-             "suspended_remaining", "queues", "workers", "cron", "groups"}
+             "suspended_remaining", "queues", "workers", "cron", "groups", "queues_total"}
 QUEUE_KEYS = {"queue", "pending", "bands", "scheduled", "started", "failed", "finished",
               "paused", "max_active", "busy_groups", "oldest_age", "cron", "held", "due",
               "awaiting_compute"}
 WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_job",
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
                "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency",
-               "events_buffered", "events_dropped", "events_errors", "cpu_percent"}
+               "events_buffered", "events_dropped", "events_errors", "cpu_percent",
+               "queue_order", "gpus"}
 
 
 def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:
@@ -479,3 +480,15 @@ def test_job_hold_and_release(cli, queue):
     assert cli("job", "release", job.id).output == f"Released {job.id} on default (queued)\n"
     assert "is queued, not held" in cli("job", "release", job.id, code=1).output
     assert q.fetch_job(job.id).status == "queued"
+
+
+def test_info_shows_one_page_of_queues(cli: Run, queue: Any) -> None:
+    for n in range(12):
+        queue(f"pg{n:02d}").enqueue("tests.jobs:noop")
+    doc = json.loads(cli("info", "--json", "--page", "2", "--per-page", "5").stdout)
+    assert [q["queue"] for q in doc["queues"]] == [f"pg{n:02d}" for n in range(5, 10)]
+    assert (doc["queues_total"], doc["page"], doc["per_page"], doc["pages"]) == (12, 2, 5, 3)
+    out = cli("info", "--page", "3", "--per-page", "5").stdout
+    assert "pg11" in out and "pg04" not in out and "page 3 of 3 (12 queue(s) in all" in out
+    assert len(json.loads(cli("info", "--json").stdout)["queues"]) == 12
+    cli("info", "--page", "0", code=2)

@@ -151,6 +151,12 @@ def test_real_worker_holds_claims_while_every_core_is_busy_and_resumes_after(pro
     import subprocess
     import sys
 
+    from fusionworker.middleware.governor import CpuReader
+
+    idle = CpuReader()
+    time.sleep(1.0)                 # a window before the burn (not a latency bound)
+    if idle() >= 90.0:              # other work pins the cores: "after" cannot be seen
+        pytest.skip("the machine's cores are busy without this test's processes")
     env = {"CPU_THROTTLE_THRESHOLD": "98", "CPU_RESUME_THRESHOLD": "98",
            "MEMORY_CHECK_INTERVAL": "0.3"}
     q = queue()

@@ -10,6 +10,8 @@ import redis
 
 from fusionworker.core import codec
 from fusionworker.core.connection import connect
+from fusionworker.core.queue import scripts_for
+from fusionworker.middleware.reaper import reap_once
 from fusionworker.runtime.worker import Worker
 
 
@@ -134,3 +136,24 @@ def test_bytes_that_are_not_utf8_fail_one_job_not_the_claim(field, redis_url, pr
         assert job.status == "failed", job
         assert job.failure_reason in ("malformed", "refused"), job.failure_reason
     assert client.zcard(f"{prefix}:{{default}}:started") == 0
+
+
+def test_a_poison_job_whose_claimer_died_is_reaped_then_fails_alone(queue, burst, r, prefix,
+                                                                     settings):
+    """The crash point between the claim and the outcome (docs/design.md, "Decoding what
+    Redis holds"): a worker claimed the record and died before recording anything. The
+    reaper hands it back without reading its arguments; the next claimer fails it as
+    malformed and runs the job beside it."""
+    q = queue()
+    bad = q.enqueue("tests.jobs:add", 3, 4, max_retries=3)
+    poison(r, prefix, bad.id, "args", "[" * 490 + "]" * 490)
+    reply = scripts_for(r).claim(keys=[q.qkeys.base], args=["ghost.1", "t0", -1.0, 3600])
+    assert reply[0] == "job"          # claimed, its lease already over, its worker gone
+    counts = reap_once(r, settings)
+    assert counts["requeued"] == 1 and counts["jobs"] == [bad.id]
+    good = q.enqueue("tests.jobs:add", 1, 2)
+    w = burst()
+    assert (w.successful, w.failed) == (1, 1)
+    data = r.hgetall(f"{prefix}:{{default}}:job:{bad.id}")
+    assert data["status"] == "failed" and data["failure_reason"] == "malformed", data
+    assert q.fetch_job(good.id).result == 3 and r.zcard(q.qkeys.started) == 0

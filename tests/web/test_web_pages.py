@@ -177,10 +177,10 @@ def test_worker_page_shows_slots_memory_and_recent_outcomes(client, queue, proce
     assert client.get("/workers/nobody", headers=BEARER).status_code == 404
 
 
-def test_worker_page_shows_the_governors_cpu_sample(client, processes):
+def test_worker_page_shows_the_governors_cpu_sample_fair_share_and_gpus(client, processes):
     """CPU_THROTTLE_THRESHOLD under 100 (issue 34): the worker's last CPU sample is in
     its API document and on its page; without it the page says the check is off."""
-    processes.worker("--customq", "default", "--name", "cpuw",
+    processes.worker("--customq", "default", "--name", "cpuw", "--fair", "--gpus", "3",
                      env={"CPU_THROTTLE_THRESHOLD": "99.99", "CPU_RESUME_THRESHOLD": "99.99",
                           "MEMORY_CHECK_INTERVAL": "0.2"})
     processes.worker("--customq", "default", "--name", "nocpuw")
@@ -189,6 +189,8 @@ def test_worker_page_shows_the_governors_cpu_sample(client, processes):
     assert 0.0 <= doc["cpu_percent"] <= 100.0
     page = get(client, "/workers/cpuw").text
     assert 'id="worker-cpu"' in page and "% of all cores" in page
+    assert doc["queue_order"] == "fair" and doc["gpus"] == ["3"]      # issue 34's settings
+    assert "GPUs 3" in page and ">fair<" in page
     wait_for(lambda: client.get("/api/v1/workers/nocpuw", headers=BEARER).status_code == 200)
     assert client.get("/api/v1/workers/nocpuw", headers=BEARER).json()["cpu_percent"] is None
     assert "not checked" in get(client, "/workers/nocpuw").text

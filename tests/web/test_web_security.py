@@ -159,6 +159,15 @@ def test_cookies_are_secure_behind_tls(r, settings):
                              "X-Forwarded-Proto": "https"}) as c:
         cookie = session_cookie(login_answer(c))
         assert "secure" in cookie.lower() and "samesite=strict" in cookie.lower()
+    # a proxy that rewrites Host says the original one: that is the site named
+    with TestClient(proxied, client=("10.1.2.3", 4000), base_url="http://10.1.0.1:9181",
+                    headers={"Origin": "https://dash.example", "X-Forwarded-Host": "dash.example",
+                             "X-Forwarded-Proto": "https"}) as c:
+        assert login_answer(c).status_code == 303
+    with TestClient(proxied, client=("192.0.2.9", 4000), base_url="http://10.1.0.1:9181",
+                    headers={"Origin": "https://dash.example", "X-Forwarded-Host": "dash.example",
+                             "X-Forwarded-Proto": "https"}) as c:
+        assert login_answer(c).status_code == 403   # not from a trusted proxy
 
 
 def test_wrong_credentials_are_limited_per_client(r, settings):
@@ -221,3 +230,25 @@ def test_body_size_is_limited(client):
             yield b" " * 50_000
     answer = client.put("/api/v1/queues/default/max-active", content=chunks(), headers=BEARER)
     assert answer.status_code == 413
+
+
+def test_the_failure_limit_counts_the_client_a_trusted_proxy_names(r, settings):
+    app = create_app(settings.replace(web_token=TOKEN, web_auth_failures=2,
+                                      web_trusted_proxies=("10.9.0.1",)), r)
+    wrong = {"Authorization": "Bearer wrong"}
+    with TestClient(app, client=("10.9.0.1", 1)) as proxy:
+        for _ in range(2):
+            assert proxy.get("/api/v1/queues", headers={
+                **wrong, "X-Forwarded-For": "198.51.100.7, 10.9.0.1"}).status_code == 401
+        held = proxy.get("/api/v1/queues", headers={**BEARER,
+                                                    "X-Forwarded-For": "198.51.100.7"})
+        assert held.status_code == 429
+        other = proxy.get("/api/v1/queues", headers={**BEARER,
+                                                     "X-Forwarded-For": "198.51.100.8"})
+        assert other.status_code == 200
+    # from an untrusted sender the header is ignored: its own address is counted
+    with TestClient(app, client=("203.0.113.5", 1)) as sender:
+        for n in range(2):
+            sender.get("/api/v1/queues", headers={**wrong, "X-Forwarded-For": f"192.0.2.{n}"})
+        assert sender.get("/api/v1/queues", headers={
+            **BEARER, "X-Forwarded-For": "192.0.2.99"}).status_code == 429

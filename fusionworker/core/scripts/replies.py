@@ -292,6 +292,12 @@ def hold(reply: Raw) -> Changed:
 release = hold
 
 
+def use(reply: Raw) -> tuple[float, float]:
+    """``use.lua``: (the queue's decayed use now, the server's time of it)."""
+    items = _items(reply)
+    return float(_text(items[0])), float(_text(items[1]))
+
+
 def reprioritize(reply: Raw) -> Changed:
     items = _items(reply)
     outcome = cast(Verdict, _text(items[0]))
@@ -402,7 +408,7 @@ def minutes(reply: Raw) -> int:
 #: the parser of every script, by script name
 PARSERS: dict[str, Callable[[Raw], Any]] = {
     "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
-    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel, "hold": hold, "release": release,
+    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel, "hold": hold, "release": release, "use": use,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,

@@ -2,8 +2,10 @@
 
 A horse is a copy of the server, so what the server imported and resolved before the
 fork is there in the horse without a cost per job. When the server imports a module
-(:func:`import_for_horses`): with fresh horses, once a job of it ran fine (the lazy rule, so a
-job the worker refuses never has its module imported outside the worker); with warm
+(:func:`import_for_horses`): the worker's ``--import`` modules at its start, before its
+first horse (fresh or warm); another module, with fresh horses, once a job of it ran fine
+(the lazy rule, so a job the worker refuses never has its module imported outside the
+worker); with warm
 horses, before the first horse of a job whose reference passed the allow check by name
 (``Server.load``: the same speed whether or not the module was named with ``--import``).
 """

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
+from ..gpus import device_of
 from ..horse.hygiene import oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
@@ -103,7 +104,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the pool of warm horses is forked."""
+    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it)."""
     before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses
@@ -129,8 +130,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
-    if preload and server.slots:   # warm: the pool, forked ahead, is not retired at the
-        for module in imports:     # first job (the worker imported them already)
+    if preload:   # before the first horse, fresh or warm: every horse shares this copy
+        for module in imports:     # (models loaded once; the worker imported them already)
             server.preloaded.add(module)
             import_for_horses(module)
     server.run()
@@ -395,8 +396,10 @@ class Server:
         self.load(request.func)
         body = frame(for_horse(request))
         cap = self.cap(request.func)
+        device = device_of(request.entry)      # --gpus: a warm horse keeps its device
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
-            if run.done >= cap:
+            if run.done >= cap or (run.request is not None
+                                   and device_of(run.request.entry) != device):
                 continue
             try:
                 write_all(run.job_w, body)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ...core import tracing as _tracing
 from .. import progress
 from ..deadlines import DeadlineBoard
+from ..gpus import use_slot_device
 from ..protocol import HorseReport, from_server, job_of, write_all
 from .hygiene import close_others, log_fds, raise_oom_score
 from .lease import BoardView, OwnLease
@@ -95,6 +96,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
         if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
             lease.watch(entry)
+        use_slot_device(entry)               # --gpus: this slot's device only (gpus.py)
         progress.begin(job, fd=write_fd)     # current_job() (progress.py)
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         if tracing is None:

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from ...core import tracing as _tracing
 from ...core.functions import resolve
 from .. import progress
+from ..gpus import use_slot_device
 from ..protocol import HEADER, HorseReport, from_server, job_of, write_all
 from . import guard
 from .lease import OwnLease
@@ -65,6 +66,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             done += 1
             if lease is not None and entry >= 0:
                 lease.watch(entry)
+            use_slot_device(entry)   # --gpus: the server gives it its first device's slots only
             report, tracing = _run_one(job, write_fd, allowed, retryable, mine)
             if lease is not None:
                 lease.idle()

@@ -78,6 +78,8 @@
       var state = row.querySelector('[data-k="state"] .badge');
       if (state) { state.textContent = q.paused ? "paused" : "active"; state.className = "badge " + (q.paused ? "warn" : "good"); }
     });
+    var count = document.getElementById("queue-count");
+    if (count && data.total !== undefined) count.textContent = data.total;
     var sus = document.getElementById("suspended");
     if (sus) { sus.textContent = data.suspended ? "workers suspended" : "running"; sus.className = "badge " + (data.suspended ? "warn" : "good"); }
   }
@@ -136,10 +138,14 @@
 
   function refresh() {
     if (document.hidden) { whenVisible(refresh); return; }
-    var jobs = [];
-    if (document.getElementById("queues")) jobs.push(get("/api/v1/queues").then(updateQueues));
+    var jobs = [], table = document.getElementById("queues"), page = "";
+    if (table && table.getAttribute("data-page")) {   // the overview polls its own page of queues
+      page = "page=" + encodeURIComponent(table.getAttribute("data-page")) +
+        "&per_page=" + encodeURIComponent(table.getAttribute("data-per-page"));
+    }
+    if (table) jobs.push(get("/api/v1/queues" + (page ? "?" + page : "")).then(updateQueues));
     if (document.getElementById("workers")) jobs.push(get("/api/v1/workers").then(updateWorkers));
-    if (document.getElementById("chart")) jobs.push(get("/api/v1/chart?minutes=60").then(function (d) { drawChart(d.minutes); }));
+    if (document.getElementById("chart")) jobs.push(get("/api/v1/chart?minutes=60" + (page ? "&" + page : "")).then(function (d) { drawChart(d.minutes); }));
     Promise.all(jobs).then(function () {
       document.body.setAttribute("data-refreshed", String(Date.now()));
     }, function () { /* keep the last figures; the next poll tries again */ })

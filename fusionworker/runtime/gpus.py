@@ -1,0 +1,95 @@
+"""A GPU per slot (``worker --gpus 0,1`` or ``--gpus auto``): each slot of a worker owns
+a device, and the jobs it runs see only that one (``CUDA_VISIBLE_DEVICES``).
+
+Who does what:
+
+* the worker resolves ``--gpus`` once at start (:func:`resolve_devices`; ``auto``: every
+  device NVML counts) and writes the list to :data:`SLOT_DEVICES_ENV` in its own
+  environment, before its fork server starts; the fork server (a fresh interpreter) and
+  every horse inherit it. Slot ``i`` (its deadline-board entry, which every run request
+  carries) owns device ``devices[i % len(devices)]``: with ``--concurrency`` equal to
+  the number of devices, one slot per device.
+* a horse sets ``CUDA_VISIBLE_DEVICES`` to its slot's device before the job's code runs
+  (:func:`use_slot_device`); the job's framework (PyTorch, TensorFlow, JAX) then sees
+  one device, as ``cuda:0``.
+* a warm horse (``--horse-jobs N``) keeps its device: the fork server gives an idle warm
+  horse only a job of a slot with the same device (:func:`device_of`); another slot's
+  job gets a fresh horse. CUDA reads ``CUDA_VISIBLE_DEVICES`` once, when it initialises
+  in a process: it must never be initialised in the fork server (nor by a module named
+  with ``--import``, which the fork server imports before forking), or every horse would
+  inherit that process's device and context.
+* the resource governor judges the worker's own devices only (the other GPUs of the
+  host are other workers' business).
+
+Nothing is written to Redis; a process dying changes nothing here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core.config import parse_gpus
+
+__all__ = ["SLOT_DEVICES_ENV", "device_of", "parse_gpus", "resolve_devices",
+           "share_devices", "slot_devices", "use_slot_device"]
+
+#: the worker's resolved devices, comma-separated, for its fork server and horses
+SLOT_DEVICES_ENV = "FUSIONWORKER_SLOT_DEVICES"
+
+
+def resolve_devices(gpus: Sequence[str], *, nvml: Any | None = None) -> tuple[str, ...]:
+    """The devices of ``--gpus``: as given, or for ``auto`` every device NVML counts
+    (``nvml``: the ``pynvml`` module or a stand-in; default ``import pynvml``). ``auto``
+    without NVML or without a device: ValueError (one line: the worker does not start)."""
+    if tuple(gpus) != ("auto",):
+        return tuple(gpus)
+    if nvml is None:
+        try:
+            import pynvml  # optional extra "gpu" (nvidia-ml-py)
+        except ImportError:
+            raise ValueError("--gpus auto needs NVML: pip install 'fusionworker[gpu]'") from None
+        nvml = pynvml
+    lib: Any = nvml
+    try:
+        lib.nvmlInit()
+        try:
+            count = int(lib.nvmlDeviceGetCount())
+        finally:
+            lib.nvmlShutdown()
+    except lib.NVMLError as exc:
+        raise ValueError(f"--gpus auto: NVML cannot count the GPUs ({exc})") from None
+    if count <= 0:
+        raise ValueError("--gpus auto: no GPU found")
+    return tuple(str(i) for i in range(count))
+
+
+def slot_devices(environ: Any = None) -> tuple[str, ...]:
+    """The devices the worker gave its processes (:data:`SLOT_DEVICES_ENV`), or ()."""
+    env = os.environ if environ is None else environ
+    return tuple(p for p in (env.get(SLOT_DEVICES_ENV) or "").split(",") if p)
+
+
+def device_of(entry: int, devices: Sequence[str] | None = None) -> str | None:
+    """The device slot ``entry`` owns, or None (no ``--gpus``, or no entry)."""
+    devices = slot_devices() if devices is None else devices
+    if not devices or entry < 0:
+        return None
+    return devices[entry % len(devices)]
+
+
+def share_devices(devices: Sequence[str]) -> None:
+    """In the worker, before its fork server starts: the devices its processes inherit
+    (none: the variable is removed, so a stale value is never inherited)."""
+    if devices:
+        os.environ[SLOT_DEVICES_ENV] = ",".join(devices)
+    else:
+        os.environ.pop(SLOT_DEVICES_ENV, None)
+
+
+def use_slot_device(entry: int, setenv: Callable[[str, str], None] | None = None) -> None:
+    """In a horse, before its job: ``CUDA_VISIBLE_DEVICES`` = its slot's device."""
+    device = device_of(entry)
+    if device is not None:
+        (setenv or os.environ.__setitem__)("CUDA_VISIBLE_DEVICES", device)

@@ -1,0 +1,65 @@
+"""A GPU per slot (issue 34, ``worker --gpus``): each slot of a worker owns a device, its
+jobs see only that one (``CUDA_VISIBLE_DEVICES``), warm horses keep theirs, ``auto``
+counts the devices through NVML (the fake NVML of test_governor: no GPU here), and the
+GPU governor judges the worker's own devices only."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusionworker.core.config import ConfigError, load_settings
+from fusionworker.middleware.governor import Governor
+from fusionworker.runtime.gpus import device_of, resolve_devices
+from tests.middleware.test_governor import FakeNVMLError, fake_nvml
+from tests.waiting import wait_for
+
+
+def test_two_slots_on_two_gpus_run_concurrent_jobs_on_different_devices(processes, queue,
+                                                                         settings):
+    q = queue()
+    key = f"{settings.prefix}:gate"
+    processes.worker("--customq", "default", "--concurrency", "2", "--gpus", "0,1")
+    jobs = [q.enqueue("tests.jobs:device_at_barrier", settings.redis_url, key, 2)
+            for _ in range(2)]
+    done = [wait_for(lambda j=j: (f := q.fetch_job(j.id)).status == "finished" and f,
+                     timeout=60) for j in jobs]
+    devices = sorted(d.result[0] for d in done)
+    assert devices == ["0", "1"]                 # both at once, each on its own device
+
+
+def test_warm_horses_keep_their_device(processes, queue):
+    q = queue()
+    processes.worker("--customq", "default", "--gpus", "3,5", "--horse-jobs", "50")
+    ids = [q.enqueue("tests.jobs:device_of_horse").id for _ in range(12)]
+    wait_for(lambda: all(q.fetch_job(i).status == "finished" for i in ids), timeout=60)
+    by_pid: dict[int, set[str]] = {}
+    for i in ids:
+        device, pid = q.fetch_job(i).result
+        by_pid.setdefault(pid, set()).add(device)
+    assert all(len(devices) == 1 for devices in by_pid.values()), by_pid
+    assert set().union(*by_pid.values()) <= {"3", "5"}
+
+
+def test_auto_counts_the_devices_with_nvml_and_refuses_without_any():
+    nvml, calls, _ = fake_nvml(devices=((1000, 10), (1000, 20), (1000, 30)))
+    assert resolve_devices(("auto",), nvml=nvml) == ("0", "1", "2")
+    assert resolve_devices(("2", "0")) == ("2", "0")
+    none, _, _ = fake_nvml(devices=())
+    with pytest.raises(ValueError, match="no GPU found"):
+        resolve_devices(("auto",), nvml=none)
+    broken, _, _ = fake_nvml(init_error=FakeNVMLError("Driver Not Loaded"))
+    with pytest.raises(ValueError, match="NVML cannot count"):
+        resolve_devices(("auto",), nvml=broken)
+    assert [device_of(e, ("0", "1")) for e in (0, 1, 2, -1)] == ["0", "1", "0", None]
+    with pytest.raises(ConfigError, match="not a GPU index"):
+        load_settings(environ={"FUSIONWORKER_GPUS": "0,x"})
+
+
+def test_the_gpu_governor_judges_the_workers_own_devices_only():
+    settings = load_settings(environ={"FUSIONWORKER_GPUS": "1"})
+    gov = Governor(settings, ram_reader=lambda: 10.0, swap_reader=lambda: 0.0,
+                   gpu_reader=lambda: [(0, 99.0), (1, 20.0)], cpu_reader=lambda: 0.0)
+    assert gov.check() is None                   # GPU0 is full: another worker's device
+    hot = Governor(settings, ram_reader=lambda: 10.0, swap_reader=lambda: 0.0,
+                   gpu_reader=lambda: [(0, 10.0), (1, 99.0)], cpu_reader=lambda: 0.0)
+    assert hot.check() == "GPU1 at 99.0% (throttle 85%)"
