@@ -9,8 +9,14 @@ import sys
 import click
 import redis
 
-from ..core.config import (ConfigError, Settings, check_value, load_settings, parse_gpus,
-                           read_config_file)
+from ..core.config import (
+    ConfigError,
+    Settings,
+    check_value,
+    load_settings,
+    parse_gpus,
+    read_config_file,
+)
 from ..core.connection import RedisClient, connect
 from ..core.keys import check_worker_name
 from ..core.registry import worker_allowed
