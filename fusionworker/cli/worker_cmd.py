@@ -121,10 +121,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
-    if short_n is not None:       # rq worker -n NAME
-        if name is not None and name != short_n:
-            raise click.BadParameter("give --name or -n (the same), not both", param_hint="-n")
-        name = short_n
+    name = _name(name, short_n)
     queues = queue_spec(ordered, queues)
     strict = bool(ordered)
     try:
@@ -154,19 +151,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         worker_allowed(app.settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        connection = app.connect(embedded=True)
-    except RedisUnavailable as exc:
-        if burst or exc.refused:   # a one-shot run (a script, CI), a wrong password: exit 1
-            raise
-        # the URL was given and does not answer yet (a deploy racing a Redis restart):
-        # a long-running worker waits for it and registers once it answers (Worker.work)
-        click.echo(f"warning: {exc}; the worker waits for it", err=True)
-        connection = connect(app.url)
-    # a job's (or callback's) Queue() / Job.fetch() without settings reads the environment:
-    # it is the worker's own (its --redis-url, --prefix, config file), for its horses too
-    os.environ["REDIS_URL"] = app.settings.redis_url
-    os.environ["FUSIONWORKER_PREFIX"] = app.settings.prefix
+    connection = _connect(app, burst)
+    _export_connection(app)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window, concurrency, strict))
@@ -193,6 +179,37 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+def _name(name: str | None, short_n: str | None) -> str | None:
+    """``--name``, or RQ's ``-n NAME`` (the same; both, differing: one line)."""
+    if short_n is None:
+        return name
+    if name is not None and name != short_n:
+        raise click.BadParameter("give --name or -n (the same), not both", param_hint="-n")
+    return short_n
+
+
+def _connect(app: App, burst: bool) -> RedisClient:
+    """The worker's connection (an embedded Redis when none answers and no URL was
+    given). A URL that does not answer yet: a one-shot run (burst) or a refused password
+    exits 1; a long-running worker waits for it (a deploy racing a Redis restart)."""
+    try:
+        client: RedisClient = app.connect(embedded=True)
+        return client
+    except RedisUnavailable as exc:
+        if burst or exc.refused:
+            raise
+        click.echo(f"warning: {exc}; the worker waits for it", err=True)
+        return connect(app.url)
+
+
+def _export_connection(app: App) -> None:
+    """A job's (or callback's) ``Queue()`` / ``Job.fetch()`` without settings reads the
+    environment: it is made the worker's own (its --redis-url, --prefix, config file),
+    for its horses and --processes children too."""
+    os.environ["REDIS_URL"] = app.settings.redis_url
+    os.environ["FUSIONWORKER_PREFIX"] = app.settings.prefix
 
 
 def _gpus_and_order(app: App, gpus: str | None, fair: bool, strict: bool) -> None:
