@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 import redis  # noqa: E402
 
 import fusionworker.ops.demo  # noqa: E402,F401  (registers the demo job functions)
+from fusionworker.core import cron  # noqa: E402
 from fusionworker.core.batch import Batch  # noqa: E402
 from fusionworker.core.config import load_settings  # noqa: E402
 from fusionworker.core.keys import Keys  # noqa: E402
 from fusionworker.core.queue import Queue  # noqa: E402
 from fusionworker.events import flush_default_sinks, metrics_history  # noqa: E402
-from fusionworker.middleware import cron  # noqa: E402
 from fusionworker.web import create_app  # noqa: E402
 from tests.web_support import chromium, login, serve, wait  # noqa: E402
 

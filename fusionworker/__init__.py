@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from .core import emitting  # the producer's port to the event log (installed below)
+from .core.emitting import EventsPort
+
 #: public name -> the module that defines it
 _PUBLIC = {
     "Batch": "fusionworker.core.batch",
@@ -83,6 +86,24 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .ops import health as health
     from .runtime.progress import JobContext, current_job
     from .worker import Worker
+
+
+def _run_in_process(queue: Any) -> Any:
+    """``Queue(is_async=False)``'s runner (core/emitting.py): the queue's due jobs, here."""
+    from .testing import run_burst
+
+    return run_burst(queue)
+
+
+def _events_port() -> EventsPort:
+    """The event log the producer is handed (core/emitting.py), loaded on first use."""
+    from .events.producer import PORT
+
+    return PORT
+
+
+emitting.install(_events_port)
+emitting.install_runner(_run_in_process)
 
 
 def __getattr__(name: str) -> Any:

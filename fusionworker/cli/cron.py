@@ -7,8 +7,8 @@ from zoneinfo import ZoneInfo
 
 import click
 
+from ..core import cron as cron_api
 from ..core.keys import Keys
-from ..middleware import cron as cron_api
 from .common import (
     App,
     FiniteFloat,

@@ -43,6 +43,25 @@ def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> 
                    "jobs and retries", err=True)
 
 
+def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: str | None,
+                   name: str | None, processes: int) -> str:
+    """The queue spec, once the flags that can be wrong without a connection are checked
+    (each refused in one line naming the flag as typed)."""
+    spec = queue_spec(ordered, queues)
+    try:
+        parse_queue_spec(spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from None
+    if metrics_bind is not None:   # named as typed (the setting's check names its variable)
+        check_value("metrics_bind", metrics_bind, "--metrics-bind")
+    if name is not None:   # before a --processes supervisor starts NAME.SLOT children
+        try:
+            check_worker_name(name if processes < 2 else f"{name}.{processes}")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--name") from None
+    return spec
+
+
 @click.command()
 @click.argument("ordered", nargs=-1, metavar="[QUEUE]...")
 @click.option("--queue", "--queues", "--customq", "-q", "queues", default=None,
@@ -122,19 +141,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     thresholds, --max-horse-memory and the log level without a restart.
     """
     name = _name(name, short_n)
-    queues = queue_spec(ordered, queues)
+    queues = _checked_flags(ordered, queues, metrics_bind, name, processes)
     strict = bool(ordered)
-    try:
-        parse_queue_spec(queues)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--queue") from None
-    if metrics_bind is not None:   # named as typed (the setting's check names its variable)
-        check_value("metrics_bind", metrics_bind, "--metrics-bind")
-    if name is not None:   # before a --processes supervisor starts NAME.SLOT children
-        try:
-            check_worker_name(name if processes < 2 else f"{name}.{processes}")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--name") from None
     searched = extend_sys_path((*paths, *app.settings.path))
     if len(searched) > 1:   # --processes children find them too
         os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])

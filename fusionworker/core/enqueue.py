@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -210,11 +211,34 @@ def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
     return deps, [dependency_ref(name, i) for name, i in deps]
 
 
+#: the options that are record fields only when given (None: not given); a plain job
+#: skips encode_fields (one C call tells)
+_OPTIONAL = operator.attrgetter(
+    "retry_delay", "unique_key", "group", "on_failure_url", "batch", "description",
+    "result_ttl", "failure_ttl", "ttl", "retry", "on_success", "on_failure", "retry_on",
+    "on_stopped")
+_NONE_GIVEN = (None,) * 14
+
+
 def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any,
             refs: list[str]) -> list[str]:
     """The record's fields, ``[name, value, ...]``, as the enqueue scripts take them."""
-    # encode_fields(queue=..., func=..., ...) with the always-present fields spelled
-    # out: the name, the checked reference, ASCII JSON and numbers need no safe_text
+    # the always-present fields spelled out: the name, the checked reference, ASCII JSON
+    # and numbers need no safe_text
+    args_text, kwargs_text = _args_text(q, ref, args_enc, kwargs_enc)
+    fields = ["queue", q.name, "func", ref, "args", args_text, "kwargs", kwargs_text,
+              "timeout", repr(opts.timeout), "max_retries", str(opts.max_retries)]
+    if refs or opts.at_front or _OPTIONAL(opts) != _NONE_GIVEN:
+        fields += _optional_fields(opts, refs)
+    if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
+        fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
+    if _otel.producer is not None:
+        fields += _otel.trace_fields()   # the producer's trace context
+    return fields
+
+
+def _args_text(q: Queue, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple[str, str]:
+    """The arguments' JSON text; TooLarge beyond ``max_args_bytes``."""
     args_text = _tagged_json(args_enc)
     kwargs_text = _tagged_json(kwargs_enc) if kwargs_enc else "{}"
     limit = q.settings.max_args_bytes
@@ -223,34 +247,25 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
             f"cannot enqueue {ref}: its arguments are {len(args_text) + len(kwargs_text)} "
             f"bytes of JSON, more than max_args_bytes ({limit}; "
             "FUSIONWORKER_MAX_ARGS_BYTES): pass a reference (a key, a path) instead")
-    fields = ["queue", q.name, "func", ref, "args", args_text, "kwargs", kwargs_text,
-              "timeout", repr(opts.timeout), "max_retries", str(opts.max_retries)]
-    if (opts.retry_delay is not None or opts.unique_key is not None or opts.group is not None
-            or opts.on_failure_url is not None or refs or opts.batch is not None
-            or opts.description is not None or opts.result_ttl is not None
-            or opts.failure_ttl is not None or opts.ttl is not None or opts.at_front
-            or opts.retry is not None or opts.on_success is not None
-            or opts.on_failure is not None or opts.retry_on is not None
-            or opts.on_stopped is not None):
-        fields += encode_fields(
-            retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
-            on_failure_url=opts.on_failure_url, depends_on=refs or None,
-            allow_dependency_failure="1" if refs and opts.allow_dependency_failure else None,
-            batch=opts.batch.ref if opts.batch is not None else None,
-            description=opts.description, result_ttl=opts.result_ttl,
-            failure_ttl=opts.failure_ttl,
-            ttl=opts.ttl if isinstance(opts.ttl, float) and opts.ttl > 0 else None,
-            at_front="1" if opts.at_front else None,
-            retry_intervals=list(opts.retry) if opts.retry is not None else None,
-            on_success=opts.on_success, on_failure=opts.on_failure,
-            retry_on=list(opts.retry_on) if opts.retry_on is not None else None,
-            on_stopped=opts.on_stopped,
-        )
-    if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
-        fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
-    if _otel.producer is not None:
-        fields += _otel.trace_fields()   # the producer's trace context
-    return fields
+    return args_text, kwargs_text
+
+
+def _optional_fields(opts: JobOptions, refs: list[str]) -> list[str]:
+    """The fields of the options given (encode_fields skips None)."""
+    return encode_fields(
+        retry_delay=opts.retry_delay, unique_key=opts.unique_key, group=opts.group,
+        on_failure_url=opts.on_failure_url, depends_on=refs or None,
+        allow_dependency_failure="1" if refs and opts.allow_dependency_failure else None,
+        batch=opts.batch.ref if opts.batch is not None else None,
+        description=opts.description, result_ttl=opts.result_ttl,
+        failure_ttl=opts.failure_ttl,
+        ttl=opts.ttl if isinstance(opts.ttl, float) and opts.ttl > 0 else None,
+        at_front="1" if opts.at_front else None,
+        retry_intervals=list(opts.retry) if opts.retry is not None else None,
+        on_success=opts.on_success, on_failure=opts.on_failure,
+        retry_on=list(opts.retry_on) if opts.retry_on is not None else None,
+        on_stopped=opts.on_stopped,
+    )
 
 
 def check_prepared(q: Queue, items: list[Any]) -> None:

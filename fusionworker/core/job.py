@@ -3,7 +3,9 @@
 Its vocabulary (:class:`JobStatus`, :class:`FailureReason`, :class:`WorkerState`)
 is in ``vocabulary.py`` and importable from here.
 
-The record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle.
+The record: one Redis HASH ``fw:{queue}:job:<id>``, JSON values, no pickle. Its
+schema is ``record.py`` (``JobRecord``, ``HASH_ONLY``); this table says what each
+field means (``tests/core/test_record.py`` keeps the two the same).
 
 Hash fields (all strings in Redis):
 
@@ -74,6 +76,9 @@ Hash fields (all strings in Redis):
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
+``held_from``       the queue a held job came from (hold/release; optional)
+``held_score``      its score there (optional)
+``held_at``         when it was held (optional)
 ==================  ==========================================================
 
 Score encoding of the pending ZSET (invariant 4)::
@@ -96,16 +101,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .job_habits import JobHabits
+from .record import JobRecord, read_fields, to_dict
 
 # the vocabulary's home is vocabulary.py; these names stay importable from here
 from .vocabulary import FailureReason as FailureReason
@@ -155,57 +161,25 @@ def new_job_id() -> str:
     return f"{int.from_bytes(os.urandom(16), 'big') & _UUID4_KEEP | _UUID4_SET:032x}"
 
 
-def _float(value: str | None) -> float | None:
-    """A number field; None when absent or no finite number (NaN, infinity)."""
-    if value in (None, ""):
-        return None
-    try:
-        found = float(value)
-    except ValueError:
-        return None
-    return found if math.isfinite(found) else None
+def _confirmed(pubsub: Any, remaining: Callable[[], float | None], limited: bool) -> None:
+    """Wait for the subscription's confirmation (from then on every outcome reaches us),
+    or for the time left to run out."""
+    while True:
+        msg = pubsub.get_message(timeout=remaining() if limited else 1.0)
+        if msg is not None and msg.get("type") == "subscribe":
+            return
+        if limited and remaining() == 0:
+            return
 
 
-def _int(value: str | None, default: int = 0) -> int:
-    try:
-        return int(value) if value not in (None, "") else default
-    except ValueError:
-        return default
-
-
-def _ttl(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def _meta(value: str | None) -> dict[str, Any]:
-    if not value:
-        return {}
-    try:
-        found = codec.loads(value)
-    except (ValueError, TypeError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-def _reason(value: str | None) -> FailureReason | None:
-    return FailureReason.read(value) if value else None
-
-
-def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> list[Any] | None:
-    """A JSON list field whose items are all ``item``s (numbers: finite), else None."""
-    try:
-        found = json.loads(value) if value else None
-    except (ValueError, RecursionError):    # a field of a record that is not ours
-        return None
-    if not isinstance(found, list):
-        return None
-    for x in found:
-        if not isinstance(x, item) or isinstance(x, bool) and item is not object or (
-                isinstance(x, float) and not math.isfinite(x)):
-            return None
-    return found
+def _next_message(pubsub: Any, left: float | None, marked: bool, limited: bool) -> None:
+    """Wait for a message on the job's channel: up to ``left`` seconds, at most 1 s when
+    the record is not marked (no message may come); without a limit, in 60 s reads."""
+    while True:
+        wait = left if left is not None else 60.0
+        msg = pubsub.get_message(timeout=wait if marked else min(wait, 1.0))
+        if msg is not None or limited or not marked:
+            return
 
 
 class MalformedJob(ValueError):
@@ -228,79 +202,17 @@ class JobResult:
 
 
 @dataclass(repr=False)
-class Job(JobHabits, Generic[R]):
-    """A job as read from Redis. Attributes mirror the hash fields.
+class Job(JobRecord[R], JobHabits):
+    """A job as read from Redis: its record (:class:`~.record.JobRecord`, the fields)
+    and the I/O on it; RQ's names are :class:`~.job_habits.JobHabits`.
 
     ``Job[R]``: ``result`` is what the function (returning ``R``) returned,
     once ``status == JobStatus.FINISHED``. A job got from a ``Queue`` (``enqueue``,
     ``fetch_job``) can :meth:`refresh` and :meth:`wait`.
     """
 
-    id: str
-    queue: str
-    func: str
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    priority: int = 0
-    seq: int = 0
-    timeout: float = 180.0
-    status: JobStatus = JobStatus.QUEUED
-    enqueued_at: float | None = None
-    scheduled_for: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    attempts: int = 0
-    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
-    shared_deaths: int = 0
-    max_retries: int = 0
-    retry_delay: float | None = None
-    result: R | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    traceback: str | None = None
-    failure_reason: FailureReason | None = None
-    worker_name: str | None = None
-    token: str | None = None
-    group: str | None = None
-    unique_key: str | None = None
-    on_failure_url: str | None = None
-    duration: float | None = None
-    traceparent: str | None = None
-    tracestate: str | None = None
-    #: ``"queue:job_id"`` refs this job waits on (``depends_on``), or None
-    depends_on: list[str] | None = None
-    allow_dependency_failure: bool = False
-    #: another job waits on this one (set when it registered; see workflows.py)
-    has_dependents: bool = False
-    #: ``"queue:batch_id"`` of the batch the job belongs to (batch.py), or None
-    batch: str | None = None
-    #: what the job last reported with ``current_job().set_progress`` (see progress.py)
-    progress: float | None = None
-    progress_message: str | None = None
-    #: when it reported it (epoch seconds, the horse's clock)
-    progress_at: float | None = None
-    #: what the job keeps in ``current_job().meta`` (kept across its attempts)
-    meta: dict[str, Any] = field(default_factory=dict)
-    #: rate-limited progress/meta writes the worker made while the job ran
-    progress_writes: int = 0
     #: set by ``Queue.enqueue`` when the job was not enqueued because a live duplicate exists
     deduplicated: bool = False
-    #: this job's own retention once finished / failed (None: the worker's setting)
-    result_ttl: int | None = None
-    failure_ttl: int | None = None
-    #: seconds the job may wait to be started (None: no limit)
-    ttl: float | None = None
-    #: delays before retries 1, 2, ... (the last repeats); None: the backoff
-    retry_intervals: list[float] | None = None
-    #: functions enqueued with this job's id once it finished / failed for good
-    on_success: str | None = None
-    on_failure: str | None = None
-    #: exception classes retried (``"module.Class"``, ``"*"`` any); None: the worker's list
-    retry_on: list[str] | None = None
-    on_stopped: str | None = None
-    stop_requested: float | None = None    #: when a stop was asked (``Queue.stop``)
-    #: the record's ``description`` field (optional); see :attr:`description`
-    _description: str | None = field(default=None, compare=False)
     #: the Queue this job was read through (refresh/wait use its connection)
     _queue: Any = field(default=None, repr=False, compare=False)
 
@@ -387,12 +299,7 @@ class Job(JobHabits, Generic[R]):
         pubsub = new_pubsub_connection(q.connection)
         try:
             pubsub.subscribe(q.qkeys.done(self.id))
-            while True:   # the confirmation: from now on every outcome reaches us
-                msg = pubsub.get_message(timeout=remaining() if deadline else 1.0)
-                if msg is not None and msg.get("type") == "subscribe":
-                    break
-                if deadline is not None and remaining() == 0:
-                    break
+            _confirmed(pubsub, remaining, deadline is not None)
             while True:
                 marked = self._read_waited(q)
                 if self.status in DONE_STATUSES:
@@ -402,11 +309,7 @@ class Job(JobHabits, Generic[R]):
                     raise JobWaitTimeout(
                         f"job {self.id} ({self.func}) is still {self.status} after "
                         f"waiting {timeout:g} s", job=self)
-                while True:
-                    wait = left if left is not None else 60.0
-                    msg = pubsub.get_message(timeout=wait if marked else min(wait, 1.0))
-                    if msg is not None or deadline is not None or not marked:
-                        break
+                _next_message(pubsub, left, marked, deadline is not None)
         finally:
             pubsub.close()
         if self.status in (JobStatus.FAILED, JobStatus.STOPPED):
@@ -438,84 +341,11 @@ class Job(JobHabits, Generic[R]):
             result = codec.loads(result_raw) if result_raw else None
         except (ValueError, TypeError):
             result = result_raw
-        return cls(
-            id=data.get("id", ""),
-            queue=data.get("queue", ""),
-            func=data.get("func", ""),
-            args=args,
-            kwargs=kwargs,
-            priority=_int(data.get("priority")),
-            seq=_int(data.get("seq")),
-            timeout=_float(data.get("timeout")) or 180.0,
-            status=JobStatus.read(data.get("status") or JobStatus.QUEUED),
-            enqueued_at=_float(data.get("enqueued_at")),
-            scheduled_for=_float(data.get("scheduled_for")),
-            started_at=_float(data.get("started_at")),
-            ended_at=_float(data.get("ended_at")),
-            attempts=_int(data.get("attempts")),
-            shared_deaths=_int(data.get("shared_deaths")),
-            max_retries=_int(data.get("max_retries")),
-            retry_delay=_float(data.get("retry_delay")),
-            result=result,
-            error_type=data.get("error_type") or None,
-            error_message=data.get("error_message") or None,
-            traceback=data.get("traceback") or None,
-            failure_reason=_reason(data.get("failure_reason")),
-            worker_name=data.get("worker") or None,
-            token=data.get("token") or None,
-            group=data.get("group") or None,
-            unique_key=data.get("unique_key") or None,
-            on_failure_url=data.get("on_failure_url") or None,
-            duration=_float(data.get("duration")),
-            traceparent=data.get("traceparent") or None,
-            tracestate=data.get("tracestate") or None,
-            depends_on=_json_list(data.get("depends_on"), str),
-            allow_dependency_failure=data.get("allow_dependency_failure") == "1",
-            has_dependents=data.get("has_dependents") == "1",
-            batch=data.get("batch") or None,
-            progress=_float(data.get("progress")),
-            progress_message=data.get("progress_message") or None,
-            progress_at=_float(data.get("progress_at")),
-            meta=_meta(data.get("meta")),
-            progress_writes=_int(data.get("progress_writes")),
-            _description=data.get("description") or None,
-            result_ttl=_ttl(data.get("result_ttl")),
-            failure_ttl=_ttl(data.get("failure_ttl")),
-            ttl=_float(data.get("ttl")),
-            retry_intervals=_json_list(data.get("retry_intervals"), (int, float)),
-            on_success=data.get("on_success") or None,
-            on_failure=data.get("on_failure") or None,
-            retry_on=_json_list(data.get("retry_on")),
-            on_stopped=data.get("on_stopped") or None,
-            stop_requested=_float(data.get("stop_requested")),
-        )
+        return cls(**read_fields(data, {"args": args, "kwargs": kwargs, "result": result}))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly view (CLI ``--json``, events)."""
-        return {
-            "id": self.id, "queue": self.queue, "func": self.func,
-            "args": _plain(self.args), "kwargs": _plain(self.kwargs),
-            "priority": self.priority, "timeout": self.timeout,
-            "status": self.status, "enqueued_at": self.enqueued_at,
-            "scheduled_for": self.scheduled_for, "started_at": self.started_at,
-            "ended_at": self.ended_at, "attempts": self.attempts,
-            "max_retries": self.max_retries, "result": _plain(self.result),
-            "error_type": self.error_type, "error_message": self.error_message,
-            "traceback": self.traceback, "failure_reason": self.failure_reason,
-            "worker": self.worker_name, "group": self.group, "unique_key": self.unique_key,
-            "duration": self.duration, "depends_on": self.depends_on,
-            "allow_dependency_failure": self.allow_dependency_failure, "batch": self.batch,
-            "progress": self.progress, "progress_message": self.progress_message,
-            "progress_at": self.progress_at, "meta": _plain(self.meta),
-        }
-
-
-def _plain(value: Any) -> Any:
-    """Tagged-JSON form of a decoded value (JSON-able for events and ``--json``)."""
-    try:
-        return codec.encode(value)
-    except codec.UnsupportedType:
-        return repr(value)
+        """JSON-friendly view (CLI ``--json``, events): the record's ``api`` fields."""
+        return to_dict(self)
 
 
 def safe_text(value: str) -> str:

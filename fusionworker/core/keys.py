@@ -62,7 +62,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .job import JobStatus
+from .vocabulary import JobStatus
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import SETTINGS, Settings, load_settings
@@ -150,7 +151,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         self._registered = False
         self._made_defaults: tuple[Any, ...] | None = None
         if self.settings.otel:   # FUSIONWORKER_OTEL=on
-            _otel.ensure_producer()
+            _otel.ensure_producer(Queue)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
@@ -241,10 +242,15 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         """``is_async=False``: run the queue's due jobs (the one just written among them) in
         this process, as RQ's synchronous mode does; the job as it ended. Written
         already: a failure here is logged, never raised."""
-        from ..testing import run_burst  # the sanctioned way up (tests/test_layers.py)
+        from .emitting import runner  # fusionworker.testing.run_burst, installed above
 
+        run = runner()
+        if run is None:
+            log.error("Job %s of %s was enqueued but no in-process runner is installed "
+                      "(import fusionworker first)", job.id, self.name)
+            return job
         try:
-            run_burst(self)
+            run(self)
             return job.refresh()
         except Exception as exc:  # noqa: BLE001 - the job is enqueued: never raise now
             log.error("Job %s of %s was enqueued but not run in this process: %s: %s",
@@ -348,15 +354,13 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
     def _emit(self, event: str, job: Job[Any] | dict[str, Any], **fields: Any) -> None:
         """Hand the event to the sink: ``events=None`` -> the process-wide default
         sink (made on first use), ``False`` -> no events, else the given sink."""
-        if self._events is False:
+        port = emitting.port()
+        if self._events is False or port is None:
             return
-        from ..events.registry import default_sink  # the one deferred upward import
-        from ..events.schema import make_event  # (tests/test_layers.py says why)
-
         if self._events is None:
-            self._events = default_sink(self.settings, self.connection)
+            self._events = port.default_sink(self.settings, self.connection)
         stamp = job.enqueued_at if event == "queued" and isinstance(job, Job) else None
-        self._events.emit(make_event(event, job, timestamp=stamp, **fields))
+        self._events.emit(port.document(event, job, timestamp=stamp, **fields))
 
     def _script_events(self) -> tuple[list[str], list[Any]] | None:
         """Extra KEYS and ARGV of ``enqueue_many.lua`` for it to XADD the "queued"
@@ -367,16 +371,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         of this prefix on this Redis, which is never a Cluster (the stream is on
         another slot).
         """
-        if self._events is False or _enqueue.is_cluster(self.connection):
+        port = emitting.port()
+        if self._events is False or port is None or _enqueue.is_cluster(self.connection):
             return None
-        from ..events.registry import default_sink  # the deferred upward imports of _emit
-        from ..events.schema import _HOSTNAME
-
         sink = self._events
         if sink is None:
-            sink = self._events = default_sink(self.settings, self.connection)
+            sink = self._events = port.default_sink(self.settings, self.connection)
         target = getattr(sink, "script_stream", lambda: None)()
         if (target is None or target[1] != self.keys.events
                 or not _enqueue.same_server(target[0], self.connection)):
             return None
-        return [target[1]], [target[2], _HOSTNAME, self.name]
+        return [target[1]], [target[2], port.hostname, self.name]

@@ -383,42 +383,40 @@ def trace_fields() -> list[str]:
     return [] if tel is None else tel.context_fields()
 
 
-def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Producer:
-    """Trace and count every ``Queue.enqueue`` of this process.
+def instrument(tracer_provider: Any = None, meter_provider: Any = None, *,
+               queue_class: Any) -> Producer:
+    """Trace and count every ``enqueue`` of ``queue_class`` (``Queue``, which hands
+    itself in: ``fusionworker.otel.instrument`` is the public face) in this process.
 
-    Without arguments the global providers are used (those the application
-    configured; with none, the OpenTelemetry API's no-op ones). Called by
-    ``Queue`` itself when ``FUSIONWORKER_OTEL=on``. Returns the instrumentation.
+    Without providers the global ones are used (those the application configured;
+    with none, the OpenTelemetry API's no-op ones). Called by ``Queue`` itself when
+    ``FUSIONWORKER_OTEL=on``. Returns the instrumentation.
     """
     global producer
     _require()
     made = Producer(tracer_provider, meter_provider)
-    from .queue import Queue
-
     with _lock:
         producer = made
-        if "_fw_plain" not in Queue.__dict__:
-            Queue._fw_plain = Queue.enqueue_call  # type: ignore[attr-defined]
-            Queue.enqueue_call = traced_enqueue(Queue.enqueue_call)  # type: ignore[method-assign]
+        if "_fw_plain" not in queue_class.__dict__:
+            queue_class._fw_plain = queue_class.enqueue_call
+            queue_class.enqueue_call = traced_enqueue(queue_class.enqueue_call)
     return made
 
 
-def uninstrument() -> None:
-    """Stop tracing/counting enqueues (back to the plain ``Queue.enqueue_call``)."""
+def uninstrument(queue_class: Any) -> None:
+    """Stop tracing/counting enqueues (back to the plain ``queue_class.enqueue_call``)."""
     global producer
-    from .queue import Queue
-
     with _lock:
         producer = None
-        plain = Queue.__dict__.get("_fw_plain")
+        plain = queue_class.__dict__.get("_fw_plain")
         if plain is not None:
-            Queue.enqueue_call = plain  # type: ignore[method-assign]
-            del Queue._fw_plain  # type: ignore[attr-defined]
+            queue_class.enqueue_call = plain
+            del queue_class._fw_plain
 
 
-def ensure_producer() -> None:
+def ensure_producer(queue_class: Any) -> None:
     """``FUSIONWORKER_OTEL=on`` in a producer: instrument once with the global providers."""
     if producer is None:
-        instrument()
+        instrument(queue_class=queue_class)
 
 

@@ -1,537 +1,67 @@
-"""Cron entries: jobs enqueued on a schedule, exactly once per due time.
-
-Definitions live in Redis, in the target queue's slot (see ``keys.py``)::
-
-    fw:{q}:cron          ZSET  entry name -> next run (epoch seconds; +inf = paused)
-    fw:{q}:cron:<name>   HASH  definition, plus last_due / last_run / last_job /
-                               last_status / runs / skips / misses
-
-Every worker runs :class:`CronScheduler` (a middleware). About once a second
-its ``on_tick`` reads the entries of its queues that are due, computes each
-one's next run with croniter *from the due time*, and calls ``cron_tick.lua``,
-which compare-and-sets the entry's score (still equal to the due time we
-read?) and, in the same step, enqueues the run. However many workers on
-however many hosts see the same due time, exactly one advances the score and
-enqueues; the others get ``moved``. If the worker dies between reading and
-the script, nothing changed and the next worker's tick handles the due time.
-
-What a due time turns into (the ``action`` passed to the script):
-
-* on time (the next scheduled time after it has not passed yet, give or take
-  :data:`MISFIRE_GRACE`): the run is enqueued and the score moves to the next
-  scheduled time;
-* missed (workers were down long enough that later scheduled times passed
-  too): ``catch_up="skip"`` enqueues nothing, ``"once"`` enqueues one run;
-  both jump to the first scheduled time in the future -- never a burst;
-* overlap: unless ``allow_overlap``, a run whose previous job is still
-  queued, scheduled or started is skipped (``last_status = skipped``): one
-  live job per cron entry.
-
-Schedules are croniter expressions in the entry's time zone: five fields
-(minute hour day month weekday), or six with *seconds as the last field*
-(croniter's convention): ``"* * * * * */5"`` = every 5 seconds. Daylight
-saving time: a schedule with a fixed hour (``"30 2 * * *"``) runs once when
-the clocks go back (the repeated wall-clock hour is skipped, as Vixie cron
-does), and at the first valid time after the gap when they go forward (02:30
-on the spring-forward day runs at 03:00). Wildcard hours follow real time.
+"""The worker's cron duty: :class:`CronScheduler` runs the due cron entries of its
+queues on every tick. The entries' model and admin API are ``core/cron.py``
+(importable from here as before); the sequence and its crash points are there.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import TYPE_CHECKING
 
 import redis
-from croniter import CroniterError, croniter
 
-from ..core import codec
-from ..core.config import Settings, check_value
-from ..core.connection import decoding, server_time
-from ..core.functions import func_ref, verify
+from ..core.cron import (
+    CATCH_UP_MODES,
+    CRON_RESCAN,
+    MISFIRE_GRACE,
+    TICK_BATCH,
+    CronEntry,
+    InvalidSchedule,
+    NoSuchCronEntry,
+    check_schedule,
+    find_queue,
+    get_entry,
+    index_queues,
+    list_entries,
+    next_after,
+    pause,
+    plan,
+    register,
+    remove,
+    resume,
+    run_due,
+)
 from ..core.hooks import Middleware
-from ..core.job import check_priority
-from ..core.keys import Keys, QueueKeys, check_addressable, check_queue_name
-from ..core.queue import known_queues, scripts_for
-from ..core.scripts import replies
-from ..exceptions import FusionWorkerError
+from ..core.keys import Keys
 
 if TYPE_CHECKING:  # pragma: no cover
-    from redis.typing import EncodableT
-
-    from ..core.connection import RedisClient
     from ..core.hooks import WorkerContext
 
+__all__ = [
+    "CronScheduler",
+    "MISFIRE_GRACE",
+    "CATCH_UP_MODES",
+    "TICK_BATCH",
+    "CRON_RESCAN",
+    "InvalidSchedule",
+    "NoSuchCronEntry",
+    "CronEntry",
+    "check_schedule",
+    "next_after",
+    "plan",
+    "register",
+    "find_queue",
+    "get_entry",
+    "remove",
+    "pause",
+    "resume",
+    "list_entries",
+    "run_due",
+    "index_queues",
+]
+
 log = logging.getLogger("fusionworker.cron")
-
-#: A due time counts as missed only when the *following* scheduled time is
-#: more than this many seconds in the past (a tick a little late is on time).
-MISFIRE_GRACE = 1.0
-
-CATCH_UP_MODES = ("skip", "once")
-
-#: Entries handled per queue per tick (the rest wait for the next tick).
-TICK_BATCH = 50
-
-#: Seconds between a worker's looks at every served queue for cron entries the
-#: ``cron_queues`` index does not list (written by an older version).
-CRON_RESCAN = 600.0
-
-_DEFINITION = ("name", "queue", "schedule", "func", "args", "kwargs", "priority", "timezone",
-               "catch_up", "allow_overlap", "timeout", "max_retries")
-
-
-class InvalidSchedule(FusionWorkerError, ValueError):
-    """The cron expression, time zone or catch-up mode cannot be used."""
-
-
-class NoSuchCronEntry(FusionWorkerError, LookupError):
-    """No cron entry of that name (in that queue)."""
-
-
-@dataclass
-class CronEntry:
-    """A cron entry as stored in Redis (times are epoch seconds, server clock)."""
-
-    name: str
-    queue: str
-    schedule: str
-    func: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    priority: int = 0
-    timezone: str = "UTC"
-    catch_up: str = "skip"
-    allow_overlap: bool = False
-    timeout: float | None = None
-    max_retries: int | None = None
-    paused: bool = False
-    next_run: float | None = None       # None while paused
-    last_due: float | None = None       # last due time handled (run, skipped or missed)
-    last_run: float | None = None       # due time of the last enqueued run
-    last_job: str | None = None
-    last_status: str | None = None      # queued | caught_up | skipped | missed
-    last_job_status: str | None = None  # status of last_job now (list_entries fills it)
-    runs: int = 0
-    skips: int = 0
-    misses: int = 0
-
-    @classmethod
-    def from_hash(cls, data: dict[str, str], next_score: float | None) -> CronEntry:
-        def num(key: str) -> float | None:
-            value = data.get(key)
-            return float(value) if value not in (None, "") else None
-
-        max_retries = data.get("max_retries")
-        return cls(
-            name=data.get("name", ""), queue=data.get("queue", ""),
-            schedule=data.get("schedule", ""), func=data.get("func", ""),
-            args=codec.loads(data.get("args") or "[]"),
-            kwargs=codec.loads(data.get("kwargs") or "{}"),
-            priority=int(data.get("priority") or 0), timezone=data.get("timezone") or "UTC",
-            catch_up=data.get("catch_up") or "skip",
-            allow_overlap=data.get("allow_overlap") == "1", timeout=num("timeout"),
-            max_retries=int(max_retries) if max_retries not in (None, "") else None,
-            paused=data.get("paused") == "1",
-            next_run=None if next_score is None or next_score == float("inf") else next_score,
-            last_due=num("last_due"), last_run=num("last_run"),
-            last_job=data.get("last_job") or None, last_status=data.get("last_status") or None,
-            runs=int(data.get("runs") or 0), skips=int(data.get("skips") or 0),
-            misses=int(data.get("misses") or 0),
-        )
-
-    @classmethod
-    def read(cls, data: dict[str, str], next_score: float | None,
-             where: str) -> CronEntry | None:
-        """:meth:`from_hash`, or None (logged) for a definition it cannot read: one bad
-        entry is skipped, the others are listed and run."""
-        try:
-            return cls.from_hash(data, next_score)
-        except Exception as exc:  # noqa: BLE001 - a record from Redis: skipped, never fatal
-            if where not in _UNREADABLE and len(_UNREADABLE) < 1000:   # once, not per tick
-                _UNREADABLE.add(where)
-                log.error("Cron entry %s cannot be read (%s: %s); skipped", where[:200],
-                          type(exc).__name__, str(exc)[:200])
-            return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: cron entries (``"name on queue"``) this process logged as unreadable
-_UNREADABLE: set[str] = set()
-
-
-# -- schedule arithmetic (pure, no Redis) -----------------------------------------
-
-
-def _zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidSchedule(f"unknown time zone {name!r}") from exc
-
-
-#: The fields of a schedule, in order (the sixth, seconds, is optional).
-_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week", "second")
-_NAMES = {3: {m: i + 1 for i, m in enumerate(("jan feb mar apr may jun jul aug sep oct nov "
-                                              "dec").split())},
-          4: {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())}}
-
-
-def _reversed_range(fields: Sequence[str]) -> str | None:
-    """The first range of ``fields`` whose start is after its end (``1-0``), described."""
-    for i, field in enumerate(fields):
-        for part in field.split(","):
-            lo, dash, hi = part.split("/")[0].partition("-")
-            if not dash:
-                continue
-            start, end = (_NAMES.get(i, {}).get(v.lower(), int(v) if v.isdigit() else None)
-                          for v in (lo, hi))
-            if start is not None and end is not None and start > end:
-                return (f"the range {lo}-{hi} of the {_FIELDS[i]} field runs backwards "
-                        f"(a range goes from low to high, e.g. {hi}-{lo})")
-    return None
-
-
-def check_schedule(schedule: str, timezone: str = "UTC") -> None:
-    """Raise :class:`InvalidSchedule` (one line) unless ``schedule`` is one this scheduler
-    honours: 5 fields (minute hour day month weekday) or 6 with seconds last, or an alias
-    (``@daily``...); no range that runs backwards; a date that comes; a known zone."""
-    fields = schedule.split() if isinstance(schedule, str) else []
-    alias = len(fields) == 1 and fields[0].startswith("@")
-    if not (alias or len(fields) in (5, 6)) or not croniter.is_valid(schedule):
-        raise InvalidSchedule(
-            f"invalid cron schedule {schedule!r}: expected 5 fields (minute hour day month "
-            "weekday) or 6 with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
-        )
-    backwards = None if alias else _reversed_range(fields)
-    if backwards:
-        raise InvalidSchedule(f"invalid cron schedule {schedule!r}: {backwards}")
-    next_after(schedule, timezone, time.time())     # a date that never comes says so
-
-
-def _fixed_hour(schedule: str) -> bool:
-    """Does the schedule name specific hours (so a repeated wall-clock hour must not rerun)?"""
-    fields = schedule.split()
-    if fields and fields[0].startswith("@"):
-        return fields[0] not in ("@hourly", "@reboot")
-    return len(fields) >= 2 and not fields[1].startswith("*")
-
-
-def next_after(schedule: str, timezone: str, after: float) -> float:
-    """The first scheduled time strictly after ``after`` (epoch seconds), in ``timezone``."""
-    zone = _zone(timezone)
-    it = croniter(schedule, datetime.fromtimestamp(after, zone))
-    fixed_hour = _fixed_hour(schedule)
-    while True:
-        try:
-            nxt = float(it.get_next(float))
-        except CroniterError as exc:     # e.g. '* * 31 2 *': croniter looked for years
-            raise InvalidSchedule(f"cron schedule {schedule!r} never runs: no date matches "
-                                  "its day, month and weekday fields (e.g. day 31 of a "
-                                  "month that has 30 days or fewer)") from exc
-        # fold=1: the second pass through a wall-clock hour repeated at the end of DST
-        if fixed_hour and datetime.fromtimestamp(nxt, zone).fold == 1:
-            continue
-        return nxt
-
-
-def plan(entry: CronEntry, due: float, now: float) -> tuple[str, float, str]:
-    """What to do with due time ``due`` at server time ``now``: ``(action, next_run, reason)``.
-
-    ``action`` is ``run`` or ``skip``; ``reason`` is ``due``, ``catch_up`` or ``missed``.
-    """
-    nxt = next_after(entry.schedule, entry.timezone, due)
-    if now < nxt + MISFIRE_GRACE:
-        return "run", nxt, "due"
-    future = next_after(entry.schedule, entry.timezone, now)
-    if entry.catch_up == "once":
-        return "run", future, "catch_up"
-    return "skip", future, "missed"
-
-
-# -- admin API ------------------------------------------------------------------
-
-
-def _qkeys(settings: Settings, queue: str) -> QueueKeys:
-    return Keys(settings.prefix).queue(check_queue_name(queue))
-
-
-def register(
-    connection: RedisClient,
-    settings: Settings,
-    name: str,
-    schedule: str,
-    func: str | Any,
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    queue: str = "default",
-    priority: int | None = None,
-    timezone: str = "UTC",
-    catch_up: str = "skip",
-    allow_overlap: bool = False,
-    timeout: float | None = None,
-    max_retries: int | None = None,
-) -> CronEntry:
-    """Create or replace cron entry ``name`` of ``queue``; its first run is the next
-    scheduled time from now. Replacing keeps the entry's pause state and run history.
-
-    ``priority``, ``timeout``, ``max_retries`` not given: the function's ``@job``
-    options (its module is imported when it may be, as at enqueue), else 0 and the
-    settings' defaults."""
-    connection = decoding(connection)   # any redis-py client
-    if not isinstance(name, str) or not name or len(name) > 200 or any(c.isspace() for c in name):
-        raise InvalidSchedule("cron entry names are 1-200 characters without spaces")
-    try:
-        check_addressable("cron entry name", name)
-    except ValueError as exc:
-        raise InvalidSchedule(str(exc)) from None
-    check_schedule(schedule, timezone)
-    if catch_up not in CATCH_UP_MODES:
-        raise InvalidSchedule(f"catch_up must be one of {', '.join(CATCH_UP_MODES)}")
-    from ..core.options import registered_defaults
-    from ..core.registry import producer_allowed
-
-    verify(func_ref(func), producer_allowed(settings))   # default deny, as at enqueue
-    own = registered_defaults(func_ref(func))
-    priority = own.get("priority", 0) if priority is None else priority
-    timeout = own.get("timeout") if timeout is None else timeout
-    max_retries = own.get("max_retries") if max_retries is None else max_retries
-    check_priority(priority)
-    if timeout is not None:   # as at enqueue: finite, positive, at most the horse's timer
-        timeout = check_value("job_timeout", float(timeout), "timeout")
-    if max_retries is not None and max_retries < 0:
-        raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-    k = _qkeys(settings, queue)
-    ekey = k.cron_entry(name)
-    definition: dict[EncodableT, EncodableT] = {
-        "name": name, "queue": queue, "schedule": schedule, "func": func_ref(func),
-        "args": codec.dumps(list(args), where="args"),          # tagged JSON, as enqueue
-        "kwargs": codec.dumps(dict(kwargs or {}), where="kwargs"),
-        "priority": priority, "timezone": timezone, "catch_up": catch_up,
-        "allow_overlap": "1" if allow_overlap else "0",
-        "timeout": repr(float(timeout if timeout is not None else settings.job_timeout)),
-        "max_retries": int(max_retries if max_retries is not None else settings.max_retries),
-    }
-    nxt = next_after(schedule, timezone, server_time(connection))
-    paused = connection.hget(ekey, "paused") == "1"
-    pipe = connection.pipeline(transaction=False)
-    pipe.sadd(Keys(settings.prefix).cron_queues, queue)    # first: ticks look at the queue
-    pipe.hset(ekey, mapping={**definition, "next_run": "" if paused else f"{nxt:.0f}"})
-    pipe.zadd(k.cron, {name: float("inf") if paused else nxt})
-    pipe.sadd(Keys(settings.prefix).queues, queue)
-    pipe.execute()
-    log.info("Cron entry %s on %s: %r (%s) -> %s, next run %s", name, queue, schedule,
-             timezone, definition["func"], "paused" if paused else _fmt(nxt, timezone))
-    return get_entry(connection, settings, name, queue)
-
-
-def _fmt(ts: float, timezone: str = "UTC") -> str:
-    return datetime.fromtimestamp(ts, _zone(timezone)).isoformat()
-
-
-def find_queue(connection: RedisClient, settings: Settings, name: str, queue: str | None = None) -> str:
-    """The queue holding entry ``name`` (searching every known queue unless given)."""
-    connection = decoding(connection)   # any redis-py client
-    names = [queue] if queue else known_queues(connection, settings.prefix)
-    pipe = connection.pipeline(transaction=False)
-    for q in names:
-        pipe.exists(_qkeys(settings, q).cron_entry(name))
-    found = [q for q, hit in zip(names, pipe.execute()) if hit]
-    if not found:
-        where = f"queue {queue!r}" if queue else "any queue"
-        raise NoSuchCronEntry(f"no cron entry {name!r} in {where}")
-    if len(found) > 1:
-        raise NoSuchCronEntry(f"cron entry {name!r} exists in queues {', '.join(found)}: "
-                              "say which with --queue")
-    return found[0]
-
-
-def get_entry(connection: RedisClient, settings: Settings, name: str,
-              queue: str | None = None) -> CronEntry:
-    connection = decoding(connection)   # any redis-py client
-    queue = find_queue(connection, settings, name, queue)
-    k = _qkeys(settings, queue)
-    pipe = connection.pipeline(transaction=False)
-    pipe.hgetall(k.cron_entry(name))
-    pipe.zscore(k.cron, name)
-    data, score = pipe.execute()
-    if not data:
-        raise NoSuchCronEntry(f"no cron entry {name!r} in queue {queue!r}")
-    entry = CronEntry.from_hash(data, score)
-    _fill_job_status(connection, settings.prefix, [entry])
-    return entry
-
-
-def _fill_job_status(connection: RedisClient, prefix: str, entries: list[CronEntry]) -> None:
-    keys = Keys(prefix)
-    pipe = connection.pipeline(transaction=False)
-    for e in entries:
-        pipe.hget(keys.queue(e.queue).job(e.last_job or "-"), "status")
-    for e, status in zip(entries, pipe.execute()):
-        e.last_job_status = status if e.last_job else None
-
-
-def remove(connection: RedisClient, settings: Settings, name: str, queue: str | None = None) -> str:
-    """Delete entry ``name`` (a run already enqueued still runs). Returns its queue."""
-    connection = decoding(connection)   # any redis-py client
-    queue = find_queue(connection, settings, name, queue)
-    k = _qkeys(settings, queue)
-    pipe = connection.pipeline(transaction=False)
-    pipe.zrem(k.cron, name)         # first: a tick in between sees 'moved'
-    pipe.delete(k.cron_entry(name))
-    pipe.execute()
-    log.info("Cron entry %s on %s removed", name, queue)
-    return queue
-
-
-def pause(connection: RedisClient, settings: Settings, name: str, queue: str | None = None) -> str:
-    """Stop enqueueing runs of ``name`` until :func:`resume`. Returns its queue."""
-    connection = decoding(connection)   # any redis-py client
-    queue = find_queue(connection, settings, name, queue)
-    k = _qkeys(settings, queue)
-    pipe = connection.pipeline(transaction=False)
-    pipe.hset(k.cron_entry(name), mapping={"paused": "1", "next_run": ""})
-    pipe.zadd(k.cron, {name: float("inf")}, xx=True)
-    pipe.execute()
-    log.info("Cron entry %s on %s paused", name, queue)
-    return queue
-
-
-def resume(connection: RedisClient, settings: Settings, name: str, queue: str | None = None) -> CronEntry:
-    """Resume ``name``: its next run is the next scheduled time from now (no catch-up)."""
-    connection = decoding(connection)   # any redis-py client
-    entry = get_entry(connection, settings, name, queue)
-    k = _qkeys(settings, entry.queue)
-    nxt = next_after(entry.schedule, entry.timezone, server_time(connection))
-    pipe = connection.pipeline(transaction=False)
-    pipe.hset(k.cron_entry(name), mapping={"paused": "0", "next_run": f"{nxt:.0f}"})
-    pipe.zadd(k.cron, {name: nxt}, xx=True)
-    pipe.execute()
-    log.info("Cron entry %s on %s resumed, next run %s", name, entry.queue,
-             _fmt(nxt, entry.timezone))
-    return get_entry(connection, settings, name, entry.queue)
-
-
-def list_entries(connection: RedisClient, prefix: str = "fw",
-                 queues: Iterable[str] | None = None) -> list[CronEntry]:
-    """Every cron entry (of ``queues``, default all known), soonest next run first,
-    with the live status of each entry's last job (``last_job_status``)."""
-    connection = decoding(connection)   # any redis-py client
-    keys = Keys(prefix)
-    names = list(queues) if queues is not None else known_queues(connection, prefix)
-    pipe = connection.pipeline(transaction=False)
-    for q in names:
-        pipe.zrange(keys.queue(q).cron, 0, -1, withscores=True)
-    listed = [(q, member, score) for q, rows in zip(names, pipe.execute())
-              for member, score in rows]
-    pipe = connection.pipeline(transaction=False)
-    for q, member, _ in listed:
-        pipe.hgetall(keys.queue(q).cron_entry(member))
-    found = [CronEntry.read(data, score, f"{member} on {q}")
-             for (q, member, score), data in zip(listed, pipe.execute()) if data]
-    entries = [entry for entry in found if entry is not None]
-    _fill_job_status(connection, prefix, entries)
-    entries.sort(key=lambda e: (e.next_run is None, e.next_run or 0.0, e.queue, e.name))
-    return entries
-
-
-# -- the scheduler -----------------------------------------------------------------
-
-
-def run_due(connection: RedisClient, prefix: str,
-            queues: Iterable[str]) -> list[tuple[str, str, replies.CronTick]]:
-    """Handle every due entry of ``queues`` once; returns ``(queue, name, reply)`` per
-    script call. Safe to run in any number of processes at once (see module doc)."""
-    keys = Keys(prefix)
-    names = list(queues)
-    if not names:
-        return []
-    horizon = time.time() + 60.0  # local clock + slack; the server's clock decides below
-    pipe = connection.pipeline(transaction=False)
-    for q in names:
-        pipe.zrangebyscore(keys.queue(q).cron, "-inf", horizon, start=0, num=TICK_BATCH,
-                           withscores=True)
-    candidates = [(q, member, score) for q, rows in zip(names, pipe.execute())
-                  for member, score in rows]
-    if not candidates:
-        return []
-    now = server_time(connection)
-    due = [c for c in candidates if c[2] <= now]
-    if not due:
-        return []
-    pipe = connection.pipeline(transaction=False)
-    for q, member, _ in due:
-        pipe.hgetall(keys.queue(q).cron_entry(member))
-    definitions = pipe.execute()
-    scripts = scripts_for(connection)
-    calls = []
-    pipe = connection.pipeline(transaction=False)
-    for (q, member, score), data in zip(due, definitions):
-        entry = CronEntry.read(data or {"name": member, "queue": q}, score, f"{member} on {q}")
-        if entry is None:
-            continue
-        if not data:  # definition gone: the script drops the dangling score ('moved')
-            action, nxt, reason = "skip", score + 1, "missed"
-        else:
-            try:
-                action, nxt, reason = plan(entry, score, now)
-            except (ValueError, InvalidSchedule) as exc:
-                log.error("Cron entry %s on %s cannot be scheduled: %s", member, q, exc)
-                continue
-        job_id = uuid.uuid4().hex
-        scripts.cron_tick(keys=[keys.queue(q).base], client=pipe,
-                          args=[member, f"{score:.0f}", f"{nxt:.0f}", action, job_id, reason])
-        calls.append((q, member, entry, score, nxt))
-    if not calls:
-        return []
-    results = []
-    for (q, member, entry, score, nxt), reply in zip(
-            calls, pipe.execute(raise_on_error=False)):
-        if isinstance(reply, Exception):
-            log.error("Cron entry %s on %s: cron_tick failed: %s", member, q, reply)
-            continue
-        tick = replies.cron_tick(reply)
-        _log_reply(entry, score, nxt, tick)
-        results.append((q, member, tick))
-    return results
-
-
-def _log_reply(entry: CronEntry, due: float, nxt: float, reply: replies.CronTick) -> None:
-    kind = reply.outcome
-    when = _fmt(due, entry.timezone)
-    if kind == "queued":
-        log.info("Cron entry %s enqueued job %s on %s (%s, due %s); next run %s",
-                 entry.name, reply.job_id, entry.queue, entry.func, when,
-                 _fmt(nxt, entry.timezone))
-    elif kind == "skipped":
-        log.info("Cron entry %s: run due %s skipped, job %s is still %s", entry.name, when,
-                 reply.job_id, "running or queued")
-    elif kind == "missed":
-        log.warning("Cron entry %s: runs since %s missed while no worker ran "
-                    "(catch_up=skip); next run %s", entry.name, when, _fmt(nxt, entry.timezone))
-
-
-def index_queues(connection: RedisClient, prefix: str, queues: Sequence[str]) -> list[str]:
-    """Add each of ``queues`` that has cron entries to ``<prefix>:cron_queues`` (entries
-    an older version registered without it); returns them. One pipeline."""
-    keys = Keys(prefix)
-    names = list(queues)
-    if not names:
-        return []
-    pipe = connection.pipeline(transaction=False)
-    for q in names:
-        pipe.exists(keys.queue(q).cron)
-    found = [q for q, n in zip(names, pipe.execute()) if n]
-    if found:
-        connection.sadd(keys.cron_queues, *found)
-    return found
 
 
 class CronScheduler(Middleware):

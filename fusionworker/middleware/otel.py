@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import tracing
 from ..core.hooks import Middleware
 from ..core.job import FailureReason
+from ..core.queue import Queue
 from ..core.tracing import (
     SCOPE,
     SYSTEM,
@@ -74,11 +75,8 @@ from ..core.tracing import (
     _version,
     band_of,
     configure_sdk,
-    ensure_producer,
-    instrument,
     trace_fields,
     traced_enqueue,
-    uninstrument,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +89,26 @@ __all__ = ["HorseTracing", "OtelMiddleware", "OtelUnavailable", "Producer", "ban
            "traced_enqueue", "uninstrument"]
 
 log = logging.getLogger("fusionworker.otel")
+
+
+def instrument(tracer_provider: Any = None, meter_provider: Any = None) -> Producer:
+    """Trace and count every ``Queue.enqueue`` of this process (core/tracing.py).
+
+    Without arguments the global providers are used (those the application
+    configured; with none, the OpenTelemetry API's no-op ones). Called by
+    ``Queue`` itself when ``FUSIONWORKER_OTEL=on``. Returns the instrumentation.
+    """
+    return tracing.instrument(tracer_provider, meter_provider, queue_class=Queue)
+
+
+def uninstrument() -> None:
+    """Stop tracing/counting enqueues (back to the plain ``Queue.enqueue_call``)."""
+    tracing.uninstrument(Queue)
+
+
+def ensure_producer() -> None:
+    """``FUSIONWORKER_OTEL=on`` in a producer: instrument once with the global providers."""
+    tracing.ensure_producer(Queue)
 
 
 # --------------------------------------------------------------------------- horse

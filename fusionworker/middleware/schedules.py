@@ -31,10 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..core import codec
+from ..core import codec, cron
 from ..core.functions import func_ref
 from ..core.hooks import Middleware
-from . import cron
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings

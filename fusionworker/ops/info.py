@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Protocol
 
-from ..core import admin
+from ..core import admin, cron
 from ..core.config import Settings
 from ..core.groups import describe_busy_groups
 from ..core.keys import Keys
 from ..core.queue import known_queues
 from ..core.queue_read import stats_many
-from ..middleware import cron
 
 __all__ = ["INFO_SCHEMA", "InfoSource", "collect_info", "fmt_age"]
 

@@ -19,9 +19,7 @@ parent dies at each step (each slot goes through the same steps)::
                           PDEATHSIG chain: parent dies -> fork server dies ->
                           every horse dies, so a dead parent never leaves a job
                           running unsupervised. The fork server dies alone ->
-                          the horses it forked die with it; each of their jobs
-                          fails as killed (``fork server died``) and a new
-                          server forks the next ones.
+                          its horses die; their jobs go back uncharged (design.md).
     3. heartbeat hash     state=busy, current_job (the first), current_jobs
                           (all): written only once a job not listed yet still
                           runs BUSY_AFTER (50 ms) after its start, or in a

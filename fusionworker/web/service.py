@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from ..core import admin
+from ..core import admin, cron
 from ..core.config import Settings
 from ..core.connection import mask_url, text_hash, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
@@ -24,7 +24,6 @@ from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..core.queue_read import stats_many
 from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
-from ..middleware import cron
 from ..ops.info import collect_info
 from . import details
 

@@ -150,7 +150,7 @@ def test_a_second_sigterm_after_the_worker_stopped_exits_0(settings):
         settings = load_settings(environ={{}}, redis_url={settings.redis_url!r},
                                  prefix={settings.prefix!r}, allowed_modules=("tests",))
         w = Worker("default", redis.Redis.from_url(settings.redis_url), settings=settings,
-                   burst=True, middleware=[])
+                   burst=True, defaults=False, middleware=[])
         assert w.work() == 0
         os.kill(os.getpid(), signal.SIGTERM)     # systemd sending it again, say
         signal.pause()

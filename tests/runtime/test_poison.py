@@ -126,7 +126,7 @@ def test_bytes_that_are_not_utf8_fail_one_job_not_the_claim(field, redis_url, pr
     value = {"args": b'["\xff\xfe"]', "kwargs": b'{"\xff": 1}', "func": b"tests.jobs:\xffadd",
              "meta": b'{"a": "\xc3"}', "queue": b"def\xffault", "status": b"que\xffued"}[field]
     raw.hset(f"{prefix}:{{default}}:job:{bad.id}", field, value)
-    w = Worker("default", client, settings=settings, burst=True, middleware=[])
+    w = Worker("default", client, settings=settings, burst=True, defaults=False, middleware=[])
     assert w.work() == 0
     assert q.fetch_job(good.id).result == 3
     job = q.fetch_job(bad.id)

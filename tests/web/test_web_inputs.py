@@ -108,7 +108,7 @@ def test_a_job_id_with_a_slash_is_reachable(client, queue, r):
     r.hset(q.qkeys.job("made/before"), "id", "made/before")
     r.zadd(pending, {"made/before": r.zscore(pending, "made-before")})
     r.zrem(pending, "made-before")
-    job = q.fetch_job("made/before")
+    assert q.fetch_job("made/before").id == "made/before"
     page = client.get("/queues/default")
     assert page.status_code == 200 and 'href="/jobs/made/before?queue=default"' in page.text
     assert client.get("/jobs/made/before?queue=default").status_code == 200

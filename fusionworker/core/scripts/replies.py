@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from ..connection import text as _text
-from ..job import JobStatus
+from ..vocabulary import JobStatus
 
 #: a reply as redis-py returns it: nested lists of text, numbers and lists
 Raw = Any

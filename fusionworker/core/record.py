@@ -1,0 +1,249 @@
+"""The job record's schema: the one place its fields are named.
+
+:class:`JobRecord` lists the fields of the HASH ``fw:{queue}:job:<id>`` that a job
+reads, each with its metadata: the hash field (``hash``, when the attribute is named
+otherwise), how its text is read (``kind``: :data:`READERS`) and whether the API's
+JSON shows it (``api``). :func:`from_hash` and :func:`to_dict` are generated from
+that list; :data:`HASH_ONLY` names the fields the scripts keep beside it. ``Job``
+(job.py) is the I/O handle on top of it. ``tests/core/test_record.py`` checks that
+every job field the Lua scripts and the web use is named here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Generic, TypeVar
+
+from . import codec
+from .config import _default
+from .vocabulary import FailureReason, JobStatus
+
+R = TypeVar("R")
+
+#: a job's hard time limit when its record has none: FUSIONWORKER_JOB_TIMEOUT's default
+DEFAULT_TIMEOUT: float = float(_default("job_timeout"))
+
+
+def _f(default: Any = None, *, kind: str = "text", hash: str | None = None,
+       api: bool = False, factory: Callable[[], Any] | None = None,
+       compare: bool = True) -> Any:
+    """A record field: ``kind`` reads its text (:data:`READERS`), ``hash`` is its name in
+    the hash when not the attribute's, ``api``: shown in the API's JSON."""
+    meta = {"kind": kind, "hash": hash, "api": api}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta, compare=compare)
+    return field(default=default, metadata=meta, compare=compare)
+
+
+@dataclass(repr=False)
+class JobRecord(Generic[R]):
+    """The fields of a job's record (see the module docstring); hash names in docs/design.md."""
+
+    id: str = field(metadata={"kind": "str", "hash": None, "api": True})
+    queue: str = field(metadata={"kind": "str", "hash": None, "api": True})
+    func: str = field(metadata={"kind": "str", "hash": None, "api": True})
+    args: list[Any] = _f(kind="payload", api=True, factory=list)
+    kwargs: dict[str, Any] = _f(kind="payload", api=True, factory=dict)
+    priority: int = _f(0, kind="int", api=True)
+    #: per-queue enqueue sequence number (FIFO inside a priority)
+    seq: int = _f(0, kind="int")
+    timeout: float = _f(DEFAULT_TIMEOUT, kind="timeout", api=True)
+    status: JobStatus = _f(JobStatus.QUEUED, kind="status", api=True)
+    enqueued_at: float | None = _f(kind="float", api=True)
+    scheduled_for: float | None = _f(kind="float", api=True)
+    started_at: float | None = _f(kind="float", api=True)
+    ended_at: float | None = _f(kind="float", api=True)
+    attempts: int = _f(0, kind="int", api=True)
+    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
+    shared_deaths: int = _f(0, kind="int")
+    max_retries: int = _f(0, kind="int", api=True)
+    retry_delay: float | None = _f(kind="float")
+    result: R | None = _f(kind="payload", api=True)
+    error_type: str | None = _f(api=True)
+    error_message: str | None = _f(api=True)
+    traceback: str | None = _f(api=True)
+    failure_reason: FailureReason | None = _f(kind="reason", api=True)
+    worker_name: str | None = _f(hash="worker", api=True)
+    token: str | None = _f()
+    group: str | None = _f(api=True)
+    unique_key: str | None = _f(api=True)
+    on_failure_url: str | None = _f()
+    duration: float | None = _f(kind="float", api=True)
+    traceparent: str | None = _f()
+    tracestate: str | None = _f()
+    #: ``"queue:job_id"`` refs this job waits on (``depends_on``), or None
+    depends_on: list[str] | None = _f(kind="str_list", api=True)
+    allow_dependency_failure: bool = _f(False, kind="flag", api=True)
+    #: another job waits on this one (set when it registered; see workflows.py)
+    has_dependents: bool = _f(False, kind="flag")
+    #: ``"queue:batch_id"`` of the batch the job belongs to (batch.py), or None
+    batch: str | None = _f(api=True)
+    #: what the job last reported with ``current_job().set_progress`` (see progress.py)
+    progress: float | None = _f(kind="float", api=True)
+    progress_message: str | None = _f(api=True)
+    #: when it reported it (epoch seconds, the horse's clock)
+    progress_at: float | None = _f(kind="float", api=True)
+    #: what the job keeps in ``current_job().meta`` (kept across its attempts)
+    meta: dict[str, Any] = _f(kind="meta", api=True, factory=dict)
+    #: rate-limited progress/meta writes the worker made while the job ran
+    progress_writes: int = _f(0, kind="int")
+    #: this job's own retention once finished / failed (None: the worker's setting)
+    result_ttl: int | None = _f(kind="ttl")
+    failure_ttl: int | None = _f(kind="ttl")
+    #: seconds the job may wait to be started (None: no limit)
+    ttl: float | None = _f(kind="float")
+    #: delays before retries 1, 2, ... (the last repeats); None: the backoff
+    retry_intervals: list[float] | None = _f(kind="num_list")
+    #: functions enqueued with this job's id once it finished / failed for good
+    on_success: str | None = _f()
+    on_failure: str | None = _f()
+    #: exception classes retried (``"module.Class"``, ``"*"`` any); None: the worker's list
+    retry_on: list[str] | None = _f(kind="str_list")
+    #: the function enqueued with this job's id once it was stopped (``job stop``)
+    on_stopped: str | None = _f()
+    #: when a stop of the running job was asked (server time; ``Queue.stop``)
+    stop_requested: float | None = _f(kind="float")
+    #: the record's ``description`` field (optional); see ``Job.description``
+    _description: str | None = _f(hash="description", compare=False)
+
+
+#: fields of the hash that the scripts keep and a ``Job`` does not read (docs/design.md)
+HASH_ONLY = {
+    "at_front": "1: placed ahead of its priority's pending jobs when it becomes ready",
+    "waited": "1 once a Job.wait subscribed: finish.lua publishes done:<id> only then",
+    "cron": "the cron entry that enqueued the job",
+    "cron_due": "the due time of that cron run",
+    "held_from": "the queue a held job came from (hold/release)",
+    "held_score": "its score there",
+    "held_at": "when it was held",
+}
+
+
+def hash_name(f: Field[Any]) -> str:
+    """The hash field of a record field."""
+    return str(f.metadata["hash"] or f.name)
+
+
+#: the record's fields, in order
+FIELDS: tuple[Field[Any], ...] = fields(JobRecord)
+#: every field name of the job hash: the record's and :data:`HASH_ONLY`
+HASH_FIELDS = frozenset({hash_name(f) for f in FIELDS} | set(HASH_ONLY))
+
+
+# -- reading the hash's text -----------------------------------------------------------
+
+
+def _float(value: str | None) -> float | None:
+    """A number field; None when absent or no finite number (NaN, infinity)."""
+    if value in (None, ""):
+        return None
+    try:
+        found = float(value)
+    except ValueError:
+        return None
+    return found if math.isfinite(found) else None
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def _ttl(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _meta(value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        found = codec.loads(value)
+    except (ValueError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> list[Any] | None:
+    """A JSON list field whose items are all ``item``s (numbers: finite), else None."""
+    try:
+        found = json.loads(value) if value else None
+    except (ValueError, RecursionError):    # a field of a record that is not ours
+        return None
+    if not isinstance(found, list):
+        return None
+    for x in found:
+        if not isinstance(x, item) or isinstance(x, bool) and item is not object or (
+                isinstance(x, float) and not math.isfinite(x)):
+            return None
+    return found
+
+
+def _reason(value: str | None) -> FailureReason | None:
+    return FailureReason.read(value) if value else None
+
+
+#: how each ``kind`` of field is read from its text ``v`` (None: absent); ``payload``
+#: fields (args, kwargs, result) are read by ``Job.from_hash``, which knows ``strict``
+READERS: dict[str, str] = {
+    "str": '{v} or ""',
+    "text": "{v} or None",
+    "int": "_int({v})",
+    "float": "_float({v})",
+    "ttl": "_ttl({v})",
+    "timeout": "_float({v}) or DEFAULT_TIMEOUT",
+    "status": "JobStatus.read({v} or JobStatus.QUEUED)",
+    "reason": "_reason({v})",
+    "flag": '{v} == "1"',
+    "meta": "_meta({v})",
+    "str_list": "_json_list({v}, str)",
+    "num_list": "_json_list({v}, (int, float))",
+    "payload": "payload[{name!r}]",
+}
+
+
+def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
+    """``read_fields``, written out from the schema once (as ``dataclasses`` writes
+    ``__init__``): one expression per field, no call per field but its reader's."""
+    items = [f"{f.name!r}: " + READERS[f.metadata["kind"]].format(
+        v=f"get({hash_name(f)!r})", name=f.name) for f in FIELDS]
+    source = ("def read_fields(data, payload):\n    get = data.get\n    return {"
+              + ", ".join(items) + "}\n")
+    namespace: dict[str, Any] = {
+        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
+        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
+    # the source is the schema's own names (repr) and the templates above: no data
+    exec(compile(source, "<record.read_fields>", "exec"), namespace)
+    reader: Callable[[dict[str, str], dict[str, Any]], dict[str, Any]] = namespace["read_fields"]
+    reader.__doc__ = ("The record's attributes from ``HGETALL``'s ``data``; ``payload`` gives "
+                      "the payload fields (args, kwargs, result) already read.")
+    return reader
+
+
+read_fields = _reader()
+
+
+def plain(value: Any) -> Any:
+    """Tagged-JSON form of a decoded value (JSON-able for events and ``--json``)."""
+    try:
+        return codec.encode(value)
+    except codec.UnsupportedType:
+        return repr(value)
+
+
+#: kinds whose value the API shows in tagged JSON
+_TAGGED = frozenset({"payload", "meta"})
+
+
+def to_dict(record: JobRecord[Any]) -> dict[str, Any]:
+    """The API's JSON of a record: its ``api`` fields, under their hash names."""
+    return {hash_name(f): plain(getattr(record, f.name)) if f.metadata["kind"] in _TAGGED
+            else getattr(record, f.name)
+            for f in FIELDS if f.metadata["api"]}

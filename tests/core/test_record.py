@@ -1,0 +1,161 @@
+"""The record schema (fusionworker/core/record.py) is the one place a job's fields are
+named: every field the Lua scripts, the web and the CLI read or write on a job hash
+is in it, and Job.from_hash / Job.to_dict are generated from it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+
+from fusionworker.core import record
+from fusionworker.core.config import SETTINGS
+from fusionworker.core.job import FailureReason, Job, JobStatus
+
+PACKAGE = Path(record.__file__).resolve().parents[1]
+LUA = {p.name: p.read_text(encoding="utf-8")
+       for p in resources.files("fusionworker.core.scripts").iterdir() if p.name.endswith(".lua")}
+
+#: a job hash in a script: ``jkey`` or ``base .. 'job:' .. <id>``
+_JOB_KEY = re.compile(r"^(?:jkey|(?:base|KEYS\[1\])\s*\.\.\s*'job:'\s*\.\.\s*\w+)$")
+_CALL = re.compile(r"\b(hget|hmget|HSET|HDEL|HGET|HMGET|HINCRBY|HINCRBYFLOAT|HSETNX|HEXISTS)"
+                   r"'?\s*,?\s*\(?")
+
+
+def _args(text: str, start: int) -> list[str]:
+    """The comma-separated arguments of the call whose '(' is at ``start``."""
+    depth, out, item = 0, [], ""
+    for ch in text[start + 1:]:
+        if ch in "({":
+            depth += 1
+        elif ch in ")}":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(item.strip())
+            item = ""
+        else:
+            item += ch
+    return [*out, item.strip()]
+
+
+def lua_job_fields() -> dict[str, set[str]]:
+    """Field name -> scripts, of every literal field a script reads or writes on a job hash."""
+    found: dict[str, set[str]] = {}
+    for name, text in LUA.items():
+        for m in re.finditer(r"\b(hget|hmget|redis\.call)\(", text):
+            args = _args(text, m.end() - 1)
+            if m.group(1) == "redis.call":
+                command, args = args[0].strip("'").upper(), args[1:]
+                if command not in {"HSET", "HDEL", "HGET", "HMGET", "HINCRBY",
+                                   "HINCRBYFLOAT", "HSETNX", "HEXISTS"}:
+                    continue
+            else:
+                command = m.group(1).upper()
+            if not args or not _JOB_KEY.match(args[0]):
+                continue
+            rest = args[1:]
+            names = rest[::2] if command in {"HSET", "HSETNX", "HINCRBY", "HINCRBYFLOAT"} else rest
+            for item in names:
+                lit = re.fullmatch(r"'(\w+)'", item)
+                if lit:
+                    found.setdefault(lit.group(1), set()).add(name)
+    return found
+
+
+def python_job_fields(layer: str) -> dict[str, set[str]]:
+    """Field names the modules of ``layer`` read with ``hget``/``hmget`` on ``<keys>.job(id)``."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE / layer).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in {"hget", "hmget"} and len(node.args) >= 2):
+                continue
+            key = node.args[0]
+            if not (isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
+                    and key.func.attr == "job"):
+                continue
+            names = node.args[1].elts if isinstance(node.args[1], (ast.List, ast.Tuple)) \
+                else [node.args[1]]
+            for n in names:
+                if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                    found.setdefault(n.value, set()).add(path.name)
+    return found
+
+
+def test_the_scanners_find_fields():
+    """The scans below can fail: they find what the code is known to use."""
+    lua = lua_job_fields()
+    assert {"status", "token", "attempts", "failure_reason", "at_front", "waited"} <= set(lua)
+    assert "func" in python_job_fields("web")
+
+
+def test_every_job_field_the_scripts_use_is_in_the_schema():
+    unknown = {f: sorted(where) for f, where in lua_job_fields().items()
+               if f not in record.HASH_FIELDS}
+    assert unknown == {}
+
+
+def test_every_job_field_the_web_cli_and_ops_read_is_in_the_schema():
+    for layer in ("web", "cli", "ops"):
+        unknown = {f: sorted(w) for f, w in python_job_fields(layer).items()
+                   if f not in record.HASH_FIELDS}
+        assert unknown == {}, layer
+
+
+def test_the_job_module_documents_exactly_the_schemas_fields():
+    from fusionworker.core import job
+
+    documented = set(re.findall(r"^``(\w+)``\s", job.__doc__ or "", re.M))
+    assert documented == set(record.HASH_FIELDS)
+
+
+def test_from_hash_and_to_dict_are_generated_from_the_schema():
+    data = {"id": "j", "queue": "q", "func": "m:f", "args": "[1]", "kwargs": '{"a": 2}',
+            "priority": "7", "seq": "3", "timeout": "12.5", "status": "failed",
+            "enqueued_at": "1.5", "attempts": "2", "failure_reason": "timeout",
+            "worker": "w.1", "depends_on": '["q:a"]', "allow_dependency_failure": "1",
+            "has_dependents": "1", "result_ttl": "60", "retry_intervals": "[1, 2.5]",
+            "meta": '{"k": "v"}', "description": "hello", "at_front": "1"}
+    job = Job.from_hash(data)
+    assert (job.priority, job.seq, job.timeout, job.attempts) == (7, 3, 12.5, 2)
+    assert job.status is JobStatus.FAILED and job.failure_reason is FailureReason.TIMEOUT
+    assert job.worker_name == "w.1" and job.description == "hello"
+    assert job.depends_on == ["q:a"] and job.allow_dependency_failure and job.has_dependents
+    assert (job.result_ttl, job.retry_intervals, job.meta) == (60, [1, 2.5], {"k": "v"})
+    shown = job.to_dict()
+    assert list(shown) == [record.hash_name(f) for f in record.FIELDS if f.metadata["api"]]
+    assert shown["worker"] == "w.1" and shown["args"] == [1] and "token" not in shown
+    # every record field has its metadata, and the Job's fields are the record's
+    assert all(f.metadata["kind"] in record.READERS or f.metadata["kind"] == "payload"
+               for f in record.FIELDS)
+    own = {f.name for f in fields(Job)} - {f.name for f in record.FIELDS}
+    assert own == {"deduplicated", "_queue"}
+
+
+def test_the_timeout_default_is_the_settings():
+    default = next(s.default for s in SETTINGS if s.name == "job_timeout")
+    assert record.DEFAULT_TIMEOUT == default
+    assert Job("j", "q", "m:f").timeout == default == Job.from_hash({"id": "j"}).timeout
+
+
+def test_every_field_an_enqueue_writes_is_in_the_schema(queue, r):
+    from fusionworker import Batch
+    from fusionworker.exceptions import Retry
+
+    q = queue("rec")
+    parent = q.enqueue("tests.jobs:noop")
+    with Batch(queue=q) as batch:
+        job = q.enqueue_call(
+            "tests.jobs:noop", args=[1], kwargs={"a": 2}, retry_delay=3, unique_key="u",
+            group="g", on_failure_url="http://127.0.0.1:9/x", depends_on=[parent],
+            allow_dependency_failure=True, batch=batch, description="d", result_ttl=60,
+            failure_ttl=60, ttl=600, at_front=True, retry=Retry(max=2, interval=[1, 2]),
+            on_success="tests.jobs:noop", on_failure="tests.jobs:noop", meta={"k": 1})
+    written = set(r.hgetall(q.qkeys.job(job.id)))
+    assert {"unique_key", "group", "depends_on", "batch", "description", "ttl",
+            "retry_intervals", "on_success", "meta"} <= written
+    assert written - record.HASH_FIELDS == set()
