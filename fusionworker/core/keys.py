@@ -40,6 +40,7 @@ key                            type     meaning
 ``fw:{q}:hist:<r>:<b>``        HASH     chart counts of bucket b (r: its length in s; with a TTL)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
 ``fw:{q}:done:<id>``           channel  outcomes of job <id> (Job.wait; finished/retry: if ``waited``)
+``fw:{q}:stop``                channel  stop requests (stop.lua: a job id); every worker PSUBSCRIBEs
 =============================  =======  ==============================================
 
 Global keys (touched by single-key commands only):
@@ -198,6 +199,11 @@ class QueueKeys:
     @property
     def wake(self) -> str:
         return self.base + "wake"
+
+    @property
+    def stop(self) -> str:
+        """The channel of stop requests (stop.lua publishes a started job's id)."""
+        return self.base + "stop"
 
     @property
     def rate(self) -> str:

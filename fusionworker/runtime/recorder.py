@@ -88,6 +88,9 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
                        duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
+    if exit_.reason == FailureReason.STOPPED:     # on request: never retried
+        return Outcome(status=OutcomeStatus.FAILED, not_retried="stopped on request",
+                       **common)
     if exit_.shared:      # its fork server died under it: not its fault, up to a bound
         if job.shared_deaths + 1 < max(SHARED_DEATHS_MAX, job.max_retries + 1):
             # written with the give-back (requeue.lua 'return'), after the job's progress
@@ -105,7 +108,23 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
         else:
             delay = backoff_delay(settings, job.attempts, job.retry_delay)
         return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
-    return Outcome(status=OutcomeStatus.FAILED, **common)
+    return Outcome(status=OutcomeStatus.FAILED, not_retried=why_not_retried(job, exit_), **common)
+
+
+def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
+    """Why a failed attempt is the job's last, in words for the log."""
+    if exit_.retryable:
+        if job.max_retries == 0:
+            return "not retried: max_retries is 0"
+        return f"not retried: its {job.max_retries} retries are used up"
+    if exit_.reason not in (FailureReason.EXCEPTION, FailureReason.TIMEOUT):
+        return f"not retried: a failure of kind {exit_.reason} is not retried"
+    what = exit_.error_type or str(exit_.reason)
+    if job.retry_on is not None:
+        return (f"not retried: {what} is not among its retry_on "
+                f"({', '.join(job.retry_on)})")
+    return (f"not retried: {what} is not in FUSIONWORKER_RETRYABLE (give the job "
+            f"retry_on=..., or retry=Retry(max=N) to retry any exception)")
 
 
 #: the job's status once an outcome of this status was recorded
@@ -266,7 +285,10 @@ class Recorder:
                 duration=round(outcome.duration, 6),
             ) + outcome.progress_fields
             name = "finish"
-            args = [job.id, job.token or "", outcome.status, self.settings.result_ttl,
+            stopped = (outcome.status == OutcomeStatus.FAILED
+                       and outcome.reason == OutcomeReason.STOPPED)
+            args = [job.id, job.token or "", "stopped" if stopped else outcome.status,
+                    self.settings.result_ttl,
                     self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
                     *fields]
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
@@ -329,7 +351,9 @@ class Recorder:
             self.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
         if status is None:  # finished with result_ttl 0, or deleted
             return outcome.status == OutcomeStatus.FINISHED
-        return (token != job.token and worker == self.name and status == _EXPECTED[outcome.status]
+        expected = ("stopped" if outcome.reason == OutcomeReason.STOPPED
+                    else _EXPECTED[outcome.status])
+        return (token != job.token and worker == self.name and status == expected
                 and (outcome.status != OutcomeStatus.FAILED or reason == outcome.reason))
 
     def give_back(self, job: Job[Any]) -> None:
@@ -379,5 +403,6 @@ class Recorder:
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:
-            log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
-                      outcome.reason, outcome.error_type, outcome.error_message)
+            log.error("Worker %s: job %s failed [%s] %s: %s%s", self.name, job.id,
+                      outcome.reason, outcome.error_type, outcome.error_message,
+                      f"; {outcome.not_retried}" if outcome.not_retried else "")

@@ -350,6 +350,9 @@ class Worker:
                      " in strict order" if self.claimer.strict
                      else " by fair share" if self.claimer.fair else "", self.pid, __version__)
             self._warn_eviction()
+            hint = otel_hint(self.settings.otel)
+            if hint:
+                log.warning("Worker %s: %s", self.name, hint)
             self.launcher.start()
             self.hooks("on_start")
             return self.loop.run()
@@ -451,6 +454,7 @@ class Worker:
         except redis.RedisError as exc:
             log.warning("Worker %s could not deregister: %s", self.name, exc)
         self.loop.drop_pubsub()
+        self.loop.stops.drop()
         self._restore_signals()
         log.info("Worker %s stopped (%d finished, %d failed)",
                  self.name, self.successful, self.failed)
@@ -492,3 +496,21 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
 def _stopped_already(signum: int, frame: Any) -> None:
     """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
     raise SystemExit(0)
+
+
+#: the standard OpenTelemetry variables that say an exporter is wanted
+OTEL_EXPORTER_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+                           "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otel_hint(otel_on: bool) -> str | None:
+    """What to say at start when the standard ``OTEL_*`` exporter variables are set but
+    FUSIONWORKER_OTEL is off (they alone turn nothing on), or None."""
+    if otel_on:
+        return None
+    named = [n for n in OTEL_EXPORTER_VARIABLES
+             if os.environ.get(n, "").strip().lower() not in ("", "none")]
+    if not named:
+        return None
+    return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
+            "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")

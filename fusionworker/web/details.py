@@ -184,6 +184,26 @@ def _outcomes(r: RedisClient, stream: str, name: str, fields_shown: Any,
 
 #: stream entries read per window of a job's timeline
 TIMELINE_SCAN = 500
+#: progress events the job page's timeline shows (the latest); the others are one row
+PROGRESS_ROWS = 5
+
+
+def bounded_progress(events: list[dict[str, Any]],
+                     keep: int = PROGRESS_ROWS) -> list[dict[str, Any]]:
+    """The timeline's rows: every event but ``progress``, of which the latest ``keep``
+    are shown and the earlier ones stand as one row (``elided``: how many), where the
+    first of them was: a job that reports every second does not grow its page."""
+    progress = [n for n, e in enumerate(events) if e.get("event") == "progress"]
+    if len(progress) <= keep:
+        return events
+    hidden = set(progress[:-keep])
+    rows: list[dict[str, Any]] = []
+    for n, event in enumerate(events):
+        if n == progress[0]:
+            rows.append({**event, "elided": len(hidden)})
+        elif n not in hidden:
+            rows.append(event)
+    return rows
 
 
 def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:

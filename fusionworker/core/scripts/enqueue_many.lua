@@ -144,6 +144,10 @@ for i = 1, n do
       local s = adds.scheduled
       s[#s + 1] = sched; s[#s + 1] = jid
     elseif group ~= '' or front then   -- front: at_front, placed by push_pending
+      if front and #adds.pending > 0 then   -- ahead of this chunk's earlier jobs too
+        zadd_all('pending', adds.pending)
+        adds.pending = {}
+      end
       make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
     else
       local p = adds.pending

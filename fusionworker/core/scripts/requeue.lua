@@ -6,13 +6,14 @@
 --                   it, beside other jobs: re-queued with the attempt NOT counted and
 --                   'shared_deaths' + 1, or failed as 'abandoned' at max(SHARED_MAX,
 --                   max_retries + 1) such deaths (a job that takes its worker down
---                   is not run forever).
+--                   is not run forever);
+--                   a job whose stop was asked (stop.lua) ends 'stopped' instead.
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
 --   mode 'failed' : from the failed registry (dead-letter); attempts start over.
--- Returns {'requeued'} | {'abandoned'} | {'skipped', why}
+-- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
@@ -51,6 +52,13 @@ if mode == 'return' then
   redis.call('HINCRBY', jkey, 'attempts', -1)
   push_pending(base, jid)
   return {'requeued'}
+end
+if hget(jkey, 'stop_requested') then   -- its worker died before the stop: never again
+  redis.call('HSET', jkey, 'error_type', 'JobStopped', 'failure_reason', 'stopped',
+    'error_message', 'stopped on request; worker ' .. (hget(jkey, 'worker') or '?') ..
+    ' died before it killed the job')
+  to_failed(base, jid, t, failed_ttl, 'stopped')
+  return {'abandoned', 'stopped'}
 end
 -- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
 local SHARED_MAX = 3
