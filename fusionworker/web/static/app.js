@@ -107,11 +107,15 @@
       if (w.throttle) { st.appendChild(document.createTextNode(" ")); st.appendChild(el("span", w.throttle, "badge warn")); }
       td(w.queues.join(", "), "", "queues");
       var job = td(null, "key", "job");
-      if (w.current_job) {
-        var a = el("a", w.current_job);
-        a.href = "/jobs/" + encodeURIComponent(w.current_job) + "?queue=" + encodeURIComponent(w.current_queue || "");
+      // a worker with several slots runs several jobs: each is listed, as the page does
+      var ids = (w.current_jobs && w.current_jobs.length) ? w.current_jobs : (w.current_job ? [w.current_job] : []);
+      ids.forEach(function (id, n) {
+        if (n) job.appendChild(el("br"));
+        var a = el("a", id);
+        a.href = "/jobs/" + encodeURIComponent(id) + (id === w.current_job && w.current_queue ? "?queue=" + encodeURIComponent(w.current_queue) : "");
         job.appendChild(a);
-      } else { job.textContent = "-"; }
+      });
+      if (!ids.length) job.textContent = "-";
       td(w.current_job ? age(w.current_job_age) : "-", "n", "running");
       td(age(w.heartbeat_age), "n", "heartbeat");
       td(w.successful, "n", "ok"); td(w.failed, "n", "failed");

@@ -1,0 +1,96 @@
+"""The dashboard's operator polish in a real headless Chromium, after the pages' own
+script has polled at least once: the overview's Rate column, every job of a 2-slot
+worker, a cron entry's next run in its own zone, a job page with many progress updates
+of bounded height, and the duration chart with one minute of data."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from fusionworker.events import flush_default_sinks
+from fusionworker.events.middleware import emit_job_event
+from fusionworker.middleware import cron
+from tests.waiting import wait_for
+from tests.web_support import browser_missing
+
+_missing = browser_missing()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(_missing is not None, reason=f"no browser: {_missing}")]
+
+if _missing is None:
+    from selenium.webdriver.common.by import By
+
+    from tests.web_support import dashboard, login, wait
+
+TOKEN = "polish-token"
+
+
+@pytest.fixture
+def base(r, settings, driver):
+    with dashboard(r, settings, driver, TOKEN, poll_interval=0.3) as url:
+        yield url
+
+
+def polled(driver):
+    """Wait until the page's script has refreshed what it shows (at least one poll)."""
+    driver.execute_script("document.body.removeAttribute('data-refreshed');")
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-refreshed"))
+
+
+def test_the_overview_shows_a_rate_limited_queues_rate(base, driver, queue):
+    limited, free = queue("limited"), queue("free")
+    limited.set_rate_limit("10/s")
+    limited.enqueue("tests.jobs:add", 1, 2)
+    free.enqueue("tests.jobs:add", 1, 2)
+    login(driver, base, TOKEN)
+    polled(driver)
+    header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#queues thead th")]
+    assert "Rate" in header
+
+    def rate(name):
+        return driver.find_element(
+            By.CSS_SELECTOR, f'#queues tr[data-queue="{name}"] [data-label="rate"]').text
+
+    assert rate("limited").startswith("10/") and rate("free") == "-"
+
+
+def test_a_two_slot_worker_shows_both_running_job_ids(base, driver, processes, queue,
+                                                      redis_url, r, settings):
+    q = queue("default")
+    key = f"{settings.prefix}:pids"
+    processes.worker("-q", "default", "--concurrency", "2")
+    jobs = [q.enqueue("tests.jobs:pid_then_sleep", redis_url, key, 600) for _ in range(2)]
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running")
+    login(driver, base, TOKEN)
+    driver.get(base + "/workers")
+    polled(driver)            # the table as the page's script redraws it
+    links = driver.find_elements(By.CSS_SELECTOR, '#workers [data-label="job"] a')
+    shown = {a.text for a in links}
+    assert shown == {j.id for j in jobs}
+
+
+def test_cron_next_run_in_its_own_zone_with_a_label(base, driver, r, settings):
+    entry = cron.register(r, settings, "berlin", "0 3 * * *", "tests.jobs:noop",
+                          timezone="Europe/Berlin")
+    login(driver, base, TOKEN)
+    driver.get(base + "/scheduled")
+    shown = datetime.fromtimestamp(entry.next_run, ZoneInfo("Europe/Berlin"))
+    cell = driver.find_element(By.CSS_SELECTOR, '[data-label="next"]').text
+    assert cell == f"{shown:%Y-%m-%d} 03:00:00 Europe/Berlin"
+
+
+def test_a_job_page_with_many_progress_updates_stays_short(base, driver, queue, r, settings):
+    q = queue("default")
+    job = q.enqueue("tests.jobs:add", 1, 2)
+    for n in range(200):
+        emit_job_event(settings, "progress", job, connection=r, progress=n / 200,
+                       progress_message=f"step {n}")
+    flush_default_sinks(5)
+    login(driver, base, TOKEN)
+    driver.get(f"{base}/jobs/{job.id}?queue=default")
+    wait(driver, lambda d: "step 199" in d.find_element(By.ID, "timeline").text)
+    height = driver.execute_script("return document.body.scrollHeight")
+    assert height < 3000, height          # 200 rows at ~30 px each were ~6,000 px
