@@ -188,6 +188,16 @@ TIMELINE_SCAN = 500
 PROGRESS_ROWS = 5
 
 
+def stream_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id in the stream's own order: ``ms-seq`` as two numbers (as text,
+    ``...-10`` sorts before ``...-9``: events of one millisecond came out shuffled)."""
+    ms, _, seq = str(entry_id).partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return 0, 0
+
+
 def bounded_progress(events: list[dict[str, Any]],
                      keep: int = PROGRESS_ROWS) -> list[dict[str, Any]]:
     """The timeline's rows: every event but ``progress``, of which the latest ``keep``

@@ -346,7 +346,7 @@ class Dashboard:
         doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
             job.traceback)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
-                               key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
+                               key=lambda e: (str(e.get("@timestamp") or ""), details.stream_order(e["id"])))
         doc["timeline_rows"] = details.bounded_progress(doc["events"])
         return doc
 
