@@ -10,7 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from fusionworker.core.keys import Keys
 from fusionworker.events import flush_default_sinks
+from fusionworker.events import metrics_history as mh
 from fusionworker.events.middleware import emit_job_event
 from fusionworker.middleware import cron
 from tests.waiting import wait_for
@@ -91,6 +93,36 @@ def test_a_job_page_with_many_progress_updates_stays_short(base, driver, queue, 
     flush_default_sinks(5)
     login(driver, base, TOKEN)
     driver.get(f"{base}/jobs/{job.id}?queue=default")
+    # the latest five, in the stream's order (events of one millisecond were shuffled)
     wait(driver, lambda d: "step 199" in d.find_element(By.ID, "timeline").text)
+    rows = driver.find_element(By.ID, "timeline").text
+    assert [f"step {n}" in rows for n in (194, 195, 199)] == [False, True, True]
     height = driver.execute_script("return document.body.scrollHeight")
     assert height < 3000, height          # 200 rows at ~30 px each were ~6,000 px
+
+
+def test_the_duration_chart_with_one_minute_of_data(base, driver, queue, r, settings):
+    queue("default").enqueue("tests.jobs:add", 1, 2)     # a known queue
+    login(driver, base, TOKEN)
+    driver.get(base + "/charts")            # nothing yet: said, not empty axes
+    box = driver.find_element(By.ID, "chart-durations")
+    assert "Not enough data yet" in box.text and not box.find_elements(By.TAG_NAME, "svg")
+    stream = Keys(settings.prefix).events
+    for d in [0.010] * 9 + [0.200]:
+        r.xadd(stream, {"event": "completed", "queue": "default", "job_id": "x",
+                        "duration": repr(d)})
+
+    def counted():             # by this call or by the dashboard's own recorder
+        mh.record_from_stream(r, settings.prefix)
+        return mh.history(r, settings.prefix, ["default"], "hour")["total"]["finished"] == 10
+
+    wait_for(counted, what="the ten outcomes counted")
+    driver.get(base + "/charts")
+    box = driver.find_element(By.ID, "chart-durations")
+    dots = box.find_elements(By.CSS_SELECTOR, "svg circle")
+    assert len(dots) == 3                   # one minute: a dot per percentile, no line
+    assert all(dot.is_displayed() and dot.size["width"] > 0 for dot in dots)
+    legend = box.find_element(By.CSS_SELECTOR, ".legend").text
+    assert "one minute of data so far" in legend
+    total = mh.history(r, settings.prefix, ["default"], "hour")["total"]
+    assert f"p50 {total['p50']:g}" in legend and f"p99 {total['p99']:g}" in legend

@@ -247,18 +247,30 @@
     if (!box) return;
     var keys = [["p50", "#16a34a"], ["p95", "#d97706"], ["p99", "#dc2626"]], max = 1;
     rows.forEach(function (r) { keys.forEach(function (k) { if (r[k[0]] !== null) max = Math.max(max, r[k[0]]); }); });
+    var minutes = rows.filter(function (r) { return r.p50 !== null; });
+    box.textContent = "";
+    if (!minutes.length) {   // no axes without a point: say why the chart is empty
+      box.appendChild(el("p", "Not enough data yet: no job has finished in this range.", "empty"));
+      return;
+    }
     var f = frame(box, max, rows);
     keys.forEach(function (k) {
       var d = "";
       rows.forEach(function (r, i) {
         if (r[k[0]] === null) return;
-        d += (d ? " L" : "M") + (f.left + (i + 0.5) * f.step).toFixed(1) + " " + (f.H - (f.H - 14) * r[k[0]] / max).toFixed(1);
+        var x = (f.left + (i + 0.5) * f.step).toFixed(1), y = (f.H - (f.H - 14) * r[k[0]] / max).toFixed(1);
+        d += (d ? " L" : "M") + x + " " + y;
+        // a minute without a neighbour draws no line: a dot shows it
+        var alone = (i === 0 || rows[i - 1][k[0]] === null) && (i === rows.length - 1 || rows[i + 1][k[0]] === null);
+        if (alone) f.s.appendChild(svg("circle", { cx: x, cy: y, r: 4, fill: k[1] }));
       });
       if (d) f.s.appendChild(svg("path", { d: d, fill: "none", stroke: k[1], "stroke-width": 2 }));
     });
-    box.textContent = "";
     box.appendChild(f.s);
-    box.appendChild(el("div", "p50 (green), p95 (amber), p99 (red), milliseconds", "legend"));
+    var last = minutes[minutes.length - 1];
+    box.appendChild(el("div", "p50 (green), p95 (amber), p99 (red), milliseconds; latest minute with data (" +
+      hhmm(last.t) + " UTC): p50 " + last.p50 + ", p95 " + last.p95 + ", p99 " + last.p99 +
+      (minutes.length < 2 ? "; one minute of data so far" : ""), "legend"));
   }
   var history = document.getElementById("history"), historyRows = null;
   function drawHistory(doc) {
