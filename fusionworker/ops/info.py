@@ -102,7 +102,7 @@ def last_hours(r: Any, prefix: str, names: list[str], now: float,
     last = int(now // 60)
     minutes = list(range(last - 59, last + 1))
     keys = Keys(prefix)
-    minute_keys = [[keys.queue(n).minute(m) for m in minutes] for n in names]
+    minute_keys = [[qk.minute(m) for m in minutes] for qk in map(keys.queue, names)]
     present = []
     for start in range(0, len(names), chunk):
         pipe = r.pipeline(transaction=False)
