@@ -39,6 +39,8 @@ _PUBLIC = {
     "UnsupportedType": "fusionworker.core.codec",
     "Worker": "fusionworker.worker",
     "current_job": "fusionworker.runtime.progress",
+    "periodic": "fusionworker.middleware.schedules",
+    "schedule": "fusionworker.middleware.schedules",
     "job": "fusionworker.core.registry",
     "register": "fusionworker.core.registry",
 }
@@ -47,6 +49,7 @@ _PUBLIC = {
 _SUBMODULES = {
     "admin": "fusionworker.core.admin",
     "codec": "fusionworker.core.codec",
+    "command": "fusionworker.core.command",
     "health": "fusionworker.ops.health",
     "otel": "fusionworker.middleware.otel",
     "registries": "fusionworker.core.registries",
@@ -55,12 +58,14 @@ _SUBMODULES = {
 __all__ = [
     "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobContext", "JobFailed",
     "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
-    "UnsupportedType", "Worker", "__version__", "current_job", "job", "register",
+    "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic", "register",
+    "schedule",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .core import admin as admin
     from .core import codec as codec
+    from .core import command as command
     from .core import registries as registries
     from .core.batch import Batch
     from .core.codec import UnsupportedType
@@ -77,9 +82,17 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
         Retry,
     )
     from .middleware import otel as otel
+    from .middleware.schedules import periodic, schedule
     from .ops import health as health
     from .runtime.progress import JobContext, current_job
     from .worker import Worker
+
+
+def _run_in_process(queue: Any) -> Any:
+    """``Queue(is_async=False)``'s runner (core/emitting.py): the queue's due jobs, here."""
+    from .testing import run_burst
+
+    return run_burst(queue)
 
 
 def _events_port() -> EventsPort:
@@ -90,6 +103,7 @@ def _events_port() -> EventsPort:
 
 
 emitting.install(_events_port)
+emitting.install_runner(_run_in_process)
 
 
 def __getattr__(name: str) -> Any:
@@ -122,6 +136,8 @@ _MODULE_ALIASES = {
     "fusionworker.job": "fusionworker.core.job",
     # RQ's ``rq.registry``: ``from fusionworker.registries import FailedJobRegistry``
     "fusionworker.registries": "fusionworker.core.registries",
+    # RQ's ``rq.command``: ``from fusionworker.command import send_stop_job_command``
+    "fusionworker.command": "fusionworker.core.command",
 }
 
 

@@ -20,10 +20,11 @@ class Retry(Exception):
     this retry.
 
     Also RQ's retry policy, given at enqueue: ``q.enqueue(f, retry=Retry(max=3,
-    interval=[10, 30, 60]))`` = ``max_retries=3`` and the delay before retry n is
-    ``interval[n-1]`` (the last one repeats; a number: the same delay each time),
-    without backoff or jitter. ``max`` is keyword-only, so ``raise Retry("busy",
-    5)`` keeps its meaning.
+    interval=[10, 30, 60]))`` = ``max_retries=3``, retried on ANY exception the job
+    raises (and on its timeout), as RQ does (``retry_on=`` narrows it), and the delay
+    before retry n is ``interval[n-1]`` (the last one repeats; a number: the same
+    delay each time; none: at once), without backoff or jitter. ``max`` is at least
+    1 and keyword-only, so ``raise Retry("busy", 5)`` keeps its meaning.
     """
 
     def __init__(self, message: str = "retry requested by the job",
@@ -31,9 +32,21 @@ class Retry(Exception):
                  *, max: int | None = None,  # RQ's name: keyword-only
                  interval: float | list[float] | tuple[float, ...] | None = None) -> None:
         super().__init__(message)
+        if max is not None and (isinstance(max, bool) or not isinstance(max, int) or max < 1):
+            # RQ refuses Retry(max=0) too: a policy of no retry is no policy
+            raise ValueError(f"Retry(max=...) must be a whole number of retries, at least 1, "
+                             f"got {max!r}")
         self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
         self.max = max
         self.interval = interval
+
+    def __repr__(self) -> str:
+        if self.max is not None:      # a policy given at enqueue
+            if self.interval is None:
+                return f"Retry(max={self.max})"
+            return f"Retry(max={self.max}, interval={self.interval!r})"
+        delay = "" if self.delay is None else f", delay={self.delay:g}"
+        return f"Retry({str(self)!r}{delay})"
 
 
 class JobTimeoutError(BaseException):

@@ -255,6 +255,11 @@ def barrier(url, key, n, timeout=60.0):
     return False
 
 
+def sized_result(size):
+    """A return value of ``size`` characters (the result cap's tests)."""
+    return "x" * size
+
+
 def device_at_barrier(url, key, n, timeout=60.0):
     """The GPU this job's slot gave it (``CUDA_VISIBLE_DEVICES``) and its pid, once
     ``n`` jobs arrived at the barrier ``key`` (all ran at once), or None on a timeout."""

@@ -85,12 +85,13 @@ def bad_meta_uncaught():
 
 
 def loop_until_taken_back(url, key):
-    """Attempt 1 reports a new step every 10 ms (and stamps it in ``key``) until its horse
-    is killed; a later attempt returns at once, reporting nothing."""
+    """The first run reports a new step every 10 ms (and stamps it in ``key``) until its
+    horse is killed; a later run returns 2 at once, reporting nothing (a run given back by
+    the reaper is not counted as an attempt: runs are told apart by ``key + ":ran"``)."""
     job = current_job()
-    if job.attempt > 1:
-        return job.attempt
     r = _redis(url)
+    if not r.set(f"{key}:ran", 1, nx=True):
+        return 2
     step = 0
     while True:
         step += 1
@@ -110,14 +111,15 @@ def then_kill_self(url, key):
 
 
 def resumable(url, key):
-    """Attempt 1 keeps a checkpoint in meta and waits (its worker is killed); a later
-    attempt finds the checkpoint."""
+    """The first run keeps a checkpoint in meta and waits (its worker is killed); a later
+    run finds the checkpoint (runs told apart by ``key + ":ran"``: a run the reaper gave
+    back is not counted as an attempt)."""
     job = current_job()
-    if job.attempt == 1:
+    if _redis(url).set(f"{key}:ran", 1, nx=True):
         job.meta["next_row"] = 500
         job.set_progress(0.5, "half way")
         _redis(url).blpop(key, timeout=60)
-        return "attempt 1 ended"
+        return "the first run ended"
     return {"attempt": job.attempt, "meta": dict(job.meta)}
 
 

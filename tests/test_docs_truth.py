@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import fusionworker.runtime.loop
+import fusionworker.runtime.heartbeat
 from fusionworker.core.config import Settings
 from fusionworker.core.groups import describe_busy_groups
 from fusionworker.exceptions import Retry
@@ -46,7 +46,8 @@ def test_every_numbered_invariant_the_code_names_is_in_design_md():
 
 def test_worker_docstring_states_the_real_default_lease():
     lease = Settings().lease
-    stated = re.findall(r"lease \(default (\d+) s", fusionworker.runtime.loop.__doc__)
+    stated = re.findall(r"lease \(default (\d+) s",
+                        fusionworker.runtime.heartbeat.__doc__ or "")
     assert stated == [f"{lease:.0f}"]
 
 

@@ -62,6 +62,7 @@ ALLOWED_PRIVATE = {
     ("fusionworker.runtime.wakeups", "conn._sock"):
         "redis-py has no public accessor for a pub/sub connection's socket, which the "
         "loop's select() waits on",
+    ("fusionworker.runtime.stops", "conn._sock"): "the same, for the stop requests' connection",
     ("fusionworker.core.batch", "self.queue._register"):
         "a batch registers its queue as the queue itself does (queue.py's private helper)",
     # enqueue.py and queue_read.py are Queue's own parts, split out of queue.py: they act

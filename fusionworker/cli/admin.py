@@ -31,6 +31,10 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     rated = any(q.get("rate_limit") or q.get("group_rate_limit") for q in queues)
     if rated:  # rate limits and how long they held their queue
         headers.insert(-1, "RATE")
+    deferred = any(q.get("deferred") for q in queues)   # jobs waiting on dependencies
+    at = headers.index("SCHED") + 1
+    if deferred:
+        headers.insert(at, "DEFERRED")
     rows = []
     for q in queues:
         row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
@@ -44,6 +48,8 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
             row.insert(-1, "; ".join(filter(None, (fmt_rate(q.get("rate_limit")),
                                                     fmt_group_rate(q.get("group_rate_limit")))))
                        or None)
+        if deferred:
+            row.insert(at, q.get("deferred", 0))
         rows.append(row)
     lines = table(headers, rows, right=range(1, len(headers) - 1))
     total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}

@@ -33,7 +33,10 @@ class FiniteFloat(click.FloatRange):
                 ctx: click.Context | None) -> Any:
         found = super().convert(value, param, ctx)
         if isinstance(found, float) and not math.isfinite(found):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
+            # one line, as every value the API refuses (click's usage block would add two)
+            name = param.opts[0] if param is not None and param.opts else "value"
+            raise click.ClickException(
+                f"Invalid value for '{name}': {value!r} is not a finite number.")
         return found
 
 

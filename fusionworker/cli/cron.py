@@ -9,7 +9,6 @@ import click
 
 from ..core import cron as cron_api
 from ..core.keys import Keys
-from ..core.registry import import_configured
 from .common import (
     App,
     FiniteFloat,
@@ -19,6 +18,7 @@ from .common import (
     pass_app,
     search_queue_option,
 )
+from .jobs import producer_imports
 
 
 def _when(ts: float | None, tz: str) -> str:
@@ -54,18 +54,30 @@ def cron() -> None:
               help="Enqueue a run even while the previous one is queued or running.")
 @click.option("--timeout", type=FiniteFloat(min=0, min_open=True), help="Job time limit, s.")
 @click.option("--max-retries", type=click.IntRange(min=0))
+@click.option("--import", "imports", multiple=True, metavar="MODULE",
+              help="Import MODULE first so that its @fusionworker.job functions may be "
+                   "named (repeatable; adds to FUSIONWORKER_IMPORTS), as with `enqueue`.")
+@click.option("--path", "paths", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, dir_okay=True),
+              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
+                   "The current directory is always searched first, as by `worker`.")
 @pass_app
 def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...], queue: str,
              kwargs_json: str | None, priority: int | None, timezone: str, catch_up: str,
-             allow_overlap: bool, timeout: float | None, max_retries: int | None) -> None:
+             allow_overlap: bool, timeout: float | None, max_retries: int | None,
+             imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
     """Add (or replace) entry NAME: run FUNC (module:function) on SCHEDULE.
 
     SCHEDULE is a cron expression: 5 fields (minute hour day month weekday), or 6
-    with seconds last ("* * * * * */10" = every 10 s). ARGS are parsed as JSON where
-    they parse, else kept as strings.
+    with seconds last ("* * * * * */10" = every 10 s), or @hourly, @daily, @weekly,
+    @monthly, @yearly. Refused, with nothing stored: any other number of fields, a
+    range that runs backwards ("1-0"), a date that never comes ("* * 31 2 *"). ARGS
+    are parsed as JSON where they parse, else kept as strings.
     """
     kwargs = parse_kwargs(kwargs_json)
-    import_configured(app.settings)   # their @job functions may be named
+    # the function is found as worker and enqueue find it: the current directory first,
+    # --path, then --import / FUSIONWORKER_IMPORTS imported (their @job functions)
+    producer_imports(app, imports, paths)
     entry = cron_api.register(
         app.connection, app.settings, name, schedule, func, args=[parse_arg(a) for a in args],
         kwargs=kwargs, queue=queue, priority=priority, timezone=timezone, catch_up=catch_up,

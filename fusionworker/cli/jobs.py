@@ -92,7 +92,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     machine cannot import is checked by name only (a warning says so).
     Options not given are the function's @job options (then the settings').
     """
-    _producer_imports(app, imports, paths)
+    producer_imports(app, imports, paths)
     if from_file is not None:
         ctx = click.get_current_context()
         given = [name for name in ("func", "args", "kwargs_json", "priority", "timeout",
@@ -120,7 +120,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         click.echo(job.id)
 
 
-def _producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
+def producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
     """The worker's import path and ``--import`` for a producer: the current directory,
     ``--path`` and FUSIONWORKER_PATH on ``sys.path``; FUSIONWORKER_IMPORTS and
     ``--import`` imported (their @job functions may be enqueued by name)."""
@@ -356,6 +356,21 @@ def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     q = _find(app, job_id, queue)
     q.cancel(job_id)
     click.echo(f"Canceled {job_id} on {q.name}")
+
+
+@job.command("stop")
+@click.argument("job_id")
+@search_queue_option("job")
+@pass_app
+def job_stop(app: App, job_id: str, queue: str | None) -> None:
+    """Stop JOB_ID: a running job is killed by its worker, on whatever host, and ends
+    stopped (no retry; its on_stopped callback runs); a queued one is canceled."""
+    q = _find(app, job_id, queue)
+    found = q.stop(job_id)
+    if found.status == JobStatus.CANCELED:
+        click.echo(f"Canceled {job_id} on {q.name} (it had not started)")
+    else:
+        click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
 @job.command("hold")

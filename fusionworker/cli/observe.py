@@ -62,6 +62,26 @@ def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
         click.echo(format_event(doc))
 
 
+def _stream_order(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return (int(ms), int(seq or 0)) if ms.isdigit() and (seq or "0").isdigit() else (0, 0)
+
+
+def _past(r: Any, prefix: str, job_id: str | None, queue: str | None, limit: int,
+          pinned: str) -> list[tuple[str, dict[str, Any]]]:
+    """The newest ``limit`` events up to ``pinned``: one job's from its own history (all
+    of them, however busy the stream was), else (or for a job without one) the stream's."""
+    if job_id:
+        where = find_queue_of(r, job_id, prefix, queue)
+        kept = [(i, doc) for i, doc in ev.job_history(r, prefix, where, job_id)
+                if _stream_order(i) <= _stream_order(pinned)] if where else []
+        if kept:
+            return kept[-limit:] if limit else []
+    if pinned == "0-0":
+        return []
+    return ev.last_events(r, prefix, job_id=job_id, queue=queue, count=limit, until=pinned)
+
+
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events until Ctrl-C.")
 @click.option("--job", "job_id", metavar="ID", help="Only events of this job.")
@@ -88,11 +108,9 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
     # pin the end first: history is <= it, following is > it; nothing shown twice or missed
     pinned = ev.last_id(r, settings.prefix)
     shown = 0
-    if pinned != "0-0":
-        for stream_id, doc in ev.last_events(r, settings.prefix, job_id=job_id, queue=queue,
-                                             count=limit, until=pinned):
-            _print(stream_id, doc, as_json)
-            shown += 1
+    for stream_id, doc in _past(r, settings.prefix, job_id, queue, limit, pinned):
+        _print(stream_id, doc, as_json)
+        shown += 1
     if job_id and not shown and limit and find_queue_of(r, job_id, settings.prefix) is None:
         message = f"no job {job_id!r}: no queue holds it and no event names it"
         if not follow:

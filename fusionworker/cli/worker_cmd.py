@@ -26,11 +26,21 @@ from ..worker import Worker, parse_queue_spec
 from .common import App, FiniteFloat, pass_app
 
 
-def _no_short_n(ctx: click.Context, param: click.Parameter, value: object) -> None:
-    if value is not None:
+def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """RQ's ``rq worker -n NAME``: the worker's name. A number (``rq worker-pool -n 3``,
+    or the --limit of the other commands) is refused, naming --processes."""
+    if value is not None and value.strip().isdigit():
         raise click.BadParameter("-n means how many to show (--limit) in every command; the "
-                                 "number of worker processes is --processes N", ctx=ctx,
+                                 "number of worker processes is --processes N (-n NAME, as "
+                                 "with rq worker, is the worker's --name)", ctx=ctx,
                                  param_hint="-n")
+    return value
+
+
+def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        click.echo("note: --with-scheduler is not needed: every worker runs due scheduled "
+                   "jobs and retries", err=True)
 
 
 def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: str | None,
@@ -60,7 +70,9 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
                    "(sms:3,email:1 takes 3 jobs of sms per job of email); 'all' = every "
                    "known queue (the default when no queue is given). Queues given as "
                    "arguments instead are served in STRICT order.")
-@click.option("-n", "short_n", hidden=True, expose_value=False, callback=_no_short_n)
+@click.option("-n", "short_n", hidden=True, callback=_short_n)
+@click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
+              callback=_with_scheduler)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
 @click.option("--gpus", default=None, metavar="0,1|auto",
               help="A GPU per slot: slot i owns the i-th device (auto: every device NVML "
@@ -115,7 +127,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
            horse_jobs: int | None = None, fair: bool = False,
-           gpus: str | None = None) -> None:
+           gpus: str | None = None, short_n: str | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
@@ -128,6 +140,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
     thresholds, --max-horse-memory and the log level without a restart.
     """
+    name = _name(name, short_n)
     queues = _checked_flags(ordered, queues, metrics_bind, name, processes)
     strict = bool(ordered)
     searched = extend_sys_path((*paths, *app.settings.path))
@@ -146,15 +159,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         worker_allowed(app.settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        connection = app.connect(embedded=True)
-    except RedisUnavailable as exc:
-        if burst or exc.refused:   # a one-shot run (a script, CI), a wrong password: exit 1
-            raise
-        # the URL was given and does not answer yet (a deploy racing a Redis restart):
-        # a long-running worker waits for it and registers once it answers (Worker.work)
-        click.echo(f"warning: {exc}; the worker waits for it", err=True)
-        connection = connect(app.url)
+    connection = _connect(app, burst)
+    _export_connection(app)
     if processes > 1:
         sys.exit(_supervise(app, connection, queues, burst, name, worker_ttl, max_horse_memory,
                             processes, max_restarts, restart_window, concurrency, strict))
@@ -181,6 +187,37 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)
         raise click.ClickException(f"Redis refused the worker's registration: {exc}") from None
     sys.exit(code)
+
+
+def _name(name: str | None, short_n: str | None) -> str | None:
+    """``--name``, or RQ's ``-n NAME`` (the same; both, differing: one line)."""
+    if short_n is None:
+        return name
+    if name is not None and name != short_n:
+        raise click.BadParameter("give --name or -n (the same), not both", param_hint="-n")
+    return short_n
+
+
+def _connect(app: App, burst: bool) -> RedisClient:
+    """The worker's connection (an embedded Redis when none answers and no URL was
+    given). A URL that does not answer yet: a one-shot run (burst) or a refused password
+    exits 1; a long-running worker waits for it (a deploy racing a Redis restart)."""
+    try:
+        client: RedisClient = app.connect(embedded=True)
+        return client
+    except RedisUnavailable as exc:
+        if burst or exc.refused:
+            raise
+        click.echo(f"warning: {exc}; the worker waits for it", err=True)
+        return connect(app.url)
+
+
+def _export_connection(app: App) -> None:
+    """A job's (or callback's) ``Queue()`` / ``Job.fetch()`` without settings reads the
+    environment: it is made the worker's own (its --redis-url, --prefix, config file),
+    for its horses and --processes children too."""
+    os.environ["REDIS_URL"] = app.settings.redis_url
+    os.environ["FUSIONWORKER_PREFIX"] = app.settings.prefix
 
 
 def _gpus_and_order(app: App, gpus: str | None, fair: bool, strict: bool) -> None:

@@ -46,13 +46,14 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .connection import text_hash
+from .connection import text_hash, texts
 from .keys import QueueKeys
 from .queue import Queue
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .connection import RedisClient
+    from .job import Job
 
 
 class Batch:
@@ -121,6 +122,55 @@ class Batch:
     def status(self) -> dict[str, Any]:
         """Counts and progress (``ended / total``) read from Redis."""
         return batch_status(self.queue.connection, self.queue.qkeys, self.id)
+
+    # -- a callback's view (Celery's chord: the callback reads its group's results) --
+
+    @staticmethod
+    def job_ids(batch_id: str, connection: RedisClient | None = None, *,
+                queue: str | None = None, settings: Settings | None = None) -> list[str]:
+        """The ids of the batch's jobs that ended (all of them once its callbacks fired),
+        in enqueue order. ``queue``: the batch's queue (default: looked up among the known
+        queues). A callback, given the batch id, reads its batch with it."""
+        return [job.id for job in Batch.jobs(batch_id, connection, queue=queue,
+                                             settings=settings)]
+
+    @staticmethod
+    def jobs(batch_id: str, connection: RedisClient | None = None, *,
+             queue: str | None = None, settings: Settings | None = None) -> list[Job[Any]]:
+        """The batch's ended jobs (read now; a job whose record is gone, ``result_ttl=0``,
+        is left out), in enqueue order. ``NoSuchJob`` when no queue holds the batch."""
+        q = _batch_queue(batch_id, connection, queue, settings)
+        refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
+        found: list[Job[Any]] = []
+        for ref in refs:
+            name, _, job_id = ref.partition(":")
+            job = (q if name == q.name else Queue(name, q.connection, settings=q.settings,
+                                                  events=False)).fetch_job(job_id)
+            if job is not None:
+                found.append(job)
+        return sorted(found, key=lambda j: (j.enqueued_at or 0.0, j.seq))
+
+    @staticmethod
+    def results(batch_id: str, connection: RedisClient | None = None, *,
+                queue: str | None = None, settings: Settings | None = None) -> list[Any]:
+        """The results of the batch's jobs, in enqueue order (None for one that failed)."""
+        return [job.result for job in Batch.jobs(batch_id, connection, queue=queue,
+                                                 settings=settings)]
+
+
+def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | None,
+                 settings: Settings | None) -> Queue:
+    """The queue holding batch ``batch_id`` (``queue``, or found among the known ones)."""
+    from ..exceptions import NoSuchJob
+    from .queue import known_queues
+
+    probe = Queue(queue or "default", connection, settings=settings, events=False)
+    names = [queue] if queue else known_queues(probe.connection, probe.settings.prefix)
+    for name in names:
+        q = Queue(name, probe.connection, settings=probe.settings, events=False)
+        if q.connection.exists(q.qkeys.batch(batch_id)):
+            return q
+    raise NoSuchJob(f"no batch {batch_id!r} in {queue or 'any queue'!r}")
 
 
 def batch_status(connection: RedisClient, keys: QueueKeys | str,

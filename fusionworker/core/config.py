@@ -176,6 +176,9 @@ SETTINGS: tuple[Setting, ...] = (
             "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
     Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
             "Seconds a finished job and its result are kept.", min=-1),
+    Setting("max_result_bytes", "FUSIONWORKER_MAX_RESULT_BYTES", 16 * 1024 * 1024, int,
+            "Largest return value a job may store, in bytes of its encoded JSON (0 = no "
+            "limit); over it the job fails as ResultTooLarge and nothing is stored.", min=0),
     Setting("worker_ttl", "FUSIONWORKER_WORKER_TTL", 420, int,
             "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl", min=1),
     Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
@@ -366,6 +369,7 @@ class Settings:
     job_timeout: float = _default("job_timeout")
     kill_grace: float = _default("kill_grace")
     result_ttl: int = _default("result_ttl")
+    max_result_bytes: int = _default("max_result_bytes")
     worker_ttl: int = _default("worker_ttl")
     heartbeat_interval: float = _default("heartbeat_interval")
     lease: float = _default("lease")

@@ -42,3 +42,19 @@ def install(provider: Callable[[], EventsPort]) -> None:
 def port() -> EventsPort | None:
     """The installed event log, or None (then the producer emits nothing)."""
     return None if _provider is None else _provider()
+
+
+#: ``Queue(is_async=False)``'s runner: runs a queue's due jobs in this process (the
+#: package root installs ``fusionworker.testing.run_burst``, loaded on first use)
+_runner: Callable[[Any], Any] | None = None
+
+
+def install_runner(runner: Callable[[Any], Any]) -> None:
+    """Hand ``Queue(is_async=False)`` the in-process runner of the layers above."""
+    global _runner
+    _runner = runner
+
+
+def runner() -> Callable[[Any], Any] | None:
+    """The installed in-process runner, or None (then is_async=False cannot run jobs)."""
+    return _runner

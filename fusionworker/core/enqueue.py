@@ -119,9 +119,10 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     if opts.depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
         deps, refs = _dependencies(q, opts.depends_on, when)
         mode = "deferred"
-    if opts.on_success is not None or opts.on_failure is not None:
+    if opts.on_success is not None or opts.on_failure is not None or opts.on_stopped is not None:
         opts = opts._replace(on_success=_callback(opts.on_success, allowed),
-                             on_failure=_callback(opts.on_failure, allowed))
+                             on_failure=_callback(opts.on_failure, allowed),
+                             on_stopped=_callback(opts.on_stopped, allowed))
     fields = _fields(q, ref, opts, args_enc, kwargs_enc, refs)
     assert opts.job_id is not None and opts.priority is not None  # checked() fills them
     # enqueue_many.lua's entry; a group is named so that a job without one takes the
@@ -214,8 +215,9 @@ def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
 #: skips encode_fields (one C call tells)
 _OPTIONAL = operator.attrgetter(
     "retry_delay", "unique_key", "group", "on_failure_url", "batch", "description",
-    "result_ttl", "failure_ttl", "ttl", "retry", "on_success", "on_failure")
-_NONE_GIVEN = (None,) * 12
+    "result_ttl", "failure_ttl", "ttl", "retry", "on_success", "on_failure", "retry_on",
+    "on_stopped")
+_NONE_GIVEN = (None,) * 14
 
 
 def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any,
@@ -257,10 +259,12 @@ def _optional_fields(opts: JobOptions, refs: list[str]) -> list[str]:
         batch=opts.batch.ref if opts.batch is not None else None,
         description=opts.description, result_ttl=opts.result_ttl,
         failure_ttl=opts.failure_ttl,
-        ttl=opts.ttl if opts.ttl is not None and opts.ttl > 0 else None,
+        ttl=opts.ttl if isinstance(opts.ttl, float) and opts.ttl > 0 else None,
         at_front="1" if opts.at_front else None,
         retry_intervals=list(opts.retry) if opts.retry is not None else None,
         on_success=opts.on_success, on_failure=opts.on_failure,
+        retry_on=list(opts.retry_on) if opts.retry_on is not None else None,
+        on_stopped=opts.on_stopped,
     )
 
 
@@ -302,6 +306,8 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
         ttl=float(f["ttl"]) if "ttl" in f else None,
         retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
         on_success=f.get("on_success"), on_failure=f.get("on_failure"),
+        retry_on=json.loads(f["retry_on"]) if "retry_on" in f else None,
+        on_stopped=f.get("on_stopped"),
     )
     job._queue = q
     return job

@@ -71,6 +71,12 @@ def func_ref(func: str | Callable[..., Any]) -> str:
         )
     module = getattr(func, "__module__", None)
     qualname = getattr(func, "__qualname__", None)
+    if module == "__main__" and qualname and "<" not in qualname:
+        raise InvalidFunction(
+            f"{qualname} is defined in the script being run (__main__): a worker imports a "
+            f"job's function by its module's name, which a script does not have; move it "
+            f"to a module the worker imports (app/tasks.py, worker --import app.tasks), or "
+            f"run the script as a module (python -m app.script)")
     if not module or not qualname or "<" in qualname or module == "__main__":
         raise InvalidFunction(
             f"{func!r} is not a module-level callable importable by name; pass 'module:function'"

@@ -55,6 +55,8 @@ class Outcome:
     recorded: bool = True    # False: the attempt's token was stale (reaped meanwhile)
     #: the job's last progress/meta, written with the outcome (runtime/progress_store.py)
     progress_fields: list[str] = field(default_factory=list)
+    #: a final failure: why it was not retried, in words (the worker logs it)
+    not_retried: str | None = None
 
     def __post_init__(self) -> None:
         # text stays accepted (``Outcome(status="retry", reason="exception")``)

@@ -69,6 +69,10 @@ Hash fields (all strings in Redis):
 ``on_success``      ``module:function`` enqueued with this job's id once it finished
                     (optional; through the outbox, see workflows.py)
 ``on_failure``      the same once it failed for good (optional)
+``on_stopped``      the same once it was stopped (``job stop``; optional)
+``stop_requested``  server time a stop was asked (stop.lua; the worker kills the horse)
+``retry_on``        JSON list of the exception classes retried instead of the worker's
+                    FUSIONWORKER_RETRYABLE (``"module.Class"``, ``"*"``: any; optional)
 ``ttl``             seconds the job may wait to be started, from ``enqueued_at`` or, when
                     later, ``scheduled_for`` (optional; then claim.lua cancels it, reason
                     ``expired``)
@@ -126,7 +130,7 @@ SEQ_LIMIT = 2**42
 STATUSES = tuple(JobStatus)
 LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
 #: statuses ``Job.wait`` returns (or raises) on
-DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED)
 #: every worker state, for gauges and listings
 STATES = tuple(WorkerState)
 
@@ -308,7 +312,7 @@ class Job(JobRecord[R], JobHabits):
                 _next_message(pubsub, left, marked, deadline is not None)
         finally:
             pubsub.close()
-        if self.status == JobStatus.FAILED:
+        if self.status in (JobStatus.FAILED, JobStatus.STOPPED):
             raise JobFailed(self)
         if self.status == JobStatus.CANCELED:
             raise JobCanceled(self)

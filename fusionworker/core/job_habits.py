@@ -288,6 +288,12 @@ class JobHabits:
         self._queue_for("cancel").cancel(self.id)
         return self._updated()
 
+    def stop(self) -> Job[Any]:
+        """Stop the job: a running one is killed by its worker and ends ``stopped``; a
+        queued one is canceled (see ``Queue.stop``); self, updated."""
+        self._queue_for("stop").stop(self.id)
+        return self._updated()
+
     def hold(self) -> Job[Any]:
         """Set the queued or scheduled job aside: never claimed until :meth:`release`
         (see ``Queue.hold``); self, updated."""

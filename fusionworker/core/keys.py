@@ -40,6 +40,7 @@ key                            type     meaning
 ``fw:{q}:hist:<r>:<b>``        HASH     chart counts of bucket b (r: its length in s; with a TTL)
 ``fw:{q}:wake``                channel  published on enqueue/promotion: wakes idle workers
 ``fw:{q}:done:<id>``           channel  outcomes of job <id> (Job.wait; finished/retry: if ``waited``)
+``fw:{q}:stop``                channel  stop requests (stop.lua: a job id); every worker PSUBSCRIBEs
 =============================  =======  ==============================================
 
 Global keys (touched by single-key commands only):
@@ -200,6 +201,11 @@ class QueueKeys:
         return self.base + "wake"
 
     @property
+    def stop(self) -> str:
+        """The channel of stop requests (stop.lua publishes a started job's id)."""
+        return self.base + "stop"
+
+    @property
     def rate(self) -> str:
         """The queue's rate limit (HASH: limit, window, held totals)."""
         return self.base + "rate"
@@ -249,6 +255,11 @@ class QueueKeys:
 
     def job(self, job_id: str) -> str:
         return self.base + "job:" + job_id
+
+    def job_events(self, job_id: str) -> str:
+        """The job's events, oldest first (LIST of JSON ``[stream id, fields]``, capped;
+        lives as long as the job record: scripts/history.lua)."""
+        return self.base + "job_events:" + job_id
 
     def minute(self, minute: int) -> str:
         """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (the workers'

@@ -16,7 +16,8 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -37,8 +38,9 @@ class JobOptions(NamedTuple):
 
     #: -1023..1023, higher runs first (default 0)
     priority: int | None = None
-    #: seconds a run may take before it is killed (default FUSIONWORKER_JOB_TIMEOUT)
-    timeout: float | None = None
+    #: seconds a run may take before it is killed (default FUSIONWORKER_JOB_TIMEOUT); this
+    #: and the three ttls below take RQ's duration strings too ("30s", "10m", "1h", "2d")
+    timeout: float | str | None = None
     #: retries after the first attempt (default FUSIONWORKER_MAX_RETRIES)
     max_retries: int | None = None
     #: first retry delay in seconds (default: the worker's backoff)
@@ -63,12 +65,12 @@ class JobOptions(NamedTuple):
     meta: dict[str, Any] | None = None
     #: seconds a finished job (its result) is kept: 0 = deleted at once, -1 = never
     #: expires (default FUSIONWORKER_RESULT_TTL)
-    result_ttl: int | None = None
+    result_ttl: int | str | None = None
     #: seconds a failed job is kept: -1 = never expires (default FUSIONWORKER_FAILED_TTL)
-    failure_ttl: int | None = None
+    failure_ttl: int | str | None = None
     #: seconds the job may wait to be started (from enqueue, or the end of its delay);
     #: a worker that takes it later cancels it, reason ``expired`` (default: no limit)
-    ttl: float | None = None
+    ttl: float | str | None = None
     #: True: the job runs before every other pending job of its priority (default False)
     at_front: bool | None = None
     #: RQ's policy ``Retry(max=3, interval=[10, 30, 60])``: ``max`` is ``max_retries``,
@@ -80,6 +82,13 @@ class JobOptions(NamedTuple):
     #: failed for good; exactly once (the outbox of workflows.py)
     on_success: Any = None
     on_failure: Any = None
+    #: the exceptions retried (classes, or ``"module.Class"`` names; subclasses match)
+    #: instead of the worker's FUSIONWORKER_RETRYABLE; Celery's ``autoretry_for``.
+    #: ``retry=Retry(...)`` without it retries on any exception, as RQ does. Checked:
+    #: a tuple of qualified names, ``("*",)`` for any (default: the worker's list)
+    retry_on: Any = None
+    #: the same once the job was stopped (``job stop``, ``Job.stop()``): RQ's on_stopped
+    on_stopped: Any = None
 
     def over(self, defaults: Mapping[str, Any]) -> JobOptions:
         """These options, each unset one taken from ``defaults`` (a name -> value map)."""
@@ -105,9 +114,15 @@ class JobOptions(NamedTuple):
         """
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
+        if any(isinstance(v, str) for v in (self.timeout, self.result_ttl, self.failure_ttl,
+                                            self.ttl)):
+            return self._replace(**_durations(self)).checked(default_timeout, default_retries)
         given_retries, intervals = self.max_retries, None
+        retry_on = None if self.retry_on is None else retry_names(self.retry_on)
         if self.retry is not None:
             given_retries, intervals = _retry_policy(self.retry, given_retries)
+            if retry_on is None:       # RQ's Retry: any exception is retried
+                retry_on = ANY_ERROR
         try:
             timeout = (default_timeout if self.timeout is None
                        else check_value("job_timeout", float(self.timeout), "timeout"))
@@ -152,7 +167,7 @@ class JobOptions(NamedTuple):
             delay, job_id, self.unique_key, self.group, self.on_failure_url, self.depends_on,
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
             self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals,
-            self.on_success, self.on_failure))
+            self.on_success, self.on_failure, retry_on, self.on_stopped))
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -160,6 +175,32 @@ NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
 _make = JobOptions._make
+
+
+#: RQ's duration strings: "30s", "10m", "1h", "2d"
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _durations(options: JobOptions) -> dict[str, Any]:
+    """``timeout``/``result_ttl``/``failure_ttl``/``ttl`` given as RQ's duration strings
+    ("1h", "10m", "30s", "2d") as whole seconds; ValueError naming the option for a
+    string that is neither that nor a number."""
+    out: dict[str, Any] = {}
+    for name in ("timeout", "result_ttl", "failure_ttl", "ttl"):
+        value = getattr(options, name)
+        if not isinstance(value, str):
+            continue
+        found = _DURATION.fullmatch(value.strip())
+        if found is not None:
+            out[name] = int(found.group(1)) * _UNIT[found.group(2)]
+            continue
+        try:
+            out[name] = float(value) if name in ("timeout", "ttl") else int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be seconds or a duration such as '30s', '10m', "
+                             f"'1h', '2d', got {value!r}") from None
+    return out
 
 
 def seconds_of(value: Any, what: str) -> float:
@@ -232,8 +273,8 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
     if max_retries is not None:
         raise TypeError("give max_retries= or retry=Retry(max=...), not both")
     interval = retry.interval
-    if interval is None:
-        return retry.max, None
+    if interval is None:      # RQ: no interval, the retry is at once
+        return retry.max, (0.0,)
     values = list(interval) if isinstance(interval, (list, tuple)) else [interval]
     if not 0 < len(values) <= 100 or not all(
             not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
@@ -241,6 +282,32 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
         raise ValueError(f"Retry interval must be seconds (0 to a year) or a list of 1 to 100 "
                          f"of them, got {interval!r}")
     return retry.max, tuple(float(v) for v in values)
+
+
+#: ``retry_on`` meaning every exception (and the job's timeout): RQ's ``Retry`` policy
+ANY_ERROR: tuple[str, ...] = ("*",)
+
+
+def retry_names(retry_on: Any) -> tuple[str, ...]:
+    """``retry_on=`` as qualified class names: an exception class, a ``"module.Class"``
+    name (a bare name is a builtin's: ``"ValueError"``), ``"*"`` for any, or a list or
+    tuple of them. TypeError (one line) on anything else."""
+    items = list(retry_on) if isinstance(retry_on, (list, tuple, set, frozenset)) else [retry_on]
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, type) and issubclass(item, BaseException):
+            names.append(f"{item.__module__}.{item.__qualname__}")
+        elif isinstance(item, str) and item == "*":
+            names.append(item)
+        elif (isinstance(item, str) and 0 < len(item) <= 200
+              and all(part.isidentifier() for part in item.split("."))):
+            names.append(item if "." in item else f"builtins.{item}")
+        else:
+            raise TypeError(f"retry_on must be exception classes or \"module.Class\" names "
+                            f"(or \"*\" for any), got {item!r}")
+    if not names:
+        raise TypeError("retry_on must name at least one exception class (or \"*\")")
+    return tuple(dict.fromkeys(names))
 
 
 def _check_front(at_front: Any) -> bool | None:
@@ -264,6 +331,17 @@ def _check_batch(batch: Any) -> None:
 ALIASES: dict[str, str] = {
     "job_timeout": "timeout",     # RQ: seconds before the run is killed
     "time_limit": "timeout",      # Celery: the hard limit, the run is killed
+    "autoretry_for": "retry_on",  # Celery: the exceptions retried
+    "default_retry_delay": "retry_delay",  # Celery: seconds before a retry
+}
+
+#: Celery's task options that say what always happens here: taken when True (a no-op),
+#: refused otherwise with the reason
+ALWAYS: dict[str, str] = {
+    "acks_late": "a started job is always under a lease its worker renews; when the "
+                 "worker dies the reaper requeues it",
+    "reject_on_worker_lost": "a job whose worker died is always requeued by the reaper "
+                             "(its attempt counted) or failed as abandoned",
 }
 
 #: keywords of RQ's or Celery's enqueue calls that are no option here: name -> what to
@@ -271,7 +349,6 @@ ALIASES: dict[str, str] = {
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
     "retry_policy": "use retry=Retry(max=, interval=[...]), or max_retries= and retry_delay=",
-    "on_stopped": "a stopped job fails: use on_failure= (a job) or on_failure_url=",
     "link": "use depends_on= on the next job, or a Batch(on_success=...)",
     "link_error": "use on_failure_url= or a Batch(on_failure=...)",
     "countdown": "use q.enqueue_in(seconds, func, ...)",
@@ -280,7 +357,11 @@ FOREIGN: dict[str, str] = {
     "queue": "the queue is the Queue's: Queue(name).enqueue(...), or @job(queue=...)",
     "routing_key": "the queue is the Queue's: Queue(name).enqueue(...)",
     "exchange": "the queue is the Queue's: Queue(name).enqueue(...)",
-    "soft_time_limit": "no soft limit; timeout= is the hard one",
+    "soft_time_limit": "timeout= raises JobTimeoutError in the job first, and kills it "
+                       "FUSIONWORKER_KILL_GRACE seconds later: give timeout=<soft limit>",
+    "bind": "a job reads itself with fusionworker.current_job() (.id, .attempt, .meta): "
+            "drop bind=True and the self parameter",
+    "rate_limit": "rate limits are per queue: fusionworker set-rate-limit QUEUE 10/s",
     "ignore_result": "use result_ttl=0 (the finished job is not kept)",
     "serializer": "arguments are always tagged JSON (no pickle)",
     "compression": "arguments are always tagged JSON (no pickle)",
@@ -290,12 +371,14 @@ FOREIGN: dict[str, str] = {
     "connection": "the connection is the Queue's: Queue(name, connection)",
     "group_id": "use a Batch (batch=) to follow a set of jobs",
     "repeat": "use a cron entry (fusionworker cron add)",
+    "unique": "use job_id= or unique_key=: a live job with it is returned, not enqueued "
+              "again (job.deduplicated)",
     "args": "use q.enqueue_call(func, args=[...], kwargs={...})",
     "kwargs": "use q.enqueue_call(func, args=[...], kwargs={...})",
 }
 
 #: every keyword ``Queue.enqueue`` takes for itself or refuses
-_OTHERS: frozenset[str] = frozenset(ALIASES) | frozenset(FOREIGN)
+_OTHERS: frozenset[str] = frozenset(ALIASES) | frozenset(FOREIGN) | frozenset(ALWAYS)
 _TAKEN: frozenset[str] = OPTIONS | _OTHERS
 
 
@@ -317,14 +400,47 @@ def split(kwargs: dict[str, Any]) -> JobOptions:
     if _OTHERS.isdisjoint(kwargs):
         return JobOptions(**found)
     for name in list(kwargs):
-        if name in ALIASES:
-            real = ALIASES[name]
-            if real in kwargs or real in found:
-                raise TypeError(f"give {real}= or {name}= (the same option), not both")
-            found[real] = kwargs.pop(name)
-        elif name in FOREIGN:
-            raise TypeError(refusal(name))
+        if name in _OTHERS:
+            _translate(name, kwargs.pop(name), found, kwargs, refusal)
     return JobOptions(**found)
+
+
+def _translate(name: str, value: Any, found: dict[str, Any], rest: Mapping[str, Any],
+               refuse: Callable[[str], str]) -> None:
+    """Foreign keyword ``name`` into ``found`` (the options): an alias as its option,
+    ``ignore_result=True`` as ``result_ttl=0``, an :data:`ALWAYS` one given True as
+    nothing; TypeError(``refuse(name)``) for the rest. ``rest``: what is still to come."""
+    real = ALIASES.get(name) or ("result_ttl" if name == "ignore_result" and value is True
+                                 else None)
+    if real is not None:
+        if real in rest or real in found:
+            raise TypeError(f"give {real}= or {name}= (the same option), not both")
+        found[real] = 0 if name == "ignore_result" else value
+    elif name in ALWAYS:
+        if value is not True:
+            raise TypeError(f"{name}={value!r} cannot be had here: {ALWAYS[name]}")
+    else:
+        raise TypeError(refuse(name))
+
+
+def decorator_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given to ``@job(...)`` / ``.options(...)``, RQ's and Celery's names
+    taken as in ``Queue.enqueue`` (:func:`split`); TypeError (one line) naming the way
+    here for a foreign one, or listing the known ones for an unknown one."""
+    found = {name: value for name, value in options.items() if name in OPTIONS}
+    if len(found) == len(options):
+        return found
+    for name, value in options.items():
+        if name in _OTHERS:
+            _translate(name, value, found, options, _decorator_refusal)
+    check_names({name: 1 for name in options if name not in _OTHERS})
+    return found
+
+
+def _decorator_refusal(name: str) -> str:
+    hint = {"countdown": "use f.enqueue_in(seconds, ...)", "eta": "use f.enqueue_at(when, ...)",
+            }.get(name, FOREIGN[name])
+    return f"{name}= is not a fusionworker job option ({hint})"
 
 
 def option_like(names: Iterable[str]) -> list[str]:

@@ -27,7 +27,7 @@ from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
 from .job import Job
 from .keys import Keys, QueueKeys, check_queue_name
-from .options import NAMES, OPTIONS, JobOptions, split
+from .options import NAMES, OPTIONS, JobOptions, option_like, split
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
@@ -98,6 +98,23 @@ def settings_from_env() -> Settings:
     return found
 
 
+def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """RQ's ``enqueue_in(delay, f, args=[...], kwargs={...}, **options)``: the job's
+    arguments taken out of ``kwargs`` (left with the options). Without ``args=`` or
+    ``kwargs=``: ``(args, kwargs)``, the keywords being the job's (and options)."""
+    if "args" not in kwargs and "kwargs" not in kwargs:
+        return args, kwargs
+    if args:
+        raise TypeError("give the job's arguments positionally or as args=[...]/kwargs={...}, "
+                        "not both")
+    explicit, job_kwargs = kwargs.pop("args", None), kwargs.pop("kwargs", None)
+    extra = sorted(set(kwargs) - set(option_like(kwargs)))
+    if extra:
+        raise TypeError(f"with args=/kwargs=, the job's keyword arguments go inside "
+                        f"kwargs={{...}}, not beside it: {', '.join(extra)}")
+    return explicit, dict(job_kwargs or {})
+
+
 class Queue(QueueReads, QueueAdmin, QueueHabits):
     """One named priority queue.
 
@@ -112,9 +129,17 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         *,
         settings: Settings | None = None,
         events: Any = None,
+        default_timeout: float | str | None = None,
+        is_async: bool = True,
     ) -> None:
         self.name = check_queue_name(name)
         self.settings = settings or settings_from_env()
+        if default_timeout is not None:     # RQ's: the timeout of a job that gives none
+            self.settings = self.settings.replace(job_timeout=JobOptions(
+                timeout=default_timeout).checked(1.0, 0).timeout)
+        #: False (RQ's synchronous mode, for tests): each job enqueued runs in this
+        #: process before ``enqueue`` returns (``fusionworker.testing.run_burst``)
+        self.is_async = bool(is_async)
         # any redis-py client works: one replying bytes gets a str-decoding twin
         connection = (shared_client(self.settings.redis_url) if connection is None
                       else decoding(connection))
@@ -143,14 +168,18 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
     def enqueue_in(self, /, seconds: float | timedelta, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
         """Enqueue to run ``seconds`` (or a ``timedelta``) from now (by the Redis
-        server's clock)."""
-        return self.enqueue_call(func, args=args, kwargs=kwargs, _when=("in", seconds),
+        server's clock). The job's arguments may be given as ``args=[...]``,
+        ``kwargs={...}`` instead, as RQ takes them."""
+        args, job_kwargs = _explicit(args, kwargs)
+        return self.enqueue_call(func, args=args, kwargs=job_kwargs, _when=("in", seconds),
                                  **split(kwargs).given())
 
     def enqueue_at(self, /, when: datetime, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
-        """Enqueue to run at ``when`` (naive datetimes are taken as UTC)."""
-        return self.enqueue_call(func, args=args, kwargs=kwargs, _when=_at(when),
+        """Enqueue to run at ``when`` (naive datetimes are taken as UTC); ``args=``,
+        ``kwargs=`` as with :meth:`enqueue_in`."""
+        args, job_kwargs = _explicit(args, kwargs)
+        return self.enqueue_call(func, args=args, kwargs=job_kwargs, _when=_at(when),
                                  **split(kwargs).given())
 
     def enqueue_call(
@@ -179,6 +208,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         retry: Any = None,
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
+        retry_on: Any = None,
+        on_stopped: str | Callable[..., Any] | None = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> Job[Any]:
         """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
@@ -202,9 +233,29 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure)
-        return _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
-                                                         _when))
+                             on_success, on_failure, retry_on, on_stopped)
+        job = _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
+                                                        _when))
+        return job if self.is_async else self._run_now(job)
+
+    def _run_now(self, job: Job[Any]) -> Job[Any]:
+        """``is_async=False``: run the queue's due jobs (the one just written among them) in
+        this process, as RQ's synchronous mode does; the job as it ended. Written
+        already: a failure here is logged, never raised."""
+        from .emitting import runner  # fusionworker.testing.run_burst, installed above
+
+        run = runner()
+        if run is None:
+            log.error("Job %s of %s was enqueued but no in-process runner is installed "
+                      "(import fusionworker first)", job.id, self.name)
+            return job
+        try:
+            run(self)
+            return job.refresh()
+        except Exception as exc:  # noqa: BLE001 - the job is enqueued: never raise now
+            log.error("Job %s of %s was enqueued but not run in this process: %s: %s",
+                      job.id, self.name, type(exc).__name__, exc)
+            return job
 
     def prepare_call(
         self,
@@ -232,13 +283,15 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         retry: Any = None,
         on_success: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
+        retry_on: Any = None,
+        on_stopped: str | Callable[..., Any] | None = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> PreparedJob:
         """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure)
+                             on_success, on_failure, retry_on, on_stopped)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
 
     def prepare(self, /, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:

@@ -53,6 +53,32 @@ class QueueAdmin:
         self._emit("canceled", job)
         return job
 
+    def stop(self, job_id: str) -> Job[Any]:
+        """Stop a job: a started one is killed by the worker running it (whatever its
+        host) and ends ``stopped``, without a retry, its ``on_stopped`` callback run; a
+        queued, scheduled or deferred one is canceled. Returns the job as it is now (a
+        started one still ``started``: its worker kills it within a second or so;
+        ``job.wait()`` raises :class:`~fusionworker.exceptions.JobFailed` once it is
+        stopped). The sequence is in docs/design.md, "Stopping a running job".
+
+        :class:`NoSuchJob` for an unknown id, :class:`InvalidOperation` for a job that
+        ended already."""
+        for _ in range(3):    # a job may start between the stop's read and the cancel
+            verdict = replies.stop(self.scripts.stop(keys=[self.qkeys.base], args=[job_id]))
+            if verdict.outcome == "missing":
+                raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            if verdict.outcome == "ended":
+                raise InvalidOperation(f"job {job_id} is {verdict.detail}: it ended already")
+            if verdict.outcome == "stopping":
+                job = self._require(job_id)
+                self._emit("admin", job, reason="stop")
+                return job
+            try:
+                return self.cancel(job_id)
+            except InvalidOperation:
+                continue      # it started (or ended) meanwhile: look again
+        raise InvalidOperation(f"job {job_id} kept changing state; try again")
+
     def hold(self, job_id: str) -> Job[Any]:
         """Set a queued or scheduled job aside: no worker claims it until :meth:`release`,
         which gives it back its place (priority and FIFO order, or its due time). Holding

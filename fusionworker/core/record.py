@@ -100,6 +100,12 @@ class JobRecord(Generic[R]):
     #: functions enqueued with this job's id once it finished / failed for good
     on_success: str | None = _f()
     on_failure: str | None = _f()
+    #: exception classes retried (``"module.Class"``, ``"*"`` any); None: the worker's list
+    retry_on: list[str] | None = _f(kind="str_list")
+    #: the function enqueued with this job's id once it was stopped (``job stop``)
+    on_stopped: str | None = _f()
+    #: when a stop of the running job was asked (server time; ``Queue.stop``)
+    stop_requested: float | None = _f(kind="float")
     #: the record's ``description`` field (optional); see ``Job.description``
     _description: str | None = _f(hash="description", compare=False)
 

@@ -66,9 +66,9 @@ class JobFunction(Generic[P, R]):
     def __init__(self, func: Callable[P, R], *, queue: str | Queue = "default",
                  connection: RedisClient | None = None, settings: Settings | None = None,
                  horse_jobs: int | None = None, **options: Any) -> None:
-        from .options import check_names
+        from .options import decorator_options
 
-        check_names(options)
+        options = decorator_options(options)
         if horse_jobs is not None and (isinstance(horse_jobs, bool)
                                        or not isinstance(horse_jobs, int) or horse_jobs < 1):
             raise ValueError(f"horse_jobs={horse_jobs!r}: must be a whole number >= 1")

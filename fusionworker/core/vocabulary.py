@@ -39,6 +39,7 @@ class JobStatus(_Vocabulary):
     FINISHED = "finished"      #: returned; ``result`` holds the value
     FAILED = "failed"          #: final failure; ``failure_reason`` says how
     CANCELED = "canceled"      #: canceled before it ran (or a dependency failed)
+    STOPPED = "stopped"        #: stopped while it ran (``job stop``): in ``failed``, no retry
     DEFERRED = "deferred"      #: waits on the jobs of ``depends_on``
     #: set aside by ``job hold`` (Job.hold): never claimed until released, keeps its place
     HELD = "held"
@@ -68,6 +69,7 @@ class FailureReason(_Vocabulary):
     LEASE = "lease"
     #: cold shutdown interrupted the job: re-queued, the attempt not counted
     SHUTDOWN = "shutdown"
+    STOPPED = "stopped"        #: stopped on request (``job stop``): its horse was killed
 
 
 class WorkerState(_Vocabulary):

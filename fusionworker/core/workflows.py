@@ -191,7 +191,7 @@ def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_
 
     if len(callback) != 1 or not isinstance(callback[0], str):
         raise ValueError(f"callback note of job {job_id} names no function")
-    kind = "on_success" if outcome == "finished" else "on_failure"
+    kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
     from ..exceptions import FusionWorkerError
 
     q = Queue(queue, connection, settings=settings, events=False)

@@ -41,7 +41,15 @@ it is imported only when an :class:`ElasticsearchSink` is built.
 from __future__ import annotations
 
 from .middleware import EventsMiddleware, emit_job_event, sink_of
-from .reader import follow_events, in_time_order, job_timeline, last_events, last_id, read_events
+from .reader import (
+    follow_events,
+    in_time_order,
+    job_history,
+    job_timeline,
+    last_events,
+    last_id,
+    read_events,
+)
 from .registry import default_sink, flush_default_sinks
 from .schema import ES_MAPPINGS, EVENTS, FIELDS, make_event, outcome_event
 from .sinks import (
@@ -58,7 +66,7 @@ from .sinks import (
 __all__ = [
     "ES_MAPPINGS", "EVENTS", "FIELDS", "Delivery", "ElasticsearchSink", "Entry", "EventSink",
     "EventsMiddleware", "MemorySink", "NullSink", "RedisStreamSink", "default_sink",
-    "emit_job_event", "flush_default_sinks", "follow_events", "in_time_order", "job_timeline",
-    "last_events", "last_id", "make_event", "make_sink", "outcome_event", "read_events",
+    "emit_job_event", "flush_default_sinks", "follow_events", "in_time_order", "job_history",
+    "job_timeline", "last_events", "last_id", "make_event", "make_sink", "outcome_event", "read_events",
     "sink_of",
 ]

@@ -1,6 +1,6 @@
 """Reading the Redis event stream: the CLI's ``events`` command, the web UI and
 the tests (:func:`read_events`, :func:`last_events`, :func:`follow_events`,
-:func:`job_timeline`).
+:func:`job_history`, :func:`job_timeline`).
 """
 
 from __future__ import annotations
@@ -179,6 +179,24 @@ def _follow(connection: RedisClient, key: str, cursor: str, job_id: str | None, 
     while stop is None or not stop.is_set():
         cursor, found = _read_new(connection, key, cursor, job_id, queue, 1000, block_ms)
         yield from found
+
+
+def job_history(connection: RedisClient, prefix: str, queue: str, job_id: str) -> list[Event]:
+    """Every event of job ``job_id`` of ``queue`` kept in its own history (the newest
+    ``HISTORY_CAP``), in the order they happened; ``[]`` when it has none (events of
+    a version that wrote none, or every event older than its record's TTL). An event
+    written on a Cluster (no stream id in the history) gets ``h:<timestamp>:<n>``."""
+    import json
+
+    out: list[Event] = []
+    for n, raw in enumerate(connection.lrange(Keys(prefix).queue(queue).job_events(job_id), 0, -1)):
+        try:
+            stream_id, fields = json.loads(text(raw))
+            doc = _decode(text_hash(fields))
+        except (ValueError, TypeError, AttributeError):
+            continue         # not ours: skipped, never raised
+        out.append((str(stream_id) or f"h:{doc.get('@timestamp', '')}:{n}", doc))
+    return in_time_order(out)
 
 
 def job_timeline(connection: RedisClient, prefix: str, job_id: str, start: float, end: float | None,

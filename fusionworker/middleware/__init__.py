@@ -17,7 +17,8 @@ of :func:`default_middleware`:
  2. systemd notify (``notify.py``);
  3. reaper (``reaper.py``): takes back the jobs of dead workers;
  4. failure callbacks (``callbacks.py``);
- 5. cron (``cron.py``);
+ 5. cron: the schedules declared in code written at start (``schedules.py``), then
+    the entries' runs (``cron.py``);
  6. dependencies (``core/workflows.py``);
  7. Sentinel master following (``core/connection.py``), with a
     ``redis+sentinel://`` URL only;
@@ -64,11 +65,12 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
+    from .schedules import DeclaredSchedules
     from .vitals import WorkerVitals
 
     chain: list[Middleware] = [*build_governors(settings), NotifyMiddleware(),
                                ReaperMiddleware(settings), FailureCallbacks(settings),
-                               CronScheduler(), DependencyMiddleware()]
+                               DeclaredSchedules(), CronScheduler(), DependencyMiddleware()]
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
     chain.append(EventsMiddleware())

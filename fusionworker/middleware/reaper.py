@@ -13,7 +13,7 @@ outcome. One pass, for each known queue::
        its last_heartbeat is older than its own lease
     4. requeue.lua mode 'reap' with the token    re-checks lease and token
        atomically: back to pending at its original priority/FIFO place with the
-       attempt counted, or failed as 'abandoned' when attempts > max_retries
+       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1)
 
 If the reaping process dies at any step nothing is half done: steps 1-3 only
 read, step 4 is one script (it ran or it did not), and the next pass of any
@@ -155,7 +155,7 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: fl
             counts["abandoned"] += 1
             counts["jobs"].append(job_id)
             counts["abandoned_jobs"].append((queue, job_id))
-            log.error("Reaper: job %s on %s was stuck (worker %s: %s); attempts used up, "
+            log.error("Reaper: job %s on %s was stuck (worker %s: %s), its worker lost too often, "
                       "failed as abandoned", job_id, queue, worker_name or "?", why)
         else:
             counts["skipped"] += 1

@@ -220,7 +220,7 @@ class Claimer:
         #: from its last reply
         self.due_at: dict[str, float] = {}
         #: wake-ups are confirmed (the loop sets it): a dry queue may go quiet
-        self.armed = False
+        self._armed = False
         #: queues found with nothing to claim since wake-ups were confirmed (module doc)
         self.quiet: set[str] = set()
         self.sweep_interval = 1.0
@@ -273,10 +273,20 @@ class Claimer:
         else:
             self.quiet -= queues
 
+    @property
+    def armed(self) -> bool:
+        """Wake-ups are confirmed: a queue found dry may go quiet."""
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        self._armed = value
+        if not value:            # a wake-up may have been missed: every queue is loud
+            self.quiet.clear()
+
     def disarm(self) -> None:
         """Wake-ups may be missed (the subscription is gone): every queue is loud."""
         self.armed = False
-        self.quiet.clear()
 
     def _refresh(self) -> None:
         """Wake the quiet queues whose due time came, and the next of the sweep."""

@@ -92,6 +92,7 @@ _KILLED = {
                            "work horse exceeded the memory ceiling and was killed"),
     FailureReason.LOST: ("JobLost", "the job was taken back (reaped or deleted) while it ran"),
     FailureReason.SHUTDOWN: ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
+    FailureReason.STOPPED: ("JobStopped", "stopped on request (job stop): its horse was killed"),
     FailureReason.LEASE: ("LeaseExpired",
                           "the worker could not renew the job's lease in time (frozen "
                           "or cut off from Redis): its horse was killed"),

@@ -6,7 +6,20 @@ touch_many.lua per queue, which renews the lease of every running job whose
 attempt still owns it.
 
 :meth:`Heartbeat.send` only writes and reads: what the answers mean (a lease
-renewed, a job taken back, the suspend flag) is the loop's to decide.
+renewed, a job taken back, a stop asked, the suspend flag) is the loop's to decide.
+
+Why the lazy busy write cannot mislead the reaper: the reaper looks only at
+jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
+job whose worker hash names it (current_job or current_jobs) with a
+last_heartbeat younger than the lease. The lease (default 30 s >= 3 x
+heartbeat_interval) is set by the claim and renewed only by touch_many.lua,
+sent in the same pipeline as the heartbeat hash that lists every running job
+and last_heartbeat. So a job not listed yet ended long before its lease could
+run out, unless the parent died or hung (no touch for a whole lease): then
+last_heartbeat is at least a lease old too (every write of it while a job runs
+comes with a touch), so ``_why_dead`` answers "silent" (or "heartbeat
+expired", "now runs nothing") and reaps it: the verdict is the same as with
+an eager busy write.
 """
 
 from __future__ import annotations
@@ -43,7 +56,9 @@ class Renewal:
     """What a heartbeat that Redis took said."""
 
     sent: float                          # monotonic time it was sent: leases start later
-    owned: list[tuple[Slot, bool]]       # per running slot: does its attempt own its job
+    #: per running slot: 0 its attempt no longer owns its job, 1 it does, 2 (STOP_ASKED)
+    #: it does and its stop was asked
+    owned: list[tuple[Slot, int]]
     suspended: bool                      # the deployment-wide suspend flag is set
 
 

@@ -13,7 +13,7 @@ parent dies at each step (each slot goes through the same steps)::
                           Dies before: nothing changed. Dies after (or the reply
                           is lost): every claimed job is in `started` with a
                           lease nobody renews -> the reaper re-queues it
-                          (attempt counted) once the lease is over.
+                          (attempt not counted) once the lease is over.
     2. fork the horse     requests go to the fork server, its answers (the pids)
                           are read with the ends, never waited for (launch.py).
                           PDEATHSIG chain: parent dies -> fork server dies ->
@@ -59,18 +59,7 @@ BUSY_AFTER, the heartbeat every heartbeat_interval, and a claim of its own for
 the first job after idling, suspension, throttling or a due heartbeat). With
 N slots one finish pipeline records every job that ended since the last pass.
 
-Why the lazy busy write cannot mislead the reaper: the reaper looks only at
-jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
-job whose worker hash names it (current_job or current_jobs) with a
-last_heartbeat younger than the lease. The lease (default 30 s >= 3 x
-heartbeat_interval) is set by the claim and renewed only by touch_many.lua,
-sent in the same pipeline as the heartbeat hash that lists every running job
-and last_heartbeat. So a job not listed yet ended long before its lease could
-run out, unless the parent died or hung (no touch for a whole lease): then
-last_heartbeat is at least a lease old too (every write of it while a job runs
-comes with a touch), so ``_why_dead`` answers "silent" (or "heartbeat
-expired", "now runs nothing") and reaps it: the verdict is the same as with
-an eager busy write.
+Why the lazy busy write of step 3 cannot mislead the reaper: heartbeat.py.
 
 A horse never outlives its lease, per slot (slot.py, horse.py): the slot's
 deadline is the time its job's last claim or renewal that reached Redis was
@@ -85,7 +74,8 @@ claim Redis refuses (OOM, WRONGTYPE) is backed off alone.
 
 Waiting: one ``select()`` over the fork servers' sockets (each horse's exit
 comes on its own), the pipes of horses the worker forked itself, the signal
-wake-up fd, and the pub/sub connection subscribed to ``fw:{q}:wake`` of each
+wake-up fd, the stop requests' connection (stops.py) while a job runs, and the
+pub/sub connection subscribed to ``fw:{q}:wake`` of each
 queue (published by enqueue/promotion inside the scripts) and ``fw:control``
 (suspend/resume), while a slot is free. Its timeout is the nearest of: a
 slot's deadline or kill escalation, a busy write due, the heartbeat, the
@@ -114,6 +104,7 @@ from redis.typing import EncodableT
 
 from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus, WorkerContext
 from ..core.job import FailureReason, Job
+from ..core.scripts.replies import STOP_ASKED
 from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE, wait_reachable
 from .exits import refusal
@@ -125,6 +116,7 @@ from .protocol import drain
 from .recorder import HashState, Recorder, decide
 from .slot import Slot
 from .state import LoopState, Stop, View
+from .stops import StopListener
 from .wakeups import Heard, Wakeups
 
 log = logging.getLogger(__name__)
@@ -159,6 +151,7 @@ class Loop:
         self.free_index = list(range(concurrency - 1, -1, -1))
         self.burst_done = False
         self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
+        self.stops = StopListener(ctx.connection, ctx.keys)
         self.beat = Heartbeat(ctx, scripts, lease=lease)
         #: what the last select() found readable: only those servers are read (None: all)
         self._readable: list[Any] | None = []
@@ -188,6 +181,7 @@ class Loop:
             self.wakeups.subscribe()
         except UNREACHABLE:
             self.drop_pubsub()      # the first wait subscribes again
+        self.stops.sock()           # subscribed before the first job starts
         while self.turn():
             pass
         return 0
@@ -401,11 +395,9 @@ class Loop:
                 self.free_index.append(slot.index)
             exit_ = slot.outcome(cold=cold)
             outcome = decide(self.ctx.settings, slot.job, exit_)
-            outcome.duration = time.monotonic() - slot.started
+            outcome.duration = time.monotonic() - slot.ran_from   # not the server's start-up
             # the job's last progress/meta ride with its outcome (progress_store.py)
-            outcome.progress_fields = self.relay.final_fields(slot.job, exit_.progress)
-            if exit_.shared and outcome.status == OutcomeStatus.REQUEUED:   # recorder.decide
-                outcome.progress_fields += ["shared_deaths", str(slot.job.shared_deaths + 1)]
+            outcome.progress_fields[:0] = self.relay.final_fields(slot.job, exit_.progress)
             ended.append((slot.job, outcome))
         if ended:
             self.slots = running
@@ -505,6 +497,8 @@ class Loop:
             if owned:     # this renewal reached Redis: the horse may live on
                 slot.lease_until = renewal.sent + self.lease - self.margin
                 self.launcher.set_deadline(slot.index, slot.lease_until)
+                if owned == STOP_ASKED and self.stops.kill([slot], self.ctx.name, missed=True):
+                    self._police_due = 0.0
             elif not slot.killed:
                 log.warning("Worker %s: job %s was taken back while running; killing its "
                             "horse", self.ctx.name, slot.job.id)
@@ -540,6 +534,7 @@ class Loop:
             until = min(until, self._police_due)
         fds: list[Any] = [self.wake_fd] if self.wake_fd >= 0 else []
         fds.extend(self.launcher.waitables())
+        fds.extend(stops := self.stops.waitables(bool(self.slots)))
         sock = None
         if free and st.stop is None:
             until = min(until, st.next_poll)
@@ -557,13 +552,14 @@ class Loop:
         self._readable = readable
         if self.wake_fd >= 0 and self.wake_fd in readable:
             drain(self.wake_fd)
+        if stops and stops[0] in readable and self.stops.kill(self.slots, self.ctx.name):
+            self._police_due = 0.0      # the SIGKILL escalation is due in time
         if sock is not None and sock in readable:
             self._pubsub_sock()
 
     def drop_pubsub(self) -> None:
         """Close pub/sub; wake-ups may be missed until it is back: claim from every queue."""
-        self.wakeups.drop()
-        self.claimer.disarm()
+        self.wakeups.drop()      # no longer confirmed: _heard, before any claim, disarms
         self.state.want_claim = True
 
     def _pubsub_sock(self) -> Any:

@@ -118,6 +118,8 @@ class RunRequest:
         if trace:
             msg["trace"] = [job.attempts, job.priority, job.traceparent, job.tracestate]
         msg["attempt"], msg["max_retries"] = job.attempts, job.max_retries
+        if job.retry_on is not None:       # the job's own retryable classes (horse/run.py)
+            msg["retry_on"] = job.retry_on
         if getattr(job, "meta", None):     # current_job().meta starts from it (progress.py)
             msg["meta"] = encode(job.meta)
         return cls(job.func, entry, json.dumps(msg).encode())
@@ -160,6 +162,8 @@ def job_of(body: bytes) -> Job[Any]:
         id=msg["id"], queue=msg["queue"], func=msg["func"], args=decode(msg["args"]),
         kwargs=decode(msg["kwargs"]), timeout=msg["timeout"],
         attempts=msg.get("attempt", 0), max_retries=msg.get("max_retries", 0))
+    if "retry_on" in msg:
+        job.retry_on = [str(name) for name in msg["retry_on"]]
     if "meta" in msg:   # what the job's record holds (progress.py): current_job().meta
         job.meta = decode(msg["meta"])
     if "trace" in msg:   # OpenTelemetry on: what the job's span needs

@@ -47,8 +47,9 @@ from .state import View
 log = logging.getLogger(__name__)
 
 
-#: A job its fork server died under this many times (each time running beside other
-#: jobs, any of which may have killed it) fails instead of being given back again.
+#: A job its fork server or its worker died under this many times (each time running
+#: beside other jobs, any of which may have killed it) fails instead of being given back
+#: again; a job allowed more retries (``max_retries + 1``) gets that many.
 SHARED_DEATHS_MAX = 3
 
 
@@ -59,19 +60,42 @@ def backoff_delay(settings: Settings, attempt: int, initial: float | None = None
     return delay * (1.0 + settings.retry_jitter * random.random())
 
 
+def _too_large(settings: Settings, result: str | None) -> str | None:
+    """Why ``result`` (the encoded return value) may not be stored, or None."""
+    cap = settings.max_result_bytes
+    if not cap or result is None or len(result) <= cap // 4:    # 4 bytes a char at most
+        return None
+    size = len(result.encode("utf-8", "surrogatepass"))
+    if size <= cap:
+        return None
+    return (f"the job's return value is {size} bytes of JSON; the limit is {cap} bytes "
+            "(FUSIONWORKER_MAX_RESULT_BYTES): store large data elsewhere and return a "
+            "reference. Nothing was stored.")
+
+
 def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
     """The outcome of an attempt from the way its horse ended and the job's retry policy."""
     common: dict[str, Any] = dict(
         reason=exit_.reason, duration=exit_.duration, error_type=exit_.error_type,
         error_message=exit_.error_message, traceback=exit_.traceback)
     if exit_.ok:
+        too_large = _too_large(settings, exit_.result_json)
+        if too_large:      # never retried: the same job returns the same value again
+            return Outcome(status=OutcomeStatus.FAILED, reason=OutcomeReason.EXCEPTION,
+                           duration=exit_.duration, error_type="ResultTooLarge",
+                           error_message=too_large, traceback="")
         return Outcome(status=OutcomeStatus.FINISHED, reason=OutcomeReason.OK,
                        duration=exit_.duration, result=exit_.result_json)
     if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
+    if exit_.reason == FailureReason.STOPPED:     # on request: never retried
+        return Outcome(status=OutcomeStatus.FAILED, not_retried="stopped on request",
+                       **common)
     if exit_.shared:      # its fork server died under it: not its fault, up to a bound
-        if job.shared_deaths + 1 < SHARED_DEATHS_MAX:
-            return Outcome(status=OutcomeStatus.REQUEUED, **common)
+        if job.shared_deaths + 1 < max(SHARED_DEATHS_MAX, job.max_retries + 1):
+            # written with the give-back (requeue.lua 'return'), after the job's progress
+            return Outcome(status=OutcomeStatus.REQUEUED, **common,
+                           progress_fields=["shared_deaths", str(job.shared_deaths + 1)])
         common["error_message"] = (
             f"the fork server died under this job {job.shared_deaths + 1} times (a job "
             "running beside it, or this one, killed it each time): not tried again")
@@ -84,7 +108,23 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
         else:
             delay = backoff_delay(settings, job.attempts, job.retry_delay)
         return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
-    return Outcome(status=OutcomeStatus.FAILED, **common)
+    return Outcome(status=OutcomeStatus.FAILED, not_retried=why_not_retried(job, exit_), **common)
+
+
+def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
+    """Why a failed attempt is the job's last, in words for the log."""
+    if exit_.retryable:
+        if job.max_retries == 0:
+            return "not retried: max_retries is 0"
+        return f"not retried: its {job.max_retries} retries are used up"
+    if exit_.reason not in (FailureReason.EXCEPTION, FailureReason.TIMEOUT):
+        return f"not retried: a failure of kind {exit_.reason} is not retried"
+    what = exit_.error_type or str(exit_.reason)
+    if job.retry_on is not None:
+        return (f"not retried: {what} is not among its retry_on "
+                f"({', '.join(job.retry_on)})")
+    return (f"not retried: {what} is not in FUSIONWORKER_RETRYABLE (give the job "
+            f"retry_on=..., or retry=Retry(max=N) to retry any exception)")
 
 
 #: the job's status once an outcome of this status was recorded
@@ -245,7 +285,10 @@ class Recorder:
                 duration=round(outcome.duration, 6),
             ) + outcome.progress_fields
             name = "finish"
-            args = [job.id, job.token or "", outcome.status, self.settings.result_ttl,
+            stopped = (outcome.status == OutcomeStatus.FAILED
+                       and outcome.reason == OutcomeReason.STOPPED)
+            args = [job.id, job.token or "", "stopped" if stopped else outcome.status,
+                    self.settings.result_ttl,
                     self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
                     *fields]
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
@@ -308,7 +351,9 @@ class Recorder:
             self.keys.queue(job.queue).job(job.id), "token", "worker", "status", "failure_reason")
         if status is None:  # finished with result_ttl 0, or deleted
             return outcome.status == OutcomeStatus.FINISHED
-        return (token != job.token and worker == self.name and status == _EXPECTED[outcome.status]
+        expected = ("stopped" if outcome.reason == OutcomeReason.STOPPED
+                    else _EXPECTED[outcome.status])
+        return (token != job.token and worker == self.name and status == expected
                 and (outcome.status != OutcomeStatus.FAILED or reason == outcome.reason))
 
     def give_back(self, job: Job[Any]) -> None:
@@ -358,5 +403,6 @@ class Recorder:
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:
-            log.error("Worker %s: job %s failed [%s] %s: %s", self.name, job.id,
-                      outcome.reason, outcome.error_type, outcome.error_message)
+            log.error("Worker %s: job %s failed [%s] %s: %s%s", self.name, job.id,
+                      outcome.reason, outcome.error_type, outcome.error_message,
+                      f"; {outcome.not_retried}" if outcome.not_retried else "")

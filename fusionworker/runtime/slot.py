@@ -66,6 +66,9 @@ class Slot:
         self.fd = fd
         self.index = index     # its entry on the worker's deadline board (-1: none)
         self.started = time.monotonic()
+        #: when the job's horse took it (the fork server's answer; else ``started``): its
+        #: run time is counted from here, not the fork server's own start-up
+        self.ran_from = self.started
         self.started_at = time.time()
         self.deadline = math.inf               # timeout + kill_grace (the loop sets it)
         self.lease_until = math.inf
@@ -88,6 +91,7 @@ class Slot:
         slot = cls(job, index=index)
         slot.exit, slot.done = exit_, True
         slot.started -= exit_.duration     # it ran that long (in this process), or not at all
+        slot.ran_from = slot.started
         return slot
 
     @classmethod
@@ -102,6 +106,7 @@ class Slot:
         is sent now (its SIGKILL escalation keeps the time it was given)."""
         self.pid = pid
         self.launching = False
+        self.ran_from = time.monotonic()
         if self.kill_at is not None and not self.done:
             self.signal_group(signal.SIGTERM)
 

@@ -112,6 +112,8 @@ class Wakeups:
             if kind != "message":
                 continue
             channel = msg.get("channel")
+            if isinstance(channel, bytes):     # a client without decode_responses
+                channel = channel.decode("utf-8", "replace")
             if channel == self.keys.control:
                 heard.every = True
                 if msg.get("data") == Control.SUSPEND:

@@ -39,7 +39,7 @@ from ..core.queue import scripts_for
 from ..core.registry import worker_allowed
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
-from .errors import REFUSED, UNREACHABLE, is_oom
+from .errors import PROBE_INTERVAL, REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .fairshare import FairShare
 from .gpus import resolve_devices, share_devices
 from .hookcalls import HookCalls
@@ -350,6 +350,9 @@ class Worker:
                      " in strict order" if self.claimer.strict
                      else " by fair share" if self.claimer.fair else "", self.pid, __version__)
             self._warn_eviction()
+            hint = otel_hint(self.settings.otel)
+            if hint:
+                log.warning("Worker %s: %s", self.name, hint)
             self.launcher.start()
             self.hooks("on_start")
             return self.loop.run()
@@ -359,7 +362,8 @@ class Worker:
     def _register_when_reachable(self) -> bool:
         """:meth:`register`, retried while Redis is unreachable or refuses for a passing
         reason (loading, OOM, a read-only replica during a failover): every 0.5 s at
-        first, doubling to 30 s, logging each try. False: a signal stopped the wait.
+        first, doubling to 30 s, logging each try; sooner once a PING (every 0.25 s)
+        answers. False: a signal stopped the wait.
 
         A wrong password, a name in use or a wrong-typed key are not waited out: they
         raise (the CLI prints them and exits 1). A worker that never registered writes
@@ -380,9 +384,20 @@ class Worker:
                     raise
                 log.warning("Worker %s: Redis did not take the registration (%s); "
                             "trying again in %.1f s", self.name, exc, delay)
-            if self._wait_for_signal(delay):
+                down = isinstance(exc, UNREACHABLE)    # a refusal (OOM): the whole delay
+            if self._wait_for_redis(delay) if down else self._wait_for_signal(delay):
                 return False
             delay = min(delay * 2, 30.0)
+
+    def _wait_for_redis(self, seconds: float) -> bool:
+        """Wait up to ``seconds``, a PING every PROBE_INTERVAL: on as soon as Redis
+        answers, whatever the backoff had grown to. True: a signal said stop."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self._wait_for_signal(min(PROBE_INTERVAL, max(0.0, deadline - time.monotonic()))):
+                return True
+            if time.monotonic() >= deadline or wait_reachable(self.connection, 0.0):
+                return False
 
     def _wait_for_signal(self, seconds: float) -> bool:
         """Sleep up to ``seconds``, woken by a signal (the wake-up fd). True: stop."""
@@ -439,6 +454,7 @@ class Worker:
         except redis.RedisError as exc:
             log.warning("Worker %s could not deregister: %s", self.name, exc)
         self.loop.drop_pubsub()
+        self.loop.stops.drop()
         self._restore_signals()
         log.info("Worker %s stopped (%d finished, %d failed)",
                  self.name, self.successful, self.failed)
@@ -480,3 +496,21 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
 def _stopped_already(signum: int, frame: Any) -> None:
     """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
     raise SystemExit(0)
+
+
+#: the standard OpenTelemetry variables that say an exporter is wanted
+OTEL_EXPORTER_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+                           "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otel_hint(otel_on: bool) -> str | None:
+    """What to say at start when the standard ``OTEL_*`` exporter variables are set but
+    FUSIONWORKER_OTEL is off (they alone turn nothing on), or None."""
+    if otel_on:
+        return None
+    named = [n for n in OTEL_EXPORTER_VARIABLES
+             if os.environ.get(n, "").strip().lower() not in ("", "none")]
+    if not named:
+        return None
+    return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
+            "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")

@@ -22,7 +22,7 @@ def dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id:
         return "Workers resumed"
     if action.startswith("cron-"):
         return _cron(board, who, action, queue, form)
-    if action in ("requeue", "cancel", "delete", "priority", "run-now", "hold",
+    if action in ("requeue", "cancel", "stop", "delete", "priority", "run-now", "hold",
                   "release") and job_id:
         return _job(board, who, action, queue, job_id, form)
     if action in ("requeue-selected", "delete-selected", "cancel-selected"):
@@ -53,6 +53,10 @@ def _job(board: Dashboard, who: str, action: str, queue: str | None, job_id: str
     if action == "run-now":
         board.run_now(who, job_id, queue)
         return f"Job {job_id} runs now"
+    if action == "stop":
+        found = board.stop(who, job_id, queue)
+        return (f"Job {job_id} canceled (it had not started)" if found["status"] == "canceled"
+                else f"Job {job_id}: stop asked; its worker kills it")
     getattr(board, action)(who, job_id, queue)
     return f"Job {job_id}: {action} done"
 

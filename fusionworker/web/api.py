@@ -119,7 +119,10 @@ async def api_job_action(request: Request) -> Response:
         return ok(await run(st.board.release, who, job_id, q))
     if action == "run-now":
         return ok(await run(st.board.run_now, who, job_id, q))
-    raise ApiError(404, f"no action {action!r} (requeue, cancel, hold, release, run-now)")
+    if action == "stop":
+        return ok(await run(st.board.stop, who, job_id, q))
+    raise ApiError(404, f"no action {action!r} (requeue, cancel, stop, hold, release, "
+                        "run-now)")
 
 
 async def api_delete_job(request: Request) -> Response:

@@ -184,14 +184,40 @@ def _outcomes(r: RedisClient, stream: str, name: str, fields_shown: Any,
 
 #: stream entries read per window of a job's timeline
 TIMELINE_SCAN = 500
+#: progress events the job page's timeline shows (the latest); the others are one row
+PROGRESS_ROWS = 5
+
+
+def bounded_progress(events: list[dict[str, Any]],
+                     keep: int = PROGRESS_ROWS) -> list[dict[str, Any]]:
+    """The timeline's rows: every event but ``progress``, of which the latest ``keep``
+    are shown and the earlier ones stand as one row (``elided``: how many), where the
+    first of them was: a job that reports every second does not grow its page."""
+    progress = [n for n, e in enumerate(events) if e.get("event") == "progress"]
+    if len(progress) <= keep:
+        return events
+    hidden = set(progress[:-keep])
+    rows: list[dict[str, Any]] = []
+    for n, event in enumerate(events):
+        if n == progress[0]:
+            rows.append({**event, "elided": len(hidden)})
+        elif n not in hidden:
+            rows.append(event)
+    return rows
 
 
 def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The job's events in the stream, read in windows of ``TIMELINE_SCAN`` entries from
-    its enqueue, its last start and its end (stream ids are delivery times: producers
-    and workers deliver in batches, so each window starts a second early), merged."""
+    """The job's events: its own history (every event, written with it: one LRANGE).
+    A job without one (its events written by an older version) is looked up in the
+    stream, in windows of ``TIMELINE_SCAN`` entries from its enqueue, its last start
+    and its end (stream ids are delivery times: producers and workers deliver in
+    batches, so each window starts a second early), merged."""
     from ..core.job import DONE_STATUSES
-    from ..events import job_timeline
+    from ..events import job_history, job_timeline
+
+    kept = job_history(r, prefix, job.queue, job.id) if job.queue else []
+    if kept:
+        return kept
 
     end = job.ended_at if job.status in DONE_STATUSES else None
     starts = [job.enqueued_at or 0.0]

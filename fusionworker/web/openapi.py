@@ -143,6 +143,10 @@ OPENAPI: dict[str, Any] = {
                                                   action=True)},
         "/api/v1/jobs/{id}/cancel": {"post": _op("Cancel a queued, scheduled or held job",
                                                  params=[_ID, _QUEUE], action=True)},
+        "/api/v1/jobs/{id}/stop": {"post": _op(
+            "Stop a job: a running one is killed by its worker and ends stopped (no retry); "
+            "a queued, scheduled or deferred one is canceled", params=[_ID, _QUEUE],
+            action=True)},
         "/api/v1/jobs/{id}/hold": {"post": _op(
             "Hold a queued or scheduled job: never claimed until released, keeps its place",
             params=[_ID, _QUEUE], action=True)},

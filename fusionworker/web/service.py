@@ -2,8 +2,8 @@
 
 Every read is bounded: registries are paged with ZRANGE offsets (``LIMIT`` for a
 priority range of the pending set), job records are read with one pipelined
-HGETALL per page, the event timeline reads a window of the stream. Nothing
-scans the keyspace. Errors users can cause raise :class:`ApiError` (a 4xx status
+HGETALL per page, the event timeline reads the job's own history (capped; a
+window of the stream for a job without one). Nothing scans the keyspace. Errors users can cause raise :class:`ApiError` (a 4xx status
 and a message); every action is logged and emitted as an ``admin`` event naming
 who did it.
 """
@@ -347,6 +347,7 @@ class Dashboard:
             job.traceback)
         doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
                                key=lambda e: (str(e.get("@timestamp") or ""), e["id"]))
+        doc["timeline_rows"] = details.bounded_progress(doc["events"])
         return doc
 
     # -- actions -----------------------------------------------------------------
@@ -379,6 +380,13 @@ class Dashboard:
         q = self.find(job_id, queue)
         job = self._guard(lambda: q.cancel(job_id))
         self._audit(who, "cancel", q.name, job)
+        return job_summary(job)
+
+    def stop(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        """A running job is killed by its worker (ends ``stopped``); a queued one canceled."""
+        q = self.find(job_id, queue)
+        job = self._guard(lambda: q.stop(job_id))
+        self._audit(who, "stop", q.name, job)
         return job_summary(job)
 
     def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:

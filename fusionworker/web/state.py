@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
 import jinja2
@@ -38,6 +39,18 @@ def _fmt_time(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _fmt_time_in(ts: float | None, zone: str | None) -> str:
+    """``ts`` in the IANA ``zone`` (a cron entry's), the zone named: a Europe/Berlin
+    schedule's next run reads in Berlin time, labelled (UTC when the zone is unknown)."""
+    if not ts:
+        return "-"
+    try:
+        tz: Any = ZoneInfo(zone or "UTC")
+    except (ValueError, ZoneInfoNotFoundError):
+        tz, zone = UTC, "UTC"
+    return f"{datetime.fromtimestamp(ts, tz).strftime('%Y-%m-%d %H:%M:%S')} {zone or 'UTC'}"
+
+
 def _fmt_window(seconds: float) -> str:
     """A rate-limit window: ``s``, ``m``, ``h`` when it is one of them, else seconds."""
     names = {1.0: "s", 60.0: "m", 3600.0: "h"}
@@ -51,6 +64,7 @@ def templates() -> jinja2.Environment:
         autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["age"] = fmt_age
     env.filters["when"] = _fmt_time
+    env.filters["when_in"] = _fmt_time_in
     env.filters["window"] = _fmt_window
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
     return env

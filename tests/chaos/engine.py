@@ -45,7 +45,8 @@ Every job holds an exclusive marker (an flock per job id) while it runs; a
 second execution finding it held counts as an overlap (must be 0).
 
 Verdict: every job ``finished``; every id in the list at least once; an id in
-the list more than once belongs to a job with a killed attempt (attempts > 1,
+the list more than once belongs to a job with a killed attempt (attempts > 1, a run
+lost with its worker (``shared_deaths``, not counted as an attempt),
 or re-queued from the dead-letter after a horse kill).
 """
 
@@ -412,12 +413,12 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     result.overlaps = r.llen(key + ":overlap")
     pipe = r.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hmget(q.qkeys.job(job_id), "status", "attempts")
+        pipe.hmget(q.qkeys.job(job_id), "status", "attempts", "shared_deaths")
     records = dict(zip(ids, pipe.execute()))
-    statuses = Counter(status for status, _ in records.values())
+    statuses = Counter(status for status, _, _ in records.values())
     result.finished = statuses.pop("finished", 0)
     result.not_finished = dict(statuses)
-    for job_id, (status, attempts) in records.items():
+    for job_id, (status, attempts, _) in records.items():
         if status != "finished" and len(result.not_finished_detail) < 10:
             reason, tb = r.hmget(q.qkeys.job(job_id), "failure_reason", "traceback")
             last = (tb or "").strip().splitlines()[-1:] or [""]
@@ -427,10 +428,13 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     result.recorded = sum(counts.values())
     result.unique_recorded = len(counts)
     result.missing = sum(1 for job_id in ids if counts[job_id] == 0)
-    result.reaped_attempts = sum(max(int(a or 1) - 1, 0) for _, a in records.values())
+    # runs lost with their worker (the reaper's, not counted: shared_deaths) or counted
+    result.reaped_attempts = sum(max(int(a or 1) - 1, 0) + int(lost or 0)
+                                 for _, a, lost in records.values())
     dups = [job_id for job_id, n in counts.items() if n > 1]
     result.duplicated = len(dups)
     result.unexplained_duplicates = [
         job_id for job_id in dups
-        if job_id not in requeued and int(records[job_id][1] or 0) <= 1]
+        if job_id not in requeued and int(records[job_id][1] or 0) <= 1
+        and not int(records[job_id][2] or 0)]
     return result

@@ -1,10 +1,12 @@
 """Chaos with hostile jobs mixed in (issue #31): at ``--concurrency 4``, fresh horses and
 ``--horse-jobs 10``, jobs that SIGKILL their fork server and jobs that write garbage
-into every descriptor they hold run among ordinary ones, and the harness SIGSTOPs a
-worker parent with its fork server past the lease. Every ordinary job finishes, with
-no attempt charged to it for a neighbour's deed, none lost, no two runs at once.
-(A job that kills the worker parent itself is left out: its neighbours are recovered
-by the reaper with the attempt counted, docs/design.md "Isolation".)
+into every descriptor they hold run among ordinary ones, while the harness SIGKILLs a
+worker parent (``--processes 2`` starts it again) and SIGSTOPs the other one with its
+fork server past the lease. Every ordinary job finishes, none lost, no two runs at
+once, and no attempt is charged to it for what happened beside it.
+
+(A hostile job that kills its own worker parent is left out: the reaper does not count
+what its neighbours lose, but does not single it out either; docs/design.md, "Isolation".)
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 
 import psutil
 import pytest
@@ -21,52 +24,57 @@ from tests.waiting import wait_for
 ORDINARY, KILLERS, SCRIBBLERS = 60, 3, 3
 
 
-def _fork_server(worker_pid: int) -> int | None:
-    for child in psutil.Process(worker_pid).children():
-        if "fork server" in " ".join(child.cmdline()):
-            return child.pid
-    return None
+def _children(pid: int, fork_servers: bool) -> list[int]:
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            if ("fork server" in " ".join(child.cmdline())) == fork_servers:
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 @pytest.mark.serial  # CPU-bound, with deadlines: alone, after the parallel part
 @pytest.mark.parametrize("horse_jobs", ["1", "10"])
-def test_hostile_jobs_cost_ordinary_jobs_nothing(processes, queue, r, prefix, redis_url,
-                                                 tmp_path, horse_jobs):
+def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
+        processes, queue, r, prefix, redis_url, tmp_path, horse_jobs):
     q = queue()
     key = f"{prefix}:runs"
     ordinary = [q.enqueue("tests.jobs:record_exclusive", redis_url, key, f"o{i}", 0.3,
                           str(tmp_path), max_retries=0) for i in range(ORDINARY)]
-    for i in range(max(KILLERS, SCRIBBLERS)):      # spread among the ordinary ones
+    hostile = []
+    for i in range(max(KILLERS, SCRIBBLERS)):      # near the front, among the ordinary
         if i < KILLERS:
-            q.enqueue("tests.hostile_jobs:kill_fork_server", redis_url, f"{prefix}:k",
-                      max_retries=3, priority=-i)
+            hostile.append(q.enqueue("tests.hostile_jobs:kill_fork_server", redis_url,
+                                     f"{prefix}:k", priority=1 - i))
         if i < SCRIBBLERS:
-            q.enqueue("tests.hostile_jobs:scribble", redis_url, f"{prefix}:s", priority=-i)
+            hostile.append(q.enqueue("tests.hostile_jobs:scribble", redis_url, f"{prefix}:s",
+                                     priority=1 - i))
     env = {"FUSIONWORKER_LEASE": "3", "FUSIONWORKER_HEARTBEAT_INTERVAL": "0.5",
            "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
-    flags = ("-q", "default", "--concurrency", "4", "--horse-jobs", horse_jobs)
-    a = processes.worker(*flags, env=env)
-    processes.worker(*flags, env=env)
-    wait_for(lambda: r.llen(key) >= 5, what="ordinary jobs running")
-    frozen = [a.pid, wait_for(lambda: _fork_server(a.pid), what="a's fork server")]
-    for pid in frozen:                 # the worker and its fork server, past the lease
+    sup = processes.worker("-q", "default", "--processes", "2", "--concurrency", "4",
+                           "--horse-jobs", horse_jobs, env=env)
+    workers = wait_for(lambda: len(_children(sup.pid, False)) == 2
+                       and _children(sup.pid, False), what="two worker processes")
+    wait_for(lambda: r.llen(key) >= 3, what="ordinary jobs running")
+    os.kill(workers[0], signal.SIGKILL)           # an operator's kill -9, the OOM killer
+    frozen = [workers[1], wait_for(lambda: _children(workers[1], True), what="a fork server")[0]]
+    for pid in frozen:                 # the other worker and its fork server, past the lease
         os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(5.0)
+        time.sleep(6.0)
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
-    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
-             timeout=180, what="every ordinary job finished")
+    done = lambda: [q.fetch_job(j.id) for j in ordinary]  # noqa: E731
+    wait_for(lambda: all(j.status == "finished" for j in done()), timeout=240,
+             what="every ordinary job finished")
     assert r.llen(f"{key}:overlap") == 0, r.lrange(f"{key}:overlap", 0, -1)
-    runs = r.lrange(key, 0, -1)
-    for job in ordinary:
-        done = q.fetch_job(job.id)
-        value = job.args[2]
-        assert runs.count(value) >= 1, value                     # none lost
-        # a neighbour's deed never costs it an attempt (a freeze past the lease is
-        # the reaper's, counted as for any dead worker: at most one such)
-        assert done.attempts <= 2, (value, done.attempts, done.error_message)
-    charged = [j for j in ordinary if q.fetch_job(j.id).attempts > 1]
-    assert len(charged) <= 4, [j.id for j in charged]    # only a's frozen slots
+    runs = Counter(r.lrange(key, 0, -1))
+    assert all(runs[f"o{i}"] >= 1 for i in range(ORDINARY))        # none lost
+    charged = {j.id: (j.attempts, j.error_message) for j in done() if j.attempts != 1}
+    assert not charged, charged
+    assert all(q.fetch_job(j.id).status == "failed" for j in hostile)

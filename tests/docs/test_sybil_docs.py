@@ -48,3 +48,29 @@ def test_blocks_that_change_the_machine_are_not_run():
     for text in ("fusionworker worker --burst", "systemctl status fusionworker@sms",
                  "python -m pip list"):
         assert not MACHINE_CHANGES.search(text), text
+
+
+def test_another_test_redis_url_is_the_default_one_the_docs_show():
+    shown = "fusionworker 0.1.0 on redis://127.0.0.1:6379/0 (prefix fw) at 2026-11-22 00:10:23 UTC"
+    got = "fusionworker 0.1.0 on redis://10.1.2.3:6380/4 (prefix fw) at 2027-01-02 03:04:05 UTC"
+    assert same_output(shown, got, redis_url="redis://10.1.2.3:6380/4")
+    assert not same_output(shown, got, redis_url="redis://127.0.0.1:6379/0")
+
+
+def test_python_in_the_docs_commands_keeps_the_virtualenv(tmp_path):
+    """Run from a virtualenv, the commands' ``python`` is that venv's (its packages): a
+    symlink elsewhere to the venv's python would start the base interpreter."""
+    import subprocess
+    import venv
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    venv.create(tmp_path / "venv", system_site_packages=True, with_pip=False)
+    probe = ("from tests.docs.sybil_docs import DocEnv; import subprocess; e = DocEnv(); "
+             "print(subprocess.run(['python', '-c', 'import sys; print(sys.prefix)'], "
+             "env=e.env(), capture_output=True, text=True).stdout.strip()); e.close()")
+    done = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", probe],
+                          cwd=str(root), capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(tmp_path / "venv")

@@ -10,7 +10,7 @@ from fusionworker.events import EventsMiddleware, MemorySink, read_events
 from fusionworker.middleware.reaper import ReaperMiddleware, reap_once
 from fusionworker.worker import Worker
 from tests.cli.test_cli import cli  # noqa: F401 - fixture
-from tests.middleware.test_reaper import claim
+from tests.middleware.test_reaper import claim, lost_twice
 from tests.waiting import wait_for
 
 
@@ -20,6 +20,7 @@ def test_reaper_outcomes_are_events(queue, settings, r):
     sink = MemorySink()
     claim(q, worker="ghost.1")
     assert reap_once(r, settings, sink=sink)["reaped"] == [(q.name, job.id, "requeued")]
+    lost_twice(q, job.id)
     claim(q, worker="ghost.2")
     assert reap_once(r, settings, sink=sink)["reaped"] == [(q.name, job.id, "abandoned")]
     got = [(d["event"], d["job_id"], d.get("worker")) for d in sink.docs]
@@ -63,6 +64,8 @@ def test_reaper_calls_on_job_reaped_on_every_middleware_guarded(queue, settings,
     w = Worker(q.name, r, settings=s, burst=True,
                defaults=False, middleware=[EventsMiddleware(sink), reaper, Broken(), rec])
     for expected in ("requeued", "abandoned"):
+        if expected == "abandoned":
+            lost_twice(q, job.id)
         claim(q)
         passes = reaper.passes            # a pass once the interval and the 100 ms lock are over
         wait_for(lambda p=passes: (reaper.on_tick(w), reaper.passes > p)[1], timeout=5)
@@ -121,8 +124,9 @@ def test_admin_state_changes_are_events(r, settings):
     q.reprioritize(b.id, 5)
     q.delete(b.id)
     for tag in ("x", "y"):         # job a fails (abandoned) twice
+        lost_twice(q, a.id)
         claim(q, worker=f"ghost.{tag}")
-        reap_once(r, settings, sink=MemorySink())   # abandoned: max_retries=0
+        reap_once(r, settings, sink=MemorySink())   # abandoned: lost under it 3 times
         if tag == "x":
             q.requeue(a.id)
     assert q.requeue_all_failed() == 1

@@ -319,6 +319,29 @@ def test_cron_add_refuses_what_it_cannot_honour_in_one_line_storing_nothing(
     assert sorted(r.scan_iter(f"{prefix}:*")) == []
 
 
+def test_a_tick_reads_only_indexed_queues_and_indexes_old_entries_at_start(r, settings):
+    """An idle worker on many queues reads one SMEMBERS a tick, not every queue's cron
+    ZSET; entries written without the index (an older version) are found by the look
+    over every served queue at start (and every CRON_RESCAN seconds)."""
+    from fusionworker.core.queue import Queue
+    from fusionworker.runtime.worker import Worker
+
+    cron.register(r, settings, "tick", "0 3 * * *", "tests.jobs:noop", queue="old")
+    set_due(r, settings, "tick", server_now(r) - 1, queue="old")
+    index = Keys(settings.prefix).cron_queues
+    assert r.smembers(index) == {"old"}                 # cron add indexed it
+    r.delete(index)                                     # as an older version wrote it
+    w = Worker("a,old,b", r, settings=settings, burst=True, defaults=False, middleware=[])
+    scheduler = cron.CronScheduler()
+    scheduler.on_tick(w)                                # the first tick looks everywhere
+    assert r.smembers(index) == {"old"}
+    assert len(Queue("old", r, settings=settings, events=False).job_ids()) == 1
+    set_due(r, settings, "tick", server_now(r) - 1, queue="old")
+    r.delete(index)
+    scheduler.on_tick(w)                                # later ticks trust the index
+    assert len(Queue("old", r, settings=settings, events=False).job_ids()) == 1
+
+
 def test_cron_keeps_what_it_can_honour(r, settings):
     for schedule in ("* * * * 5-7", "0 9 * * mon-fri", "* * 31 2 mon", "0 0 29 2 *",
                      "@daily", "*/5 1-3,22-23 * * *"):

@@ -10,6 +10,7 @@ import pytest
 from fusionworker.core.keys import Keys
 from fusionworker.core.queue import scripts_for
 from fusionworker.middleware.reaper import ReaperMiddleware, acquire_lock, prune_workers, reap_once
+from fusionworker.runtime.recorder import SHARED_DEATHS_MAX
 from tests.chaos import worker_proc
 from tests.waiting import wait_for
 
@@ -22,6 +23,11 @@ def claim(q, worker="ghost.1", lease=-1.0):
     assert reply[0] == "job", reply
     data = dict(zip(reply[2][::2], reply[2][1::2]))
     return data["id"], token
+
+
+def lost_twice(q, job_id):
+    """The job's worker was lost under it twice before: the next reap abandons it."""
+    q.connection.hset(q.qkeys.job(job_id), "shared_deaths", SHARED_DEATHS_MAX - 1)
 
 
 def fake_worker(r, prefix, name, current_job, age=0.0, lease=15.0):
@@ -41,23 +47,30 @@ def test_dead_worker_job_requeued_at_its_place(queue, settings, r):
     counts = reap_once(r, settings)       # no heartbeat key for ghost.1 at all
     assert counts["requeued"] == 1 and counts["jobs"] == [a.id]
     job = q.fetch_job(a.id)
-    assert job.status == "queued" and job.attempts == 1
+    # its worker was lost under it: not its doing, the attempt is not counted
+    assert job.status == "queued" and job.attempts == 0 and job.shared_deaths == 1
     assert q.job_ids() == [a.id, b.id, c.id]    # original priority and FIFO place
     assert r.zcard(q.qkeys.started) == 0
 
 
-def test_attempts_used_up_fails_as_abandoned(queue, settings, r):
+def test_a_job_its_worker_was_lost_under_three_times_fails_as_abandoned(queue, settings, r):
+    # a job that takes its worker down (or is there each time one dies) is not run forever
     q = queue()
     job = q.enqueue("tests.jobs:noop", max_retries=1)
-    claim(q)
-    assert reap_once(r, settings)["requeued"] == 1
+    for _ in range(SHARED_DEATHS_MAX - 1):
+        claim(q)
+        assert reap_once(r, settings)["requeued"] == 1
     claim(q)
     counts = reap_once(r, settings)
     assert counts["abandoned"] == 1
     job = q.fetch_job(job.id)
     assert job.status == "failed" and job.failure_reason == "abandoned"
-    assert job.error_type == "Abandoned" and "attempts used up" in job.error_message
+    assert job.error_type == "Abandoned"
+    assert f"lost under it {SHARED_DEATHS_MAX} times" in job.error_message
+    assert job.attempts == 1
     assert q.job_ids("failed") == [job.id]
+    q.requeue(job.id)                     # an operator's requeue starts it over
+    assert q.fetch_job(job.id).shared_deaths == 0
 
 
 def test_live_worker_with_fresh_heartbeat_is_left_alone(queue, settings, r, prefix):

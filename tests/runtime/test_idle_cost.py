@@ -5,6 +5,8 @@ another test is counted."""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import redis
@@ -76,4 +78,32 @@ def test_an_idle_worker_on_1000_queues_stays_under_the_bound_and_wakes_for_the_l
     later = middle.enqueue_in(1.0, "tests.jobs:add", 1, 1)
     wait_for(lambda: middle.fetch_job(later.id).status == "finished")
     assert _calls(client)["evalsha"] - claims < QUEUES // 2
+    assert proc.poll() is None and "Traceback" not in processes.output(proc)
+
+
+def test_a_wake_up_lost_with_the_subscription_does_not_leave_a_job_waiting(
+        redis_single, settings, processes):
+    """Crash point: the pub/sub connection dies while the worker is frozen and a job is
+    enqueued meanwhile (its wake-up reaches nobody). Back, the worker sees the dead
+    connection, trusts no quiet queue and asks every queue again: the job on the
+    1,000th queue runs at once, not when the sweep (4 queues a poll) reaches it."""
+    url = f"redis://127.0.0.1:{redis_single}/0"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    s = settings.replace(redis_url=url)
+    processes.settings = s
+    names = [f"q{i}" for i in range(QUEUES)]
+    proc = processes.worker("-q", ",".join(names), "--name", "idle", env={
+        "FUSIONWORKER_POLL_INTERVAL": "1.0", "FUSIONWORKER_HEARTBEAT_INTERVAL": "1.0"})
+    key = f"{s.prefix}:worker:idle"
+    wait_for(lambda: _calls(client).get("evalsha", 0) >= QUEUES, interval=0.25,
+             what="the first claim over every queue")
+    _heartbeat(client, key, client.hget(key, "last_heartbeat"))   # quiet from here on
+    last = Queue(names[-1], client, settings=s)
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        assert client.client_kill_filter(_type="pubsub") == 1
+        job = last.enqueue("tests.jobs:add", 2, 3)         # its wake-up is lost
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    wait_for(lambda: last.fetch_job(job.id).status == "finished")
     assert proc.poll() is None and "Traceback" not in processes.output(proc)

@@ -73,7 +73,7 @@ def test_a_job_present_at_k_shared_deaths_fails_saying_so():
     settings = load_settings(environ={})
     lost = HorseExit(ok=False, reason=FailureReason.KILLED, error_type="HorseKilled",
                      error_message="the fork server died while the job ran", shared=True)
-    job = Job(id="j", queue="q", func="m:f", attempts=1, max_retries=5)
+    job = Job(id="j", queue="q", func="m:f", attempts=1, max_retries=1)
     assert decide(settings, job, lost).status == "requeued"
     job.shared_deaths = SHARED_DEATHS_MAX - 1
     outcome = decide(settings, job, lost)

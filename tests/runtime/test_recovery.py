@@ -40,3 +40,30 @@ def test_the_first_job_after_a_partition_starts_soon_after_redis_answers_again(
         assert proc.poll() is None
     finally:
         proxy.cut()
+
+
+@pytest.mark.slow
+def test_a_worker_waiting_for_redis_registers_soon_after_it_answers(settings, processes):
+    """A worker started before Redis answers backs its registration off (0.5, 1, 2, 4,
+    8 s...); a PING every 0.25 s cuts the wait short once a server answers."""
+    import time
+
+    import redis
+
+    from tests.redis_servers import free_port, start_single
+
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    processes.settings = settings.replace(redis_url=url)
+    proc = processes.worker("-q", "default", "--name", "late")
+    wait_for(lambda: "trying again in 8.0 s" in processes.output(proc), timeout=60)
+    port, stop = start_single(port=port)
+    try:
+        up = time.time()                   # the server answers (start_single pinged it)
+        client = redis.Redis.from_url(url, decode_responses=True)
+        key = f"{settings.prefix}:worker:late"
+        birth = float(wait_for(lambda: client.hget(key, "birth")))
+        assert birth - up < BROKEN, birth - up
+        assert proc.poll() is None
+    finally:
+        stop()

@@ -31,6 +31,7 @@ from fusionworker.core.queue import Queue, scripts_for
 from fusionworker.exceptions import InvalidOperation, NoSuchJob
 from fusionworker.middleware.callbacks import FailureCallbacks
 from fusionworker.middleware.reaper import reap_once
+from fusionworker.runtime.recorder import SHARED_DEATHS_MAX
 from tests.chaos import worker_proc
 from tests.conftest import WorkerProcesses
 from tests.redis_servers import free_port
@@ -222,7 +223,8 @@ def test_finish_with_an_old_token_is_refused(queue, settings, r):
     assert scripts.finish(keys=[q.qkeys.base], args=args) == ["stale"]
     assert scripts.touch(keys=[q.qkeys.base], args=[job.id, "old", 60]) == 0
     current = q.fetch_job(job.id)
-    assert current.status == "started" and current.token == "new" and current.attempts == 2
+    # (the reaped run was not counted: its worker was lost under it)
+    assert current.status == "started" and current.token == "new" and current.attempts == 1
     args[1] = "new"
     assert scripts.finish(keys=[q.qkeys.base], args=args)[:2] == ["ok", "finished"]
 
@@ -242,7 +244,8 @@ def test_frozen_parent_is_reaped_then_kills_its_horse_and_is_refused(
         os.kill(proc.pid, signal.SIGCONT)
     wait_for(lambda: gone(first_horse.pid), timeout=5)    # killed before its rpush
     wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=15)
-    assert q.fetch_job(job.id).attempts == 2
+    # its worker froze under it: not its doing, the attempt is not counted
+    assert q.fetch_job(job.id).attempts == 1 and q.fetch_job(job.id).shared_deaths == 1
     assert r.lrange(f"{prefix}:out", 0, -1) == ["x"]       # one horse at a time
     log = worker_proc.output(proc)
     assert "was taken back while running; killing its horse" in log
@@ -284,7 +287,8 @@ def test_sigkill_parent_kills_horse_and_job_is_reaped_elsewhere(processes, queue
     rescuer = worker_proc.start(processes, lease=1.5, FUSIONWORKER_REAPER_INTERVAL="0.3")
     wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=15)
     job = q.fetch_job(job.id)
-    assert job.attempts == 2 and job.worker_name == f"{socket.gethostname()}.{rescuer.pid}"
+    assert job.attempts == 1 and job.worker_name == f"{socket.gethostname()}.{rescuer.pid}"
+    assert job.shared_deaths == 1          # its worker died under it: not counted
     assert r.lrange(f"{prefix}:out", 0, -1) == ["x"]
     assert f"Reaper: job {job.id} on default was stuck" in worker_proc.output(rescuer)
 
@@ -462,7 +466,8 @@ def test_failure_callback_for_a_job_abandoned_by_the_reaper(queue, settings, r, 
 
     s = settings.replace(failure_webhook_url=webhook + "/global", reaper_interval=0.05)
     q = Queue("default", r, settings=s)
-    job = q.enqueue("tests.jobs:noop")               # max_retries 0: one dead worker is enough
+    job = q.enqueue("tests.jobs:noop")
+    r.hset(q.qkeys.job(job.id), "shared_deaths", SHARED_DEATHS_MAX - 1)   # its last loss
     scripts_for(r).claim(keys=[q.qkeys.base], args=["dead.9", "tok", -1, 3600])
     hooks, reaper = FailureCallbacks(s), ReaperMiddleware(s)
 

@@ -63,6 +63,7 @@ ENDPOINTS = [
     ("GET", "/api/v1/openapi.json"), ("GET", "/api/v1/jobs?queue=default"),
     ("GET", "/api/v1/jobs/x"), ("PUT", "/api/v1/jobs/x/priority"),
     ("POST", "/api/v1/jobs/x/requeue"), ("POST", "/api/v1/jobs/x/cancel"),
+    ("POST", "/api/v1/jobs/x/stop"),
     ("DELETE", "/api/v1/jobs/x"), ("POST", "/api/v1/queues/default/requeue-failed"),
     ("POST", "/api/v1/queues/default/pause"), ("POST", "/api/v1/queues/default/unpause"),
     ("PUT", "/api/v1/queues/default/max-active"), ("POST", "/api/v1/suspend"),

@@ -100,14 +100,16 @@ end
 -- pending job of its priority: its seq becomes the first one's minus one (zero or
 -- below when needed, down to -2^41: the score stays under the next priority's jobs
 -- while a queue's sequence is under 2^41), written to the record, so a retry comes
--- back to that place. The flag is used once (dropped here).
+-- back to that place. With none pending it takes 0 (at most): ahead of every job
+-- enqueued before it that becomes ready later (a sibling dependent released after
+-- it by the same parent). The flag is used once (dropped here).
 function front_seq(base, jkey, prio, seq)
   redis.call('HDEL', jkey, 'at_front')
   local top = redis.call('ZREVRANGEBYSCORE', base .. 'pending',
     fmt_int(prio * SEQ_LIMIT + SEQ_LIMIT / 2), '(' .. fmt_int(prio * SEQ_LIMIT - SEQ_LIMIT / 2),
     'LIMIT', 0, 1, 'WITHSCORES')
-  if #top == 0 then return seq end
-  local front = math.max(math.min(prio * SEQ_LIMIT - tonumber(top[2]) - 1, seq), -SEQ_LIMIT / 2)
+  local first = #top > 0 and (prio * SEQ_LIMIT - tonumber(top[2])) or 1
+  local front = math.max(math.min(first - 1, seq), -SEQ_LIMIT / 2)
   redis.call('HSET', jkey, 'seq', fmt_int(front))
   return front
 end
@@ -176,8 +178,9 @@ end
 -- Dependencies (fusionworker/core/workflows.py): job jid ended for good with `outcome`
 -- (finished | failed | canceled). Each job waiting on it gets a note in this queue's
 -- outbox; a worker or the reaper replays the note to the dependent's queue
--- (dep_done.lua, idempotent), then removes it.
-function notify_dependents(base, jid, outcome)
+-- (dep_done.lua, idempotent), then removes it. `kind`: the callback's outcome when it
+-- is not `outcome` ('stopped': a failure for the dependents, on_stopped's callback).
+function notify_dependents(base, jid, outcome, kind)
   local dkey = base .. 'dependents:' .. jid
   local refs = redis.call('SMEMBERS', dkey)
   for _, ref in ipairs(refs) do
@@ -191,27 +194,30 @@ function notify_dependents(base, jid, outcome)
   end
   -- per-job callbacks (enqueue(on_success=, on_failure=)): the note names the function,
   -- the replay enqueues it (the record may be gone by then: result_ttl=0)
-  local field = (outcome == 'finished' and 'on_success') or (outcome == 'failed' and 'on_failure')
+  kind = kind or outcome
+  local field = (kind == 'finished' and 'on_success') or (kind == 'failed' and 'on_failure')
+    or (kind == 'stopped' and 'on_stopped')
   local cb = field and hget(base .. 'job:' .. jid, field)
   if cb and cb ~= '' then
-    redis.call('RPUSH', base .. 'outbox', cjson.encode({'callback:' .. outcome,
+    redis.call('RPUSH', base .. 'outbox', cjson.encode({'callback:' .. kind,
       string.match(base, '{(.*)}:$') .. ':' .. jid, jid, cb}))
   end
 end
 
 -- Move a job to the failed registry (dead-letter) with retention failed_ttl.
 -- The record's own failure_ttl field, when set, wins for the record (-1: kept); the
--- registry is pruned by failed_ttl.
-function to_failed(base, jid, t, failed_ttl)
+-- registry is pruned by failed_ttl. `status`: 'stopped' for a stopped job (RQ keeps
+-- those in its failed registry too), else 'failed'.
+function to_failed(base, jid, t, failed_ttl, status)
   local jkey = base .. 'job:' .. jid
   local keep = tonumber(hget(jkey, 'failure_ttl')) or failed_ttl
   -- the token blanked in the same HSET (finish.lua says why that reads as gone)
-  redis.call('HSET', jkey, 'status', 'failed', 'ended_at', fmt_time(t), 'token', '')
+  redis.call('HSET', jkey, 'status', status or 'failed', 'ended_at', fmt_time(t), 'token', '')
   redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   drop_unique(base, jid)
   release_group(base, jid)
-  notify_dependents(base, jid, 'failed')
+  notify_dependents(base, jid, 'failed', status)
   if failed_ttl > 0 then prune(base .. 'failed', t - failed_ttl) end
   redis.call('PUBLISH', base .. 'done:' .. jid, 'failed')   -- Job.wait
 end

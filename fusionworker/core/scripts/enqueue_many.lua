@@ -144,6 +144,10 @@ for i = 1, n do
       local s = adds.scheduled
       s[#s + 1] = sched; s[#s + 1] = jid
     elseif group ~= '' or front then   -- front: at_front, placed by push_pending
+      if front and #adds.pending > 0 then   -- ahead of this chunk's earlier jobs too
+        zadd_all('pending', adds.pending)
+        adds.pending = {}
+      end
       make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
     else
       local p = adds.pending
@@ -152,9 +156,14 @@ for i = 1, n do
     out[#out + 1] = status; out[#out + 1] = jid; out[#out + 1] = status
     out[#out + 1] = fmt_int(seq); out[#out + 1] = sched
     if stream then
-      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', '@timestamp', event_time,
-        'event', 'queued', 'job_id', jid, 'queue', qname, 'function', fields[4],
-        'priority', fmt_int(prio), 'attempt', '0', 'host', host)
+      local ev = {'@timestamp', event_time, 'event', 'queued', 'job_id', jid, 'queue', qname,
+        'function', fields[4], 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
+      local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
+      local doc = {}   -- and the job's own history, as history.lua writes it
+      for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
+      if redis.call('RPUSH', base .. 'job_events:' .. jid, cjson.encode({id, doc})) == 1 then
+        redis.call('EXPIRE', base .. 'job_events:' .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
+      end
     end
   end
 end

@@ -1,7 +1,7 @@
 -- finish: record an attempt's outcome, fenced by its token (invariant 7): a late
 -- outcome of an attempt the reaper already took back is refused ('stale').
 -- KEYS[1] base
--- ARGV: job_id, token, outcome (finished|retry|failed), result_ttl, failed_ttl (the
+-- ARGV: job_id, token, outcome (finished|retry|failed|stopped), result_ttl, failed_ttl (the
 --       worker's settings: `failed` is pruned by failed_ttl here, `finished` by
 --       result_ttl in minutes.lua; the record's own result_ttl / failure_ttl fields,
 --       when set, say how long the record is kept),
@@ -16,6 +16,10 @@
 -- check the keys of their own paths (TYPE) before the first write, as before.
 local base = KEYS[1]
 local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
+-- stopped (stop.lua, the horse killed): a failure whose status is 'stopped', no retry,
+-- its on_stopped callback instead of on_failure
+local stopped = outcome == 'stopped'
+if stopped then outcome = 'failed' end
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. 'job:' .. jid
@@ -37,6 +41,7 @@ local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
 local cb = (outcome == 'finished' and rec[6]) or (outcome == 'failed' and rec[7])
+if stopped then cb = hget(jkey, 'on_stopped') end
 local notify = (batch and batch ~= '') or (cb and cb ~= '')
 -- the waiting jobs: dep_register.lua adds one to `dependents:<id>` and flags the record
 -- `has_dependents` in the same step (nothing removes the flag while the set lives), so
@@ -110,7 +115,7 @@ elseif outcome == 'retry' then
   redis.call('PUBLISH', base .. 'wake', jid)   -- idle workers learn when the retry is due
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
-  to_failed(base, jid, t, failed_ttl)   -- publishes done:<id>
+  to_failed(base, jid, t, failed_ttl, stopped and 'stopped' or nil)   -- publishes done:<id>
 end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead

@@ -201,9 +201,28 @@ def touch(reply: Raw) -> bool:
     return bool(int(reply))
 
 
-def touch_many(reply: Raw) -> list[bool]:
-    """``touch_many.lua``: per job sent, whether its attempt still owns it."""
-    return [bool(int(x)) for x in reply]
+#: ``touch_many.lua``'s answer for a job whose stop was asked (stop.lua): owned, to kill
+STOP_ASKED = 2
+
+
+def touch_many(reply: Raw) -> list[int]:
+    """``touch_many.lua``: per job sent, 0 when its attempt no longer owns it, 1 when
+    it does, :data:`STOP_ASKED` when it does and its stop was asked."""
+    return [int(x) for x in reply]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """``stop.lua``: ``stopping`` (the worker named was told), ``not_started`` / ``ended``
+    (``status`` says which), ``missing``."""
+
+    outcome: str
+    detail: str = ""
+
+
+def stop(reply: Raw) -> Stopped:
+    items = _items(reply)
+    return Stopped(_text(items[0]), _text(items[1]) if len(items) > 1 else "")
 
 
 def progress(reply: Raw) -> bool:
@@ -392,5 +411,5 @@ PARSERS: dict[str, Callable[[Raw], Any]] = {
     "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel, "hold": hold, "release": release, "use": use,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
-    "progress": progress, "waiting": waiting, "minutes": minutes,
+    "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
 }

@@ -2,14 +2,18 @@
 -- KEYS[1] base
 -- ARGV: job_id, mode, token, failed_ttl[, field, value, ...]
 --   mode 'reap'   : a started job whose lease expired and whose worker is gone
---                   (the caller checked the worker). Re-queued with the attempt
---                   counted, or failed as 'abandoned' once attempts > max_retries.
+--                   (the caller checked the worker). Its worker died or froze under
+--                   it, beside other jobs: re-queued with the attempt NOT counted and
+--                   'shared_deaths' + 1, or failed as 'abandoned' at max(SHARED_MAX,
+--                   max_retries + 1) such deaths (a job that takes its worker down
+--                   is not run forever);
+--                   a job whose stop was asked (stop.lua) ends 'stopped' instead.
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
 --   mode 'failed' : from the failed registry (dead-letter); attempts start over.
--- Returns {'requeued'} | {'abandoned'} | {'skipped', why}
+-- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
@@ -28,7 +32,7 @@ if mode == 'failed' then
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, 'attempts', 0)
   -- the failed attempt's times go: the job has not started since it was requeued
-  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token')
+  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token', 'shared_deaths')
   local ukey = hget(jkey, 'unique_key')
   if ukey and ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
   make_ready(base, jid)
@@ -49,14 +53,26 @@ if mode == 'return' then
   push_pending(base, jid)
   return {'requeued'}
 end
-local attempts = tonumber(hget(jkey, 'attempts') or '0') or 0
+if hget(jkey, 'stop_requested') then   -- its worker died before the stop: never again
+  redis.call('HSET', jkey, 'error_type', 'JobStopped', 'failure_reason', 'stopped',
+    'error_message', 'stopped on request; worker ' .. (hget(jkey, 'worker') or '?') ..
+    ' died before it killed the job')
+  to_failed(base, jid, t, failed_ttl, 'stopped')
+  return {'abandoned', 'stopped'}
+end
+-- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
+local SHARED_MAX = 3
 local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
-if attempts > max_retries then
+local deaths = (tonumber(hget(jkey, 'shared_deaths') or '0') or 0) + 1
+redis.call('HSET', jkey, 'shared_deaths', deaths)
+if deaths >= math.max(SHARED_MAX, max_retries + 1) then
   redis.call('HSET', jkey, 'error_type', 'Abandoned', 'failure_reason', 'abandoned',
     'error_message', 'worker ' .. (hget(jkey, 'worker') or '?') ..
-    ' died while running the job; attempts used up (' .. attempts .. ')')
+    ' died (or stopped answering) while running the job; its worker was lost under it ' ..
+    deaths .. ' times: not run again')
   to_failed(base, jid, t, failed_ttl)
   return {'abandoned'}
 end
+redis.call('HINCRBY', jkey, 'attempts', -1)
 push_pending(base, jid)
 return {'requeued'}

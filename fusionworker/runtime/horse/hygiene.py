@@ -67,9 +67,11 @@ def log_fds() -> list[int]:
     out = []
     for handler in logging.getLogger().handlers:
         stream = getattr(handler, "stream", None)
+        if stream is None:
+            continue
         try:
-            out.append(stream.fileno()) if stream is not None else None
-        except (AttributeError, OSError, ValueError):
+            out.append(stream.fileno())
+        except (AttributeError, OSError, ValueError):   # no descriptor (a StringIO)
             pass
     return out
 
@@ -87,6 +89,15 @@ def close_others(keep: Iterable[int]) -> None:
 def open_fds() -> set[int]:
     """The descriptors this process holds now (to learn which ones a set-up opened)."""
     try:
-        return {int(name) for name in os.listdir("/proc/self/fd")}
+        listed = {int(name) for name in os.listdir("/proc/self/fd")}
     except (OSError, ValueError):
         return set()
+    return {fd for fd in listed if _is_open(fd)}   # not the listing's own, closed since
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True

@@ -35,8 +35,10 @@ _csignal = sys.modules["_signal"]
 
 
 def is_retryable(exc: BaseException, retryable: Iterable[str]) -> bool:
-    """Whether ``exc``'s class (or a base class) is named in ``retryable``."""
+    """Whether ``exc``'s class (or a base class) is named in ``retryable`` (``"*"``: any)."""
     names = set(retryable)
+    if "*" in names:
+        return True
     return any(f"{cls.__module__}.{cls.__qualname__}" in names for cls in type(exc).__mro__)
 
 
@@ -57,8 +59,11 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
     """Run the job in this process under the death penalty; return the report.
 
     ``resolved``: functions the fork server resolved already (forkserver/server.py),
-    by reference. Never raises: every failure becomes a report.
+    by reference. Never raises: every failure becomes a report. The job's own
+    ``retry_on`` (when set) says what is retryable instead of ``retryable``.
     """
+    if job.retry_on is not None:
+        retryable = job.retry_on
     _csignal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(job.timeout, 0.001))
     try:
@@ -82,7 +87,9 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
         signal.setitimer(signal.ITIMER_REAL, 0)
         return HorseReport(ok=False, reason=FailureReason.TIMEOUT, error_type="JobTimeoutError",
                            error_message=f"job exceeded its timeout of {job.timeout:g} s",
-                           traceback=_format_exc())
+                           traceback=_format_exc(),
+                           # RQ's Retry retries a timeout too; so does a retry_on naming it
+                           retryable=is_retryable(JobTimeoutError(), retryable))
     except BaseException as exc:  # noqa: BLE001 - the horse reports everything, even SystemExit
         signal.setitimer(signal.ITIMER_REAL, 0)
         return HorseReport(ok=False, reason=FailureReason.EXCEPTION,

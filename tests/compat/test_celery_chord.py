@@ -1,0 +1,26 @@
+"""Celery's chord: the callback of a ``Batch`` reads its batch's job ids and results
+from the batch id it is given."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusionworker import Batch
+from fusionworker.exceptions import NoSuchJob
+from tests import jobs
+
+
+def test_a_batch_callback_reads_its_jobs_and_results(queue, work, r, settings, monkeypatch):
+    # the environment a worker process gives its horses (cli/worker_cmd.py)
+    monkeypatch.setenv("FUSIONWORKER_PREFIX", settings.prefix)
+    monkeypatch.setenv("REDIS_URL", settings.redis_url)
+    q = queue()
+    with Batch(on_success="tests.compat.rq_jobs:chord_total", queue=q) as batch:
+        made = [q.enqueue(jobs.add, i, i, batch=batch) for i in range(4)]
+    work()
+    callback = q.fetch_job(batch.callback_ids()["on_success"])
+    assert callback is not None and callback.status == "finished"
+    assert callback.result == {"ids": [j.id for j in made], "results": [0, 2, 4, 6]}
+    assert Batch.results(batch.id, r, queue=q.name, settings=settings) == [0, 2, 4, 6]
+    with pytest.raises(NoSuchJob):
+        Batch.job_ids("no-such-batch", r, settings=settings)

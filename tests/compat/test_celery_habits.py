@@ -1,0 +1,50 @@
+"""Celery's task options at ``@job(...)``, ``.options(...)`` and ``q.enqueue``: each one
+with an equivalent is taken as it, or refused in one line naming the equivalent."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusionworker.core.registry import JobFunction
+from tests import jobs
+
+
+@pytest.mark.parametrize(("given", "taken"), [
+    ({"time_limit": 30}, {"timeout": 30}),
+    ({"job_timeout": 30}, {"timeout": 30}),
+    ({"default_retry_delay": 5}, {"retry_delay": 5}),
+    ({"autoretry_for": (KeyError,)}, {"retry_on": (KeyError,)}),
+    ({"ignore_result": True}, {"result_ttl": 0}),
+    ({"acks_late": True, "max_retries": 2}, {"max_retries": 2}),
+    ({"reject_on_worker_lost": True}, {}),
+])
+def test_celery_options_with_an_equivalent_are_taken(given, taken):
+    assert JobFunction(jobs.add, **given).default_options == taken
+    assert JobFunction(jobs.add).options(**given).default_options == taken
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ({"bind": True}, "current_job()"),
+    ({"soft_time_limit": 10}, "timeout="),
+    ({"acks_late": False}, "lease"),
+    ({"countdown": 5}, "enqueue_in("),
+    ({"eta": 5}, "enqueue_at("),
+    ({"rate_limit": "10/s"}, "set-rate-limit"),
+    ({"expires": 60}, "ttl="),
+    ({"ignore_result": False}, "result_ttl=0"),
+    ({"time_limit": 3, "timeout": 4}, "not both"),
+])
+def test_celery_options_without_one_are_refused_naming_the_way(given, named):
+    for make in (lambda: JobFunction(jobs.add, **given),
+                 lambda: JobFunction(jobs.add).options(**given)):
+        with pytest.raises(TypeError) as caught:
+            make()
+        assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_enqueue_takes_celery_names_too(queue, work):
+    q = queue()
+    job = q.enqueue(jobs.add, 1, 2, ignore_result=True, default_retry_delay=7, acks_late=True)
+    assert (job.result_ttl, job.retry_delay, job.kwargs) == (0, 7.0, {})
+    work()
+    assert not q.connection.exists(q.qkeys.job(job.id))        # not kept: result_ttl=0

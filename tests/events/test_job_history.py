@@ -1,0 +1,116 @@
+"""A job's history is complete for every job, however busy the stream was: each event of
+a job goes to the job's own history in the pipeline that XADDs it (scripts/history.lua),
+and the job page, ``/api/v1/jobs/{id}`` and ``events --job`` read that."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from fusionworker.cli import main
+from fusionworker.core.keys import Keys
+from fusionworker.events import flush_default_sinks, read_events
+from fusionworker.web import create_app
+from tests.waiting import wait_for
+
+TOKEN = "s3cret-token"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+JOBS, FAILING = 400, 40
+ENDED = {"completed", "failed"}
+
+
+def _stream_by_job(r: Any, prefix: str) -> dict[str, list[tuple[str, str]]]:
+    """Every job's events in the whole stream (what a full scan finds): (id, event)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for stream_id, doc in read_events(r, prefix, count=10**6):
+        if doc.get("job_id"):
+            found.setdefault(doc["job_id"], []).append((stream_id, doc["event"]))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # 400 forks: CI runs it alone
+def test_after_a_burst_of_400_jobs_every_job_shows_all_its_events(
+        queue, r, settings, processes):
+    q = queue("burst")
+    jobs = q.enqueue_many([q.prepare("tests.jobs:add", i, 1) for i in range(JOBS - FAILING)])
+    jobs += [q.enqueue("tests.jobs:boom", "kaput", max_retries=1, retry_delay=0)
+             for _ in range(FAILING)]
+    flush_default_sinks(5)
+    # other traffic on the stream meanwhile: a producer enqueues on a queue no one serves
+    noise, stop = queue("noise"), threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            noise.enqueue_many([noise.prepare("tests.jobs:noop") for _ in range(50)])
+            stop.wait(0.05)
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        processes.worker("-q", "burst", "--concurrency", "4",
+                         env={"FUSIONWORKER_RESULT_TTL": "3600"})   # pages read after
+        ids = [job.id for job in jobs]
+        wait_for(lambda: q.finished_job_registry.count + q.failed_job_registry.count == JOBS,
+                 interval=0.5, timeout=240)
+    finally:
+        stop.set()
+        producer.join(10)
+
+    def every_end_delivered() -> dict[str, list[tuple[str, str]]] | None:
+        found = _stream_by_job(r, settings.prefix)
+        done = all(ENDED & {e for _, e in found.get(i, [])} for i in ids)
+        return found if done else None
+    stream = wait_for(every_end_delivered, interval=0.5, what="every job's last event")
+    assert len(r.keys(f"{settings.prefix}:{{burst}}:job_events:*")) == JOBS
+    # the stream's other traffic as the job page saw it: 400 jobs at once, 4 at a time
+    assert sum(len(v) for v in stream.values()) >= 3 * JOBS
+
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    runner = CliRunner()
+    env = {"FUSIONWORKER_PREFIX": settings.prefix, "REDIS_URL": settings.redis_url}
+    short: list[str] = []
+    with TestClient(app) as client:
+        for job_id in ids:
+            want = stream[job_id]
+            answer = client.get(f"/api/v1/jobs/{job_id}", headers=BEARER)
+            assert answer.status_code == 200, answer.text
+            doc = answer.json()
+            api_events = [(e["id"], e["event"]) for e in doc["events"]]
+            page = client.get(f"/jobs/{job_id}", headers=BEARER).text
+            page_events = re.findall(r'<span class="badge status-(\w+)">\1</span></td>'
+                                     r'<td class="n" data-label="attempt">', page)
+            cli = runner.invoke(main, ["events", "--job", job_id, "--json", "-n", "1000"],
+                                env=env)
+            cli_events = [(d["id"], d["event"]) for d in map(json.loads,
+                                                               cli.output.splitlines())]
+            if (sorted(api_events) != sorted(want) or sorted(cli_events) != sorted(want)
+                    or Counter(page_events) != Counter(e for _, e in want)):
+                short.append(job_id)
+    assert short == [], f"{len(short)} of {JOBS} jobs lack events, e.g. {short[:3]}"
+
+
+def test_a_jobs_history_lives_as_long_as_its_record(queue, burst, r, settings):
+    from fusionworker.events import EventsMiddleware
+
+    q = queue("default")
+    kept = q.enqueue("tests.jobs:add", 1, 2, result_ttl=100)
+    burst("default", middleware=[EventsMiddleware()])
+    flush_default_sinks(5)
+    key = Keys(settings.prefix).queue("default").job_events(kept.id)
+    events = [json.loads(x)[1]["event"] for x in r.lrange(key, 0, -1)]
+    assert events[0] == "queued" and events[-1] == "completed"
+    assert 0 < r.ttl(key) <= 100            # the record's TTL, not a default
+    live = q.enqueue("tests.jobs:add", 1, 2)
+    flush_default_sinks(5)
+    # a job not ended yet: its history lives long (it takes the record's TTL at the end)
+    assert 29 * 86400 < r.ttl(Keys(settings.prefix).queue("default").job_events(live.id))
