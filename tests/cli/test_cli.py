@@ -144,8 +144,12 @@ def test_info_shows_the_last_hour_of_outcomes(cli: Run, queue: Any, burst: Any) 
         q.enqueue("tests.jobs:noop")
     q.enqueue("tests.jobs:boom")
     burst("default")
-    [qs] = json.loads(cli("info", "-Q", "--json").stdout)["queues"]
-    assert qs["last_hour"] == {"finished": 3, "failed": 1}
+    for idle in ("aaa", "zzz"):   # no minute hash: counted 0 beside a busy queue
+        queue(idle).enqueue("tests.jobs:noop")
+    doc = json.loads(cli("info", "-Q", "--json").stdout)
+    assert {qs["queue"]: qs["last_hour"] for qs in doc["queues"]} == {
+        "aaa": {"finished": 0, "failed": 0}, "default": {"finished": 3, "failed": 1},
+        "zzz": {"finished": 0, "failed": 0}}
     assert "last hour 3 finished, 1 failed" in cli("info", "-Q").stdout
 
 
