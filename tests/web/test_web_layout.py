@@ -83,8 +83,8 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         assert "enqueued" not in tops and "priority" not in tops
         # the charts are drawn at the phone's width: 12 px text stays 12 px
         driver.get(base + "/charts")
-        chart = driver.find_element(By.CSS_SELECTOR, "#chart-durations svg")
-        box = driver.find_element(By.ID, "chart-durations")
+        chart = driver.find_element(By.CSS_SELECTOR, "#chart-failures svg")
+        box = driver.find_element(By.ID, "chart-failures")
         assert chart.size["width"] <= box.size["width"] <= 390
         label = driver.find_element(By.CSS_SELECTOR, "#chart-throughput svg text")
         assert label.size["height"] >= 12
