@@ -56,7 +56,11 @@ def test_the_overview_shows_a_rate_limited_queues_rate(base, driver, queue):
         return driver.find_element(
             By.CSS_SELECTOR, f'#queues tr[data-queue="{name}"] [data-label="rate"]').text
 
-    assert rate("limited").startswith("10/") and rate("free") == "-"
+    assert rate("limited") == "10/s" and rate("free") == "-"
+    free.set_rate_limit("5/m")              # set while the page is open: shown live
+    driver.execute_script("window.__notReloaded = true;")
+    wait(driver, lambda d: rate("free") == "5/m")
+    assert driver.execute_script("return window.__notReloaded === true;")
 
 
 def test_a_two_slot_worker_shows_both_running_job_ids(base, driver, processes, queue,

@@ -58,6 +58,18 @@
     box.appendChild(el("div", "finished (green) " + total[0] + " · failed (red) " + total[1] + " in the last hour (UTC)", "legend"));
   }
 
+  // the Rate cell as the page writes it: "10/s (held 1.5 s)", "per group", or "-"
+  function rateText(q) {
+    var rl = q.rate_limit, grl = q.group_rate_limit, text = "";
+    if (rl === undefined && grl === undefined) return null;   // an answer without them
+    if (rl) {
+      var w = { 1: "s", 60: "m", 3600: "h" }[Number(rl.window)] || (Number(rl.window) + " s");
+      text = rl.limit + "/" + w + (rl.held_seconds ? " (held " + Number(rl.held_seconds).toFixed(1) + " s)" : "");
+    }
+    if (grl) text += (rl ? " · " : "") + "per group";
+    return text || "-";
+  }
+
   function updateQueues(data) {
     var body = document.querySelector("#queues tbody");
     if (!body) return;
@@ -68,10 +80,10 @@
                      scheduled: q.scheduled, deferred: q.deferred, started: q.started, finished: q.finished,
                      awaiting_compute: q.awaiting_compute, held: q.held,
                      max_active: q.max_active === null ? "-" : q.max_active, busy_groups: q.busy_groups,
-                     oldest_age: age(q.oldest_age) };
+                     oldest_age: age(q.oldest_age), rate: rateText(q) };
       Object.keys(values).forEach(function (k) {
         var cell = row.querySelector('[data-k="' + k + '"]');
-        if (cell && cell.textContent !== String(values[k])) cell.textContent = values[k];
+        if (cell && values[k] !== null && cell.textContent !== String(values[k])) cell.textContent = values[k];
       });
       var failed = row.querySelector('[data-k="failed"] a');
       if (failed) failed.textContent = q.failed;
