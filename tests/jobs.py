@@ -210,17 +210,22 @@ def big_result(mib):
 
 
 def record_exclusive(url, key, value, seconds, marker_dir):
-    """``record``, holding an exclusive marker (an flock on ``marker_dir/value``, released
-    when its holder dies) while it runs: a second execution of the same job running at
-    the same time appends ``overlap:<value>`` to ``key + ':overlap'``."""
+    """``record``, holding an exclusive marker (an flock on ``marker_dir/value``) while it
+    runs: a second execution of the same job running at the same time appends
+    ``overlap:<value>`` to ``key + ':overlap'``. The marker is released when the run
+    returns or raises (a warm horse lives on after its job: a lock kept until the
+    process exits would flag a later, legitimate run) and when its holder is killed."""
     import fcntl
 
     fd = os.open(os.path.join(marker_dir, value), os.O_CREAT | os.O_WRONLY, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        _redis(url).rpush(key + ":overlap", f"overlap:{value}")
-    return record(url, key, value, seconds)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _redis(url).rpush(key + ":overlap", f"overlap:{value}")
+        return record(url, key, value, seconds)
+    finally:
+        os.close(fd)
 
 
 def batch_callback(batch_id):
