@@ -35,9 +35,12 @@ lease never ends: P is never reaped. P and S both stopped -> H's own lease
 watcher (horse/lease.py: a thread of H reading its entry of a read-only mapping
 of the board) kills H's group at the same deadline: never two at once.
 
-No horse holds the board writable: each drops the mapping it inherited and maps
-it read-only from :meth:`DeadlineBoard.reader_fd` (horse/hygiene.py closes every
-other descriptor), so a job cannot move a deadline of its own or of a sibling.
+No horse holds the board writable: S maps it read-only only
+(:meth:`DeadlineBoard.reading`, from a read-only open; it closes the writable
+memfd) and its horses keep that mapping as their view; a horse P forks drops the
+writable mapping it inherited and keeps the read-only one P made once from
+:meth:`DeadlineBoard.reader_fd` (horse/hygiene.py closes every other descriptor),
+so a job cannot move a deadline of its own or of a sibling.
 
 Why S as well as a thread in each horse: a job that holds the GIL in C code,
 ignores signals or breaks its interpreter cannot delay a watchdog in another
@@ -62,7 +65,7 @@ class DeadlineBoard:
     """Deadlines (monotonic seconds, 0 = none) of the horses, in shared memory.
 
     Created by the worker parent (``DeadlineBoard(entries)``); the fork server maps
-    the same memfd (``DeadlineBoard(fd=...)``); horses inherit the mapping by fork.
+    the same memfd read-only (:meth:`reading`); horses inherit the mapping by fork.
     """
 
     _ENTRY = struct.Struct("d")
