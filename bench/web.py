@@ -296,7 +296,7 @@ def time_many(client: TestClient, url: str, prefix: str, runs: int, count: int) 
         print(f"{'GET ' + path[:58]:<64} {median:9.1f} {max(times):8.1f} {size / 1024:7.1f}"
               f"{flag}")
     env = dict(os.environ, REDIS_URL=url, FUSIONWORKER_PREFIX=prefix, PYTHONPATH=str(ROOT))
-    for args in (["info"], ["info", "--page", "1"]):
+    for args in (["info"], ["info", "--page", "1"], ["info", "--all"]):
         t = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "fusionworker.cli", *args], env=env,
                               capture_output=True, check=False)

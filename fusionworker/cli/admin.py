@@ -122,8 +122,10 @@ def _group_lines(groups: list[dict[str, Any]]) -> list[str]:
     return table(["BUSY GROUP", "QUEUE", "HELD BY", "STATUS", "WAITING"], rows, right=(4,))
 
 
-def render_info(doc: dict[str, Any]) -> str:
-    """The text screen of ``info`` from its JSON document."""
+def render_info(doc: dict[str, Any], first_page: bool = False) -> str:
+    """The text screen of ``info`` from its JSON document (``first_page``: the page
+    shown by default, when there are more queues than one page: says how to see the
+    rest)."""
     stamp = datetime.fromtimestamp(doc["time"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     lines = [f"fusionworker {doc['version']} on {doc['redis_url']} (prefix {doc['prefix']}) "
              f"at {stamp}"]
@@ -133,7 +135,11 @@ def render_info(doc: dict[str, Any]) -> str:
         lines.append(f"*** all workers SUSPENDED{until} ***")
     if "queues" in doc:
         lines += ["", *_queue_lines(doc["queues"])]
-        if "page" in doc:
+        if first_page:
+            lines.append(f"(the first {len(doc['queues'])} of {doc['queues_total']} queues, "
+                         f"page 1 of {doc['pages']}: --page N for another, --all for every "
+                         f"queue)")
+        elif "page" in doc:
             lines.append(f"page {doc['page']} of {doc['pages']} ({doc['queues_total']} "
                          f"queue(s) in all; --page N for another)")
     if doc.get("cron"):
@@ -155,17 +161,31 @@ def render_info(doc: dict[str, Any]) -> str:
 @click.option("--page", type=click.IntRange(min=1), metavar="N",
               help="Only the queues of page N (by name; see --per-page).")
 @click.option("--per-page", type=click.IntRange(1, 500), default=50, show_default=True,
-              metavar="N", help="Queues per page with --page.")
+              metavar="N", help="Queues per page (with --page, and of the text's first "
+              "page when there are more queues).")
+@click.option("--all", "every", is_flag=True,
+              help="Every queue in the text output, however many (the JSON always has "
+              "every queue unless --page is given).")
 @pass_app
 def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
-         interval: float | None, page: int | None, per_page: int) -> None:
-    """Queues (depth, bands, registries) and workers (state, current job)."""
+         interval: float | None, page: int | None, per_page: int, every: bool) -> None:
+    """Queues (depth, bands, registries) and workers (state, current job).
+
+    With more queues than --per-page (50), the text shows the first page and a last
+    line saying how many there are: --page N for another page, --all for every queue.
+    --json lists every queue (or only page N with --page)."""
     if only_workers and only_queues:
         raise click.UsageError("-W/--only-workers and -Q/--only-queues exclude each other")
+    if every and page is not None:
+        raise click.UsageError("--all and --page exclude each other")
+    first_page = page is None and not every and not as_json
     try:
         while True:
             doc = collect_info(app, queues=not only_workers, workers=not only_queues,
-                               page=page, per_page=per_page)
+                               page=1 if first_page else page, per_page=per_page)
+            if first_page and doc.get("queues_total", 0) <= per_page:
+                for name in ("page", "per_page", "pages"):
+                    doc.pop(name, None)   # one page holds them all: today's screen
             if as_json:
                 if interval:
                     click.echo(json.dumps(doc, sort_keys=True, default=str))
@@ -174,7 +194,7 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
             else:
                 if interval and sys.stdout.isatty():
                     click.clear()
-                click.echo(render_info(doc))
+                click.echo(render_info(doc, first_page=first_page and "page" in doc))
                 if interval:
                     click.echo(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
             if not interval:

@@ -93,25 +93,36 @@ def _queues(app: InfoSource, doc: dict[str, Any], names: list[str], now: float,
 
 def last_hours(r: Any, prefix: str, names: list[str], now: float,
                chunk: int = 20_000) -> list[dict[str, int]]:
-    """Jobs finished and failed in the last hour of each queue of ``names``: the
-    per-minute hashes of all, read in pipelines of ``chunk`` commands (plain reads: a
-    Redis user limited to reads can run ``info``)."""
+    """Jobs finished and failed in the last hour of each queue of ``names``, from the
+    per-minute hashes the workers keep. First one ``EXISTS`` of a queue's 60 minute keys
+    (they share its hash tag: one slot) for every queue; then the ``HMGET``s of the
+    queues that have any. Plain reads in pipelines of ``chunk`` commands: a Redis user
+    limited to reads can run ``info``; a queue idle for the hour costs one command,
+    not 60."""
     last = int(now // 60)
     minutes = list(range(last - 59, last + 1))
     keys = Keys(prefix)
-    out = []
-    step = max(1, chunk // len(minutes))
-    for start in range(0, len(names), step):
-        part = names[start:start + step]
+    minute_keys = [[qk.minute(m) for m in minutes] for qk in map(keys.queue, names)]
+    present = []
+    for start in range(0, len(names), chunk):
         pipe = r.pipeline(transaction=False)
-        for name in part:
-            for minute in minutes:
-                pipe.hmget(keys.queue(name).minute(minute), ["finished", "failed"])
+        for row in minute_keys[start:start + chunk]:
+            pipe.exists(*row)
+        present += pipe.execute()
+    active = [n for n, count in enumerate(present) if count]
+    out = [{"finished": 0, "failed": 0} for _ in names]
+    step = max(1, chunk // len(minutes))
+    for start in range(0, len(active), step):
+        part = active[start:start + step]
+        pipe = r.pipeline(transaction=False)
+        for n in part:
+            for key in minute_keys[n]:
+                pipe.hmget(key, ["finished", "failed"])
         replies = pipe.execute()
-        for n in range(len(part)):
-            rows = replies[n * len(minutes):(n + 1) * len(minutes)]
-            out.append({"finished": sum(int(f or 0) for f, _ in rows),
-                        "failed": sum(int(x or 0) for _, x in rows)})
+        for i, n in enumerate(part):
+            rows = replies[i * len(minutes):(i + 1) * len(minutes)]
+            out[n] = {"finished": sum(int(f or 0) for f, _ in rows),
+                      "failed": sum(int(x or 0) for _, x in rows)}
     return out
 
 

@@ -224,6 +224,8 @@ class ForkServerLauncher:
         #: the slots of requests each fork server (by id) has not answered yet, in order:
         #: its answers come in that order (:meth:`_answered`)
         self.asked: dict[int, deque[Slot]] = {}
+        #: modules whose first job was launched (warm horses: said once, :meth:`_say_loads`)
+        self.launched_modules: set[str] = set()
 
     def start(self) -> None:
         """Start a fork server (with the board, made once: every server maps the same)."""
@@ -331,6 +333,8 @@ class ForkServerLauncher:
                 server = None
         if server is None:
             return self.own.launch(jobs, entries, while_forking)
+        if server.warm:
+            self._say_loads(jobs)
         slots = [Slot.asked(job, server, index=entry) for job, entry in zip(jobs, entries)]
         self.asked.setdefault(id(server), deque()).extend(slots)
         while_forking()
@@ -353,6 +357,21 @@ class ForkServerLauncher:
         for i, slot in zip(rest, others):
             slots[i] = slot
         return [slot for slot in slots if slot is not None]
+
+    def _say_loads(self, jobs: Sequence[Job[Any]]) -> None:
+        """Warm horses: the first job of a module not named with ``--import`` is said once:
+        the fork server imports the module then and forks its pool with it, so that first
+        burst waits for those forks (``--import`` has them ready at start)."""
+        for job in jobs:
+            module = job.func.partition(":")[0]
+            if module in self.launched_modules or len(self.launched_modules) >= 1024:
+                continue
+            self.launched_modules.add(module)
+            if module not in self.spec.imports():
+                log.info("Worker %s: first job of %s, a module not named with --import: the "
+                         "fork server imports it now and forks its warm horses with it (name "
+                         "it with --import to have them ready before the first job)",
+                         self.spec.name, module)
 
     def _free_pid(self, server: ForkServer, pid: int) -> None:
         """A warm horse got a new job: its previous job's exit notice came before the

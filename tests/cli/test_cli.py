@@ -144,8 +144,12 @@ def test_info_shows_the_last_hour_of_outcomes(cli: Run, queue: Any, burst: Any) 
         q.enqueue("tests.jobs:noop")
     q.enqueue("tests.jobs:boom")
     burst("default")
-    [qs] = json.loads(cli("info", "-Q", "--json").stdout)["queues"]
-    assert qs["last_hour"] == {"finished": 3, "failed": 1}
+    for idle in ("aaa", "zzz"):   # no minute hash: counted 0 beside a busy queue
+        queue(idle).enqueue("tests.jobs:noop")
+    doc = json.loads(cli("info", "-Q", "--json").stdout)
+    assert {qs["queue"]: qs["last_hour"] for qs in doc["queues"]} == {
+        "aaa": {"finished": 0, "failed": 0}, "default": {"finished": 3, "failed": 1},
+        "zzz": {"finished": 0, "failed": 0}}
     assert "last hour 3 finished, 1 failed" in cli("info", "-Q").stdout
 
 
@@ -492,3 +496,23 @@ def test_info_shows_one_page_of_queues(cli: Run, queue: Any) -> None:
     assert "pg11" in out and "pg04" not in out and "page 3 of 3 (12 queue(s) in all" in out
     assert len(json.loads(cli("info", "--json").stdout)["queues"]) == 12
     cli("info", "--page", "0", code=2)
+
+
+def test_info_text_shows_the_first_page_and_how_to_see_the_rest(cli: Run, queue: Any) -> None:
+    """Issue 30: beyond 50 queues the text shows the first 50 and a hint line; --all
+    shows every queue; the JSON keeps every queue; 50 or fewer: the screen of before."""
+    for n in range(51):
+        queue(f"pq{n:02d}").enqueue("tests.jobs:noop")
+    out = cli("info", "-Q").stdout
+    assert "pq49" in out and "pq50" not in out
+    assert out.rstrip().splitlines()[-1] == (
+        "(the first 50 of 51 queues, page 1 of 2: --page N for another, --all for every "
+        "queue)")
+    every = cli("info", "-Q", "--all").stdout
+    assert "pq50" in every and "--all" not in every and "page" not in every
+    assert "pq50" in cli("info", "-Q", "--page", "2").stdout
+    assert len(json.loads(cli("info", "--json").stdout)["queues"]) == 51
+    small = cli("info", "-Q", "--per-page", "60").stdout
+    assert "pq50" in small and "--all" not in small and "page" not in small
+    assert len(small.splitlines()) == len(every.splitlines())
+    assert "exclude each other" in cli("info", "--all", "--page", "1", code=2).output

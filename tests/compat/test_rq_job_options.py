@@ -70,9 +70,11 @@ def test_a_job_not_started_within_its_ttl_is_canceled_as_expired(queue, burst):
     late = q.enqueue(jobs.add, 1, 2, ttl=0.3, group="g")
     behind = q.enqueue(jobs.add, 5, 5, group="g")          # waits on the group
     fresh = q.enqueue(jobs.add, 2, 2, ttl=60)
-    delayed = q.enqueue_in(2.0, jobs.add, 3, 3, ttl=1.5)   # counted from when it is due
+    # counted from when it is due (not from the enqueue: it would be over before it is
+    # due); 4.3 s of it left for the burst worker to start under a loaded machine
+    delayed = q.enqueue_in(5.0, jobs.add, 3, 3, ttl=4.5)
     assert (late.ttl, fresh.ttl) == (0.3, 60.0)
-    time.sleep(2.2)
+    time.sleep(5.2)
     burst()
     gone = q.fetch_job(late.id)
     assert gone.status == JobStatus.CANCELED and gone.failure_reason == FailureReason.EXPIRED

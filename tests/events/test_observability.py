@@ -195,8 +195,10 @@ def test_worker_metrics_endpoint_after_a_known_run(r, settings, processes, prefi
     port = free_port()
     q = Queue("mq", r, settings=settings, events=False)
     proc = processes.worker("-q", "mq", "--metrics-port", str(port))
-    before = scrape_when_up(port)
-    assert before[("fusionworker_worker_state", (("state", "idle"),))] == 1
+    idle = ("fusionworker_worker_state", (("state", "idle"),))
+    scrape_when_up(port)   # the endpoint answers from start; idle once the loop polls
+    before = wait_for(lambda: (m := scrape(port)).get(idle) == 1 and m, timeout=15)
+    assert before[idle] == 1
     jobs = [q.enqueue("tests.jobs:add", i, i, priority=10) for i in range(3)]
     jobs.append(q.enqueue("tests.jobs:boom"))
     jobs.append(q.enqueue("tests.jobs:sleep", 5, timeout=0.5))

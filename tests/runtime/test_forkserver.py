@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import signal
 import socket
+import struct
+import termios
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -281,9 +284,21 @@ def test_an_answer_and_the_end_read_together_are_taken_in_one_poll(launcher) -> 
     assert launcher.waitables()
     wait_for(lambda: select.select(launcher.waitables(), [], [], 0.05)[0], timeout=10,
              what="the answer on the socket")
-    time.sleep(0.5)                   # the horse ran and ended meanwhile
+    answered = _unread(launcher)
+    # the horse ran and ended meanwhile: its end came after the answer, unread
+    wait_for(lambda: _unread(launcher) > answered, timeout=30, what="the end after the answer")
+    time.sleep(0.05)                  # (the rest of a notice written in two parts)
     launcher.poll(None)
     assert slot.pid > 0 and slot.done and slot.outcome(cold=False).ok
+
+
+def _unread(ln: ForkServerLauncher) -> int:
+    """Bytes waiting to be read on the descriptors the loop waits on."""
+    total = 0
+    for fd in ln.waitables():
+        fileno = fd if isinstance(fd, int) else fd.fileno()
+        total += struct.unpack("i", fcntl.ioctl(fileno, termios.FIONREAD, b"\0\0\0\0"))[0]
+    return total
 
 
 def _stop_server(ln: ForkServerLauncher) -> int:

@@ -101,7 +101,7 @@ def test_a_wake_up_lost_with_the_subscription_does_not_leave_a_job_waiting(
     last = Queue(names[-1], client, settings=s)
     os.kill(proc.pid, signal.SIGSTOP)
     try:
-        assert client.client_kill_filter(_type="pubsub") == 1
+        assert client.client_kill_filter(_type="pubsub") >= 1     # the worker's among them
         job = last.enqueue("tests.jobs:add", 2, 3)         # its wake-up is lost
     finally:
         os.kill(proc.pid, signal.SIGCONT)

@@ -317,6 +317,7 @@ def test_the_import_modules_are_loaded_before_the_pool_is_forked(processes, queu
     wait_for(lambda: q.fetch_job(nxt.id).status == "finished", timeout=30)
     assert q.fetch_job(nxt.id).result == [q.fetch_job(first.id).result[0], 1]
     assert set(_horses(w.pid)) == pool       # the same two horses, none forked again
+    assert "not named with --import" not in processes.output(w)
 
 
 def test_a_killed_fork_server_takes_its_pool_and_a_new_one_serves(processes, queue):
@@ -404,3 +405,5 @@ def test_horse_jobs_without_import_runs_the_first_jobs_in_warm_horses(processes,
     assert [p.name for p in markers.iterdir()] == [str(server.pid)]
     assert len(pids) <= 2 and server.pid not in pids
     wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)     # the pool, with the module
+    said = [line for line in processes.output(w).splitlines() if "not named with --import" in line]
+    assert len(said) == 1 and "tests.marker_jobs" in said[0], said     # once, naming it

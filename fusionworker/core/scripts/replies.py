@@ -405,10 +405,17 @@ def minutes(reply: Raw) -> int:
     return int(reply)
 
 
+def history(reply: Raw) -> str:
+    """``history.lua``: the event's stream id (``''`` where the stream is on another
+    slot: a Cluster, whose pipeline ``XADD``s it apart)."""
+    return _text(reply) if reply is not None else ""
+
+
 #: the parser of every script, by script name
 PARSERS: dict[str, Callable[[Raw], Any]] = {
     "enqueue": enqueue, "enqueue_many": enqueue_many, "claim": claim, "finish": finish,
-    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel, "hold": hold, "release": release, "use": use,
+    "touch": touch, "touch_many": touch_many, "requeue": requeue, "cancel": cancel,
+    "hold": hold, "release": release, "use": use, "history": history,
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
