@@ -14,11 +14,8 @@ the horse H watches its own entry as well::
        deadline: PROT_READ of a read-only open file cannot be made writable);
        forked by P, H drops the writable mapping it inherited; it closes every
        other descriptor (hygiene.py)
-    H: before it waits for its job: OwnLease.start(): one thread, off the job's
-       path; no job: it reads nothing, sleeps CHECK s
-    H: at its job (after it has a process group of its own): OwnLease.watch(entry)
-       (wakes the thread if that deadline comes before its next read); the
-       thread: read board[entry]; now >= it -> SIGKILL H's own group (the job's
+    H: at its job (after it has a process group of its own): OwnLease.watch(entry);
+       one thread: read board[entry]; now >= it -> SIGKILL H's own group (the job's
        children too), else sleep until it (at most CHECK s: a warm horse's next
        job may be on another entry) and read again
     P: renewals move board[entry] later (deadlines.py): the thread reads the new
@@ -40,7 +37,6 @@ from __future__ import annotations
 
 import _thread
 import ctypes
-import math
 import os
 import signal
 import time
@@ -86,9 +82,8 @@ class Readable(Protocol):
 
 
 class OwnLease:
-    """The horse's own lease watcher (module docstring): one thread, started by
-    :meth:`start` before the horse waits for its job (off the job's path; else at
-    the first job)."""
+    """The horse's own lease watcher (module docstring): one thread, started at the
+    first job."""
 
     #: seconds the thread sleeps at most between two reads of the board
     CHECK = 1.0
@@ -97,29 +92,14 @@ class OwnLease:
         self.view = view
         self.entry = -1         # the running job's board entry; -1: no job
         self._started = False
-        self._until = math.inf  # when the thread reads the board next (monotonic)
-        self._wake = _thread.allocate_lock()
-        self._wake.acquire()    # held: the thread's sleep; released: wake it now
-
-    def start(self) -> None:
-        """Start the thread now (it reads the board at most every :attr:`CHECK` s;
-        with no job it has nothing to enforce)."""
-        if not self._started:
-            self._started = True
-            _thread.start_new_thread(self._run, ())
 
     def watch(self, entry: int) -> None:
         """A job runs on board entry ``entry`` (call once the horse has its own
-        process group: the kill is that group's). The thread is woken only when the
-        entry's deadline comes before its next read."""
+        process group: the kill is that group's)."""
         self.entry = entry
         if not self._started:
-            self.start()
-        elif 0 <= entry < self.view.entries and 0 < self.view.get(entry) < self._until:
-            try:
-                self._wake.release()
-            except RuntimeError:       # released already: it wakes anyway
-                pass
+            self._started = True
+            _thread.start_new_thread(self._run, ())
 
     def idle(self) -> None:
         """The job ended (a warm horse waits for its next): nothing to enforce."""
@@ -132,11 +112,7 @@ class OwnLease:
             now = time.monotonic()
             if deadline > 0 and now >= deadline and entry == self.entry:
                 expire()
-            pause = self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now))
-            self._until = now + pause
-            if entry != self.entry:     # watch() ran since the read: read again now (it
-                continue                # saw the old _until, or this sees its entry)
-            self._wake.acquire(timeout=pause)
+            time.sleep(self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now)))
 
 
 def expire() -> None:  # pragma: no cover - in the horse

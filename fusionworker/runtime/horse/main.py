@@ -67,7 +67,7 @@ def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
     mapped it read-only (:meth:`DeadlineBoard.reading`, the fork server), else
     ``view`` (made once by the parent), the writable mapping dropped; every descriptor
     closed but ``keep`` (:func:`~.hygiene.horse_keeps`, worked out by the parent before
-    the fork: the log's are in it); the lease thread started. Never raises."""
+    the fork: the log's are in it). Never raises."""
     raise_oom_score()
     lease = None
     if board is not None:
@@ -77,8 +77,6 @@ def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
             lease = OwnLease(view) if view is not None else None
             board.detach()
     close_others(keep)
-    if lease is not None:
-        lease.start()    # its thread, now: off the job's path (a ready horse waits)
     return lease
 
 
