@@ -35,9 +35,12 @@ lease never ends: P is never reaped. P and S both stopped -> H's own lease
 watcher (horse/lease.py: a thread of H reading its entry of a read-only mapping
 of the board) kills H's group at the same deadline: never two at once.
 
-No horse holds the board writable: each drops the mapping it inherited and maps
-it read-only from :meth:`DeadlineBoard.reader_fd` (horse/hygiene.py closes every
-other descriptor), so a job cannot move a deadline of its own or of a sibling.
+No horse holds the board writable: S maps it read-only only
+(:meth:`DeadlineBoard.reading`, from a read-only open; it closes the writable
+memfd) and its horses keep that mapping as their view; a horse P forks drops the
+writable mapping it inherited and keeps the read-only one P made once from
+:meth:`DeadlineBoard.reader_fd` (horse/hygiene.py closes every other descriptor),
+so a job cannot move a deadline of its own or of a sibling.
 
 Why S as well as a thread in each horse: a job that holds the GIL in C code,
 ignores signals or breaks its interpreter cannot delay a watchdog in another
@@ -62,12 +65,13 @@ class DeadlineBoard:
     """Deadlines (monotonic seconds, 0 = none) of the horses, in shared memory.
 
     Created by the worker parent (``DeadlineBoard(entries)``); the fork server maps
-    the same memfd (``DeadlineBoard(fd=...)``); horses inherit the mapping by fork.
+    the same memfd read-only (:meth:`reading`); horses inherit the mapping by fork.
     """
 
     _ENTRY = struct.Struct("d")
 
-    def __init__(self, entries: int = 1, fd: int | None = None) -> None:
+    def __init__(self, entries: int = 1, fd: int | None = None,
+                 read_only: bool = False) -> None:
         if fd is None:
             fd = os.memfd_create("fusionworker-deadlines", 0)
             os.ftruncate(fd, self._ENTRY.size * entries)
@@ -75,8 +79,26 @@ class DeadlineBoard:
             entries = max(1, os.fstat(fd).st_size // self._ENTRY.size)
         self.fd = fd
         self.entries = entries
-        self._map = mmap.mmap(fd, self._ENTRY.size * entries)
-        self._reader = -1
+        self._map = mmap.mmap(fd, self._ENTRY.size * entries,
+                              access=mmap.ACCESS_READ if read_only else mmap.ACCESS_DEFAULT)
+        self._reader = fd if read_only else -1
+        #: mapped read-only from a read-only descriptor (:meth:`reading`): a horse forked
+        #: from this process may keep the mapping (nothing can write through it)
+        self.read_only = read_only
+
+    @classmethod
+    def reading(cls, fd: int) -> DeadlineBoard:
+        """The fork server's board (it only reads it): mapped ``PROT_READ`` from a
+        read-only open of ``fd`` (/proc/self/fd), ``fd`` closed. So this process holds
+        nothing that can write a deadline, and the horses it forks inherit that mapping
+        as their own read-only view (no mapping to drop, none to make, per horse).
+        Without /proc: ``DeadlineBoard(fd=fd)`` (writable, dropped by each horse)."""
+        try:
+            reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return cls(entries=0, fd=fd)
+        os.close(fd)
+        return cls(entries=0, fd=reader, read_only=True)
 
     def set(self, deadline: float, entry: int = 0) -> None:
         """Entry ``entry`` gets ``deadline`` (``inf``: none, written as 0)."""

@@ -28,7 +28,8 @@ from ..core.job import Job
 from .deadlines import DeadlineBoard
 from .exits import HorseExit, exit_from_report
 from .forkserver.client import ForkServer, ForkServerDied
-from .horse.hygiene import oom_target
+from .horse.hygiene import horse_keeps, oom_target
+from .horse.lease import BoardView
 from .horse.main import horse_main, settle_in
 from .protocol import HorseReport
 from .slot import Slot
@@ -117,6 +118,7 @@ class OwnForkLauncher:
         self.spec = spec
         self.board = board
         self.running: list[Slot] = []
+        self.view: BoardView | None = None   # the board read-only, inherited by each horse
         #: process groups of finished horses whose leftovers are killed once the horse
         #: is gone (it may still be flushing, e.g. its spans, after its report)
         self.leftovers: list[int] = []
@@ -124,6 +126,11 @@ class OwnForkLauncher:
     def start(self) -> None:
         if self.board is None:
             self.board = make_board(self.spec)
+        if self.board is not None and self.view is None:
+            try:      # mapped once here: each horse keeps this view, drops the writable map
+                self.view = BoardView(self.board.reader_fd())
+            except OSError:       # no /proc: horses enforce no lease of their own (lease.py)
+                self.view = None
         oom_target()              # read once here, written by each horse (hygiene.py)
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
@@ -136,9 +143,10 @@ class OwnForkLauncher:
     def _fork(self, job: Job[Any], entry: int) -> Slot:
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
+        keep = horse_keeps((write_fd,))        # (read_fd closed with the rest)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
-            lease = settle_in(self.board, keep=(write_fd,))   # (read_fd closed with the rest)
+            lease = settle_in(self.board, keep=keep, view=self.view)
             horse_main(job, write_fd, parent_pid, self.spec.allowed, self.spec.retryable,
                        lease=lease, entry=entry)
         os.close(write_fd)

@@ -104,6 +104,8 @@ def test_a_jobs_history_lives_as_long_as_its_record(queue, burst, r, settings):
 
     q = queue("default")
     kept = q.enqueue("tests.jobs:add", 1, 2, result_ttl=100)
+    # the producer's sink delivers on its own thread: its `queued` first, then the worker
+    flush_default_sinks(5)
     burst("default", middleware=[EventsMiddleware()])
     flush_default_sinks(5)
     key = Keys(settings.prefix).queue("default").job_events(kept.id)

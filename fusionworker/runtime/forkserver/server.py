@@ -28,7 +28,7 @@ from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..gpus import device_of
-from ..horse.hygiene import oom_target, open_fds
+from ..horse.hygiene import horse_keeps, oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
@@ -119,12 +119,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
         os.setpgid(0, 0)
     except OSError:
         pass
-    watchdog = LeaseWatchdog(DeadlineBoard(entries=0, fd=board_fd)) if board_fd >= 0 else None
-    if watchdog is not None:
-        try:
-            watchdog.board.reader_fd()   # once: every horse maps the board read-only from it
-        except OSError:
-            pass
+    # read-only here (it only reads): its horses inherit that mapping as their own view
+    watchdog = LeaseWatchdog(DeadlineBoard.reading(board_fd)) if board_fd >= 0 else None
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
     server.horses_own = horses_own
@@ -282,13 +278,15 @@ class Server:
         """Fork a horse that waits for its job."""
         job_r, job_w = os.pipe()
         read_fd, write_fd = os.pipe()
+        # what the horse keeps, worked out here (hygiene.py): no worker socket, no board
+        # descriptor, no other horse's pipe (a copy of a job pipe's write end would keep
+        # that horse from its EOF)
+        keep = horse_keeps((job_r, write_fd, *self.horses_own))
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            # only its own (hygiene.py): no worker socket, no board, no other horse's pipe
-            # (a copy of a job pipe's write end would keep that horse from its EOF)
             lease = settle_in(self.watchdog.board if self.watchdog is not None else None,
-                              keep=(job_r, write_fd, *self.horses_own))
+                              keep=keep)
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                            self.resolved, self.horse_jobs, self.max_rss, lease)

@@ -76,6 +76,13 @@ def log_fds() -> list[int]:
     return out
 
 
+def horse_keeps(own: Iterable[int]) -> tuple[int, ...]:
+    """In the process that forks, before the fork: what its horse keeps above 2 (``own``
+    and the log's descriptors), sorted, for :func:`close_others` (nothing to work out in
+    the horse, whose every first touch of a page is a copy)."""
+    return tuple(sorted({fd for fd in (*own, *log_fds()) if fd > 2}))
+
+
 def close_others(keep: Iterable[int]) -> None:
     """Close every descriptor above 2 but ``keep`` (one ``close_range`` per gap)."""
     low = 3

@@ -7,11 +7,13 @@ both stopped (SIGSTOP, a debugger, a frozen VM page) nobody was left to kill the
 horse, and the reaper handed its job to another worker: two horses ran it. So
 the horse H watches its own entry as well::
 
-    S (or P, forking H itself): open the board read-only (once), fork H
-    H: drop the writable mapping of the board it inherited; map the board
-       read-only from that descriptor (no descriptor kept, no Python object:
-       a job cannot write a deadline: PROT_READ of a read-only open file cannot
-       be made writable); close every other descriptor (hygiene.py)
+    S: map the board read-only from a read-only open of it (once, at its start;
+       it holds no writable mapping nor descriptor: DeadlineBoard.reading)
+    P (forking H itself, no S): map it read-only once the same way (BoardView)
+    S or P: fork H; H inherits the read-only mapping (a job cannot write a
+       deadline: PROT_READ of a read-only open file cannot be made writable);
+       forked by P, H drops the writable mapping it inherited; it closes every
+       other descriptor (hygiene.py)
     H: at its job (after it has a process group of its own): OwnLease.watch(entry);
        one thread: read board[entry]; now >= it -> SIGKILL H's own group (the job's
        children too), else sleep until it (at most CHECK s: a warm horse's next
@@ -38,6 +40,7 @@ import ctypes
 import os
 import signal
 import time
+from typing import Protocol
 
 _PROT_READ = 1
 _MAP_SHARED = 1
@@ -69,6 +72,15 @@ class BoardView:
         return float(ctypes.c_double.from_address(self._addr + _ENTRY * entry).value)
 
 
+class Readable(Protocol):
+    """A read-only board: :class:`BoardView`, or the fork server's board itself
+    (``DeadlineBoard.reading``: mapped read-only, inherited by its horses)."""
+
+    entries: int
+
+    def get(self, entry: int) -> float: ...
+
+
 class OwnLease:
     """The horse's own lease watcher (module docstring): one thread, started at the
     first job."""
@@ -76,7 +88,7 @@ class OwnLease:
     #: seconds the thread sleeps at most between two reads of the board
     CHECK = 1.0
 
-    def __init__(self, view: BoardView) -> None:
+    def __init__(self, view: Readable) -> None:
         self.view = view
         self.entry = -1         # the running job's board entry; -1: no job
         self._started = False
@@ -96,7 +108,7 @@ class OwnLease:
     def _run(self) -> None:  # pragma: no cover - a thread of the horse
         while True:
             entry = self.entry
-            deadline = self.view.get(entry) if entry >= 0 else 0.0
+            deadline = self.view.get(entry) if 0 <= entry < self.view.entries else 0.0
             now = time.monotonic()
             if deadline > 0 and now >= deadline and entry == self.entry:
                 expire()

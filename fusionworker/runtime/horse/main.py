@@ -37,7 +37,7 @@ from .. import progress
 from ..deadlines import DeadlineBoard
 from ..gpus import use_slot_device
 from ..protocol import HorseReport, from_server, job_of, write_all
-from .hygiene import close_others, log_fds, raise_oom_score
+from .hygiene import close_others, raise_oom_score
 from .lease import BoardView, OwnLease
 from .run import _csignal, run_job
 
@@ -60,19 +60,23 @@ def set_pdeathsig() -> None:
         pass
 
 
-def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...]) -> OwnLease | None:
-    """In a fresh fork that becomes a horse: the OOM killer's first pick; the board
-    mapped read-only for its own lease (lease.py), its writable mapping dropped; every
-    descriptor closed but ``keep`` and the log's (hygiene.py). Never raises."""
+def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
+              view: BoardView | None = None) -> OwnLease | None:
+    """In a fresh fork that becomes a horse: the OOM killer's first pick; a read-only
+    view of the board for its own lease (lease.py): ``board`` itself when its parent
+    mapped it read-only (:meth:`DeadlineBoard.reading`, the fork server), else
+    ``view`` (made once by the parent), the writable mapping dropped; every descriptor
+    closed but ``keep`` (:func:`~.hygiene.horse_keeps`, worked out by the parent before
+    the fork: the log's are in it). Never raises."""
     raise_oom_score()
     lease = None
     if board is not None:
-        try:
-            lease = OwnLease(BoardView(board.reader_fd()))
-        except (OSError, ValueError):      # no /proc: the watchdog and police still kill
-            lease = None
-        board.detach()
-    close_others((*keep, *log_fds()))
+        if board.read_only:
+            lease = OwnLease(board)
+        else:
+            lease = OwnLease(view) if view is not None else None
+            board.detach()
+    close_others(keep)
     return lease
 
 
