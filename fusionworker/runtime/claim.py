@@ -284,10 +284,6 @@ class Claimer:
         if not value:            # a wake-up may have been missed: every queue is loud
             self.quiet.clear()
 
-    def disarm(self) -> None:
-        """Wake-ups may be missed (the subscription is gone): every queue is loud."""
-        self.armed = False
-
     def _refresh(self) -> None:
         """Wake the quiet queues whose due time came, and the next of the sweep."""
         if not self.quiet:

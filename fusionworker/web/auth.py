@@ -37,6 +37,9 @@ SESSION_COOKIE = "fw_session"
 CSRF_COOKIE = "fw_csrf"
 SESSION_TTL = 12 * 3600.0
 
+#: the worker threads password hashes may take at once (off the event loop: guard.py)
+HASHERS = 2
+
 
 def ephemeral_token() -> str:
     """A random token for one run of a dashboard started with no credentials configured

@@ -6,7 +6,7 @@ middleware, :class:`Guard`):
    says whether cookies are ``Secure``; the address is the client the failure
    limit counts);
 2. who is asking: the credentials are checked here, a password hash (PBKDF2, tens
-   of milliseconds) in a worker thread, at most ``HASHERS`` at once, never on the
+   of milliseconds) in a worker thread, at most ``auth.HASHERS`` at once, never on the
    event loop; a client past ``FUSIONWORKER_WEB_AUTH_FAILURES`` wrong credentials
    in a minute gets 429 with ``Retry-After`` and nothing is hashed for it;
 3. a state change (any method but GET, HEAD and OPTIONS) must come from this
@@ -43,8 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the scope key of the identity the guard found (None: no or wrong credentials)
 IDENTITY = GUARD_IDENTITY
-#: password hashes run at once (each in a worker thread)
-HASHERS = 2
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 SECURITY_HEADERS = [

@@ -86,8 +86,8 @@ class WebState:
     history_interval: float | None
     #: wrong credentials per client (``guard.py``)
     limiter: auth.FailureLimiter = field(default_factory=lambda: auth.FailureLimiter(10))
-    #: the worker threads password hashes may take at once (``guard.HASHERS``)
-    hashers: Any = field(default_factory=lambda: anyio.CapacityLimiter(2))
+    #: the worker threads password hashes may take at once (``auth.HASHERS``)
+    hashers: Any = field(default_factory=lambda: anyio.CapacityLimiter(auth.HASHERS))
 
     def identify(self, request: Request) -> auth.Identity | None:
         """Who sent the request: what the guard found (it checked the credentials
