@@ -47,6 +47,7 @@ from ..protocol import (
     unread,
     write_all,
 )
+from .asyncpool import AsyncHorses
 from .modules import import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
@@ -94,7 +95,7 @@ class _Ready:
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
-          slots: int = 0, imports: tuple[str, ...] = ()) -> NoReturn:
+          slots: int = 0, imports: tuple[str, ...] = (), async_per_horse: int = 1) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -104,7 +105,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it)."""
+    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
+    ``async_per_horse`` > 1 (with warm horses): async horses (asyncpool.py)."""
     before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses
@@ -126,6 +128,9 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
+    server.init_async(async_per_horse if server.horse_jobs > 1 else 1)
+    if server.async_k > 1:     # async jobs need a horse per K: the rest are forked on demand
+        server.slots = -(-server.slots // server.async_k)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once; the worker imported them already)
             server.preloaded.add(module)
@@ -135,7 +140,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.run()
 
 
-class Server:
+class Server(AsyncHorses):
     """The fork server's state and its turn (module docstring)."""
 
     def __init__(self, fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...], *,
@@ -202,7 +207,8 @@ class Server:
         """Fork horses for the next requests, answering the worker first. Fresh horses:
         as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
         worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
-        while (len(self.ready) + len(self.idle) + len(self.running) < self.slots
+        while (len(self.ready) + len(self.idle) + len(self.running) + len(self.async_horses)
+               < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
@@ -221,6 +227,7 @@ class Server:
             else:
                 run = self.by_fd.get(efd)
                 if run is None:
+                    self.async_read(efd)       # an async horse's (asyncpool.py), or none
                     continue
                 if run.idle:               # an idle warm horse wrote or died: retired
                     self.drop_idle(run)
@@ -330,8 +337,8 @@ class Server:
             if self.watchdog is not None:   # its entry on the board: its worker slot's
                 self.watchdog.watch(pid, request.entry)
         self.running[pid] = new
-        self.out.append((MovedNotice(moved_from, pid) if moved_from else StartNotice(pid))
-                        .encode())
+        self.out.append((MovedNotice(moved_from, pid, request.entry) if moved_from
+                         else StartNotice(pid, request.entry)).encode())
 
     # -- warm horses (horse/warm.py) -------------------------------------------------------
 
@@ -397,8 +404,12 @@ class Server:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
         self.load(request.func)
-        body = frame(for_horse(request))
         cap = self.cap(request.func)
+        if cap > 1 and self.runs_async(request.func):      # an async def job (asyncpool.py)
+            self.start_async(request, cap, lambda: self.ready.pop(0) if self.ready
+                             else self.spawn())
+            return
+        body = frame(for_horse(request))
         device = device_of(request.entry)      # --gpus: a warm horse keeps its device
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
             if run.done >= cap or (run.request is not None
@@ -452,8 +463,9 @@ class Server:
 
     def forward_progress(self, run: _Running) -> None:
         """The progress frames at the front of the horse's pipe data, for the worker."""
+        entry = run.request.entry if run.request is not None else -1
         for update in take_progress(run.buf):
-            self.out.append(ProgressNotice(run.pid, update).encode())
+            self.out.append(ProgressNotice(run.pid, update, entry).encode())
 
     def close_report(self, run: _Running) -> None:
         self.ep.unregister(run.fd)     # before close: horses forked since hold the pipe too
@@ -487,7 +499,8 @@ class Server:
         """The horse's outcome is known: report it, preload its module, release it."""
         del self.running[run.pid]
         assert run.status is not None
-        self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf)).encode())
+        self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf),
+                                   run.request.entry if run.request is not None else -1).encode())
         if run.job_w >= 0 and not run.idle and run.fd < 0:    # a warm horse that left
             os.close(run.job_w)
             run.job_w = -1
@@ -542,6 +555,8 @@ class Server:
                 found.status = status
             elif pid in self.idle:        # died between jobs: nothing was running
                 self.drop_idle(self.idle[pid])
+            else:
+                self.async_reaped(pid, status)
             self.exiting.discard(pid)
             reaped.append(pid)
 
@@ -554,6 +569,8 @@ class Server:
                 reaped.append(run.pid)
             if self.watchdog is not None:
                 self.watchdog.forget(run.pid)
+        for pid in list(self.async_horses):
+            self.async_reaped(pid, 0)
         self.exiting.clear()
         return reaped
 
@@ -565,12 +582,12 @@ class Server:
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        for run in self.running.values():       # not reported: a job still running
+        for pid in [*self.running, *self.async_horses]:   # not reported: a job still runs
             if self.kill_children:
-                _kill_group(run.pid)
+                _kill_group(pid)
             else:
                 try:
-                    os.kill(run.pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + LAST_REAPS

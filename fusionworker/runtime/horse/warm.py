@@ -60,9 +60,14 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             if frame is None:
                 break
             entry, body = from_server(frame)
-            job = job_of(body)
             if not done:
                 _become_horse(server_pid)
+                if body[:1] == b"A":      # an async job: this horse is an async horse
+                    from .asyncloop import async_horse
+
+                    async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
+                                lease)
+            job = job_of(body)
             done += 1
             if lease is not None and entry >= 0:
                 lease.watch(entry)

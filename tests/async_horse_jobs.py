@@ -1,0 +1,40 @@
+"""Job functions of the async-horse tests (``worker --async-per-horse K``), run by horses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from fusionworker import current_job
+
+
+async def stamp(seconds):
+    """Sleep on the loop; [pid, start, end, the job id current_job() gave after the await]."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    ctx = current_job()
+    return [os.getpid(), start, time.time(), ctx.id if ctx is not None else None]
+
+
+async def tagged(tag, seconds):
+    """Put ``tag`` in this job's meta, let the other tasks run, read it back."""
+    ctx = current_job()
+    ctx.meta["tag"] = tag
+    ctx.set_progress(0.5, tag)
+    await asyncio.sleep(seconds)
+    again = current_job()
+    return [os.getpid(), again.id, again.meta.get("tag"), again.progress_message]
+
+
+async def block(seconds):
+    """Hold the event loop (a blocking call in async code)."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def sync_stamp(seconds):
+    """A sync job: [pid, start, end]."""
+    start = time.time()
+    time.sleep(seconds)
+    return [os.getpid(), start, time.time()]
