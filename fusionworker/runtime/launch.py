@@ -252,6 +252,7 @@ class ForkServerLauncher:
         server.on_update = self._update
         server.on_move = self._moved
         server.on_start = lambda notice: self._answered(server, notice)
+        server.on_blocked = self._blocked
         return server
 
     def _alone(self, job: Job[Any], entry: int) -> Slot | None:
@@ -297,6 +298,19 @@ class ForkServerLauncher:
             slot.mates = mates
         slot.bind(notice.pid)
         self.by_entry[slot.index] = slot
+
+    def _blocked(self, entry: int, seconds: float) -> None:
+        """The job on ``entry`` holds its async horse's event loop: said, and it is the
+        culprit if the horse is killed (Slot.outcome)."""
+        slot = self.by_entry.get(entry)
+        if slot is None or slot.done:
+            return
+        slot.blocking = True
+        mates = len(slot.mates.slots) - 1 if slot.mates is not None else 0
+        log.warning("Worker %s: job %s (%s) blocks the event loop of its async horse %d for "
+                    "%.1f s (%d other job(s) of the horse wait; it is killed at the first "
+                    "deadline, the others go back to their queue)", self.spec.name,
+                    slot.job.id, slot.job.func, slot.pid, seconds, mates)
 
     def _moved(self, entry: int, to: int) -> None:
         """The job on board entry ``entry`` went to the horse ``to`` (a warm horse died

@@ -232,7 +232,20 @@ class ExitNotice:
                 + frame(self.report))
 
 
-Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice
+@dataclass(frozen=True, slots=True)
+class BlockedNotice:
+    """The job on board entry ``entry`` holds the event loop of its async horse ``pid``
+    (horse/asyncloop.py's monitor thread): ``seconds`` so far."""
+
+    pid: int
+    entry: int
+    seconds: float
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
+
+
+Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
 
 
 def take_notices(buf: bytearray) -> list[Notice]:
@@ -256,6 +269,8 @@ def take_notices(buf: bytearray) -> list[Notice]:
             out.append(ProgressNotice(pid, msg["update"], entry))
         elif "to" in msg:
             out.append(MovedNotice(pid, int(msg["to"]), entry))
+        elif "blocked" in msg:
+            out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
         else:
             out.append(StartNotice(pid, entry, bool(msg.get("a"))))
         pos = end
@@ -372,7 +387,7 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ENTRY", "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "ENTRY", "FRAME_START", "BlockedNotice", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",

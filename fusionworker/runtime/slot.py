@@ -66,11 +66,15 @@ class HorseMates:
         self.slots: list[Slot] = []
 
     def culprit(self, slot: Slot, now: float) -> bool:
-        """Another job of the horse is known to have caused its death: the worker killed
-        the horse for it, or its lease was over."""
-        return any(other is not slot and (other.kill_reason is not None
+        """Another job of the horse is known to have caused its death: it held the event
+        loop, the worker killed the horse for it, or its lease was over."""
+        return any(other is not slot and (other.blocking or other.kill_reason is not None
                                           or now >= other.lease_until)
                    for other in self.slots)
+
+    def blocked(self) -> bool:
+        """A job of the horse held its event loop (the horse said so)."""
+        return any(other.blocking for other in self.slots)
 
 
 class Slot:
@@ -107,6 +111,8 @@ class Slot:
         self.alone = False
         #: an async horse's job: the other jobs of that horse (None: a horse of its own)
         self.mates: HorseMates | None = None
+        #: its async horse said this job holds its event loop (horse/asyncloop.py)
+        self.blocking = False
 
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
@@ -276,8 +282,17 @@ class Slot:
         culprit -> ``neighbour`` (given back, not counted); no culprit known and it was
         not this one's own kill -> ``shared`` (as a fork server's death, bounded)."""
         now = time.monotonic()
-        if self.kill_reason is not None or now >= self.lease_until or self.mates is None:
+        if self.mates is None or now >= self.lease_until:
             return
+        if self.blocking:        # the culprit: its own timeout, or the mates' deadlines
+            if exit_.reason != FailureReason.TIMEOUT:
+                exit_.reason, exit_.error_type = FailureReason.KILLED, "EventLoopBlocked"
+            exit_.error_message = ("the job blocked the event loop of its async horse "
+                                   "(a blocking call in async code): the horse was killed")
+            return
+        if self.kill_reason not in (None, FailureReason.TIMEOUT, FailureReason.MEMORY) or (
+                self.kill_reason is not None and not self.mates.blocked()):
+            return               # its own kill (stop, lease, shutdown), or nobody blocked
         if self.mates.culprit(self, now):
             exit_.reason, exit_.error_type = FailureReason.NEIGHBOUR, "NeighbourKilled"
             exit_.error_message = ("another job of its async horse was killed (it blocked "

@@ -6,7 +6,8 @@ sync job never goes to one. The server hands it a job as a warm horse's frame wh
 body starts with :data:`ASYNC` (the first one makes a ready horse an async horse);
 it answers each job with its own notices (``"e"``: the job's board entry). What the
 horse writes is lines (:func:`take_lines`): ``<entry> <progress frame>``,
-``<entry> <report>``, ``-`` (it takes no more jobs). The server closes the horse's
+``<entry> <report>``, ``-`` (it takes no more jobs), ``!<entry> <seconds>`` (that
+job holds the loop). The server closes the horse's
 job pipe after the cap-th job it handed or at ``-``; the horse exits once its job
 pipe reached EOF and its last task ended. A horse that died: one exit notice per job
 it had not reported (its wait status, no report).
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..gpus import device_of
 from ..protocol import (
+    BlockedNotice,
     ExitNotice,
     ProgressNotice,
     RunRequest,
@@ -31,20 +33,27 @@ from ..protocol import (
     read_available,
     write_all,
 )
+from .modules import remember
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
 
+#: functions resolved here at most (as server.REMEMBER_MAX)
+REMEMBER_MAX = 1024
 #: the first byte of the body of an async job's frame (a body is JSON: "{")
 ASYNC = b"A"
 #: what an async horse writes when it takes no more jobs (a line of its own)
 LEAVING = b"-"
+#: the start of an async horse's line naming the job that holds its loop
+BLOCKED = b"!"
 
 
 def coroutine_function(target: Any) -> bool:
     """``target`` (a resolved job function, or its ``@job`` handle) is ``async def``."""
-    return (inspect.iscoroutinefunction(target)
-            or inspect.iscoroutinefunction(getattr(target, "func", None)))
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(target))
+    except ValueError:      # a __wrapped__ cycle
+        return False
 
 
 def take_lines(buf: bytearray) -> list[bytes]:
@@ -88,6 +97,8 @@ class AsyncHorses:
     ep: select.epoll
     watchdog: LeaseWatchdog | None
     resolved: dict[str, Callable[..., Any]]
+    tried: set[str]
+    allowed: tuple[str, ...]
     exiting: set[int]
     horse_jobs: int
 
@@ -104,6 +115,10 @@ class AsyncHorses:
             return False
         known = self.is_async.get(func)
         if known is None:
+            if (func not in self.resolved and func not in self.tried
+                    and len(self.tried) < REMEMBER_MAX):   # its module is loaded (warm rule)
+                self.tried.add(func)
+                remember(self.resolved, func, self.allowed)
             target = self.resolved.get(func)
             if target is None:           # not resolved here (refused, import failed)
                 return False
@@ -170,6 +185,9 @@ class AsyncHorses:
         if line == LEAVING:
             horse.close_jobs()
             return
+        if line[:1] == BLOCKED:          # "!<entry> <seconds>": that job holds the loop
+            self.async_blocked(horse, line[1:])
+            return
         head, _, rest = line.partition(b" ")
         try:
             entry = int(head)
@@ -186,6 +204,15 @@ class AsyncHorses:
             with self.watchdog.lock:
                 self.watchdog.forget(horse.pid, entry)
         self.out.append(ExitNotice(horse.pid, 0, rest, entry).encode())
+
+    def async_blocked(self, horse: AsyncHorse, rest: bytes) -> None:
+        try:
+            entry, seconds = rest.split(b" ")
+            notice = BlockedNotice(horse.pid, int(entry), float(seconds))
+        except ValueError:
+            return
+        if notice.entry in horse.jobs:
+            self.out.append(notice.encode())
 
     def async_reaped(self, pid: int, status: int) -> bool:
         """A reaped pid: True if it was an async horse (its unreported jobs end now)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
+    BlockedNotice,
     ExitNotice,
     ProgressNotice,
     RunRequest,
@@ -75,6 +76,8 @@ class ForkServer:
         #: gets each answer as it is read, in the order of the requests (warm horses: a
         #: pid seen again; an async horse's, ``shared``: a pid running other jobs too)
         self.on_start: Callable[[StartNotice], None] | None = None
+        #: gets (entry, seconds): that job holds its async horse's event loop
+        self.on_blocked: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -166,6 +169,9 @@ class ForkServer:
             elif isinstance(notice, ProgressNotice):
                 if self.on_update is not None:
                     self.on_update(notice.entry, notice.update)
+            elif isinstance(notice, BlockedNotice):
+                if self.on_blocked is not None:
+                    self.on_blocked(notice.entry, notice.seconds)
             elif self.on_move is not None:     # MovedNotice
                 self.on_move(notice.entry, notice.to)
         return True

@@ -188,7 +188,7 @@ class Server(AsyncHorses):
         self.fork_ahead()          # one fresh horse; with warm horses, the whole pool
         while True:
             eof, ended = self.receive(self.ep.poll())
-            if self.running or self.exiting:
+            if self.running or self.exiting or self.async_horses:
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
                 self.settle(run)

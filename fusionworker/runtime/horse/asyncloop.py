@@ -14,16 +14,15 @@ A ready horse of the fork server becomes one when its first frame is an async jo
     H: its job pipe at EOF (S closed it: the cap, or "-") and no task left: exit 0
 
 A job that blocks the loop (``time.sleep``, C code) is not cancelled at its
-timeout (cancellation needs the loop): the monitor thread names it in the log
-once it held the loop for :data:`BLOCKED` seconds, and the worker kills the horse at
-its timeout + kill grace (its mates are given back, not charged: slot.py).
-Writes to the report pipe are the loop thread's only (whole lines, in order).
+timeout (cancellation needs the loop): the monitor thread names it once it held the
+loop for :data:`BLOCKED` seconds (the line ``!<entry> <seconds>``: the worker logs it
+and knows the culprit), and the worker kills the horse at a deadline (its mates are
+given back, not charged: slot.py). Lines are written whole, one writer at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 import time
@@ -42,8 +41,6 @@ from .main import _flush_job_events
 from .run import _awaitable, _describe, _format_exc, is_retryable
 from .warm import has_children, remember, rss
 
-log = logging.getLogger("fusionworker.horse")
-
 #: seconds a job may hold the event loop before the monitor thread names it
 BLOCKED = 1.0
 
@@ -60,11 +57,11 @@ class AsyncHorse:
         self.mine = dict(resolved)
         self.originals = guard.snapshot()
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.jobs: dict[int, Job[Any]] = {}     # by entry (the monitor names them)
         self.inbox = bytearray()
         self.eof = False
         self.leaving = False
         self.beat = time.monotonic()          # the loop's last turn (monitor thread)
+        self.io = threading.Lock()            # one writer of a line at a time
         self.done: asyncio.Future[None] | None = None
 
     async def serve(self, first: bytes) -> None:
@@ -103,7 +100,6 @@ class AsyncHorse:
     def take(self, data: bytes) -> None:
         entry, body = from_server(data)
         job = job_of(body[1:])           # the "A" the server put in front
-        self.jobs[entry] = job
         if self.lease is not None and entry >= 0:
             self.lease.watch(entry)
         self.tasks[entry] = asyncio.get_running_loop().create_task(self.run(entry, job))
@@ -113,7 +109,8 @@ class AsyncHorse:
             self.done.set_result(None)
 
     def write(self, line: bytes) -> None:
-        write_all(self.write_fd, line)
+        with self.io:
+            write_all(self.write_fd, line)
 
     async def run(self, entry: int, job: Job[Any]) -> None:
         """One job, in its task: its own current_job(), its report line."""
@@ -140,7 +137,6 @@ class AsyncHorse:
             self.write(b"-\n")
         self.write(prefix + report.encode() + b"\n")
         del self.tasks[entry]
-        del self.jobs[entry]
         self.maybe_done()
 
     def monitor(self, loop: asyncio.AbstractEventLoop) -> None:  # pragma: no cover - thread
@@ -155,12 +151,13 @@ class AsyncHorse:
             said = beat
             task = asyncio.current_task(loop)
             for entry, running in list(self.tasks.items()):
-                if running is task and entry in self.jobs:
-                    job = self.jobs[entry]
-                    log.warning("Horse %d: job %s (%s) blocks the event loop for %.1f s "
-                                "(its %d mates wait; the worker kills the horse at its "
-                                "timeout + grace)", os.getpid(), job.id, job.func, held,
-                                len(self.tasks) - 1)
+                if running is task and self.io.acquire(timeout=BLOCKED / 4):
+                    try:         # the loop thread is not writing: it is held by the job
+                        write_all(self.write_fd, b"!%d %.1f\n" % (entry, held))
+                    except OSError:
+                        pass
+                    finally:
+                        self.io.release()
                     break
 
 
