@@ -38,3 +38,22 @@ def sync_stamp(seconds):
     start = time.time()
     time.sleep(seconds)
     return [os.getpid(), start, time.time()]
+
+
+def _push(url, key):
+    import redis
+
+    redis.Redis.from_url(url).rpush(key, os.getpid())
+
+
+async def pushed_stamp(url, key, seconds):
+    """Push the pid (before the first await), then :func:`stamp`."""
+    _push(url, key)
+    return await stamp(seconds)
+
+
+async def pushed_block(url, key, seconds):
+    """Push the pid, then hold the event loop for ``seconds``."""
+    _push(url, key)
+    time.sleep(seconds)
+    return os.getpid()

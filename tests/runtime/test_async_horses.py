@@ -1,0 +1,138 @@
+"""Async horses (``worker --async-per-horse K``; design.md, "Async horses"): one warm
+horse runs up to K ``async def`` jobs at once, each with its own deadline, lease,
+current_job() and outcome; a job that blocks the loop is named, its horse killed, its
+mates given back uncharged.
+
+Real Redis, a real fork server and real horses (the worker runs in the test process).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from click.testing import CliRunner
+
+from fusionworker.core.job import FailureReason
+from tests.waiting import wait_for
+
+JOBS = "tests.async_horse_jobs"
+
+
+def _async(settings, k=10, concurrency=10):
+    return settings.replace(horse_jobs=100, async_per_horse=k, concurrency=concurrency)
+
+
+def _enqueue(q, func, *args, **options):
+    return q.enqueue_call(f"{JOBS}:{func}", args=list(args), **options)
+
+
+def test_k_async_jobs_of_one_horse_overlap(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "stamp", 0.3) for _ in range(10)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 10
+    assert len({j.result[0] for j in done}) == 1           # one horse ran them all
+    starts, ends = [j.result[1] for j in done], [j.result[2] for j in done]
+    assert max(starts) < min(ends)                          # all ten at once
+    assert max(ends) - min(starts) < 10 * 0.3 / 2           # not one after another
+    assert [j.result[3] for j in done] == [j.id for j in done]   # each task's current_job()
+
+
+def test_default_runs_one_async_job_per_horse(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "stamp", 0.3) for _ in range(3)]
+    burst(settings=settings.replace(horse_jobs=100, concurrency=3))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert len({j.result[0] for j in done}) == 3
+
+
+def test_current_job_and_meta_are_each_tasks_own(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "tagged", f"tag-{i}", 0.2) for i in range(8)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 8
+    assert len({j.result[0] for j in done}) == 1
+    for i, j in enumerate(done):
+        assert j.result[1:] == [j.id, f"tag-{i}", f"tag-{i}"]
+        assert j.meta == {"tag": f"tag-{i}"}
+        assert j.progress_message == f"tag-{i}"
+
+
+def test_a_task_timing_out_leaves_its_mates_alone(queue, burst, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    late = _enqueue(q, "pushed_stamp", settings.redis_url, key, 30, timeout=0.5)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 1.5) for _ in range(3)]
+    burst(settings=_async(settings))
+    late = q.fetch_job(late.id)
+    assert late.status == "failed" and late.failure_reason == FailureReason.TIMEOUT
+    assert "exceeded its timeout of 0.5 s" in late.error_message
+    assert "killed" not in late.error_message         # cancelled, its horse lives on
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert len(pids) == 4 and len(set(pids)) == 1      # one horse, each job ran once
+    assert {j.result[0] for j in done} == set(pids)
+
+
+def test_a_job_blocking_the_loop_is_named_killed_and_its_mates_go_back(
+        queue, burst, settings, r, caplog):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    blocker = _enqueue(q, "pushed_block", settings.redis_url, key, 30, timeout=1)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 2) for _ in range(3)]
+    with caplog.at_level(logging.WARNING, logger="fusionworker"):
+        burst(settings=_async(settings))
+    blocker = q.fetch_job(blocker.id)
+    assert blocker.status == "failed"
+    assert blocker.failure_reason == FailureReason.TIMEOUT
+    assert "blocked the event loop" in blocker.error_message
+    assert f"job {blocker.id} ({JOBS}:pushed_block) blocks the event loop" in caplog.text
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]      # given back uncharged
+    assert "3 other job(s) of the horse wait" in caplog.text   # the mates were in it
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    killed = pids[0]                                   # the blocker's horse
+    assert len(pids) == 4 and killed not in pids[1:]   # (their tasks never got the loop)
+    assert all(j.result[0] != killed for j in done)    # they ran in another horse
+    assert caplog.text.count("interrupted by the kill of a job beside it") == 3
+
+
+def test_sync_jobs_never_share_a_horse(queue, burst, settings):
+    q = queue()
+    syncs = [_enqueue(q, "sync_stamp", 0.5) for _ in range(3)]
+    asyncs = [_enqueue(q, "stamp", 0.5) for _ in range(3)]
+    burst(settings=_async(settings, k=10, concurrency=6))
+    done_sync = [q.fetch_job(j.id) for j in syncs]
+    done_async = [q.fetch_job(j.id) for j in asyncs]
+    assert [j.status for j in done_sync + done_async] == ["finished"] * 6
+    sync_pids = [j.result[0] for j in done_sync]
+    async_pids = {j.result[0] for j in done_async}
+    assert len(set(sync_pids)) == 3                     # a horse each ...
+    assert len(async_pids) == 1                         # ... the async jobs share one
+    assert not async_pids & set(sync_pids)
+    assert max(j.result[1] for j in done_sync) < min(j.result[2] for j in done_sync)
+
+
+def test_the_flag_is_in_help_and_needs_warm_horses(settings):
+    from fusionworker.cli import main
+
+    runner = CliRunner()
+    shown = runner.invoke(main, ["worker", "--help"])
+    assert shown.exit_code == 0 and "--async-per-horse" in shown.output
+    assert "FUSIONWORKER_ASYNC_PER_HORSE" in shown.output
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
+    refused = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "4"], env=env)
+    assert refused.exit_code == 2
+    assert "needs --horse-jobs N > 1" in refused.output
+    refused = runner.invoke(main, ["worker", "--burst"],
+                            env={**env, "FUSIONWORKER_ASYNC_PER_HORSE": "4"})
+    assert refused.exit_code == 2 and "needs --horse-jobs N > 1" in refused.output
+    zero = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "0"], env=env)
+    assert zero.exit_code == 2
