@@ -13,7 +13,6 @@ import logging
 from click.testing import CliRunner
 
 from fusionworker.core.job import FailureReason
-from tests.waiting import wait_for
 
 JOBS = "tests.async_horse_jobs"
 

@@ -101,9 +101,16 @@ class AsyncHorses:
     allowed: tuple[str, ...]
     exiting: set[int]
     horse_jobs: int
+    slots: int
+    ready: list[Any]
+    spawn: Callable[[], Any]
 
     def init_async(self, k: int) -> None:
+        """K async jobs per horse; the pool (``slots`` horses) shrinks to the horses C
+        async jobs need (C/K): sync jobs beyond them get horses forked on demand."""
         self.async_k = max(1, k)
+        if self.async_k > 1:
+            self.slots = -(-self.slots // self.async_k)
         self.async_horses: dict[int, AsyncHorse] = {}     # by pid
         self.async_fds: dict[int, AsyncHorse] = {}        # report pipe -> its horse
         self.is_async: dict[str, bool] = {}               # func -> async def (once known)
@@ -125,9 +132,9 @@ class AsyncHorses:
             known = self.is_async[func] = coroutine_function(target)
         return known
 
-    def start_async(self, request: RunRequest, cap: int, ready: Callable[[], Any]) -> None:
+    def start_async(self, request: RunRequest, cap: int) -> None:
         """Hand ``request`` to an async horse with room (the fullest first: the others
-        may retire), else make one of a ready horse (``ready()``: its ``_Ready``)."""
+        may retire), else make one of a ready horse (forked now if none is)."""
         device = device_of(request.entry)
         body = frame(for_horse(RunRequest(request.func, request.entry,
                                           ASYNC + request.body)))
@@ -143,7 +150,7 @@ class AsyncHorses:
                 best.close_jobs()
                 best = None
         while best is None:
-            fresh = ready()
+            fresh = self.ready.pop(0) if self.ready else self.spawn()
             try:
                 write_all(fresh.job_w, body)
             except BrokenPipeError:
@@ -243,9 +250,10 @@ class AsyncHorses:
         horse.jobs.clear()
         self.async_horses.pop(horse.pid, None)
 
-    def async_busy(self) -> int:
-        """Horses the async jobs hold now (for the pool's size)."""
-        return len(self.async_horses)
+    def async_none_left(self) -> None:
+        """No child is left: every async horse is gone (with its unreported jobs)."""
+        for pid in list(self.async_horses):
+            self.async_reaped(pid, 0)
 
     def async_kill_all(self, kill: Callable[[int], None]) -> None:
         """The worker is gone: every async horse still running a job is killed."""

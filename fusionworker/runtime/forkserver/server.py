@@ -1,15 +1,14 @@
 """The fork server's process: a lean child of the worker that forks the horses.
 
-Started by :class:`~fusionworker.runtime.forkserver.client.ForkServer` as a
-fresh interpreter running :func:`serve` (the package's docstring says why and
-what happens when a process dies). One :class:`Server` turn: one epoll wait
-over the worker's socket, the SIGCHLD wake-up pipe and the report pipes of the
-running horses; :meth:`Server.receive` reads what came, :meth:`Server.reap`
-reaps the horses that exited, :meth:`Server.finish` reports each ended horse,
-then every complete :class:`~fusionworker.runtime.protocol.RunRequest` of the
-turn is handed to a ready horse (:meth:`Server.start`), the answers of the turn
-go out at once (outcomes before the next horse is forked), and horses are
-forked ahead for the next requests.
+Started by :class:`~fusionworker.runtime.forkserver.client.ForkServer` as a fresh
+interpreter running :func:`serve` (the package's docstring says why and what happens
+when a process dies). One :class:`Server` turn: one epoll wait over the worker's socket,
+the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Server.receive`
+reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
+reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
+of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's:
+asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
+forked), and horses are forked ahead for the next requests.
 """
 
 from __future__ import annotations
@@ -73,10 +72,8 @@ class _Running:
         self.pid, self.fd, self.func = pid, fd, func
         self.buf = bytearray()
         self.status: int | None = None
-        #: a warm horse (--horse-jobs > 1): its job pipe stays open for its next jobs
-        self.job_w = job_w
-        self.done = 0           # jobs it reported (a warm horse's count)
-        self.idle = False       # a warm horse between jobs (in Server.idle)
+        self.job_w = job_w      # a warm horse (--horse-jobs > 1): its job pipe stays open
+        self.done, self.idle = 0, False    # a warm horse: jobs it reported; between jobs
         self.request: RunRequest | None = None   # its job (handed on if not taken)
         self.moves = 0          # horses its job was handed to before (MovedNotice)
 
@@ -105,7 +102,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
+    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it);
     ``async_per_horse`` > 1 (with warm horses): async horses (asyncpool.py)."""
     before = open_fds()
     if otel:
@@ -128,9 +125,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
-    server.init_async(async_per_horse if server.horse_jobs > 1 else 1)
-    if server.async_k > 1:     # async jobs need a horse per K: the rest are forked on demand
-        server.slots = -(-server.slots // server.async_k)
+    server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once; the worker imported them already)
             server.preloaded.add(module)
@@ -406,9 +401,7 @@ class Server(AsyncHorses):
         self.load(request.func)
         cap = self.cap(request.func)
         if cap > 1 and self.runs_async(request.func):      # an async def job (asyncpool.py)
-            self.start_async(request, cap, lambda: self.ready.pop(0) if self.ready
-                             else self.spawn())
-            return
+            return self.start_async(request, cap)
         body = frame(for_horse(request))
         device = device_of(request.entry)      # --gpus: a warm horse keeps its device
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
@@ -569,9 +562,8 @@ class Server(AsyncHorses):
                 reaped.append(run.pid)
             if self.watchdog is not None:
                 self.watchdog.forget(run.pid)
-        for pid in list(self.async_horses):
-            self.async_reaped(pid, 0)
         self.exiting.clear()
+        self.async_none_left()
         return reaped
 
     def last_reaps(self) -> None:

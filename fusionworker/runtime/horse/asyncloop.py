@@ -39,7 +39,7 @@ from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events
 from .run import _awaitable, _describe, _format_exc, is_retryable
-from .warm import has_children, remember, rss
+from .stay import has_children, remember, rss
 
 #: seconds a job may hold the event loop before the monitor thread names it
 BLOCKED = 1.0
