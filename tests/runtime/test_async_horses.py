@@ -13,6 +13,7 @@ import logging
 from click.testing import CliRunner
 
 from fusionworker.core.job import FailureReason
+from tests.waiting import wait_for
 
 JOBS = "tests.async_horse_jobs"
 
@@ -135,3 +136,60 @@ def test_the_flag_is_in_help_and_needs_warm_horses(settings):
     assert refused.exit_code == 2 and "needs --horse-jobs N > 1" in refused.output
     zero = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "0"], env=env)
     assert zero.exit_code == 2
+
+
+def _sleeper():
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+
+
+def test_the_fork_servers_watchdog_kills_an_async_horse_at_any_of_its_jobs_deadlines():
+    import time
+
+    from fusionworker.runtime.deadlines import DeadlineBoard, LeaseWatchdog
+
+    board = DeadlineBoard(entries=4)
+    watchdog = LeaseWatchdog(board)
+    horse = _sleeper()
+    try:
+        now = time.monotonic()
+        board.set(now + 60, 0)
+        board.set(now + 60, 2)
+        watchdog.watch(horse.pid, 0)
+        watchdog.watch(horse.pid, 2)             # a second job of the same horse
+        with watchdog.lock:
+            watchdog.forget(horse.pid, 0)        # the first one ended: entry 2 still runs
+        board.set(time.monotonic() + 0.3, 2)     # its renewals stopped
+        wait_for(lambda: horse.poll() is not None, timeout=10)
+        assert horse.returncode == -9
+    finally:
+        if horse.poll() is None:
+            horse.kill()
+        horse.wait()         # (the board stays mapped: the watchdog's thread reads it)
+
+
+def test_the_horses_own_lease_watches_every_job_of_an_async_horse():
+    import time
+
+    from fusionworker.runtime.deadlines import DeadlineBoard
+    from fusionworker.runtime.horse.lease import BoardView, OwnLease
+
+    board = DeadlineBoard(entries=4)
+    lease = OwnLease(BoardView(board.reader_fd()))
+    now = time.monotonic()
+    board.set(now + 50, 1)
+    board.set(now + 20, 3)
+    lease.entry = 1                        # (watch() would start the killing thread)
+    lease.more.add(3)
+    assert lease.nearest() == (3, now + 20)
+    lease.idle(3)
+    assert lease.nearest() == (1, now + 50)
+    lease.more.add(3)
+    lease.idle(1)                          # the first job ended: the other one is watched
+    assert lease.nearest() == (3, now + 20)
+    lease.idle(3)
+    assert lease.nearest() == (-1, 0.0)
+    board.close()
