@@ -59,7 +59,8 @@ def learn(modules: Sequence[str]) -> None:
     if not wanted:
         return
     found = probe(wanted)
-    keep_out(wanted)              # the producer's checks here do not import them
+    # the producer's checks here import neither them nor a module they registered from
+    keep_out([*wanted, *(ref.partition(":")[0] for ref in found.get("refs", {}))])
     registry.learn({ref: {name: codec.loads(text) for name, text in options.items()}
                     for ref, options in found.get("refs", {}).items()})
     declared = {(s.queue, s.name) for s in schedules.declared()}
@@ -103,10 +104,12 @@ def probe(modules: Sequence[str]) -> dict[str, Any]:
 def answer(modules: Sequence[str], fd: int) -> None:  # pragma: no cover - in the child
     """In the child: import ``modules``, write what they registered (JSON) to ``fd``
     and exit at once (a module's threads or handlers do not hold the child)."""
+    module = "?"
     try:
-        found = _registered(modules)
+        for module in modules:
+            importlib.import_module(module)
+        found = _registered()
     except BaseException as exc:  # noqa: BLE001 - SystemExit at import is an answer too
-        module = getattr(exc, "fw_module", "?")
         found = {"error": f"FUSIONWORKER_IMPORTS: cannot import {module!r}: "
                           f"{type(exc).__name__}: {exc}"}
     data = json.dumps(found).encode()
@@ -115,16 +118,9 @@ def answer(modules: Sequence[str], fd: int) -> None:  # pragma: no cover - in th
     os._exit(0)
 
 
-def _registered(modules: Sequence[str]) -> dict[str, Any]:
-    """Import ``modules``; the references registered here with their ``@job`` options
-    (each as the codec writes it; one the codec cannot carry is left out), and the
-    schedules declared here."""
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except BaseException as exc:
-            exc.fw_module = module       # type: ignore[attr-defined]
-            raise
+def _registered() -> dict[str, Any]:
+    """The references registered here with their ``@job`` options (each as the codec
+    writes it; one the codec cannot carry is left out), and the schedules declared here."""
     refs: dict[str, dict[str, str]] = {}
     for ref in registry.registered():
         handle = registry.lookup(ref)
