@@ -123,7 +123,10 @@ class FreeEntries:
         """The devices whose slots claim nothing now (the governor samples when due)."""
         if self.governor is None:
             return frozenset()
-        self.governor.check()
+        try:
+            self.governor.check()
+        except Exception:  # noqa: BLE001 - as a hook's failure: the last judgment stands
+            pass
         return frozenset(str(i) for i in self.governor.hot_devices)
 
     def usable(self, free: int) -> int:
