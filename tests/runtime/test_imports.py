@@ -5,10 +5,15 @@ the worker imported them itself."""
 
 from __future__ import annotations
 
+import sys
 import textwrap
+
+import pytest
 
 from fusionworker import Queue
 from fusionworker.core import cron
+from fusionworker.core.config import ConfigError
+from fusionworker.runtime.imports import learn
 from tests.waiting import wait_for
 
 MODULE = '''
@@ -64,3 +69,16 @@ def _entry(r, settings, name, queue):
         return cron.get_entry(r, settings, name, queue)
     except cron.NoSuchCronEntry:
         return None
+
+
+def test_a_module_that_fails_or_kills_its_importer_is_one_line_and_never_imported_here(
+        tmp_path, monkeypatch):
+    (tmp_path / "raises_at_import.py").write_text("raise RuntimeError('no model file')\n")
+    (tmp_path / "exits_at_import.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))      # the child gets this sys.path
+    with pytest.raises(ConfigError, match="cannot import 'raises_at_import': "
+                                          "RuntimeError: no model file"):
+        learn(["raises_at_import"])
+    with pytest.raises(ConfigError, match=r"ended without an answer \(exit status 3\)"):
+        learn(["exits_at_import"])
+    assert "raises_at_import" not in sys.modules and "exits_at_import" not in sys.modules
