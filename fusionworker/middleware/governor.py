@@ -507,7 +507,8 @@ class Governor(Middleware):
 
     def describe(self) -> dict[str, Any]:
         """``{"throttle": reason}`` for the heartbeat hash; ``""`` when not throttled;
-        with the CPU check on, ``cpu_percent``: the last sample's CPU use.
+        with the CPU check on, ``cpu_percent``: the last sample's CPU use; with
+        :meth:`judge_per_slot`, ``gpus_held``: the devices whose slots claim nothing.
 
         Does not sample: the heartbeat shows what the claim loop last saw.
         """
