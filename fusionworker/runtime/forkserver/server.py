@@ -127,7 +127,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
-        for module in imports:     # (models loaded once; the worker imported them already)
+        for module in imports:     # (models loaded once: the worker process never imports them)
             server.preloaded.add(module)
             import_for_horses(module)
         if not imports:            # it would be: forked once the first job's module is here
