@@ -57,3 +57,13 @@ async def pushed_block(url, key, seconds):
     _push(url, key)
     time.sleep(seconds)
     return os.getpid()
+
+
+async def kill_own_horse(url, key):
+    """Push the pid, let the mates start, then SIGKILL this horse (a crash nobody asked
+    for: the worker cannot tell which job of the horse did it)."""
+    import signal
+
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGKILL)

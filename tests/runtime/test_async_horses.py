@@ -193,3 +193,21 @@ def test_the_horses_own_lease_watches_every_job_of_an_async_horse():
     lease.idle(3)
     assert lease.nearest() == (-1, 0.0)
     board.close()
+
+
+def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_pays(
+        queue, burst, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    killer = _enqueue(q, "kill_own_horse", settings.redis_url, key)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 1.0) for _ in range(3)]
+    burst(settings=_async(settings))
+    killer = q.fetch_job(killer.id)
+    assert killer.status == "failed" and killer.failure_reason == FailureReason.KILLED
+    assert "SIGKILL" in killer.error_message   # on its next run, in a horse of its own
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]      # not charged for the crash
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert pids.count(pids[0]) == 4                     # all four began in one horse
+    assert len(pids) == 8                               # and each ran once more, apart
