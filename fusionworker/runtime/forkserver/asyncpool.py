@@ -75,6 +75,9 @@ class AsyncHorse:
         self.handed = 0                     # jobs it was handed in all
         self.buf = bytearray()
         self.status: int | None = None      # its wait status, once reaped
+        #: a job of it holds its loop (it said so; cleared at its next report): no new
+        #: job goes to it (its job pipe would fill, and the server block writing to it)
+        self.blocked = False
 
     @property
     def open(self) -> bool:
@@ -140,7 +143,8 @@ class AsyncHorses:
                                           ASYNC + request.body)))
         best: AsyncHorse | None = None
         for horse in self.async_horses.values():
-            if (horse.open and len(horse.jobs) < self.async_k and horse.device == device
+            if (horse.open and not horse.blocked and len(horse.jobs) < self.async_k
+                    and horse.device == device
                     and horse.handed < cap and (best is None or len(horse.jobs) > len(best.jobs))):
                 best = horse
         if best is not None:
@@ -207,6 +211,7 @@ class AsyncHorses:
                                            entry).encode())
             return
         del horse.jobs[entry]
+        horse.blocked = False             # its loop turns again
         if self.watchdog is not None:
             with self.watchdog.lock:
                 self.watchdog.forget(horse.pid, entry)
@@ -219,6 +224,7 @@ class AsyncHorses:
         except ValueError:
             return
         if notice.entry in horse.jobs:
+            horse.blocked = True
             self.out.append(notice.encode())
 
     def async_reaped(self, pid: int, status: int) -> bool:
