@@ -28,7 +28,7 @@ from ..exceptions import MetaTooLarge
 from . import codec
 from . import tracing as _otel
 from .config import check_value
-from .connection import text_hash
+from .connection import is_cluster, text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
@@ -38,7 +38,6 @@ from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
-    from .connection import RedisClient
     from .queue import Queue
 
 log = logging.getLogger("fusionworker.queue")
@@ -386,27 +385,6 @@ def _emit_queued(q: Queue, job: Job[Any]) -> None:
     except Exception as exc:  # noqa: BLE001 - written: observability never fails it
         log.warning("Job %s was enqueued on %s; its 'queued' event was not: %s: %s",
                     job.id, q.name, type(exc).__name__, exc)
-
-
-def same_server(a: Any, b: Any) -> bool:
-    """Do clients ``a`` and ``b`` talk to the same Redis server and database?"""
-    if a is b:
-        return True
-    pool_a, pool_b = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
-    if pool_a is None or pool_b is None:
-        return False
-    if pool_a is pool_b:
-        return True
-    where = [(kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db") or 0,
-              getattr(pool, "service_name", None))
-             for pool in (pool_a, pool_b) for kw in (pool.connection_kwargs,)]
-    return where[0] == where[1] and where[0] != (None, None, None, 0, None)
-
-
-def is_cluster(connection: RedisClient) -> bool:
-    from redis.cluster import RedisCluster
-
-    return isinstance(connection, RedisCluster)
 
 
 # -- the bulk writer -----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import SETTINGS, Settings, load_settings
-from .connection import decoding, shared_client
+from .connection import decoding, is_cluster, shared_client
 from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
 from .job import Job
@@ -372,13 +372,28 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         another slot).
         """
         port = emitting.port()
-        if self._events is False or port is None or _enqueue.is_cluster(self.connection):
+        if self._events is False or port is None or is_cluster(self.connection):
             return None
         sink = self._events
         if sink is None:
             sink = self._events = port.default_sink(self.settings, self.connection)
         target = getattr(sink, "script_stream", lambda: None)()
         if (target is None or target[1] != self.keys.events
-                or not _enqueue.same_server(target[0], self.connection)):
+                or not same_server(target[0], self.connection)):
             return None
         return [target[1]], [target[2], port.hostname, self.name]
+
+
+def same_server(a: Any, b: Any) -> bool:
+    """Do clients ``a`` and ``b`` talk to the same Redis server and database?"""
+    if a is b:
+        return True
+    pool_a, pool_b = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
+    if pool_a is None or pool_b is None:
+        return False
+    if pool_a is pool_b:
+        return True
+    where = [(kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db") or 0,
+              getattr(pool, "service_name", None))
+             for pool in (pool_a, pool_b) for kw in (pool.connection_kwargs,)]
+    return where[0] == where[1] and where[0] != (None, None, None, 0, None)
