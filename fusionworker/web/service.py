@@ -102,6 +102,25 @@ def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
     return job
 
 
+def _priority_range(priority: str | None) -> tuple[int, int] | None:
+    """A ``priority`` filter (a band's name or one value) as its lowest and highest
+    priority; None without one."""
+    if priority in (None, ""):
+        return None
+    bands = {b[0]: (b[1], b[2]) for b in BANDS}
+    if priority in bands:
+        return bands[str(priority)]
+    value = parse_int(priority, "priority", -1023, 1023)
+    return value, value
+
+
+def _matches(job: Job[Any], function: str | None, band: tuple[int, int] | None) -> bool:
+    """Whether ``job`` passes the function (a part of its name) and priority filters."""
+    if function and function not in job.func:
+        return False
+    return band is None or band[0] <= job.priority <= band[1]
+
+
 class _InfoSource:
     """What ``collect_info`` reads of the CLI's App."""
 
@@ -219,10 +238,7 @@ class Dashboard:
         return {str(s): int(n) for s, n in zip(STATUSES, pipe.execute(), strict=True)}
 
     def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(q.qkeys.job(job_id))
-        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
+        return [job for job in self._records_aligned(q, ids) if job is not None]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -238,65 +254,59 @@ class Dashboard:
         page_n = parse_int(page, "page", 1)
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
         q = self.queue(queue)
-        k = q.qkeys
-        key = k.registry(status)
-        low = high = None
-        if priority not in (None, ""):
-            bands = {b[0]: (b[1], b[2]) for b in BANDS}
-            if priority in bands:
-                low, high = bands[str(priority)]
-            else:
-                low = high = parse_int(priority, "priority", -1023, 1023)
+        key = q.qkeys.registry(status)
+        band = _priority_range(priority)
         newest_first = status not in OLDEST_FIRST
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
-        offset = (page_n - 1) * size
-        if not function and (low is None or status == JobStatus.QUEUED):
-            if low is None:
-                total = int(self.r.zcard(key))
-                ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
-                       else self.r.zrange(key, offset, offset + size - 1))
-            else:
-                lo, hi = _band_range(low, high)  # type: ignore[arg-type]
-                total = int(self.r.zcount(key, lo, hi))
-                ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
+        if not function and (band is None or status == JobStatus.QUEUED):
+            ids, total = self._page_ids(key, (page_n - 1) * size, size, band, newest_first)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
-            page_ids = texts(ids)
-            result["fingerprint"] = fingerprint([status, page_n, size, total, *page_ids])
+            result["fingerprint"] = fingerprint([status, page_n, size, total, *ids])
             result["jobs"] = (None if unless == result["fingerprint"]
-                              else [job_summary(j) for j in self._records(q, page_ids)])
+                              else [job_summary(j) for j in self._records(q, ids)])
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
+        found, position = self._scan(q, key, begin, size, function, band, newest_first)
+        total = int(self.r.zcard(key))
+        result.update(total=None, pages=None, fingerprint=None, scanned_from=begin,
+                      next_start=position if position < total else None,
+                      jobs=[job_summary(j) for j in found])
+        return result
+
+    def _page_ids(self, key: str, offset: int, size: int, band: tuple[int, int] | None,
+                  newest_first: bool) -> tuple[list[str], int]:
+        """The ids of one page of a registry by offset (of a priority band or value of
+        the queued registry, best first) and how many there are in all."""
+        if band is None:
+            total = int(self.r.zcard(key))
+            ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
+                   else self.r.zrange(key, offset, offset + size - 1))
+        else:
+            lo, hi = _band_range(*band)
+            total = int(self.r.zcount(key, lo, hi))
+            ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
+        return texts(ids), total
+
+    def _scan(self, q: Queue, key: str, begin: int, size: int, function: str | None,
+              band: tuple[int, int] | None, newest_first: bool) -> tuple[list[Job[Any]], int]:
+        """Up to ``size`` jobs of a window of the registry from ``begin`` that match the
+        filters, and the position after the last one looked at."""
         window = texts(self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
                        else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
         found: list[Job[Any]] = []
         position = begin
         for chunk in range(0, len(window), 200):
-            part = window[chunk:chunk + 200]
-            for job in self._records_aligned(q, part):
+            for job in self._records_aligned(q, window[chunk:chunk + 200]):
                 position += 1
-                if job is None:
-                    continue
-                if function and function not in job.func:
-                    continue
-                if low is not None and not (low <= job.priority <= high):  # type: ignore[operator]
-                    continue
-                found.append(job)
-                if len(found) == size:
-                    break
-            if len(found) == size:
-                break
-        total = int(self.r.zcard(key))
-        result["total"] = None
-        result["pages"] = None
-        result["fingerprint"] = None
-        result["scanned_from"] = begin
-        result["next_start"] = position if position < total else None
-        result["jobs"] = [job_summary(j) for j in found]
-        return result
+                if job is not None and _matches(job, function, band):
+                    found.append(job)
+                    if len(found) == size:
+                        return found, position
+        return found, position
 
     def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job[Any] | None]:
         pipe = self.r.pipeline(transaction=False)
