@@ -13,9 +13,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..events import metrics_history
-from . import details, listings
+from . import auth, details, listings
 from .service import QUEUES_PER_PAGE, ApiError, Dashboard, parse_int, shown
-from .state import state
+from .state import WebState, signed_in, state
 
 #: the charts of all queues read the recorder's sums above this many queues (below,
 #: the queues' own counts are added up: the same figures, and the ones recorded before
@@ -59,11 +59,8 @@ def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:
     return result
 
 
-def failed_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def failed_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     result = failed_query(board, request.query_params)
     queue = result["filters"]["queue"]
@@ -84,11 +81,8 @@ def _scheduled_kind(board: Dashboard, retries: bool) -> dict[str, Any]:
     return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
 
 
-def retries_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def retries_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "retries.html", who, result=_scheduled_kind(st.board, True))
 
 
@@ -108,11 +102,8 @@ def _batches_query(board: Dashboard, request: Request) -> dict[str, Any]:
                                       1, 500))
 
 
-def batches_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def batches_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "batches.html", who, result=_batches_query(st.board, request))
 
 
@@ -122,11 +113,8 @@ def api_batches(request: Request) -> Response:
     return JSONResponse(_batches_query(st.board, request))
 
 
-def batch_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def batch_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "batch.html", who, batch=batch_query(st.board, request))
 
 
@@ -165,11 +153,8 @@ def _worker_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-def worker_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def worker_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "worker.html", who, w=_worker_query(st.board, request))
 
 
@@ -193,11 +178,8 @@ def _history_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-def charts_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def charts_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     doc = _history_query(board, request)
     p = request.query_params
