@@ -15,7 +15,7 @@ from starlette.routing import Route
 from ..events import metrics_history
 from . import auth, details, listings
 from .service import QUEUES_PER_PAGE, ApiError, Dashboard, parse_int, shown
-from .state import WebState, signed_in, state
+from .state import WebState, api_read, signed_in
 
 #: the charts of all queues read the recorder's sums above this many queues (below,
 #: the queues' own counts are added up: the same figures, and the ones recorded before
@@ -71,9 +71,8 @@ def failed_view(request: Request, st: WebState, who: auth.Identity) -> Response:
                    since_choices=[k for k in listings.SINCE if k], q=stats)
 
 
-def api_failed(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_failed(request: Request, st: WebState) -> Response:
     return JSONResponse(failed_query(st.board, request.query_params))
 
 
@@ -86,9 +85,8 @@ def retries_view(request: Request, st: WebState, who: auth.Identity) -> Response
     return st.page(request, "retries.html", who, result=_scheduled_kind(st.board, True))
 
 
-def api_scheduled(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_scheduled(request: Request, st: WebState) -> Response:
     kind = request.query_params.get("kind") or "delayed"
     if kind not in ("delayed", "retries"):
         raise ApiError(400, "kind is delayed or retries")
@@ -107,9 +105,8 @@ def batches_view(request: Request, st: WebState, who: auth.Identity) -> Response
     return st.page(request, "batches.html", who, result=_batches_query(st.board, request))
 
 
-def api_batches(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_batches(request: Request, st: WebState) -> Response:
     return JSONResponse(_batches_query(st.board, request))
 
 
@@ -118,9 +115,8 @@ def batch_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "batch.html", who, batch=batch_query(st.board, request))
 
 
-def api_batch(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_batch(request: Request, st: WebState) -> Response:
     return JSONResponse(batch_query(st.board, request))
 
 
@@ -158,9 +154,8 @@ def worker_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "worker.html", who, w=_worker_query(st.board, request))
 
 
-def api_worker(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_worker(request: Request, st: WebState) -> Response:
     return JSONResponse(_worker_query(st.board, request))
 
 
@@ -195,9 +190,8 @@ def charts_view(request: Request, st: WebState, who: auth.Identity) -> Response:
                    ranges=list(metrics_history.RANGES))
 
 
-def api_history(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_history(request: Request, st: WebState) -> Response:
     return JSONResponse(_history_query(st.board, request))
 
 
