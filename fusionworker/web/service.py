@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -381,34 +382,27 @@ class Dashboard:
         return job_summary(job)
 
     def requeue(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.requeue(job_id))
-        self._audit(who, "requeue", q.name, job)
-        return job_summary(job)
+        return self._act(who, "requeue", job_id, queue, Queue.requeue)
 
     def cancel(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.cancel(job_id))
-        self._audit(who, "cancel", q.name, job)
-        return job_summary(job)
+        return self._act(who, "cancel", job_id, queue, Queue.cancel)
 
     def stop(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
         """A running job is killed by its worker (ends ``stopped``); a queued one canceled."""
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.stop(job_id))
-        self._audit(who, "stop", q.name, job)
-        return job_summary(job)
+        return self._act(who, "stop", job_id, queue, Queue.stop)
 
     def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.hold(job_id))
-        self._audit(who, "hold", q.name, job)
-        return job_summary(job)
+        return self._act(who, "hold", job_id, queue, Queue.hold)
 
     def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        return self._act(who, "release", job_id, queue, Queue.release)
+
+    def _act(self, who: str, action: str, job_id: str, queue: str | None,
+             change: Callable[[Queue, str], Job[Any]]) -> dict[str, Any]:
+        """``change(queue, job_id)`` on the job's queue, audited as ``action``; the job."""
         q = self.find(job_id, queue)
-        job = self._guard(lambda: q.release(job_id))
-        self._audit(who, "release", q.name, job)
+        job = self._guard(lambda: change(q, job_id))
+        self._audit(who, action, q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
@@ -424,40 +418,38 @@ class Dashboard:
             count = q.requeue_all_failed()
             self._audit(who, "requeue-all-failed", q.name, detail=f"{count} job(s)")
             return {"queue": q.name, "requeued": count, "errors": []}
-        errors, count = [], 0
-        for job_id in ids:
-            try:
-                job = q.requeue(str(job_id))
-                count += 1
-                self._audit(who, "requeue", q.name, job)
-            except (NoSuchJob, InvalidOperation) as exc:
-                errors.append(str(exc))
+        count, errors = self._each(who, "requeue", q.name, ids, q.requeue)
         return {"queue": q.name, "requeued": count, "errors": errors}
 
     def delete_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
         q = self.queue(queue)
-        errors, count = [], 0
-        for job_id in ids:
-            job = q.fetch_job(str(job_id))
-            try:
-                q.delete(str(job_id))
-                count += 1
-                self._audit(who, "delete", q.name, job)
-            except NoSuchJob as exc:
-                errors.append(str(exc))
+
+        def delete(job_id: str) -> Job[Any] | None:
+            job = q.fetch_job(job_id)
+            q.delete(job_id)
+            return job
+
+        count, errors = self._each(who, "delete", q.name, ids, delete)
         return {"queue": q.name, "deleted": count, "errors": errors}
 
     def cancel_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
         q = self.queue(queue)
+        count, errors = self._each(who, "cancel", q.name, ids, q.cancel)
+        return {"queue": q.name, "canceled": count, "errors": errors}
+
+    def _each(self, who: str, action: str, queue: str, ids: list[str],
+              change: Callable[[str], Job[Any] | None]) -> tuple[int, list[str]]:
+        """``change(job_id)`` for each of ``ids``, each audited as ``action``: how many
+        were changed, and the error of each that was not."""
         errors, count = [], 0
         for job_id in ids:
             try:
-                job = q.cancel(str(job_id))
+                job = change(str(job_id))
                 count += 1
-                self._audit(who, "cancel", q.name, job)
+                self._audit(who, action, queue, job)
             except (NoSuchJob, InvalidOperation) as exc:
                 errors.append(str(exc))
-        return {"queue": q.name, "canceled": count, "errors": errors}
+        return count, errors
 
     def pause(self, who: str, queue: str, paused: bool) -> dict[str, Any]:
         q = self.queue(queue)
