@@ -13,6 +13,7 @@ from .common import (
     App,
     FiniteFloat,
     echo_json,
+    import_options,
     parse_arg,
     parse_kwargs,
     pass_app,
@@ -54,13 +55,8 @@ def cron() -> None:
               help="Enqueue a run even while the previous one is queued or running.")
 @click.option("--timeout", type=FiniteFloat(min=0, min_open=True), help="Job time limit, s.")
 @click.option("--max-retries", type=click.IntRange(min=0))
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE first so that its @fusionworker.job functions may be "
-                   "named (repeatable; adds to FUSIONWORKER_IMPORTS), as with `enqueue`.")
-@click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, dir_okay=True),
-              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
-                   "The current directory is always searched first, as by `worker`.")
+@import_options("Import MODULE first so that its @fusionworker.job functions may be "
+                "named (repeatable; adds to FUSIONWORKER_IMPORTS), as with `enqueue`.")
 @pass_app
 def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...], queue: str,
              kwargs_json: str | None, priority: int | None, timezone: str, catch_up: str,

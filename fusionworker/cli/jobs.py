@@ -20,6 +20,7 @@ from .common import (
     FiniteFloat,
     echo_json,
     fmt_age,
+    import_options,
     parse_arg,
     parse_kwargs,
     pass_app,
@@ -69,13 +70,8 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
               help="Enqueue one job per line of this file ('-' = stdin): a JSON object with "
                    "func, and optionally args, kwargs, options. Every line is checked before "
                    "anything is written.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE first so that its @fusionworker.job functions may be "
-                   "enqueued by name (repeatable; adds to FUSIONWORKER_IMPORTS).")
-@click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, dir_okay=True),
-              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
-                   "The current directory is always searched first, as by `worker`.")
+@import_options("Import MODULE first so that its @fusionworker.job functions may be "
+                "enqueued by name (repeatable; adds to FUSIONWORKER_IMPORTS).")
 @pass_app
 def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
             kwargs_json: str | None, priority: int | None, timeout: float | None,
