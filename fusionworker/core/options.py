@@ -15,11 +15,12 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
@@ -193,6 +194,21 @@ def _check_labels(group: Any, unique_key: Any) -> None:
                                  or not text.isprintable()):
             raise ValueError(f"{what} must be a non-empty string without control "
                              f"characters, got {text!r} (no {what}: leave it out)")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def takes_options_of(source: Callable[_P, Any]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """The decorated method takes ``source``'s parameters (one options signature, which
+    mypy, editors and ``inspect.signature`` show for both) and returns what it says."""
+    def take(method: Callable[..., _R]) -> Callable[_P, _R]:
+        returns = inspect.signature(method).return_annotation
+        method.__signature__ = inspect.signature(source).replace(  # type: ignore[attr-defined]
+            return_annotation=returns)
+        return cast("Callable[_P, _R]", method)
+    return take
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
