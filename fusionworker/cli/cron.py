@@ -14,10 +14,10 @@ from .common import (
     FiniteFloat,
     echo_json,
     import_options,
+    on_one,
     parse_arg,
     parse_kwargs,
     pass_app,
-    search_queue_option,
 )
 from .jobs import producer_imports
 
@@ -121,30 +121,21 @@ def cron_list(app: App, queue: str | None, as_json: bool) -> None:
     click.echo(f"{len(entries)} cron entr{'y' if len(entries) == 1 else 'ies'}")
 
 
-@cron.command("remove")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "remove", "name", "entry")
 def cron_remove(app: App, name: str, queue: str | None) -> None:
     """Delete entry NAME (a run already enqueued still runs)."""
     found = cron_api.remove(app.connection, app.settings, name, queue)
     click.echo(f"cron entry {name} on {found} removed")
 
 
-@cron.command("pause")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "pause", "name", "entry")
 def cron_pause(app: App, name: str, queue: str | None) -> None:
     """Enqueue no runs of NAME until resumed."""
     found = cron_api.pause(app.connection, app.settings, name, queue)
     click.echo(f"cron entry {name} on {found} paused")
 
 
-@cron.command("resume")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "resume", "name", "entry")
 def cron_resume(app: App, name: str, queue: str | None) -> None:
     """Resume NAME from its next scheduled time (runs missed while paused are not made up)."""
     entry = cron_api.resume(app.connection, app.settings, name, queue)

@@ -21,6 +21,7 @@ from .common import (
     echo_json,
     fmt_age,
     import_options,
+    on_one,
     parse_arg,
     parse_kwargs,
     pass_app,
@@ -348,10 +349,7 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return line if len(line) <= width else line[:width - 1] + "\u2026"
 
 
-@job.command("retry")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "retry", "job_id", "job")
 def job_retry(app: App, job_id: str, queue: str | None) -> None:
     """Move failed JOB_ID back to its queue (attempts start over)."""
     q = _find(app, job_id, queue)
@@ -359,10 +357,7 @@ def job_retry(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Requeued {job_id} on {q.name}")
 
 
-@job.command("delete")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "delete", "job_id", "job")
 def job_delete(app: App, job_id: str, queue: str | None) -> None:
     """Delete JOB_ID and every reference to it (a running job finishes unrecorded)."""
     q = _find(app, job_id, queue)
@@ -370,10 +365,7 @@ def job_delete(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Deleted {job_id} from {q.name}")
 
 
-@job.command("cancel")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "cancel", "job_id", "job")
 def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     """Cancel queued or scheduled JOB_ID (it stays visible as canceled)."""
     q = _find(app, job_id, queue)
@@ -381,10 +373,7 @@ def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Canceled {job_id} on {q.name}")
 
 
-@job.command("stop")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "stop", "job_id", "job")
 def job_stop(app: App, job_id: str, queue: str | None) -> None:
     """Stop JOB_ID: a running job is killed by its worker, on whatever host, and ends
     stopped (no retry; its on_stopped callback runs); a queued one is canceled."""
@@ -396,10 +385,7 @@ def job_stop(app: App, job_id: str, queue: str | None) -> None:
         click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
-@job.command("hold")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "hold", "job_id", "job")
 def job_hold(app: App, job_id: str, queue: str | None) -> None:
     """Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.
 
@@ -409,10 +395,7 @@ def job_hold(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Held {job_id} on {q.name}")
 
 
-@job.command("release")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "release", "job_id", "job")
 def job_release(app: App, job_id: str, queue: str | None) -> None:
     """Give held JOB_ID back its place in its queue: workers claim it again."""
     q = _find(app, job_id, queue)
