@@ -122,6 +122,8 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "queue_order": data.get("queue_order") or None,
         # the devices its slots own, slot i the i-th (worker --gpus); [] without
         "gpus": _listed(data.get("gpus")),
+        # those whose slots claim nothing now: over GPU_THROTTLE_THRESHOLD (--gpus only)
+        "gpus_held": _listed(data.get("gpus_held")),
         "current_queue": (data.get("current_queue") or None) if current else None,
         "current_job_age": _age(now, started) if current else None,
         "heartbeat_age": _age(now, heartbeat),

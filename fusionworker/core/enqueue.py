@@ -33,7 +33,7 @@ from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
-from .registry import lookup, producer_allowed, registered
+from .registry import learnt_options, lookup, producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,8 +137,9 @@ def _checked_job(q: Queue, func: str | Callable[..., Any],
     ref = func if func.__class__ is str and func in _CHECKED_REFS else _checked_ref(func)
     verify(ref, allowed)     # imports the function's module when it may
     handle = lookup(ref)
-    if handle is not None and handle.default_options:
-        options = options.over(handle.default_options)
+    own = handle.default_options if handle is not None else learnt_options(ref)
+    if own:            # (learnt: registered in the worker's other process, imports.py)
+        options = options.over(own)
     return allowed, ref, options.checked(default_timeout, default_retries)
 
 
