@@ -131,6 +131,10 @@ def hash_name(f: Field[Any]) -> str:
 FIELDS: tuple[Field[Any], ...] = fields(JobRecord)
 #: every field name of the job hash: the record's and :data:`HASH_ONLY`
 HASH_FIELDS = frozenset({hash_name(f) for f in FIELDS} | set(HASH_ONLY))
+#: ``F.<name>`` of the Lua scripts (scripts/__init__.py): each record field's hash name
+#: under its attribute's name (``description`` for ``_description``), and :data:`HASH_ONLY`
+SCRIPT_FIELDS: dict[str, str] = {
+    **{f.name.lstrip("_"): hash_name(f) for f in FIELDS}, **{n: n for n in HASH_ONLY}}
 
 
 # -- reading the hash's text -----------------------------------------------------------

@@ -1,6 +1,7 @@
 """The record schema (fusionworker/core/record.py) is the one place a job's fields are
-named: every field the Lua scripts, the web and the CLI read or write on a job hash
-is in it, and Job.from_hash / Job.to_dict are generated from it."""
+named: the Lua scripts name them as ``F.<field>`` (and keys as ``K.<key>``, from
+keys.py), replaced when a script is loaded; every field the web and the CLI read on a
+job hash is in it, and Job.from_hash / Job.to_dict are generated from it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 
-from fusionworker.core import record
+import pytest
+
+from fusionworker.core import record, scripts
 from fusionworker.core.config import SETTINGS
 from fusionworker.core.job import FailureReason, Job, JobStatus
 
 PACKAGE = Path(record.__file__).resolve().parents[1]
-LUA = {p.name: p.read_text(encoding="utf-8")
+#: each script's text as written, and as loaded (``F.x`` / ``K.x`` replaced)
+RAW = {p.name: p.read_text(encoding="utf-8")
        for p in resources.files("fusionworker.core.scripts").iterdir() if p.name.endswith(".lua")}
+LUA = {name: scripts.expand(text, name) for name, text in RAW.items()}
 
 #: a job hash in a script: ``jkey`` or ``base .. 'job:' .. <id>``
 _JOB_KEY = re.compile(r"^(?:jkey|(?:base|KEYS\[1\])\s*\.\.\s*'job:'\s*\.\.\s*\w+)$")
@@ -97,6 +102,66 @@ def test_every_job_field_the_scripts_use_is_in_the_schema():
     unknown = {f: sorted(where) for f, where in lua_job_fields().items()
                if f not in record.HASH_FIELDS}
     assert unknown == {}
+
+
+#: literals spelled like a job field that name something else: a field of another hash
+#: (the cron entry's, core/cron.py; the batch's and its callbacks, core/batch.py), of the
+#: "queued" event (events.make_event), or a reply word; counted, so one more fails
+NOT_JOB_FIELDS = {
+    ("cron_tick.lua", "func"): 2, ("cron_tick.lua", "queue"): 1, ("cron_tick.lua", "args"): 1,
+    ("cron_tick.lua", "kwargs"): 1, ("cron_tick.lua", "priority"): 1,
+    ("batch_done.lua", "ended_at"): 1, ("batch_done.lua", "on_success"): 2,
+    ("batch_done.lua", "on_failure"): 1,
+    ("enqueue_many.lua", "queue"): 1, ("enqueue_many.lua", "priority"): 1,
+    ("hold.lua", "group"): 1,
+}
+
+
+def hand_spelled(name: str, text: str) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """In script ``name``'s ``text`` (comments left out): the string literals that are a
+    job hash field's name, counted, and the keys spelled as ``base .. '<suffix>'``."""
+    fields: dict[tuple[str, str], int] = {}
+    keys: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        code = line.split("--")[0]
+        for lit in re.findall(r"'([^']*)'|\"([^\"]*)\"", code):
+            if (lit[0] or lit[1]) in record.HASH_FIELDS:
+                fields[(name, lit[0] or lit[1])] = fields.get((name, lit[0] or lit[1]), 0) + 1
+        keys += [f"{name}:{n}" for _ in re.findall(r"\b(?:base|KEYS\[1\])\s*\.\.\s*['\"]", code)]
+    return fields, keys
+
+
+def test_no_script_spells_a_job_field_or_a_queue_key_by_hand():
+    fields: dict[tuple[str, str], int] = {}
+    keys: list[str] = []
+    for name, text in RAW.items():
+        found, spelled = hand_spelled(name, text)
+        fields.update(found)
+        keys += spelled
+    assert fields == NOT_JOB_FIELDS
+    assert keys == []
+
+
+def test_the_hand_spelling_scan_finds_what_it_looks_for():
+    """What the scripts said before ``F.``/``K.``: both kinds are found (and comments not)."""
+    found, keys = hand_spelled("t.lua", "local st = hget(base .. 'job:' .. jid, 'status')\n"
+                               "redis.call('HSET', jkey, \"token\", '')  -- 'attempts'\n")
+    assert found == {("t.lua", "status"): 1, ("t.lua", "token"): 1}
+    assert keys == ["t.lua:1"]
+
+
+def test_the_scripts_names_come_from_the_schema():
+    expanded = scripts.expand("hget(base .. K.job .. jid, F.worker_name, F.waited)", "t.lua")
+    assert expanded == "hget(base .. 'job:' .. jid, 'worker', 'waited')"
+    assert scripts.expand("K.rate_log K.cron_entry", "t.lua") == "'rate:log' 'cron:'"
+    # a name the schema does not have fails when the script is loaded, named by file:line
+    with pytest.raises(scripts.UnknownName, match=r"t\.lua:2: F\.statu names no job record"):
+        scripts.expand("local a = F.status\nlocal b = F.statu", "t.lua")
+    with pytest.raises(scripts.UnknownName, match=r"t\.lua:1: K\.jobs names no queue key"):
+        scripts.expand("base .. K.jobs", "t.lua")
+    # every script loads: each of its names is the schema's
+    for name in scripts.NAMES:
+        assert not re.search(r"\b[FK]\.[A-Za-z_]", scripts.source(name)), name
 
 
 def test_every_job_field_the_web_cli_and_ops_read_is_in_the_schema():
