@@ -144,21 +144,21 @@ def test_no_script_spells_a_job_field_or_a_queue_key_by_hand():
 
 def test_the_hand_spelling_scan_finds_what_it_looks_for():
     """What the scripts said before ``F.``/``K.``: both kinds are found (and comments not)."""
-    found, keys = hand_spelled("t.lua", "local st = hget(base .. 'job:' .. jid, 'status')\n"
+    found, keys = hand_spelled("sample", "local st = hget(base .. 'job:' .. jid, 'status')\n"
                                "redis.call('HSET', jkey, \"token\", '')  -- 'attempts'\n")
-    assert found == {("t.lua", "status"): 1, ("t.lua", "token"): 1}
-    assert keys == ["t.lua:1"]
+    assert found == {("sample", "status"): 1, ("sample", "token"): 1}
+    assert keys == ["sample:1"]
 
 
 def test_the_scripts_names_come_from_the_schema():
-    expanded = scripts.expand("hget(base .. K.job .. jid, F.worker_name, F.waited)", "t.lua")
+    expanded = scripts.expand("hget(base .. K.job .. jid, F.worker_name, F.waited)", "sample")
     assert expanded == "hget(base .. 'job:' .. jid, 'worker', 'waited')"
-    assert scripts.expand("K.rate_log K.cron_entry", "t.lua") == "'rate:log' 'cron:'"
+    assert scripts.expand("K.rate_log K.cron_entry", "sample") == "'rate:log' 'cron:'"
     # a name the schema does not have fails when the script is loaded, named by file:line
-    with pytest.raises(scripts.UnknownName, match=r"t\.lua:2: F\.statu names no job record"):
-        scripts.expand("local a = F.status\nlocal b = F.statu", "t.lua")
-    with pytest.raises(scripts.UnknownName, match=r"t\.lua:1: K\.jobs names no queue key"):
-        scripts.expand("base .. K.jobs", "t.lua")
+    with pytest.raises(scripts.UnknownName, match=r"sample:2: F\.statu names no job record"):
+        scripts.expand("local a = F.status\nlocal b = F.statu", "sample")
+    with pytest.raises(scripts.UnknownName, match=r"sample:1: K\.jobs names no queue key"):
+        scripts.expand("base .. K.jobs", "sample")
     # every script loads: each of its names is the schema's
     for name in scripts.NAMES:
         assert not re.search(r"\b[FK]\.[A-Za-z_]", scripts.source(name)), name
