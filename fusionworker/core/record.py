@@ -131,10 +131,13 @@ def hash_name(f: Field[Any]) -> str:
 FIELDS: tuple[Field[Any], ...] = fields(JobRecord)
 #: every field name of the job hash: the record's and :data:`HASH_ONLY`
 HASH_FIELDS = frozenset({hash_name(f) for f in FIELDS} | set(HASH_ONLY))
+#: the record's fields by the name readers give them: the attribute's, ``description``
+#: for ``_description`` (its property)
+BY_NAME: dict[str, Field[Any]] = {f.name.lstrip("_"): f for f in FIELDS}
 #: ``F.<name>`` of the Lua scripts (scripts/__init__.py): each record field's hash name
-#: under its attribute's name (``description`` for ``_description``), and :data:`HASH_ONLY`
+#: under its :data:`BY_NAME` name, and :data:`HASH_ONLY`
 SCRIPT_FIELDS: dict[str, str] = {
-    **{f.name.lstrip("_"): hash_name(f) for f in FIELDS}, **{n: n for n in HASH_ONLY}}
+    **{name: hash_name(f) for name, f in BY_NAME.items()}, **{n: n for n in HASH_ONLY}}
 
 
 # -- reading the hash's text -----------------------------------------------------------
@@ -213,6 +216,16 @@ READERS: dict[str, str] = {
 }
 
 
+def _written(source: str, name: str) -> dict[str, Any]:
+    """The names ``source`` defines: code written from the schema's own names (repr)
+    and the templates of :data:`READERS`, no data."""
+    namespace: dict[str, Any] = {
+        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
+        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
+    exec(compile(source, f"<record.{name}>", "exec"), namespace)
+    return namespace
+
+
 def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
     """``read_fields``, written out from the schema once (as ``dataclasses`` writes
     ``__init__``): one expression per field, no call per field but its reader's."""
@@ -220,11 +233,7 @@ def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
         v=f"get({hash_name(f)!r})", name=f.name) for f in FIELDS]
     source = ("def read_fields(data, payload):\n    get = data.get\n    return {"
               + ", ".join(items) + "}\n")
-    namespace: dict[str, Any] = {
-        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
-        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
-    # the source is the schema's own names (repr) and the templates above: no data
-    exec(compile(source, "<record.read_fields>", "exec"), namespace)
+    namespace = _written(source, "read_fields")
     reader: Callable[[dict[str, str], dict[str, Any]], dict[str, Any]] = namespace["read_fields"]
     reader.__doc__ = ("The record's attributes from ``HGETALL``'s ``data``; ``payload`` gives "
                       "the payload fields (args, kwargs, result) already read.")
@@ -232,6 +241,32 @@ def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
 
 
 read_fields = _reader()
+
+#: each field's reader but the payload's (args, kwargs, result), by its :data:`BY_NAME`
+#: name: its kind's template of :data:`READERS` on the field's text
+FIELD_READERS: dict[str, Callable[[str | None], Any]] = _written(
+    "readers = {" + ", ".join(
+        f"{name!r}: lambda v: " + READERS[f.metadata["kind"]].format(v="v", name=f.name)
+        for name, f in BY_NAME.items() if f.metadata["kind"] != "payload") + "}\n",
+    "field_readers")["readers"]
+
+
+def some_fields(names: tuple[str, ...]) -> tuple[list[str], Callable[[list[Any]], dict[str, Any]]]:
+    """Reading some fields of records: the hash fields of record fields ``names`` (:data:`BY_NAME`)
+    (for ``HMGET``), and what reads its reply (text, or bytes as UTF-8): each name ->
+    its value read as :func:`read_fields` reads it, None when the field is absent or
+    empty. ValueError for a name that is no field, or a payload field."""
+    unknown = [n for n in names if n not in FIELD_READERS]
+    if unknown:
+        raise ValueError(f"not a record field read alone: {', '.join(unknown)}")
+    readers = [FIELD_READERS[n] for n in names]
+
+    def read(values: list[Any]) -> dict[str, Any]:
+        return {n: None if v in (None, "", b"") else reader(
+                    v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+                for n, reader, v in zip(names, readers, values, strict=True)}
+
+    return [hash_name(BY_NAME[n]) for n in names], read
 
 
 def plain(value: Any) -> Any:

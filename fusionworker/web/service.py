@@ -16,9 +16,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from ..core import admin, cron
+from ..core import admin, cron, job_reads
 from ..core.config import Settings
-from ..core.connection import mask_url, text_hash, texts
+from ..core.connection import mask_url, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
@@ -92,14 +92,6 @@ def job_summary(job: Job[Any]) -> dict[str, Any]:
             "scheduled_for": job.scheduled_for, "started_at": job.started_at,
             "ended_at": job.ended_at, "attempts": job.attempts, "error": job.error,
             "worker": job.worker_name, "failure_reason": job.failure_reason}
-
-
-def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
-    """The record of key ``job:<job_id>`` of ``queue``: the key says its id and queue
-    (a record written by something else may lack or contradict them)."""
-    job = Job.from_hash(data)
-    job.id, job.queue = job_id, queue
-    return job
 
 
 class _InfoSource:
@@ -219,10 +211,7 @@ class Dashboard:
         return {str(s): int(n) for s, n in zip(STATUSES, pipe.execute(), strict=True)}
 
     def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(q.qkeys.job(job_id))
-        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
+        return [job for job in self._records_aligned(q, ids) if job is not None]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -299,11 +288,7 @@ class Dashboard:
         return result
 
     def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job[Any] | None]:
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(q.qkeys.job(job_id))
-        return [_keyed(d, job_id, q.name) if d else None
-                for job_id, d in zip(ids, pipe.execute())]
+        return job_reads.jobs(self.r, self.prefix, [(q.name, job_id) for job_id in ids])
 
     def find(self, job_id: str, queue: str | None = None) -> Queue:
         if not job_id or len(job_id) > 200:
@@ -315,21 +300,24 @@ class Dashboard:
             raise ApiError(404, f"no job {job_id!r}" + (f" in queue {queue!r}" if queue else ""))
         return Queue(name, self.r, settings=self.settings)
 
+    def _hash(self, q: Queue, job_id: str) -> dict[str, str]:
+        return job_reads.job_hashes(self.r, self.prefix, [(q.name, job_id)])[0]
+
     def job_fingerprint(self, job_id: str, queue: str | None = None) -> tuple[str, str]:
         """(queue, digest of the job record): one HGETALL when the queue is given."""
         if queue:
             q = self.queue(queue, must_exist=False)
-            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            data = self._hash(q, job_id)
             if not data:
                 raise ApiError(404, f"no job {job_id!r} in queue {queue!r}")
         else:
             q = self.find(job_id)
-            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            data = self._hash(q, job_id)
         return q.name, fingerprint(sorted(data.items()))
 
     def job(self, job_id: str, queue: str | None = None) -> dict[str, Any]:
         q = self.find(job_id, queue)
-        data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        data = self._hash(q, job_id)
         if not data:
             raise ApiError(404, f"no job {job_id!r}")
         job = Job.from_hash(data)
@@ -486,7 +474,8 @@ class Dashboard:
         if it left the scheduled set meanwhile); the next claim promotes it."""
         q = self.find(job_id, queue)
         if not self._run_now(keys=[q.qkeys.base], args=[job_id]):
-            status = texts([self.r.hget(q.qkeys.job(job_id), "status") or ""])[0]
+            status = job_reads.job_fields(self.r, self.prefix, [(q.name, job_id)],
+                                          ("status",))[0]["status"]
             raise ApiError(409, f"job {job_id} is {status or 'gone'}, not scheduled: only a "
                                 "scheduled job (delayed or waiting for a retry) can run now")
         self.r.publish(q.qkeys.wake, "run-now")

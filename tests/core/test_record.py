@@ -71,23 +71,41 @@ def lua_job_fields() -> dict[str, set[str]]:
     return found
 
 
+def raw_job_reads(source: str, where: str) -> list[tuple[str, str | None]]:
+    """The ``hget``/``hmget``/``hgetall`` calls of ``source`` on ``<keys>.job(id)``:
+    (``where:line``, each literal field name read, or None for a whole record)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"hget", "hmget", "hgetall"} and node.args):
+            continue
+        key = node.args[0]
+        if not (isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
+                and key.func.attr == "job"):
+            continue
+        at = f"{where}:{node.lineno}"
+        if node.func.attr == "hgetall" or len(node.args) < 2:
+            found.append((at, None))
+            continue
+        names = node.args[1].elts if isinstance(node.args[1], (ast.List, ast.Tuple)) \
+            else [node.args[1]]
+        found += [(at, n.value) for n in names
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return found
+
+
+def python_job_reads(layer: str) -> list[tuple[str, str | None]]:
+    """:func:`raw_job_reads` of every module of ``layer``."""
+    return [read for path in sorted((PACKAGE / layer).rglob("*.py"))
+            for read in raw_job_reads(path.read_text(encoding="utf-8"), path.name)]
+
+
 def python_job_fields(layer: str) -> dict[str, set[str]]:
     """Field names the modules of ``layer`` read with ``hget``/``hmget`` on ``<keys>.job(id)``."""
     found: dict[str, set[str]] = {}
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in {"hget", "hmget"} and len(node.args) >= 2):
-                continue
-            key = node.args[0]
-            if not (isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
-                    and key.func.attr == "job"):
-                continue
-            names = node.args[1].elts if isinstance(node.args[1], (ast.List, ast.Tuple)) \
-                else [node.args[1]]
-            for n in names:
-                if isinstance(n, ast.Constant) and isinstance(n.value, str):
-                    found.setdefault(n.value, set()).add(path.name)
+    for at, name in python_job_reads(layer):
+        if name is not None:
+            found.setdefault(name, set()).add(at.partition(":")[0])
     return found
 
 
@@ -95,7 +113,16 @@ def test_the_scanners_find_fields():
     """The scans below can fail: they find what the code is known to use."""
     lua = lua_job_fields()
     assert {"status", "token", "attempts", "failure_reason", "at_front", "waited"} <= set(lua)
-    assert "func" in python_job_fields("web")
+    sample = ('pipe.hget(keys.queue(q).job(i), "func")\n'
+              'r.hmget(q.qkeys.job(i), ["func", "error_type"])\n'
+              'r.hgetall(q.qkeys.job(i))\nr.hgetall(q.qkeys.batch(i))\n')
+    assert raw_job_reads(sample, "m.py") == [
+        ("m.py:1", "func"), ("m.py:2", "func"), ("m.py:2", "error_type"), ("m.py:3", None)]
+
+
+def test_the_web_reads_job_records_through_the_read_model():
+    """core/job_reads.py reads them: the web names no hash field and parses no text."""
+    assert python_job_reads("web") == []
 
 
 def test_every_job_field_the_scripts_use_is_in_the_schema():
