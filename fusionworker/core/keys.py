@@ -343,7 +343,7 @@ def script_suffixes() -> dict[str, str]:
             continue
         if isinstance(member, property):
             key = getattr(keys, name)
-        elif inspect.isfunction(member) and len(inspect.signature(member).parameters) == 2:
+        elif inspect.isfunction(member) and member.__code__.co_argcount == 2:   # self, name
             key = member(keys, mark).removesuffix(mark)
         else:
             continue

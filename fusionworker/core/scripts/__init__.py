@@ -58,8 +58,11 @@ _LIB_NAME = re.compile(r"^(?:function ([A-Za-z_]\w*)\s*\(|([A-Za-z_]\w*)\s*=)", 
 _WHERE = re.compile(r"user_script:(\d+)")
 
 
-#: ``F.<field>`` / ``K.<key>`` in a script (see the module docstring)
-_NAME = re.compile(r"\b([FK])\.([A-Za-z_]\w*)")
+#: ``F.<field>`` / ``K.<key>`` in a script (see the module docstring), one pattern each
+#: (a literal start is found fast); one preceded by a name's character or a dot
+#: (``xF.a``, ``t.F.a``) is left as it is: :func:`expand` looks
+_NAMES = {space: re.compile(space + r"\.([A-Za-z_]\w*)") for space in ("F", "K")}
+_WHAT = {"F": "job record field (record.py)", "K": "queue key (keys.py)"}
 
 
 class UnknownName(ValueError):
@@ -74,18 +77,22 @@ def _names() -> dict[str, dict[str, str]]:
 def expand(text: str, file: str) -> str:
     """``text`` of script ``file`` with each ``F.<name>`` / ``K.<name>`` replaced by
     its Lua string; :class:`UnknownName` for a name the schema does not have."""
-    names = _names()
+    for space, pattern in _NAMES.items():
+        names = _names()[space]
 
-    def literal(match: re.Match[str]) -> str:
-        space, name = match.groups()
-        found = names[space].get(name)
-        if found is None:
-            line = text.count("\n", 0, match.start()) + 1
-            where = "job record field (record.py)" if space == "F" else "queue key (keys.py)"
-            raise UnknownName(f"{file}:{line}: {match.group(0)} names no {where}")
-        return f"'{found}'"
+        def literal(match: re.Match[str], text: str = text, space: str = space,
+                    names: dict[str, str] = names) -> str:
+            before = text[match.start() - 1] if match.start() else " "
+            if before.isalnum() or before in "_.":
+                return match.group(0)
+            found = names.get(match.group(1))
+            if found is None:
+                line = text.count("\n", 0, match.start()) + 1
+                raise UnknownName(f"{file}:{line}: {match.group(0)} names no {_WHAT[space]}")
+            return f"'{found}'"
 
-    return _NAME.sub(literal, text)
+        text = pattern.sub(literal, text)
+    return text
 
 
 @functools.cache
