@@ -23,6 +23,7 @@ from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..core.queue_read import stats_many
+from ..core.scripts import replies
 from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
 from ..ops.info import collect_info
 from . import details
@@ -103,18 +104,6 @@ class _InfoSource:
         self.masked_url = mask_url(settings.redis_url)
 
 
-#: run-now: a scheduled job's score and ``scheduled_for`` become the server time
-_RUN_NOW = """
-local base, jid = KEYS[1], ARGV[1]
-if not redis.call('ZSCORE', base .. 'scheduled', jid) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZADD', base .. 'scheduled', now, jid)
-redis.call('HSET', base .. 'job:' .. jid, 'scheduled_for', string.format('%.6f', now))
-return 1
-"""
-
-
 def _json_field(value: Any, name: str, kind: type) -> Any:
     if value in (None, ""):
         return kind()
@@ -133,7 +122,6 @@ class Dashboard:
         self.r = connection
         self.settings = settings
         self.prefix = settings.prefix
-        self._run_now = connection.register_script(_RUN_NOW)
 
     # -- reads -------------------------------------------------------------------
 
@@ -473,7 +461,7 @@ class Dashboard:
         and ``scheduled_for`` are set to the server time in one script (nothing done
         if it left the scheduled set meanwhile); the next claim promotes it."""
         q = self.find(job_id, queue)
-        if not self._run_now(keys=[q.qkeys.base], args=[job_id]):
+        if not replies.changed(q.scripts.run_now(keys=[q.qkeys.base], args=[job_id])):
             status = job_reads.job_fields(self.r, self.prefix, [(q.name, job_id)],
                                           ("status",))[0]["status"]
             raise ApiError(409, f"job {job_id} is {status or 'gone'}, not scheduled: only a "

@@ -251,3 +251,18 @@ def test_every_field_an_enqueue_writes_is_in_the_schema(queue, r):
     assert {"unique_key", "group", "depends_on", "batch", "description", "ttl",
             "retry_intervals", "on_success", "meta"} <= written
     assert written - record.HASH_FIELDS == set()
+
+
+def lua_callers() -> set[str]:
+    """Modules that send Lua of their own (``register_script``, ``eval``, ``evalsha``)."""
+    return {str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"register_script", "eval", "evalsha"}}
+
+
+def test_every_script_lives_under_core_scripts():
+    """Elsewhere a script spells its fields and keys by hand (the dashboard's run-now and
+    Job.save_meta did): scripts/__init__.py sends them; the chart's lock release
+    (events/metrics_history.py) touches no job."""
+    assert lua_callers() == {"core/scripts/__init__.py", "events/metrics_history.py"}
