@@ -4,9 +4,10 @@
 reads, each with its metadata: the hash field (``hash``, when the attribute is named
 otherwise), how its text is read (``kind``: :data:`READERS`) and whether the API's
 JSON shows it (``api``). :func:`from_hash` and :func:`to_dict` are generated from
-that list; :data:`HASH_ONLY` names the fields the scripts keep beside it. ``Job``
-(job.py) is the I/O handle on top of it. ``tests/core/test_record.py`` checks that
-every job field the Lua scripts and the web use is named here.
+that list; :data:`HASH_ONLY` names the fields the scripts keep beside it, and the Lua
+scripts' ``F.<name>`` are :data:`SCRIPT_FIELDS`. ``Job`` (job.py) is the I/O handle on
+top of it; core/job_reads.py reads records for the web. ``tests/core/test_record.py``
+checks that no script spells a field and every field the web, CLI and ops use is here.
 """
 
 from __future__ import annotations

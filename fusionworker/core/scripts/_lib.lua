@@ -5,6 +5,8 @@
 -- script) is a local of the chunk, visible to the script.
 -- Every script gets KEYS[1] = the queue's hash-tagged base "fw:{q}:" and touches
 -- keys under that base only, so it runs on one Redis Cluster slot.
+-- F.<field> is a job hash field (core/record.py), K.<key> a queue key after the base
+-- (core/keys.py): the loader writes their strings in, so no script spells them.
 SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
 
 function now()
