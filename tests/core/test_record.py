@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fusionworker.core import record, scripts
+from fusionworker.core import keys, record, scripts
 from fusionworker.core.config import SETTINGS
 from fusionworker.core.job import FailureReason, Job, JobStatus
 
@@ -181,6 +181,11 @@ def test_the_scripts_names_come_from_the_schema():
     expanded = scripts.expand("hget(base .. K.job .. jid, F.worker_name, F.waited)", "sample")
     assert expanded == "hget(base .. 'job:' .. jid, 'worker', 'waited')"
     assert scripts.expand("K.rate_log K.cron_entry", "sample") == "'rate:log' 'cron:'"
+    # keys.py's every key a script can name: a suffix that the id follows, or a whole one
+    suffixes = keys.script_suffixes()
+    assert suffixes["job"] == "job:" and suffixes["pending"] == "pending"
+    assert "batch_ended" not in suffixes and "history" not in suffixes   # the id is inside
+    assert all(v.isprintable() and "'" not in v for v in suffixes.values())
     # a name the schema does not have fails when the script is loaded, named by file:line
     with pytest.raises(scripts.UnknownName, match=r"sample:2: F\.statu names no job record"):
         scripts.expand("local a = F.status\nlocal b = F.statu", "sample")
