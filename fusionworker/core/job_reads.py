@@ -28,7 +28,9 @@ def job_hashes(r: RedisClient, prefix: str, refs: Sequence[Ref]) -> list[dict[st
     pipe = r.pipeline(transaction=False)
     for queue, job_id in refs:
         pipe.hgetall(keys.queue(queue).job(job_id))
-    return [text_hash(d) for d in pipe.execute()]
+    # a client that decodes answers text already: converted only when it is bytes
+    return [d if not d or isinstance(next(iter(d)), str) else text_hash(d)
+            for d in pipe.execute()]
 
 
 def keyed(data: dict[str, str], queue: str, job_id: str) -> Job[Any]:
@@ -52,6 +54,11 @@ def job_fields(r: RedisClient, prefix: str, refs: Sequence[Ref],
     fields, read = some_fields(names)
     keys = Keys(prefix)
     pipe = r.pipeline(transaction=False)
+    if len(fields) == 1:    # HGET: a third cheaper than an HMGET of one field
+        field = fields[0]
+        for queue, job_id in refs:
+            pipe.hget(keys.queue(queue).job(job_id), field)
+        return [read((value,)) for value in pipe.execute()]
     for queue, job_id in refs:
         pipe.hmget(keys.queue(queue).job(job_id), fields)
     return [read(values) for values in pipe.execute()]

@@ -12,9 +12,10 @@ checks that no script spells a field and every field the web, CLI and ops use is
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
@@ -243,30 +244,26 @@ def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
 
 read_fields = _reader()
 
-#: each field's reader but the payload's (args, kwargs, result), by its :data:`BY_NAME`
-#: name: its kind's template of :data:`READERS` on the field's text
-FIELD_READERS: dict[str, Callable[[str | None], Any]] = _written(
-    "readers = {" + ", ".join(
-        f"{name!r}: lambda v: " + READERS[f.metadata["kind"]].format(v="v", name=f.name)
-        for name, f in BY_NAME.items() if f.metadata["kind"] != "payload") + "}\n",
-    "field_readers")["readers"]
+_PAYLOAD = frozenset(n for n, f in BY_NAME.items() if f.metadata["kind"] == "payload")
 
 
-def some_fields(names: tuple[str, ...]) -> tuple[list[str], Callable[[list[Any]], dict[str, Any]]]:
-    """Reading some fields of records: the hash fields of record fields ``names`` (:data:`BY_NAME`)
-    (for ``HMGET``), and what reads its reply (text, or bytes as UTF-8): each name ->
-    its value read as :func:`read_fields` reads it, None when the field is absent or
-    empty. ValueError for a name that is no field, or a payload field."""
-    unknown = [n for n in names if n not in FIELD_READERS]
+@functools.cache
+def some_fields(names: tuple[str, ...]) -> tuple[list[str], Callable[[Sequence[Any]], dict[str, Any]]]:
+    """Reading some fields of records: the hash fields of record fields ``names`` (by
+    their :data:`BY_NAME` names; for ``HMGET``), and what reads its reply (text, or
+    bytes as UTF-8): each name -> its value read as :func:`read_fields` reads it, None
+    when the field is absent or empty. Written out once per ``names``, as
+    :func:`read_fields` is. ValueError for a name that is no field, or a payload one."""
+    unknown = [n for n in names if n not in BY_NAME or n in _PAYLOAD]
     if unknown:
         raise ValueError(f"not a record field read alone: {', '.join(unknown)}")
-    readers = [FIELD_READERS[n] for n in names]
-
-    def read(values: list[Any]) -> dict[str, Any]:
-        return {n: None if v in (None, "", b"") else reader(
-                    v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
-                for n, reader, v in zip(names, readers, values, strict=True)}
-
+    items = [f"{n!r}: None if v{i} is None or v{i} == '' or v{i} == b'' else " + READERS[
+        BY_NAME[n].metadata["kind"]].format(v=f"(v{i}.decode() if type(v{i}) is bytes else v{i})",
+                                            name=n)
+        for i, n in enumerate(names)]
+    values = "".join(f"v{i}, " for i in range(len(names)))
+    source = f"def read(values):\n    {values}= values\n    return {{{', '.join(items)}}}\n"
+    read: Callable[[Sequence[Any]], dict[str, Any]] = _written(source, "some_fields")["read"]
     return [hash_name(BY_NAME[n]) for n in names], read
 
 
