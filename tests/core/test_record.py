@@ -271,3 +271,19 @@ def test_every_script_lives_under_core_scripts():
     Job.save_meta did): scripts/__init__.py sends them; the chart's lock release
     (events/metrics_history.py) touches no job."""
     assert lua_callers() == {"core/scripts/__init__.py", "events/metrics_history.py"}
+
+
+def test_a_scripts_sha_is_fixed_in_a_process(redis_url):
+    """The names are written in once (the source is cached): every client registers
+    the same text, so Redis runs one cached script per name."""
+    import hashlib
+
+    import redis
+
+    one, two = redis.Redis.from_url(redis_url), redis.Redis.from_url(redis_url)
+    for name in scripts.NAMES:
+        sha = hashlib.sha1(scripts.source(name).encode()).hexdigest()
+        assert getattr(scripts.Scripts(one), name).script.sha == sha
+        assert getattr(scripts.Scripts(two), name).script.sha == sha
+    one.close()
+    two.close()
