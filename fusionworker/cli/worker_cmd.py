@@ -19,8 +19,8 @@ from ..core.config import (
 )
 from ..core.connection import RedisClient, connect
 from ..core.keys import check_worker_name
-from ..core.registry import worker_allowed
 from ..ops.embedded import RedisUnavailable
+from ..runtime.imports import worker_allowed
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
 from .common import App, FiniteFloat, pass_app

@@ -113,6 +113,8 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "queue_order": data.get("queue_order") or None,
         # the devices its slots own, slot i the i-th (worker --gpus); [] without
         "gpus": [d for d in (data.get("gpus") or "").split(",") if d],
+        # those whose slots claim nothing now: over GPU_THROTTLE_THRESHOLD (--gpus only)
+        "gpus_held": [d for d in (data.get("gpus_held") or "").split(",") if d],
         "current_queue": (data.get("current_queue") or None) if current else None,
         "current_job_age": max(0.0, now - started) if current and started else None,
         "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,

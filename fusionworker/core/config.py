@@ -213,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
             "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
             "(every device NVML counts). A job sees only its slot's device "
             "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
-            "governor judges these devices only.", "--gpus"),
+            "governor judges these devices only, each for its own slots.", "--gpus"),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "

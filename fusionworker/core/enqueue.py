@@ -33,7 +33,7 @@ from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
-from .registry import lookup, producer_allowed, registered
+from .registry import learnt_options, lookup, producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,8 +107,9 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     # registered (@job, register(); verify() imported its module when it may): the
     # function's options are the defaults, however it was named
     handle = lookup(ref)
-    if handle is not None and handle.default_options:
-        options = options.over(handle.default_options)
+    own = handle.default_options if handle is not None else learnt_options(ref)
+    if own:            # (learnt: registered in the worker's other process, imports.py)
+        options = options.over(own)
     opts = options.checked(default_timeout, default_retries)
     if when is not None:      # enqueue_in(timedelta(...)) as well as seconds
         when = (when[0], seconds_of(when[1], "the delay"))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
 from .keys import check_addressable
-from .registry import lookup
+from .registry import learnt_options, lookup
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -456,7 +456,9 @@ def registered_defaults(ref: str) -> Mapping[str, Any]:
     """The options given to ``@job(...)``/``register(...)`` for function ``ref`` in this
     process (empty when it is not registered here)."""
     handle = lookup(ref)
-    return handle.default_options if handle is not None else _NONE
+    if handle is not None:
+        return handle.default_options
+    return learnt_options(ref) or _NONE
 
 
 def check_names(options: Mapping[str, Any], where: str = "job options") -> None:

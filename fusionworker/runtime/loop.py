@@ -108,6 +108,7 @@ from ..core.scripts.replies import STOP_ASKED
 from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE, wait_reachable
 from .exits import refusal
+from .gpus import FreeEntries
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
 from .launch import Launcher
@@ -148,7 +149,7 @@ class Loop:
         self.state = LoopState()
         self.slots: list[Slot] = []
         #: entries of the deadline board not held by a running horse
-        self.free_index = list(range(concurrency - 1, -1, -1))
+        self.free_index = FreeEntries(concurrency, getattr(ctx, "devices", ()), ctx.middleware)
         self.burst_done = False
         self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
         self.stops = StopListener(ctx.connection, ctx.keys)
@@ -205,12 +206,12 @@ class Loop:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
             return False
-        free = self.concurrency - len(self.slots)
+        free = self.free_index.usable(self.concurrency - len(self.slots))
         if free and st.stop is None and (st.want_claim or time.monotonic() >= st.next_poll):
             claimed = self._claim(free)
             if claimed.jobs:
                 self._start(claimed.jobs, claimed.sent)
-                free = self.concurrency - len(self.slots)
+                free = self.free_index.usable(self.concurrency - len(self.slots))
             elif self.burst_done and not self.slots:
                 log.info("Worker %s: queues empty, burst done", self.ctx.name)
                 return False
@@ -320,7 +321,7 @@ class Loop:
 
     def _finish(self, ended: list[tuple[Job[Any], Outcome]]) -> None:
         """Record what ended; the claims of the freed slots ride in the same round trip."""
-        plan = self._carried_plan(self.concurrency - len(self.slots))
+        plan = self._carried_plan(self.free_index.usable(self.concurrency - len(self.slots)))
         claimed = self._record(ended, plan)
         for job, outcome in ended:
             self.hooks("after_finish", job, outcome)
