@@ -533,18 +533,25 @@ def rss_mib(pid: int) -> float:
     (copy-on-write), so a horse starts at roughly the parent's RSS; set
     ``max_horse_memory`` above that.
     """
+    found = tree_rss(pid)
+    return 0.0 if found is None else found[0] / MIB
+
+
+def tree_rss(pid: int) -> tuple[int, int] | None:
+    """Resident bytes of ``pid`` and all its descendants, and how many processes that
+    is; None when ``pid`` is gone (a descendant that vanishes while measured counts 0)."""
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
+        return None
     total = 0
     for proc in processes:
         try:
             total += proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return total / MIB
+    return total, len(processes)
 
 
 class HorseMemoryLimit(Middleware):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..core import job_reads
 from ..core.batch import batch_doc
 from ..core.connection import text_hash, texts
 from ..core.job import Job, JobStatus
@@ -30,11 +31,7 @@ def looks_like_job_id(text: str) -> bool:
 
 
 def records(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[Job[Any]]:
-    keys = Keys(prefix)
-    pipe = r.pipeline(transaction=False)
-    for queue, job_id in refs:
-        pipe.hgetall(keys.queue(queue).job(job_id))
-    return [Job.from_hash(d) for d in pipe.execute() if d]
+    return [job for job in job_reads.jobs(r, prefix, refs) if job is not None]
 
 
 def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
@@ -42,8 +39,24 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
     """Jobs whose function contains ``text``: the newest ``WINDOW`` of each registry of
     each queue are looked at (their ``func`` field only), at most ``limit`` shown."""
     keys = Keys(prefix)
+    refs = _windows(r, keys, queues)
+    found: list[tuple[str, str]] = []
+    for start in range(0, len(refs), 1000):
+        part = refs[start:start + 1000]
+        for ref, job in zip(part, job_reads.job_fields(r, prefix, part, ("func",)), strict=True):
+            if job["func"] and text in job["func"]:
+                found.append(ref)
+        if len(found) >= limit:
+            break
+    return {"query": text, "looked_at": len(refs), "truncated": len(found) > limit,
+            "jobs": [job_summary(j) for j in records(r, prefix, found[:limit])]}
+
+
+def _windows(r: RedisClient, keys: Keys, queues: list[str]) -> list[tuple[str, str]]:
+    """``(queue, id)`` of the first 500 of each registry of each queue (soonest for the
+    scheduled, started and deferred, newest for the others), 1,000 queues a pipeline."""
     refs: list[tuple[str, str]] = []
-    for start in range(0, len(queues), 1000):   # the windows, pipelined 1,000 queues at a time
+    for start in range(0, len(queues), 1000):
         names = queues[start:start + 1000]
         pipe = r.pipeline(transaction=False)
         for queue in names:
@@ -57,20 +70,7 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
         for queue in names:
             for _ in STATUSES:
                 refs.extend((queue, i) for i in texts(list(next(windows))))
-    found: list[tuple[str, str]] = []
-    for start in range(0, len(refs), 1000):
-        part = refs[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for queue, job_id in part:
-            pipe.hget(keys.queue(queue).job(job_id), "func")
-        for ref, func in zip(part, pipe.execute(), strict=True):
-            func = func.decode() if isinstance(func, bytes) else func
-            if func and text in func:
-                found.append(ref)
-        if len(found) >= limit:
-            break
-    return {"query": text, "looked_at": len(refs), "truncated": len(found) > limit,
-            "jobs": [job_summary(j) for j in records(r, prefix, found[:limit])]}
+    return refs
 
 
 # -- failed jobs of every queue ---------------------------------------------------------
@@ -94,24 +94,9 @@ def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = ""
     low = repr(since) if since is not None else "-inf"
     filtered = bool(function or error_type)
     take = WINDOW if filtered else size
-    pipe = r.pipeline(transaction=False)
-    for queue in queues:
-        pipe.zrevrangebyscore(keys.queue(queue).failed, top, low, start=0, num=take,
-                              withscores=True)
-        pipe.zcount(keys.queue(queue).failed, low, top)
-    answers = pipe.execute()
-    rows: list[tuple[float, str, str]] = []
-    floor = float("-inf")    # every queue was read down to here (exclusive)
-    total = 0
-    for n, queue in enumerate(queues):
-        window = [(float(score), member.decode() if isinstance(member, bytes) else member)
-                  for member, score in answers[2 * n]]
-        total += int(answers[2 * n + 1])
-        if len(window) == take:
-            floor = max(floor, window[-1][0])
-        rows.extend((score, queue, job_id) for score, job_id in window)
+    rows, floor, total = _failed_windows(r, keys, queues, top, low, take)
     if filtered:
-        rows = _filter(r, keys, rows, function, error_type)
+        rows = _filter(r, prefix, rows, function, error_type)
     rows.sort(key=lambda row: row[0], reverse=True)
     shown = [row for row in rows if row[0] >= floor][:size]
     if len(shown) == size:
@@ -123,17 +108,39 @@ def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = ""
             "next_before": next_before, "before": before, "size": size}
 
 
-def _filter(r: RedisClient, keys: Keys, rows: list[tuple[float, str, str]], function: str,
+def _failed_windows(r: RedisClient, keys: Keys, queues: list[str], top: str, low: str,
+                    take: int) -> tuple[list[tuple[float, str, str]], float, int]:
+    """One pipeline: ``(failed at, queue, id)`` of up to ``take`` failed jobs of each
+    queue between ``top`` and ``low``, the deepest score every queue was read down to
+    (exclusive), and how many failed jobs lie in that time range in all."""
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrevrangebyscore(keys.queue(queue).failed, top, low, start=0, num=take,
+                              withscores=True)
+        pipe.zcount(keys.queue(queue).failed, low, top)
+    answers = pipe.execute()
+    rows: list[tuple[float, str, str]] = []
+    floor = float("-inf")
+    total = 0
+    for n, queue in enumerate(queues):
+        window = [(float(score), member.decode() if isinstance(member, bytes) else member)
+                  for member, score in answers[2 * n]]
+        total += int(answers[2 * n + 1])
+        if len(window) == take:
+            floor = max(floor, window[-1][0])
+        rows.extend((score, queue, job_id) for score, job_id in window)
+    return rows, floor, total
+
+
+def _filter(r: RedisClient, prefix: str, rows: list[tuple[float, str, str]], function: str,
             error_type: str) -> list[tuple[float, str, str]]:
     kept = []
     for start in range(0, len(rows), 1000):
         part = rows[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for _, queue, job_id in part:
-            pipe.hmget(keys.queue(queue).job(job_id), ["func", "error_type"])
-        for row, (func, etype) in zip(part, pipe.execute(), strict=True):
-            func = (func.decode() if isinstance(func, bytes) else func) or ""
-            etype = (etype.decode() if isinstance(etype, bytes) else etype) or ""
+        found = job_reads.job_fields(r, prefix, [(queue, job_id) for _, queue, job_id in part],
+                                     ("func", "error_type"))
+        for row, job in zip(part, found, strict=True):
+            func, etype = job["func"] or "", job["error_type"] or ""
             if function and function not in func:
                 continue
             if error_type and error_type.lower() not in etype.lower():
@@ -160,11 +167,9 @@ def scheduled(r: RedisClient, prefix: str, queues: list[str], retries: bool,
         ids = texts(list(answers[2 * n]))
         if not ids:
             continue
-        pipe = r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(keys.queue(queue).job(job_id), "attempts")
-        picked = [job_id for job_id, attempts in zip(ids, pipe.execute(), strict=True)
-                  if (int(attempts or 0) > 0) == retries]
+        found = job_reads.job_fields(r, prefix, [(queue, i) for i in ids], ("attempts",))
+        picked = [job_id for job_id, job in zip(ids, found, strict=True)
+                  if ((job["attempts"] or 0) > 0) == retries]
         if picked:
             out.append({"queue": queue, "count": len(picked), "looked_at": len(ids),
                         "scheduled": int(answers[2 * n + 1]),
