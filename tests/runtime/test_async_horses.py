@@ -211,3 +211,21 @@ def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_
     pids = [int(p) for p in r.lrange(key, 0, -1)]
     assert pids.count(pids[0]) == 4                     # all four began in one horse
     assert len(pids) == 8                               # and each ran once more, apart
+
+
+def test_every_notice_names_its_jobs_board_entry():
+    from fusionworker.runtime.protocol import (
+        BlockedNotice,
+        ExitNotice,
+        MovedNotice,
+        ProgressNotice,
+        StartNotice,
+        take_notices,
+    )
+
+    sent = [StartNotice(7, 3, shared=True), StartNotice(7, 4, shared=True),
+            ProgressNotice(7, '{"p":0.5}', 4), BlockedNotice(7, 3, 1.5),
+            ExitNotice(7, 0, b'{"ok": true, "result": 1}', 4), ExitNotice(7, 9, b"", 3),
+            MovedNotice(8, 9, 5), StartNotice(9, 6)]
+    buf = bytearray(b"".join(n.encode() for n in sent))
+    assert take_notices(buf) == sent and not buf
