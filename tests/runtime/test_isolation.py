@@ -115,15 +115,17 @@ def _fork_server(worker_pid: int) -> int:
     return wait_for(found, what="the worker's fork server")
 
 
-@pytest.mark.slow
-def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
-        processes, queue, r, prefix, redis_url):
-    q = queue()
-    key = f"{prefix}:ticks"
-    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+def _both_stopped_then_handed_on(processes, q, r, job, key, ran: float) -> list[str]:
+    """A worker runs ``job`` (``stamped`` into ``key``); once its first run ticked for
+    ``ran`` seconds, SIGSTOP the worker and its fork server; a second worker must get
+    the job only after the first horse ended by itself. Returns the entries."""
     a = processes.worker("-q", "default", env=LEASE_ENV)
     server = _fork_server(a.pid)
-    wait_for(lambda: r.llen(key) >= 1, what="the first run")
+
+    def ran_for() -> bool:
+        ticks = [float(e.split(":")[3]) for e in r.lrange(key, 0, -1) if e.startswith("tick:")]
+        return bool(ticks) and ticks[-1] - ticks[0] >= ran
+    wait_for(ran_for, timeout=30, what=f"the first run, {ran} s of it")
     stopped = [a.pid, server]
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
@@ -140,6 +142,28 @@ def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
     first_of_others = min(float(t[3]) for t in ticks if t[2] != first)
     assert last_of_first < first_of_others, "two horses ran the job at once"
     assert len([e for e in entries if e.startswith("done:")]) == 1, entries   # exactly once
+    return entries
+
+
+@pytest.mark.slow
+def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
+        processes, queue, r, prefix, redis_url):
+    q = queue()
+    key = f"{prefix}:ticks"
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+    _both_stopped_then_handed_on(processes, q, r, job, key, ran=0.0)
+
+
+@pytest.mark.slow
+def test_a_horse_renewed_past_its_first_deadline_still_ends_at_its_lease_when_both_stop(
+        processes, queue, r, prefix, redis_url):
+    """The horse's lease thread starts only at the job's first deadline (lease.py): a job
+    renewed past it is watched by the thread from then on."""
+    q = queue()
+    key = f"{prefix}:ticks"
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 14.0, max_retries=5)
+    # lease 3 s, heartbeat 0.5 s: its first deadline is 2.5 s after the claim
+    _both_stopped_then_handed_on(processes, q, r, job, key, ran=4.0)
 
 
 def test_a_second_sigterm_after_the_worker_stopped_exits_0(settings):

@@ -7,7 +7,9 @@ in a fresh event loop), and turns whatever happened into a
 :class:`~fusionworker.runtime.protocol.HorseReport`: the result as tagged
 JSON, or the exception, its traceback and whether it is retryable. SIGALRM at
 the job's timeout (the death penalty) raises in the job's code and becomes a
-``timeout`` report. It never raises.
+``timeout`` report; armed sooner, at the horse's lease deadline, when its lease
+thread has not started (lease.py: it starts then, if the lease was renewed). It
+never raises.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ...core.functions import resolve
 from ...core.job import FailureReason, Job, safe_text
 from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
 from ..protocol import HorseReport
+from . import lease
 
 if TYPE_CHECKING:  # pragma: no cover
     from types import FrameType
@@ -51,6 +54,8 @@ def _describe(exc: BaseException) -> str:
 
 
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    if lease.on_alarm():      # the horse's lease deadline came first (lease.py)
+        return
     raise JobTimeoutError("job exceeded its timeout")
 
 
@@ -65,7 +70,7 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
     if job.retry_on is not None:
         retryable = job.retry_on
     _csignal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(job.timeout, 0.001))
+    signal.setitimer(signal.ITIMER_REAL, lease.alarm_after(max(job.timeout, 0.001)))
     try:
         try:
             func = (resolved.get(job.func) if resolved else None) or resolve(job.func, allowed)
