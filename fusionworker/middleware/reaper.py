@@ -13,7 +13,9 @@ outcome. One pass, for each known queue::
        its last_heartbeat is older than its own lease
     4. requeue.lua mode 'reap' with the token    re-checks lease and token
        atomically: back to pending at its original priority/FIFO place with the
-       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1)
+       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1);
+       a job that ran alone in that worker (a suspect: runtime/solo.py) fails as the
+       culprit ('killed'): nobody else is charged for that death
 
 If the reaping process dies at any step nothing is half done: steps 1-3 only
 read, step 4 is one script (it ran or it did not), and the next pass of any
@@ -145,12 +147,18 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: fl
         if what in ("requeued", "abandoned"):
             counts["reaped"].append((queue, job_id, what))
             _emit_reaped(connection, settings, sink, qkeys.job(job_id), what,
-                         worker_name or "?", why)
+                         worker_name or "?", why, verdict.why == "alone")
         if what == "requeued":
             counts["requeued"] += 1
             counts["jobs"].append(job_id)
             log.warning("Reaper: job %s on %s was stuck (worker %s: %s); re-queued",
                         job_id, queue, worker_name or "?", why)
+        elif what == "abandoned" and verdict.why == "alone":
+            counts["abandoned"] += 1
+            counts["jobs"].append(job_id)
+            counts["abandoned_jobs"].append((queue, job_id))
+            log.error("Reaper: job %s on %s ran alone in worker %s, which died (%s): failed as "
+                      "the culprit", job_id, queue, worker_name or "?", why)
         elif what == "abandoned":
             counts["abandoned"] += 1
             counts["jobs"].append(job_id)
@@ -163,8 +171,10 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: fl
 
 
 def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | None,
-                 job_key: str, what: str, worker_name: str, why: str) -> None:
-    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises."""
+                 job_key: str, what: str, worker_name: str, why: str,
+                 alone: bool = False) -> None:
+    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises.
+    ``alone``: the job ran alone in that worker, failed as its death's culprit."""
     from ..events.middleware import emit_job_event
     try:
         data = connection.hgetall(job_key)
@@ -172,7 +182,10 @@ def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | 
             return
         fields: dict[str, Any] = {"worker": worker_name, "reason": "worker died" if
                                   what == "requeued" else FailureReason.ABANDONED}
-        if what == "abandoned":
+        if alone:
+            fields.update(reason=FailureReason.KILLED, error_type="WorkerKilled",
+                          error_message=data.get("error_message") or why)
+        elif what == "abandoned":
             fields.update(error_type="Abandoned", error_message=f"worker {worker_name}: {why}")
         emit_job_event(sink if sink is not None else settings, what, data,
                        connection=connection, **fields)

@@ -69,6 +69,33 @@ def test_a_job_killing_its_fork_server_costs_its_neighbours_nothing(
     assert culprit.attempts == 1      # the shared death was not counted, its own was
 
 
+@pytest.mark.slow
+def test_a_job_killing_its_worker_costs_its_neighbours_nothing_and_fails_as_the_culprit(
+        processes, queue, r, prefix, redis_url):
+    q = queue()
+    started, killed = f"{prefix}:started", f"{prefix}:killed"
+    ordinary = [q.enqueue("tests.jobs:pid_then_sleep", redis_url, started, 1.0, max_retries=0)
+                for _ in range(16)]
+    killer = q.enqueue(f"{HOSTILE}:kill_worker", redis_url, killed, started, 3, max_retries=3,
+                       priority=1)
+    processes.worker("-q", "default", "--processes", "2", "--concurrency", "4", env=LEASE_ENV)
+    wait_for(lambda: q.fetch_job(killer.id).status == "failed", timeout=120,
+             what="the killer failed")
+    culprit = q.fetch_job(killer.id)
+    assert (culprit.failure_reason, culprit.error_type) == (FailureReason.KILLED, "WorkerKilled")
+    assert "the worker this job ran in alone died" in culprit.error_message
+    assert r.llen(killed) == 2     # a worker it shared, then the one it ran in alone
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
+             timeout=120, what="every ordinary job finished")
+    beside = 0
+    for job in ordinary:
+        done = q.fetch_job(job.id)
+        assert (done.status, done.attempts) == ("finished", 1), done.error_message
+        assert done.worker_deaths <= 1       # present at the first death at most
+        beside += done.worker_deaths
+    assert beside >= 1                       # some were there when it killed the first
+
+
 def test_a_job_present_at_k_shared_deaths_fails_saying_so():
     settings = load_settings(environ={})
     lost = HorseExit(ok=False, reason=FailureReason.KILLED, error_type="HorseKilled",

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
-    "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop",
+    "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop", "alone",
 )
 
 

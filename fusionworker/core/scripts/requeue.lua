@@ -4,16 +4,19 @@
 --   mode 'reap'   : a started job whose lease expired and whose worker is gone
 --                   (the caller checked the worker). Its worker died or froze under
 --                   it, beside other jobs: re-queued with the attempt NOT counted and
---                   'shared_deaths' + 1, or failed as 'abandoned' at max(SHARED_MAX,
+--                   'shared_deaths' + 1 and 'worker_deaths' + 1 (it runs alone next:
+--                   runtime/solo.py), or failed as 'abandoned' at max(SHARED_MAX,
 --                   max_retries + 1) such deaths (a job that takes its worker down
 --                   is not run forever);
---                   a job whose stop was asked (stop.lua) ends 'stopped' instead.
+--                   a job whose stop was asked (stop.lua) ends 'stopped' instead;
+--                   an attempt that ran alone in its worker ('alone' = its token,
+--                   alone.lua) fails as the culprit: {'abandoned', 'alone'}.
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
 --   mode 'failed' : from the failed registry (dead-letter); attempts start over.
--- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
+-- Returns {'requeued'} | {'abandoned'[, 'stopped' | 'alone']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. 'job:' .. jid
@@ -32,7 +35,8 @@ if mode == 'failed' then
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, 'attempts', 0)
   -- the failed attempt's times go: the job has not started since it was requeued
-  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token', 'shared_deaths')
+  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token', 'shared_deaths',
+    'worker_deaths', 'alone')
   local ukey = hget(jkey, 'unique_key')
   if ukey and ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
   make_ready(base, jid)
@@ -60,11 +64,20 @@ if hget(jkey, 'stop_requested') then   -- its worker died before the stop: never
   to_failed(base, jid, t, failed_ttl, 'stopped')
   return {'abandoned', 'stopped'}
 end
+local worker_deaths = tonumber(hget(jkey, 'worker_deaths') or '0') or 0
+if token ~= '' and hget(jkey, 'alone') == token then   -- it ran alone: its worker's death is its
+  redis.call('HSET', jkey, 'error_type', 'WorkerKilled', 'failure_reason', 'killed',
+    'error_message', 'the worker this job ran in alone died (worker ' ..
+    (hget(jkey, 'worker') or '?') .. '); its worker had died under it ' .. worker_deaths ..
+    ' time(s) before, beside other jobs: taken for the culprit, not run again')
+  to_failed(base, jid, t, failed_ttl)
+  return {'abandoned', 'alone'}
+end
 -- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
 local SHARED_MAX = 3
 local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
 local deaths = (tonumber(hget(jkey, 'shared_deaths') or '0') or 0) + 1
-redis.call('HSET', jkey, 'shared_deaths', deaths)
+redis.call('HSET', jkey, 'shared_deaths', deaths, 'worker_deaths', worker_deaths + 1)
 if deaths >= math.max(SHARED_MAX, max_retries + 1) then
   redis.call('HSET', jkey, 'error_type', 'Abandoned', 'failure_reason', 'abandoned',
     'error_message', 'worker ' .. (hget(jkey, 'worker') or '?') ..
