@@ -24,12 +24,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..exceptions import MetaTooLarge
 from . import codec
 from . import tracing as _otel
 from .config import check_value
 from .connection import text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
+from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
 from .registry import lookup, producer_allowed, registered
 from .scripts import replies
@@ -231,7 +233,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
     if refs or opts.at_front or _OPTIONAL(opts) != _NONE_GIVEN:
         fields += _optional_fields(opts, refs)
     if opts.meta:    # tagged JSON, as the worker writes it (progress.py)
-        fields += ["meta", _tagged_json(codec.encode(opts.meta, "meta"))]
+        fields += ["meta", _meta_text(ref, opts.meta)]
     if _otel.producer is not None:
         fields += _otel.trace_fields()   # the producer's trace context
     return fields
@@ -248,6 +250,16 @@ def _args_text(q: Queue, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple[str,
             f"bytes of JSON, more than max_args_bytes ({limit}; "
             "FUSIONWORKER_MAX_ARGS_BYTES): pass a reference (a key, a path) instead")
     return args_text, kwargs_text
+
+
+def _meta_text(ref: str, meta: dict[str, Any]) -> str:
+    """The meta's tagged JSON; MetaTooLarge beyond the limit a job's own meta has."""
+    text = _tagged_json(codec.encode(meta, "meta"))
+    if len(text.encode("utf-8")) > META_LIMIT:
+        raise MetaTooLarge(
+            f"cannot enqueue {ref}: its meta is {len(text.encode('utf-8'))} bytes of JSON, "
+            f"more than the {META_LIMIT} a job's meta may hold: store a reference instead")
+    return text
 
 
 def _optional_fields(opts: JobOptions, refs: list[str]) -> list[str]:

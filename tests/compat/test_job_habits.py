@@ -155,6 +155,15 @@ def test_save_meta_refuses_bad_meta_before_writing(queue):
     assert not q.connection.exists(q.qkeys.job(job.id))   # no record of one field left
 
 
+def test_enqueue_refuses_a_meta_larger_than_save_meta_takes_and_writes_nothing(queue):
+    q = queue()
+    with pytest.raises(MetaTooLarge, match="meta is .* bytes"):
+        q.enqueue("tests.jobs:noop", meta={"big": "x" * (65 * 1024)}, job_id="big-meta")
+    assert not q.connection.exists(q.qkeys.job("big-meta")) and q.count == 0
+    job = q.enqueue("tests.jobs:noop", meta={"ok": "x" * (63 * 1024)})
+    assert q.fetch_job(job.id).meta == {"ok": "x" * (63 * 1024)}
+
+
 def test_repr_is_short(queue):
     job = queue().enqueue("tests.jobs:noop", job_id="j1")
     assert repr(job) == "Job('j1', queue='default', func='tests.jobs:noop', status='queued')"
