@@ -53,6 +53,45 @@ def _describe(exc: BaseException) -> str:
         return f"<{type(exc).__name__} whose str() failed>"
 
 
+#: FUSIONWORKER_MAX_RESULT_BYTES of the worker (0: none), set once by the process that
+#: forks the horses (:func:`cap_results`): a larger result is refused here, in the horse,
+#: so it never crosses the pipe
+_result_cap = 0
+
+
+def cap_results(limit: int) -> None:
+    """Horses forked from this process refuse a result over ``limit`` bytes (0: none)."""
+    global _result_cap
+    _result_cap = max(0, int(limit))
+
+
+def result_too_large(limit: int, result: str | None) -> str | None:
+    """Why ``result`` (the encoded return value) may not be stored, or None."""
+    if not limit or result is None or len(result) <= limit // 4:    # 4 bytes a char at most
+        return None
+    size = len(result.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return None
+    return (f"the job's return value is {size} bytes of JSON; the limit is {limit} bytes "
+            "(FUSIONWORKER_MAX_RESULT_BYTES): store large data elsewhere and return a "
+            "reference. Nothing was stored.")
+
+
+def _result_report(result: Any) -> HorseReport:
+    """The report of a job that returned ``result``: its JSON, or why it cannot be sent."""
+    try:
+        encoded = codec.dumps(result, where="the job's return value")
+    except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
+        return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
+                           error_type="ResultNotSerializable",
+                           error_message=str(exc)[:2000], traceback="")
+    too_large = result_too_large(_result_cap, encoded)
+    if too_large:        # never retried: the same job returns the same value again
+        return HorseReport(ok=False, reason=FailureReason.EXCEPTION, error_type="ResultTooLarge",
+                           error_message=too_large, traceback="")
+    return HorseReport(ok=True, reason="ok", result=encoded)
+
+
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
     if lease.on_alarm():      # the horse's lease deadline came first (lease.py)
         return
@@ -81,13 +120,7 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
                                traceback="")
         result = call(func, job.args, job.kwargs)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        try:
-            return HorseReport(ok=True, reason="ok",
-                               result=codec.dumps(result, where="the job's return value"))
-        except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
-            return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
-                               error_type="ResultNotSerializable",
-                               error_message=str(exc)[:2000], traceback="")
+        return _result_report(result)
     except JobTimeoutError:
         signal.setitimer(signal.ITIMER_REAL, 0)
         return HorseReport(ok=False, reason=FailureReason.TIMEOUT, error_type="JobTimeoutError",
