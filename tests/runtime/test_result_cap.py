@@ -4,9 +4,8 @@ Redis; a value at the cap is stored."""
 
 from __future__ import annotations
 
-import pytest
-
 import psutil
+import pytest
 
 from fusionworker.core.config import Settings
 from tests.waiting import wait_for
