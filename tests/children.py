@@ -21,6 +21,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+import psutil
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -48,3 +50,18 @@ def die_with_parent() -> Callable[[], None] | None:
     if _LIBC is None or threading.current_thread() is not threading.main_thread():
         return None
     return _ask_for_sigkill
+
+
+def fork_servers_of(worker_pid: int) -> list[psutil.Process]:
+    """The running fork servers among a worker's children. A child that ended and is not
+    reaped yet (a zombie), or one gone as we look, has no command line to read and is
+    skipped: a retired server, or the short-lived child that reads the ``--import``
+    modules at start."""
+    found = []
+    for child in psutil.Process(worker_pid).children():
+        try:
+            if "fork server" in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            pass
+    return found

@@ -1,7 +1,7 @@
 """The package's shape: no function over 80 lines, none over complexity 20
-(ruff's mccabe check, C901), no file over 600 lines. ``create_app`` counts like
-any other function: the dashboard's endpoints are module-level functions that
-read ``request.app.state``."""
+(ruff's mccabe check, C901) and none outside ``runtime/`` over 15 as radon
+counts (:func:`complexity`), no file over 600 lines. ``create_app`` counts like any other function: the dashboard's
+endpoints are module-level functions that read ``request.app.state``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fusionworker"
 MAX_FUNCTION_LINES = 80
 MAX_COMPLEXITY = 20
+#: the bound outside ``runtime/`` (the worker's loop is still being cut down to it)
+MAX_COMPLEXITY_OUTSIDE_RUNTIME = 15
 MAX_FILE_LINES = 600
 
 
@@ -67,6 +69,48 @@ def _ruff_c901(target: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
+def complexity(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Cyclomatic complexity as radon counts it (stricter than mccabe): 1, plus 1 per
+    ``if``, ``elif``, conditional expression, ``assert`` and loop (and its ``else``),
+    per ``except`` and ``try``'s ``else``, per extra operand of ``and``/``or``, per
+    comprehension ``for`` and ``if``, per ``case`` but a catch-all. The body of a
+    nested function or class counts for that one, not for ``function``."""
+    count = 1
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Assert):
+            count += 1
+            continue    # radon does not look inside an assert
+        if isinstance(node, ast.If | ast.IfExp):
+            count += 1
+        elif isinstance(node, ast.BoolOp):
+            count += len(node.values) - 1
+        elif isinstance(node, ast.Try):
+            count += len(node.handlers) + bool(node.orelse)
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            count += 1 + bool(node.orelse)
+        elif isinstance(node, ast.comprehension):
+            count += 1 + len(node.ifs)
+        elif isinstance(node, ast.Match):
+            count += max(0, len(node.cases) - any(
+                getattr(case.pattern, "pattern", False) is None for case in node.cases))
+        todo.extend(ast.iter_child_nodes(node))
+    return count
+
+
+def complex_functions(path: Path, limit: int) -> list[str]:
+    """``file:line name (N)`` for each function of ``path`` above complexity ``limit``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    return [f"{where}:{node.lineno} {node.name} ({complexity(node)})"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and complexity(node) > limit]
+
+
 needs_ruff = pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
                                 reason="ruff is not installed")
 
@@ -75,6 +119,45 @@ needs_ruff = pytest.mark.skipif(importlib.util.find_spec("ruff") is None,
 def test_no_function_is_over_complexity_20() -> None:
     done = _ruff_c901(PACKAGE)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_function_outside_the_runtime_is_over_complexity_15() -> None:
+    runtime = PACKAGE / "runtime"
+    paths = [path for path in _sources() if not path.is_relative_to(runtime)]
+    assert PACKAGE / "core" / "enqueue.py" in paths and runtime / "loop.py" not in paths
+    found = [hit for path in paths
+             for hit in complex_functions(path, MAX_COMPLEXITY_OUTSIDE_RUNTIME)]
+    assert found == [], "\n".join(found)
+
+
+def test_the_count_is_radons(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "def tangled(x, y):\n"                                 # 1
+        "    assert x\n"                                       # 1
+        "    if x and y or x:\n"                               # 1 + 2
+        "        return [i for i in x if i]\n"                 # 2
+        "    elif y:\n"                                        # 1
+        "        return 1 if x else 2\n"                       # 1
+        "    for i in x:\n"                                    # 1 + 1 (else)
+        "        pass\n"
+        "    else:\n"
+        "        pass\n"
+        "    try:\n"
+        "        pass\n"
+        "    except ValueError:\n"                             # 1
+        "        pass\n"
+        "    except KeyError:\n"                               # 1
+        "        pass\n"
+        "    match x:\n"
+        "        case 1: pass\n"                               # 1
+        "        case _: pass\n"
+        "    def inner():\n"                                   # its own
+        "        if x: pass\n"
+        "    with open(x): pass\n"                             # 0
+        "    return 0\n")
+    assert complex_functions(probe, 1) == ["probe.py:1 tangled (14)", "probe.py:20 inner (2)"]
+    assert complex_functions(probe, 14) == []
 
 
 @needs_ruff

@@ -35,31 +35,41 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     at = headers.index("SCHED") + 1
     if deferred:
         headers.insert(at, "DEFERRED")
-    rows = []
-    for q in queues:
-        row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
-               q.get("awaiting_compute", 0), q["scheduled"], q.get("held", 0), q["started"], q["failed"], q.get("finished", 0),
-               q["max_active"], q.get("busy_groups", 0), fmt_age(q["oldest_age"]),
-               "paused" if q["paused"] else "active"]
-        if cron:
-            value = q.get("cron")
-            row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)
-        if rated:
-            row.insert(-1, "; ".join(filter(None, (fmt_rate(q.get("rate_limit")),
-                                                    fmt_group_rate(q.get("group_rate_limit")))))
-                       or None)
-        if deferred:
-            row.insert(at, q.get("deferred", 0))
-        rows.append(row)
+    rows = [_queue_row(q, band_names, cron, rated, at if deferred else None) for q in queues]
     lines = table(headers, rows, right=range(1, len(headers) - 1))
+    lines.append(_queues_summary(queues))
+    return lines
+
+
+def _queue_row(q: dict[str, Any], band_names: list[str], cron: bool, rated: bool,
+               deferred_at: int | None) -> list[Any]:
+    """One queue's row of ``info``; ``cron``/``rated``: those columns are shown,
+    ``deferred_at``: where the DEFERRED column is (None: not shown)."""
+    row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
+           q.get("awaiting_compute", 0), q["scheduled"], q.get("held", 0), q["started"], q["failed"], q.get("finished", 0),
+           q["max_active"], q.get("busy_groups", 0), fmt_age(q["oldest_age"]),
+           "paused" if q["paused"] else "active"]
+    if cron:
+        value = q.get("cron")
+        row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)
+    if rated:
+        row.insert(-1, "; ".join(filter(None, (fmt_rate(q.get("rate_limit")),
+                                                fmt_group_rate(q.get("group_rate_limit")))))
+                   or None)
+    if deferred_at is not None:
+        row.insert(deferred_at, q.get("deferred", 0))
+    return row
+
+
+def _queues_summary(queues: list[dict[str, Any]]) -> str:
+    """``info``'s line under the queues: their totals (and the last hour's, when known)."""
     total = {k: sum(q[k] for q in queues) for k in ("pending", "started", "failed")}
     summary = (f"{len(queues)} queue(s): {total['pending']} pending, {total['started']} "
                f"started, {total['failed']} failed")
     if all("last_hour" in q for q in queues):
         hour = {k: sum(q["last_hour"][k] for q in queues) for k in ("finished", "failed")}
         summary += f"; last hour {hour['finished']} finished, {hour['failed']} failed"
-    lines.append(summary)
-    return lines
+    return summary
 
 
 def fmt_rate(rate: dict[str, Any] | None) -> str | None:
@@ -186,22 +196,29 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
             if first_page and doc.get("queues_total", 0) <= per_page:
                 for name in ("page", "per_page", "pages"):
                     doc.pop(name, None)   # one page holds them all: today's screen
-            if as_json:
-                if interval:
-                    click.echo(json.dumps(doc, sort_keys=True, default=str))
-                else:
-                    echo_json(doc)
-            else:
-                if interval and sys.stdout.isatty():
-                    click.clear()
-                click.echo(render_info(doc, first_page=first_page and "page" in doc))
-                if interval:
-                    click.echo(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
+            _show_info(doc, as_json, interval, first_page)
             if not interval:
                 return
             time.sleep(interval)
     except KeyboardInterrupt:
         return
+
+
+def _show_info(doc: dict[str, Any], as_json: bool, interval: float | None,
+               first_page: bool) -> None:
+    """One screen of ``info`` (with ``--interval``: one line of JSON, or the screen
+    cleared first and the refresh said under it)."""
+    if as_json:
+        if interval:
+            click.echo(json.dumps(doc, sort_keys=True, default=str))
+        else:
+            echo_json(doc)
+        return
+    if interval and sys.stdout.isatty():
+        click.clear()
+    click.echo(render_info(doc, first_page=first_page and "page" in doc))
+    if interval:
+        click.echo(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
 
 
 @click.command()
@@ -324,35 +341,42 @@ def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -
     prefix = app.settings.prefix
     if queue is not None:
         require_queue(app, queue)
-    total = 0
     if all_:
         names = [queue] if queue else known_queues(r, prefix)
         queues = [Queue(n, r, settings=app.settings) for n in names]
         count = sum(int(r.zcard(q.qkeys.failed)) for q in queues)
         with progress(count, "Requeueing") as advance:
-            for q in queues:
-                total += q.requeue_all_failed(progress=advance)
+            total = sum(q.requeue_all_failed(progress=advance) for q in queues)
         click.echo(f"Requeued {total} job(s)")
         return
-    errors = []
-    with progress(len(job_ids) if len(job_ids) > 1 else 0, "Requeueing") as advance:
-        for job_id in job_ids:
-            name = find_queue_of(r, job_id, prefix, queue)
-            try:
-                if name is None:
-                    raise NoSuchJob(f"no job {job_id!r}" + (f" in queue {queue!r}" if queue
-                                                             else ""))
-                Queue(name, r, settings=app.settings).requeue(job_id)
-                total += 1
-            except (NoSuchJob, InvalidOperation) as exc:
-                errors.append(str(exc))
-            advance(1)
+    total, errors = _requeue_each(app, job_ids, queue)
     if total or not errors:     # a lone unknown id prints its error only
         click.echo(f"Requeued {total} job(s)")
     if errors:
         for line in errors:
             click.echo(f"Error: {line}", err=True)
         sys.exit(1)
+
+
+def _requeue_each(app: App, job_ids: tuple[str, ...], queue: str | None,
+                  ) -> tuple[int, list[str]]:
+    """Requeue each failed job of ``job_ids`` (of ``queue``, if given): how many were,
+    and the error of each that was not."""
+    total = 0
+    errors = []
+    with progress(len(job_ids) if len(job_ids) > 1 else 0, "Requeueing") as advance:
+        for job_id in job_ids:
+            name = find_queue_of(app.connection, job_id, app.settings.prefix, queue)
+            try:
+                if name is None:
+                    raise NoSuchJob(f"no job {job_id!r}" + (f" in queue {queue!r}" if queue
+                                                             else ""))
+                Queue(name, app.connection, settings=app.settings).requeue(job_id)
+                total += 1
+            except (NoSuchJob, InvalidOperation) as exc:
+                errors.append(str(exc))
+            advance(1)
+    return total, errors
 
 
 def _unknown_queues(r: Any, prefix: str, queues: tuple[str, ...]) -> list[str]:

@@ -196,6 +196,34 @@ def search_queue_option(what: str) -> Callable[[Callable[..., Any]], Callable[..
                         help=f"Queue of the {what} (default: search every queue).")
 
 
+def on_one(group: click.Group, name: str, argument: str,
+           what: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """``GROUP NAME ARGUMENT [--queue Q]``: a command of ``group`` on one job or cron
+    entry (``what``), looked for in every queue unless ``--queue`` names one."""
+    def make(command: Callable[..., Any]) -> click.Command:
+        return group.command(name)(
+            click.argument(argument)(search_queue_option(what)(pass_app(command))))
+    return make
+
+
+#: ``--path``'s help where the command says nothing more about it
+PATH_HELP = ("Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
+             "The current directory is always searched first, as by `worker`.")
+
+
+def import_options(import_help: str, path_help: str = PATH_HELP,
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--import MODULE`` and ``--path DIR`` (both repeatable: ``imports``, ``paths``),
+    with the command's own help texts."""
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option("--path", "paths", multiple=True, metavar="DIR",
+                               type=click.Path(exists=True, file_okay=False, dir_okay=True),
+                               help=path_help)(command)
+        return click.option("--import", "imports", multiple=True, metavar="MODULE",
+                            help=import_help)(command)
+    return add
+
+
 #: the metavar of an option, by its long name, in every command that has it
 METAVARS = {
     "--queue": "QUEUE", "--timeout": "SECONDS", "--priority": "PRIORITY",

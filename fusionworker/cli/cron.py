@@ -13,10 +13,11 @@ from .common import (
     App,
     FiniteFloat,
     echo_json,
+    import_options,
+    on_one,
     parse_arg,
     parse_kwargs,
     pass_app,
-    search_queue_option,
 )
 from .jobs import producer_imports
 
@@ -54,13 +55,8 @@ def cron() -> None:
               help="Enqueue a run even while the previous one is queued or running.")
 @click.option("--timeout", type=FiniteFloat(min=0, min_open=True), help="Job time limit, s.")
 @click.option("--max-retries", type=click.IntRange(min=0))
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE first so that its @fusionworker.job functions may be "
-                   "named (repeatable; adds to FUSIONWORKER_IMPORTS), as with `enqueue`.")
-@click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, dir_okay=True),
-              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
-                   "The current directory is always searched first, as by `worker`.")
+@import_options("Import MODULE first so that its @fusionworker.job functions may be "
+                "named (repeatable; adds to FUSIONWORKER_IMPORTS), as with `enqueue`.")
 @pass_app
 def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...], queue: str,
              kwargs_json: str | None, priority: int | None, timezone: str, catch_up: str,
@@ -125,30 +121,21 @@ def cron_list(app: App, queue: str | None, as_json: bool) -> None:
     click.echo(f"{len(entries)} cron entr{'y' if len(entries) == 1 else 'ies'}")
 
 
-@cron.command("remove")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "remove", "name", "entry")
 def cron_remove(app: App, name: str, queue: str | None) -> None:
     """Delete entry NAME (a run already enqueued still runs)."""
     found = cron_api.remove(app.connection, app.settings, name, queue)
     click.echo(f"cron entry {name} on {found} removed")
 
 
-@cron.command("pause")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "pause", "name", "entry")
 def cron_pause(app: App, name: str, queue: str | None) -> None:
     """Enqueue no runs of NAME until resumed."""
     found = cron_api.pause(app.connection, app.settings, name, queue)
     click.echo(f"cron entry {name} on {found} paused")
 
 
-@cron.command("resume")
-@click.argument("name")
-@search_queue_option("entry")
-@pass_app
+@on_one(cron, "resume", "name", "entry")
 def cron_resume(app: App, name: str, queue: str | None) -> None:
     """Resume NAME from its next scheduled time (runs missed while paused are not made up)."""
     entry = cron_api.resume(app.connection, app.settings, name, queue)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..core.job import LIVE_STATUSES, JobStatus
+from ..core.job import LIVE_STATUSES, Job, JobStatus
 from ..core.queue import Queue
 from .common import App, pass_app
 
@@ -48,6 +48,27 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
 
     settings = app.settings.replace(max_retries=3)
     queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
+    ids = _enqueue_samples(queues, count)
+    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url} "
+               f"(key prefix {settings.prefix}, emptied first)")
+    procs = _start_workers(app, settings.prefix, workers)
+    try:
+        _watch(queues, ids)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+    from .admin import info
+
+    ctx.invoke(info)
+    if server is not None:
+        _keep_serving(server, web_port)
+
+
+def _enqueue_samples(queues: dict[str, Queue], count: int) -> list[Job[Any]]:
+    """``count`` jobs over the three queues, then one that fails, one that times out and
+    one that retries."""
     ids = []
     for i in range(count):
         name = QUEUES[i % 3]
@@ -63,45 +84,45 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
     ids.append(queues["email"].enqueue("fusionworker.ops.demo:broken_template", "welcome-v2"))
     ids.append(queues["sms"].enqueue("fusionworker.ops.demo:stuck_provider", 60, timeout=2))
     ids.append(queues["webhook"].enqueue("fusionworker.ops.demo:flaky_webhook", "https://flaky.example"))
-    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url} "
-               f"(key prefix {settings.prefix}, emptied first)")
+    return ids
 
-    env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=settings.prefix,
+
+def _start_workers(app: App, prefix: str, workers: int) -> list[subprocess.Popen[bytes]]:
+    """``workers`` worker processes on the demo's queues and key prefix."""
+    env = dict(os.environ, REDIS_URL=app.url, FUSIONWORKER_PREFIX=prefix,
                FUSIONWORKER_IMPORTS="fusionworker.ops.demo", FUSIONWORKER_ALLOWED_MODULES="",
                FUSIONWORKER_MAX_RETRIES="3")
     env.pop("NOTIFY_SOCKET", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--queue",
-                               ",".join(QUEUES), "--name", f"demo-{n + 1}"], env=env)
-             for n in range(workers)]
-    try:
-        while True:
-            jobs = [queues[j.queue].fetch_job(j.id) for j in ids]
-            states = {s: sum(1 for j in jobs if j and j.status == s)
-                      for s in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED,
-                                JobStatus.FINISHED, JobStatus.FAILED)}
-            line = "  ".join(f"{k} {v}" for k, v in states.items())
-            click.echo(f"\r{line}   ", nl=not sys.stdout.isatty())
-            if sum(states[s] for s in LIVE_STATUSES) == 0:
-                break
-            time.sleep(0.5)
-        click.echo("")
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(30)
-    from .admin import info
+    return [subprocess.Popen([sys.executable, "-m", "fusionworker.cli", "worker", "--queue",
+                              ",".join(QUEUES), "--name", f"demo-{n + 1}"], env=env)
+            for n in range(workers)]
 
-    ctx.invoke(info)
-    if server is not None:
-        click.echo(f"\nDashboard still on http://127.0.0.1:{web_port}/ ; Ctrl-C to stop")
-        try:
-            while server.thread.is_alive():
-                server.thread.join(0.5)
-        except KeyboardInterrupt:
-            pass
-        server.should_exit = True
-        server.thread.join(10)
+
+def _watch(queues: dict[str, Queue], ids: list[Job[Any]]) -> None:
+    """A line of counts per state, redrawn until no job is live."""
+    while True:
+        jobs = [queues[j.queue].fetch_job(j.id) for j in ids]
+        states = {s: sum(1 for j in jobs if j and j.status == s)
+                  for s in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED,
+                            JobStatus.FINISHED, JobStatus.FAILED)}
+        line = "  ".join(f"{k} {v}" for k, v in states.items())
+        click.echo(f"\r{line}   ", nl=not sys.stdout.isatty())
+        if sum(states[s] for s in LIVE_STATUSES) == 0:
+            break
+        time.sleep(0.5)
+    click.echo("")
+
+
+def _keep_serving(server: Any, port: int) -> None:
+    """The dashboard stays up after the demo until Ctrl-C."""
+    click.echo(f"\nDashboard still on http://127.0.0.1:{port}/ ; Ctrl-C to stop")
+    try:
+        while server.thread.is_alive():
+            server.thread.join(0.5)
+    except KeyboardInterrupt:
+        pass
+    server.should_exit = True
+    server.thread.join(10)
 
 
 def _start_web(app: App, connection: RedisClient, port: int) -> Any:

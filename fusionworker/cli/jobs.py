@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -19,6 +20,8 @@ from .common import (
     FiniteFloat,
     echo_json,
     fmt_age,
+    import_options,
+    on_one,
     parse_arg,
     parse_kwargs,
     pass_app,
@@ -68,13 +71,8 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
               help="Enqueue one job per line of this file ('-' = stdin): a JSON object with "
                    "func, and optionally args, kwargs, options. Every line is checked before "
                    "anything is written.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE first so that its @fusionworker.job functions may be "
-                   "enqueued by name (repeatable; adds to FUSIONWORKER_IMPORTS).")
-@click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, dir_okay=True),
-              help="Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
-                   "The current directory is always searched first, as by `worker`.")
+@import_options("Import MODULE first so that its @fusionworker.job functions may be "
+                "enqueued by name (repeatable; adds to FUSIONWORKER_IMPORTS).")
 @pass_app
 def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
             kwargs_json: str | None, priority: int | None, timeout: float | None,
@@ -157,6 +155,18 @@ def _prepare_line(q: Queue, number: int, line: str) -> PreparedJob:
     def bad(message: str) -> click.UsageError:
         return click.UsageError(f"line {number}: {message}")
 
+    doc = _read_line(line, bad)
+    options = dict(doc.get("options", {}))
+    delay = options.pop("in", None)
+    try:
+        return q.prepare_call(doc["func"], doc.get("args", []), doc.get("kwargs", {}),
+                              _when=_delay(delay), **options)
+    except (FusionWorkerError, ValueError, TypeError) as exc:
+        raise bad(str(exc)) from None
+
+
+def _read_line(line: str, bad: Callable[[str], click.UsageError]) -> dict[str, Any]:
+    """A --from-file line's JSON object, its fields and options checked by name and type."""
     try:
         doc = json.loads(line)
     except ValueError as exc:
@@ -168,27 +178,26 @@ def _prepare_line(q: Queue, number: int, line: str) -> PreparedJob:
             raise bad(f"unknown field {name!r} (expected {', '.join(FILE_FIELDS)})")
     if "func" not in doc:
         raise bad("'func' is required")
-    args, kwargs, options = doc.get("args", []), doc.get("kwargs", {}), doc.get("options", {})
-    if not isinstance(args, list):
+    if not isinstance(doc.get("args", []), list):
         raise bad("'args' must be a JSON list")
-    if not isinstance(kwargs, dict):
+    if not isinstance(doc.get("kwargs", {}), dict):
         raise bad("'kwargs' must be a JSON object")
-    if not isinstance(options, dict):
+    if not isinstance(doc.get("options", {}), dict):
         raise bad("'options' must be a JSON object")
-    for name in options:
+    for name in doc.get("options", {}):
         if name not in FILE_OPTIONS:
             raise bad(f"unknown option {name!r} (expected {', '.join(FILE_OPTIONS)})")
-    options = dict(options)
-    delay = options.pop("in", None)
-    try:
-        when = None
-        if delay is not None:
-            if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-                raise ValueError(f"'in' must be a number of seconds >= 0, got {delay!r}")
-            when = ("in", float(delay))
-        return q.prepare_call(doc["func"], args, kwargs, _when=when, **options)
-    except (FusionWorkerError, ValueError, TypeError) as exc:
-        raise bad(str(exc)) from None
+    return doc
+
+
+def _delay(delay: Any) -> tuple[str, float] | None:
+    """A line's ``in`` option as the ``when`` of ``prepare_call``; ValueError unless
+    seconds >= 0."""
+    if delay is None:
+        return None
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        raise ValueError(f"'in' must be a number of seconds >= 0, got {delay!r}")
+    return ("in", float(delay))
 
 
 def _enqueue_file(app: App, queue: str, source: Any) -> None:
@@ -231,10 +240,7 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
     if as_json:
         doc = found.to_dict()
         if found.batch:  # additive: the batch's counts and progress
-            from ..core.batch import batch_status
-
-            bq, _, bid = found.batch.partition(":")
-            doc["batch_status"] = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+            doc["batch_status"] = _batch_of(app, found.batch)[2]
         echo_json(doc)
         return
     click.echo(f"job       {found.id}")
@@ -245,13 +251,23 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
         extra = " (runs even if one fails)" if found.allow_dependency_failure else ""
         click.echo(f"after     {', '.join(found.depends_on)}{extra}")
     if found.batch:
-        from ..core.batch import batch_status
-
-        bq, _, bid = found.batch.partition(":")
-        st = batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+        bq, bid, st = _batch_of(app, found.batch)
         if st.get("exists"):
             click.echo(f"batch     {bid} on {bq}: {st['ended']}/{st['total']} ended, "
                        f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
+    _show_outcome(found)
+
+
+def _batch_of(app: App, batch: str) -> tuple[str, str, dict[str, Any]]:
+    """``(queue, batch id, batch_status)`` of a job's ``queue:id`` batch."""
+    from ..core.batch import batch_status
+
+    bq, _, bid = batch.partition(":")
+    return bq, bid, batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+
+
+def _show_outcome(found: Job[Any]) -> None:
+    """``job show``'s lines after the batch: worker, progress, meta, result, error."""
     if found.worker_name:
         click.echo(f"worker    {found.worker_name}")
     if found.progress is not None:    # what the job reported (current_job().set_progress)
@@ -281,7 +297,25 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
     finished, failed and canceled (newest first)."""
     r = app.connection
     names = [require_queue(app, queue)] if queue else known_queues(r, app.settings.prefix)
-    wanted = statuses or STATUSES
+    found, truncated = _listed_jobs(app, names, statuses or STATUSES, limit)
+    if as_json:
+        echo_json({"schema": JOB_LIST_SCHEMA, "jobs": [j.to_dict() for j in found],
+                   "count": len(found), "truncated": truncated})
+        return
+    now = server_time(r)
+    rows = [[j.id, j.queue, j.status, j.priority, j.func, j.attempts, _when(j, now),
+             _short(j.error)] for j in found]
+    for line in table(["ID", "QUEUE", "STATUS", "PRIO", "FUNCTION", "TRIES", "WHEN", "ERROR"],
+                      rows, right=(3, 5)):
+        click.echo(line)
+    more = f" (more not shown: raise --limit {limit})" if truncated else ""
+    click.echo(f"{len(found)} job(s){more}")
+
+
+def _listed_jobs(app: App, names: list[str], wanted: tuple[str, ...] | Any,
+                 limit: int) -> tuple[list[Job[Any]], bool]:
+    """Up to ``limit`` jobs of the ``wanted`` registries of queues ``names``, registry
+    by registry in lifecycle order, and whether more were left out."""
     found: list[Job[Any]] = []
     truncated = False
     for status in STATUSES:  # lifecycle order, whatever order the flags came in
@@ -292,30 +326,20 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
             if room <= 0:
                 truncated = True
                 break
-            batch = Queue(name, r, settings=app.settings).jobs(status, room + 1)
+            batch = Queue(name, app.connection, settings=app.settings).jobs(status, room + 1)
             if len(batch) > room:
                 truncated = True
             found += batch[:room]
-    if as_json:
-        echo_json({"schema": JOB_LIST_SCHEMA, "jobs": [j.to_dict() for j in found],
-                   "count": len(found), "truncated": truncated})
-        return
-    now = server_time(r)
-    rows = []
-    for j in found:
-        since = j.ended_at or j.started_at or j.enqueued_at
-        when: str | None
-        if j.status == JobStatus.SCHEDULED and j.scheduled_for:
-            when = "in " + fmt_age(max(0.0, j.scheduled_for - now))
-        else:
-            when = fmt_age(now - since) + " ago" if since else None
-        rows.append([j.id, j.queue, j.status, j.priority, j.func, j.attempts, when,
-                     _short(j.error)])
-    for line in table(["ID", "QUEUE", "STATUS", "PRIO", "FUNCTION", "TRIES", "WHEN", "ERROR"],
-                      rows, right=(3, 5)):
-        click.echo(line)
-    more = f" (more not shown: raise --limit {limit})" if truncated else ""
-    click.echo(f"{len(found)} job(s){more}")
+    return found, truncated
+
+
+def _when(j: Job[Any], now: float) -> str | None:
+    """``job list``'s WHEN: how soon a scheduled job is due, else how long ago it last
+    moved (ended, started or enqueued)."""
+    if j.status == JobStatus.SCHEDULED and j.scheduled_for:
+        return "in " + fmt_age(max(0.0, j.scheduled_for - now))
+    since = j.ended_at or j.started_at or j.enqueued_at
+    return fmt_age(now - since) + " ago" if since else None
 
 
 def _short(text: str | None, width: int = 60) -> str | None:
@@ -325,10 +349,7 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return line if len(line) <= width else line[:width - 1] + "\u2026"
 
 
-@job.command("retry")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "retry", "job_id", "job")
 def job_retry(app: App, job_id: str, queue: str | None) -> None:
     """Move failed JOB_ID back to its queue (attempts start over)."""
     q = _find(app, job_id, queue)
@@ -336,10 +357,7 @@ def job_retry(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Requeued {job_id} on {q.name}")
 
 
-@job.command("delete")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "delete", "job_id", "job")
 def job_delete(app: App, job_id: str, queue: str | None) -> None:
     """Delete JOB_ID and every reference to it (a running job finishes unrecorded)."""
     q = _find(app, job_id, queue)
@@ -347,10 +365,7 @@ def job_delete(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Deleted {job_id} from {q.name}")
 
 
-@job.command("cancel")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "cancel", "job_id", "job")
 def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     """Cancel queued or scheduled JOB_ID (it stays visible as canceled)."""
     q = _find(app, job_id, queue)
@@ -358,10 +373,7 @@ def job_cancel(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Canceled {job_id} on {q.name}")
 
 
-@job.command("stop")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "stop", "job_id", "job")
 def job_stop(app: App, job_id: str, queue: str | None) -> None:
     """Stop JOB_ID: a running job is killed by its worker, on whatever host, and ends
     stopped (no retry; its on_stopped callback runs); a queued one is canceled."""
@@ -373,10 +385,7 @@ def job_stop(app: App, job_id: str, queue: str | None) -> None:
         click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
-@job.command("hold")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "hold", "job_id", "job")
 def job_hold(app: App, job_id: str, queue: str | None) -> None:
     """Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.
 
@@ -386,10 +395,7 @@ def job_hold(app: App, job_id: str, queue: str | None) -> None:
     click.echo(f"Held {job_id} on {q.name}")
 
 
-@job.command("release")
-@click.argument("job_id")
-@search_queue_option("job")
-@pass_app
+@on_one(job, "release", "job_id", "job")
 def job_release(app: App, job_id: str, queue: str | None) -> None:
     """Give held JOB_ID back its place in its queue: workers claim it again."""
     q = _find(app, job_id, queue)

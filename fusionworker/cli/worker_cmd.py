@@ -19,11 +19,11 @@ from ..core.config import (
 )
 from ..core.connection import RedisClient, connect
 from ..core.keys import check_worker_name
-from ..core.registry import worker_allowed
 from ..ops.embedded import RedisUnavailable
+from ..runtime.imports import worker_allowed
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
-from .common import App, FiniteFloat, pass_app
+from .common import App, FiniteFloat, import_options, pass_app
 
 
 def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -83,14 +83,11 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
                    "the least worker time lately, weighted (sms:3,email:1 = 3:1 shares of "
                    "the time), across every worker; FUSIONWORKER_QUEUE_ORDER=fair. "
                    "Default: round-robin.")
-@click.option("--import", "imports", multiple=True, metavar="MODULE",
-              help="Import MODULE at start so that its @fusionworker.job functions may run "
-                   "(repeatable; adds to FUSIONWORKER_IMPORTS).")
-@click.option("--path", "paths", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False, dir_okay=True),
-              help="Put DIR at the front of sys.path so that job modules are found there "
-                   "(repeatable; adds to FUSIONWORKER_PATH). The current directory is always "
-                   "searched first, as with `rq worker`.")
+@import_options("Import MODULE at start so that its @fusionworker.job functions may run "
+                "(repeatable; adds to FUSIONWORKER_IMPORTS).",
+                "Put DIR at the front of sys.path so that job modules are found there "
+                "(repeatable; adds to FUSIONWORKER_PATH). The current directory is always "
+                "searched first, as with `rq worker`.")
 @click.option("--name", help="Worker name (default HOST.PID; with --processes: NAME.SLOT).")
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",

@@ -89,6 +89,16 @@ def _num(value: str | None, kind: type = float) -> Any:
         return None
 
 
+def _listed(value: str | None) -> list[str]:
+    """The items of a comma-separated heartbeat field ([] for none)."""
+    return [item for item in (value or "").split(",") if item]
+
+
+def _age(now: float, since: float | None) -> float | None:
+    """Seconds from ``since`` to ``now`` (never negative); None without ``since``."""
+    return max(0.0, now - since) if since else None
+
+
 def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
     """A heartbeat hash as typed fields with ages relative to ``now`` (the ``info`` schema)."""
     started = _num(data.get("current_job_started"))
@@ -103,20 +113,21 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "throttle": data.get("throttle") or None,
         # the governor's last CPU sample (% of all cores); None while its CPU check is off
         "cpu_percent": _num(data.get("cpu_percent")),
-        "queues": [q for q in (data.get("queues") or "").split(",") if q],
+        "queues": _listed(data.get("queues")),
         "current_job": current,
         # a worker with --concurrency N runs up to N jobs at once (current_job: the first)
-        "current_jobs": ([j for j in (data.get("current_jobs") or "").split(",") if j]
-                         or ([current] if current else [])),
+        "current_jobs": _listed(data.get("current_jobs")) or ([current] if current else []),
         "concurrency": _num(data.get("concurrency"), int) or 1,
         # round-robin | strict | fair (worker --fair); None for a worker that says none
         "queue_order": data.get("queue_order") or None,
         # the devices its slots own, slot i the i-th (worker --gpus); [] without
-        "gpus": [d for d in (data.get("gpus") or "").split(",") if d],
+        "gpus": _listed(data.get("gpus")),
+        # those whose slots claim nothing now: over GPU_THROTTLE_THRESHOLD (--gpus only)
+        "gpus_held": _listed(data.get("gpus_held")),
         "current_queue": (data.get("current_queue") or None) if current else None,
-        "current_job_age": max(0.0, now - started) if current and started else None,
-        "heartbeat_age": max(0.0, now - heartbeat) if heartbeat else None,
-        "uptime": max(0.0, now - birth) if birth else None,
+        "current_job_age": _age(now, started) if current else None,
+        "heartbeat_age": _age(now, heartbeat),
+        "uptime": _age(now, birth),
         "successful": _num(data.get("successful"), int) or 0,
         "failed": _num(data.get("failed"), int) or 0,
         "total_working_time": _num(data.get("total_working_time")) or 0.0,

@@ -101,24 +101,48 @@ def _encode(value: Any, where: str | None, depth: int) -> Any:
         return value
     depth += 1
     if depth > MAX_DEPTH:
-        where = where if where is None or len(where) <= 60 else where[:40] + "..." + where[-16:]
-        raise TooDeep(f"{where or 'value'} is nested deeper than {MAX_DEPTH} levels "
-                      "(lists, dicts, sets), which fusionworker does not write")
+        raise _too_deep(where)
     if isinstance(value, (list, tuple)):
         if where is None:
             return [_encode(v, None, depth) for v in value]
         return [_encode(v, f"{where}[{i}]", depth) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise UnsupportedType(
-                    f"{where or 'value'} has a key of type {type(k).__name__} ({k!r}); "
-                    "only string keys are supported")
-            out[k] = _encode(v, None if where is None else f"{where}[{k!r}]", depth)
-        if TAG in out:
-            return _tagged("dict", [[k, v] for k, v in out.items()])
-        return out
+        return _encode_dict(value, where, depth)
+    if isinstance(value, (set, frozenset)):
+        return _encode_set(value, where, depth)
+    return _encode_scalar(value, where)
+
+
+def _encode_set(value: set[Any] | frozenset[Any], where: str | None, depth: int) -> Any:
+    """A set or frozenset, tagged with its kind; its items in iteration order."""
+    kind = "frozenset" if isinstance(value, frozenset) else "set"
+    return _tagged(kind, [_encode(v, None if where is None else f"{where}{{{i}}}", depth)
+                          for i, v in enumerate(value)])
+
+
+def _too_deep(where: str | None) -> TooDeep:
+    """The error for a value nested past :data:`MAX_DEPTH` (a long path clipped)."""
+    where = where if where is None or len(where) <= 60 else where[:40] + "..." + where[-16:]
+    return TooDeep(f"{where or 'value'} is nested deeper than {MAX_DEPTH} levels "
+                   "(lists, dicts, sets), which fusionworker does not write")
+
+
+def _encode_dict(value: dict[Any, Any], where: str | None, depth: int) -> Any:
+    """A dict of string keys, tagged when a key is the tag itself."""
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if not isinstance(k, str):
+            raise UnsupportedType(
+                f"{where or 'value'} has a key of type {type(k).__name__} ({k!r}); "
+                "only string keys are supported")
+        out[k] = _encode(v, None if where is None else f"{where}[{k!r}]", depth)
+    if TAG in out:
+        return _tagged("dict", [[k, v] for k, v in out.items()])
+    return out
+
+
+def _encode_scalar(value: Any, where: str | None) -> Any:
+    """A tagged non-JSON scalar (datetime, date, Decimal, UUID, bytes)."""
     if isinstance(value, datetime):
         return _tagged("datetime", value.isoformat())
     if isinstance(value, date):
@@ -129,10 +153,6 @@ def _encode(value: Any, where: str | None, depth: int) -> Any:
         return _tagged("uuid", str(value))
     if isinstance(value, (bytes, bytearray, memoryview)):
         return _tagged("bytes", base64.b64encode(bytes(value)).decode("ascii"))
-    if isinstance(value, (set, frozenset)):
-        kind = "frozenset" if isinstance(value, frozenset) else "set"
-        return _tagged(kind, [_encode(v, None if where is None else f"{where}{{{i}}}", depth)
-                              for i, v in enumerate(value)])
     raise UnsupportedType(
         f"{where or 'value'} is of type {type(value).__module__}.{type(value).__qualname__}, "
         "which fusionworker cannot serialize (supported: JSON types, datetime, date, Decimal, "

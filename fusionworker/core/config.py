@@ -101,17 +101,7 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
     if isinstance(setting, str):
         setting = _BY_NAME[setting]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        where = f"{name or setting.env}={value!r}"
-        if setting.choices and str(value).lower() not in {c.lower() for c in setting.choices}:
-            raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
-        if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
-            raise ConfigError(f"{where}: must be a number")
-        if setting.check is not None and isinstance(value, str) and value:
-            try:
-                setting.check(value)
-            except ValueError as exc:
-                shown = "***" if setting.name in SECRETS else repr(value)
-                raise ConfigError(f"{name or setting.env}={shown}: {exc}") from None
+        _check_text(setting, value, name)
         return value
     # the message is formatted only on failure (a producer checks values per job)
     if not math.isfinite(value):
@@ -123,6 +113,22 @@ def check_value(setting: Setting | str, value: Any, name: str | None = None) -> 
     if setting.max is not None and value > setting.max:
         raise ConfigError(f"{name or setting.env}={value!r}: must be <= {setting.max:g}")
     return value
+
+
+def _check_text(setting: Setting, value: Any, name: str | None) -> None:
+    """:func:`check_value` for a value that is not a number: one of the setting's
+    choices, not given for a numeric setting, accepted by the setting's own check."""
+    where = f"{name or setting.env}={value!r}"
+    if setting.choices and str(value).lower() not in {c.lower() for c in setting.choices}:
+        raise ConfigError(f"{where}: must be one of {', '.join(setting.choices)}")
+    if isinstance(setting.default, (int, float)) and not isinstance(setting.default, bool):
+        raise ConfigError(f"{where}: must be a number")
+    if setting.check is not None and isinstance(value, str) and value:
+        try:
+            setting.check(value)
+        except ValueError as exc:
+            shown = "***" if setting.name in SECRETS else repr(value)
+            raise ConfigError(f"{name or setting.env}={shown}: {exc}") from None
 
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -213,7 +219,7 @@ SETTINGS: tuple[Setting, ...] = (
             "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
             "(every device NVML counts). A job sees only its slot's device "
             "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
-            "governor judges these devices only.", "--gpus"),
+            "governor judges these devices only, each for its own slots.", "--gpus"),
     Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
             "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
             "components). Unset: only functions registered with @fusionworker.job (default "

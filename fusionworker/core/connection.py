@@ -269,16 +269,7 @@ def parse_url(url: str) -> RedisURL:
         raise ValueError(f"cannot read the user and password of Redis URL {mask_url(url)}: "
                          "percent-encode '/', '?', '#' and '@' in them (%2F, %3F, %23, %40)")
     parts = urlsplit(url)
-    userinfo, at, hostinfo = parts.netloc.rpartition("@")
-    if not at:
-        userinfo, hostinfo = "", parts.netloc
-    username: str | None = None
-    password: str | None = None
-    if userinfo:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
-
+    username, password, hostinfo = _credentials(parts.netloc)
     if scheme in PLAIN_SCHEMES:
         _check_plain(url, parts)
         if scheme == "unix":
@@ -294,27 +285,41 @@ def parse_url(url: str) -> RedisURL:
     hosts = tuple(_parse_host(h, default_port, url) for h in hostinfo.split(","))
     options = _parse_options(parts.query, url)
     segments = [unquote(s) for s in parts.path.split("/") if s]
-
     if scheme in SENTINEL_SCHEMES:
-        if not segments or len(segments) > 2:
-            raise ValueError(
-                f"a Sentinel URL names the master and optionally the db: "
-                f"redis+sentinel://host:26379,host2:26379/<master_name>[/<db>], got {mask_url(url)}"
-            )
-        db = 0
-        if len(segments) == 2:
-            if not segments[1].isdigit():
-                raise ValueError(f"bad database number {segments[1]!r} in {mask_url(url)}")
-            db = int(segments[1])
-        return RedisURL(scheme, hosts, username, password, segments[0], db, options)
+        master, db = _sentinel_path(segments, url)
+        return RedisURL(scheme, hosts, username, password, master, db, options)
+    _check_cluster(options, segments, parts.path, url)
+    return RedisURL(scheme, hosts, username, password, None, 0, options)
 
-    # cluster
+
+def _credentials(netloc: str) -> tuple[str | None, str | None, str]:
+    """``(username, password, hosts)`` of a URL's netloc, user and password unquoted."""
+    userinfo, at, hostinfo = netloc.rpartition("@")
+    if not at:
+        return None, None, netloc
+    user, colon, secret = userinfo.partition(":")
+    return unquote(user) or None, (unquote(secret) if colon else None), hostinfo
+
+
+def _sentinel_path(segments: list[str], url: str) -> tuple[str, int]:
+    """``(master_name, db)`` of a Sentinel URL's path segments."""
+    if not segments or len(segments) > 2:
+        raise ValueError(
+            f"a Sentinel URL names the master and optionally the db: "
+            f"redis+sentinel://host:26379,host2:26379/<master_name>[/<db>], got {mask_url(url)}"
+        )
+    if len(segments) == 2 and not segments[1].isdigit():
+        raise ValueError(f"bad database number {segments[1]!r} in {mask_url(url)}")
+    return segments[0], int(segments[1]) if len(segments) == 2 else 0
+
+
+def _check_cluster(options: dict[str, Any], segments: list[str], path: str, url: str) -> None:
+    """A cluster URL takes no Sentinel option and no database but 0."""
     for name in ("sentinel_password", "sentinel_username", "sentinel_socket_timeout"):
         if name in options:
             raise ValueError(f"option {name!r} is for Sentinel URLs, not {mask_url(url)}")
     if segments and segments != ["0"]:
-        raise ValueError(f"a Redis Cluster has only database 0; got path {parts.path!r} in {mask_url(url)}")
-    return RedisURL(scheme, hosts, username, password, None, 0, options)
+        raise ValueError(f"a Redis Cluster has only database 0; got path {path!r} in {mask_url(url)}")
 
 
 def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:

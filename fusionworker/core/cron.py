@@ -407,11 +407,7 @@ def pause(connection: RedisClient, settings: Settings, name: str, queue: str | N
     """Stop enqueueing runs of ``name`` until :func:`resume`. Returns its queue."""
     connection = decoding(connection)   # any redis-py client
     queue = find_queue(connection, settings, name, queue)
-    k = _qkeys(settings, queue)
-    pipe = connection.pipeline(transaction=False)
-    pipe.hset(k.cron_entry(name), mapping={"paused": "1", "next_run": ""})
-    pipe.zadd(k.cron, {name: float("inf")}, xx=True)
-    pipe.execute()
+    _set_next_run(connection, _qkeys(settings, queue), name, None)
     log.info("Cron entry %s on %s paused", name, queue)
     return queue
 
@@ -420,15 +416,21 @@ def resume(connection: RedisClient, settings: Settings, name: str, queue: str | 
     """Resume ``name``: its next run is the next scheduled time from now (no catch-up)."""
     connection = decoding(connection)   # any redis-py client
     entry = get_entry(connection, settings, name, queue)
-    k = _qkeys(settings, entry.queue)
     nxt = next_after(entry.schedule, entry.timezone, server_time(connection))
-    pipe = connection.pipeline(transaction=False)
-    pipe.hset(k.cron_entry(name), mapping={"paused": "0", "next_run": f"{nxt:.0f}"})
-    pipe.zadd(k.cron, {name: nxt}, xx=True)
-    pipe.execute()
+    _set_next_run(connection, _qkeys(settings, entry.queue), name, nxt)
     log.info("Cron entry %s on %s resumed, next run %s", name, entry.queue,
              _fmt(nxt, entry.timezone))
     return get_entry(connection, settings, name, entry.queue)
+
+
+def _set_next_run(connection: RedisClient, k: QueueKeys, name: str, nxt: float | None) -> None:
+    """An existing entry's next run (its hash and its score, one round trip); None
+    pauses it (never due)."""
+    pipe = connection.pipeline(transaction=False)
+    pipe.hset(k.cron_entry(name), mapping={"paused": "1" if nxt is None else "0",
+                                           "next_run": "" if nxt is None else f"{nxt:.0f}"})
+    pipe.zadd(k.cron, {name: float("inf") if nxt is None else nxt}, xx=True)
+    pipe.execute()
 
 
 def list_entries(connection: RedisClient, prefix: str = "fw",

@@ -28,17 +28,16 @@ from ..exceptions import MetaTooLarge
 from . import codec
 from . import tracing as _otel
 from .config import check_value
-from .connection import text_hash
+from .connection import is_cluster, text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
-from .registry import lookup, producer_allowed, registered
+from .registry import learnt_options, lookup, producer_allowed, registered
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
-    from .connection import RedisClient
     from .queue import Queue
 
 log = logging.getLogger("fusionworker.queue")
@@ -101,19 +100,11 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     # a bulk producer calls this per job: the settings' values are read once
     # (defaults), a checked function reference is remembered, and the error
     # texts are made only on failure
-    allowed, default_timeout, default_retries = defaults(q)
-    ref = func if func.__class__ is str and func in _CHECKED_REFS else _checked_ref(func)
-    verify(ref, allowed)
-    # registered (@job, register(); verify() imported its module when it may): the
-    # function's options are the defaults, however it was named
-    handle = lookup(ref)
-    if handle is not None and handle.default_options:
-        options = options.over(handle.default_options)
-    opts = options.checked(default_timeout, default_retries)
+    allowed, ref, opts = _checked_job(q, func, options)
     if when is not None:      # enqueue_in(timedelta(...)) as well as seconds
         when = (when[0], seconds_of(when[1], "the delay"))
-    if when is not None and not math.isfinite(float(when[1])):
-        raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
+        if not math.isfinite(float(when[1])):
+            raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
     args_enc, kwargs_enc = _encode_arguments(ref, args, kwargs)
     mode, at_time = when or ("now", 0.0)
     deps: tuple[tuple[str, str], ...] = ()
@@ -121,10 +112,7 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     if opts.depends_on is not None:  # waits, deferred, on other jobs (workflows.py)
         deps, refs = _dependencies(q, opts.depends_on, when)
         mode = "deferred"
-    if opts.on_success is not None or opts.on_failure is not None or opts.on_stopped is not None:
-        opts = opts._replace(on_success=_callback(opts.on_success, allowed),
-                             on_failure=_callback(opts.on_failure, allowed),
-                             on_stopped=_callback(opts.on_stopped, allowed))
+    opts = _with_callbacks(opts, allowed)
     fields = _fields(q, ref, opts, args_enc, kwargs_enc, refs)
     assert opts.job_id is not None and opts.priority is not None  # checked() fills them
     # enqueue_many.lua's entry; a group is named so that a job without one takes the
@@ -139,6 +127,29 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
         payload=_payload(entry), deps=deps, batch=opts.batch, encoded_args=args_enc,
         encoded_kwargs=kwargs_enc,
     )
+
+
+def _checked_job(q: Queue, func: str | Callable[..., Any],
+                 options: JobOptions) -> tuple[tuple[str, ...], str, JobOptions]:
+    """``(allowed references, func's checked reference, checked options)``: a registered
+    function's own options (@job, register()) are the defaults, however it was named."""
+    allowed, default_timeout, default_retries = defaults(q)
+    ref = func if func.__class__ is str and func in _CHECKED_REFS else _checked_ref(func)
+    verify(ref, allowed)     # imports the function's module when it may
+    handle = lookup(ref)
+    own = handle.default_options if handle is not None else learnt_options(ref)
+    if own:            # (learnt: registered in the worker's other process, imports.py)
+        options = options.over(own)
+    return allowed, ref, options.checked(default_timeout, default_retries)
+
+
+def _with_callbacks(opts: JobOptions, allowed: tuple[str, ...]) -> JobOptions:
+    """``opts`` with its callbacks as checked, allowed references."""
+    if opts.on_success is None and opts.on_failure is None and opts.on_stopped is None:
+        return opts
+    return opts._replace(on_success=_callback(opts.on_success, allowed),
+                         on_failure=_callback(opts.on_failure, allowed),
+                         on_stopped=_callback(opts.on_stopped, allowed))
 
 
 def _callback(func: Any, allowed: tuple[str, ...]) -> str | None:
@@ -377,27 +388,6 @@ def _emit_queued(q: Queue, job: Job[Any]) -> None:
                     job.id, q.name, type(exc).__name__, exc)
 
 
-def same_server(a: Any, b: Any) -> bool:
-    """Do clients ``a`` and ``b`` talk to the same Redis server and database?"""
-    if a is b:
-        return True
-    pool_a, pool_b = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
-    if pool_a is None or pool_b is None:
-        return False
-    if pool_a is pool_b:
-        return True
-    where = [(kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db") or 0,
-              getattr(pool, "service_name", None))
-             for pool in (pool_a, pool_b) for kw in (pool.connection_kwargs,)]
-    return where[0] == where[1] and where[0] != (None, None, None, 0, None)
-
-
-def is_cluster(connection: RedisClient) -> bool:
-    from redis.cluster import RedisCluster
-
-    return isinstance(connection, RedisCluster)
-
-
 # -- the bulk writer -----------------------------------------------------------------------
 
 def write_many(q: Queue, prepared: Iterable[PreparedJob], chunk_size: int = BULK_CHUNK,
@@ -411,15 +401,36 @@ def write_many(q: Queue, prepared: Iterable[PreparedJob], chunk_size: int = BULK
     check_prepared(q, items)
     if not items:
         return []
+    waiting = _register_waiting(q, items)
+    q._register()
+    out, error = _write_chunks(q, items, chunk_size, progress)
+    if error is not None:
+        if out:
+            raise PartialEnqueue(out, error) from error
+        raise error
+    if waiting:
+        _recheck_waiting(q, waiting, out)
+    return out
+
+
+def _register_waiting(q: Queue, items: list[PreparedJob]) -> list[PreparedJob]:
+    """workflows.py steps 1 (read: all exist) and 2 (register on theirs) for the jobs
+    of ``items`` that wait on others; those jobs."""
     waiting = [p for p in items if p.deps]
-    if waiting:  # workflows.py steps 1 (read: all exist) and 2 (register on theirs)
+    if waiting:
         from .workflows import check_dependencies_exist, register
 
         check_dependencies_exist(q.connection, q.settings.prefix,
                                  sorted({d for p in waiting for d in p.deps}))
         for p in waiting:
             register(q, list(p.deps), p.id)
-    q._register()
+    return waiting
+
+
+def _write_chunks(q: Queue, items: list[PreparedJob], chunk_size: int,
+                  progress: Callable[[int], None] | None,
+                  ) -> tuple[list[Job[Any]], Exception | None]:
+    """The jobs written, chunk by chunk, and the first error (no chunk sent after it)."""
     chunks = [items[i:i + chunk_size] for i in range(0, len(items), chunk_size)]
     stream = q._script_events()
     out: list[Job[Any]] = []
@@ -433,13 +444,7 @@ def write_many(q: Queue, prepared: Iterable[PreparedJob], chunk_size: int = BULK
             _drain_events(q, chunk_size)
         if progress:
             progress(len(chunk))
-    if error is not None:
-        if out:
-            raise PartialEnqueue(out, error) from error
-        raise error
-    if waiting:
-        _recheck_waiting(q, waiting, out)
-    return out
+    return out, error
 
 
 def _recheck_waiting(q: Queue, waiting: list[PreparedJob], out: list[Job[Any]]) -> None:

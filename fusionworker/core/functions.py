@@ -192,6 +192,17 @@ _WALKED: set[tuple[str, tuple[str, ...]]] = set()
 _WALKED_MAX = 4096
 
 
+#: modules this process must not import to check a name (:func:`keep_out`)
+_KEPT_OUT: set[str] = set()
+
+
+def keep_out(modules: Iterable[str]) -> None:
+    """A worker's ``--import`` modules, which its own process never imports (models
+    loaded once: ``runtime/imports.py``): :func:`verify` checks their references by name
+    only there (the horse checks them in full)."""
+    _KEPT_OUT.update(modules)
+
+
 def verify(ref: str, allowed: Iterable[str] = ()) -> None:
     """The producer's check: by name, then the attribute walk.
 
@@ -208,6 +219,8 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
     module_name, attr = check_allowed(ref, allowed)
     module_obj = sys.modules.get(module_name)
     if module_obj is None:
+        if module_name in _KEPT_OUT:      # a worker's --import module: checked by name
+            return
         try:
             module_obj = importlib.import_module(module_name)
         except ImportError:

@@ -15,16 +15,17 @@ default (``FUSIONWORKER_JOB_TIMEOUT``, ``FUSIONWORKER_MAX_RETRIES``).
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
 from .keys import check_addressable
-from .registry import lookup
+from .registry import learnt_options, lookup
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
@@ -117,42 +118,10 @@ class JobOptions(NamedTuple):
         if any(isinstance(v, str) for v in (self.timeout, self.result_ttl, self.failure_ttl,
                                             self.ttl)):
             return self._replace(**_durations(self)).checked(default_timeout, default_retries)
-        given_retries, intervals = self.max_retries, None
-        retry_on = None if self.retry_on is None else retry_names(self.retry_on)
-        if self.retry is not None:
-            given_retries, intervals = _retry_policy(self.retry, given_retries)
-            if retry_on is None:       # RQ's Retry: any exception is retried
-                retry_on = ANY_ERROR
-        try:
-            timeout = (default_timeout if self.timeout is None
-                       else check_value("job_timeout", float(self.timeout), "timeout"))
-            retries = (default_retries if given_retries is None
-                       else check_value("max_retries", int(given_retries), "max_retries"))
-            delay = self.retry_delay
-            if delay is not None:
-                delay = check_value("retry_delay", seconds_of(delay, "retry_delay"),
-                                    "retry_delay")
-        except (TypeError, ValueError) as exc:
-            if isinstance(exc, ConfigError):
-                raise
-            raise exc.__class__(_not_a_number(self)) from None
-        job_id = self.job_id
-        if job_id is None:
-            job_id = new_job_id()
-        elif job_id.__class__ is not str or not job_id or len(job_id) > 200:
-            raise ValueError(f"job_id must be a non-empty string of at most 200 characters, "
-                             f"got {job_id!r}")
-        elif not job_id.isprintable() or " " in job_id:
-            # a space, newline or control character: ids are shown, typed and logged
-            raise ValueError(f"job_id must not contain whitespace or control characters, "
-                             f"got {job_id!r}")
-        else:
-            check_addressable("job_id", job_id)
-        for what, text in (("group", self.group), ("unique_key", self.unique_key)):
-            if text is not None and (text.__class__ is not str or not text.strip()
-                                     or not text.isprintable()):
-                raise ValueError(f"{what} must be a non-empty string without control "
-                                 f"characters, got {text!r} (no {what}: leave it out)")
+        given_retries, intervals, retry_on = _retry_of(self)
+        timeout, retries, delay = _numbers(self, given_retries, default_timeout, default_retries)
+        job_id = _check_job_id(self.job_id)
+        _check_labels(self.group, self.unique_key)
         if self.batch is not None:
             _check_batch(self.batch)
         if self.description is not None or self.meta is not None:
@@ -168,6 +137,78 @@ class JobOptions(NamedTuple):
             bool(self.allow_dependency_failure), self.batch, self.description, self.meta,
             self.result_ttl, self.failure_ttl, ttl, _check_front(self.at_front), intervals,
             self.on_success, self.on_failure, retry_on, self.on_stopped))
+
+
+def _retry_of(options: JobOptions) -> tuple[Any, Any, Any]:
+    """``(max_retries, intervals, retry_on)`` as given, or as a ``retry=`` policy sets them
+    (RQ's ``Retry`` without ``retry_on`` retries any exception)."""
+    given_retries, intervals = options.max_retries, None
+    retry_on = None if options.retry_on is None else retry_names(options.retry_on)
+    if options.retry is not None:
+        given_retries, intervals = _retry_policy(options.retry, given_retries)
+        if retry_on is None:
+            retry_on = ANY_ERROR
+    return given_retries, intervals, retry_on
+
+
+def _numbers(options: JobOptions, given_retries: Any, default_timeout: float,
+             default_retries: int) -> tuple[float, int, float | None]:
+    """``(timeout, max_retries, retry_delay)`` checked against the settings' ranges,
+    defaults filled in (``retry_delay`` stays None when not given)."""
+    try:
+        timeout = (default_timeout if options.timeout is None
+                   else check_value("job_timeout", float(options.timeout), "timeout"))
+        retries = (default_retries if given_retries is None
+                   else check_value("max_retries", int(given_retries), "max_retries"))
+        delay = options.retry_delay
+        if delay is not None:
+            delay = check_value("retry_delay", seconds_of(delay, "retry_delay"),
+                                "retry_delay")
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise exc.__class__(_not_a_number(options)) from None
+    return timeout, retries, delay
+
+
+def _check_job_id(job_id: Any) -> str:
+    """``job_id``, or a new one when None; ValueError for one that cannot be shown,
+    typed and logged as given."""
+    if job_id is None:
+        return new_job_id()
+    if job_id.__class__ is not str or not job_id or len(job_id) > 200:
+        raise ValueError(f"job_id must be a non-empty string of at most 200 characters, "
+                         f"got {job_id!r}")
+    if not job_id.isprintable() or " " in job_id:
+        # a space, newline or control character: ids are shown, typed and logged
+        raise ValueError(f"job_id must not contain whitespace or control characters, "
+                         f"got {job_id!r}")
+    check_addressable("job_id", job_id)
+    return str(job_id)
+
+
+def _check_labels(group: Any, unique_key: Any) -> None:
+    """``group`` and ``unique_key``: None, or printable text that is not blank."""
+    for what, text in (("group", group), ("unique_key", unique_key)):
+        if text is not None and (text.__class__ is not str or not text.strip()
+                                 or not text.isprintable()):
+            raise ValueError(f"{what} must be a non-empty string without control "
+                             f"characters, got {text!r} (no {what}: leave it out)")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def takes_options_of(source: Callable[_P, Any]) -> Callable[[Callable[..., _R]], Callable[_P, _R]]:
+    """The decorated method takes ``source``'s parameters (one options signature, which
+    mypy, editors and ``inspect.signature`` show for both) and returns what it says."""
+    def take(method: Callable[..., _R]) -> Callable[_P, _R]:
+        returns = inspect.signature(method).return_annotation
+        method.__signature__ = inspect.signature(source).replace(  # type: ignore[attr-defined]
+            return_annotation=returns)
+        return cast("Callable[_P, _R]", method)
+    return take
 
 
 #: every option's name, in :class:`JobOptions`'s order: the one list
@@ -452,7 +493,9 @@ def registered_defaults(ref: str) -> Mapping[str, Any]:
     """The options given to ``@job(...)``/``register(...)`` for function ``ref`` in this
     process (empty when it is not registered here)."""
     handle = lookup(ref)
-    return handle.default_options if handle is not None else _NONE
+    if handle is not None:
+        return handle.default_options
+    return learnt_options(ref) or _NONE
 
 
 def check_names(options: Mapping[str, Any], where: str = "job options") -> None:

@@ -22,12 +22,12 @@ from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import SETTINGS, Settings, load_settings
-from .connection import decoding, shared_client
+from .connection import decoding, is_cluster, shared_client
 from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
 from .job import Job
 from .keys import Keys, QueueKeys, check_queue_name
-from .options import NAMES, OPTIONS, JobOptions, option_like, split
+from .options import NAMES, OPTIONS, JobOptions, option_like, split, takes_options_of
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .connection import RedisClient
 
 log = logging.getLogger("fusionworker.queue")
+
+#: the keywords of enqueue_call: the options and the scheduling form
+_KEYWORDS = OPTIONS | {"_when"}
 
 __all__ = [
     "BANDS", "BULK_CHUNK", "BULK_INFLIGHT", "NAMES", "OPTIONS", "RATE_UNITS", "PreparedJob",
@@ -182,62 +185,6 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         return self.enqueue_call(func, args=args, kwargs=job_kwargs, _when=_at(when),
                                  **split(kwargs).given())
 
-    def enqueue_call(
-        self,
-        func: str | Callable[..., Any],
-        args: list[Any] | tuple[Any, ...] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        priority: int | None = None,
-        timeout: float | None = None,
-        max_retries: int | None = None,
-        retry_delay: float | None = None,
-        job_id: str | None = None,
-        unique_key: str | None = None,
-        group: str | None = None,
-        on_failure_url: str | None = None,
-        depends_on: Any = None,
-        allow_dependency_failure: bool | None = None,
-        batch: Batch | None = None,
-        description: str | None = None,
-        meta: dict[str, Any] | None = None,
-        result_ttl: int | None = None,
-        failure_ttl: int | None = None,
-        ttl: float | None = None,
-        at_front: bool | None = None,
-        retry: Any = None,
-        on_success: str | Callable[..., Any] | None = None,
-        on_failure: str | Callable[..., Any] | None = None,
-        retry_on: Any = None,
-        on_stopped: str | Callable[..., Any] | None = None,
-        _when: tuple[str, float | timedelta] | None = None,
-    ) -> Job[Any]:
-        """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
-
-        The options are :class:`~fusionworker.core.options.JobOptions`'s (one
-        list, :data:`NAMES`); one left unset takes the function's ``@job``
-        default, then the settings' default.
-
-        ``otel.instrument()`` wraps this method in a PRODUCER span (core/tracing.py).
-
-        A job with the same ``job_id`` or ``unique_key`` that is queued, scheduled,
-        started, or finished within the dedup window is not enqueued again: the
-        existing job is returned with ``job.deduplicated = True``.
-
-        Everything is checked before anything is written (the function is
-        registered or allow-listed, the arguments are serializable, the
-        options are valid); once the job is written this never raises:
-        a failure of what follows (reading a duplicate's live job, the
-        ``queued`` event) is logged and the job returned as known locally.
-        """
-        options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
-                             group, on_failure_url, depends_on, allow_dependency_failure, batch,
-                             description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
-                             on_success, on_failure, retry_on, on_stopped)
-        job = _enqueue.write_one(self, _enqueue.prepare(self, func, args, kwargs, options,
-                                                        _when))
-        return job if self.is_async else self._run_now(job)
-
     def _run_now(self, job: Job[Any]) -> Job[Any]:
         """``is_async=False``: run the queue's due jobs (the one just written among them) in
         this process, as RQ's synchronous mode does; the job as it ended. Written
@@ -287,12 +234,43 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         on_stopped: str | Callable[..., Any] | None = None,
         _when: tuple[str, float | timedelta] | None = None,
     ) -> PreparedJob:
-        """Validate and encode what :meth:`enqueue_call` would write; writes nothing."""
+        """Validate and encode what :meth:`enqueue_call` would write; writes nothing.
+
+        Its keyword options are :class:`~fusionworker.core.options.JobOptions`'s, in
+        that order (:data:`NAMES`); :meth:`enqueue_call` takes this signature."""
         options = JobOptions(priority, timeout, max_retries, retry_delay, job_id, unique_key,
                              group, on_failure_url, depends_on, allow_dependency_failure, batch,
                              description, meta, result_ttl, failure_ttl, ttl, at_front, retry,
                              on_success, on_failure, retry_on, on_stopped)
         return _enqueue.prepare(self, func, args, kwargs, options, _when)
+
+    @takes_options_of(prepare_call)
+    def enqueue_call(self, func: str | Callable[..., Any],
+                     args: list[Any] | tuple[Any, ...] | None = None,
+                     kwargs: Mapping[str, Any] | None = None, **options: Any) -> Job[Any]:
+        """Enqueue with explicit ``args``/``kwargs``. Returns the job (or the live duplicate).
+
+        The options are :meth:`prepare_call`'s (:class:`~fusionworker.core.options.JobOptions`,
+        :data:`NAMES`); one left unset takes the function's ``@job`` default, then
+        the settings' default.
+
+        ``otel.instrument()`` wraps this method in a PRODUCER span (core/tracing.py).
+
+        A job with the same ``job_id`` or ``unique_key`` that is queued, scheduled,
+        started, or finished within the dedup window is not enqueued again: the
+        existing job is returned with ``job.deduplicated = True``.
+
+        Everything is checked before anything is written (the function is
+        registered or allow-listed, the arguments are serializable, the
+        options are valid); once the job is written this never raises:
+        a failure of what follows (reading a duplicate's live job, the
+        ``queued`` event) is logged and the job returned as known locally.
+        """
+        if not options.keys() <= _KEYWORDS:
+            unknown = next(name for name in options if name not in _KEYWORDS)
+            raise TypeError(f"Queue.enqueue_call() got an unexpected keyword argument {unknown!r}")
+        job = _enqueue.write_one(self, Queue.prepare_call(self, func, args, kwargs, **options))
+        return job if self.is_async else self._run_now(job)
 
     def prepare(self, /, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> PreparedJob:
         """Validate and encode exactly what :meth:`enqueue` takes (options included);
@@ -372,13 +350,28 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         another slot).
         """
         port = emitting.port()
-        if self._events is False or port is None or _enqueue.is_cluster(self.connection):
+        if self._events is False or port is None or is_cluster(self.connection):
             return None
         sink = self._events
         if sink is None:
             sink = self._events = port.default_sink(self.settings, self.connection)
         target = getattr(sink, "script_stream", lambda: None)()
         if (target is None or target[1] != self.keys.events
-                or not _enqueue.same_server(target[0], self.connection)):
+                or not same_server(target[0], self.connection)):
             return None
         return [target[1]], [target[2], port.hostname, self.name]
+
+
+def same_server(a: Any, b: Any) -> bool:
+    """Do clients ``a`` and ``b`` talk to the same Redis server and database?"""
+    if a is b:
+        return True
+    pool_a, pool_b = getattr(a, "connection_pool", None), getattr(b, "connection_pool", None)
+    if pool_a is None or pool_b is None:
+        return False
+    if pool_a is pool_b:
+        return True
+    where = [(kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db") or 0,
+              getattr(pool, "service_name", None))
+             for pool in (pool_a, pool_b) for kw in (pool.connection_kwargs,)]
+    return where[0] == where[1] and where[0] != (None, None, None, 0, None)

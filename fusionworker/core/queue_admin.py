@@ -44,14 +44,24 @@ class QueueAdmin:
         """Cancel a queued or scheduled job (a started job cannot be canceled)."""
         verdict = replies.cancel(self.scripts.cancel(keys=[self.qkeys.base],
                                                      args=[job_id, self.settings.result_ttl]))
+        return self._changed(job_id, verdict, "canceled", "; only queued or scheduled "
+                             "(or deferred) jobs can be canceled")
+
+    def _changed(self, job_id: str, verdict: replies.Changed, event: str,
+                 refused: str) -> Job[Any]:
+        """The job an admin script changed, its ``event`` emitted; NoSuchJob when the
+        script found no job, InvalidOperation (``job ID is STATUS`` + ``refused``) when
+        the job's status refused the change."""
         if verdict.outcome == "missing":
-            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            raise self._missing(job_id)
         if verdict.outcome == "refused":
-            raise InvalidOperation(f"job {job_id} is {verdict.status}; only queued or scheduled "
-                                   "(or deferred) jobs can be canceled")
+            raise InvalidOperation(f"job {job_id} is {verdict.status}{refused}")
         job = self._require(job_id)
-        self._emit("canceled", job)
+        self._emit(event, job)
         return job
+
+    def _missing(self, job_id: str) -> NoSuchJob:
+        return NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
 
     def stop(self, job_id: str) -> Job[Any]:
         """Stop a job: a started one is killed by the worker running it (whatever its
@@ -66,7 +76,7 @@ class QueueAdmin:
         for _ in range(3):    # a job may start between the stop's read and the cancel
             verdict = replies.stop(self.scripts.stop(keys=[self.qkeys.base], args=[job_id]))
             if verdict.outcome == "missing":
-                raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+                raise self._missing(job_id)
             if verdict.outcome == "ended":
                 raise InvalidOperation(f"job {job_id} is {verdict.detail}: it ended already")
             if verdict.outcome == "stopping":
@@ -86,7 +96,7 @@ class QueueAdmin:
         deferred, or queued behind its group's running job)."""
         verdict = replies.hold(self.scripts.hold(keys=[self.qkeys.base], args=[job_id]))
         if verdict.outcome == "missing":
-            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            raise self._missing(job_id)
         if verdict.outcome == "refused":
             what = ("queued behind its group's running job" if verdict.why == "group"
                     else str(verdict.status))
@@ -100,20 +110,14 @@ class QueueAdmin:
     def release(self, job_id: str) -> Job[Any]:
         """Put a held job back where it was (see :meth:`hold`); workers claim it again."""
         verdict = replies.release(self.scripts.release(keys=[self.qkeys.base], args=[job_id]))
-        if verdict.outcome == "missing":
-            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
-        if verdict.outcome == "refused":
-            raise InvalidOperation(f"job {job_id} is {verdict.status}, not held")
-        job = self._require(job_id)
-        self._emit("released", job)
-        return job
+        return self._changed(job_id, verdict, "released", ", not held")
 
     def delete(self, job_id: str) -> None:
         """Delete a job and every reference to it."""
         before = text_hash(self.connection.hgetall(self.qkeys.job(job_id)))
         verdict = replies.delete(self.scripts.delete(keys=[self.qkeys.base], args=[job_id]))
         if verdict.outcome == "missing":
-            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+            raise self._missing(job_id)
         self._emit("deleted", before or {"id": job_id, "queue": self.name})
 
     def requeue(self, job_id: str) -> Job[Any]:
@@ -122,7 +126,7 @@ class QueueAdmin:
             keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
         if verdict.outcome != "requeued":
             if verdict.missing:
-                raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
+                raise self._missing(job_id)
             raise InvalidOperation(f"cannot requeue {job_id}: {verdict.why}")
         job = self._require(job_id)
         self._emit("requeued", job, reason="manual")
@@ -153,14 +157,8 @@ class QueueAdmin:
         check_priority(priority)
         verdict = replies.reprioritize(
             self.scripts.reprioritize(keys=[self.qkeys.base], args=[job_id, priority]))
-        if verdict.outcome == "missing":
-            raise NoSuchJob(f"no job {job_id!r} in queue {self.name!r}")
-        if verdict.outcome == "refused":
-            raise InvalidOperation(f"job {job_id} is {verdict.status}; only a pending job can "
-                                   "be reprioritized")
-        job = self._require(job_id)
-        self._emit("reprioritized", job)
-        return job
+        return self._changed(job_id, verdict, "reprioritized",
+                             "; only a pending job can be reprioritized")
 
     def pause(self) -> None:
         """No worker anywhere claims from this queue until :meth:`unpause` (checked in claim)."""

@@ -180,6 +180,14 @@ def _waiting(connection: RedisClient, keys: Keys, docs: list[dict[str, Any]],
     jobs. The oldest is the one with the lowest seq, not the lowest score: the tail of
     each band is looked at, and the oldest ``enqueued_at`` taken."""
     busy = [d for d in docs if d["pending"]]
+    heads = _heads_and_dues(connection, keys, busy, docs, server_now)
+    _oldest_ages(connection, keys, busy, heads, server_now)
+
+
+def _heads_and_dues(connection: RedisClient, keys: Keys, busy: list[dict[str, Any]],
+                    docs: list[dict[str, Any]], server_now: float) -> list[Any]:
+    """One round trip: each band's head of the ``busy`` queues (returned, band by band)
+    and the count of due scheduled jobs of each queue (set as ``due``)."""
     timed = [d for d in docs if d["scheduled"]]
     pipe = connection.pipeline(transaction=False)
     for doc in busy:
@@ -189,9 +197,15 @@ def _waiting(connection: RedisClient, keys: Keys, docs: list[dict[str, Any]],
     for doc in timed:
         pipe.zcount(keys.queue(doc["queue"]).scheduled, "-inf", f"{server_now:.6f}")
     replies = pipe.execute()
-    heads, dues = replies[:len(busy) * len(BANDS)], replies[len(busy) * len(BANDS):]
-    for doc, due in zip(timed, dues, strict=True):
+    for doc, due in zip(timed, replies[len(busy) * len(BANDS):], strict=True):
         doc["due"] = int(due)
+    return list(replies[:len(busy) * len(BANDS)])
+
+
+def _oldest_ages(connection: RedisClient, keys: Keys, busy: list[dict[str, Any]],
+                 heads: list[Any], server_now: float) -> None:
+    """One round trip: ``oldest_age`` of each ``busy`` queue, from the ``enqueued_at``
+    of its bands' heads and its tail."""
     pipe = connection.pipeline(transaction=False)
     asked: list[tuple[dict[str, Any], int]] = []
     for n, doc in enumerate(busy):

@@ -4,10 +4,13 @@ The registry is process-wide and filled by code only (importing the module
 that defines the function runs the decorator): data in Redis can never add to
 it. It is keyed by ``module:qualname``, the reference a job record names.
 
-How a worker knows the registered names: it imports the modules listed in
-``FUSIONWORKER_IMPORTS`` (``worker --import app.tasks``) when it starts, and
-every function they register may run (plus whatever ``FUSIONWORKER_ALLOWED_MODULES``
-admits). A worker for which both are empty refuses to start (:func:`worker_allowed`).
+How a worker knows the registered names: the modules listed in
+``FUSIONWORKER_IMPORTS`` (``worker --import app.tasks``) are imported when it
+starts, and every function they register may run (plus whatever
+``FUSIONWORKER_ALLOWED_MODULES`` admits). A worker for which both are empty refuses
+to start (:func:`worker_allowed`). The worker process itself does not import them
+(models loaded once, ``runtime/imports.py``): a child imports them and the worker
+learns (:func:`learn`) the references they registered there, with their ``@job`` options.
 The worker hands the exact references to its horses; a horse imports the
 module again (the fork server preloads it after its first job) and checks
 that the reference still leads to the registered function
@@ -52,6 +55,9 @@ R = TypeVar("R")
 _REGISTRY: dict[str, JobFunction[Any, Any]] = {}
 #: ``tuple(sorted(_REGISTRY))``, kept by :func:`register` (a producer asks per job)
 _REFS: tuple[str, ...] = ()
+#: ``module:qualname`` -> its ``@job`` options: functions registered in another process
+#: of this worker (the child that imported its ``--import`` modules), not here
+_LEARNT: dict[str, dict[str, Any]] = {}
 
 
 
@@ -211,11 +217,31 @@ def lookup(ref: str) -> JobFunction[Any, Any] | None:
     return _REGISTRY.get(ref)
 
 
+def learn(found: dict[str, dict[str, Any]]) -> None:
+    """References registered in another process of this worker, each with its ``@job``
+    options (``runtime/imports.py``): they may run, and enqueueing one here takes its
+    options, as if registered here (no handle: :func:`lookup` does not find them)."""
+    global _REFS
+    _LEARNT.update({ref: dict(options) for ref, options in found.items()
+                    if ref not in _REGISTRY})
+    _REFS = tuple(sorted(_REGISTRY))     # a new tuple: what producers cached is stale
+
+
+def learnt() -> tuple[str, ...]:
+    """References :func:`learn` was given that are not registered here, sorted."""
+    return tuple(sorted(ref for ref in _LEARNT if ref not in _REGISTRY))
+
+
+def learnt_options(ref: str) -> dict[str, Any] | None:
+    """The ``@job`` options :func:`learn` was given for ``ref`` (None: not learnt)."""
+    return _LEARNT.get(ref)
+
+
 def producer_allowed(settings: Settings) -> tuple[str, ...]:
     """What ``enqueue`` accepts in this process: the allow-list plus registered refs
     (and ``functions.CALLABLES`` with ``FUSIONWORKER_ALLOW_CALLABLES``)."""
     extra = (CALLABLES,) if settings.allow_callables and settings.allowed_modules else ()
-    return tuple(settings.allowed_modules) + registered() + extra
+    return tuple(settings.allowed_modules) + registered() + learnt() + extra
 
 
 def import_configured(settings: Settings) -> None:
@@ -231,12 +257,14 @@ def import_configured(settings: Settings) -> None:
                               f"{type(exc).__name__}: {exc}") from None
 
 
-def worker_allowed(settings: Settings) -> tuple[str, ...]:
-    """Import ``FUSIONWORKER_IMPORTS``; what the worker's jobs may run.
+def worker_allowed(settings: Settings, *, imported: bool = True) -> tuple[str, ...]:
+    """Import ``FUSIONWORKER_IMPORTS``; what the worker's jobs may run. ``imported``
+    False: they are not imported here (what they register was learnt: :func:`learn`).
 
     Raises :class:`ConfigError` (one line) when an import fails or nothing may run.
     """
-    import_configured(settings)
+    if imported:
+        import_configured(settings)
     allowed = producer_allowed(settings)
     if not allowed:
         raise ConfigError("no job may run (default deny): set FUSIONWORKER_ALLOWED_MODULES to "

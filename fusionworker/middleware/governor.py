@@ -28,7 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -317,6 +317,9 @@ class Governor(Middleware):
         self._throttled = False
         self._reason: str | None = None
         self._last: Reading | None = None
+        #: --gpus: each device judged for its own slots (:meth:`judge_per_slot`)
+        self.per_slot = False
+        self._hot: set[int] = set()
 
     def _configure(self, settings: Settings) -> None:
         self.interval = max(0.0, float(settings.memory_check_interval))
@@ -364,6 +367,19 @@ class Governor(Middleware):
     def reason(self) -> str | None:
         """Why claiming is refused, e.g. ``RAM at 93.1% (throttle 90%)``; ``None`` if allowed."""
         return self._reason
+
+    @property
+    def hot_devices(self) -> frozenset[int]:
+        """With :attr:`per_slot`: the devices over their threshold (hysteresis), whose
+        slots claim nothing (runtime/gpus.py); as of the last sample."""
+        return frozenset(self._hot)
+
+    def judge_per_slot(self) -> None:
+        """A worker whose slots own a GPU each (``--gpus``): a device over
+        ``gpu_throttle_threshold`` holds the claims of its own slots only, until it is
+        under ``gpu_resume_threshold`` (:attr:`hot_devices`); all of them at once hold
+        the worker's, as any one did before."""
+        self.per_slot = True
 
     @property
     def last_reading(self) -> Reading | None:
@@ -416,6 +432,8 @@ class Governor(Middleware):
 
     def _update(self, reading: Reading) -> None:
         self._last = reading
+        if self.per_slot:
+            reading = self._judge_devices(reading)
         if not self._throttled:
             blocking = self._over_throttle(reading)
             if blocking:
@@ -431,6 +449,22 @@ class Governor(Middleware):
                                _kind((held or "").split("; ")), reading.figures(),
                                self._levels(reading, resume=True))
         self._reason = "; ".join(blocking) if self._throttled else None
+
+    def _judge_devices(self, r: Reading) -> Reading:
+        """Each device on its own, with hysteresis (:attr:`hot_devices`; a change is
+        logged); the reading the worker as a whole is judged on keeps the GPUs only while
+        every one is hot."""
+        hot = {i for i, used in r.gpus if used >= self.gpu_throttle
+               or (i in self._hot and used >= self.gpu_resume)}
+        for i, used in r.gpus:
+            if i in hot and i not in self._hot:
+                self._log.warning("GPU%d THROTTLE ACTIVE for its slots: GPU%d at %.1f%% "
+                                  "(throttle %s)", i, i, used, _pct(self.gpu_throttle))
+            elif i in self._hot and i not in hot:
+                self._log.info("GPU%d THROTTLE RELEASED for its slots: GPU%d at %.1f%% "
+                               "(resume %s)", i, i, used, _pct(self.gpu_resume))
+        self._hot = hot
+        return r if r.gpus and len(hot) == len(r.gpus) else replace(r, gpus=())
 
     def _over_throttle(self, r: Reading) -> list[str]:
         """Reasons of every resource at or above its throttle threshold."""
@@ -473,11 +507,14 @@ class Governor(Middleware):
 
     def describe(self) -> dict[str, Any]:
         """``{"throttle": reason}`` for the heartbeat hash; ``""`` when not throttled;
-        with the CPU check on, ``cpu_percent``: the last sample's CPU use.
+        with the CPU check on, ``cpu_percent``: the last sample's CPU use; with
+        :meth:`judge_per_slot`, ``gpus_held``: the devices whose slots claim nothing.
 
         Does not sample: the heartbeat shows what the claim loop last saw.
         """
         fields: dict[str, Any] = {"throttle": self._reason or ""}
+        if self.per_slot:     # the devices whose slots claim nothing (judge_per_slot)
+            fields["gpus_held"] = ",".join(str(i) for i in sorted(self._hot))
         last = self._last
         if last is not None and last.cpu is not None:
             fields["cpu_percent"] = round(last.cpu, 1)
@@ -496,18 +533,25 @@ def rss_mib(pid: int) -> float:
     (copy-on-write), so a horse starts at roughly the parent's RSS; set
     ``max_horse_memory`` above that.
     """
+    found = tree_rss(pid)
+    return 0.0 if found is None else found[0] / MIB
+
+
+def tree_rss(pid: int) -> tuple[int, int] | None:
+    """Resident bytes of ``pid`` and all its descendants, and how many processes that
+    is; None when ``pid`` is gone (a descendant that vanishes while measured counts 0)."""
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
+        return None
     total = 0
     for proc in processes:
         try:
             total += proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return total / MIB
+    return total, len(processes)
 
 
 class HorseMemoryLimit(Middleware):

@@ -258,16 +258,7 @@ class QueueCollector(Collector):
                           events=False).stats(heartbeats)
             awaiting.add_metric([name], stats["awaiting_compute"])
             held.add_metric([name], stats["held"])
-            if stats.get("rate_limit"):
-                rate = stats["rate_limit"]
-                rate_limit.add_metric([name], rate["limit"] / rate["window"])
-                rate_held.add_metric([name], rate["held_seconds"])
-            if stats.get("group_rate_limit"):
-                grate = stats["group_rate_limit"]
-                if grate["every"]:
-                    group_limit.add_metric([name], grate["every"]["limit"]
-                                           / grate["every"]["window"])
-                group_held.add_metric([name], grate["held_seconds"])
+            _add_rates(name, stats, rate_limit, rate_held, group_limit, group_held)
             for band, _, _ in BANDS:
                 pending.add_metric([name, band], stats["bands"].get(band, 0))
             started.add_metric([name], stats["started"])
@@ -276,6 +267,14 @@ class QueueCollector(Collector):
             finished.add_metric([name], stats["finished"])
             paused.add_metric([name], 1 if stats["paused"] else 0)
             oldest.add_metric([name], stats["oldest_age"] or 0.0)
+        workers, suspended = self._worker_families(heartbeats)
+        return [pending, started, scheduled, failed, finished, paused, oldest, awaiting, held,
+                workers, suspended,
+                rate_limit, rate_held, group_limit, group_held]
+
+    def _worker_families(self, heartbeats: list[dict[str, str]]) -> tuple[Any, Any]:
+        """The live workers by state (those serving the exported queues, when named) and
+        whether every worker is suspended."""
         workers = GaugeMetricFamily("fusionworker_workers", "Live workers by state",
                                     labels=["state"])
         counts: dict[str, int] = dict.fromkeys(STATES, 0)
@@ -292,9 +291,22 @@ class QueueCollector(Collector):
                                       "1 while every worker is suspended")
         suspended.add_metric([], 1 if admin.is_suspended(self.connection, self.settings.prefix)
                              else 0)
-        return [pending, started, scheduled, failed, finished, paused, oldest, awaiting, held,
-                workers, suspended,
-                rate_limit, rate_held, group_limit, group_held]
+        return workers, suspended
+
+
+def _add_rates(name: str, stats: dict[str, Any], rate_limit: Any, rate_held: Any,
+               group_limit: Any, group_held: Any) -> None:
+    """A queue's rate limit, its group rate limit and the seconds each held it (queues
+    without one add nothing)."""
+    if stats.get("rate_limit"):
+        rate = stats["rate_limit"]
+        rate_limit.add_metric([name], rate["limit"] / rate["window"])
+        rate_held.add_metric([name], rate["held_seconds"])
+    if stats.get("group_rate_limit"):
+        grate = stats["group_rate_limit"]
+        if grate["every"]:
+            group_limit.add_metric([name], grate["every"]["limit"] / grate["every"]["window"])
+        group_held.add_metric([name], grate["held_seconds"])
 
 
 def exporter_registry(connection: RedisClient, settings: Settings,

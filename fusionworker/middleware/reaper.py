@@ -57,7 +57,7 @@ from ..core.config import Settings
 from ..core.connection import decoding, server_time, text_hash, texts
 from ..core.hooks import Middleware
 from ..core.job import FailureReason
-from ..core.keys import Keys
+from ..core.keys import Keys, QueueKeys
 from ..core.queue import known_queues, scripts_for
 from ..core.scripts import replies
 
@@ -102,16 +102,21 @@ def _why_dead(worker: dict[str, str], job_id: str, now: float,
         return f"worker now runs {current or 'nothing'}"
     try:
         lease = float(worker.get("lease") or 0)
-        ttl = float(worker.get("worker_ttl") or 0)
-        if ttl > 0 and pttl is not None and pttl > 0:
-            age = ttl - pttl / 1000.0
-        else:
-            age = now - float(worker.get("last_heartbeat") or 0)
+        age = _silent_for(worker, now, pttl)
     except ValueError:
         return "worker heartbeat unreadable"
     if lease > 0 and age > lease:
         return f"worker silent for {age:.1f} s (lease {lease:g} s)"
     return None
+
+
+def _silent_for(worker: dict[str, str], now: float, pttl: int | None) -> float:
+    """Seconds since the worker's last heartbeat (see :func:`_why_dead`); ValueError for
+    a field that is no number."""
+    ttl = float(worker.get("worker_ttl") or 0)
+    if ttl > 0 and pttl is not None and pttl > 0:
+        return ttl - pttl / 1000.0
+    return now - float(worker.get("last_heartbeat") or 0)
 
 
 def prune_workers(connection: RedisClient, settings: Settings) -> list[str]:
@@ -169,16 +174,7 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, expired
     """Steps 2-4 for ``expired``, the started ids of ``queue`` whose lease ran out."""
     keys = Keys(settings.prefix)
     qkeys = keys.queue(queue)
-    pipe = connection.pipeline(transaction=False)
-    for job_id in expired:
-        pipe.hmget(qkeys.job(job_id), "worker", "token")
-    owners = pipe.execute()
-    pipe = connection.pipeline(transaction=False)
-    for worker_name, _ in owners:
-        pipe.hgetall(keys.worker(worker_name or "?"))
-        pipe.pttl(keys.worker(worker_name or "?"))
-    found = pipe.execute()
-    workers, pttls = found[::2], found[1::2]
+    owners, workers, pttls = _owners(connection, keys, qkeys, expired)
     scripts = scripts_for(connection)
     for job_id, (worker_name, token), worker, pttl in zip(expired, owners, workers, pttls):
         counts["checked"] += 1
@@ -188,31 +184,51 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, expired
             continue
         verdict = replies.requeue(scripts.requeue(
             keys=[qkeys.base], args=[job_id, "reap", token or "", settings.failed_ttl]))
-        what = verdict.outcome
-        if what in ("requeued", "abandoned"):
-            counts["reaped"].append((queue, job_id, what))
-            _emit_reaped(connection, settings, sink, qkeys.job(job_id), what,
+        if verdict.outcome in ("requeued", "abandoned"):
+            counts["reaped"].append((queue, job_id, verdict.outcome))
+            _emit_reaped(connection, settings, sink, qkeys.job(job_id), verdict.outcome,
                          worker_name or "?", why, verdict.why == "alone")
-        if what == "requeued":
-            counts["requeued"] += 1
-            counts["jobs"].append(job_id)
-            log.warning("Reaper: job %s on %s was stuck (worker %s: %s); re-queued",
-                        job_id, queue, worker_name or "?", why)
-        elif what == "abandoned" and verdict.why == "alone":
-            counts["abandoned"] += 1
-            counts["jobs"].append(job_id)
-            counts["abandoned_jobs"].append((queue, job_id))
-            log.error("Reaper: job %s on %s ran alone in worker %s, which died (%s): failed as "
-                      "the culprit", job_id, queue, worker_name or "?", why)
-        elif what == "abandoned":
-            counts["abandoned"] += 1
-            counts["jobs"].append(job_id)
-            counts["abandoned_jobs"].append((queue, job_id))
-            log.error("Reaper: job %s on %s was stuck (worker %s: %s), its worker lost too often, "
-                      "failed as abandoned", job_id, queue, worker_name or "?", why)
+        _count_verdict(counts, queue, job_id, worker_name or "?", why, verdict)
+
+
+def _owners(connection: RedisClient, keys: Keys, qkeys: QueueKeys, expired: list[str],
+            ) -> tuple[list[Any], list[Any], list[Any]]:
+    """Two round trips: each expired job's ``(worker, token)``, then that worker's
+    heartbeat hash and its key's PTTL."""
+    pipe = connection.pipeline(transaction=False)
+    for job_id in expired:
+        pipe.hmget(qkeys.job(job_id), "worker", "token")
+    owners = pipe.execute()
+    pipe = connection.pipeline(transaction=False)
+    for worker_name, _ in owners:
+        pipe.hgetall(keys.worker(worker_name or "?"))
+        pipe.pttl(keys.worker(worker_name or "?"))
+    found = pipe.execute()
+    return owners, found[::2], found[1::2]
+
+
+def _count_verdict(counts: dict[str, Any], queue: str, job_id: str, worker_name: str,
+                   why: str, verdict: replies.Requeued) -> None:
+    """The requeue script's verdict on a stuck job, counted and logged."""
+    what = verdict.outcome
+    if what == "requeued":
+        counts["requeued"] += 1
+        counts["jobs"].append(job_id)
+        log.warning("Reaper: job %s on %s was stuck (worker %s: %s); re-queued",
+                    job_id, queue, worker_name, why)
+    elif what == "abandoned":
+        counts["abandoned"] += 1
+        counts["jobs"].append(job_id)
+        counts["abandoned_jobs"].append((queue, job_id))
+        if verdict.why == "alone":
+            log.error("Reaper: job %s on %s ran alone in worker %s, which died (%s): failed "
+                      "as the culprit", job_id, queue, worker_name, why)
         else:
-            counts["skipped"] += 1
-            log.info("Reaper: left job %s on %s alone (%s)", job_id, queue, verdict.why or what)
+            log.error("Reaper: job %s on %s was stuck (worker %s: %s), its worker lost too "
+                      "often, failed as abandoned", job_id, queue, worker_name, why)
+    else:
+        counts["skipped"] += 1
+        log.info("Reaper: left job %s on %s alone (%s)", job_id, queue, verdict.why or what)
 
 
 def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | None,

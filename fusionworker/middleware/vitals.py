@@ -8,9 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import psutil
-
 from ..core.hooks import Middleware
+from .governor import tree_rss
 
 
 class WorkerVitals(Middleware):
@@ -18,15 +17,7 @@ class WorkerVitals(Middleware):
     the worker's process tree per heartbeat; nothing on the job path)."""
 
     def describe(self) -> dict[str, Any]:
-        try:
-            root = psutil.Process(os.getpid())
-            tree = [root, *root.children(recursive=True)]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        found = tree_rss(os.getpid())
+        if found is None:
             return {}
-        total = 0
-        for proc in tree:
-            try:
-                total += proc.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        return {"rss_mib": round(total / 1048576, 1), "processes": len(tree)}
+        return {"rss_mib": round(found[0] / 1048576, 1), "processes": found[1]}

@@ -114,15 +114,24 @@ def last_hours(r: Any, prefix: str, names: list[str], now: float,
     step = max(1, chunk // len(minutes))
     for start in range(0, len(active), step):
         part = active[start:start + step]
-        pipe = r.pipeline(transaction=False)
-        for n in part:
-            for key in minute_keys[n]:
-                pipe.hmget(key, ["finished", "failed"])
-        replies = pipe.execute()
-        for i, n in enumerate(part):
-            rows = replies[i * len(minutes):(i + 1) * len(minutes)]
-            out[n] = {"finished": sum(int(f or 0) for f, _ in rows),
-                      "failed": sum(int(x or 0) for _, x in rows)}
+        for n, counts in zip(part, _summed_hours(r, [minute_keys[n] for n in part]),
+                             strict=True):
+            out[n] = counts
+    return out
+
+
+def _summed_hours(r: Any, key_rows: list[list[str]]) -> list[dict[str, int]]:
+    """One pipeline: the finished and failed counts of each row of minute keys, summed."""
+    pipe = r.pipeline(transaction=False)
+    for row in key_rows:
+        for key in row:
+            pipe.hmget(key, ["finished", "failed"])
+    replies = iter(pipe.execute())
+    out = []
+    for row in key_rows:
+        pairs = [next(replies) for _ in row]
+        out.append({"finished": sum(int(f or 0) for f, _ in pairs),
+                    "failed": sum(int(x or 0) for _, x in pairs)})
     return out
 
 

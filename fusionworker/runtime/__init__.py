@@ -13,6 +13,7 @@ and middleware only (``tests/test_layers.py``); see docs/design.md, "Layers".
 | ``heartbeat.py`` | the heartbeat hash, its counters and the lease renewals (touch_many.lua) |
 | ``wakeups.py`` | the pub/sub connection: wake-ups, suspend/resume |
 | ``hookcalls.py`` | running the middleware's hooks, each guarded |
+| ``imports.py`` | what the ``--import`` modules register, learnt from a child (the worker never imports them) |
 | ``slot.py`` | the worker's side of one running horse: its job, deadlines, kill, its end |
 | ``launch.py`` | how a job gets its process: fork server, own fork, or in this process |
 | ``exits.py`` | how a horse ended: its report, our kill, or its wait status |

@@ -19,7 +19,10 @@ Who does what:
   with ``--import``, which the fork server imports before forking), or every horse would
   inherit that process's device and context.
 * the resource governor judges the worker's own devices only (the other GPUs of the
-  host are other workers' business).
+  host are other workers' business), each for its own slots: the loop's free entries
+  (:class:`FreeEntries`) hand out no entry of a device the governor holds (over the
+  GPU threshold, until under the resume threshold), so the other devices' slots keep
+  claiming; every device held: the governor holds the worker's claims.
 
 Nothing is written to Redis; a process dying changes nothing here.
 """
@@ -31,8 +34,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.config import parse_gpus
+from ..middleware.governor import Governor
 
-__all__ = ["SLOT_DEVICES_ENV", "device_of", "parse_gpus", "resolve_devices",
+__all__ = ["SLOT_DEVICES_ENV", "FreeEntries", "device_of", "parse_gpus", "resolve_devices",
            "share_devices", "slot_devices", "use_slot_device"]
 
 #: the worker's resolved devices, comma-separated, for its fork server and horses
@@ -93,3 +97,53 @@ def use_slot_device(entry: int, setenv: Callable[[str, str], None] | None = None
     device = device_of(entry)
     if device is not None:
         (setenv or os.environ.__setitem__)("CUDA_VISIBLE_DEVICES", device)
+
+
+class FreeEntries:
+    """The deadline-board entries no running horse holds (the loop's ``free_index``,
+    taken with :meth:`pop`, given back with :meth:`append`). With ``--gpus`` and the
+    resource governor, an entry whose device the governor holds (``hot_devices``) is
+    handed out only when no other is free, and :meth:`usable` does not count it: the
+    loop claims for the other devices' slots only."""
+
+    def __init__(self, concurrency: int, devices: Sequence[str] = (),
+                 middleware: Sequence[Any] = ()) -> None:
+        self._free = list(range(concurrency - 1, -1, -1))
+        self.devices = tuple(devices)
+        self.governor = next((m for m in middleware if isinstance(m, Governor)), None)
+        if self.governor is not None and self.devices:
+            self.governor.judge_per_slot()
+        else:
+            self.governor = None
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+    def held(self) -> frozenset[str]:
+        """The devices whose slots claim nothing now (the governor samples when due)."""
+        if self.governor is None:
+            return frozenset()
+        try:
+            self.governor.check()
+        except Exception:  # noqa: BLE001 - as a hook's failure: the last judgment stands
+            pass
+        return frozenset(str(i) for i in self.governor.hot_devices)
+
+    def usable(self, free: int) -> int:
+        """Of ``free`` slots, how many may claim: at most the free entries of devices
+        not held."""
+        held = self.held()
+        if not held:
+            return free
+        return min(free, sum(device_of(e, self.devices) not in held for e in self._free))
+
+    def pop(self) -> int:
+        """A free entry: the last one freed whose device is not held, else the last."""
+        held = self.held()
+        for i in range(len(self._free) - 1, -1, -1):
+            if device_of(self._free[i], self.devices) not in held:
+                return self._free.pop(i)
+        return self._free.pop()
+
+    def append(self, entry: int) -> None:
+        self._free.append(entry)

@@ -108,6 +108,7 @@ from ..core.scripts.replies import STOP_ASKED
 from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE, wait_reachable
 from .exits import refusal
+from .gpus import FreeEntries
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
 from .launch import Launcher
@@ -149,12 +150,12 @@ class Loop:
         self.state = LoopState()
         self.slots: list[Slot] = []
         #: entries of the deadline board not held by a running horse
-        self.free_index = list(range(concurrency - 1, -1, -1))
+        self.free_index = FreeEntries(concurrency, getattr(ctx, "devices", ()), ctx.middleware)
         self.burst_done = False
         self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
         self.stops = StopListener(ctx.connection, ctx.keys)
         self.beat = Heartbeat(ctx, scripts, lease=lease)
-        self.solo = Solo(ctx, scripts)      # a suspect of a worker death runs alone
+        self.solo = Solo(ctx, scripts, self.free_index.usable)   # a suspect runs alone
         #: what the last select() found readable: only those servers are read (None: all)
         self._readable: list[Any] | None = []
         #: no slot needs policing before this time (the least ``wakes_at`` of the slots,

@@ -28,7 +28,7 @@ here; it is given back if Redis answers again, else recovered by the reaper.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -45,22 +45,26 @@ class Solo:
     """Which claimed jobs a worker runs, and how many it may claim, so that a suspect
     of a worker death runs alone (module docstring)."""
 
-    def __init__(self, ctx: WorkerContext, scripts: Any) -> None:
+    def __init__(self, ctx: WorkerContext, scripts: Any,
+                 usable: Callable[[int], int] = lambda free: free) -> None:
         self.ctx, self.scripts = ctx, scripts
+        #: of n free slots, how many may claim (the GPU entries, runtime/gpus.py)
+        self.usable = usable
         #: the suspect running alone here now
         self.alone: Job[Any] | None = None
         #: a suspect was given back: claim nothing until every slot is free, then one
         self.waiting = False
 
     def free(self, concurrency: int, slots: Sequence[Slot]) -> int:
-        """How many jobs the worker may claim with ``slots`` running."""
+        """How many jobs the worker may claim with ``slots`` running (of those free,
+        those :attr:`usable`)."""
         if self.alone is not None:
             if any(slot.job is self.alone for slot in slots):
                 return 0
             self.alone = None
         if self.waiting:
-            return 0 if slots else 1
-        return concurrency - len(slots)
+            return 0 if slots else self.usable(1)
+        return self.usable(concurrency - len(slots))
 
     def sort(self, jobs: list[Job[Any]], slots: Sequence[Slot]) -> list[Job[Any]]:
         """The claimed ``jobs`` to start beside ``slots``: a suspect runs only alone

@@ -36,13 +36,13 @@ from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
-from ..core.registry import worker_allowed
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
 from .errors import PROBE_INTERVAL, REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .fairshare import FairShare
 from .gpus import resolve_devices, share_devices
 from .hookcalls import HookCalls
+from .imports import worker_allowed
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
 from .progress_store import ProgressRelay
@@ -89,9 +89,12 @@ class Worker:
             strict = not isinstance(queues, str) and any(not isinstance(q, str) for q in queues)
         queues, connection, settings = _from_queue_objects(queues, connection, settings)
         self.settings = settings or load_settings()
-        #: what jobs may run: FUSIONWORKER_IMPORTS imported, their registered functions
-        #: plus the allow-list (functions.py). Neither: ConfigError, one line.
-        self.allowed = worker_allowed(self.settings)
+        #: what jobs may run: the functions FUSIONWORKER_IMPORTS registers plus the
+        #: allow-list (functions.py). Neither: ConfigError, one line. The modules are
+        #: imported by a child and the fork server, not here (imports.py), unless the
+        #: jobs run in this process (a launcher of the caller's)
+        self.allowed = worker_allowed(self.settings, here=launcher is not None
+                                      and launcher is not ForkServerLauncher)
         #: SIGHUP calls this for fresh settings (the CLI re-reads its -c file); see reload()
         self._reload_settings = reload_settings
         if connection is None:

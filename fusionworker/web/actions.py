@@ -29,6 +29,11 @@ def dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id:
         return _bulk(board, who, action, queue, ids)
     if not queue:
         raise ApiError(400, "no queue given")
+    return _queue(board, who, action, queue, form)
+
+
+def _queue(board: Dashboard, who: str, action: str, queue: str, form: Any) -> str:
+    """An action on queue ``queue`` itself."""
     if action in ("pause", "unpause"):
         board.pause(who, queue, action == "pause")
         return f"Queue {queue} {action}d"

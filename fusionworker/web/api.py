@@ -18,7 +18,7 @@ from ..core.job import JobStatus
 from . import live
 from .openapi import OPENAPI
 from .service import QUEUES_PER_PAGE, ApiError, parse_int
-from .state import body, ok, run, state
+from .state import WebState, api_action, api_read, body, ok, run, state
 
 # -- reads -----------------------------------------------------------------------------
 
@@ -28,11 +28,10 @@ async def api_openapi(request: Request) -> Response:
     return ok(OPENAPI)
 
 
-def api_queues(request: Request) -> Response:
+@api_read
+def api_queues(request: Request, st: WebState) -> Response:
     """Every queue's stats; with ``page`` (and ``per_page``, default 50), one page of
     them by name, with ``total`` and ``pages``."""
-    st = state(request)
-    st.api_user(request)
     p = request.query_params
     suspended = st.board.suspended() is not None
     if "page" in p or "per_page" in p:
@@ -42,25 +41,22 @@ def api_queues(request: Request) -> Response:
     return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
 
 
-def api_workers(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_workers(request: Request, st: WebState) -> Response:
     return ok({"workers": st.board.workers()})
 
 
-def api_info(request: Request) -> Response:
+@api_read
+def api_info(request: Request, st: WebState) -> Response:
     """``info --json``; with ``page`` (and ``per_page``), one page of the queues."""
-    st = state(request)
-    st.api_user(request)
     p = request.query_params
     if "page" in p or "per_page" in p:
         return ok(st.board.info(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE)))
     return ok(st.board.info())
 
 
-def api_chart(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_chart(request: Request, st: WebState) -> Response:
     p = request.query_params
     minutes = parse_int(p.get("minutes", 60), "minutes", 1, 120)
     names = None
@@ -69,33 +65,29 @@ def api_chart(request: Request) -> Response:
     return ok({"minutes": st.board.chart(minutes, p.get("queue") or None, names)})
 
 
-def api_cron(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_cron(request: Request, st: WebState) -> Response:
     return ok({"cron": st.board.cron_entries()})
 
 
-def api_jobs(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_jobs(request: Request, st: WebState) -> Response:
     p = request.query_params
     return ok(st.board.jobs(p.get("queue"), p.get("status") or JobStatus.QUEUED, p.get("priority"),
                             p.get("function"), p.get("page", 1), p.get("per_page", 50),
                             p.get("start")))
 
 
-def api_job(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_job(request: Request, st: WebState) -> Response:
     return ok(st.board.job(request.path_params["id"], request.query_params.get("queue")))
 
 
 # -- actions ---------------------------------------------------------------------------
 
 
-async def api_priority(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_priority(request: Request, st: WebState, who: str) -> Response:
     data = await body(request)
     if "priority" not in data:
         raise ApiError(400, 'give {"priority": N} (-1023..1023)')
@@ -103,9 +95,8 @@ async def api_priority(request: Request) -> Response:
                         request.query_params.get("queue")))
 
 
-async def api_job_action(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_job_action(request: Request, st: WebState, who: str) -> Response:
     action = request.path_params["action"]
     job_id = request.path_params["id"]
     q = request.query_params.get("queue")
@@ -125,16 +116,14 @@ async def api_job_action(request: Request) -> Response:
                         "run-now)")
 
 
-async def api_delete_job(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_delete_job(request: Request, st: WebState, who: str) -> Response:
     return ok(await run(st.board.delete, who, request.path_params["id"],
                         request.query_params.get("queue")))
 
 
-async def api_requeue_failed(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_requeue_failed(request: Request, st: WebState, who: str) -> Response:
     data = await body(request)
     ids = data.get("ids")
     if ids is not None and (not isinstance(ids, list)
@@ -143,27 +132,24 @@ async def api_requeue_failed(request: Request) -> Response:
     return ok(await run(st.board.requeue_failed, who, request.path_params["q"], ids))
 
 
-async def api_queue_pause(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_queue_pause(request: Request, st: WebState, who: str) -> Response:
     paused = request.path_params["action"] == "pause"
     if request.path_params["action"] not in ("pause", "unpause"):
         raise ApiError(404, "pause or unpause")
     return ok(await run(st.board.pause, who, request.path_params["q"], paused))
 
 
-async def api_max_active(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_max_active(request: Request, st: WebState, who: str) -> Response:
     data = await body(request)
     if "max_active" not in data:
         raise ApiError(400, 'give {"max_active": N} (N >= 1, or null for no cap)')
     return ok(await run(st.board.max_active, who, request.path_params["q"], data["max_active"]))
 
 
-async def api_rate_limit(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_rate_limit(request: Request, st: WebState, who: str) -> Response:
     data = await body(request)
     if "rate" not in data:
         raise ApiError(400, 'give {"rate": "10/s"} (or null to remove; "scope": "queue", '
@@ -172,9 +158,8 @@ async def api_rate_limit(request: Request) -> Response:
                         str(data.get("scope") or "queue"), str(data.get("group") or "")))
 
 
-async def api_cron_add(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_cron_add(request: Request, st: WebState, who: str) -> Response:
     data = await body(request)
     for key in ("name", "schedule", "func", "timezone", "queue"):
         if data.get(key) is not None and not isinstance(data[key], str):
@@ -187,15 +172,13 @@ async def api_cron_add(request: Request) -> Response:
     return ok(await run(st.board.cron_add, who, fields, data.get("queue")), 201)
 
 
-async def api_suspend(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_suspend(request: Request, st: WebState, who: str) -> Response:
     return ok(await run(st.board.suspend, who, request.url.path.endswith("/suspend")))
 
 
-async def api_cron_action(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_cron_action(request: Request, st: WebState, who: str) -> Response:
     action = request.path_params["action"]
     if action == "run":
         return ok(await run(st.board.cron_run_now, who, request.path_params["name"],
@@ -206,9 +189,8 @@ async def api_cron_action(request: Request) -> Response:
                         request.query_params.get("queue")))
 
 
-async def api_cron_delete(request: Request) -> Response:
-    st = state(request)
-    who = st.api_user(request, action=True)
+@api_action
+async def api_cron_delete(request: Request, st: WebState, who: str) -> Response:
     return ok(await run(st.board.cron, who, request.path_params["name"], "remove",
                         request.query_params.get("queue")))
 

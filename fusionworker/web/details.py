@@ -138,12 +138,19 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
     doc["processes"] = int(data["processes"]) if data.get("processes") else None
     doc["extra"] = {k: v for k, v in sorted(data.items()) if k.startswith(("events_",
                                                                          "callbacks_"))}
-    jobs = doc["current_jobs"][:MAX_REFS]
-    queues = doc["queues"] or []
+    doc["slots"] = _slots(r, keys, doc["current_jobs"][:MAX_REFS], doc["queues"] or [], now)
+    doc["outcomes"] = _outcomes(r, keys.events, name, FIELDS)
+    return doc
+
+
+def _slots(r: RedisClient, keys: Keys, jobs: list[str], queues: list[str],
+           now: float) -> list[dict[str, Any]]:
+    """The job each slot runs: its queue (the first of ``queues`` holding it), function,
+    status, age and progress (None each for a job no queue holds)."""
     pipe = r.pipeline(transaction=False)
     for job_id in jobs:
-        for queue in queues:
-            pipe.hmget(keys.queue(queue).job(job_id),
+        for name in queues:
+            pipe.hmget(keys.queue(name).job(job_id),
                        ["queue", "func", "status", "started_at", "progress"])
     answers = iter(pipe.execute())
     slots = []
@@ -154,9 +161,7 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
         slots.append({"id": job_id, "queue": queue, "func": func, "status": status,
                       "age": max(0.0, now - float(started)) if started else None,
                       "progress": float(progress) if progress else None})
-    doc["slots"] = slots
-    doc["outcomes"] = _outcomes(r, keys.events, name, FIELDS)
-    return doc
+    return slots
 
 
 def _outcomes(r: RedisClient, stream: str, name: str, fields_shown: Any,

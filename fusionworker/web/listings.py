@@ -42,21 +42,7 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
     """Jobs whose function contains ``text``: the newest ``WINDOW`` of each registry of
     each queue are looked at (their ``func`` field only), at most ``limit`` shown."""
     keys = Keys(prefix)
-    refs: list[tuple[str, str]] = []
-    for start in range(0, len(queues), 1000):   # the windows, pipelined 1,000 queues at a time
-        names = queues[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for queue in names:
-            k = keys.queue(queue)
-            for status in STATUSES:
-                if status in (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED):
-                    pipe.zrange(k.registry(status), 0, 499)
-                else:
-                    pipe.zrevrange(k.registry(status), 0, 499)
-        windows = iter(pipe.execute())
-        for queue in names:
-            for _ in STATUSES:
-                refs.extend((queue, i) for i in texts(list(next(windows))))
+    refs = _windows(r, keys, queues)
     found: list[tuple[str, str]] = []
     for start in range(0, len(refs), 1000):
         part = refs[start:start + 1000]
@@ -71,6 +57,27 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
             break
     return {"query": text, "looked_at": len(refs), "truncated": len(found) > limit,
             "jobs": [job_summary(j) for j in records(r, prefix, found[:limit])]}
+
+
+def _windows(r: RedisClient, keys: Keys, queues: list[str]) -> list[tuple[str, str]]:
+    """``(queue, id)`` of the first 500 of each registry of each queue (soonest for the
+    scheduled, started and deferred, newest for the others), 1,000 queues a pipeline."""
+    refs: list[tuple[str, str]] = []
+    for start in range(0, len(queues), 1000):
+        names = queues[start:start + 1000]
+        pipe = r.pipeline(transaction=False)
+        for queue in names:
+            k = keys.queue(queue)
+            for status in STATUSES:
+                if status in (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED):
+                    pipe.zrange(k.registry(status), 0, 499)
+                else:
+                    pipe.zrevrange(k.registry(status), 0, 499)
+        windows = iter(pipe.execute())
+        for queue in names:
+            for _ in STATUSES:
+                refs.extend((queue, i) for i in texts(list(next(windows))))
+    return refs
 
 
 # -- failed jobs of every queue ---------------------------------------------------------
@@ -94,22 +101,7 @@ def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = ""
     low = repr(since) if since is not None else "-inf"
     filtered = bool(function or error_type)
     take = WINDOW if filtered else size
-    pipe = r.pipeline(transaction=False)
-    for queue in queues:
-        pipe.zrevrangebyscore(keys.queue(queue).failed, top, low, start=0, num=take,
-                              withscores=True)
-        pipe.zcount(keys.queue(queue).failed, low, top)
-    answers = pipe.execute()
-    rows: list[tuple[float, str, str]] = []
-    floor = float("-inf")    # every queue was read down to here (exclusive)
-    total = 0
-    for n, queue in enumerate(queues):
-        window = [(float(score), member.decode() if isinstance(member, bytes) else member)
-                  for member, score in answers[2 * n]]
-        total += int(answers[2 * n + 1])
-        if len(window) == take:
-            floor = max(floor, window[-1][0])
-        rows.extend((score, queue, job_id) for score, job_id in window)
+    rows, floor, total = _failed_windows(r, keys, queues, top, low, take)
     if filtered:
         rows = _filter(r, keys, rows, function, error_type)
     rows.sort(key=lambda row: row[0], reverse=True)
@@ -121,6 +113,30 @@ def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = ""
     jobs = records(r, prefix, [(queue, job_id) for _, queue, job_id in shown])
     return {"jobs": [job_summary(j) for j in jobs], "total": None if filtered else total,
             "next_before": next_before, "before": before, "size": size}
+
+
+def _failed_windows(r: RedisClient, keys: Keys, queues: list[str], top: str, low: str,
+                    take: int) -> tuple[list[tuple[float, str, str]], float, int]:
+    """One pipeline: ``(failed at, queue, id)`` of up to ``take`` failed jobs of each
+    queue between ``top`` and ``low``, the deepest score every queue was read down to
+    (exclusive), and how many failed jobs lie in that time range in all."""
+    pipe = r.pipeline(transaction=False)
+    for queue in queues:
+        pipe.zrevrangebyscore(keys.queue(queue).failed, top, low, start=0, num=take,
+                              withscores=True)
+        pipe.zcount(keys.queue(queue).failed, low, top)
+    answers = pipe.execute()
+    rows: list[tuple[float, str, str]] = []
+    floor = float("-inf")
+    total = 0
+    for n, queue in enumerate(queues):
+        window = [(float(score), member.decode() if isinstance(member, bytes) else member)
+                  for member, score in answers[2 * n]]
+        total += int(answers[2 * n + 1])
+        if len(window) == take:
+            floor = max(floor, window[-1][0])
+        rows.extend((score, queue, job_id) for score, job_id in window)
+    return rows, floor, total
 
 
 def _filter(r: RedisClient, keys: Keys, rows: list[tuple[float, str, str]], function: str,

@@ -13,9 +13,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..events import metrics_history
-from . import details, listings
+from . import auth, details, listings
 from .service import QUEUES_PER_PAGE, ApiError, Dashboard, parse_int, shown
-from .state import state
+from .state import WebState, api_read, signed_in
 
 #: the charts of all queues read the recorder's sums above this many queues (below,
 #: the queues' own counts are added up: the same figures, and the ones recorded before
@@ -59,11 +59,8 @@ def failed_query(board: Dashboard, params: Any) -> dict[str, Any]:
     return result
 
 
-def failed_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def failed_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     result = failed_query(board, request.query_params)
     queue = result["filters"]["queue"]
@@ -74,9 +71,8 @@ def failed_view(request: Request) -> Response:
                    since_choices=[k for k in listings.SINCE if k], q=stats)
 
 
-def api_failed(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_failed(request: Request, st: WebState) -> Response:
     return JSONResponse(failed_query(st.board, request.query_params))
 
 
@@ -84,17 +80,13 @@ def _scheduled_kind(board: Dashboard, retries: bool) -> dict[str, Any]:
     return listings.scheduled(board.r, board.prefix, board.queue_names(), retries)
 
 
-def retries_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def retries_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "retries.html", who, result=_scheduled_kind(st.board, True))
 
 
-def api_scheduled(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_scheduled(request: Request, st: WebState) -> Response:
     kind = request.query_params.get("kind") or "delayed"
     if kind not in ("delayed", "retries"):
         raise ApiError(400, "kind is delayed or retries")
@@ -108,31 +100,23 @@ def _batches_query(board: Dashboard, request: Request) -> dict[str, Any]:
                                       1, 500))
 
 
-def batches_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def batches_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "batches.html", who, result=_batches_query(st.board, request))
 
 
-def api_batches(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_batches(request: Request, st: WebState) -> Response:
     return JSONResponse(_batches_query(st.board, request))
 
 
-def batch_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def batch_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "batch.html", who, batch=batch_query(st.board, request))
 
 
-def api_batch(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_batch(request: Request, st: WebState) -> Response:
     return JSONResponse(batch_query(st.board, request))
 
 
@@ -165,17 +149,13 @@ def _worker_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-def worker_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def worker_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "worker.html", who, w=_worker_query(st.board, request))
 
 
-def api_worker(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_worker(request: Request, st: WebState) -> Response:
     return JSONResponse(_worker_query(st.board, request))
 
 
@@ -193,11 +173,8 @@ def _history_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-def charts_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def charts_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     doc = _history_query(board, request)
     p = request.query_params
@@ -213,9 +190,8 @@ def charts_view(request: Request) -> Response:
                    ranges=list(metrics_history.RANGES))
 
 
-def api_history(request: Request) -> Response:
-    st = state(request)
-    st.api_user(request)
+@api_read
+def api_history(request: Request, st: WebState) -> Response:
     return JSONResponse(_history_query(st.board, request))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
@@ -100,6 +101,25 @@ def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
     job = Job.from_hash(data)
     job.id, job.queue = job_id, queue
     return job
+
+
+def _priority_range(priority: str | None) -> tuple[int, int] | None:
+    """A ``priority`` filter (a band's name or one value) as its lowest and highest
+    priority; None without one."""
+    if priority in (None, ""):
+        return None
+    bands = {b[0]: (b[1], b[2]) for b in BANDS}
+    if priority in bands:
+        return bands[str(priority)]
+    value = parse_int(priority, "priority", -1023, 1023)
+    return value, value
+
+
+def _matches(job: Job[Any], function: str | None, band: tuple[int, int] | None) -> bool:
+    """Whether ``job`` passes the function (a part of its name) and priority filters."""
+    if function and function not in job.func:
+        return False
+    return band is None or band[0] <= job.priority <= band[1]
 
 
 class _InfoSource:
@@ -219,10 +239,7 @@ class Dashboard:
         return {str(s): int(n) for s, n in zip(STATUSES, pipe.execute(), strict=True)}
 
     def _records(self, q: Queue, ids: list[str]) -> list[Job[Any]]:
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(q.qkeys.job(job_id))
-        return [_keyed(d, job_id, q.name) for job_id, d in zip(ids, pipe.execute()) if d]
+        return [job for job in self._records_aligned(q, ids) if job is not None]
 
     def jobs(self, queue: str | None, status: str = JobStatus.QUEUED, priority: str | None = None,
              function: str | None = None, page: Any = 1, per_page: Any = 50,
@@ -238,65 +255,59 @@ class Dashboard:
         page_n = parse_int(page, "page", 1)
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
         q = self.queue(queue)
-        k = q.qkeys
-        key = k.registry(status)
-        low = high = None
-        if priority not in (None, ""):
-            bands = {b[0]: (b[1], b[2]) for b in BANDS}
-            if priority in bands:
-                low, high = bands[str(priority)]
-            else:
-                low = high = parse_int(priority, "priority", -1023, 1023)
+        key = q.qkeys.registry(status)
+        band = _priority_range(priority)
         newest_first = status not in OLDEST_FIRST
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
-        offset = (page_n - 1) * size
-        if not function and (low is None or status == JobStatus.QUEUED):
-            if low is None:
-                total = int(self.r.zcard(key))
-                ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
-                       else self.r.zrange(key, offset, offset + size - 1))
-            else:
-                lo, hi = _band_range(low, high)  # type: ignore[arg-type]
-                total = int(self.r.zcount(key, lo, hi))
-                ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
+        if not function and (band is None or status == JobStatus.QUEUED):
+            ids, total = self._page_ids(key, (page_n - 1) * size, size, band, newest_first)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
-            page_ids = texts(ids)
-            result["fingerprint"] = fingerprint([status, page_n, size, total, *page_ids])
+            result["fingerprint"] = fingerprint([status, page_n, size, total, *ids])
             result["jobs"] = (None if unless == result["fingerprint"]
-                              else [job_summary(j) for j in self._records(q, page_ids)])
+                              else [job_summary(j) for j in self._records(q, ids)])
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
+        found, position = self._scan(q, key, begin, size, function, band, newest_first)
+        total = int(self.r.zcard(key))
+        result.update(total=None, pages=None, fingerprint=None, scanned_from=begin,
+                      next_start=position if position < total else None,
+                      jobs=[job_summary(j) for j in found])
+        return result
+
+    def _page_ids(self, key: str, offset: int, size: int, band: tuple[int, int] | None,
+                  newest_first: bool) -> tuple[list[str], int]:
+        """The ids of one page of a registry by offset (of a priority band or value of
+        the queued registry, best first) and how many there are in all."""
+        if band is None:
+            total = int(self.r.zcard(key))
+            ids = (self.r.zrevrange(key, offset, offset + size - 1) if newest_first
+                   else self.r.zrange(key, offset, offset + size - 1))
+        else:
+            lo, hi = _band_range(*band)
+            total = int(self.r.zcount(key, lo, hi))
+            ids = self.r.zrevrangebyscore(key, hi, lo, start=offset, num=size)
+        return texts(ids), total
+
+    def _scan(self, q: Queue, key: str, begin: int, size: int, function: str | None,
+              band: tuple[int, int] | None, newest_first: bool) -> tuple[list[Job[Any]], int]:
+        """Up to ``size`` jobs of a window of the registry from ``begin`` that match the
+        filters, and the position after the last one looked at."""
         window = texts(self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
                        else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
         found: list[Job[Any]] = []
         position = begin
         for chunk in range(0, len(window), 200):
-            part = window[chunk:chunk + 200]
-            for job in self._records_aligned(q, part):
+            for job in self._records_aligned(q, window[chunk:chunk + 200]):
                 position += 1
-                if job is None:
-                    continue
-                if function and function not in job.func:
-                    continue
-                if low is not None and not (low <= job.priority <= high):  # type: ignore[operator]
-                    continue
-                found.append(job)
-                if len(found) == size:
-                    break
-            if len(found) == size:
-                break
-        total = int(self.r.zcard(key))
-        result["total"] = None
-        result["pages"] = None
-        result["fingerprint"] = None
-        result["scanned_from"] = begin
-        result["next_start"] = position if position < total else None
-        result["jobs"] = [job_summary(j) for j in found]
-        return result
+                if job is not None and _matches(job, function, band):
+                    found.append(job)
+                    if len(found) == size:
+                        return found, position
+        return found, position
 
     def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job[Any] | None]:
         pipe = self.r.pipeline(transaction=False)
@@ -371,34 +382,27 @@ class Dashboard:
         return job_summary(job)
 
     def requeue(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.requeue(job_id))
-        self._audit(who, "requeue", q.name, job)
-        return job_summary(job)
+        return self._act(who, "requeue", job_id, queue, Queue.requeue)
 
     def cancel(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.cancel(job_id))
-        self._audit(who, "cancel", q.name, job)
-        return job_summary(job)
+        return self._act(who, "cancel", job_id, queue, Queue.cancel)
 
     def stop(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
         """A running job is killed by its worker (ends ``stopped``); a queued one canceled."""
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.stop(job_id))
-        self._audit(who, "stop", q.name, job)
-        return job_summary(job)
+        return self._act(who, "stop", job_id, queue, Queue.stop)
 
     def hold(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
-        q = self.find(job_id, queue)
-        job = self._guard(lambda: q.hold(job_id))
-        self._audit(who, "hold", q.name, job)
-        return job_summary(job)
+        return self._act(who, "hold", job_id, queue, Queue.hold)
 
     def release(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
+        return self._act(who, "release", job_id, queue, Queue.release)
+
+    def _act(self, who: str, action: str, job_id: str, queue: str | None,
+             change: Callable[[Queue, str], Job[Any]]) -> dict[str, Any]:
+        """``change(queue, job_id)`` on the job's queue, audited as ``action``; the job."""
         q = self.find(job_id, queue)
-        job = self._guard(lambda: q.release(job_id))
-        self._audit(who, "release", q.name, job)
+        job = self._guard(lambda: change(q, job_id))
+        self._audit(who, action, q.name, job)
         return job_summary(job)
 
     def delete(self, who: str, job_id: str, queue: str | None = None) -> dict[str, Any]:
@@ -414,40 +418,38 @@ class Dashboard:
             count = q.requeue_all_failed()
             self._audit(who, "requeue-all-failed", q.name, detail=f"{count} job(s)")
             return {"queue": q.name, "requeued": count, "errors": []}
-        errors, count = [], 0
-        for job_id in ids:
-            try:
-                job = q.requeue(str(job_id))
-                count += 1
-                self._audit(who, "requeue", q.name, job)
-            except (NoSuchJob, InvalidOperation) as exc:
-                errors.append(str(exc))
+        count, errors = self._each(who, "requeue", q.name, ids, q.requeue)
         return {"queue": q.name, "requeued": count, "errors": errors}
 
     def delete_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
         q = self.queue(queue)
-        errors, count = [], 0
-        for job_id in ids:
-            job = q.fetch_job(str(job_id))
-            try:
-                q.delete(str(job_id))
-                count += 1
-                self._audit(who, "delete", q.name, job)
-            except NoSuchJob as exc:
-                errors.append(str(exc))
+
+        def delete(job_id: str) -> Job[Any] | None:
+            job = q.fetch_job(job_id)
+            q.delete(job_id)
+            return job
+
+        count, errors = self._each(who, "delete", q.name, ids, delete)
         return {"queue": q.name, "deleted": count, "errors": errors}
 
     def cancel_many(self, who: str, queue: str, ids: list[str]) -> dict[str, Any]:
         q = self.queue(queue)
+        count, errors = self._each(who, "cancel", q.name, ids, q.cancel)
+        return {"queue": q.name, "canceled": count, "errors": errors}
+
+    def _each(self, who: str, action: str, queue: str, ids: list[str],
+              change: Callable[[str], Job[Any] | None]) -> tuple[int, list[str]]:
+        """``change(job_id)`` for each of ``ids``, each audited as ``action``: how many
+        were changed, and the error of each that was not."""
         errors, count = [], 0
         for job_id in ids:
             try:
-                job = q.cancel(str(job_id))
+                job = change(str(job_id))
                 count += 1
-                self._audit(who, "cancel", q.name, job)
+                self._audit(who, action, queue, job)
             except (NoSuchJob, InvalidOperation) as exc:
                 errors.append(str(exc))
-        return {"queue": q.name, "canceled": count, "errors": errors}
+        return count, errors
 
     def pause(self, who: str, queue: str, paused: bool) -> dict[str, Any]:
         q = self.queue(queue)

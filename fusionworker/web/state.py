@@ -4,7 +4,9 @@ share (who is asking, the page and fragment renderers, the JSON body)."""
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -157,6 +159,44 @@ def state(request: Request) -> WebState:
     """The :class:`WebState` of the app serving ``request``."""
     found: WebState = request.app.state.web
     return found
+
+
+def signed_in(view: Callable[[Request, WebState, auth.Identity], Response],
+              ) -> Callable[[Request], Response]:
+    """A page's endpoint: ``view(request, state, identity)`` for a logged-in user, the
+    redirect to the login page for anyone else."""
+    @functools.wraps(view)
+    def endpoint(request: Request) -> Response:
+        st = state(request)
+        who = st.page_user(request)
+        if isinstance(who, Response):
+            return who
+        return view(request, st, who)
+    return endpoint
+
+
+def api_read(view: Callable[[Request, WebState], Response]) -> Callable[[Request], Response]:
+    """An API endpoint that reads: ``view(request, state)`` for a known caller, 401 for
+    anyone else."""
+    @functools.wraps(view)
+    def endpoint(request: Request) -> Response:
+        st = state(request)
+        st.api_user(request)
+        return view(request, st)
+    return endpoint
+
+
+def api_action(view: Callable[[Request, WebState, str], Awaitable[Response]],
+               ) -> Callable[[Request], Awaitable[Response]]:
+    """An API endpoint that acts: ``view(request, state, caller)`` once
+    :meth:`WebState.api_user` let the caller act (401, or 403 read-only or without
+    the CSRF header)."""
+    @functools.wraps(view)
+    async def endpoint(request: Request) -> Response:
+        st = state(request)
+        who = st.api_user(request, action=True)
+        return await view(request, st, who)
+    return endpoint
 
 
 async def body(request: Request) -> dict[str, Any]:

@@ -19,16 +19,13 @@ from . import auth, listings
 from .actions import dispatch
 from .guard import check_login
 from .service import QUEUES_PER_PAGE, STATUSES, ApiError
-from .state import run, state
+from .state import WebState, run, signed_in, state
 
 log = logging.getLogger("fusionworker.web")
 
 
-def overview(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def overview(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     p = request.query_params
     listing = board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
@@ -38,11 +35,8 @@ def overview(request: Request) -> Response:
                    chart=board.chart(60, names=names))
 
 
-def queue_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def queue_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     name = request.path_params["q"]
     board.queue(name)   # an invalid or unknown name: its error page (never a redirect)
@@ -66,31 +60,22 @@ def queue_view(request: Request) -> Response:
                    filters={k: p.get(k) or "" for k in ("priority", "function")})
 
 
-def job_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def job_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     job = st.board.job(request.path_params["id"], request.query_params.get("queue"))
     return st.page(request, "job.html", who, job=job, seen=job["fingerprint"])
 
 
-def scheduled_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def scheduled_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     rows = listings.scheduled(st.r, st.settings.prefix, board.queue_names(), retries=False)
     return st.page(request, "scheduled.html", who, listings=rows["queues"],
                    cron=board.cron_entries(), now=board.now())
 
 
-def search_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def search_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     text = (request.query_params.get("q") or "").strip()
     if not text:
         return RedirectResponse("/", 303)
@@ -104,11 +89,8 @@ def search_view(request: Request) -> Response:
     return st.page(request, "search.html", who, result=result)
 
 
-def workers_view(request: Request) -> Response:
-    st = state(request)
-    who = st.page_user(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+def workers_view(request: Request, st: WebState, who: auth.Identity) -> Response:
     return st.page(request, "workers.html", who, workers=st.board.workers())
 
 

@@ -1,5 +1,5 @@
 """Chaos: 4 real workers, 1,000 jobs, random SIGKILLs of parents and horses and SIGSTOPs
-of parents (about 20 s on an idle 2-core machine); and on a private Redis, 2 workers,
+of parents (about 15 s on an idle 2-core machine); and on a private Redis, 2 workers,
 400 jobs, the same plus TCP partitions, Redis SIGKILL + restarts (AOF, fsync always) and
 OOM refusal windows (about 20 s). Each fault phase lasts until every required move
 happened; each run ends when every job finished (or fails once none finished for
@@ -28,7 +28,7 @@ def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_pa
     # seconds, so the run can spend most of its minute killing.
     # 1,000 jobs (2,000 before the widened faults test joined it): the suite stays under
     # 10 minutes and the run keeps its margin on a loaded machine; bench/chaos.py runs more
-    result = run_chaos(settings, jobs=1000, workers=4, job_seconds=0.01, kill_for=15.0,
+    result = run_chaos(settings, jobs=1000, workers=4, job_seconds=0.01, kill_for=10.0,
                        kill_every=0.35, deadline=DEADLINE, stall=STALL, lease=3.0,
                        log_dir=tmp_path, freeze_for=5.0,
                        require=("parent", "horse", "freeze"))
@@ -45,7 +45,7 @@ def test_chaos_no_job_lost_duplicates_only_from_killed_attempts(settings, tmp_pa
 @pytest.mark.serial  # CPU-bound, with deadlines: alone, after the parallel part
 def test_chaos_at_concurrency_4_loses_nothing(settings, tmp_path):
     # 2 workers x 4 slots: a killed parent takes up to 4 running jobs down at once
-    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=12.0,
+    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=8.0,
                        kill_every=0.35, deadline=DEADLINE, stall=STALL, lease=3.0,
                        log_dir=tmp_path, concurrency=4, require=("parent", "horse"))
     print("\n" + result.summary())
@@ -61,7 +61,7 @@ def test_chaos_at_concurrency_4_loses_nothing(settings, tmp_path):
 def test_chaos_with_warm_horses_loses_nothing(settings, tmp_path):
     # --horse-jobs 10: a horse runs up to 10 jobs; a horse kill may hit one running a
     # job or one idle between jobs (which must lose nothing)
-    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=12.0,
+    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=8.0,
                        kill_every=0.35, deadline=DEADLINE, stall=STALL, lease=3.0,
                        log_dir=tmp_path, concurrency=4, horse_jobs=10,
                        require=("parent", "horse"))
@@ -86,7 +86,7 @@ def test_chaos_with_partitions_redis_restarts_and_oom_windows(settings, tmp_path
         s = settings.replace(redis_url=server.url)
         # partitions (4 s) outlast the 3 s lease: the others reap the job while the
         # partitioned worker's horse must already be dead
-        result = run_chaos(s, jobs=400, workers=2, job_seconds=0.01, kill_for=16.0,
+        result = run_chaos(s, jobs=400, workers=2, job_seconds=0.01, kill_for=12.0,
                            kill_every=0.6, deadline=DEADLINE, stall=STALL, lease=3.0,
                            log_dir=tmp_path, freeze_for=4.0, partition_for=4.0,
                            restart_down=1.0, oom_for=2.0, fault_every=1.5, server=server,

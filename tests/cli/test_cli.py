@@ -92,7 +92,7 @@ WORKER_KEYS = {"name", "host", "pid", "state", "throttle", "queues", "current_jo
                "current_queue", "current_job_age", "heartbeat_age", "uptime", "successful",
                "failed", "total_working_time", "lease", "version", "current_jobs", "concurrency",
                "events_buffered", "events_dropped", "events_errors", "cpu_percent",
-               "queue_order", "gpus"}
+               "queue_order", "gpus", "gpus_held"}
 
 
 def test_info_json_schema(cli: Run, queue: Any, registered: Any, r: Any) -> None:

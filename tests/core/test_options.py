@@ -27,6 +27,18 @@ def test_the_keyword_options_of_the_queue_are_the_one_list(method):
     assert tuple(keywords) == options.NAMES
 
 
+def test_the_options_signature_is_written_once():
+    """enqueue_call takes prepare_call's signature (options.takes_options_of) instead
+    of spelling the options again."""
+    tree = ast.parse((CORE / "queue.py").read_text(encoding="utf-8"))
+    spelled = [f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+               and any(a.arg in options.OPTIONS for a in f.args.kwonlyargs)]
+    assert spelled == ["prepare_call"]
+    enqueue, prepare = inspect.signature(Queue.enqueue_call), inspect.signature(Queue.prepare_call)
+    assert enqueue.parameters == prepare.parameters
+    assert (enqueue.return_annotation, prepare.return_annotation) == ("Job[Any]", "PreparedJob")
+
+
 def test_a_handle_and_a_file_line_take_every_option_and_nothing_else():
     handle = JobFunction(jobs.add, **{name: None for name in options.NAMES})
     assert set(handle.default_options) == options.OPTIONS

@@ -16,6 +16,7 @@ import pytest
 from fusionworker.core.admin import describe_worker
 from fusionworker.core.job import Job
 from fusionworker.core.keys import Keys
+from tests.children import fork_servers_of
 from tests.waiting import gone, processes_of, wait_for
 
 
@@ -251,7 +252,7 @@ def test_fork_server_killed_gives_its_running_jobs_back_uncounted_and_a_new_one_
     # (tests/runtime/test_isolation.py has the job that kills it)
     q = queue()
     w, jobs, key = _running(processes, q, r, settings, 3, 2)
-    [server] = [c for c in psutil.Process(w.pid).children() if "fork server" in " ".join(c.cmdline())]
+    [server] = fork_servers_of(w.pid)
     server.kill()
     _until(q, jobs, ENDED, timeout=60)
     assert [_status(q, j.id) for j in jobs] == ["finished"] * 3
@@ -270,14 +271,7 @@ def test_sighup_renews_the_fork_server_and_running_horses_finish(processes, queu
     w = processes.worker("--customq", "default", "--concurrency", "3")
 
     def servers():
-        found = []
-        for c in psutil.Process(w.pid).children():
-            try:
-                if "fork server" in " ".join(c.cmdline()):
-                    found.append(c.pid)
-            except psutil.NoSuchProcess:   # a retired server exiting as we look
-                pass
-        return found
+        return [c.pid for c in fork_servers_of(w.pid)]
     wait_for(lambda: len(servers()) == 1, timeout=20)
     [old] = servers()
     jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, 2.5])

@@ -5,11 +5,17 @@ GPU governor judges the worker's own devices only."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import socket
+
 import pytest
 
 from fusionworker.core.config import ConfigError, load_settings
+from fusionworker.core.keys import Keys
 from fusionworker.middleware.governor import Governor
 from fusionworker.runtime.gpus import device_of, resolve_devices
+from tests.conftest import ROOT
 from tests.middleware.test_governor import FakeNVMLError, fake_nvml
 from tests.waiting import wait_for
 
@@ -63,3 +69,87 @@ def test_the_gpu_governor_judges_the_workers_own_devices_only():
     hot = Governor(settings, ram_reader=lambda: 10.0, swap_reader=lambda: 0.0,
                    gpu_reader=lambda: [(0, 10.0), (1, 99.0)], cpu_reader=lambda: 0.0)
     assert hot.check() == "GPU1 at 99.0% (throttle 85%)"
+
+
+#: the fake NVML as the ``pynvml`` module of a real worker process: two devices of 100
+#: units, each one's use read from the file gpu<i> beside it (the test turns it hot)
+FAKE_PYNVML = """
+import pathlib
+
+HERE = pathlib.Path(__file__).parent
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlDeviceGetCount():
+    return 2
+
+
+def nvmlDeviceGetHandleByIndex(i):
+    return i
+
+
+class _Info:
+    def __init__(self, used):
+        self.total, self.used, self.free = 100, used, 100 - used
+
+
+def nvmlDeviceGetMemoryInfo(handle):
+    return _Info(float((HERE / f"gpu{handle}").read_text()))
+"""
+
+
+def test_a_hot_device_holds_its_own_slot_only_until_it_cools(processes, queue, r, settings,
+                                                             tmp_path):
+    nvml = tmp_path / "nvml"
+    nvml.mkdir()
+    (nvml / "pynvml.py").write_text(FAKE_PYNVML)
+    (nvml / "gpu0").write_text("95")             # over GPU_THROTTLE_THRESHOLD (85)
+    (nvml / "gpu1").write_text("10")
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "2", "--gpus", "0,1",
+                         env={"PYTHONPATH": f"{nvml}{os.pathsep}{ROOT}",
+                              "MEMORY_CHECK_INTERVAL": "0.2"})
+    hb = Keys(settings.prefix).worker(f"{socket.gethostname()}.{w.pid}")
+    ids = [q.enqueue("tests.jobs:device_of_horse").id for _ in range(4)]
+    wait_for(lambda: all(q.fetch_job(i).status == "finished" for i in ids), timeout=60)
+    assert {q.fetch_job(i).result[0] for i in ids} == {"1"}    # the cool device's slot ran all
+    assert wait_for(lambda: r.hget(hb, "gpus_held")) == "0"   # and says which is held
+    assert r.hget(hb, "throttle") == ""                        # not the whole worker
+    (nvml / "gpu0").write_text("10")             # under GPU_RESUME_THRESHOLD (75)
+    wait_for(lambda: r.hget(hb, "gpus_held") == "", what="GPU0 released")
+    key = f"{settings.prefix}:gate"
+    both = [q.enqueue("tests.jobs:device_at_barrier", settings.redis_url, key, 2)
+            for _ in range(2)]
+    done = [wait_for(lambda j=j: (f := q.fetch_job(j.id)).status == "finished" and f,
+                     timeout=60) for j in both]
+    assert sorted(d.result[0] for d in done) == ["0", "1"]     # its slot claims again
+
+
+def test_per_slot_the_governor_holds_a_hot_device_and_the_worker_when_all_are():
+    settings = load_settings(environ={"FUSIONWORKER_GPUS": "0,1"})
+    use = {0: 95.0, 1: 10.0}
+    gov = Governor(settings, ram_reader=lambda: 10.0, swap_reader=lambda: 0.0,
+                   gpu_reader=lambda: list(use.items()), cpu_reader=lambda: 0.0,
+                   clock=itertools.count(step=60).__next__)     # each check samples
+    gov.judge_per_slot()
+    assert gov.check() is None and gov.hot_devices == {0}
+    assert gov.describe()["gpus_held"] == "0"
+    use[0] = 80.0                                # under the throttle, over the resume level
+    assert gov.check() is None and gov.hot_devices == {0}
+    use[1] = 90.0                                # every device: the worker is held
+    assert gov.check() == "GPU1 at 90.0% (throttle 85%)"
+    use[1] = 50.0
+    assert gov.check() is None and gov.hot_devices == {0}
+    use[0] = 70.0
+    assert gov.check() is None and gov.hot_devices == frozenset()

@@ -14,13 +14,13 @@ import subprocess
 import sys
 import textwrap
 
-import psutil
 import pytest
 
 from fusionworker.core.config import load_settings
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.exits import HorseExit
 from fusionworker.runtime.recorder import SHARED_DEATHS_MAX, decide
+from tests.children import fork_servers_of
 from tests.conftest import ROOT
 from tests.runtime.test_faults import LEASE_ENV
 from tests.waiting import wait_for
@@ -135,10 +135,8 @@ def test_a_warm_job_replacing_the_result_encoding_fails_and_its_horse_retires(
 
 def _fork_server(worker_pid: int) -> int:
     def found() -> int | None:
-        for child in psutil.Process(worker_pid).children():
-            if "fork server" in " ".join(child.cmdline()):
-                return child.pid
-        return None
+        servers = fork_servers_of(worker_pid)
+        return servers[0].pid if servers else None
     return wait_for(found, what="the worker's fork server")
 
 

@@ -19,6 +19,7 @@ from fusionworker.core.registry import JobFunction
 from fusionworker.runtime.launch import ForkServerLauncher, LaunchSpec
 from fusionworker.runtime.slot import Slot
 from tests import warm_jobs
+from tests.children import fork_servers_of
 from tests.runtime.test_forkserver import answered, spec, until_done
 from tests.waiting import gone, processes_of, wait_for
 
@@ -328,8 +329,7 @@ def test_a_killed_fork_server_takes_its_pool_and_a_new_one_serves(processes, que
     first = q.enqueue_call(f"{JOBS}:pid")
     wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
     wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)
-    [server] = [c for c in psutil.Process(w.pid).children()
-                if "fork server" in " ".join(c.cmdline())]
+    [server] = fork_servers_of(w.pid)
     pool = processes_of(_horses(w.pid))
     server.kill()
     wait_for(lambda: gone(pool), timeout=20)

@@ -190,6 +190,7 @@ def test_worker_page_shows_the_governors_cpu_sample_fair_share_and_gpus(client, 
     page = get(client, "/workers/cpuw").text
     assert 'id="worker-cpu"' in page and "% of all cores" in page
     assert doc["queue_order"] == "fair" and doc["gpus"] == ["3"]      # issue 34's settings
+    assert doc["gpus_held"] == []          # no NVML here: no device over its threshold
     assert "GPUs 3" in page and ">fair<" in page
     wait_for(lambda: client.get("/api/v1/workers/nocpuw", headers=BEARER).status_code == 200)
     assert client.get("/api/v1/workers/nocpuw", headers=BEARER).json()["cpu_percent"] is None

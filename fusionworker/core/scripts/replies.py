@@ -150,22 +150,7 @@ def claim(reply: Raw) -> Claim:
         if len(items) == 4 and _is_hash(items[2]):               # single: now, hash, id
             return Claim(kind, jobs=(Claimed(_hash(items[2]), _text(items[3])),),
                          now=_time(items[1]))
-        jobs: list[Claimed] = []
-        missing: list[str] = []
-        stop: tuple[str, float | None] | None = None
-        for item in items[2:]:                      # count: {hash, id} | id, [{why, when}]
-            if (isinstance(item, list) and len(item) == 2 and not isinstance(item[0], list)
-                    and _text(item[0]) in ("limited", "empty")):
-                stop = (_text(item[0]), _time(item[1]))
-            elif not isinstance(item, list):
-                missing.append(_text(item))
-            elif item and isinstance(item[0], list):
-                jobs.append(Claimed(_hash(item[0]), _text(item[1])))
-            else:
-                jobs.append(Claimed(_hash(item), None))
-        return Claim(kind, jobs=tuple(jobs), missing=tuple(missing), now=_time(items[1]),
-                     next_due=stop[1] if stop else None,
-                     limited=stop is not None and stop[0] == "limited")
+        return _claimed_many(items)
     if kind == "missing":
         return Claim(kind, missing=(_text(items[1]),))
     if kind in ("empty", "limited"):
@@ -173,6 +158,27 @@ def claim(reply: Raw) -> Claim:
                      now=_time(items[2]) if len(items) > 2 else None)
     return Claim(kind)
 
+
+
+def _claimed_many(items: list[Raw]) -> Claim:
+    """A count claim's ``job`` reply: now, then each item a ``{hash, id}`` pair, a bare
+    hash, a missing id, or the ``{why, when}`` that stopped it short."""
+    jobs: list[Claimed] = []
+    missing: list[str] = []
+    stop: tuple[str, float | None] | None = None
+    for item in items[2:]:
+        if (isinstance(item, list) and len(item) == 2 and not isinstance(item[0], list)
+                and _text(item[0]) in ("limited", "empty")):
+            stop = (_text(item[0]), _time(item[1]))
+        elif not isinstance(item, list):
+            missing.append(_text(item))
+        elif item and isinstance(item[0], list):
+            jobs.append(Claimed(_hash(item[0]), _text(item[1])))
+        else:
+            jobs.append(Claimed(_hash(item), None))
+    return Claim("job", jobs=tuple(jobs), missing=tuple(missing), now=_time(items[1]),
+                 next_due=stop[1] if stop else None,
+                 limited=stop is not None and stop[0] == "limited")
 
 # --------------------------------------------------------------------------- outcomes
 

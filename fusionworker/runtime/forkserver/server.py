@@ -131,7 +131,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
-        for module in imports:     # (models loaded once; the worker imported them already)
+        for module in imports:     # (models loaded once: the worker process never imports them)
             server.preloaded.add(module)
             import_for_horses(module)
         if not imports:            # it would be: forked once the first job's module is here
