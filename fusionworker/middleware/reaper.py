@@ -187,7 +187,7 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, expired
         if verdict.outcome in ("requeued", "abandoned"):
             counts["reaped"].append((queue, job_id, verdict.outcome))
             _emit_reaped(connection, settings, sink, qkeys.job(job_id), verdict.outcome,
-                         worker_name or "?", why, verdict.why == "alone")
+                         worker_name or "?", why, verdict.why == "culprit")
         _count_verdict(counts, queue, job_id, worker_name or "?", why, verdict)
 
 
@@ -220,7 +220,7 @@ def _count_verdict(counts: dict[str, Any], queue: str, job_id: str, worker_name:
         counts["abandoned"] += 1
         counts["jobs"].append(job_id)
         counts["abandoned_jobs"].append((queue, job_id))
-        if verdict.why == "alone":
+        if verdict.why == "culprit":
             log.error("Reaper: job %s on %s ran alone in worker %s, which died (%s): failed "
                       "as the culprit", job_id, queue, worker_name, why)
         else:

@@ -416,6 +416,12 @@ def minutes(reply: Raw) -> int:
     return int(reply)
 
 
+def changed(reply: Raw) -> bool:
+    """``run_now.lua``, ``save_meta.lua``: whether it wrote (False: the job is not
+    scheduled / gone)."""
+    return bool(int(reply))
+
+
 def history(reply: Raw) -> str:
     """``history.lua``: the event's stream id (``''`` where the stream is on another
     slot: a Cluster, whose pipeline ``XADD``s it apart)."""
@@ -431,4 +437,5 @@ PARSERS: dict[str, Callable[[Raw], Any]] = {
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
     "alone": alone,
+    "run_now": changed, "save_meta": changed,
 }
