@@ -44,17 +44,10 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 #: cycles that exist only through imports inside functions (each inside one layer);
 #: a new one fails the test, one that went away asks to be taken out of this list
 KNOWN_DEFERRED_CYCLES = {
-    # job_habits (Job.fetch, job.cancel/requeue) reaches Queue when called; job imports
-    # it, so it is on the cycle too; so do Queue's registries (registries.py)
-    # (keys and the script replies read the vocabulary, not job.py, and tracing is
-    # handed the Queue class it instruments: off the cycle)
-    frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue",
-               "fusionworker.core.job", "fusionworker.core.job_habits",
-               "fusionworker.core.options",
-               "fusionworker.core.queue", "fusionworker.core.queue_admin",
-               "fusionworker.core.queue_habits", "fusionworker.core.queue_read",
-               "fusionworker.core.registries", "fusionworker.core.registry",
-               "fusionworker.core.workflows"}),
+    # a @job handle checks its options (options.py) and its enqueue_at time (enqueue.py)
+    # when called, and both read the registered functions' table of registry.py
+    frozenset({"fusionworker.core.enqueue", "fusionworker.core.options",
+               "fusionworker.core.registry"}),
 }
 
 #: reads of another object's private attribute there are, each with its reason

@@ -38,10 +38,11 @@ import importlib
 import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from .config import ConfigError, Settings
 from .functions import CALLABLES, HOW_TO_ALLOW, func_ref, parse_func_ref
+from .queue_port import queue_class
 
 if TYPE_CHECKING:
     from .connection import RedisClient
@@ -128,11 +129,10 @@ class JobFunction(Generic[P, R]):
                     f"{self.func.__name__}.options({name}=...).enqueue(...)")
 
     def _queue(self) -> Queue:
-        from .queue import Queue
-
-        if isinstance(self.queue, Queue):
+        queue_type = queue_class()
+        if isinstance(self.queue, queue_type):
             return self.queue
-        return Queue(self.queue, self.connection, settings=self.settings)
+        return queue_type(cast("str", self.queue), self.connection, settings=self.settings)
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run with these arguments now."""
