@@ -39,6 +39,7 @@ _PUBLIC = {
     "NoSuchJob": "fusionworker.exceptions",
     "Queue": "fusionworker.core.queue",
     "Retry": "fusionworker.exceptions",
+    "RetryPolicy": "fusionworker.core.retry",
     "UnsupportedType": "fusionworker.core.codec",
     "Worker": "fusionworker.worker",
     "current_job": "fusionworker.runtime.progress",
@@ -61,8 +62,8 @@ _SUBMODULES = {
 __all__ = [
     "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobContext", "JobFailed",
     "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
-    "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic", "register",
-    "schedule",
+    "RetryPolicy", "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic",
+    "register", "schedule",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .core.job import Job
     from .core.queue import Queue
     from .core.registry import JobFunction, job, register
+    from .core.retry import RetryPolicy
     from .exceptions import (
         FunctionNotAllowed,
         JobCanceled,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from .core.retry import RetryPolicy
+
 if TYPE_CHECKING:  # pragma: no cover - job.py imports this module
     from .core.job import Job
 
@@ -19,12 +21,10 @@ class Retry(Exception):
     ``delay`` (seconds, or a ``timedelta``) overrides the exponential backoff for
     this retry.
 
-    Also RQ's retry policy, given at enqueue: ``q.enqueue(f, retry=Retry(max=3,
-    interval=[10, 30, 60]))`` = ``max_retries=3``, retried on ANY exception the job
-    raises (and on its timeout), as RQ does (``retry_on=`` narrows it), and the delay
-    before retry n is ``interval[n-1]`` (the last one repeats; a number: the same
-    delay each time; none: at once), without backoff or jitter. ``max`` is at least
-    1 and keyword-only, so ``raise Retry("busy", 5)`` keeps its meaning.
+    ``Retry(max=3, interval=[10, 30, 60])`` is RQ's spelling of the enqueue policy
+    (``q.enqueue(f, retry=Retry(max=3))``): it carries a
+    :class:`~fusionworker.core.retry.RetryPolicy` (``.policy``), which ``retry=``
+    reads. ``max`` is keyword-only, so ``raise Retry("busy", 5)`` keeps its meaning.
     """
 
     def __init__(self, message: str = "retry requested by the job",
@@ -32,10 +32,8 @@ class Retry(Exception):
                  *, max: int | None = None,  # RQ's name: keyword-only
                  interval: float | list[float] | tuple[float, ...] | None = None) -> None:
         super().__init__(message)
-        if max is not None and (isinstance(max, bool) or not isinstance(max, int) or max < 1):
-            # RQ refuses Retry(max=0) too: a policy of no retry is no policy
-            raise ValueError(f"Retry(max=...) must be a whole number of retries, at least 1, "
-                             f"got {max!r}")
+        #: the enqueue policy this spells (RQ's ``Retry(max=...)``), else None
+        self.policy = RetryPolicy(max, interval) if max is not None else None
         self.delay = delay.total_seconds() if isinstance(delay, timedelta) else delay
         self.max = max
         self.interval = interval

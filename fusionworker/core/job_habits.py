@@ -30,12 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: writes ``meta`` only where the job still exists (a HSET on a gone record would
 #: leave a record of one field behind)
-_SAVE_META = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'meta', ARGV[1])
-return 1
-"""
-
 #: largest producer-side meta, bytes of its tagged JSON (the limit a job's own meta has)
 META_LIMIT = 64 * 1024
 
@@ -344,6 +338,8 @@ class JobHabits:
         whole meta). Raises :class:`~fusionworker.exceptions.NoSuchJob` when the
         record is gone.
         """
+        from .scripts import replies  # redis: not loaded with a job's module
+
         q = self._queue_for("save_meta")
         if not all(isinstance(k, str) for k in self.meta):
             raise TypeError("meta keys must be strings")
@@ -351,7 +347,7 @@ class JobHabits:
         if len(encoded.encode("utf-8")) > META_LIMIT:
             raise MetaTooLarge(f"the meta is {len(encoded)} bytes of JSON; the limit is "
                                f"{META_LIMIT}")
-        if not q.connection.eval(_SAVE_META, 1, q.qkeys.job(self.id), encoded):
+        if not replies.changed(q.scripts.save_meta(keys=[q.qkeys.base], args=[self.id, encoded])):
             raise NoSuchJob(f"job {self.id!r} of queue {self.queue!r} no longer exists")
 
     def __repr__(self) -> str:

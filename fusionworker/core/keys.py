@@ -59,6 +59,7 @@ Global keys (touched by single-key commands only):
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -227,6 +228,10 @@ class QueueKeys:
         return self.base + "group_rate:log:" + group
 
     @property
+    def group_rate_parked(self) -> str:
+        return self.base + "group_rate:parked"
+
+    @property
     def outbox(self) -> str:
         """Dependency and batch notes to replay to other queues (LIST)."""
         return self.base + "outbox"
@@ -325,3 +330,27 @@ class Keys:
         """The chart counts of one time bucket summed over every queue (the charts of
         all queues at any number of queues; events/metrics_history.py)."""
         return f"{self.prefix}:hist:all:{resolution}:{bucket}"
+
+
+def script_suffixes() -> dict[str, str]:
+    """``K.<name>`` of the Lua scripts (scripts/__init__.py): the key of each
+    :class:`QueueKeys` member after the queue's base: ``pending``, or for a member
+    taking one name last (``job(id)``) what precedes it: ``job:``. A member whose key
+    goes on after the name (``batch_ended``) or takes more is none."""
+    keys, mark = QueueKeys("p", "q"), "\0"
+    found: dict[str, str] = {}
+    for name, member in vars(QueueKeys).items():
+        if name.startswith("_") or name in ("base", "match_all"):
+            continue
+        if isinstance(member, property):
+            key = getattr(keys, name)
+        elif inspect.isfunction(member) and member.__code__.co_argcount == 2:   # self, name
+            key = member(keys, mark)
+            if not key.endswith(mark):
+                continue
+            key = key[:-1]
+        else:
+            continue
+        if key[len(keys.base):]:    # registry(status) is no suffix
+            found[name] = key[len(keys.base):]
+    return found

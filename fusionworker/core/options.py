@@ -26,6 +26,7 @@ from .catalog import learnt_options, lookup
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
 from .keys import check_addressable
+from .retry import RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
@@ -74,7 +75,8 @@ class JobOptions(NamedTuple):
     ttl: float | str | None = None
     #: True: the job runs before every other pending job of its priority (default False)
     at_front: bool | None = None
-    #: RQ's policy ``Retry(max=3, interval=[10, 30, 60])``: ``max`` is ``max_retries``,
+    #: a ``RetryPolicy(max=3, interval=[10, 30, 60])``, or RQ's spelling ``Retry(max=3,
+    #: interval=[10, 30, 60])``: ``max`` is ``max_retries``,
     #: the delay before retry n is ``interval[n-1]`` (the last repeats); checked, the
     #: intervals as a tuple of seconds (default: none, the backoff)
     retry: Any = None
@@ -302,27 +304,29 @@ def _check_wait_ttl(ttl: Any) -> float:
 
 
 def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float, ...] | None]:
-    """``retry=Retry(max=, interval=)`` (or its JSON form, a ``{"max", "interval"}``
-    object) as (max_retries, intervals)."""
+    """``retry=``: a :class:`RetryPolicy`, RQ's ``Retry(max=, interval=)`` (the policy
+    it carries) or its JSON form, a ``{"max", "interval"}`` object; as (max_retries,
+    intervals)."""
     from ..exceptions import Retry
 
     if isinstance(retry, Mapping) and set(retry) <= {"max", "interval"}:
         retry = Retry(max=retry.get("max"), interval=retry.get("interval"))  # a JSON line
-    if not isinstance(retry, Retry) or retry.max is None:
+    policy = retry.policy if isinstance(retry, Retry) else retry
+    if not isinstance(policy, RetryPolicy):
         raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]) "
                         f"(in JSON: {{\"max\": N, \"interval\": [...]}}), got {retry!r}")
     if max_retries is not None:
         raise TypeError("give max_retries= or retry=Retry(max=...), not both")
-    interval = retry.interval
+    interval = policy.interval
     if interval is None:      # RQ: no interval, the retry is at once
-        return retry.max, (0.0,)
+        return policy.max, (0.0,)
     values = list(interval) if isinstance(interval, (list, tuple)) else [interval]
     if not 0 < len(values) <= 100 or not all(
             not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
             and 0 <= v <= 31_536_000 for v in values):
         raise ValueError(f"Retry interval must be seconds (0 to a year) or a list of 1 to 100 "
                          f"of them, got {interval!r}")
-    return retry.max, tuple(float(v) for v in values)
+    return policy.max, tuple(float(v) for v in values)
 
 
 #: ``retry_on`` meaning every exception (and the job's timeout): RQ's ``Retry`` policy

@@ -4,16 +4,18 @@
 reads, each with its metadata: the hash field (``hash``, when the attribute is named
 otherwise), how its text is read (``kind``: :data:`READERS`) and whether the API's
 JSON shows it (``api``). :func:`from_hash` and :func:`to_dict` are generated from
-that list; :data:`HASH_ONLY` names the fields the scripts keep beside it. ``Job``
-(job.py) is the I/O handle on top of it. ``tests/core/test_record.py`` checks that
-every job field the Lua scripts and the web use is named here.
+that list; :data:`HASH_ONLY` names the fields the scripts keep beside it, and the Lua
+scripts' ``F.<name>`` are :data:`SCRIPT_FIELDS`. ``Job`` (job.py) is the I/O handle on
+top of it; core/job_reads.py reads records for the web. ``tests/core/test_record.py``
+checks that no script spells a field and every field the web, CLI and ops use is here.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
@@ -131,6 +133,13 @@ def hash_name(f: Field[Any]) -> str:
 FIELDS: tuple[Field[Any], ...] = fields(JobRecord)
 #: every field name of the job hash: the record's and :data:`HASH_ONLY`
 HASH_FIELDS = frozenset({hash_name(f) for f in FIELDS} | set(HASH_ONLY))
+#: the record's fields by the name readers give them: the attribute's, ``description``
+#: for ``_description`` (its property)
+BY_NAME: dict[str, Field[Any]] = {f.name.lstrip("_"): f for f in FIELDS}
+#: ``F.<name>`` of the Lua scripts (scripts/__init__.py): each record field's hash name
+#: under its :data:`BY_NAME` name, and :data:`HASH_ONLY`
+SCRIPT_FIELDS: dict[str, str] = {
+    **{name: hash_name(f) for name, f in BY_NAME.items()}, **{n: n for n in HASH_ONLY}}
 
 
 # -- reading the hash's text -----------------------------------------------------------
@@ -209,6 +218,16 @@ READERS: dict[str, str] = {
 }
 
 
+def _written(source: str, name: str) -> dict[str, Any]:
+    """The names ``source`` defines: code written from the schema's own names (repr)
+    and the templates of :data:`READERS`, no data."""
+    namespace: dict[str, Any] = {
+        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
+        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
+    exec(compile(source, f"<record.{name}>", "exec"), namespace)
+    return namespace
+
+
 def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
     """``read_fields``, written out from the schema once (as ``dataclasses`` writes
     ``__init__``): one expression per field, no call per field but its reader's."""
@@ -216,11 +235,7 @@ def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
         v=f"get({hash_name(f)!r})", name=f.name) for f in FIELDS]
     source = ("def read_fields(data, payload):\n    get = data.get\n    return {"
               + ", ".join(items) + "}\n")
-    namespace: dict[str, Any] = {
-        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
-        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
-    # the source is the schema's own names (repr) and the templates above: no data
-    exec(compile(source, "<record.read_fields>", "exec"), namespace)
+    namespace = _written(source, "read_fields")
     reader: Callable[[dict[str, str], dict[str, Any]], dict[str, Any]] = namespace["read_fields"]
     reader.__doc__ = ("The record's attributes from ``HGETALL``'s ``data``; ``payload`` gives "
                       "the payload fields (args, kwargs, result) already read.")
@@ -228,6 +243,28 @@ def _reader() -> Callable[[dict[str, str], dict[str, Any]], dict[str, Any]]:
 
 
 read_fields = _reader()
+
+_PAYLOAD = frozenset(n for n, f in BY_NAME.items() if f.metadata["kind"] == "payload")
+
+
+@functools.cache
+def some_fields(names: tuple[str, ...]) -> tuple[list[str], Callable[[Sequence[Any]], dict[str, Any]]]:
+    """Reading some fields of records: the hash fields of record fields ``names`` (by
+    their :data:`BY_NAME` names; for ``HMGET``), and what reads its reply (text, or
+    bytes as UTF-8): each name -> its value read as :func:`read_fields` reads it, None
+    when the field is absent or empty. Written out once per ``names``, as
+    :func:`read_fields` is. ValueError for a name that is no field, or a payload one."""
+    unknown = [n for n in names if n not in BY_NAME or n in _PAYLOAD]
+    if unknown:
+        raise ValueError(f"not a record field read alone: {', '.join(unknown)}")
+    items = [f"{n!r}: None if v{i} is None or v{i} == '' or v{i} == b'' else " + READERS[
+        BY_NAME[n].metadata["kind"]].format(v=f"(v{i}.decode() if type(v{i}) is bytes else v{i})",
+                                            name=n)
+        for i, n in enumerate(names)]
+    values = "".join(f"v{i}, " for i in range(len(names)))
+    source = f"def read(values):\n    {values}= values\n    return {{{', '.join(items)}}}\n"
+    read: Callable[[Sequence[Any]], dict[str, Any]] = _written(source, "some_fields")["read"]
+    return [hash_name(BY_NAME[n]) for n in names], read
 
 
 def plain(value: Any) -> Any:

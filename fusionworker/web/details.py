@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..core import job_reads
 from ..core.batch import batch_status
 from ..core.connection import texts
 from ..core.keys import Keys
@@ -71,14 +72,9 @@ def statuses(r: RedisClient, prefix: str, refs: list[str]) -> list[dict[str, Any
     refs = refs[:MAX_REFS]
     if not refs:
         return []
-    keys = Keys(prefix)
-    pipe = r.pipeline(transaction=False)
-    for ref in refs:
-        queue, job_id = split_ref(ref)
-        pipe.hget(keys.queue(queue).job(job_id), "status")
-    return [{"queue": split_ref(ref)[0], "id": split_ref(ref)[1],
-             "status": status.decode() if isinstance(status, bytes) else status}
-            for ref, status in zip(refs, pipe.execute(), strict=True)]
+    found = job_reads.job_fields(r, prefix, [split_ref(ref) for ref in refs], ("status",))
+    return [{"queue": split_ref(ref)[0], "id": split_ref(ref)[1], "status": job["status"]}
+            for ref, job in zip(refs, found, strict=True)]
 
 
 def dependencies(r: RedisClient, prefix: str, job_id: str, queue: str,
@@ -138,29 +134,27 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
     doc["processes"] = int(data["processes"]) if data.get("processes") else None
     doc["extra"] = {k: v for k, v in sorted(data.items()) if k.startswith(("events_",
                                                                          "callbacks_"))}
-    doc["slots"] = _slots(r, keys, doc["current_jobs"][:MAX_REFS], doc["queues"] or [], now)
+    doc["slots"] = _slots(r, prefix, doc["current_jobs"][:MAX_REFS], doc["queues"] or [], now)
     doc["outcomes"] = _outcomes(r, keys.events, name, FIELDS)
     return doc
 
 
-def _slots(r: RedisClient, keys: Keys, jobs: list[str], queues: list[str],
+def _slots(r: RedisClient, prefix: str, jobs: list[str], queues: list[str],
            now: float) -> list[dict[str, Any]]:
     """The job each slot runs: its queue (the first of ``queues`` holding it), function,
     status, age and progress (None each for a job no queue holds)."""
-    pipe = r.pipeline(transaction=False)
-    for job_id in jobs:
-        for name in queues:
-            pipe.hmget(keys.queue(name).job(job_id),
-                       ["queue", "func", "status", "started_at", "progress"])
-    answers = iter(pipe.execute())
+    answers = iter(job_reads.job_fields(
+        r, prefix, [(queue, job_id) for job_id in jobs for queue in queues],
+        ("queue", "func", "status", "started_at", "progress")))
     slots = []
     for job_id in jobs:
-        found = [a for a in (next(answers) for _ in queues) if a and a[0]]
-        queue, func, status, started, progress = (list(found[0]) if found
-                                                  else [None, None, None, None, None])
-        slots.append({"id": job_id, "queue": queue, "func": func, "status": status,
-                      "age": max(0.0, now - float(started)) if started else None,
-                      "progress": float(progress) if progress else None})
+        found = [a for a in (next(answers) for _ in queues) if a["queue"]]
+        slot = found[0] if found else dict.fromkeys(("queue", "func", "status", "started_at"))
+        started = slot["started_at"]
+        slots.append({"id": job_id, "queue": slot["queue"], "func": slot["func"],
+                      "status": slot["status"],
+                      "age": max(0.0, now - started) if started is not None else None,
+                      "progress": slot.get("progress")})
     return slots
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..core import job_reads
 from ..core.batch import batch_doc
 from ..core.connection import text_hash, texts
 from ..core.job import Job, JobStatus
@@ -30,11 +31,7 @@ def looks_like_job_id(text: str) -> bool:
 
 
 def records(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[Job[Any]]:
-    keys = Keys(prefix)
-    pipe = r.pipeline(transaction=False)
-    for queue, job_id in refs:
-        pipe.hgetall(keys.queue(queue).job(job_id))
-    return [Job.from_hash(d) for d in pipe.execute() if d]
+    return [job for job in job_reads.jobs(r, prefix, refs) if job is not None]
 
 
 def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
@@ -46,12 +43,8 @@ def search_functions(r: RedisClient, prefix: str, queues: list[str], text: str,
     found: list[tuple[str, str]] = []
     for start in range(0, len(refs), 1000):
         part = refs[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for queue, job_id in part:
-            pipe.hget(keys.queue(queue).job(job_id), "func")
-        for ref, func in zip(part, pipe.execute(), strict=True):
-            func = func.decode() if isinstance(func, bytes) else func
-            if func and text in func:
+        for ref, job in zip(part, job_reads.job_fields(r, prefix, part, ("func",)), strict=True):
+            if job["func"] and text in job["func"]:
                 found.append(ref)
         if len(found) >= limit:
             break
@@ -103,7 +96,7 @@ def failed(r: RedisClient, prefix: str, queues: list[str], *, function: str = ""
     take = WINDOW if filtered else size
     rows, floor, total = _failed_windows(r, keys, queues, top, low, take)
     if filtered:
-        rows = _filter(r, keys, rows, function, error_type)
+        rows = _filter(r, prefix, rows, function, error_type)
     rows.sort(key=lambda row: row[0], reverse=True)
     shown = [row for row in rows if row[0] >= floor][:size]
     if len(shown) == size:
@@ -139,17 +132,15 @@ def _failed_windows(r: RedisClient, keys: Keys, queues: list[str], top: str, low
     return rows, floor, total
 
 
-def _filter(r: RedisClient, keys: Keys, rows: list[tuple[float, str, str]], function: str,
+def _filter(r: RedisClient, prefix: str, rows: list[tuple[float, str, str]], function: str,
             error_type: str) -> list[tuple[float, str, str]]:
     kept = []
     for start in range(0, len(rows), 1000):
         part = rows[start:start + 1000]
-        pipe = r.pipeline(transaction=False)
-        for _, queue, job_id in part:
-            pipe.hmget(keys.queue(queue).job(job_id), ["func", "error_type"])
-        for row, (func, etype) in zip(part, pipe.execute(), strict=True):
-            func = (func.decode() if isinstance(func, bytes) else func) or ""
-            etype = (etype.decode() if isinstance(etype, bytes) else etype) or ""
+        found = job_reads.job_fields(r, prefix, [(queue, job_id) for _, queue, job_id in part],
+                                     ("func", "error_type"))
+        for row, job in zip(part, found, strict=True):
+            func, etype = job["func"] or "", job["error_type"] or ""
             if function and function not in func:
                 continue
             if error_type and error_type.lower() not in etype.lower():
@@ -176,11 +167,9 @@ def scheduled(r: RedisClient, prefix: str, queues: list[str], retries: bool,
         ids = texts(list(answers[2 * n]))
         if not ids:
             continue
-        pipe = r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hget(keys.queue(queue).job(job_id), "attempts")
-        picked = [job_id for job_id, attempts in zip(ids, pipe.execute(), strict=True)
-                  if (int(attempts or 0) > 0) == retries]
+        found = job_reads.job_fields(r, prefix, [(queue, i) for i in ids], ("attempts",))
+        picked = [job_id for job_id, job in zip(ids, found, strict=True)
+                  if ((job["attempts"] or 0) > 0) == retries]
         if picked:
             out.append({"queue": queue, "count": len(picked), "looked_at": len(ids),
                         "scheduled": int(answers[2 * n + 1]),

@@ -17,13 +17,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import events as ev
-from ..core import admin, cron
+from ..core import admin, cron, job_reads
 from ..core.config import Settings
-from ..core.connection import mask_url, text_hash, texts
+from ..core.connection import mask_url, texts
 from ..core.job import DONE_STATUSES, Job, JobStatus, check_priority
 from ..core.keys import InvalidQueueName, Keys, check_queue_name
 from ..core.queue import BANDS, Queue, _band_range, find_queue_of, known_queues
 from ..core.queue_read import stats_many
+from ..core.scripts import replies
 from ..exceptions import FunctionNotAllowed, InvalidFunction, InvalidOperation, NoSuchJob
 from ..ops.info import collect_info
 from . import details
@@ -95,14 +96,6 @@ def job_summary(job: Job[Any]) -> dict[str, Any]:
             "worker": job.worker_name, "failure_reason": job.failure_reason}
 
 
-def _keyed(data: dict[str, str], job_id: str, queue: str) -> Job[Any]:
-    """The record of key ``job:<job_id>`` of ``queue``: the key says its id and queue
-    (a record written by something else may lack or contradict them)."""
-    job = Job.from_hash(data)
-    job.id, job.queue = job_id, queue
-    return job
-
-
 def _priority_range(priority: str | None) -> tuple[int, int] | None:
     """A ``priority`` filter (a band's name or one value) as its lowest and highest
     priority; None without one."""
@@ -131,18 +124,6 @@ class _InfoSource:
         self.masked_url = mask_url(settings.redis_url)
 
 
-#: run-now: a scheduled job's score and ``scheduled_for`` become the server time
-_RUN_NOW = """
-local base, jid = KEYS[1], ARGV[1]
-if not redis.call('ZSCORE', base .. 'scheduled', jid) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZADD', base .. 'scheduled', now, jid)
-redis.call('HSET', base .. 'job:' .. jid, 'scheduled_for', string.format('%.6f', now))
-return 1
-"""
-
-
 def _json_field(value: Any, name: str, kind: type) -> Any:
     if value in (None, ""):
         return kind()
@@ -161,7 +142,6 @@ class Dashboard:
         self.r = connection
         self.settings = settings
         self.prefix = settings.prefix
-        self._run_now = connection.register_script(_RUN_NOW)
 
     # -- reads -------------------------------------------------------------------
 
@@ -310,11 +290,7 @@ class Dashboard:
         return found, position
 
     def _records_aligned(self, q: Queue, ids: list[str]) -> list[Job[Any] | None]:
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(q.qkeys.job(job_id))
-        return [_keyed(d, job_id, q.name) if d else None
-                for job_id, d in zip(ids, pipe.execute())]
+        return job_reads.jobs(self.r, self.prefix, [(q.name, job_id) for job_id in ids])
 
     def find(self, job_id: str, queue: str | None = None) -> Queue:
         if not job_id or len(job_id) > 200:
@@ -326,21 +302,24 @@ class Dashboard:
             raise ApiError(404, f"no job {job_id!r}" + (f" in queue {queue!r}" if queue else ""))
         return Queue(name, self.r, settings=self.settings)
 
+    def _hash(self, q: Queue, job_id: str) -> dict[str, str]:
+        return job_reads.job_hashes(self.r, self.prefix, [(q.name, job_id)])[0]
+
     def job_fingerprint(self, job_id: str, queue: str | None = None) -> tuple[str, str]:
         """(queue, digest of the job record): one HGETALL when the queue is given."""
         if queue:
             q = self.queue(queue, must_exist=False)
-            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            data = self._hash(q, job_id)
             if not data:
                 raise ApiError(404, f"no job {job_id!r} in queue {queue!r}")
         else:
             q = self.find(job_id)
-            data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+            data = self._hash(q, job_id)
         return q.name, fingerprint(sorted(data.items()))
 
     def job(self, job_id: str, queue: str | None = None) -> dict[str, Any]:
         q = self.find(job_id, queue)
-        data = text_hash(self.r.hgetall(q.qkeys.job(job_id)))
+        data = self._hash(q, job_id)
         if not data:
             raise ApiError(404, f"no job {job_id!r}")
         job = Job.from_hash(data)
@@ -487,8 +466,9 @@ class Dashboard:
         and ``scheduled_for`` are set to the server time in one script (nothing done
         if it left the scheduled set meanwhile); the next claim promotes it."""
         q = self.find(job_id, queue)
-        if not self._run_now(keys=[q.qkeys.base], args=[job_id]):
-            status = texts([self.r.hget(q.qkeys.job(job_id), "status") or ""])[0]
+        if not replies.changed(q.scripts.run_now(keys=[q.qkeys.base], args=[job_id])):
+            status = job_reads.job_fields(self.r, self.prefix, [(q.name, job_id)],
+                                          ("status",))[0]["status"]
             raise ApiError(409, f"job {job_id} is {status or 'gone'}, not scheduled: only a "
                                 "scheduled job (delayed or waiting for a retry) can run now")
         self.r.publish(q.qkeys.wake, "run-now")

@@ -1,6 +1,7 @@
 """The record schema (fusionworker/core/record.py) is the one place a job's fields are
-named: every field the Lua scripts, the web and the CLI read or write on a job hash
-is in it, and Job.from_hash / Job.to_dict are generated from it."""
+named: the Lua scripts name them as ``F.<field>`` (and keys as ``K.<key>``, from
+keys.py), replaced when a script is loaded; every field the web and the CLI read on a
+job hash is in it, and Job.from_hash / Job.to_dict are generated from it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from dataclasses import fields
 from importlib import resources
 from pathlib import Path
 
-from fusionworker.core import record
+import pytest
+
+from fusionworker.core import keys, record, scripts
 from fusionworker.core.config import SETTINGS
 from fusionworker.core.job import FailureReason, Job, JobStatus
 
 PACKAGE = Path(record.__file__).resolve().parents[1]
-LUA = {p.name: p.read_text(encoding="utf-8")
+#: each script's text as written, and as loaded (``F.x`` / ``K.x`` replaced)
+RAW = {p.name: p.read_text(encoding="utf-8")
        for p in resources.files("fusionworker.core.scripts").iterdir() if p.name.endswith(".lua")}
+LUA = {name: scripts.expand(text, name) for name, text in RAW.items()}
 
 #: a job hash in a script: ``jkey`` or ``base .. 'job:' .. <id>``
 _JOB_KEY = re.compile(r"^(?:jkey|(?:base|KEYS\[1\])\s*\.\.\s*'job:'\s*\.\.\s*\w+)$")
@@ -66,23 +71,41 @@ def lua_job_fields() -> dict[str, set[str]]:
     return found
 
 
+def raw_job_reads(source: str, where: str) -> list[tuple[str, str | None]]:
+    """The ``hget``/``hmget``/``hgetall`` calls of ``source`` on ``<keys>.job(id)``:
+    (``where:line``, each literal field name read, or None for a whole record)."""
+    found: list[tuple[str, str | None]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"hget", "hmget", "hgetall"} and node.args):
+            continue
+        key = node.args[0]
+        if not (isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
+                and key.func.attr == "job"):
+            continue
+        at = f"{where}:{node.lineno}"
+        if node.func.attr == "hgetall" or len(node.args) < 2:
+            found.append((at, None))
+            continue
+        names = node.args[1].elts if isinstance(node.args[1], (ast.List, ast.Tuple)) \
+            else [node.args[1]]
+        found += [(at, n.value) for n in names
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return found
+
+
+def python_job_reads(layer: str) -> list[tuple[str, str | None]]:
+    """:func:`raw_job_reads` of every module of ``layer``."""
+    return [read for path in sorted((PACKAGE / layer).rglob("*.py"))
+            for read in raw_job_reads(path.read_text(encoding="utf-8"), path.name)]
+
+
 def python_job_fields(layer: str) -> dict[str, set[str]]:
     """Field names the modules of ``layer`` read with ``hget``/``hmget`` on ``<keys>.job(id)``."""
     found: dict[str, set[str]] = {}
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in {"hget", "hmget"} and len(node.args) >= 2):
-                continue
-            key = node.args[0]
-            if not (isinstance(key, ast.Call) and isinstance(key.func, ast.Attribute)
-                    and key.func.attr == "job"):
-                continue
-            names = node.args[1].elts if isinstance(node.args[1], (ast.List, ast.Tuple)) \
-                else [node.args[1]]
-            for n in names:
-                if isinstance(n, ast.Constant) and isinstance(n.value, str):
-                    found.setdefault(n.value, set()).add(path.name)
+    for at, name in python_job_reads(layer):
+        if name is not None:
+            found.setdefault(name, set()).add(at.partition(":")[0])
     return found
 
 
@@ -90,13 +113,87 @@ def test_the_scanners_find_fields():
     """The scans below can fail: they find what the code is known to use."""
     lua = lua_job_fields()
     assert {"status", "token", "attempts", "failure_reason", "at_front", "waited"} <= set(lua)
-    assert "func" in python_job_fields("web")
+    sample = ('pipe.hget(keys.queue(q).job(i), "func")\n'
+              'r.hmget(q.qkeys.job(i), ["func", "error_type"])\n'
+              'r.hgetall(q.qkeys.job(i))\nr.hgetall(q.qkeys.batch(i))\n')
+    assert raw_job_reads(sample, "m.py") == [
+        ("m.py:1", "func"), ("m.py:2", "func"), ("m.py:2", "error_type"), ("m.py:3", None)]
+
+
+def test_the_web_reads_job_records_through_the_read_model():
+    """core/job_reads.py reads them: the web names no hash field and parses no text."""
+    assert python_job_reads("web") == []
 
 
 def test_every_job_field_the_scripts_use_is_in_the_schema():
     unknown = {f: sorted(where) for f, where in lua_job_fields().items()
                if f not in record.HASH_FIELDS}
     assert unknown == {}
+
+
+#: literals spelled like a job field that name something else: a field of another hash
+#: (the cron entry's, core/cron.py; the batch's and its callbacks, core/batch.py), of the
+#: "queued" event (events.make_event), or a reply word; counted, so one more fails
+NOT_JOB_FIELDS = {
+    ("cron_tick.lua", "func"): 2, ("cron_tick.lua", "queue"): 1, ("cron_tick.lua", "args"): 1,
+    ("cron_tick.lua", "kwargs"): 1, ("cron_tick.lua", "priority"): 1,
+    ("batch_done.lua", "ended_at"): 1, ("batch_done.lua", "on_success"): 2,
+    ("batch_done.lua", "on_failure"): 1,
+    ("enqueue_many.lua", "queue"): 1, ("enqueue_many.lua", "priority"): 1,
+    ("hold.lua", "group"): 1,
+}
+
+
+def hand_spelled(name: str, text: str) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """In script ``name``'s ``text`` (comments left out): the string literals that are a
+    job hash field's name, counted, and the keys spelled as ``base .. '<suffix>'``."""
+    fields: dict[tuple[str, str], int] = {}
+    keys: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        code = line.split("--")[0]
+        for lit in re.findall(r"'([^']*)'|\"([^\"]*)\"", code):
+            if (lit[0] or lit[1]) in record.HASH_FIELDS:
+                fields[(name, lit[0] or lit[1])] = fields.get((name, lit[0] or lit[1]), 0) + 1
+        keys += [f"{name}:{n}" for _ in re.findall(r"\b(?:base|KEYS\[1\])\s*\.\.\s*['\"]", code)]
+    return fields, keys
+
+
+def test_no_script_spells_a_job_field_or_a_queue_key_by_hand():
+    fields: dict[tuple[str, str], int] = {}
+    keys: list[str] = []
+    for name, text in RAW.items():
+        found, spelled = hand_spelled(name, text)
+        fields.update(found)
+        keys += spelled
+    assert fields == NOT_JOB_FIELDS
+    assert keys == []
+
+
+def test_the_hand_spelling_scan_finds_what_it_looks_for():
+    """What the scripts said before ``F.``/``K.``: both kinds are found (and comments not)."""
+    found, keys = hand_spelled("sample", "local st = hget(base .. 'job:' .. jid, 'status')\n"
+                               "redis.call('HSET', jkey, \"token\", '')  -- 'attempts'\n")
+    assert found == {("sample", "status"): 1, ("sample", "token"): 1}
+    assert keys == ["sample:1"]
+
+
+def test_the_scripts_names_come_from_the_schema():
+    expanded = scripts.expand("hget(base .. K.job .. jid, F.worker_name, F.waited)", "sample")
+    assert expanded == "hget(base .. 'job:' .. jid, 'worker', 'waited')"
+    assert scripts.expand("K.rate_log K.cron_entry", "sample") == "'rate:log' 'cron:'"
+    # keys.py's every key a script can name: a suffix that the id follows, or a whole one
+    suffixes = keys.script_suffixes()
+    assert suffixes["job"] == "job:" and suffixes["pending"] == "pending"
+    assert "batch_ended" not in suffixes and "history" not in suffixes   # the id is inside
+    assert all(v.isprintable() and "'" not in v for v in suffixes.values())
+    # a name the schema does not have fails when the script is loaded, named by file:line
+    with pytest.raises(scripts.UnknownName, match=r"sample:2: F\.statu names no job record"):
+        scripts.expand("local a = F.status\nlocal b = F.statu", "sample")
+    with pytest.raises(scripts.UnknownName, match=r"sample:1: K\.jobs names no queue key"):
+        scripts.expand("base .. K.jobs", "sample")
+    # every script loads: each of its names is the schema's
+    for name in scripts.NAMES:
+        assert not re.search(r"\b[FK]\.[A-Za-z_]", scripts.source(name)), name
 
 
 def test_every_job_field_the_web_cli_and_ops_read_is_in_the_schema():
@@ -159,3 +256,34 @@ def test_every_field_an_enqueue_writes_is_in_the_schema(queue, r):
     assert {"unique_key", "group", "depends_on", "batch", "description", "ttl",
             "retry_intervals", "on_success", "meta"} <= written
     assert written - record.HASH_FIELDS == set()
+
+
+def lua_callers() -> set[str]:
+    """Modules that send Lua of their own (``register_script``, ``eval``, ``evalsha``)."""
+    return {str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"register_script", "eval", "evalsha"}}
+
+
+def test_every_script_lives_under_core_scripts():
+    """Elsewhere a script spells its fields and keys by hand (the dashboard's run-now and
+    Job.save_meta did): scripts/__init__.py sends them; the chart's lock release
+    (events/metrics_history.py) touches no job."""
+    assert lua_callers() == {"core/scripts/__init__.py", "events/metrics_history.py"}
+
+
+def test_a_scripts_sha_is_fixed_in_a_process(redis_url):
+    """The names are written in once (the source is cached): every client registers
+    the same text, so Redis runs one cached script per name."""
+    import hashlib
+
+    import redis
+
+    one, two = redis.Redis.from_url(redis_url), redis.Redis.from_url(redis_url)
+    for name in scripts.NAMES:
+        sha = hashlib.sha1(scripts.source(name).encode()).hexdigest()
+        assert getattr(scripts.Scripts(one), name).script.sha == sha
+        assert getattr(scripts.Scripts(two), name).script.sha == sha
+    one.close()
+    two.close()

@@ -7,10 +7,13 @@ from importlib import resources
 
 import pytest
 
+from fusionworker.core import scripts
 from fusionworker.core.job import STATES, FailureReason, Job, JobStatus, WorkerState, _Vocabulary
 
 SCRIPTS = resources.files("fusionworker.core.scripts")
-LUA = {p.name: p.read_text(encoding="utf-8") for p in SCRIPTS.iterdir() if p.name.endswith(".lua")}
+#: each script as loaded (its ``F.status`` is ``'status'``)
+LUA = {p.name: scripts.expand(p.read_text(encoding="utf-8"), p.name)
+       for p in SCRIPTS.iterdir() if p.name.endswith(".lua")}
 
 #: every place a script writes or compares a job's status or failure reason
 STATUS_LITERALS = (

@@ -10,6 +10,13 @@ helpers of ``_lib.lua`` follow it, declared local on that first line::
 An error on a line past the script's end is in a helper: :meth:`_Script.__call__`
 names it ``_lib.lua:L`` in the error it raises.
 
+No script spells a job field or a key by hand: ``F.<name>`` is the hash field of
+record field ``<name>`` (``record.SCRIPT_FIELDS``), ``K.<name>`` the key of
+``QueueKeys.<name>`` after the queue's base (``keys.script_suffixes``). Each is
+replaced by its Lua string when the source is built, once per process (so a script's
+SHA is fixed): ``base .. K.job .. jid`` becomes ``base .. 'job:' .. jid``. An unknown
+name fails there (:class:`UnknownName`), before any script is sent.
+
 Every multi-key state change is one script, registered once per client and
 called by SHA (redis-py's ``Script`` falls back to ``EVAL`` after a
 ``NOSCRIPT``, e.g. after a Redis restart or a failover).
@@ -33,6 +40,9 @@ from typing import TYPE_CHECKING, Any
 from redis.cluster import ClusterPipeline
 from redis.exceptions import NoScriptError, ResponseError
 
+from ..keys import script_suffixes
+from ..record import SCRIPT_FIELDS
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..connection import RedisClient
 
@@ -40,6 +50,7 @@ NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
     "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop",
+    "run_now", "save_meta",
 )
 
 
@@ -49,8 +60,47 @@ _LIB_NAME = re.compile(r"^(?:function ([A-Za-z_]\w*)\s*\(|([A-Za-z_]\w*)\s*=)", 
 _WHERE = re.compile(r"user_script:(\d+)")
 
 
+#: ``F.<field>`` / ``K.<key>`` in a script (see the module docstring), one pattern each
+#: (a literal start is found fast); one preceded by a name's character or a dot
+#: (``xF.a``, ``t.F.a``) is left as it is: :func:`expand` looks
+_NAMES = {space: re.compile(space + r"\.([A-Za-z_]\w*)") for space in ("F", "K")}
+_WHAT = {"F": "job record field (record.py)", "K": "queue key (keys.py)"}
+
+
+class UnknownName(ValueError):
+    """A script names a field or key (``F.x``, ``K.x``) that the schema does not."""
+
+
+@functools.cache
+def _names() -> dict[str, dict[str, str]]:
+    return {"F": SCRIPT_FIELDS, "K": script_suffixes()}
+
+
+def expand(text: str, file: str) -> str:
+    """``text`` of script ``file`` with each ``F.<name>`` / ``K.<name>`` replaced by
+    its Lua string; :class:`UnknownName` for a name the schema does not have."""
+    for space, pattern in _NAMES.items():
+        names = _names()[space]
+
+        def literal(match: re.Match[str], text: str = text, space: str = space,
+                    names: dict[str, str] = names) -> str:
+            before = text[match.start() - 1] if match.start() else " "
+            if before.isalnum() or before in "_.":
+                return match.group(0)
+            found = names.get(match.group(1))
+            if found is None:
+                line = text.count("\n", 0, match.start()) + 1
+                raise UnknownName(f"{file}:{line}: {match.group(0)} names no {_WHAT[space]}")
+            return f"'{found}'"
+
+        text = pattern.sub(literal, text)
+    return text
+
+
+@functools.cache
 def _read(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return expand(text, name)
 
 
 @functools.cache

@@ -5,6 +5,8 @@
 -- script) is a local of the chunk, visible to the script.
 -- Every script gets KEYS[1] = the queue's hash-tagged base "fw:{q}:" and touches
 -- keys under that base only, so it runs on one Redis Cluster slot.
+-- F.<field> is a job hash field (core/record.py), K.<key> a queue key after the base
+-- (core/keys.py): the loader writes their strings in, so no script spells them.
 SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
 
 function now()
@@ -46,8 +48,9 @@ end
 -- (WRONGTYPE on a key somebody overwrote by hand), so every script checks the
 -- types of the keys it writes BEFORE its first write and refuses with an error
 -- (nothing written) instead. Returns nil, or the error message.
-KEY_TYPES = {pending = 'zset', scheduled = 'zset', started = 'zset', failed = 'zset',
-  finished = 'zset', canceled = 'zset', groups = 'hash', seq = 'string'}
+KEY_TYPES = {[K.pending] = 'zset', [K.scheduled] = 'zset', [K.started] = 'zset',
+  [K.failed] = 'zset', [K.finished] = 'zset', [K.canceled] = 'zset', [K.groups] = 'hash',
+  [K.seq] = 'string'}
 function key_type(key)
   local ty = redis.call('TYPE', key)
   if type(ty) == 'table' then ty = ty['ok'] end
@@ -76,24 +79,24 @@ end
 -- enqueue.lua and cron_tick.lua so a cron run is a job like any other.
 -- Returns the job key, or nil and an error message.
 function new_job(base, jid, prio, t, argv, first)
-  local seq = redis.call('INCR', base .. 'seq')
+  local seq = redis.call('INCR', base .. K.seq)
   if seq >= SEQ_LIMIT then return nil, 'queue sequence exhausted (2^42 enqueues)' end
-  local jkey = base .. 'job:' .. jid
+  local jkey = base .. K.job .. jid
   if #argv >= first then redis.call('HSET', jkey, unpack(argv, first)) end
-  redis.call('HSET', jkey, 'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
-    'enqueued_at', fmt_time(t))
+  redis.call('HSET', jkey, F.id, jid, F.seq, seq, F.priority, prio, F.attempts, 0,
+    F.enqueued_at, fmt_time(t))
   return jkey
 end
 
 -- Put a job id on the pending ZSET at its priority/FIFO score and wake idle workers.
 function push_pending(base, jid)
-  local jkey = base .. 'job:' .. jid
-  local prio = tonumber(hget(jkey, 'priority') or '0') or 0
-  local seq = tonumber(hget(jkey, 'seq') or '0') or 0
-  if hget(jkey, 'at_front') then seq = front_seq(base, jkey, prio, seq) end
-  redis.call('ZADD', base .. 'pending', fmt_int(prio * SEQ_LIMIT - seq), jid)
-  redis.call('HSET', jkey, 'status', 'queued')
-  redis.call('PUBLISH', base .. 'wake', jid)
+  local jkey = base .. K.job .. jid
+  local prio = tonumber(hget(jkey, F.priority) or '0') or 0
+  local seq = tonumber(hget(jkey, F.seq) or '0') or 0
+  if hget(jkey, F.at_front) then seq = front_seq(base, jkey, prio, seq) end
+  redis.call('ZADD', base .. K.pending, fmt_int(prio * SEQ_LIMIT - seq), jid)
+  redis.call('HSET', jkey, F.status, 'queued')
+  redis.call('PUBLISH', base .. K.wake, jid)
 end
 
 -- at_front (Queue.enqueue(at_front=True)): the job goes one place ahead of every
@@ -104,26 +107,26 @@ end
 -- enqueued before it that becomes ready later (a sibling dependent released after
 -- it by the same parent). The flag is used once (dropped here).
 function front_seq(base, jkey, prio, seq)
-  redis.call('HDEL', jkey, 'at_front')
-  local top = redis.call('ZREVRANGEBYSCORE', base .. 'pending',
+  redis.call('HDEL', jkey, F.at_front)
+  local top = redis.call('ZREVRANGEBYSCORE', base .. K.pending,
     fmt_int(prio * SEQ_LIMIT + SEQ_LIMIT / 2), '(' .. fmt_int(prio * SEQ_LIMIT - SEQ_LIMIT / 2),
     'LIMIT', 0, 1, 'WITHSCORES')
   local first = #top > 0 and (prio * SEQ_LIMIT - tonumber(top[2])) or 1
   local front = math.max(math.min(first - 1, seq), -SEQ_LIMIT / 2)
-  redis.call('HSET', jkey, 'seq', fmt_int(front))
+  redis.call('HSET', jkey, F.seq, fmt_int(front))
   return front
 end
 
 -- Hand group g to the next job waiting on its list (or free it when none waits).
 function pass_group(base, group)
   while true do
-    local nxt = redis.call('LPOP', base .. 'group:' .. group)
+    local nxt = redis.call('LPOP', base .. K.group .. group)
     if not nxt then
-      redis.call('HDEL', base .. 'groups', group)
+      redis.call('HDEL', base .. K.groups, group)
       return
     end
-    if hget(base .. 'job:' .. nxt, 'status') == 'queued' then
-      redis.call('HSET', base .. 'groups', group, nxt)
+    if hget(base .. K.job .. nxt, F.status) == 'queued' then
+      redis.call('HSET', base .. K.groups, group, nxt)
       push_pending(base, nxt)
       return
     end
@@ -135,20 +138,20 @@ end
 -- A holder whose record vanished (evicted, deleted by hand) cannot release the
 -- group any more: the group passes on here instead of blocking forever.
 function make_ready(base, jid)
-  local jkey = base .. 'job:' .. jid
-  local group = hget(jkey, 'group')
+  local jkey = base .. K.job .. jid
+  local group = hget(jkey, F.group)
   if group and group ~= '' then
-    local holder = hget(base .. 'groups', group)
+    local holder = hget(base .. K.groups, group)
     if holder and holder ~= jid then
-      redis.call('RPUSH', base .. 'group:' .. group, jid)
-      redis.call('HSET', jkey, 'status', 'queued')
-      if redis.call('EXISTS', base .. 'job:' .. holder) == 0 then
+      redis.call('RPUSH', base .. K.group .. group, jid)
+      redis.call('HSET', jkey, F.status, 'queued')
+      if redis.call('EXISTS', base .. K.job .. holder) == 0 then
         pass_group(base, group)
-        return hget(base .. 'groups', group) == jid
+        return hget(base .. K.groups, group) == jid
       end
       return false
     end
-    redis.call('HSET', base .. 'groups', group, jid)
+    redis.call('HSET', base .. K.groups, group, jid)
   end
   push_pending(base, jid)
   return true
@@ -157,16 +160,16 @@ end
 -- The job ended for good (finished, failed, canceled, deleted): hand its group
 -- to the next waiting job of that group, if it held it.
 function release_group(base, jid)
-  local group = hget(base .. 'job:' .. jid, 'group')
+  local group = hget(base .. K.job .. jid, F.group)
   if not group or group == '' then return end
-  if hget(base .. 'groups', group) ~= jid then return end
+  if hget(base .. K.groups, group) ~= jid then return end
   pass_group(base, group)
 end
 
 function drop_unique(base, jid)
-  local ukey = hget(base .. 'job:' .. jid, 'unique_key')
-  if ukey and ukey ~= '' and hget(base .. 'job:' .. jid, 'id') then
-    local k = base .. 'unique:' .. ukey
+  local ukey = hget(base .. K.job .. jid, F.unique_key)
+  if ukey and ukey ~= '' and hget(base .. K.job .. jid, F.id) then
+    local k = base .. K.unique .. ukey
     if redis.call('GET', k) == jid then redis.call('DEL', k) end
   end
 end
@@ -181,25 +184,25 @@ end
 -- (dep_done.lua, idempotent), then removes it. `kind`: the callback's outcome when it
 -- is not `outcome` ('stopped': a failure for the dependents, on_stopped's callback).
 function notify_dependents(base, jid, outcome, kind)
-  local dkey = base .. 'dependents:' .. jid
+  local dkey = base .. K.dependents .. jid
   local refs = redis.call('SMEMBERS', dkey)
   for _, ref in ipairs(refs) do
-    redis.call('RPUSH', base .. 'outbox', cjson.encode({outcome, ref, jid}))
+    redis.call('RPUSH', base .. K.outbox, cjson.encode({outcome, ref, jid}))
   end
   if #refs > 0 then redis.call('DEL', dkey) end
   -- batches (fusionworker/core/batch.py): the same outbox carries "job of batch B ended"
-  local batch = hget(base .. 'job:' .. jid, 'batch')
+  local batch = hget(base .. K.job .. jid, F.batch)
   if batch and batch ~= '' then
-    redis.call('RPUSH', base .. 'outbox', cjson.encode({'batch:' .. outcome, batch, jid}))
+    redis.call('RPUSH', base .. K.outbox, cjson.encode({'batch:' .. outcome, batch, jid}))
   end
   -- per-job callbacks (enqueue(on_success=, on_failure=)): the note names the function,
   -- the replay enqueues it (the record may be gone by then: result_ttl=0)
   kind = kind or outcome
-  local field = (kind == 'finished' and 'on_success') or (kind == 'failed' and 'on_failure')
-    or (kind == 'stopped' and 'on_stopped')
-  local cb = field and hget(base .. 'job:' .. jid, field)
+  local field = (kind == 'finished' and F.on_success) or (kind == 'failed' and F.on_failure)
+    or (kind == 'stopped' and F.on_stopped)
+  local cb = field and hget(base .. K.job .. jid, field)
   if cb and cb ~= '' then
-    redis.call('RPUSH', base .. 'outbox', cjson.encode({'callback:' .. kind,
+    redis.call('RPUSH', base .. K.outbox, cjson.encode({'callback:' .. kind,
       string.match(base, '{(.*)}:$') .. ':' .. jid, jid, cb}))
   end
 end
@@ -209,37 +212,37 @@ end
 -- registry is pruned by failed_ttl. `status`: 'stopped' for a stopped job (RQ keeps
 -- those in its failed registry too), else 'failed'.
 function to_failed(base, jid, t, failed_ttl, status)
-  local jkey = base .. 'job:' .. jid
-  local keep = tonumber(hget(jkey, 'failure_ttl')) or failed_ttl
+  local jkey = base .. K.job .. jid
+  local keep = tonumber(hget(jkey, F.failure_ttl)) or failed_ttl
   -- the token blanked in the same HSET (finish.lua says why that reads as gone)
-  redis.call('HSET', jkey, 'status', status or 'failed', 'ended_at', fmt_time(t), 'token', '')
-  redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+  redis.call('HSET', jkey, F.status, status or 'failed', F.ended_at, fmt_time(t), F.token, '')
+  redis.call('ZADD', base .. K.failed, fmt_time(t), jid)
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   drop_unique(base, jid)
   release_group(base, jid)
   notify_dependents(base, jid, 'failed', status)
-  if failed_ttl > 0 then prune(base .. 'failed', t - failed_ttl) end
-  redis.call('PUBLISH', base .. 'done:' .. jid, 'failed')   -- Job.wait
+  if failed_ttl > 0 then prune(base .. K.failed, t - failed_ttl) end
+  redis.call('PUBLISH', base .. K.done .. jid, 'failed')   -- Job.wait
 end
 
 -- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,
 -- since this runs inside a script: `due` are ids read from `scheduled` (due now).
 function promote(base, due)
   for _, jid in ipairs(due) do
-    redis.call('ZREM', base .. 'scheduled', jid)
-    if hget(base .. 'job:' .. jid, 'status') == 'scheduled' then make_ready(base, jid) end
+    redis.call('ZREM', base .. K.scheduled, jid)
+    if hget(base .. K.job .. jid, F.status) == 'scheduled' then make_ready(base, jid) end
   end
 end
 
 -- Is this job a live duplicate (queued/scheduled/started, or finished within window)?
 function live_status(base, jid, t, window)
-  local jkey = base .. 'job:' .. jid
-  local st = hget(jkey, 'status')
+  local jkey = base .. K.job .. jid
+  local st = hget(jkey, F.status)
   if not st then return nil end
   if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'deferred' or st == 'held' then
     return st
   end
-  if st == 'finished' and t - (tonumber(hget(jkey, 'ended_at') or '0') or 0) < window then
+  if st == 'finished' and t - (tonumber(hget(jkey, F.ended_at) or '0') or 0) < window then
     return st
   end
   return nil

@@ -7,7 +7,7 @@
 -- Returns {'fired', n_callbacks} | {'counted'} | {'already'} | {'missing'}
 local base = KEYS[1]
 local bid, ref, outcome, total = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local bkey = base .. 'batch:' .. bid
+local bkey = base .. K.batch .. bid
 if redis.call('EXISTS', bkey) == 0 then return {'missing'} end
 local reply = 'counted'
 if total ~= '' then redis.call('HSET', bkey, 'total', total, 'sealed', '1') end
@@ -25,7 +25,7 @@ end
 if redis.call('HSETNX', bkey, 'fired', '1') == 0 then return {reply} end
 local t = now()
 redis.call('HSET', bkey, 'ended_at', fmt_time(t))
-redis.call('ZREM', base .. 'batches', bid)
+redis.call('ZREM', base .. K.batches, bid)
 local failed = tonumber(hget(bkey, 'failed') or '0') > 0
 local callbacks = cjson.decode(hget(bkey, 'callbacks') or '{}')
 local n = 0
@@ -33,7 +33,7 @@ for _, kind in ipairs({'on_complete', 'on_success', 'on_failure'}) do
   local cb = callbacks[kind]
   if cb and (kind == 'on_complete' or (kind == 'on_success') == not failed) then
     local jid = cb[1]
-    if not hget(base .. 'job:' .. jid, 'status') then
+    if not hget(base .. K.job .. jid, F.status) then
       new_job(base, jid, 0, t, cb[2], 1)
       make_ready(base, jid)
       n = n + 1

@@ -3,31 +3,31 @@
 -- Returns {'canceled', previous_status} | {'refused', status} | {'missing'}
 local base = KEYS[1]
 local jid, ttl = ARGV[1], tonumber(ARGV[2])
-local jkey = base .. 'job:' .. jid
-local st = hget(jkey, 'status')
+local jkey = base .. K.job .. jid
+local st = hget(jkey, F.status)
 if not st then return {'missing'} end
 if st ~= 'queued' and st ~= 'scheduled' and st ~= 'deferred' and st ~= 'held' then
   return {'refused', st}
 end
 local t = now()
-redis.call('ZREM', base .. 'pending', jid)
-redis.call('ZREM', base .. 'scheduled', jid)
-redis.call('ZREM', base .. 'deferred', jid)  -- waiting on dependencies
+redis.call('ZREM', base .. K.pending, jid)
+redis.call('ZREM', base .. K.scheduled, jid)
+redis.call('ZREM', base .. K.deferred, jid)  -- waiting on dependencies
 if st == 'held' then
-  redis.call('ZREM', base .. 'held', jid)
-  redis.call('HDEL', jkey, 'held_from', 'held_score', 'held_at')
+  redis.call('ZREM', base .. K.held, jid)
+  redis.call('HDEL', jkey, F.held_from, F.held_score, F.held_at)
 end
-redis.call('DEL', base .. 'deps:' .. jid)
-local group = hget(jkey, 'group')
-if group and group ~= '' then redis.call('LREM', base .. 'group:' .. group, 0, jid) end
-redis.call('HSET', jkey, 'status', 'canceled', 'ended_at', fmt_time(t))
-redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
+redis.call('DEL', base .. K.deps .. jid)
+local group = hget(jkey, F.group)
+if group and group ~= '' then redis.call('LREM', base .. K.group .. group, 0, jid) end
+redis.call('HSET', jkey, F.status, 'canceled', F.ended_at, fmt_time(t))
+redis.call('PUBLISH', base .. K.done .. jid, 'canceled')   -- Job.wait
 drop_unique(base, jid)
 release_group(base, jid)
 notify_dependents(base, jid, 'canceled')
-redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
+redis.call('ZADD', base .. K.canceled, fmt_time(t), jid)
 if ttl > 0 then
   redis.call('EXPIRE', jkey, ttl)
-  prune(base .. 'canceled', t - ttl)
+  prune(base .. K.canceled, t - ttl)
 end
 return {'canceled', st}

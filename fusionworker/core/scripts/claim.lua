@@ -26,18 +26,18 @@ local t = now()
 -- `scheduled` (a ZSET without members does not exist) tells it from the settings
 -- (EXISTS counts the keys that exist); a queue with settings reads each, as below, and
 -- only a first entry that is due makes the claim read the due ones.
-local settings = {base .. 'group_rate', base .. 'paused', base .. 'max_active', base .. 'rate'}
-local present = redis.call('EXISTS', base .. 'scheduled', unpack(settings))
+local settings = {base .. K.group_rate, base .. K.paused, base .. K.max_active, base .. K.rate}
+local present = redis.call('EXISTS', base .. K.scheduled, unpack(settings))
 -- `first`: {id, score} of the earliest scheduled job, or {}, as long as this claim has
 -- not changed `scheduled` (promote, park: then nil, read again when needed)
-local first = present > 0 and redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES') or {}
+local first = present > 0 and redis.call('ZRANGE', base .. K.scheduled, 0, 0, 'WITHSCORES') or {}
 local flags = present > (first[1] and 1 or 0)
-local group_rates = flags and redis.call('EXISTS', base .. 'group_rate') == 1
+local group_rates = flags and redis.call('EXISTS', base .. K.group_rate) == 1
 local count = tonumber(ARGV[5] or '')
 local due = {}
 local first_at = first[2] and tonumber(first[2])
 if first[2] and not (first_at and first_at > tonumber(fmt_time(t))) then   -- one is due
-  due = redis.call('ZRANGEBYSCORE', base .. 'scheduled', '-inf', fmt_time(t), 'LIMIT', 0,
+  due = redis.call('ZRANGEBYSCORE', base .. K.scheduled, '-inf', fmt_time(t), 'LIMIT', 0,
     math.max(100, count or 1))
   first = nil
 end
@@ -53,8 +53,8 @@ if #due > 0 or group_rates then
   if bad then return redis.error_reply(bad) end
 end
 if group_rates then  -- the per-group keys written below, checked before any write too
-  for k, want in pairs({group_rate = 'hash', ['group_rate:held'] = 'hash',
-                        ['group_rate:parked'] = 'zset'}) do
+  for k, want in pairs({[K.group_rate] = 'hash', [K.group_rate_held] = 'hash',
+                        [K.group_rate_parked] = 'zset'}) do
     local ty = key_type(base .. k)
     if ty ~= 'none' and ty ~= want then
       return redis.error_reply('WRONGTYPE ' .. base .. k .. ' holds a ' .. ty ..
@@ -63,17 +63,17 @@ if group_rates then  -- the per-group keys written below, checked before any wri
   end
 end
 promote(base, due)
-if flags and redis.call('EXISTS', base .. 'paused') == 1 then return {'paused'} end
-local cap = flags and redis.call('GET', base .. 'max_active')
+if flags and redis.call('EXISTS', base .. K.paused) == 1 then return {'paused'} end
+local cap = flags and redis.call('GET', base .. K.max_active)
 if cap then cap = tonumber(cap) end
 
 -- Nothing pending. Jobs set aside by their group's rate limit (see park) are jobs
 -- ready, not an empty queue: answered 'limited' (a burst worker waits for them)
 -- with the earliest scheduled time, when the first of them is due again.
 local function nothing_pending()
-  local nxt = first or redis.call('ZRANGE', base .. 'scheduled', 0, 0, 'WITHSCORES')
+  local nxt = first or redis.call('ZRANGE', base .. K.scheduled, 0, 0, 'WITHSCORES')
   if group_rates and nxt[2] then
-    local parked = base .. 'group_rate:parked'
+    local parked = base .. K.group_rate_parked
     redis.call('ZREMRANGEBYSCORE', parked, '-inf', fmt_time(t))
     if redis.call('ZCARD', parked) > 0 then return {'limited', nxt[2], fmt_time(t)} end
   end
@@ -86,15 +86,15 @@ end
 -- opens when its window is full; else nil and, for a limited group, its log key
 -- and window (the start is logged there once the job is taken).
 local function group_slot(jid)
-  local g = hget(base .. 'job:' .. jid, 'group')
+  local g = hget(base .. K.job .. jid, F.group)
   if not g or g == '' then return nil end
-  local spec = redis.call('HMGET', base .. 'group_rate', 'group:' .. g, 'every')
+  local spec = redis.call('HMGET', base .. K.group_rate, 'group:' .. g, 'every')
   spec = spec[1] or spec[2]
   if not spec then return nil end
   local limit, window = string.match(spec, '^(%S+) (%S+)$')
   limit, window = tonumber(limit), tonumber(window)
   if not limit or not window then return nil end  -- not ours (written by hand): no limit
-  local glog = base .. 'group_rate:log:' .. g
+  local glog = base .. K.group_rate_log .. g
   local ty = key_type(glog)
   if ty ~= 'none' and ty ~= 'zset' then return nil end  -- not ours (written by hand)
   redis.call('ZREMRANGEBYSCORE', glog, '-inf', fmt_time(t - window))
@@ -112,13 +112,13 @@ end
 -- loop in take() parks each limited group at most once per claim.
 local function park(jid, slot)
   local at = fmt_time(slot)
-  redis.call('ZREM', base .. 'pending', jid)
-  redis.call('ZADD', base .. 'scheduled', at, jid)
+  redis.call('ZREM', base .. K.pending, jid)
+  redis.call('ZADD', base .. K.scheduled, at, jid)
   first = nil
-  redis.call('HSET', base .. 'job:' .. jid, 'status', 'scheduled', 'scheduled_for', at)
-  redis.call('ZADD', base .. 'group_rate:parked', at, jid)
-  redis.call('HINCRBYFLOAT', base .. 'group_rate:held', 'held_seconds', fmt_time(slot - t))
-  redis.call('HINCRBY', base .. 'group_rate:held', 'held_jobs', 1)
+  redis.call('HSET', base .. K.job .. jid, F.status, 'scheduled', F.scheduled_for, at)
+  redis.call('ZADD', base .. K.group_rate_parked, at, jid)
+  redis.call('HINCRBYFLOAT', base .. K.group_rate_held, 'held_seconds', fmt_time(slot - t))
+  redis.call('HINCRBY', base .. K.group_rate_held, 'held_jobs', 1)
 end
 
 -- A queue entry without a usable record (no record, or a key of the wrong type where
@@ -126,19 +126,19 @@ end
 -- wrong type, the refusal ({'refused', why}) writes nothing; `restore` (the plain
 -- take's) puts the popped entry back first.
 local function dead_letter(jid, jkey, rec, restore)
-  local bad = wrong_type(base .. 'failed', 'zset')
+  local bad = wrong_type(base .. K.failed, 'zset')
   if bad then
     if restore then restore() end
     return {'refused', bad}
   end
-  redis.call('ZREM', base .. 'pending', jid)
+  redis.call('ZREM', base .. K.pending, jid)
   if rec.err then  -- leave the key
-    redis.call('ZADD', base .. 'failed', fmt_time(t), jid)
+    redis.call('ZADD', base .. K.failed, fmt_time(t), jid)
     return {'missing', jid}
   end
   -- garbage in the queue: an id without a record. Dead-letter it, say why.
-  redis.call('HSET', jkey, 'id', jid, 'error_type', 'MalformedJob',
-    'error_message', 'queue entry has no job record', 'failure_reason', 'malformed')
+  redis.call('HSET', jkey, F.id, jid, F.error_type, 'MalformedJob',
+    F.error_message, 'queue entry has no job record', F.failure_reason, 'malformed')
   to_failed(base, jid, t, tonumber(ARGV[4]))
   return {'missing', jid}
 end
@@ -146,13 +146,13 @@ end
 -- The job's record says it started: one HSET; the answer is the record as HGETALL
 -- would read it after that write (one read, not two).
 local function mark_started(jid, jkey, rec, token, stamp)
-  local set = {attempts = 1, status = 'started', started_at = stamp, worker = ARGV[1],
-               token = token}
+  local set = {[F.attempts] = 1, [F.status] = 'started', [F.started_at] = stamp,
+               [F.worker_name] = ARGV[1], [F.token] = token}
   for i = 1, #rec - 1, 2 do
-    if rec[i] == 'attempts' then set.attempts = (tonumber(rec[i + 1]) or 0) + 1 end
+    if rec[i] == F.attempts then set[F.attempts] = (tonumber(rec[i + 1]) or 0) + 1 end
   end
-  set.attempts = fmt_int(set.attempts)
-  local attempts = set.attempts
+  set[F.attempts] = fmt_int(set[F.attempts])
+  local attempts = set[F.attempts]
   for i = 1, #rec - 1, 2 do
     local v = set[rec[i]]
     if v then
@@ -160,14 +160,14 @@ local function mark_started(jid, jkey, rec, token, stamp)
       set[rec[i]] = nil
     end
   end
-  for _, k in ipairs({'attempts', 'started_at', 'worker', 'token', 'status'}) do
+  for _, k in ipairs({F.attempts, F.started_at, F.worker_name, F.token, F.status}) do
     if set[k] then
       rec[#rec + 1] = k
       rec[#rec + 1] = set[k]
     end
   end
-  redis.call('HSET', jkey, 'attempts', attempts, 'status', 'started',
-    'started_at', stamp, 'worker', ARGV[1], 'token', token)
+  redis.call('HSET', jkey, F.attempts, attempts, F.status, 'started',
+    F.started_at, stamp, F.worker_name, ARGV[1], F.token, token)
   return {'job', stamp, rec, jid}
 end
 
@@ -178,11 +178,11 @@ local expired_n = 0
 local function expired(rec)
   local f = {}
   for i = 1, #rec - 1, 2 do f[rec[i]] = rec[i + 1] end
-  local ttl = tonumber(f.ttl or '')
+  local ttl = tonumber(f[F.ttl] or '')
   if not ttl or ttl <= 0 then return nil end
-  local since = math.max(tonumber(f.enqueued_at or '') or t, tonumber(f.scheduled_for or '') or 0)
+  local since = math.max(tonumber(f[F.enqueued_at] or '') or t, tonumber(f[F.scheduled_for] or '') or 0)
   if t <= since + ttl then return nil end
-  return tonumber(f.failure_ttl or '') or tonumber(ARGV[4])
+  return tonumber(f[F.failure_ttl] or '') or tonumber(ARGV[4])
 end
 -- nil: not expired (take it); true: canceled as expired (take the next one); else the
 -- answer: a refusal (`restore` first, for the plain take), or after 100 expired jobs
@@ -190,19 +190,19 @@ end
 local function drop_expired(jid, jkey, rec, restore)
   local keep = expired(rec)
   if not keep then return nil end
-  local bad = check_types(base) or wrong_type(base .. 'outbox', 'list')
+  local bad = check_types(base) or wrong_type(base .. K.outbox, 'list')
   if bad then
     if restore then restore() end
     return {'refused', bad}
   end
-  redis.call('ZREM', base .. 'pending', jid)
-  redis.call('HSET', jkey, 'status', 'canceled', 'failure_reason', 'expired',
-    'ended_at', fmt_time(t), 'error_message', 'not started within its ttl')
-  redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
+  redis.call('ZREM', base .. K.pending, jid)
+  redis.call('HSET', jkey, F.status, 'canceled', F.failure_reason, 'expired',
+    F.ended_at, fmt_time(t), F.error_message, 'not started within its ttl')
+  redis.call('ZADD', base .. K.canceled, fmt_time(t), jid)
   drop_unique(base, jid)
   release_group(base, jid)
   notify_dependents(base, jid, 'canceled')
-  redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
+  redis.call('PUBLISH', base .. K.done .. jid, 'canceled')   -- Job.wait
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   expired_n = expired_n + 1
   if expired_n >= 100 then return {'empty', fmt_time(t), fmt_time(t)} end
@@ -214,38 +214,38 @@ end
 -- refusal after it (`started` or `failed` of the wrong type) puts the entry back at
 -- its score first, so nothing is left written.
 local function take_plain(token)
-  local popped = redis.call('ZPOPMAX', base .. 'pending')
+  local popped = redis.call('ZPOPMAX', base .. K.pending)
   if #popped == 0 then return nothing_pending() end
   local jid, score = popped[1], popped[2]
-  local function restore() redis.call('ZADD', base .. 'pending', score, jid) end
-  local jkey = base .. 'job:' .. jid
+  local function restore() redis.call('ZADD', base .. K.pending, score, jid) end
+  local jkey = base .. K.job .. jid
   local rec = redis.pcall('HGETALL', jkey)
   if rec.err or #rec == 0 then return dead_letter(jid, jkey, rec, restore) end
   local gone = drop_expired(jid, jkey, rec, restore)
   if gone == true then return take_plain(token) elseif gone then return gone end
   local stamp = fmt_time(t)
-  local added = redis.pcall('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
+  local added = redis.pcall('ZADD', base .. K.started, fmt_time(t + tonumber(ARGV[3])), jid)
   if type(added) == 'table' then
     restore()
-    return {'refused', wrong_type(base .. 'started', 'zset') or added.err}
+    return {'refused', wrong_type(base .. K.started, 'zset') or added.err}
   end
   return mark_started(jid, jkey, rec, token, stamp)
 end
 
 local function take(token)
-  if cap and redis.call('ZCARD', base .. 'started') >= cap then return {'capped'} end
+  if cap and redis.call('ZCARD', base .. K.started) >= cap then return {'capped'} end
   if not flags then return take_plain(token) end
-  local ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
+  local ids = redis.call('ZREVRANGE', base .. K.pending, 0, 0)
   if #ids == 0 then return nothing_pending() end
   -- rate limit (sliding-window log, docs/design.md): at most `limit` starts in any
   -- `window` seconds, by this server's clock; refused -> {'limited', when the oldest
   -- start leaves the window}. Only a queue with pending jobs is held.
-  local rate = redis.call('HMGET', base .. 'rate', 'limit', 'window')
+  local rate = redis.call('HMGET', base .. K.rate, 'limit', 'window')
   if rate[1] then
-    local rlog, window = base .. 'rate:log', tonumber(rate[2])
+    local rlog, window = base .. K.rate_log, tonumber(rate[2])
     redis.call('ZREMRANGEBYSCORE', rlog, '-inf', fmt_time(t - window))
     if redis.call('ZCARD', rlog) >= tonumber(rate[1]) then
-      redis.call('HSETNX', base .. 'rate', 'held_since', fmt_time(t))
+      redis.call('HSETNX', base .. K.rate, 'held_since', fmt_time(t))
       local oldest = redis.call('ZRANGE', rlog, 0, 0, 'WITHSCORES')
       return {'limited', fmt_time(tonumber(oldest[2]) + window), fmt_time(t)}
     end
@@ -258,26 +258,26 @@ local function take(token)
     slot, glog, gwindow = group_slot(jid)
     if not slot then break end
     park(jid, slot)
-    ids = redis.call('ZREVRANGE', base .. 'pending', 0, 0)
+    ids = redis.call('ZREVRANGE', base .. K.pending, 0, 0)
     if #ids == 0 then return nothing_pending() end
     jid = ids[1]
   end
-  local jkey = base .. 'job:' .. jid
+  local jkey = base .. K.job .. jid
   local rec = redis.pcall('HGETALL', jkey)
   if rec.err or #rec == 0 then return dead_letter(jid, jkey, rec) end
   local gone = drop_expired(jid, jkey, rec)
   if gone == true then return take(token) elseif gone then return gone end
   local stamp = fmt_time(t)
-  redis.call('ZADD', base .. 'started', fmt_time(t + tonumber(ARGV[3])), jid)
-  redis.call('ZREM', base .. 'pending', jid)
+  redis.call('ZADD', base .. K.started, fmt_time(t + tonumber(ARGV[3])), jid)
+  redis.call('ZREM', base .. K.pending, jid)
   if rate[1] then  -- this start takes a place in the rate window
     local window = tonumber(rate[2])
-    redis.call('ZADD', base .. 'rate:log', stamp, token)
-    redis.call('PEXPIRE', base .. 'rate:log', math.ceil(window * 1000) + 1000)
-    local held = hget(base .. 'rate', 'held_since')
+    redis.call('ZADD', base .. K.rate_log, stamp, token)
+    redis.call('PEXPIRE', base .. K.rate_log, math.ceil(window * 1000) + 1000)
+    local held = hget(base .. K.rate, 'held_since')
     if held then
-      redis.call('HINCRBYFLOAT', base .. 'rate', 'held_seconds', fmt_time(t - tonumber(held)))
-      redis.call('HDEL', base .. 'rate', 'held_since')
+      redis.call('HINCRBYFLOAT', base .. K.rate, 'held_seconds', fmt_time(t - tonumber(held)))
+      redis.call('HDEL', base .. K.rate, 'held_since')
     end
   end
   if glog then  -- this start takes a place in its group's window

@@ -10,22 +10,22 @@
 local base = KEYS[1]
 local name, due, nxt = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local action, jid, reason = ARGV[4], ARGV[5], ARGV[6]
-local ekey = base .. 'cron:' .. name
-local score = redis.call('ZSCORE', base .. 'cron', name)
+local ekey = base .. K.cron_entry .. name
+local score = redis.call('ZSCORE', base .. K.cron, name)
 if not score or tonumber(score) ~= due then return {'moved'} end
 if not hget(ekey, 'func') then  -- definition gone (removed half-way): drop the entry
-  redis.call('ZREM', base .. 'cron', name)
+  redis.call('ZREM', base .. K.cron, name)
   return {'moved'}
 end
 local t = now()
 if due > t then return {'early'} end
 if hget(ekey, 'paused') == '1' then
-  redis.call('ZADD', base .. 'cron', 'inf', name)
+  redis.call('ZADD', base .. K.cron, 'inf', name)
   return {'paused'}
 end
 if not nxt or nxt <= due then return redis.error_reply('cron next run must be after its due time') end
 
-redis.call('ZADD', base .. 'cron', fmt_int(nxt), name)
+redis.call('ZADD', base .. K.cron, fmt_int(nxt), name)
 redis.call('HSET', ekey, 'next_run', fmt_int(nxt), 'last_due', fmt_int(due))
 
 if action == 'skip' then  -- missed during downtime, catch_up=skip: no run
@@ -37,7 +37,7 @@ end
 if hget(ekey, 'allow_overlap') ~= '1' then
   local last = hget(ekey, 'last_job')
   if last then
-    local st = hget(base .. 'job:' .. last, 'status')
+    local st = hget(base .. K.job .. last, F.status)
     if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'held' then
       redis.call('HSET', ekey, 'last_status', 'skipped')
       redis.call('HINCRBY', ekey, 'skips', 1)
@@ -46,10 +46,10 @@ if hget(ekey, 'allow_overlap') ~= '1' then
   end
 end
 
-local fields = {'queue', hget(ekey, 'queue'), 'func', hget(ekey, 'func'),
-  'args', hget(ekey, 'args') or '[]', 'kwargs', hget(ekey, 'kwargs') or '{}',
-  'cron', name, 'cron_due', fmt_int(due)}
-for _, opt in ipairs({'timeout', 'max_retries'}) do
+local fields = {F.queue, hget(ekey, 'queue'), F.func, hget(ekey, 'func'),
+  F.args, hget(ekey, 'args') or '[]', F.kwargs, hget(ekey, 'kwargs') or '{}',
+  F.cron, name, F.cron_due, fmt_int(due)}
+for _, opt in ipairs({F.timeout, F.max_retries}) do
   local v = hget(ekey, opt)
   if v and v ~= '' then
     fields[#fields + 1] = opt

@@ -7,27 +7,27 @@
 -- Returns {'queued'} | {'waiting'} | {'canceled'} | {'already'} | {'ignored', status}
 local base = KEYS[1]
 local jid, ref, outcome, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]) or 0
-local jkey = base .. 'job:' .. jid
-local st = hget(jkey, 'status')
+local jkey = base .. K.job .. jid
+local st = hget(jkey, F.status)
 if st ~= 'deferred' then return {'ignored', st or 'missing'} end
-local deps = base .. 'deps:' .. jid
+local deps = base .. K.deps .. jid
 if redis.call('SREM', deps, ref) == 0 then return {'already'} end
 local t = now()
-if outcome ~= 'finished' and hget(jkey, 'allow_dependency_failure') ~= '1' then
+if outcome ~= 'finished' and hget(jkey, F.allow_dependency_failure) ~= '1' then
   redis.call('DEL', deps)
-  redis.call('ZREM', base .. 'deferred', jid)
-  redis.call('HSET', jkey, 'status', 'canceled', 'ended_at', fmt_time(t),
-    'failure_reason', 'dependency', 'error_type', 'DependencyFailed',
-    'error_message', 'dependency ' .. ref .. ' ' .. outcome)
-  redis.call('PUBLISH', base .. 'done:' .. jid, 'canceled')   -- Job.wait
+  redis.call('ZREM', base .. K.deferred, jid)
+  redis.call('HSET', jkey, F.status, 'canceled', F.ended_at, fmt_time(t),
+    F.failure_reason, 'dependency', F.error_type, 'DependencyFailed',
+    F.error_message, 'dependency ' .. ref .. ' ' .. outcome)
+  redis.call('PUBLISH', base .. K.done .. jid, 'canceled')   -- Job.wait
   drop_unique(base, jid)
   notify_dependents(base, jid, 'canceled')
-  redis.call('ZADD', base .. 'canceled', fmt_time(t), jid)
+  redis.call('ZADD', base .. K.canceled, fmt_time(t), jid)
   if ttl > 0 then redis.call('EXPIRE', jkey, ttl) end
   return {'canceled'}
 end
 if redis.call('SCARD', deps) == 0 then
-  redis.call('ZREM', base .. 'deferred', jid)
+  redis.call('ZREM', base .. K.deferred, jid)
   make_ready(base, jid)
   return {'queued'}
 end

@@ -5,10 +5,10 @@
 -- Returns {'registered', status} | {status} for an ended one (finished|failed|canceled)
 --         | {'missing'}
 local base = KEYS[1]
-local jkey = base .. 'job:' .. ARGV[1]
-local st = hget(jkey, 'status')
+local jkey = base .. K.job .. ARGV[1]
+local st = hget(jkey, F.status)
 if not st then return {'missing'} end
 if st == 'finished' or st == 'failed' or st == 'canceled' then return {st} end
-redis.call('SADD', base .. 'dependents:' .. ARGV[1], ARGV[2])
-redis.call('HSET', jkey, 'has_dependents', '1')
+redis.call('SADD', base .. K.dependents .. ARGV[1], ARGV[2])
+redis.call('HSET', jkey, F.has_dependents, '1')
 return {'registered', st}

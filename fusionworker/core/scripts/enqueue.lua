@@ -17,7 +17,7 @@ local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
 local t = now()
-local jkey = base .. 'job:' .. jid
+local jkey = base .. K.job .. jid
 local jtype = key_type(jkey)
 if jtype ~= 'none' and jtype ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. jkey .. ' holds a ' .. jtype ..
@@ -28,7 +28,7 @@ if jtype == 'hash' then
   if st then return {'duplicate', jid, st} end
 end
 if ukey ~= '' then
-  local other = redis.call('GET', base .. 'unique:' .. ukey)
+  local other = redis.call('GET', base .. K.unique .. ukey)
   if other then
     local st = live_status(base, other, t, window)
     if st then return {'duplicate', other, st} end
@@ -43,12 +43,12 @@ if mode ~= 'now' then
 end
 local group, front   -- front: at_front, placed by push_pending (_lib.lua)
 for i = 7, #ARGV - 1, 2 do
-  if ARGV[i] == 'group' and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
-  if ARGV[i] == 'at_front' then front = true end
+  if ARGV[i] == F.group and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
+  if ARGV[i] == F.at_front then front = true end
 end
 
 if jtype == 'none' and not group and not front then
-  local skey = base .. 'seq'
+  local skey = base .. K.seq
   local seq = redis.call('INCR', skey)   -- the first write: failing, it wrote nothing
   local function undo(err, added)
     if added == 1 then redis.call('SREM', KEYS[2], string.match(base, '{(.*)}:$')) end
@@ -65,18 +65,18 @@ if jtype == 'none' and not group and not front then
     at and fmt_time(at) or fmt_int(prio * SEQ_LIMIT - seq), jid)
   if type(placed) == 'table' then return undo(placed.err, added) end
   local rec = {unpack(ARGV, 7)}   -- the caller's fields, then ours (the later one wins)
-  for _, v in ipairs({'id', jid, 'seq', seq, 'priority', prio, 'attempts', 0,
-                      'enqueued_at', fmt_time(t), 'status', at and 'scheduled' or 'queued'}) do
+  for _, v in ipairs({F.id, jid, F.seq, seq, F.priority, prio, F.attempts, 0,
+                      F.enqueued_at, fmt_time(t), F.status, at and 'scheduled' or 'queued'}) do
     rec[#rec + 1] = v
   end
   if at then
-    rec[#rec + 1] = 'scheduled_for'
+    rec[#rec + 1] = F.scheduled_for
     rec[#rec + 1] = fmt_time(at)
   end
   redis.call('HSET', jkey, unpack(rec))
-  if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+  if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   -- a scheduled job wakes too: an idle worker learns when it is due (claim.py, quiet)
-  redis.call('PUBLISH', base .. 'wake', jid)
+  redis.call('PUBLISH', base .. K.wake, jid)
   if at then return {'scheduled', jid, 'scheduled', fmt_int(seq), fmt_time(t), fmt_time(at)} end
   return {'queued', jid, 'queued', fmt_int(seq), fmt_time(t)}
 end
@@ -88,7 +88,7 @@ if KEYS[2] and key_type(KEYS[2]) ~= 'set' and key_type(KEYS[2]) ~= 'none' then
 end
 if jtype == 'hash' then
   -- an ended record with the same id (failed, canceled, finished long ago): replace it
-  for _, reg in ipairs({'failed', 'finished', 'canceled', 'scheduled', 'pending', 'started'}) do
+  for _, reg in ipairs({K.failed, K.finished, K.canceled, K.scheduled, K.pending, K.started}) do
     redis.call('ZREM', base .. reg, jid)
   end
   redis.call('DEL', jkey)
@@ -96,14 +96,14 @@ end
 
 local ok, err = new_job(base, jid, prio, t, ARGV, 7)
 if not ok then return redis.error_reply(err) end
-local seq = redis.call('HGET', jkey, 'seq')
+local seq = redis.call('HGET', jkey, F.seq)
 if KEYS[2] then redis.call('SADD', KEYS[2], string.match(base, '{(.*)}:$')) end
-if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
 
 if at then
-  redis.call('HSET', jkey, 'status', 'scheduled', 'scheduled_for', fmt_time(at))
-  redis.call('ZADD', base .. 'scheduled', fmt_time(at), jid)
-  redis.call('PUBLISH', base .. 'wake', jid)   -- an idle worker learns when it is due
+  redis.call('HSET', jkey, F.status, 'scheduled', F.scheduled_for, fmt_time(at))
+  redis.call('ZADD', base .. K.scheduled, fmt_time(at), jid)
+  redis.call('PUBLISH', base .. K.wake, jid)   -- an idle worker learns when it is due
   return {'scheduled', jid, 'scheduled', seq, fmt_time(t), fmt_time(at)}
 end
 make_ready(base, jid)

@@ -40,13 +40,13 @@ local stamp = fmt_time(t)
 -- the checks: nothing is written before they all pass
 local bad = check_types(base)
 if bad then return redis.error_reply(bad) end
-for _, k in ipairs({base .. 'deferred', stream}) do
+for _, k in ipairs({base .. K.deferred, stream}) do
   local ty = key_type(k)
   if ty ~= 'none' and ty ~= (k == stream and 'stream' or 'zset') then
     return redis.error_reply('WRONGTYPE ' .. k .. ' holds a ' .. ty .. ': refused before any write')
   end
 end
-local seq0 = tonumber(redis.call('GET', base .. 'seq') or '0')
+local seq0 = tonumber(redis.call('GET', base .. K.seq) or '0')
 if seq0 + n >= SEQ_LIMIT then
   return redis.error_reply('queue sequence exhausted (2^42 enqueues)')
 end
@@ -77,7 +77,7 @@ end
 
 -- score/member pairs, each ZADDed once at the end (nothing in this script reads
 -- these sets; slices keep unpack() within Lua's stack)
-local adds = {pending = {}, scheduled = {}, deferred = {}}
+local adds = {[K.pending] = {}, [K.scheduled] = {}, [K.deferred] = {}}
 local function zadd_all(name, pairs_)
   for i = 1, #pairs_, 1000 do
     redis.call('ZADD', base .. name, unpack(pairs_, i, math.min(i + 999, #pairs_)))
@@ -90,10 +90,10 @@ for i = 1, n do
   local job = jobs[i]
   local jid, prio, mode = job[1], tonumber(job[2]), job[3]
   local when, ukey, group, fields = tonumber(job[4]) or 0, job[5], job[6], job[7]
-  local jkey = base .. 'job:' .. jid
+  local jkey = base .. K.job .. jid
   local front = false   -- the optional fields follow the six every job has (enqueue.py)
   for k = 13, #fields - 1, 2 do
-    if fields[k] == 'at_front' then front = true end
+    if fields[k] == F.at_front then front = true end
   end
 
   local exists = redis.call('EXISTS', jkey) == 1
@@ -103,7 +103,7 @@ for i = 1, n do
     if dupst then dup = jid end
   end
   if not dup and ukey ~= '' then
-    local other = redis.pcall('GET', base .. 'unique:' .. ukey)  -- a wrong type: no owner
+    local other = redis.pcall('GET', base .. K.unique .. ukey)  -- a wrong type: no owner
     if type(other) == 'string' then
       dupst = live_status(base, other, t, window)
       if dupst then dup = other end
@@ -115,11 +115,11 @@ for i = 1, n do
     out[#out + 1] = '0'; out[#out + 1] = ''
   else
     if exists then  -- an ended record with the same id (or a stray key): replace it
-      for _, reg in ipairs({'failed', 'finished', 'canceled', 'scheduled', 'pending', 'started',
-                            'deferred'}) do
+      for _, reg in ipairs({K.failed, K.finished, K.canceled, K.scheduled, K.pending, K.started,
+                            K.deferred}) do
         redis.call('ZREM', base .. reg, jid)
       end
-      redis.call('DEL', jkey, base .. 'deps:' .. jid)
+      redis.call('DEL', jkey, base .. K.deps .. jid)
     end
     seq = seq + 1   -- SET once below: nobody else runs between two steps of a script
     local status, at = 'queued', nil
@@ -130,27 +130,27 @@ for i = 1, n do
       if mode == 'in' then at = t + when end
       if at > t then status = 'scheduled' else at = nil end
     end
-    redis.call('HSET', jkey, 'id', jid, 'seq', fmt_int(seq), 'priority', fmt_int(prio),
-      'attempts', 0, 'enqueued_at', stamp, 'status', status, unpack(fields))
-    if ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+    redis.call('HSET', jkey, F.id, jid, F.seq, fmt_int(seq), F.priority, fmt_int(prio),
+      F.attempts, 0, F.enqueued_at, stamp, F.status, status, unpack(fields))
+    if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
     local sched = ''
     if status == 'deferred' then
-      local d = adds.deferred
+      local d = adds[K.deferred]
       d[#d + 1] = stamp; d[#d + 1] = jid
-      redis.call('SADD', base .. 'deps:' .. jid, unpack(job[8]))
+      redis.call('SADD', base .. K.deps .. jid, unpack(job[8]))
     elseif status == 'scheduled' then
       sched = fmt_time(at)
-      redis.call('HSET', jkey, 'scheduled_for', sched)
-      local s = adds.scheduled
+      redis.call('HSET', jkey, F.scheduled_for, sched)
+      local s = adds[K.scheduled]
       s[#s + 1] = sched; s[#s + 1] = jid
     elseif group ~= '' or front then   -- front: at_front, placed by push_pending
-      if front and #adds.pending > 0 then   -- ahead of this chunk's earlier jobs too
-        zadd_all('pending', adds.pending)
-        adds.pending = {}
+      if front and #adds[K.pending] > 0 then   -- ahead of this chunk's earlier jobs too
+        zadd_all(K.pending, adds[K.pending])
+        adds[K.pending] = {}
       end
       make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
     else
-      local p = adds.pending
+      local p = adds[K.pending]
       p[#p + 1] = fmt_int(prio * SEQ_LIMIT - seq); p[#p + 1] = jid
     end
     out[#out + 1] = status; out[#out + 1] = jid; out[#out + 1] = status
@@ -161,18 +161,18 @@ for i = 1, n do
       local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
       local doc = {}   -- and the job's own history, as history.lua writes it
       for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
-      if redis.call('RPUSH', base .. 'job_events:' .. jid, cjson.encode({id, doc})) == 1 then
-        redis.call('EXPIRE', base .. 'job_events:' .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
+      if redis.call('RPUSH', base .. K.job_events .. jid, cjson.encode({id, doc})) == 1 then
+        redis.call('EXPIRE', base .. K.job_events .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
       end
     end
   end
 end
-if seq > seq0 then redis.call('SET', base .. 'seq', fmt_int(seq)) end
+if seq > seq0 then redis.call('SET', base .. K.seq, fmt_int(seq)) end
 for name, pairs_ in pairs(adds) do
   if #pairs_ > 0 then zadd_all(name, pairs_) end
 end
-if #adds.pending > 0 or #adds.scheduled > 0 then   -- scheduled: idle workers learn when
-  redis.call('PUBLISH', base .. 'wake', 'bulk')
+if #adds[K.pending] > 0 or #adds[K.scheduled] > 0 then   -- scheduled: idle workers learn when
+  redis.call('PUBLISH', base .. K.wake, 'bulk')
 end
 out[#out + 1] = stamp
 return cjson.encode(out)

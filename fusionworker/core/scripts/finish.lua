@@ -22,8 +22,8 @@ local stopped = outcome == 'stopped'
 if stopped then outcome = 'failed' end
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
-local jkey = base .. 'job:' .. jid
-local ERROR_FIELDS = {'error_type', 'error_message', 'traceback', 'failure_reason'}
+local jkey = base .. K.job .. jid
+local ERROR_FIELDS = {F.error_type, F.error_message, F.traceback, F.failure_reason}
 -- the outcome's fields (ARGV[8..], name/value pairs) name an error field
 local function gives_error_fields()
   for i = 8, #ARGV - 1, 2 do
@@ -33,27 +33,27 @@ local function gives_error_fields()
   end
   return false
 end
-local rec = hmget(jkey, 'token', 'unique_key', 'group', 'batch', 'result_ttl', 'on_success',
-  'on_failure', 'has_dependents', 'waited', 'status', unpack(ERROR_FIELDS))   -- 11 to 14
+local rec = hmget(jkey, F.token, F.unique_key, F.group, F.batch, F.result_ttl, F.on_success,
+  F.on_failure, F.has_dependents, F.waited, F.status, unpack(ERROR_FIELDS))   -- 11 to 14
 -- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
 if not rec or token == '' or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
 local cb = (outcome == 'finished' and rec[6]) or (outcome == 'failed' and rec[7])
-if stopped then cb = hget(jkey, 'on_stopped') end
+if stopped then cb = hget(jkey, F.on_stopped) end
 local notify = (batch and batch ~= '') or (cb and cb ~= '')
 -- the waiting jobs: dep_register.lua adds one to `dependents:<id>` and flags the record
 -- `has_dependents` in the same step (nothing removes the flag while the set lives), so
 -- a record without the flag has none to read
-local dependents = rec[8] == '1' and redis.call('SMEMBERS', base .. 'dependents:' .. jid) or {}
+local dependents = rec[8] == '1' and redis.call('SMEMBERS', base .. K.dependents .. jid) or {}
 local bad
 local checked = outcome == 'failed' or (group and group ~= '')
 if checked then
   bad = check_types(base)            -- the paths of to_failed and release_group
 end
 if not bad and (#dependents > 0 or notify) then
-  bad = wrong_type(base .. 'outbox', 'list')
+  bad = wrong_type(base .. K.outbox, 'list')
 end
 if bad then return redis.error_reply(bad) end
 local t = now()
@@ -62,9 +62,9 @@ local t = now()
 local registry, score
 if not checked then
   if outcome == 'retry' then
-    registry, score = base .. 'scheduled', fmt_time(t + delay)
+    registry, score = base .. K.scheduled, fmt_time(t + delay)
   elseif keep ~= 0 then
-    registry, score = base .. 'finished', fmt_time(t)
+    registry, score = base .. K.finished, fmt_time(t)
   end
 end
 if registry then
@@ -72,19 +72,19 @@ if registry then
   if type(added) == 'table' then
     return redis.error_reply(wrong_type(registry, 'zset') or added.err)
   end
-  local gone = redis.pcall('ZREM', base .. 'started', jid)
+  local gone = redis.pcall('ZREM', base .. K.started, jid)
   if type(gone) == 'table' then
     if added == 1 then redis.call('ZREM', registry, jid) end
     return redis.error_reply(gone.err)
   end
   if added == 0 then redis.call('ZADD', registry, score, jid) end  -- was there: its new score
 else
-  redis.call('ZREM', base .. 'started', jid)
+  redis.call('ZREM', base .. K.started, jid)
 end
 
 if outcome == 'finished' then
   if ukey and ukey ~= '' then
-    local k = base .. 'unique:' .. ukey
+    local k = base .. K.unique .. ukey
     if redis.pcall('GET', k) == jid then
       if window > 0 then redis.call('EXPIRE', k, window) else redis.call('DEL', k) end
     end
@@ -99,27 +99,27 @@ if outcome == 'finished' then
     -- the token is blanked in the same HSET (readers: Job.token None; every fence also
     -- wants status 'started'); the error fields of an earlier attempt, or given here,
     -- go only when there are some (the HMGET read them): the record reads as before
-    redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'finished', 'token', '',
+    redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, 'finished', F.token, '',
       unpack(ARGV, 8))
     if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
       redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
     end
-    if not registry then redis.call('ZADD', base .. 'finished', fmt_time(t), jid) end
+    if not registry then redis.call('ZADD', base .. K.finished, fmt_time(t), jid) end
     if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
-  redis.call('HSET', jkey, 'ended_at', fmt_time(t), 'status', 'scheduled',
-    'scheduled_for', fmt_time(t + delay), 'token', '', unpack(ARGV, 8))
-  if not registry then redis.call('ZADD', base .. 'scheduled', fmt_time(t + delay), jid) end
-  redis.call('PUBLISH', base .. 'wake', jid)   -- idle workers learn when the retry is due
+  redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, 'scheduled',
+    F.scheduled_for, fmt_time(t + delay), F.token, '', unpack(ARGV, 8))
+  if not registry then redis.call('ZADD', base .. K.scheduled, fmt_time(t + delay), jid) end
+  redis.call('PUBLISH', base .. K.wake, jid)   -- idle workers learn when the retry is due
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
   to_failed(base, jid, t, failed_ttl, stopped and 'stopped' or nil)   -- publishes done:<id>
 end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
-if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. 'done:' .. jid, outcome) end
+if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. K.done .. jid, outcome) end
 -- the server time of the outcome: the worker counts it in that minute's outcome counts
 -- (the dashboard's chart), written with its heartbeat by minutes.lua
 return {'ok', outcome, fmt_time(t)}

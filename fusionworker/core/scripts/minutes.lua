@@ -18,7 +18,7 @@ local base = KEYS[1]
 local result_ttl = tonumber(ARGV[1]) or 0
 local taken = 0
 for i = 2, #ARGV - 2, 3 do
-  local mkey = base .. 'minute:' .. ARGV[i]
+  local mkey = base .. K.minute .. ARGV[i]
   local outcome, n = ARGV[i + 1], tonumber(ARGV[i + 2])
   local got = redis.pcall('HINCRBY', mkey, outcome, n)
   if type(got) == 'table' and not string.find(got.err or '', '^WRONGTYPE') then
@@ -28,7 +28,7 @@ for i = 2, #ARGV - 2, 3 do
   if got == n then   -- the field is new
     redis.call('EXPIRE', mkey, 7200)
     if outcome == 'finished' and result_ttl > 0 then
-      redis.pcall('ZREMRANGEBYSCORE', base .. 'finished', '-inf',
+      redis.pcall('ZREMRANGEBYSCORE', base .. K.finished, '-inf',
         '(' .. fmt_time(now() - result_ttl))
     end
   end

@@ -411,6 +411,12 @@ def minutes(reply: Raw) -> int:
     return int(reply)
 
 
+def changed(reply: Raw) -> bool:
+    """``run_now.lua``, ``save_meta.lua``: whether it wrote (False: the job is not
+    scheduled / gone)."""
+    return bool(int(reply))
+
+
 def history(reply: Raw) -> str:
     """``history.lua``: the event's stream id (``''`` where the stream is on another
     slot: a Cluster, whose pipeline ``XADD``s it apart)."""
@@ -425,4 +431,5 @@ PARSERS: dict[str, Callable[[Raw], Any]] = {
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
+    "run_now": changed, "save_meta": changed,
 }

@@ -3,14 +3,14 @@
 -- Returns {'ok', old_priority} | {'refused', status} | {'missing'}
 local base = KEYS[1]
 local jid, prio = ARGV[1], tonumber(ARGV[2])
-local jkey = base .. 'job:' .. jid
-local st = hget(jkey, 'status')
+local jkey = base .. K.job .. jid
+local st = hget(jkey, F.status)
 if not st then return {'missing'} end
 if st ~= 'queued' and st ~= 'scheduled' then return {'refused', st} end
-local old = hget(jkey, 'priority') or '0'
-redis.call('HSET', jkey, 'priority', prio)
-if redis.call('ZSCORE', base .. 'pending', jid) then
-  local seq = tonumber(hget(jkey, 'seq') or '0') or 0
-  redis.call('ZADD', base .. 'pending', fmt_int(prio * SEQ_LIMIT - seq), jid)
+local old = hget(jkey, F.priority) or '0'
+redis.call('HSET', jkey, F.priority, prio)
+if redis.call('ZSCORE', base .. K.pending, jid) then
+  local seq = tonumber(hget(jkey, F.seq) or '0') or 0
+  redis.call('ZADD', base .. K.pending, fmt_int(prio * SEQ_LIMIT - seq), jid)
 end
 return {'ok', old}

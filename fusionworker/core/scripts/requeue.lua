@@ -16,63 +16,63 @@
 -- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local jkey = base .. 'job:' .. jid
+local jkey = base .. K.job .. jid
 local bad = check_types(base, jkey)
 if bad then return redis.error_reply(bad) end
-local st = hget(jkey, 'status')
+local st = hget(jkey, F.status)
 if mode == 'reap' and st ~= 'started' then
-  redis.call('ZREM', base .. 'started', jid)  -- a stale entry: no attempt of it can run
+  redis.call('ZREM', base .. K.started, jid)  -- a stale entry: no attempt of it can run
 end
 if not st then return {'skipped', 'no such job'} end
 local t = now()
 
 if mode == 'failed' then
   if st ~= 'failed' then return {'skipped', 'job is ' .. st .. ', not failed'} end
-  redis.call('ZREM', base .. 'failed', jid)
+  redis.call('ZREM', base .. K.failed, jid)
   redis.call('PERSIST', jkey)
-  redis.call('HSET', jkey, 'attempts', 0)
+  redis.call('HSET', jkey, F.attempts, 0)
   -- the failed attempt's times go: the job has not started since it was requeued
-  redis.call('HDEL', jkey, 'started_at', 'ended_at', 'duration', 'token', 'shared_deaths')
-  local ukey = hget(jkey, 'unique_key')
-  if ukey and ukey ~= '' then redis.call('SET', base .. 'unique:' .. ukey, jid) end
+  redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths)
+  local ukey = hget(jkey, F.unique_key)
+  if ukey and ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   make_ready(base, jid)
   return {'requeued'}
 end
 
 if st ~= 'started' then return {'skipped', 'job is ' .. st} end
-if token ~= '' and hget(jkey, 'token') ~= token then return {'skipped', 'attempt changed'} end
-local deadline = redis.call('ZSCORE', base .. 'started', jid)
+if token ~= '' and hget(jkey, F.token) ~= token then return {'skipped', 'attempt changed'} end
+local deadline = redis.call('ZSCORE', base .. K.started, jid)
 if mode == 'reap' and deadline and tonumber(deadline) > t then
   return {'skipped', 'lease still valid'}
 end
-redis.call('ZREM', base .. 'started', jid)
-redis.call('HDEL', jkey, 'token')
+redis.call('ZREM', base .. K.started, jid)
+redis.call('HDEL', jkey, F.token)
 if mode == 'return' then
   if #ARGV > 4 then redis.call('HSET', jkey, unpack(ARGV, 5)) end
-  redis.call('HINCRBY', jkey, 'attempts', -1)
+  redis.call('HINCRBY', jkey, F.attempts, -1)
   push_pending(base, jid)
   return {'requeued'}
 end
-if hget(jkey, 'stop_requested') then   -- its worker died before the stop: never again
-  redis.call('HSET', jkey, 'error_type', 'JobStopped', 'failure_reason', 'stopped',
-    'error_message', 'stopped on request; worker ' .. (hget(jkey, 'worker') or '?') ..
+if hget(jkey, F.stop_requested) then   -- its worker died before the stop: never again
+  redis.call('HSET', jkey, F.error_type, 'JobStopped', F.failure_reason, 'stopped',
+    F.error_message, 'stopped on request; worker ' .. (hget(jkey, F.worker_name) or '?') ..
     ' died before it killed the job')
   to_failed(base, jid, t, failed_ttl, 'stopped')
   return {'abandoned', 'stopped'}
 end
 -- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
 local SHARED_MAX = 3
-local max_retries = tonumber(hget(jkey, 'max_retries') or '0') or 0
-local deaths = (tonumber(hget(jkey, 'shared_deaths') or '0') or 0) + 1
-redis.call('HSET', jkey, 'shared_deaths', deaths)
+local max_retries = tonumber(hget(jkey, F.max_retries) or '0') or 0
+local deaths = (tonumber(hget(jkey, F.shared_deaths) or '0') or 0) + 1
+redis.call('HSET', jkey, F.shared_deaths, deaths)
 if deaths >= math.max(SHARED_MAX, max_retries + 1) then
-  redis.call('HSET', jkey, 'error_type', 'Abandoned', 'failure_reason', 'abandoned',
-    'error_message', 'worker ' .. (hget(jkey, 'worker') or '?') ..
+  redis.call('HSET', jkey, F.error_type, 'Abandoned', F.failure_reason, 'abandoned',
+    F.error_message, 'worker ' .. (hget(jkey, F.worker_name) or '?') ..
     ' died (or stopped answering) while running the job; its worker was lost under it ' ..
     deaths .. ' times: not run again')
   to_failed(base, jid, t, failed_ttl)
   return {'abandoned'}
 end
-redis.call('HINCRBY', jkey, 'attempts', -1)
+redis.call('HINCRBY', jkey, F.attempts, -1)
 push_pending(base, jid)
 return {'requeued'}

@@ -9,12 +9,12 @@
 -- there), then one PUBLISH on `stop` of the queue (workers PSUBSCRIBE to it).
 local base = KEYS[1]
 local jid = ARGV[1]
-local jkey = base .. 'job:' .. jid
-local st = hget(jkey, 'status')
+local jkey = base .. K.job .. jid
+local st = hget(jkey, F.status)
 if not st then return {'missing'} end
 if st == 'queued' or st == 'scheduled' or st == 'deferred' then return {'not_started', st} end
 if st ~= 'started' then return {'ended', st} end
-redis.call('HSET', jkey, 'stop_requested', fmt_time(now()))
-local worker = hget(jkey, 'worker') or ''
-redis.call('PUBLISH', base .. 'stop', jid)
+redis.call('HSET', jkey, F.stop_requested, fmt_time(now()))
+local worker = hget(jkey, F.worker_name) or ''
+redis.call('PUBLISH', base .. K.stop, jid)
 return {'stopping', worker}

@@ -9,12 +9,12 @@ local until_ = fmt_time(now() + tonumber(ARGV[1]))
 local out = {}
 for i = 2, #ARGV - 1, 2 do
   local jid, token = ARGV[i], ARGV[i + 1]
-  local jkey = base .. 'job:' .. jid
-  local rec = hmget(jkey, 'stop_requested', 'token', 'status')   -- one read (nil: not a hash)
+  local jkey = base .. K.job .. jid
+  local rec = hmget(jkey, F.stop_requested, F.token, F.status)   -- one read (nil: not a hash)
   if not rec or rec[2] ~= token or rec[3] ~= 'started' then
     out[#out + 1] = 0
   else
-    redis.call('ZADD', base .. 'started', 'XX', until_, jid)
+    redis.call('ZADD', base .. K.started, 'XX', until_, jid)
     out[#out + 1] = rec[1] and 2 or 1
   end
 end

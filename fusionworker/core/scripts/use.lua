@@ -10,7 +10,7 @@ local base = KEYS[1]
 local seconds, half = tonumber(ARGV[1]) or 0, tonumber(ARGV[2]) or 60
 if half <= 0 then half = 60 end
 local t = now()
-local key = base .. 'use'
+local key = base .. K.use
 local bad = wrong_type(key, 'hash')
 if bad then return redis.error_reply(bad) end
 local old = redis.call('HMGET', key, 'v', 't')

@@ -10,16 +10,16 @@
 -- of memory, a read-only replica): the waiter then reads again on a timer instead of
 -- waiting for a message. {0, {}} for a missing record; an error for a key of another
 -- type (nothing written).
-local jkey = KEYS[1] .. 'job:' .. ARGV[1]
+local jkey = KEYS[1] .. K.job .. ARGV[1]
 local ty = key_type(jkey)
 if ty == 'none' then return {0, {}} end
 if ty ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. jkey .. ' holds a ' .. ty .. ', not a hash')
 end
 local marked = 1
-local st = hget(jkey, 'status')
+local st = hget(jkey, F.status)
 if st ~= 'finished' and st ~= 'failed' and st ~= 'canceled' then
-  local ok = redis.pcall('HSET', jkey, 'waited', '1')
+  local ok = redis.pcall('HSET', jkey, F.waited, '1')
   if type(ok) == 'table' and ok.err then marked = 0 end
 end
 return {marked, redis.call('HGETALL', jkey)}
