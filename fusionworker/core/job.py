@@ -107,12 +107,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .job_habits import JobHabits
+from .job_habits import JobResult as JobResult
 from .record import JobRecord, read_fields, to_dict
 
 # the vocabulary's home is vocabulary.py; these names stay importable from here
@@ -186,21 +186,6 @@ def _next_message(pubsub: Any, left: float | None, marked: bool, limited: bool) 
 
 class MalformedJob(ValueError):
     """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """The outcome of a job's last attempt (RQ's ``Result``): see :meth:`Job.latest_result`.
-
-    ``type`` is ``"successful"``, ``"failed"`` or ``"canceled"``. Only the last
-    outcome is kept per job (no history of earlier attempts).
-    """
-
-    job_id: str
-    type: str
-    return_value: Any = None
-    exc_string: str | None = None
-    created_at: datetime | None = None
 
 
 @dataclass(repr=False)
