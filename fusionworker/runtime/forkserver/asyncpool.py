@@ -33,13 +33,11 @@ from ..protocol import (
     read_available,
     write_all,
 )
-from .modules import remember
+from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
 
-#: functions resolved here at most (as server.REMEMBER_MAX)
-REMEMBER_MAX = 1024
 #: the first byte of the body of an async job's frame (a body is JSON: "{")
 ASYNC = b"A"
 #: what an async horse writes when it takes no more jobs (a line of its own)

@@ -29,6 +29,7 @@ from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..gpus import device_of
 from ..horse.hygiene import horse_keeps, oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
+from ..horse.run import cap_results
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
@@ -47,7 +48,7 @@ from ..protocol import (
     write_all,
 )
 from .asyncpool import AsyncHorses
-from .modules import import_for_horses, remember, reported_ok, resolve_again
+from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
 #: turn brought, e.g. the claims a worker with many slots sends at once).
@@ -57,9 +58,6 @@ READY_MAX = 16
 #: exiting (e.g. flushing their spans), reaping them and their leftovers; below the
 #: 2 s ForkServer.close() gives it.
 LAST_REAPS = 1.5
-
-#: How many job functions the server resolves for its horses, at most.
-REMEMBER_MAX = 1024
 
 #: How many times a job whose warm horse died before taking it is handed on, at most.
 MOVES_MAX = 3
@@ -92,7 +90,8 @@ class _Ready:
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
-          slots: int = 0, imports: tuple[str, ...] = (), async_per_horse: int = 1) -> NoReturn:
+          slots: int = 0, imports: tuple[str, ...] = (),
+          max_result_bytes: int = 0, async_per_horse: int = 1) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -102,8 +101,9 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it);
-    ``async_per_horse`` > 1 (with warm horses): async horses (asyncpool.py)."""
+    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
+    ``max_result_bytes``: its horses refuse a larger result (horse/run.py); ``async_per_horse`` > 1: async horses."""
+    cap_results(max_result_bytes)
     before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses

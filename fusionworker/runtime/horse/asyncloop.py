@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
-from ...core import codec
 from ...core.functions import resolve
 from ...core.job import FailureReason, Job
 from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
@@ -38,7 +37,7 @@ from ..protocol import HorseReport, from_server, job_of, take_frames, write_all
 from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events
-from .run import _awaitable, _describe, _format_exc, is_retryable
+from .run import _awaitable, _describe, _format_exc, _result_report, is_retryable
 from .stay import has_children, remember, rss
 
 #: seconds a job may hold the event loop before the monitor thread names it
@@ -188,13 +187,7 @@ async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
                            retryable=is_retryable(JobTimeoutError(), retryable))
     except BaseException:  # noqa: BLE001 - the horse reports everything, even SystemExit
         return _failed(retryable)
-    try:
-        return HorseReport(ok=True, reason="ok",
-                           result=codec.dumps(result, where="the job's return value"))
-    except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
-        return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
-                           error_type="ResultNotSerializable",
-                           error_message=str(exc)[:2000], traceback="")
+    return _result_report(result)     # its JSON, or why not (FUSIONWORKER_MAX_RESULT_BYTES)
 
 
 def _failed(retryable: Any) -> HorseReport:
