@@ -201,13 +201,13 @@ def _warm_flags(settings: Settings, horse_jobs: int | None,
                 async_per_horse: int | None) -> None:
     """--horse-jobs and --async-per-horse into the environment (for --processes children);
     K > 1 without warm horses is refused in one line (an async horse is a warm horse)."""
+    problem = async_problem(settings)
+    if problem:          # before anything is exported: a refused start changes nothing
+        raise click.UsageError(problem)
     if horse_jobs is not None:
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
     if async_per_horse is not None:
         os.environ["FUSIONWORKER_ASYNC_PER_HORSE"] = str(async_per_horse)
-    problem = async_problem(settings)
-    if problem:
-        raise click.UsageError(problem)
 
 
 def _name(name: str | None, short_n: str | None) -> str | None:

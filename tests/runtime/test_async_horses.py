@@ -119,9 +119,15 @@ def test_sync_jobs_never_share_a_horse(queue, burst, settings):
     assert max(j.result[1] for j in done_sync) < min(j.result[2] for j in done_sync)
 
 
-def test_the_flag_is_in_help_and_needs_warm_horses(settings):
+def test_the_flag_is_in_help_and_needs_warm_horses(settings, monkeypatch):
+    import os
+
     from fusionworker.cli import main
 
+    # what a worker command exports for its --processes children is undone after the test
+    for var in ("FUSIONWORKER_ASYNC_PER_HORSE", "FUSIONWORKER_HORSE_JOBS"):
+        monkeypatch.setenv(var, "1")
+        monkeypatch.delenv(var)
     runner = CliRunner()
     shown = runner.invoke(main, ["worker", "--help"])
     assert shown.exit_code == 0 and "--async-per-horse" in shown.output
@@ -136,6 +142,7 @@ def test_the_flag_is_in_help_and_needs_warm_horses(settings):
     assert refused.exit_code == 2 and "needs --horse-jobs N > 1" in refused.output
     zero = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "0"], env=env)
     assert zero.exit_code == 2
+    assert "FUSIONWORKER_ASYNC_PER_HORSE" not in os.environ   # a refused start exports nothing
 
 
 def _sleeper():
