@@ -66,7 +66,7 @@ if hget(jkey, F.stop_requested) then   -- its worker died before the stop: never
 end
 local worker_deaths = tonumber(hget(jkey, F.worker_deaths) or '0') or 0
 if token ~= '' and hget(jkey, F.alone) == token then   -- it ran alone: its worker's death is its
-  redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, 'killed',
+  redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, R.killed,
     F.error_message, 'the worker this job ran in alone died (worker ' ..
     (hget(jkey, F.worker_name) or '?') .. '); its worker had died under it ' .. worker_deaths ..
     ' time(s) before, beside other jobs: taken for the culprit, not run again')
