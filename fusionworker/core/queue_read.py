@@ -189,15 +189,14 @@ def _first_reads(connection: RedisClient, settings: Settings, qkeys: list[QueueK
     """One round trip (step 2 of :func:`stats_many`): sets what it read on the docs;
     returns (n, rarer registries found, ``pending`` longer than
     :data:`WHOLE_PENDING`) of the queues step 3 reads more of."""
-    failed_since = kept_since(settings, JobStatus.FAILED)
-    finished_since = kept_since(settings, JobStatus.FINISHED)
+    since = (kept_since(settings, JobStatus.FAILED), kept_since(settings, JobStatus.FINISHED))
     pipe = connection.pipeline(transaction=False)
     asked: list[tuple[int, bool, bool]] = []
     for n, (k, (registries, configured)) in enumerate(zip(qkeys, found, strict=True)):
         if registries:
             pipe.zrange(k.pending, 0, WHOLE_PENDING, withscores=True)
-            pipe.zcount(k.failed, failed_since, "+inf")
-            pipe.zcount(k.finished, finished_since, "+inf")
+            pipe.zcount(k.failed, since[0], "+inf")
+            pipe.zcount(k.finished, since[1], "+inf")
             pipe.exists(*_rare_keys(k))
         if configured:
             pipe.exists(k.paused)
@@ -209,20 +208,26 @@ def _first_reads(connection: RedisClient, settings: Settings, qkeys: list[QueueK
     replies = iter(pipe.execute() if asked else [])
     deep: list[tuple[int, bool, bool]] = []
     for n, registries, configured in asked:
-        doc = docs[n]
         if registries:
-            head, doc["failed"], doc["finished"], rare = (next(replies) for _ in range(4))
-            long = len(head) > WHOLE_PENDING
-            if not long:
-                _whole_pending(doc, head)
-            if rare or long:
-                deep.append((n, bool(rare), long))
+            deep += _depths_read(docs[n], n, [next(replies) for _ in range(4)])
         if configured:
-            paused, cap, rate, group_rate, group_held = (next(replies) for _ in range(5))
-            doc.update(paused=bool(paused), max_active=int(cap) if cap is not None else None,
-                       rate_limit=_rate_doc(rate),
-                       group_rate_limit=_group_rate_doc(group_rate, group_held))
+            _settings_read(docs[n], [next(replies) for _ in range(5)])
     return deep
+
+
+def _depths_read(doc: dict[str, Any], n: int, reply: list[Any]) -> list[tuple[int, bool, bool]]:
+    """Sets step 2's depths on ``doc``; what step 3 reads more of (none or one entry)."""
+    head, doc["failed"], doc["finished"], rare = reply
+    long = len(head) > WHOLE_PENDING
+    if not long:
+        _whole_pending(doc, head)
+    return [(n, bool(rare), long)] if rare or long else []
+
+
+def _settings_read(doc: dict[str, Any], reply: list[Any]) -> None:
+    paused, cap, rate, group_rate, group_held = reply
+    doc.update(paused=bool(paused), max_active=int(cap) if cap is not None else None,
+               rate_limit=_rate_doc(rate), group_rate_limit=_group_rate_doc(group_rate, group_held))
 
 
 def _in_band(score: float) -> int:
@@ -302,9 +307,13 @@ def _waiting(connection: RedisClient, qkeys: list[QueueKeys], docs: list[dict[st
         docs[n]["due"] = int(next(replies))
     for n in busy:
         stamps = [next(replies) for _ in docs[n]["_ids"]]
-        found = [float(x) for x in stamps if x]
-        if found:
-            docs[n]["oldest_age"] = max(0.0, server_now - min(found))
+        docs[n]["oldest_age"] = _oldest_age(stamps, server_now)
+
+
+def _oldest_age(stamps: list[str | None], server_now: float) -> float | None:
+    """The age of the oldest of ``stamps`` (``enqueued_at`` values; None: record gone)."""
+    found = [float(x) for x in stamps if x]
+    return max(0.0, server_now - min(found)) if found else None
 
 
 #: worker states in which a free slot claims (not started yet, suspended or throttled)

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from ..core.job import JobStatus
 from . import live
 from .openapi import OPENAPI
-from .service import QUEUES_PER_PAGE, ApiError, parse_int
+from .service import QUEUES_PER_PAGE, QUEUES_UNPAGED, ApiError, parse_int
 from .state import WebState, api_action, api_read, body, ok, run, state
 
 # -- reads -----------------------------------------------------------------------------
@@ -30,15 +30,25 @@ async def api_openapi(request: Request) -> Response:
 
 @api_read
 def api_queues(request: Request, st: WebState) -> Response:
-    """Every queue's stats; with ``page`` (and ``per_page``, default 50), one page of
-    them by name, with ``total`` and ``pages``."""
+    """Every queue's stats while there are at most ``QUEUES_UNPAGED`` (500); beyond,
+    and with ``page`` (and ``per_page``, default 50), one page of them by name, with
+    ``total``, ``pages`` and ``next_page`` (and a ``Link: <...>; rel="next"`` header
+    while there is a next page)."""
     p = request.query_params
     suspended = st.board.suspended() is not None
     if "page" in p or "per_page" in p:
         listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
-        return ok({**listing, "suspended": suspended})
-    queues = st.board.queues()
-    return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
+    else:
+        names = st.board.queue_names()
+        if len(names) <= QUEUES_UNPAGED:
+            queues = st.board.queues(names)
+            return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
+        listing = st.board.queue_page(1, QUEUES_UNPAGED, names)
+    answer = ok({**listing, "suspended": suspended})
+    if listing["next_page"] is not None:
+        answer.headers["Link"] = (f'</api/v1/queues?page={listing["next_page"]}'
+                                  f'&per_page={listing["per_page"]}>; rel="next"')
+    return answer
 
 
 @api_read

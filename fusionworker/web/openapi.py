@@ -60,7 +60,9 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         "/api/v1/queues": {"get": _op("Queues: depth by priority band, scheduled, started, "
                                       "failed, finished, cap, paused, groups, oldest age; "
-                                      "with page (and per_page), one page of them by name",
+                                      "with page (and per_page), one page of them by name; "
+                                      "without, every queue up to 500, else the first page "
+                                      "of 500 with next_page and a Link rel=next header",
                                       params=_PAGE)},
         "/api/v1/workers": {"get": _op("Workers: state, throttle reason, current job, "
                                        "heartbeat age")},
