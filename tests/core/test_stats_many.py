@@ -1,6 +1,7 @@
 """``stats_many`` at many queues: the same figures as reading each queue on its own,
 every registry and setting asked about, and only two commands for a queue with nothing
-in it (a tenant's idle queue among thousands). Real Redis; the command counts on a
+in it (a tenant's idle queue among thousands), one for the chart of a queue idle
+for the hour. Real Redis; the command counts on a
 private server (``INFO commandstats`` sees nobody else's commands)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 import redis
 
+from fusionworker.core import admin
 from fusionworker.core.config import Settings, load_settings
 from fusionworker.core.job import JobStatus
 from fusionworker.core.keys import Keys
@@ -134,3 +136,23 @@ def test_an_empty_queue_costs_two_commands(redis_single):  # noqa: F811
     assert docs[7]["pending"] == 1 and docs[8]["pending"] == 0
     # two EXISTS an empty queue; the busy one and TIME: a few more
     assert used <= 2 * len(names) + 12, used
+
+
+def test_the_chart_of_idle_queues_costs_one_command_a_queue(redis_single):  # noqa: F811
+    url = f"redis://127.0.0.1:{redis_single}/0"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    keys = Keys("fwchart")
+    names = [f"tenant{n:04d}" for n in range(100)]
+    now = float(client.time()[0])
+    minute = int(now // 60)
+    # two outcomes of one queue, as the workers' heartbeats write them (minutes.lua)
+    client.hset(keys.queue("tenant0042").minute(minute), mapping={"finished": 3, "failed": 1})
+    client.hset(keys.queue("tenant0042").minute(minute - 2), mapping={"finished": 2})
+    before = commands(client)
+    rows = admin.minute_counts(client, names, "fwchart", minutes=60, now=now)
+    used = commands(client) - before
+    assert [r["minute"] for r in rows] == list(range(minute - 59, minute + 1))
+    assert (rows[-1]["finished"], rows[-1]["failed"], rows[-3]["finished"]) == (3, 1, 2)
+    assert sum(r["finished"] + r["failed"] for r in rows) == 6
+    # one EXISTS a queue, then the 60 minutes of the one queue that has any
+    assert used == len(names) + 60, used
