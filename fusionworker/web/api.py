@@ -8,6 +8,7 @@ import inspect
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -36,8 +37,9 @@ def api_queues(request: Request, st: WebState) -> Response:
     while there is a next page)."""
     p = request.query_params
     suspended = st.board.suspended() is not None
-    if "page" in p or "per_page" in p:
-        listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
+    if "page" in p or "per_page" in p or "match" in p:
+        listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
+                                      match=p.get("match"))
     else:
         names = st.board.queue_names()
         if len(names) <= QUEUES_UNPAGED:
@@ -46,8 +48,9 @@ def api_queues(request: Request, st: WebState) -> Response:
         listing = st.board.queue_page(1, QUEUES_UNPAGED, names)
     answer = ok({**listing, "suspended": suspended})
     if listing["next_page"] is not None:
-        answer.headers["Link"] = (f'</api/v1/queues?page={listing["next_page"]}'
-                                  f'&per_page={listing["per_page"]}>; rel="next"')
+        query = {"page": listing["next_page"], "per_page": listing["per_page"],
+                 **({"match": listing["match"]} if listing["match"] else {})}
+        answer.headers["Link"] = f'</api/v1/queues?{urlencode(query)}>; rel="next"'
     return answer
 
 
@@ -71,7 +74,8 @@ def api_chart(request: Request, st: WebState) -> Response:
     minutes = parse_int(p.get("minutes", 60), "minutes", 1, 120)
     names = None
     if "page" in p or "per_page" in p:   # the queues of one page of the overview
-        names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))[3]
+        names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
+                                    match=p.get("match"))[3]
     return ok({"minutes": st.board.chart(minutes, p.get("queue") or None, names)})
 
 

@@ -46,6 +46,8 @@ QUEUES_PER_PAGE = 50
 #: at most this many (the answer of before), else the first page of this many by name
 #: with ``next_page`` (the full list of 10,000 queues is megabytes and seconds)
 QUEUES_UNPAGED = MAX_PER_PAGE
+#: the longest ``match`` (a part of a queue name) the queue listings take
+MAX_MATCH = 200
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
 FILTER_SCAN = 2000
@@ -169,11 +171,12 @@ class Dashboard:
                           admin.workers(self.r, self.prefix))
 
     def queue_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE,
-                   names: list[str] | None = None) -> dict[str, Any]:
-        """One page of the queues by name (of ``names`` when read already), with their
-        stats: what the overview shows (and polls) at any number of queues.
-        ``next_page``: the page after it, None on the last."""
-        page_n, size, names, shown = self.names_page(page, per_page, names)
+                   names: list[str] | None = None, match: Any = None) -> dict[str, Any]:
+        """One page of the queues by name (of ``names`` when read already; of those
+        whose name holds ``match``, any case, when given), with their stats: what the
+        overview shows (and polls) at any number of queues. ``next_page``: the page
+        after it, None on the last."""
+        page_n, size, names, shown = self.names_page(page, per_page, names, match)
         heartbeats = admin.workers(self.r, self.prefix)
         pages = max(1, -(-len(names) // size))
         return {"queues": stats_many(self.r, self.settings, shown, heartbeats),
@@ -181,7 +184,8 @@ class Dashboard:
                 "page": page_n, "per_page": size, "pages": pages,
                 "first": (page_n - 1) * size + 1 if shown else 0,
                 "last": (page_n - 1) * size + len(shown),
-                "next_page": page_n + 1 if page_n < pages else None}
+                "next_page": page_n + 1 if page_n < pages else None,
+                "match": match or None}
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
@@ -201,12 +205,18 @@ class Dashboard:
         return admin.suspended_for(self.r, self.prefix)
 
     def names_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE,
-                   names: list[str] | None = None) -> tuple[int, int, list[str], list[str]]:
+                   names: list[str] | None = None, match: Any = None,
+                   ) -> tuple[int, int, list[str], list[str]]:
         """(page, per_page, every name, the names of that page), checked (``names``:
-        every name, when read already)."""
+        every name, when read already; ``match``: only the names holding it, any case)."""
         page_n = parse_int(page, "page", 1)
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
         names = self.queue_names() if names is None else names
+        if match:
+            if not isinstance(match, str) or len(match) > MAX_MATCH:
+                raise ApiError(400, f"match must be text of at most {MAX_MATCH} characters")
+            folded = match.casefold()
+            names = [name for name in names if folded in name.casefold()]
         return page_n, size, names, names[(page_n - 1) * size:page_n * size]
 
     def chart(self, minutes: int = 60, queue: str | None = None,
