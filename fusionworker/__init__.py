@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .core import emitting  # the producer's port to the event log (installed below)
+from .core import (
+    emitting,  # the producer's port to the event log (installed below)
+    queue_port,  # how the core's lower parts make a Queue (installed below)
+)
 from .core.emitting import EventsPort
 
 #: public name -> the module that defines it
@@ -104,8 +107,16 @@ def _events_port() -> EventsPort:
     return PORT
 
 
+def _queue_class() -> type[Queue]:
+    """The ``Queue`` class the core's lower parts are handed (core/queue_port.py)."""
+    from .core.queue import Queue
+
+    return Queue
+
+
 emitting.install(_events_port)
 emitting.install_runner(_run_in_process)
+queue_port.install(_queue_class)
 
 
 def __getattr__(name: str) -> Any:

@@ -44,16 +44,18 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .connection import text_hash, texts
 from .keys import QueueKeys
-from .queue import Queue
+from .queue_names import known_queues
+from .queue_port import queue_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .connection import RedisClient
     from .job import Job
+    from .queue import Queue
 
 
 class Batch:
@@ -70,8 +72,9 @@ class Batch:
         settings: Settings | None = None,
         batch_id: str | None = None,
     ) -> None:
-        self.queue = queue if isinstance(queue, Queue) else Queue(
-            queue, connection, settings=settings, events=False)
+        queue_type = queue_class()
+        self.queue = queue if isinstance(queue, queue_type) else queue_type(
+            cast("str", queue), connection, settings=settings, events=False)
         self.id = batch_id or uuid.uuid4().hex
         if not isinstance(self.id, str) or not self.id or ":" in self.id or len(self.id) > 100:
             raise ValueError("batch_id must be 1-100 characters without ':'")
@@ -144,8 +147,8 @@ class Batch:
         found: list[Job[Any]] = []
         for ref in refs:
             name, _, job_id = ref.partition(":")
-            job = (q if name == q.name else Queue(name, q.connection, settings=q.settings,
-                                                  events=False)).fetch_job(job_id)
+            job = (q if name == q.name else queue_class()(
+                name, q.connection, settings=q.settings, events=False)).fetch_job(job_id)
             if job is not None:
                 found.append(job)
         return sorted(found, key=lambda j: (j.enqueued_at or 0.0, j.seq))
@@ -162,12 +165,11 @@ def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | Non
                  settings: Settings | None) -> Queue:
     """The queue holding batch ``batch_id`` (``queue``, or found among the known ones)."""
     from ..exceptions import NoSuchJob
-    from .queue import known_queues
-
-    probe = Queue(queue or "default", connection, settings=settings, events=False)
+    queue_type = queue_class()
+    probe = queue_type(queue or "default", connection, settings=settings, events=False)
     names = [queue] if queue else known_queues(probe.connection, probe.settings.prefix)
     for name in names:
-        q = Queue(name, probe.connection, settings=probe.settings, events=False)
+        q = queue_type(name, probe.connection, settings=probe.settings, events=False)
         if q.connection.exists(q.qkeys.batch(batch_id)):
             return q
     raise NoSuchJob(f"no batch {batch_id!r} in {queue or 'any queue'!r}")

@@ -25,7 +25,9 @@ Hash fields (all strings in Redis):
 ``ended_at``        server time of the last outcome
 ``attempts``        how many times the job was claimed
 ``shared_deaths``   how many times a process its horse shared with other jobs (the fork
-                    server) died under it: given back uncounted until 3 (optional)
+                    server, the worker) died under it: given back uncounted until 3 (optional)
+``worker_deaths``   of those, the worker's: the job then runs alone in a worker (optional)
+``alone``           the attempt token of such a run: that worker's death is the job's
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
 ``result``          tagged JSON of the return value (finished jobs)
@@ -105,12 +107,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .job_habits import JobHabits
+from .job_habits import JobResult as JobResult
 from .record import JobRecord, read_fields, to_dict
 
 # the vocabulary's home is vocabulary.py; these names stay importable from here
@@ -184,21 +186,6 @@ def _next_message(pubsub: Any, left: float | None, marked: bool, limited: bool) 
 
 class MalformedJob(ValueError):
     """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """The outcome of a job's last attempt (RQ's ``Result``): see :meth:`Job.latest_result`.
-
-    ``type`` is ``"successful"``, ``"failed"`` or ``"canceled"``. Only the last
-    outcome is kept per job (no history of earlier attempts).
-    """
-
-    job_id: str
-    type: str
-    return_value: Any = None
-    exc_string: str | None = None
-    created_at: datetime | None = None
 
 
 @dataclass(repr=False)

@@ -13,21 +13,40 @@ hand (no queue) answers from what it holds.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from ..exceptions import NoSuchJob
+from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, MetaTooLarge, NoSuchJob
 from . import codec
+from .config import settings_from_env
+from .queue_port import queue_class
+from .vocabulary import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .connection import RedisClient
-    from .job import Job, JobResult, JobStatus
+    from .job import Job
 
 #: writes ``meta`` only where the job still exists (a HSET on a gone record would
 #: leave a record of one field behind)
 #: largest producer-side meta, bytes of its tagged JSON (the limit a job's own meta has)
 META_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The outcome of a job's last attempt (RQ's ``Result``): see :meth:`JobHabits.latest_result`.
+
+    ``type`` is ``"successful"``, ``"failed"`` or ``"canceled"``. Only the last
+    outcome is kept per job (no history of earlier attempts).
+    """
+
+    job_id: str
+    type: str
+    return_value: Any = None
+    exc_string: str | None = None
+    created_at: datetime | None = None
 
 
 def call_text(func: str, args: list[Any], kwargs: dict[str, Any], limit: int = 200) -> str:
@@ -68,14 +87,15 @@ class JobHabits:
         ``queue`` saves the search over the known queues. Raises
         :class:`~fusionworker.exceptions.NoSuchJob` when no queue holds it.
         """
-        from .queue import Queue, find_queue_of, settings_from_env
+        from .queue_names import find_queue_of  # redis: not loaded with a job's module
 
+        queue_type = queue_class()
         settings = settings or settings_from_env()
-        probe = Queue(queue or "default", connection, settings=settings)
+        probe = queue_type(queue or "default", connection, settings=settings)
         name = find_queue_of(probe.connection, job_id, settings.prefix, queue)
         if name is None:
             raise NoSuchJob(f"no job {job_id!r} in any queue")
-        found = Queue(name, probe.connection, settings=settings).fetch_job(job_id)
+        found = queue_type(name, probe.connection, settings=settings).fetch_job(job_id)
         if found is None:          # deleted between the search and the read
             raise NoSuchJob(f"no job {job_id!r} in queue {name!r}")
         return found
@@ -148,13 +168,12 @@ class JobHabits:
 
     def fetch_dependencies(self) -> list[Job[Any]]:
         """The jobs this one waits on, read now (those still in Redis)."""
-        from .queue import Queue
-
         q = self._queue_for("fetch_dependencies")
+        queue_type = queue_class()
         found = []
         for ref in self.depends_on or []:
             queue, _, job_id = ref.partition(":")
-            job = Queue(queue, q.connection, settings=q.settings).fetch_job(job_id)
+            job = queue_type(queue, q.connection, settings=q.settings).fetch_job(job_id)
             if job is not None:
                 found.append(job)
         return found
@@ -176,8 +195,6 @@ class JobHabits:
         """The job's status, read again from Redis (one ``HGET``) unless
         ``refresh=False``. Raises :class:`~fusionworker.exceptions.NoSuchJob`
         once the record is gone (deleted, expired), as RQ raises."""
-        from .job import JobStatus
-
         if refresh and self._queue is not None:
             q = self._queue
             value = q.connection.hget(q.qkeys.job(self.id), "status")
@@ -252,9 +269,6 @@ class JobHabits:
         ``timeout``: wait up to that many seconds for an outcome first (no
         polling: :meth:`~fusionworker.core.job.Job.wait`); None after it too.
         """
-        from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout
-        from .job import JobResult
-
         if timeout is not None:
             try:
                 cast("Job[Any]", self).wait(timeout)
@@ -324,8 +338,7 @@ class JobHabits:
         whole meta). Raises :class:`~fusionworker.exceptions.NoSuchJob` when the
         record is gone.
         """
-        from ..exceptions import MetaTooLarge
-        from .scripts import replies
+        from .scripts import replies  # redis: not loaded with a job's module
 
         q = self._queue_for("save_meta")
         if not all(isinstance(k, str) for k in self.meta):

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
+from .catalog import learnt_options, lookup
 from .config import ConfigError, check_value
 from .job import check_priority, new_job_id
 from .keys import check_addressable
-from .registry import learnt_options, lookup
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover

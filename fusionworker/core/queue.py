@@ -10,7 +10,6 @@ change is one Lua script call (see ``scripts/``); reads are plain commands. A
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
-from .config import SETTINGS, Settings, load_settings
+from .config import Settings, settings_from_env
 from .connection import decoding, is_cluster, shared_client
 from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
@@ -31,7 +30,7 @@ from .options import NAMES, OPTIONS, JobOptions, option_like, split, takes_optio
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
-from .scripts import Scripts
+from .scripts import scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
@@ -55,50 +54,6 @@ _known: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], float]] = (
     weakref.WeakKeyDictionary())
 KNOWN_FOR = 10.0
 _cache_lock = threading.Lock()
-
-
-def scripts_for(connection: RedisClient) -> Scripts:
-    """The registered scripts of a client (registered once per client).
-
-    Kept on the client itself (``_fusionworker_scripts``): the scripts refer
-    to the client, so a cache elsewhere would keep every client (and its
-    sockets) alive; this way they go together.
-    """
-    found: Scripts | None = getattr(connection, "_fusionworker_scripts", None)
-    if found is None:
-        with _cache_lock:
-            found = getattr(connection, "_fusionworker_scripts", None)
-            if found is None:
-                found = Scripts(connection)
-                setattr(connection, "_fusionworker_scripts", found)  # noqa: B010 - not its own
-    return found
-
-
-_env_settings: dict[tuple[str | None, ...], Settings] = {}
-
-
-_ENV_NAMES = tuple(s.env for s in SETTINGS)
-_ENV_KEYS = tuple(os.environ.encodekey(n) for n in _ENV_NAMES) if hasattr(
-    os.environ, "encodekey") else ()
-
-
-def settings_from_env() -> Settings:
-    """``load_settings()``, memoized on the environment's values (a per-call ``Queue``).
-
-    The key is read from ``os.environ``'s own dict where CPython has one (50
-    lookups through the mapping cost ~50 us, more than the rest of a Queue).
-    """
-    data = getattr(os.environ, "_data", None)
-    if _ENV_KEYS and isinstance(data, dict):
-        key = tuple(data.get(k) for k in _ENV_KEYS)
-    else:
-        key = tuple(os.environ.get(n) for n in _ENV_NAMES)
-    found = _env_settings.get(key)
-    if found is None:
-        found = load_settings()
-        if len(_env_settings) < 32:
-            _env_settings[key] = found
-    return found
 
 
 def _explicit(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

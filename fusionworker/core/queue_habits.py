@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from .config import settings_from_env
 from .connection import shared_client, texts
-from .queue_read import known_queues
+from .queue_names import known_queues
+from .queue_port import queue_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -48,11 +50,10 @@ class QueueHabits:
     def all(cls, connection: RedisClient | None = None, *,
             settings: Settings | None = None) -> list[Queue]:
         """Every queue ever enqueued to (``fw:queues``), by name."""
-        from .queue import Queue, settings_from_env
-
+        queue_type = queue_class()
         settings = settings or settings_from_env()
         conn = shared_client(settings.redis_url) if connection is None else connection
-        return [Queue(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
+        return [queue_type(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
 
     def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
         """Queued ids in the order they will run, ``length`` of them from ``offset``

@@ -6,16 +6,15 @@ module functions work on a client and need no ``Queue``.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
 from .connection import decoding, server_time, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
-from .keys import Keys, QueueKeys, is_queue_name
-
-log = logging.getLogger("fusionworker.queue")
+from .keys import Keys, QueueKeys
+from .queue_names import find_queue_of as find_queue_of
+from .queue_names import known_queues as known_queues
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -367,43 +366,6 @@ def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[st
     for name in sorted(texts(connection.smembers(keys.workers))):
         pipe.hgetall(keys.worker(name))
     return [text_hash(data) for data in pipe.execute() if data]
-
-
-def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
-    """Every queue ever enqueued to, sorted. A member of the set that is no queue
-    name (written by something else: ``SADD fw:queues '"><x'``) is skipped and
-    logged (once per process and name): no loop over the queues, the reaper's, a
-    worker's ``all``, a page's or the CLI's, stops at it."""
-    names = []
-    for name in texts(decoding(connection).smembers(Keys(prefix).queues)):
-        if is_queue_name(name):
-            names.append(name)
-        elif (prefix, name) not in _SKIPPED:
-            if len(_SKIPPED) < 1000:
-                _SKIPPED.add((prefix, name))
-            log.warning("Skipped %r in the set of known queues %s: not a queue name "
-                        "(remove it: SREM %s <name>)", name[:200], Keys(prefix).queues,
-                        Keys(prefix).queues)
-    return sorted(names)
-
-
-#: (prefix, name) of bad members of the known queues already logged by this process
-_SKIPPED: set[tuple[str, str]] = set()
-
-
-def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",
-                  queue: str | None = None) -> str | None:
-    """The queue holding job ``job_id`` (searching every known queue unless given)."""
-    connection = decoding(connection)
-    names = [queue] if queue else known_queues(connection, prefix)
-    keys = Keys(prefix)
-    pipe = connection.pipeline(transaction=False)
-    for name in names:
-        pipe.exists(keys.queue(name).job(job_id))
-    for name, found in zip(names, pipe.execute()):
-        if found:
-            return name
-    return None
 
 
 def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..exceptions import InvalidOperation
 from .connection import texts
 from .job import DONE_STATUSES, Job, JobStatus
-from .queue import Queue
+from .queue_port import queue_class
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .connection import RedisClient
+    from .queue import Queue
 
 
 def _job_id(job: Job[Any] | str) -> str:
@@ -48,7 +49,8 @@ class JobRegistry:
 
     def __init__(self, name: str = "default", connection: RedisClient | None = None, *,
                  queue: Queue | None = None, settings: Settings | None = None) -> None:
-        self.queue = queue if queue is not None else Queue(name, connection, settings=settings)
+        self.queue = (queue if queue is not None
+                      else queue_class()(name, connection, settings=settings))
         self.name = self.queue.name
         self.connection = self.queue.connection
         self.key = self.queue.qkeys.registry(self.status)

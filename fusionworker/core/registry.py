@@ -38,10 +38,20 @@ import importlib
 import inspect
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
+# the table of registered functions lives below the options and the enqueue, which
+# read it; these names stay importable from here
+from .catalog import add
+from .catalog import learn as learn
+from .catalog import learnt as learnt
+from .catalog import learnt_options as learnt_options
+from .catalog import lookup as lookup
+from .catalog import producer_allowed as producer_allowed
+from .catalog import registered as registered
 from .config import ConfigError, Settings
-from .functions import CALLABLES, HOW_TO_ALLOW, func_ref, parse_func_ref
+from .functions import HOW_TO_ALLOW, func_ref, parse_func_ref
+from .queue_port import queue_class
 
 if TYPE_CHECKING:
     from .connection import RedisClient
@@ -50,16 +60,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: ``module:qualname`` -> handle
-_REGISTRY: dict[str, JobFunction[Any, Any]] = {}
-#: ``tuple(sorted(_REGISTRY))``, kept by :func:`register` (a producer asks per job)
-_REFS: tuple[str, ...] = ()
-#: ``module:qualname`` -> its ``@job`` options: functions registered in another process
-#: of this worker (the child that imported its ``--import`` modules), not here
-_LEARNT: dict[str, dict[str, Any]] = {}
-
-
 
 class JobFunction(Generic[P, R]):
     """A registered job function: call it, or enqueue it with its own arguments.
@@ -128,11 +128,10 @@ class JobFunction(Generic[P, R]):
                     f"{self.func.__name__}.options({name}=...).enqueue(...)")
 
     def _queue(self) -> Queue:
-        from .queue import Queue
-
-        if isinstance(self.queue, Queue):
+        queue_type = queue_class()
+        if isinstance(self.queue, queue_type):
             return self.queue
-        return Queue(self.queue, self.connection, settings=self.settings)
+        return queue_type(cast("str", self.queue), self.connection, settings=self.settings)
 
     def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
         """Enqueue a run with these arguments now."""
@@ -174,11 +173,9 @@ def register(func: Callable[P, R], *, queue: str | Queue = "default", connection
     ``horse_jobs``: at most this many jobs run in a horse that runs one of this
     function (1: each of its jobs gets a fresh process); ``worker --horse-jobs``
     is the upper bound."""
-    global _REFS
     handle = JobFunction(func, queue=queue, connection=connection, settings=settings,
                          horse_jobs=horse_jobs, **options)
-    _REGISTRY[handle.ref] = handle
-    _REFS = tuple(sorted(_REGISTRY))
+    add(handle)
     return handle
 
 
@@ -206,42 +203,6 @@ def job(func: Any = None, /, **kwargs: Any) -> Any:
     if func is not None:
         return register(func, **kwargs)
     return lambda f: register(f, **kwargs)
-
-
-def registered() -> tuple[str, ...]:
-    """References of every function registered in this process, sorted."""
-    return _REFS
-
-
-def lookup(ref: str) -> JobFunction[Any, Any] | None:
-    return _REGISTRY.get(ref)
-
-
-def learn(found: dict[str, dict[str, Any]]) -> None:
-    """References registered in another process of this worker, each with its ``@job``
-    options (``runtime/imports.py``): they may run, and enqueueing one here takes its
-    options, as if registered here (no handle: :func:`lookup` does not find them)."""
-    global _REFS
-    _LEARNT.update({ref: dict(options) for ref, options in found.items()
-                    if ref not in _REGISTRY})
-    _REFS = tuple(sorted(_REGISTRY))     # a new tuple: what producers cached is stale
-
-
-def learnt() -> tuple[str, ...]:
-    """References :func:`learn` was given that are not registered here, sorted."""
-    return tuple(sorted(ref for ref in _LEARNT if ref not in _REGISTRY))
-
-
-def learnt_options(ref: str) -> dict[str, Any] | None:
-    """The ``@job`` options :func:`learn` was given for ``ref`` (None: not learnt)."""
-    return _LEARNT.get(ref)
-
-
-def producer_allowed(settings: Settings) -> tuple[str, ...]:
-    """What ``enqueue`` accepts in this process: the allow-list plus registered refs
-    (and ``functions.CALLABLES`` with ``FUSIONWORKER_ALLOW_CALLABLES``)."""
-    extra = (CALLABLES,) if settings.allow_callables and settings.allowed_modules else ()
-    return tuple(settings.allowed_modules) + registered() + learnt() + extra
 
 
 def import_configured(settings: Settings) -> None:

@@ -59,7 +59,8 @@ from .connection import text
 from .hooks import Middleware
 from .job import DONE_STATUSES
 from .keys import Keys, check_queue_name
-from .scripts import replies
+from .queue_port import queue_class
+from .scripts import replies, scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -149,8 +150,6 @@ def recheck(q: Queue, dependent_id: str, deps: Iterable[tuple[str, str]]) -> lis
 def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit: int = 500) -> int:
     """Replay the notes in ``queue``'s outbox to the dependents' queues; returns how many
     notes were replayed. Safe to run anywhere, any number of times (see module doc)."""
-    from .queue import scripts_for
-
     keys = Keys(settings.prefix)
     outbox = keys.queue(queue).outbox
     scripts = scripts_for(connection)
@@ -187,14 +186,12 @@ def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_
     """Enqueue the callback of job ``job_id`` (``func(job_id)``) on its queue, once: its
     id is fixed (``<job_id>:on_success``), so a note replayed twice enqueues it once
     while it is live or within the dedup window."""
-    from .queue import Queue
-
     if len(callback) != 1 or not isinstance(callback[0], str):
         raise ValueError(f"callback note of job {job_id} names no function")
     kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
     from ..exceptions import FusionWorkerError
 
-    q = Queue(queue, connection, settings=settings, events=False)
+    q = queue_class()(queue, connection, settings=settings, events=False)
     try:
         q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])
     except (FusionWorkerError, ValueError, TypeError) as exc:   # never will: drop the note
@@ -206,9 +203,7 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
                    now: float, limit: int = 200) -> int:
     """Re-check the dependencies of deferred jobs enqueued more than ``older_than`` s
     ago (a lost note: a producer that died mid-enqueue, a deleted dependency)."""
-    from .queue import Queue
-
-    q = Queue(queue, connection, settings=settings, events=False)
+    q = queue_class()(queue, connection, settings=settings, events=False)
     ids = connection.zrangebyscore(q.qkeys.deferred, "-inf", f"{now - older_than:.6f}",
                                    start=0, num=limit)
     applied = 0

@@ -50,7 +50,7 @@ from sybil.evaluators.python import PythonEvaluator
 from sybil.integration.pytest import SybilItem
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
-from fusionworker.core import registry
+from fusionworker.core import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -203,7 +203,7 @@ def setup(namespace: dict[str, Any]) -> None:
     # what the document registers (@job in its blocks, the example app) and imports
     # (the example app's package ``app``) is undone at its end: the process goes on
     # with other tests
-    namespace["__saved__"] = (dict(registry._REGISTRY), registry._REFS, set(sys.modules))
+    namespace["__saved__"] = (dict(catalog._REGISTRY), catalog._REFS, set(sys.modules))
     sys.path.insert(0, str(EXAMPLES))
 
 
@@ -212,9 +212,9 @@ def teardown(namespace: dict[str, Any]) -> None:
     with contextlib.suppress(ValueError):
         sys.path.remove(str(EXAMPLES))
     saved_registry, saved_refs, saved_modules = namespace["__saved__"]
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved_registry)
-    registry._REFS = saved_refs
+    catalog._REGISTRY.clear()
+    catalog._REGISTRY.update(saved_registry)
+    catalog._REFS = saved_refs
     for name in set(sys.modules) - saved_modules:
         if name == "app" or name.startswith("app."):
             del sys.modules[name]

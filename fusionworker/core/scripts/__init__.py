@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -49,7 +50,7 @@ NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
     "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop",
-    "run_now", "save_meta",
+    "run_now", "save_meta", "alone",
 )
 
 
@@ -212,3 +213,24 @@ class Scripts:
             return self.__dict__["_scripts"][name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+#: guards the first registration of a client's scripts (:func:`scripts_for`)
+_scripts_lock = threading.Lock()
+
+
+def scripts_for(connection: RedisClient) -> Scripts:
+    """The registered scripts of a client (registered once per client).
+
+    Kept on the client itself (``_fusionworker_scripts``): the scripts refer
+    to the client, so a cache elsewhere would keep every client (and its
+    sockets) alive; this way they go together.
+    """
+    found: Scripts | None = getattr(connection, "_fusionworker_scripts", None)
+    if found is None:
+        with _scripts_lock:
+            found = getattr(connection, "_fusionworker_scripts", None)
+            if found is None:
+                found = Scripts(connection)
+                setattr(connection, "_fusionworker_scripts", found)  # noqa: B010 - not its own
+    return found

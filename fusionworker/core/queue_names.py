@@ -1,0 +1,51 @@
+"""The names of the queues: the set of the known ones (``fw:queues``) and the
+search of the queue that holds a job. Plain reads on a client, no ``Queue``."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .connection import decoding, texts
+from .keys import Keys, is_queue_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .connection import RedisClient
+
+log = logging.getLogger("fusionworker.queue")
+
+#: (prefix, name) of bad members of the known queues already logged by this process
+_SKIPPED: set[tuple[str, str]] = set()
+
+
+def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
+    """Every queue ever enqueued to, sorted. A member of the set that is no queue
+    name (written by something else: ``SADD fw:queues '"><x'``) is skipped and
+    logged (once per process and name): no loop over the queues, the reaper's, a
+    worker's ``all``, a page's or the CLI's, stops at it."""
+    names = []
+    for name in texts(decoding(connection).smembers(Keys(prefix).queues)):
+        if is_queue_name(name):
+            names.append(name)
+        elif (prefix, name) not in _SKIPPED:
+            if len(_SKIPPED) < 1000:
+                _SKIPPED.add((prefix, name))
+            log.warning("Skipped %r in the set of known queues %s: not a queue name "
+                        "(remove it: SREM %s <name>)", name[:200], Keys(prefix).queues,
+                        Keys(prefix).queues)
+    return sorted(names)
+
+
+def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",
+                  queue: str | None = None) -> str | None:
+    """The queue holding job ``job_id`` (searching every known queue unless given)."""
+    connection = decoding(connection)
+    names = [queue] if queue else known_queues(connection, prefix)
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(keys.queue(name).job(job_id))
+    for name, found in zip(names, pipe.execute()):
+        if found:
+            return name
+    return None
