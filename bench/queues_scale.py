@@ -12,10 +12,12 @@ measured. For each count N, twice:
 * ``idle``: N known queues with nothing in them (a tenant's queue between bursts: its
   name in the set of known queues, no job, no setting).
 
-Then each call is timed (median of ``--runs``, wall clock, in this process: the CLI
-through click's runner, the dashboard through Starlette's TestClient, no HTTP socket)
-and its Redis commands counted (delta of the ``calls`` of ``INFO commandstats``, the
-``INFO`` itself left out; a pipeline's commands each count):
+Then each call is timed (median of ``--runs``, in this process: the CLI through
+click's runner, the dashboard through Starlette's TestClient, no HTTP socket): wall
+clock, this process's CPU time (``time.process_time``: less moved by other load on the
+machine), and the server's CPU (delta of ``used_cpu_user + used_cpu_sys`` of ``INFO
+cpu``); and its Redis commands counted (delta of the ``calls`` of ``INFO
+commandstats``, the ``INFO`` itself left out; a pipeline's commands each count):
 
 * ``fusionworker info --json --all``;
 * ``GET /api/v1/queues`` (no parameters), ``GET /api/v1/queues?page=1&per_page=50``;
@@ -73,17 +75,27 @@ def fill(r: redis.Redis, settings: Any, count: int, jobs: int) -> None:
                        for j in range(jobs))
 
 
-def measure(r: redis.Redis, call: Callable[[], int], runs: int) -> tuple[float, int, int]:
-    """(median ms, commands of the last run, size of the answer)."""
-    times = []
+def server_cpu(r: redis.Redis) -> float:
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def measure(r: redis.Redis, call: Callable[[], int],
+            runs: int) -> tuple[float, float, float, int, int]:
+    """Medians of wall ms, this process's CPU ms and the server's CPU ms; the commands of
+    the last run; the size of the answer."""
+    wall, cpu, server = [], [], []
     used = size = 0
     for _ in range(runs):
-        before = commands(r)
-        t = time.perf_counter()
+        before, server_before = commands(r), server_cpu(r)
+        t, c = time.perf_counter(), time.process_time()
         size = call()
-        times.append((time.perf_counter() - t) * 1000)
+        wall.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+        server.append((server_cpu(r) - server_before) * 1000)
         used = commands(r) - before
-    return statistics.median(times), used, size
+    return (statistics.median(wall), statistics.median(cpu), statistics.median(server),
+            used, size)
 
 
 def calls(url: str, settings: Any, r: redis.Redis) -> list[tuple[str, Callable[[], int]]]:
@@ -124,8 +136,8 @@ def main() -> None:
         url = f"redis://{HOST}:{port}/0"
         r = redis.Redis.from_url(url, decode_responses=True)
         print(f"private redis-server at {url}")
-        print(f"{'queues':>7} {'kind':<5} {'call':<40} {'median ms':>9} {'commands':>9} "
-              f"{'per queue':>9} {'KiB':>8}")
+        print(f"{'queues':>7} {'kind':<5} {'call':<40} {'wall ms':>8} {'cpu ms':>8} "
+              f"{'redis ms':>8} {'commands':>9} {'per queue':>9} {'KiB':>8}")
         for count in (int(c) for c in args.counts.split(",")):
             for kind, jobs in (("busy", args.jobs), ("idle", 0)):
                 r.flushall()
@@ -134,9 +146,10 @@ def main() -> None:
                                          web_token=TOKEN)
                 fill(r, settings, count, jobs)
                 for name, call in calls(url, settings, r):
-                    ms, used, size = measure(r, call, args.runs)
-                    print(f"{count:>7} {kind:<5} {name:<40} {ms:9.1f} {used:>9} "
-                          f"{used / count:9.2f} {size / 1024:8.1f}", flush=True)
+                    wall, cpu, server, used, size = measure(r, call, args.runs)
+                    print(f"{count:>7} {kind:<5} {name:<40} {wall:8.1f} {cpu:8.1f} "
+                          f"{server:8.1f} {used:>9} {used / count:9.2f} {size / 1024:8.1f}",
+                          flush=True)
     finally:
         stop()
 
