@@ -261,21 +261,32 @@ class Slot:
                            time.monotonic() - self.started, kill_reason=self.kill_reason,
                            timeout=self.job.timeout, lost_server=self._lost_origin,
                            unread=len(self._buf) if report is None else 0)
-        if self._lost_origin and not exit_.ok and exit_.reason == FailureReason.KILLED:
-            if self.alone:      # nobody else ran there: this job killed it (or its memory)
-                exit_.error_message = ("the fork server this job ran in alone died while "
-                                       "it ran (the job killed it, or its memory use got "
-                                       "it killed)")
-            else:               # any job beside it may have killed it: not counted
-                exit_.shared = True
+        self._died_with_server(exit_)
         if self.mates is not None and report is None and not exit_.ok and not cold:
             self._died_with_mates(exit_)
+        if not cold:
+            self._died_of_lease(exit_)
+        return exit_
+
+    def _died_with_server(self, exit_: HorseExit) -> None:
+        """Killed because its fork server died: the job's fault if it ran there alone,
+        else ``shared`` (any job beside it may have killed it: not counted)."""
+        if not self._lost_origin or exit_.ok or exit_.reason != FailureReason.KILLED:
+            return
+        if self.alone:      # nobody else ran there: this job killed it (or its memory)
+            exit_.error_message = ("the fork server this job ran in alone died while "
+                                   "it ran (the job killed it, or its memory use got "
+                                   "it killed)")
+        else:
+            exit_.shared = True
+
+    def _died_of_lease(self, exit_: HorseExit) -> None:
+        """Killed at or past its lease (by its watchdog or by us): ``lease``, given back."""
         if (not exit_.ok and exit_.reason in (FailureReason.KILLED, FailureReason.LEASE)
-                and not cold and time.monotonic() >= self.lease_until):
+                and time.monotonic() >= self.lease_until):
             exit_.reason, exit_.error_type = FailureReason.LEASE, "LeaseExpired"
             exit_.error_message = ("the worker could not renew the job's lease in time "
                                    "(frozen or cut off from Redis): its horse was killed")
-        return exit_
 
     def _died_with_mates(self, exit_: HorseExit) -> None:
         """An async horse died under this job (no report of its own): a mate was the
