@@ -197,20 +197,8 @@ class Recorder:
         try:
             answers = pipe.execute(raise_on_error=False)
         except UNREACHABLE as exc:
-            log.warning("Worker %s: Redis unreachable while recording %d job(s) (%s); "
-                        "recording each on its own", self.name, len(ended), exc)
-            for job, outcome in ended:
-                self.record_alone(job, outcome, lost_reply=True)
-            return Recorded(ClaimRound(asked=plan.asked if plan else 0), HashState.UNKNOWN)
-        unknown = False
-        # Redis restarted or failed over: each script is loaded and run once more
-        self.scripts.reload_missing(answers, calls, catch=redis.RedisError)
-        for (job, outcome), call, reply in zip(ended, calls, answers):
-            if isinstance(reply, Exception):
-                unknown |= self._failed(job, outcome, reply)
-            else:
-                self._recorded(job, outcome, *self._answer(call[0], reply))
-        state = HashState.UNKNOWN if unknown else HashState.KEPT
+            return self._unsent(ended, plan, exc)
+        state = self._read_outcomes(ended, calls, answers)
         if view is not None:
             hset = answers[len(ended)]
             state = HashState.UNKNOWN if isinstance(hset, Exception) else HashState.WRITTEN
@@ -223,6 +211,30 @@ class Recorder:
         out = ClaimRound(asked=plan.asked, sent=plan.sent)
         out.jobs = self.claimer.take(plan, claims, out.dry)
         return Recorded(out, state)
+
+    def _unsent(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None,
+                exc: Exception) -> Recorded:
+        """The pipeline's reply was lost: each outcome on its own (it may have landed)."""
+        log.warning("Worker %s: Redis unreachable while recording %d job(s) (%s); "
+                    "recording each on its own", self.name, len(ended), exc)
+        for job, outcome in ended:
+            self.record_alone(job, outcome, lost_reply=True)
+        return Recorded(ClaimRound(asked=plan.asked if plan else 0), HashState.UNKNOWN)
+
+    def _read_outcomes(self, ended: list[tuple[Job[Any], Outcome]],
+                       calls: list[tuple[str, list[Any], list[Any]]], answers: list[Any]
+                       ) -> HashState:
+        """The outcome scripts' replies, in order (one refused is recorded again); UNKNOWN:
+        the heartbeat hash may not say what we think."""
+        unknown = False
+        # Redis restarted or failed over: each script is loaded and run once more
+        self.scripts.reload_missing(answers, calls, catch=redis.RedisError)
+        for (job, outcome), call, reply in zip(ended, calls, answers):
+            if isinstance(reply, Exception):
+                unknown |= self._failed(job, outcome, reply)
+            else:
+                self._recorded(job, outcome, *self._answer(call[0], reply))
+        return HashState.UNKNOWN if unknown else HashState.KEPT
 
     def _queue_use(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]
                    ) -> tuple[list[str], list[str], list[Any]] | None:
