@@ -106,6 +106,15 @@ class Worker:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.host}.{self.pid}" if name is None else check_worker_name(name)
+        self._size()
+        self.scripts = scripts_for(self.connection)
+        self.middleware = compose(self.builtin_middleware() if defaults else (),
+                                  middleware or ())
+        self._wake_r = self._wake_w = -1
+        self._build(queues, launcher or ForkServerLauncher, burst, strict)
+
+    def _size(self) -> None:
+        """Slots, devices and lease from the settings; ValueError for a bad combination."""
         self.concurrency = int(self.settings.concurrency)
         #: --gpus: the devices its slots own (gpus.py), inherited by its fork server
         self.devices = resolve_devices(self.settings.gpus)
@@ -121,11 +130,6 @@ class Worker:
         problem = async_problem(self.settings)
         if problem:
             raise ValueError(problem)
-        self.scripts = scripts_for(self.connection)
-        self.middleware = compose(self.builtin_middleware() if defaults else (),
-                                  middleware or ())
-        self._wake_r = self._wake_w = -1
-        self._build(queues, launcher or ForkServerLauncher, burst, strict)
 
     def _build(self, queues: str | Sequence[str], launcher: Callable[[LaunchSpec], Launcher],
                burst: bool, strict: bool = False) -> None:
