@@ -428,19 +428,23 @@ class ForkServerLauncher:
                 if (readable is not None and server.sock is not None
                         and server.sock not in readable):
                     continue
-                exits, died = server.exits()
-                for entry, notice in exits.items():
-                    slot = self.by_entry.get(entry)
-                    if slot is not None and slot.origin is server:
-                        slot.exited(notice)
-                        if slot.mates is not None and notice.status == 0:
-                            slot.mates.slots.remove(slot)   # it reported: never a culprit
-                if died:
-                    self._origin_died(server)
+                self._read_exits(server)
             ended = [entry for entry, slot in self.by_entry.items() if slot.done]
             for entry in ended:
                 self._ended(self.by_entry.pop(entry))
         self.own.poll(readable)
+
+    def _read_exits(self, server: ForkServer) -> None:
+        """The exits ``server`` reported, then its death if it died."""
+        exits, died = server.exits()
+        for entry, notice in exits.items():
+            slot = self.by_entry.get(entry)
+            if slot is not None and slot.origin is server:
+                slot.exited(notice)
+                if slot.mates is not None and notice.status == 0:
+                    slot.mates.slots.remove(slot)   # it reported: never a culprit
+        if died:
+            self._origin_died(server)
 
     def _ended(self, slot: Slot) -> None:
         """An async horse whose every job ended is forgotten (its pid may come again)."""

@@ -106,14 +106,14 @@ class Worker:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.name = f"{self.host}.{self.pid}" if name is None else check_worker_name(name)
-        self._size()
+        self._slots_and_lease()
         self.scripts = scripts_for(self.connection)
         self.middleware = compose(self.builtin_middleware() if defaults else (),
                                   middleware or ())
         self._wake_r = self._wake_w = -1
         self._build(queues, launcher or ForkServerLauncher, burst, strict)
 
-    def _size(self) -> None:
+    def _slots_and_lease(self) -> None:
         """Slots, devices and lease from the settings; ValueError for a bad combination."""
         self.concurrency = int(self.settings.concurrency)
         #: --gpus: the devices its slots own (gpus.py), inherited by its fork server
