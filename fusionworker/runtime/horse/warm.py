@@ -75,14 +75,8 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             report, tracing = _run_one(job, write_fd, allowed, retryable, mine)
             if lease is not None:
                 lease.idle()
-            changed = guard.replaced(originals)
-            if changed:       # the job replaced the framework: it fails, the horse retires
-                guard.restore(originals)
-                report = guard.replaced_report(changed)
-            elif report.ok and job.func not in mine:
-                remember(mine, job.func, allowed)
-            stay = (not changed and report.ok and done < cap_of(job.func, horse_jobs, mine)
-                    and not (max_rss and rss() >= max_rss) and not has_children())
+            report, intact = _guarded(report, job.func, originals, mine, allowed)
+            stay = intact and _may_stay(report, job.func, done, horse_jobs, mine, max_rss)
             write_all(write_fd, report.encode() + (STAY if stay else b""))
             if not stay:
                 os.close(write_fd)     # EOF now: the server goes on while this exits
@@ -94,6 +88,29 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
         code = 70
     finally:
         os._exit(code)
+
+
+def _guarded(report: HorseReport, func: str, originals: guard.Snapshot,
+             resolved: dict[str, Callable[..., Any]], allowed: tuple[str, ...]
+             ) -> tuple[HorseReport, bool]:
+    """The job's report and False if it replaced the framework (it fails, the horse
+    retires: the originals are put back); else the report, True, and a function that
+    ran well is remembered (resolved once per horse)."""
+    changed = guard.replaced(originals)
+    if changed:
+        guard.restore(originals)
+        return guard.replaced_report(changed), False
+    if report.ok and func not in resolved:
+        remember(resolved, func, allowed)
+    return report, True
+
+
+def _may_stay(report: HorseReport, func: str, done: int, horse_jobs: int,
+              resolved: Mapping[str, Callable[..., Any]], max_rss: int) -> bool:
+    """The horse takes another job: this one went well, its cap is not reached, it is
+    under its memory ceiling and left no child process behind."""
+    return (report.ok and done < cap_of(func, horse_jobs, resolved)
+            and not (max_rss and rss() >= max_rss) and not has_children())
 
 
 def _become_horse(server_pid: int) -> None:
