@@ -139,31 +139,15 @@ class AsyncHorses:
         device = device_of(request.entry)
         body = frame(for_horse(RunRequest(request.func, request.entry,
                                           ASYNC + request.body)))
-        best: AsyncHorse | None = None
-        for horse in self.async_horses.values():
-            if (horse.open and not horse.blocked and len(horse.jobs) < self.async_k
-                    and horse.device == device
-                    and horse.handed < cap and (best is None or len(horse.jobs) > len(best.jobs))):
-                best = horse
+        best = self._fullest_with_room(device, cap)
         if best is not None:
             try:
                 write_all(best.job_w, body)
             except BrokenPipeError:      # it died (not reaped yet): no more jobs for it
                 best.close_jobs()
                 best = None
-        while best is None:
-            fresh = self.ready.pop(0) if self.ready else self.spawn()
-            try:
-                write_all(fresh.job_w, body)
-            except BrokenPipeError:
-                fresh.retire()
-                self.exiting.add(fresh.pid)
-                continue
-            best = AsyncHorse(fresh.pid, fresh.job_w, fresh.report_r, device)
-            os.set_blocking(best.fd, False)
-            self.async_horses[best.pid] = best
-            self.async_fds[best.fd] = best
-            self.ep.register(best.fd, select.EPOLLIN)
+        if best is None:
+            best = self._new_async_horse(body, device)
         best.jobs[request.entry] = request.func
         best.handed += 1
         if best.handed >= cap:
@@ -171,6 +155,34 @@ class AsyncHorses:
         if self.watchdog is not None:
             self.watchdog.watch(best.pid, request.entry)
         self.out.append(StartNotice(best.pid, request.entry, shared=True).encode())
+
+    def _fullest_with_room(self, device: str | None, cap: int) -> AsyncHorse | None:
+        """The open async horse on ``device`` with the most jobs that still takes one."""
+        best: AsyncHorse | None = None
+        for horse in self.async_horses.values():
+            if (horse.open and not horse.blocked and len(horse.jobs) < self.async_k
+                    and horse.device == device
+                    and horse.handed < cap and (best is None or len(horse.jobs) > len(best.jobs))):
+                best = horse
+        return best
+
+    def _new_async_horse(self, body: bytes, device: str | None) -> AsyncHorse:
+        """A ready horse (forked now if none is) given ``body``, its first job: an async
+        horse from now on, its report pipe watched. One that died meanwhile retires."""
+        while True:
+            fresh = self.ready.pop(0) if self.ready else self.spawn()
+            try:
+                write_all(fresh.job_w, body)
+            except BrokenPipeError:
+                fresh.retire()
+                self.exiting.add(fresh.pid)
+                continue
+            horse = AsyncHorse(fresh.pid, fresh.job_w, fresh.report_r, device)
+            os.set_blocking(horse.fd, False)
+            self.async_horses[horse.pid] = horse
+            self.async_fds[horse.fd] = horse
+            self.ep.register(horse.fd, select.EPOLLIN)
+            return horse
 
     def async_read(self, fd: int) -> None:
         """The report pipe of an async horse is readable: its lines, forwarded."""
