@@ -38,6 +38,10 @@ from .minutes import MinuteCounts
 from .slot import Slot
 from .state import LoopState, View
 
+#: Seconds a job runs before the heartbeat hash lists it on its own write (loop.py,
+#: step 3); a horse not forked yet is ticked this soon too.
+BUSY_AFTER = 0.05
+
 
 def view_of(st: LoopState, running: Sequence[Slot]) -> tuple[View, dict[EncodableT, Any]]:
     """What the hash should say about the work now (step 3), and the fields that say it."""

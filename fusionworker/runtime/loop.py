@@ -109,9 +109,11 @@ from .claim import Claimer, ClaimRound, Plan
 from .errors import UNREACHABLE, wait_reachable
 from .exits import refusal
 from .gpus import FreeEntries
+from .heartbeat import BUSY_AFTER as BUSY_AFTER
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
 from .launch import Launcher
+from .policing import police_slot
 from .progress_store import ProgressRelay
 from .protocol import drain
 from .recorder import HashState, Recorder, decide
@@ -122,9 +124,6 @@ from .stops import StopListener
 from .wakeups import Heard, Wakeups
 
 log = logging.getLogger(__name__)
-
-#: Seconds a job runs before the heartbeat hash lists it on its own write (step 3).
-BUSY_AFTER = 0.05
 
 
 class Loop:
@@ -418,22 +417,9 @@ class Loop:
                 slot.kill(FailureReason.SHUTDOWN)
         interval = min(1.0, float(self.ctx.settings.heartbeat_interval))
         for slot in self.slots:
-            if not slot.forked or slot.done:
-                continue
-            if now >= slot.deadline and not slot.killed:
-                slot.kill(FailureReason.TIMEOUT)
-            if now >= slot.lease_until and not slot.killed and not cold:
-                log.warning("Worker %s: could not renew the lease of job %s in time; killing "
-                            "its horse before the reaper may hand the job on", self.ctx.name,
-                            slot.job.id)
-                slot.kill(FailureReason.LEASE)
-            slot.escalate(now)
-            if now >= slot.next_tick:     # a horse without its pid yet (launch.py): soon
-                slot.next_tick = now + (interval if slot.pid > 0 else BUSY_AFTER)
-                ticked = not slot.killed and slot.pid > 0
-                reason = self.hooks("on_horse_tick", slot.job, slot.pid) if ticked else None
-                if reason:
-                    slot.kill(reason)
+            if slot.forked and not slot.done:
+                police_slot(slot, now, interval=interval, cold=cold, hooks=self.hooks,
+                            name=self.ctx.name)
         self._police_due = min((s.wakes_at() for s in self.slots if s.forked and not s.done),
                                default=math.inf)
 
