@@ -513,10 +513,7 @@ class Loop:
         """Block in one select() until something is due; burns no CPU."""
         st = self.state
         now = time.monotonic()
-        until = min(st.next_heartbeat, st.next_tick)
-        progress_due = self.relay.next_due()      # rate-limited progress writes
-        if progress_due is not None:
-            until = min(until, progress_due)
+        until = self._next_due()
         if any(slot.done for slot in self.slots):
             self._readable = None   # done since _collect (refused; a dead server's): now
             return
@@ -539,6 +536,17 @@ class Loop:
         except (OSError, ValueError):   # a socket closed under us: look at everything
             self._readable = None
             return
+        self._woken(readable, stops, sock)
+
+    def _next_due(self) -> float:
+        """The nearest of the heartbeat, the tick and a rate-limited progress write."""
+        until = min(self.state.next_heartbeat, self.state.next_tick)
+        progress_due = self.relay.next_due()
+        return until if progress_due is None else min(until, progress_due)
+
+    def _woken(self, readable: list[Any], stops: list[Any], sock: Any) -> None:
+        """What select() found readable: the signal pipe drained, stop requests acted
+        on, pub/sub read; the servers' sockets are read by the next turn."""
         self._readable = readable
         if self.wake_fd >= 0 and self.wake_fd in readable:
             drain(self.wake_fd)
