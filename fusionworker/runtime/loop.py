@@ -199,10 +199,7 @@ class Loop:
             self.on_reload()
         self._periodic()
         ended = self._collect()
-        if self.slots:
-            now = time.monotonic()
-            if now >= self._police_due or (st.stop == Stop.COLD and not st.cold_done):
-                self._police(now)
+        self._police_when_due()
         if ended:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
@@ -219,6 +216,14 @@ class Loop:
         self._publish()
         self._wait(free)
         return True
+
+    def _police_when_due(self) -> None:
+        """Police the slots when one is due (or a cold shutdown has not killed them yet)."""
+        st = self.state
+        if self.slots:
+            now = time.monotonic()
+            if now >= self._police_due or (st.stop == Stop.COLD and not st.cold_done):
+                self._police(now)
 
     def run_one(self, job: Job[Any], sent: float) -> Outcome:
         """Run one claimed job in a slot to its end and record it; no claim rides."""
