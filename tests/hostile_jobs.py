@@ -62,8 +62,13 @@ def kill_fork_server(url, key, started_key=None, started=0):
     time.sleep(30)
 
 
-def kill_worker(url, key):
-    """SIGKILL the worker parent (the fork server's parent), then wait to die."""
+def kill_worker(url, key, started_key=None, started=0):
+    """SIGKILL the worker parent (the fork server's parent), once ``started`` entries are
+    in ``started_key`` (its neighbours run), then wait to die."""
+    r = redis.Redis.from_url(url)
+    give_up = time.monotonic() + 60
+    while started_key and r.llen(started_key) < started and time.monotonic() < give_up:
+        time.sleep(0.05)
     with open(f"/proc/{os.getppid()}/stat") as fh:
         worker = int(fh.read().rsplit(")", 1)[1].split()[1])
     _push(url, key, worker)

@@ -25,7 +25,9 @@ Hash fields (all strings in Redis):
 ``ended_at``        server time of the last outcome
 ``attempts``        how many times the job was claimed
 ``shared_deaths``   how many times a process its horse shared with other jobs (the fork
-                    server) died under it: given back uncounted until 3 (optional)
+                    server, the worker) died under it: given back uncounted until 3 (optional)
+``worker_deaths``   of those, the worker's: the job then runs alone in a worker (optional)
+``alone``           the attempt token of such a run: that worker's death is the job's
 ``max_retries``     retries allowed on retryable errors
 ``retry_delay``     first backoff delay of this job (optional)
 ``result``          tagged JSON of the return value (finished jobs)

@@ -59,8 +59,11 @@ class JobRecord(Generic[R]):
     started_at: float | None = _f(kind="float", api=True)
     ended_at: float | None = _f(kind="float", api=True)
     attempts: int = _f(0, kind="int", api=True)
-    #: times the fork server died under the job (runtime/recorder.py: given back uncounted)
+    #: times the fork server or the worker died under the job (runtime/recorder.py,
+    #: requeue.lua 'reap': given back uncounted)
     shared_deaths: int = _f(0, kind="int")
+    #: of those, the worker's (the reaper's): the job runs alone in its worker (solo.py)
+    worker_deaths: int = _f(0, kind="int")
     max_retries: int = _f(0, kind="int", api=True)
     retry_delay: float | None = _f(kind="float")
     result: R | None = _f(kind="payload", api=True)
@@ -121,6 +124,8 @@ HASH_ONLY = {
     "held_from": "the queue a held job came from (hold/release)",
     "held_score": "its score there",
     "held_at": "when it was held",
+    "alone": "the token of the attempt that runs alone in its worker (runtime/solo.py): "
+             "that worker's death is this job's (requeue.lua 'reap')",
 }
 
 

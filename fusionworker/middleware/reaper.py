@@ -13,7 +13,9 @@ outcome. One pass, for each known queue::
        its last_heartbeat is older than its own lease
     4. requeue.lua mode 'reap' with the token    re-checks lease and token
        atomically: back to pending at its original priority/FIFO place with the
-       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1)
+       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1);
+       a job that ran alone in that worker (a suspect: runtime/solo.py) fails as the
+       culprit ('killed'): nobody else is charged for that death
 
 If the reaping process dies at any step nothing is half done: steps 1-3 only
 read, step 4 is one script (it ran or it did not), and the next pass of any
@@ -22,6 +24,13 @@ renews its lease between steps 3 and 4 makes the script answer
 ``lease still valid``; if it renews after step 4, its ``touch_many.lua`` answers 0
 and it kills its horse, and its late ``finish.lua`` is refused by the token,
 so a job never has two horses and never two recorded outcomes.
+
+Step 1 reads the ``started`` set of every queue, 500 queues a round trip; steps 2-4
+run only for the queues where a lease ran out. The upkeep (registry pruning below, the
+outbox and deferred jobs' safety net of core/workflows.py) is done for at most 50
+queues a pass, in turn (each queue about every ceil(n / 50) passes): at 1,000 idle
+queues a pass sends about 1,200 commands in about 160 round trips, not 5,000 in
+4,000 (bench/reaper_pass.py).
 
 Cluster-wide at most one pass runs per ``reaper_interval``: a pass starts only
 after ``SET <prefix>:reaper <worker> NX PX <interval>``. The lock is never
@@ -37,6 +46,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -61,6 +72,11 @@ log = logging.getLogger("fusionworker.reaper")
 
 #: Most started entries looked at per queue and pass (the rest wait for the next pass).
 BATCH = 1000
+#: Queues whose ``started`` is read in one round trip (step 1).
+READ_CHUNK = 500
+#: Queues whose upkeep (registry pruning; the outbox and deferred jobs' safety net,
+#: core/workflows.py) one pass does at most: the rest in the next passes, in turn.
+UPKEEP_QUEUES = 50
 
 
 def acquire_lock(connection: RedisClient, settings: Settings, owner: str) -> bool:
@@ -120,13 +136,44 @@ def prune_workers(connection: RedisClient, settings: Settings) -> list[str]:
     return gone
 
 
-def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: float,
-                counts: dict[str, Any], sink: EventSink | None = None) -> None:
+def _expired(connection: RedisClient, settings: Settings, queues: list[str], now: float,
+             counts: dict[str, Any]) -> dict[str, list[str]]:
+    """Step 1 for every queue, READ_CHUNK queues a round trip: queue -> the started job
+    ids whose lease ran out (queues with none left out). A queue whose read Redis
+    refused (WRONGTYPE...) is skipped this pass and listed in ``refused``."""
+    keys = Keys(settings.prefix)
+    found: dict[str, list[str]] = {}
+    for at in range(0, len(queues), READ_CHUNK):
+        chunk = queues[at:at + READ_CHUNK]
+        pipe = connection.pipeline(transaction=False)
+        for queue in chunk:
+            pipe.zrangebyscore(keys.queue(queue).started, "-inf", now, start=0, num=BATCH)
+        for queue, reply in zip(chunk, pipe.execute(raise_on_error=False)):
+            if isinstance(reply, Exception):
+                counts.setdefault("refused", []).append(queue)
+                log.error("Reaper: Redis refused to read queue %s (%s); skipped this pass",
+                          queue, reply)
+            elif reply:
+                found[queue] = texts(reply)
+    return found
+
+
+def upkeep_share(queues: list[str], now: float, interval: float) -> list[str]:
+    """The queues whose upkeep this pass does: every queue when there are at most
+    UPKEEP_QUEUES, else the ``now // interval``-th of ceil(n / UPKEEP_QUEUES) shares
+    (each queue about every that many intervals)."""
+    shares = -(-len(queues) // UPKEEP_QUEUES)
+    if shares <= 1:
+        return queues
+    turn = int(now // max(interval, 0.001)) % shares
+    return queues[turn::shares]
+
+
+def _reap_queue(connection: RedisClient, settings: Settings, queue: str, expired: list[str],
+                now: float, counts: dict[str, Any], sink: EventSink | None = None) -> None:
+    """Steps 2-4 for ``expired``, the started ids of ``queue`` whose lease ran out."""
     keys = Keys(settings.prefix)
     qkeys = keys.queue(queue)
-    expired = texts(connection.zrangebyscore(qkeys.started, "-inf", now, start=0, num=BATCH))
-    if not expired:
-        return
     owners, workers, pttls = _owners(connection, keys, qkeys, expired)
     scripts = scripts_for(connection)
     for job_id, (worker_name, token), worker, pttl in zip(expired, owners, workers, pttls):
@@ -140,7 +187,7 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, now: fl
         if verdict.outcome in ("requeued", "abandoned"):
             counts["reaped"].append((queue, job_id, verdict.outcome))
             _emit_reaped(connection, settings, sink, qkeys.job(job_id), verdict.outcome,
-                         worker_name or "?", why)
+                         worker_name or "?", why, verdict.why == "culprit")
         _count_verdict(counts, queue, job_id, worker_name or "?", why, verdict)
 
 
@@ -173,16 +220,22 @@ def _count_verdict(counts: dict[str, Any], queue: str, job_id: str, worker_name:
         counts["abandoned"] += 1
         counts["jobs"].append(job_id)
         counts["abandoned_jobs"].append((queue, job_id))
-        log.error("Reaper: job %s on %s was stuck (worker %s: %s), its worker lost too often, "
-                  "failed as abandoned", job_id, queue, worker_name, why)
+        if verdict.why == "culprit":
+            log.error("Reaper: job %s on %s ran alone in worker %s, which died (%s): failed "
+                      "as the culprit", job_id, queue, worker_name, why)
+        else:
+            log.error("Reaper: job %s on %s was stuck (worker %s: %s), its worker lost too "
+                      "often, failed as abandoned", job_id, queue, worker_name, why)
     else:
         counts["skipped"] += 1
         log.info("Reaper: left job %s on %s alone (%s)", job_id, queue, verdict.why or what)
 
 
 def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | None,
-                 job_key: str, what: str, worker_name: str, why: str) -> None:
-    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises."""
+                 job_key: str, what: str, worker_name: str, why: str,
+                 alone: bool = False) -> None:
+    """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises.
+    ``alone``: the job ran alone in that worker, failed as its death's culprit."""
     from ..events.middleware import emit_job_event
     try:
         data = connection.hgetall(job_key)
@@ -190,7 +243,10 @@ def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | 
             return
         fields: dict[str, Any] = {"worker": worker_name, "reason": "worker died" if
                                   what == "requeued" else FailureReason.ABANDONED}
-        if what == "abandoned":
+        if alone:
+            fields.update(reason=FailureReason.KILLED, error_type="WorkerKilled",
+                          error_message=data.get("error_message") or why)
+        elif what == "abandoned":
             fields.update(error_type="Abandoned", error_message=f"worker {worker_name}: {why}")
         emit_job_event(sink if sink is not None else settings, what, data,
                        connection=connection, **fields)
@@ -229,23 +285,36 @@ def reap_once(connection: RedisClient, settings: Settings, *, lock_owner: str | 
         counts["locked"] = False
         return counts
     now = server_time(connection)
-    for queue in known_queues(connection, settings.prefix):
-        try:
-            _reap_queue(connection, settings, queue, now, counts, sink)
-            _prune_registries(connection, settings, queue, now)
-            workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
-        except (redis.ConnectionError, redis.TimeoutError):
-            raise                         # the pass is skipped (the caller logs it)
-        except redis.ResponseError as exc:
-            # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
-            counts.setdefault("refused", []).append(queue)
-            log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
-                      queue, exc)
-        except Exception:   # data of this queue it cannot use: the other queues are reaped
-            counts.setdefault("refused", []).append(queue)
-            log.exception("Reaper: could not reap queue %s; skipped it this pass", queue)
+    queues = known_queues(connection, settings.prefix)
+    for queue, expired in _expired(connection, settings, queues, now, counts).items():
+        _guarded(queue, counts, partial(_reap_queue, connection, settings, queue, expired,
+                                        now, counts, sink))
+    for queue in upkeep_share(queues, now, settings.reaper_interval):
+        _guarded(queue, counts, partial(_upkeep, connection, settings, queue, now))
     counts["workers_pruned"] = prune_workers(connection, settings)
     return counts
+
+
+def _upkeep(connection: RedisClient, settings: Settings, queue: str, now: float) -> None:
+    _prune_registries(connection, settings, queue, now)
+    workflows.reaper_pass(connection, settings, queue, now)  # dependency notes
+
+
+def _guarded(queue: str, counts: dict[str, Any], work: Callable[[], None]) -> None:
+    """``work`` on ``queue``: a refusal or bad data there skips that queue this pass, the
+    other queues go on; Redis unreachable ends the pass (the caller logs it)."""
+    try:
+        work()
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise
+    except redis.ResponseError as exc:
+        # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
+        counts.setdefault("refused", []).append(queue)
+        log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
+                  queue, exc)
+    except Exception:   # data of this queue it cannot use: the other queues are reaped
+        counts.setdefault("refused", []).append(queue)
+        log.exception("Reaper: could not reap queue %s; skipped it this pass", queue)
 
 
 class ReaperMiddleware(Middleware):

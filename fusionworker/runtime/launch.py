@@ -31,6 +31,7 @@ from .forkserver.client import ForkServer, ForkServerDied
 from .horse.hygiene import horse_keeps, oom_target
 from .horse.lease import BoardView
 from .horse.main import horse_main, settle_in
+from .horse.run import cap_results
 from .protocol import HorseReport
 from .slot import Slot
 
@@ -62,6 +63,8 @@ class LaunchSpec:
     #: modules the fork server imports before its first horse (the worker's --import):
     #: asked at its start, so a reload's new server imports the code on disk then
     imports: Callable[[], tuple[str, ...]] = field(default=tuple)
+    #: FUSIONWORKER_MAX_RESULT_BYTES: a horse refuses a larger result (horse/run.py)
+    result_cap: Callable[[], int] = field(default=lambda: 0)
 
 
 class Launcher(Protocol):
@@ -144,6 +147,7 @@ class OwnForkLauncher:
         read_fd, write_fd = os.pipe()
         parent_pid = os.getpid()
         keep = horse_keeps((write_fd,))        # (read_fd closed with the rest)
+        cap_results(self.spec.result_cap())
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             lease = settle_in(self.board, keep=keep, view=self.view)
@@ -246,7 +250,8 @@ class ForkServerLauncher:
                             board_fd=board.fd if board is not None else -1,
                             kill_children=self.spec.kill_children,
                             warm=self.spec.warm() if warm else None,
-                            imports=self.spec.imports() if warm else ())
+                            imports=self.spec.imports() if warm else (),
+                            result_cap=self.spec.result_cap())
         server.on_update = self._update
         server.on_move = self._moved
         server.on_start = lambda pid: self._answered(server, pid)

@@ -116,6 +116,7 @@ from .progress_store import ProgressRelay
 from .protocol import drain
 from .recorder import HashState, Recorder, decide
 from .slot import Slot
+from .solo import Solo
 from .state import LoopState, Stop, View
 from .stops import StopListener
 from .wakeups import Heard, Wakeups
@@ -154,6 +155,7 @@ class Loop:
         self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
         self.stops = StopListener(ctx.connection, ctx.keys)
         self.beat = Heartbeat(ctx, scripts, lease=lease)
+        self.solo = Solo(ctx, scripts, self.free_index.usable)   # a suspect runs alone
         #: what the last select() found readable: only those servers are read (None: all)
         self._readable: list[Any] | None = []
         #: no slot needs policing before this time (the least ``wakes_at`` of the slots,
@@ -206,12 +208,12 @@ class Loop:
             self._finish(ended)
         if not self.slots and (st.stop is not None or self.burst_done):
             return False
-        free = self.free_index.usable(self.concurrency - len(self.slots))
+        free = self.solo.free(self.concurrency, self.slots)
         if free and st.stop is None and (st.want_claim or time.monotonic() >= st.next_poll):
             claimed = self._claim(free)
             if claimed.jobs:
                 self._start(claimed.jobs, claimed.sent)
-                free = self.free_index.usable(self.concurrency - len(self.slots))
+                free = self.solo.free(self.concurrency, self.slots)
             elif self.burst_done and not self.slots:
                 log.info("Worker %s: queues empty, burst done", self.ctx.name)
                 return False
@@ -321,7 +323,7 @@ class Loop:
 
     def _finish(self, ended: list[tuple[Job[Any], Outcome]]) -> None:
         """Record what ended; the claims of the freed slots ride in the same round trip."""
-        plan = self._carried_plan(self.free_index.usable(self.concurrency - len(self.slots)))
+        plan = self._carried_plan(self.solo.free(self.concurrency, self.slots))
         claimed = self._record(ended, plan)
         for job, outcome in ended:
             self.hooks("after_finish", job, outcome)
@@ -352,6 +354,7 @@ class Loop:
             for job in jobs:
                 self.recorder.give_back(job)
             return
+        jobs = self.solo.sort(jobs, self.slots)
         lease_until = sent + self.lease - self.margin if sent else math.inf
         slots: list[Slot] = []
         to_fork: list[Job[Any]] = []

@@ -41,6 +41,7 @@ from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
 from .errors import REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .exits import HorseExit
+from .horse.run import result_too_large
 from .minutes import MinuteCounts
 from .state import View
 
@@ -61,16 +62,9 @@ def backoff_delay(settings: Settings, attempt: int, initial: float | None = None
 
 
 def _too_large(settings: Settings, result: str | None) -> str | None:
-    """Why ``result`` (the encoded return value) may not be stored, or None."""
-    cap = settings.max_result_bytes
-    if not cap or result is None or len(result) <= cap // 4:    # 4 bytes a char at most
-        return None
-    size = len(result.encode("utf-8", "surrogatepass"))
-    if size <= cap:
-        return None
-    return (f"the job's return value is {size} bytes of JSON; the limit is {cap} bytes "
-            "(FUSIONWORKER_MAX_RESULT_BYTES): store large data elsewhere and return a "
-            "reference. Nothing was stored.")
+    """Why ``result`` may not be stored, or None. The horse refused it already
+    (horse/run.py): this holds for a result that came some other way."""
+    return result_too_large(settings.max_result_bytes, result)
 
 
 def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:

@@ -151,7 +151,8 @@ class Worker:
             warm=lambda: {"horse_jobs": self.settings.horse_jobs,
                           "max_rss_mib": self.settings.max_horse_memory,
                           "slots": self.concurrency},
-            imports=lambda: tuple(self.settings.imports)))
+            imports=lambda: tuple(self.settings.imports),
+            result_cap=lambda: self.settings.max_result_bytes))
         self.loop = Loop(self, self.claimer, self.recorder, self.launcher, self.progress,
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),

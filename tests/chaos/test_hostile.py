@@ -1,12 +1,14 @@
 """Chaos with hostile jobs mixed in (issue #31): at ``--concurrency 4``, fresh horses and
-``--horse-jobs 10``, jobs that SIGKILL their fork server and jobs that write garbage
-into every descriptor they hold run among ordinary ones, while the harness SIGKILLs a
-worker parent (``--processes 2`` starts it again) and SIGSTOPs the other one with its
-fork server past the lease. Every ordinary job finishes, none lost, no two runs at
-once, and no attempt is charged to it for what happened beside it.
+``--horse-jobs 10``, jobs that SIGKILL their fork server, jobs that SIGKILL their worker
+parent and jobs that write garbage into every descriptor they hold run among ordinary
+ones, while the harness SIGKILLs a worker parent (``--processes 2`` starts it again) and
+SIGSTOPs the other one with its fork server past the lease. Every ordinary job
+finishes, none lost, no two runs at once, and no attempt is charged to it for what
+happened beside it; every hostile job fails.
 
-(A hostile job that kills its own worker parent is left out: the reaper does not count
-what its neighbours lose, but does not single it out either; docs/design.md, "Isolation".)
+The worker killers are claimed early and kill once the harness is done (a job that ran
+alone in a worker that died is that death's culprit: the harness's own kills must not
+land on such a run; docs/design.md, "Isolation").
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import pytest
 
 from tests.waiting import wait_for
 
-ORDINARY, KILLERS, SCRIBBLERS = 60, 3, 3
+ORDINARY, KILLERS, SCRIBBLERS, WORKER_KILLERS = 60, 3, 3, 2
 
 
 def _children(pid: int, fork_servers: bool) -> list[int]:
@@ -46,7 +48,11 @@ def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
     ordinary = [q.enqueue("tests.jobs:record_exclusive", redis_url, key, f"o{i}", 0.3,
                           str(tmp_path), max_retries=0) for i in range(ORDINARY)]
     hostile = []
-    for i in range(max(KILLERS, SCRIBBLERS)):      # near the front, among the ordinary
+    harness = f"{prefix}:harness"        # the harness is done: the worker killers may kill
+    for i in range(max(KILLERS, SCRIBBLERS, WORKER_KILLERS)):   # near the front, among the rest
+        if i < WORKER_KILLERS:
+            hostile.append(q.enqueue("tests.hostile_jobs:kill_worker", redis_url, f"{prefix}:w",
+                                     harness, 1, priority=1 - i))
         if i < KILLERS:
             hostile.append(q.enqueue("tests.hostile_jobs:kill_fork_server", redis_url,
                                      f"{prefix}:k", priority=1 - i))
@@ -69,6 +75,7 @@ def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
+    r.rpush(harness, 1)
     done = lambda: [q.fetch_job(j.id) for j in ordinary]  # noqa: E731
     wait_for(lambda: all(j.status == "finished" for j in done()), timeout=240,
              what="every ordinary job finished")
@@ -77,6 +84,9 @@ def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
     assert all(runs[f"o{i}"] >= 1 for i in range(ORDINARY))        # none lost
     charged = {j.id: (j.attempts, j.error_message) for j in done() if j.attempts != 1}
     assert not charged, charged
-    # a suspect runs alone in a fork server of its own: the hostile may end after the rest
+    # a suspect runs alone (in a fork server, a worker of its own): it may end after the rest
     wait_for(lambda: all(q.fetch_job(j.id).status == "failed" for j in hostile), timeout=120,
              what="every hostile job failed")
+    culprits = [q.fetch_job(j.id) for j in hostile if j.func.endswith(":kill_worker")]
+    assert all(j.error_type == "WorkerKilled" for j in culprits), [
+        (j.error_type, j.error_message) for j in culprits]     # each, alone, as the culprit

@@ -188,3 +188,81 @@ def test_a_bad_name_in_the_known_queues_is_skipped_and_every_queue_is_reaped(
     assert counts["requeued"] == 1 and counts["jobs"] == [stuck.id]
     assert z.fetch_job(stuck.id).status == "queued"
     assert "Skipped '\"><bad name>' in the set of known queues" in caplog.text
+
+
+def test_a_job_that_ran_alone_in_a_dead_worker_fails_as_the_culprit(queue, settings, r):
+    q = queue()
+    beside = q.enqueue("tests.jobs:noop", max_retries=3)
+    jid, _ = claim(q)
+    assert reap_once(r, settings)["requeued"] == 1        # its worker died beside others
+    assert (q.fetch_job(beside.id).worker_deaths, q.fetch_job(beside.id).attempts) == (1, 0)
+    jid, token = claim(q)                                  # it runs alone now (solo.py)
+    assert scripts_for(r).alone(keys=[q.qkeys.base], args=[jid, token]) == 1
+    counts = reap_once(r, settings)
+    assert counts["abandoned"] == 1 and counts["requeued"] == 0
+    job = q.fetch_job(jid)
+    assert (job.status, job.failure_reason, job.error_type) == ("failed", "killed",
+                                                                "WorkerKilled")
+    assert "the worker this job ran in alone died" in job.error_message
+    # a stale mark (an earlier attempt's token) is no verdict: a lost worker as before
+    q.requeue(jid)
+    assert q.fetch_job(jid).worker_deaths == 0        # the dead-letter's requeue starts over
+    jid, token = claim(q)
+    r.hset(q.qkeys.job(jid), "alone", "an-older-attempt")
+    assert reap_once(r, settings)["requeued"] == 1
+
+
+def test_alone_lua_refuses_an_attempt_that_is_not_current(queue, settings, r):
+    q = queue()
+    q.enqueue("tests.jobs:noop")
+    jid, token = claim(q, lease=60)
+    assert scripts_for(r).alone(keys=[q.qkeys.base], args=[jid, "not-the-token"]) == 0
+    assert r.hget(q.qkeys.job(jid), "alone") is None
+
+
+class _Counting:
+    """A client's round trips (each command alone, each pipeline), counted."""
+
+    def __init__(self, url):
+        import redis
+
+        counter = self
+
+        class Pipe(redis.client.Pipeline):
+            def execute(self, raise_on_error=True):
+                counter.trips += 1 if self.command_stack else 0
+                return super().execute(raise_on_error)
+
+        class Client(redis.Redis):
+            def parse_response(self, connection, command_name, **options):
+                counter.trips += 1
+                return super().parse_response(connection, command_name, **options)
+
+            def pipeline(self, transaction=True, shard_hint=None):
+                return Pipe(self.connection_pool, self.response_callbacks, transaction,
+                            shard_hint)
+
+        self.trips = 0
+        self.client = Client.from_url(url, decode_responses=True)
+
+
+def test_a_pass_over_many_idle_queues_reads_them_together_and_keeps_them_in_turn(
+        queue, settings, r):
+    from fusionworker.middleware.reaper import UPKEEP_QUEUES, upkeep_share
+
+    names = [f"idle{i:03d}" for i in range(4 * UPKEEP_QUEUES)]
+    r.sadd(Keys(settings.prefix).queues, *names)
+    q = queue(names[-1])                               # the last one holds a lost job
+    q.enqueue("tests.jobs:noop")
+    jid, _ = claim(q)
+    counting = _Counting(settings.redis_url)
+    counts = reap_once(counting.client, settings)
+    assert counts["requeued"] == 1                     # every queue is looked at, each pass
+    # one round trip reads them all; the upkeep of a share of them (not 4 trips a queue)
+    assert counting.trips < 4 * UPKEEP_QUEUES, counting.trips
+    served = set()
+    for turn in range(4):
+        share = upkeep_share(names, turn * settings.reaper_interval, settings.reaper_interval)
+        assert len(share) <= UPKEEP_QUEUES
+        served |= set(share)
+    assert served == set(names)                        # each in turn

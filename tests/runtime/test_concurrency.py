@@ -154,18 +154,21 @@ def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_jo
         processes, queue, r, settings):
     q = queue()
     env = {"FUSIONWORKER_LEASE": "1.5", "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
-    w, jobs, key = _running(processes, q, r, settings, 10, 4.0, env=env, max_retries=3)
+    w, jobs, key = _running(processes, q, r, settings, 10, 2.0, env=env, max_retries=3)
     horses = processes_of(r.lrange(key, 0, -1))
     os.kill(w.pid, signal.SIGKILL)
     w.wait(10)
     wait_for(lambda: gone(horses), timeout=10, what="every horse gone")
     assert all(_status(q, j.id) == "started" for j in jobs)   # nobody recorded them
     processes.worker("--customq", "default", "--concurrency", "10", env=env)
-    _until(q, jobs, timeout=40)
+    # each is a suspect of that death now: it runs alone in its worker (solo.py), so
+    # the ten run one after another (10 x 2 s)
+    _until(q, jobs, timeout=60)
     assert r.llen(key) == 20                         # each ran exactly once more
     # the lost worker's attempt is not counted (only the culprit pays: design.md)
     assert [q.fetch_job(j.id).attempts for j in jobs] == [1] * 10
     assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in jobs] == ["1"] * 10
+    assert [q.fetch_job(j.id).worker_deaths for j in jobs] == [1] * 10
 
 
 @pytest.mark.slow

@@ -69,6 +69,33 @@ def test_a_job_killing_its_fork_server_costs_its_neighbours_nothing(
     assert culprit.attempts == 1      # the shared death was not counted, its own was
 
 
+@pytest.mark.slow
+def test_a_job_killing_its_worker_costs_its_neighbours_nothing_and_fails_as_the_culprit(
+        processes, queue, r, prefix, redis_url):
+    q = queue()
+    started, killed = f"{prefix}:started", f"{prefix}:killed"
+    ordinary = [q.enqueue("tests.jobs:pid_then_sleep", redis_url, started, 1.0, max_retries=0)
+                for _ in range(16)]
+    killer = q.enqueue(f"{HOSTILE}:kill_worker", redis_url, killed, started, 3, max_retries=3,
+                       priority=1)
+    processes.worker("-q", "default", "--processes", "2", "--concurrency", "4", env=LEASE_ENV)
+    wait_for(lambda: q.fetch_job(killer.id).status == "failed", timeout=120,
+             what="the killer failed")
+    culprit = q.fetch_job(killer.id)
+    assert (culprit.failure_reason, culprit.error_type) == (FailureReason.KILLED, "WorkerKilled")
+    assert "the worker this job ran in alone died" in culprit.error_message
+    assert r.llen(killed) == 2     # a worker it shared, then the one it ran in alone
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
+             timeout=120, what="every ordinary job finished")
+    beside = 0
+    for job in ordinary:
+        done = q.fetch_job(job.id)
+        assert (done.status, done.attempts) == ("finished", 1), done.error_message
+        assert done.worker_deaths <= 1       # present at the first death at most
+        beside += done.worker_deaths
+    assert beside >= 1                       # some were there when it killed the first
+
+
 def test_a_job_present_at_k_shared_deaths_fails_saying_so():
     settings = load_settings(environ={})
     lost = HorseExit(ok=False, reason=FailureReason.KILLED, error_type="HorseKilled",
@@ -113,15 +140,17 @@ def _fork_server(worker_pid: int) -> int:
     return wait_for(found, what="the worker's fork server")
 
 
-@pytest.mark.slow
-def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
-        processes, queue, r, prefix, redis_url):
-    q = queue()
-    key = f"{prefix}:ticks"
-    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+def _both_stopped_then_handed_on(processes, q, r, job, key, ran: float) -> list[str]:
+    """A worker runs ``job`` (``stamped`` into ``key``); once its first run ticked for
+    ``ran`` seconds, SIGSTOP the worker and its fork server; a second worker must get
+    the job only after the first horse ended by itself. Returns the entries."""
     a = processes.worker("-q", "default", env=LEASE_ENV)
     server = _fork_server(a.pid)
-    wait_for(lambda: r.llen(key) >= 1, what="the first run")
+
+    def ran_for() -> bool:
+        ticks = [float(e.split(":")[3]) for e in r.lrange(key, 0, -1) if e.startswith("tick:")]
+        return bool(ticks) and ticks[-1] - ticks[0] >= ran
+    wait_for(ran_for, timeout=30, what=f"the first run, {ran} s of it")
     stopped = [a.pid, server]
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)
@@ -138,6 +167,28 @@ def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
     first_of_others = min(float(t[3]) for t in ticks if t[2] != first)
     assert last_of_first < first_of_others, "two horses ran the job at once"
     assert len([e for e in entries if e.startswith("done:")]) == 1, entries   # exactly once
+    return entries
+
+
+@pytest.mark.slow
+def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
+        processes, queue, r, prefix, redis_url):
+    q = queue()
+    key = f"{prefix}:ticks"
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+    _both_stopped_then_handed_on(processes, q, r, job, key, ran=0.0)
+
+
+@pytest.mark.slow
+def test_a_horse_renewed_past_its_first_deadline_still_ends_at_its_lease_when_both_stop(
+        processes, queue, r, prefix, redis_url):
+    """The horse's lease thread starts only at the job's first deadline (lease.py): a job
+    renewed past it is watched by the thread from then on."""
+    q = queue()
+    key = f"{prefix}:ticks"
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 14.0, max_retries=5)
+    # lease 3 s, heartbeat 0.5 s: its first deadline is 2.5 s after the claim
+    _both_stopped_then_handed_on(processes, q, r, job, key, ran=4.0)
 
 
 def test_a_second_sigterm_after_the_worker_stopped_exits_0(settings):

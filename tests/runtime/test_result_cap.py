@@ -4,6 +4,7 @@ Redis; a value at the cap is stored."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 from fusionworker.core.config import Settings
@@ -39,3 +40,32 @@ def test_a_worker_refuses_a_result_over_the_default_cap(queue, r, processes):
     wait_for(lambda: q.fetch_job(job.id).status == "failed")
     assert q.fetch_job(job.id).error_type == "ResultTooLarge"
     assert r.memory_usage(q.qkeys.job(job.id)) < 1024 * 1024
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident memory (VmHWM), bytes."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+@pytest.mark.slow
+def test_the_horse_refuses_a_result_over_the_cap_before_it_crosses_the_pipe(
+        queue, r, processes):
+    """The cap is checked in the horse: a 64 MiB result never reaches the fork server or
+    the worker (their peak memory does not grow by it)."""
+    q = queue("default")
+    first = q.enqueue("tests.jobs:sized_result", 10)
+    worker = processes.worker("-q", "default", env={"FUSIONWORKER_MAX_RESULT_BYTES": "1000000"})
+    wait_for(lambda: q.fetch_job(first.id).status == "finished")
+    server = wait_for(lambda: [c.pid for c in psutil.Process(worker.pid).children()
+                               if "fork server" in " ".join(c.cmdline())], what="fork server")[0]
+    before = {pid: _peak_rss(pid) for pid in (worker.pid, server)}
+    big = q.enqueue("tests.jobs:sized_result", 64 * 1024 * 1024)
+    wait_for(lambda: q.fetch_job(big.id).status == "failed", timeout=60)
+    job = q.fetch_job(big.id)
+    assert job.error_type == "ResultTooLarge" and "the limit is 1000000 bytes" in job.error_message
+    grown = {pid: _peak_rss(pid) - before[pid] for pid in before}
+    assert all(g < 16 * 1024 * 1024 for g in grown.values()), grown

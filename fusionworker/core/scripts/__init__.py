@@ -50,7 +50,7 @@ NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
     "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop",
-    "run_now", "save_meta",
+    "run_now", "save_meta", "alone",
 )
 
 

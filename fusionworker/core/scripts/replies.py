@@ -236,6 +236,11 @@ def progress(reply: Raw) -> bool:
     return bool(int(reply))
 
 
+def alone(reply: Raw) -> bool:
+    """``alone.lua``: whether it was written (False: not this attempt's job any more)."""
+    return bool(int(reply))
+
+
 RequeueOutcome = Literal["requeued", "abandoned", "skipped"]
 
 
@@ -431,5 +436,6 @@ PARSERS: dict[str, Callable[[Raw], Any]] = {
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
+    "alone": alone,
     "run_now": changed, "save_meta": changed,
 }

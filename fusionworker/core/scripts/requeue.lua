@@ -4,16 +4,19 @@
 --   mode 'reap'   : a started job whose lease expired and whose worker is gone
 --                   (the caller checked the worker). Its worker died or froze under
 --                   it, beside other jobs: re-queued with the attempt NOT counted and
---                   'shared_deaths' + 1, or failed as 'abandoned' at max(SHARED_MAX,
+--                   'shared_deaths' + 1 and 'worker_deaths' + 1 (it runs alone next:
+--                   runtime/solo.py), or failed as 'abandoned' at max(SHARED_MAX,
 --                   max_retries + 1) such deaths (a job that takes its worker down
 --                   is not run forever);
---                   a job whose stop was asked (stop.lua) ends 'stopped' instead.
+--                   a job whose stop was asked (stop.lua) ends 'stopped' instead;
+--                   an attempt that ran alone in its worker ('alone' = its token,
+--                   alone.lua) fails as the culprit: {'abandoned', 'culprit'}.
 --   mode 'return' : cold shutdown gives back the job its horse was running; the
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
 --   mode 'failed' : from the failed registry (dead-letter); attempts start over.
--- Returns {'requeued'} | {'abandoned'[, 'stopped']} | {'skipped', why}
+-- Returns {'requeued'} | {'abandoned'[, 'stopped' | 'culprit']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local jkey = base .. K.job .. jid
@@ -32,7 +35,8 @@ if mode == 'failed' then
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, F.attempts, 0)
   -- the failed attempt's times go: the job has not started since it was requeued
-  redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths)
+  redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths,
+    F.worker_deaths, F.alone)
   local ukey = hget(jkey, F.unique_key)
   if ukey and ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   make_ready(base, jid)
@@ -60,11 +64,20 @@ if hget(jkey, F.stop_requested) then   -- its worker died before the stop: never
   to_failed(base, jid, t, failed_ttl, 'stopped')
   return {'abandoned', 'stopped'}
 end
+local worker_deaths = tonumber(hget(jkey, F.worker_deaths) or '0') or 0
+if token ~= '' and hget(jkey, F.alone) == token then   -- it ran alone: its worker's death is its
+  redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, 'killed',
+    F.error_message, 'the worker this job ran in alone died (worker ' ..
+    (hget(jkey, F.worker_name) or '?') .. '); its worker had died under it ' .. worker_deaths ..
+    ' time(s) before, beside other jobs: taken for the culprit, not run again')
+  to_failed(base, jid, t, failed_ttl)
+  return {'abandoned', 'culprit'}
+end
 -- at least SHARED_MAX (runtime/recorder.py SHARED_DEATHS_MAX), more if the job allows more
 local SHARED_MAX = 3
 local max_retries = tonumber(hget(jkey, F.max_retries) or '0') or 0
 local deaths = (tonumber(hget(jkey, F.shared_deaths) or '0') or 0) + 1
-redis.call('HSET', jkey, F.shared_deaths, deaths)
+redis.call('HSET', jkey, F.shared_deaths, deaths, F.worker_deaths, worker_deaths + 1)
 if deaths >= math.max(SHARED_MAX, max_retries + 1) then
   redis.call('HSET', jkey, F.error_type, 'Abandoned', F.failure_reason, 'abandoned',
     F.error_message, 'worker ' .. (hget(jkey, F.worker_name) or '?') ..

@@ -53,7 +53,7 @@ class ForkServer:
     def __init__(self, allowed: Sequence[str], retryable: Sequence[str],
                  otel: dict[str, Any] | None = None, board_fd: int = -1,
                  kill_children: bool = True, warm: dict[str, int] | None = None,
-                 imports: Sequence[str] = ()) -> None:
+                 imports: Sequence[str] = (), result_cap: int = 0) -> None:
         self.board_fd = board_fd        # the worker's DeadlineBoard (deadlines.py), shared
         #: the server kills what a job left in its horse's group (FUSIONWORKER_KILL_JOB_CHILDREN)
         self.kill_children = kill_children
@@ -63,6 +63,7 @@ class ForkServer:
         #: ``{"horse_jobs": N, "max_rss_mib": M}`` with N > 1: warm horses (horse/warm.py)
         self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
         self.imports = list(imports)    # imported by the server before its first horse
+        self.result_cap = result_cap    # FUSIONWORKER_MAX_RESULT_BYTES: checked by the horses
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}
@@ -87,6 +88,8 @@ class ForkServer:
             args.update(self.warm)
         if self.imports:
             args["imports"] = self.imports
+        if self.result_cap:
+            args["max_result_bytes"] = self.result_cap
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, args])],

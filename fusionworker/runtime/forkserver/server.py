@@ -30,6 +30,7 @@ from ..deadlines import DeadlineBoard, LeaseWatchdog
 from ..gpus import device_of
 from ..horse.hygiene import horse_keeps, oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
+from ..horse.run import cap_results
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
     ExitNotice,
@@ -94,7 +95,8 @@ class _Ready:
 def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
-          slots: int = 0, imports: tuple[str, ...] = ()) -> NoReturn:
+          slots: int = 0, imports: tuple[str, ...] = (),
+          max_result_bytes: int = 0) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -104,7 +106,9 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it)."""
+    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
+    ``max_result_bytes``: its horses refuse a larger result (horse/run.py)."""
+    cap_results(max_result_bytes)
     before = open_fds()
     if otel:
         from ...middleware.otel import setup_horses

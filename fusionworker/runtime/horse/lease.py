@@ -14,10 +14,18 @@ the horse H watches its own entry as well::
        deadline: PROT_READ of a read-only open file cannot be made writable);
        forked by P, H drops the writable mapping it inherited; it closes every
        other descriptor (hygiene.py)
-    H: at its job (after it has a process group of its own): OwnLease.watch(entry);
-       one thread: read board[entry]; now >= it -> SIGKILL H's own group (the job's
-       children too), else sleep until it (at most CHECK s: a warm horse's next
-       job may be on another entry) and read again
+    H: at its job (after it has a process group of its own): OwnLease.defer(entry):
+       nothing started yet; run.py arms SIGALRM at the job's timeout or, sooner,
+       at board[entry] (alarm_after: one setitimer, the one it made anyway)
+    H: a job that ends before its deadline ends there (most jobs: no thread, no
+       syscall of the lease's own)
+    H: SIGALRM at board[entry] (on_alarm): now >= board[entry] (not renewed) ->
+       SIGKILL H's own group; else (renewed) the thread starts and SIGALRM is
+       armed again at the timeout
+    H: the thread (OwnLease.watch, which async horses call at once): read
+       board[entry]; now >= it -> SIGKILL H's own group (the job's children too),
+       else sleep until it (at most CHECK s: a warm horse's next job may be on
+       another entry) and read again
     P: renewals move board[entry] later (deadlines.py): the thread reads the new
        value when it wakes, and sleeps again
     H warm, between jobs: OwnLease.idle(): no entry, nothing to enforce
@@ -28,7 +36,11 @@ renewal was SENT, minus a margin); the reaper re-queues the job once the lease i
 over and finds no horse running it. P dies -> S dies with it (PDEATHSIG) and so
 does H. S dies -> H dies with it (PDEATHSIG). H's thread cannot run (the job holds
 the GIL in C code for the whole lease) -> as before, S's watchdog and P's police
-kill it; only with P and S stopped as well does the job outrun its lease.
+kill it; only with P and S stopped as well does the job outrun its lease. Before
+the thread starts, the SIGALRM handler runs when the job is back in Python or its
+system call is interrupted (sleep, socket, wait: PEP 475), so only a job sitting in
+one C call that ignores signals from its start to its first deadline, with P and S
+both stopped, ends when that call returns instead of at the deadline.
 The kill is SIGKILL at or past the deadline the worker's slot holds: the worker
 records it as a lease kill (``lease``, the job given back, attempt not counted).
 """
@@ -95,11 +107,24 @@ class OwnLease:
 
     def watch(self, entry: int) -> None:
         """A job runs on board entry ``entry`` (call once the horse has its own
-        process group: the kill is that group's)."""
+        process group: the kill is that group's); the thread runs from now."""
         self.entry = entry
         if not self._started:
             self._started = True
             _thread.start_new_thread(self._run, ())
+
+    def defer(self, entry: int) -> None:
+        """As :meth:`watch`, the thread started only if the job is still running at its
+        deadline (run.py's SIGALRM, :func:`alarm_after`, :func:`on_alarm`): a thread
+        costs a horse more CPU than a short job (module docstring)."""
+        global _deferred
+        self.entry = entry
+        _deferred = None if self._started else self
+
+    def deadline(self) -> float:
+        """The running job's deadline (monotonic seconds; 0: none)."""
+        entry = self.entry
+        return self.view.get(entry) if 0 <= entry < self.view.entries else 0.0
 
     def idle(self) -> None:
         """The job ended (a warm horse waits for its next): nothing to enforce."""
@@ -108,11 +133,52 @@ class OwnLease:
     def _run(self) -> None:  # pragma: no cover - a thread of the horse
         while True:
             entry = self.entry
-            deadline = self.view.get(entry) if 0 <= entry < self.view.entries else 0.0
+            deadline = self.deadline()
             now = time.monotonic()
             if deadline > 0 and now >= deadline and entry == self.entry:
                 expire()
             time.sleep(self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now)))
+
+
+#: the lease whose thread waits for its job's deadline (:meth:`OwnLease.defer`), if any
+_deferred: OwnLease | None = None
+#: when the job's timeout comes (monotonic): :func:`on_alarm` tells the two alarms apart
+_timeout_at = 0.0
+
+
+def alarm_after(timeout: float) -> float:
+    """Seconds after which run.py arms SIGALRM for a job of ``timeout`` seconds: its
+    timeout, or sooner the deadline of a deferred lease (:meth:`OwnLease.defer`)."""
+    global _timeout_at, _deferred
+    now = time.monotonic()
+    _timeout_at = now + timeout
+    own = _deferred
+    if own is None:
+        return timeout
+    deadline = own.deadline()
+    if deadline <= 0:                 # no deadline written: the thread watches for one
+        _deferred = None
+        own.watch(own.entry)
+        return timeout
+    return max(0.001, min(timeout, deadline - now))
+
+
+def on_alarm() -> bool:
+    """SIGALRM came (run.py): True when it was a deferred lease's deadline, not the job's
+    timeout. Past the deadline (no renewal reached the board): the horse ends here;
+    renewed: the thread takes over and SIGALRM is armed again for the timeout."""
+    global _deferred
+    own = _deferred
+    now = time.monotonic()
+    if own is None or now >= _timeout_at:
+        return False
+    _deferred = None
+    deadline = own.deadline()
+    if 0 < deadline <= now:
+        expire()
+    own.watch(own.entry)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, _timeout_at - now))
+    return True
 
 
 def expire() -> None:  # pragma: no cover - in the horse

@@ -99,7 +99,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
         _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
         if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
-            lease.watch(entry)
+            lease.defer(entry)
         use_slot_device(entry)               # --gpus: this slot's device only (gpus.py)
         progress.begin(job, fd=write_fd)     # current_job() (progress.py)
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)

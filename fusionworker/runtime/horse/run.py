@@ -7,7 +7,9 @@ in a fresh event loop), and turns whatever happened into a
 :class:`~fusionworker.runtime.protocol.HorseReport`: the result as tagged
 JSON, or the exception, its traceback and whether it is retryable. SIGALRM at
 the job's timeout (the death penalty) raises in the job's code and becomes a
-``timeout`` report. It never raises.
+``timeout`` report; armed sooner, at the horse's lease deadline, when its lease
+thread has not started (lease.py: it starts then, if the lease was renewed). It
+never raises.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ...core.functions import resolve
 from ...core.job import FailureReason, Job, safe_text
 from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
 from ..protocol import HorseReport
+from . import lease
 
 if TYPE_CHECKING:  # pragma: no cover
     from types import FrameType
@@ -50,7 +53,48 @@ def _describe(exc: BaseException) -> str:
         return f"<{type(exc).__name__} whose str() failed>"
 
 
+#: FUSIONWORKER_MAX_RESULT_BYTES of the worker (0: none), set once by the process that
+#: forks the horses (:func:`cap_results`): a larger result is refused here, in the horse,
+#: so it never crosses the pipe
+_result_cap = 0
+
+
+def cap_results(limit: int) -> None:
+    """Horses forked from this process refuse a result over ``limit`` bytes (0: none)."""
+    global _result_cap
+    _result_cap = max(0, int(limit))
+
+
+def result_too_large(limit: int, result: str | None) -> str | None:
+    """Why ``result`` (the encoded return value) may not be stored, or None."""
+    if not limit or result is None or len(result) <= limit // 4:    # 4 bytes a char at most
+        return None
+    size = len(result.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return None
+    return (f"the job's return value is {size} bytes of JSON; the limit is {limit} bytes "
+            "(FUSIONWORKER_MAX_RESULT_BYTES): store large data elsewhere and return a "
+            "reference. Nothing was stored.")
+
+
+def _result_report(result: Any) -> HorseReport:
+    """The report of a job that returned ``result``: its JSON, or why it cannot be sent."""
+    try:
+        encoded = codec.dumps(result, where="the job's return value")
+    except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
+        return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
+                           error_type="ResultNotSerializable",
+                           error_message=str(exc)[:2000], traceback="")
+    too_large = result_too_large(_result_cap, encoded)
+    if too_large:        # never retried: the same job returns the same value again
+        return HorseReport(ok=False, reason=FailureReason.EXCEPTION, error_type="ResultTooLarge",
+                           error_message=too_large, traceback="")
+    return HorseReport(ok=True, reason="ok", result=encoded)
+
+
 def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    if lease.on_alarm():      # the horse's lease deadline came first (lease.py)
+        return
     raise JobTimeoutError("job exceeded its timeout")
 
 
@@ -65,7 +109,7 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
     if job.retry_on is not None:
         retryable = job.retry_on
     _csignal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(job.timeout, 0.001))
+    signal.setitimer(signal.ITIMER_REAL, lease.alarm_after(max(job.timeout, 0.001)))
     try:
         try:
             func = (resolved.get(job.func) if resolved else None) or resolve(job.func, allowed)
@@ -76,13 +120,7 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
                                traceback="")
         result = call(func, job.args, job.kwargs)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        try:
-            return HorseReport(ok=True, reason="ok",
-                               result=codec.dumps(result, where="the job's return value"))
-        except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
-            return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
-                               error_type="ResultNotSerializable",
-                               error_message=str(exc)[:2000], traceback="")
+        return _result_report(result)
     except JobTimeoutError:
         signal.setitimer(signal.ITIMER_REAL, 0)
         return HorseReport(ok=False, reason=FailureReason.TIMEOUT, error_type="JobTimeoutError",

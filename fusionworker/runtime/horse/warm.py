@@ -65,7 +65,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                 _become_horse(server_pid)
             done += 1
             if lease is not None and entry >= 0:
-                lease.watch(entry)
+                lease.defer(entry)
             use_slot_device(entry)   # --gpus: the server gives it its first device's slots only
             report, tracing = _run_one(job, write_fd, allowed, retryable, mine)
             if lease is not None:
