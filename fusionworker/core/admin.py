@@ -175,10 +175,12 @@ def minute_counts(connection: RedisClient, queues: list[str], prefix: str = "fw"
     """Jobs finished and failed per minute over the last ``minutes`` (oldest first),
     summed over ``queues``: ``[{"minute": epoch_minute, "finished": n, "failed": n}]``.
 
-    One pipelined HGETALL per queue and minute of the hashes the workers keep: each
-    outcome ``finish.lua`` records is counted in the worker, in the server minute of the
-    outcome, and written by its next heartbeat or at its stop (``runtime/minutes.py``):
-    the counts are at most one ``heartbeat_interval`` behind.
+    One ``EXISTS`` of a queue's minute keys (they share its hash tag: one slot) for
+    each queue, then one pipelined HGETALL per minute of the queues that have any,
+    of the hashes the workers keep (a queue idle for the span costs one command, not
+    ``minutes``): each outcome ``finish.lua`` records is counted in the worker, in the
+    server minute of the outcome, and written by its next heartbeat or at its stop
+    (``runtime/minutes.py``): the counts are at most one ``heartbeat_interval`` behind.
     """
     connection = decoding(connection)
     if now is None:
@@ -186,11 +188,16 @@ def minute_counts(connection: RedisClient, queues: list[str], prefix: str = "fw"
     last = int(now // 60)
     span = list(range(last - minutes + 1, last + 1))
     keys = Keys(prefix)
+    rows_of_keys = [[qk.minute(m) for m in span] for qk in map(keys.queue, queues)]
     pipe = connection.pipeline(transaction=False)
-    for name in queues:
-        for minute in span:
-            pipe.hgetall(keys.queue(name).minute(minute))
-    replies = pipe.execute() if queues else []
+    for queue_keys in rows_of_keys:
+        pipe.exists(*queue_keys)
+    present = pipe.execute() if queues else []
+    pipe = connection.pipeline(transaction=False)
+    for queue_keys, count in zip(rows_of_keys, present, strict=True):
+        for key in queue_keys if count else ():
+            pipe.hgetall(key)
+    replies = pipe.execute() if any(present) else []
     rows = [{"minute": m, "finished": 0, "failed": 0} for m in span]
     for i, data in enumerate(replies):
         row = rows[i % len(span)]

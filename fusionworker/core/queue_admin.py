@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidOperation, NoSuchJob
+from .config import settings_from_env
 from .connection import text, text_hash
 from .job import Job, JobStatus, check_priority
 from .keys import Keys, QueueKeys, check_queue_name
@@ -277,8 +278,11 @@ class QueueAdmin:
         return removed
 
 
-def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
-    """Remove queue ``name``: its registration and every key under ``fw:{name}:``.
+def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) -> int:
+    """Remove queue ``name``: its registration and every key under ``PREFIX:{name}:``.
+
+    ``prefix``: the deployment's key prefix; by default the settings' (``FUSIONWORKER_PREFIX``,
+    else ``fw``), as a ``Queue()`` made without settings uses.
 
     Sequence: pause the queue (no worker claims from it any more), refuse with
     :class:`InvalidOperation` while a job of it runs (``started``; the pause is
@@ -289,6 +293,8 @@ def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
     the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
     """
     check_queue_name(name)
+    if prefix is None:
+        prefix = settings_from_env().prefix
     keys = Keys(prefix)
     qkeys = keys.queue(name)
     was_paused = connection.set(qkeys.paused, "1", get=True) is not None

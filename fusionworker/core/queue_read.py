@@ -110,41 +110,33 @@ def kept_since(settings: Settings, status: JobStatus) -> str:
 def stats_many(connection: RedisClient, settings: Settings, names: list[str],
                heartbeats: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """``Queue.stats()`` of each queue of ``names``, in a few pipelines whatever their
-    number (the depths of all; the head of each band of those with pending jobs and
-    the due count of those with scheduled ones; the ``enqueued_at`` of those heads),
-    one ``TIME`` and the workers' ``heartbeats`` (read here when not given)."""
+    number, each asking only about the queues the one before found something in:
+
+    1. two ``EXISTS`` a queue: any of its registries (the depths), any of its settings
+       (paused, cap, rate limits). A queue with neither costs these two commands;
+    2. the queues with a registry: the head of ``pending`` (up to
+       :data:`WHOLE_PENDING` + 1 jobs, with their scores: a short queue's bands, band
+       heads and tail come from it), its live failed and finished counts, one
+       ``EXISTS`` of the rarer registries (started, scheduled, deferred, batches, held,
+       groups); the queues with a setting: the settings;
+    3. the rarer registries' depths where that ``EXISTS`` found any; each band's count
+       and head and the tail of a longer ``pending``;
+    4. one ``TIME``, then the ``enqueued_at`` of the heads and tails (the oldest
+       pending job's age) and the due count of the queues with scheduled jobs.
+
+    Then the workers' ``heartbeats`` (read here when not given)."""
     connection = decoding(connection)
     keys = Keys(settings.prefix)
-    failed_since = kept_since(settings, JobStatus.FAILED)
-    finished_since = kept_since(settings, JobStatus.FINISHED)
-    pipe = connection.pipeline(transaction=False)
-    for name in names:
-        k = keys.queue(name)
-        pipe.zcard(k.pending)
-        for _, low, high in BANDS:
-            pipe.zcount(k.pending, *_band_range(low, high))
-        for reg in (k.started, k.scheduled):
-            pipe.zcard(reg)
-        pipe.zcount(k.failed, failed_since, "+inf")
-        pipe.zcount(k.finished, finished_since, "+inf")
-        pipe.exists(k.paused)
-        pipe.get(k.max_active)
-        pipe.zrange(k.pending, -1, -1)
-        pipe.hlen(k.groups)
-        pipe.hgetall(k.rate)
-        pipe.zcard(k.deferred)
-        pipe.zcard(k.batches)
-        pipe.zcard(k.held)
-        pipe.hgetall(k.group_rate)
-        pipe.hgetall(k.group_rate_held)
-    answers = pipe.execute() if names else []
-    size = len(answers) // max(len(names), 1)
-    docs = [_stats_doc(name, answers[n * size:(n + 1) * size]) for n, name in enumerate(names)]
+    qkeys = [keys.queue(name) for name in names]
+    docs = [_empty_doc(name) for name in names]
+    found = _present(connection, qkeys)
+    deep = _first_reads(connection, settings, qkeys, docs, found)
+    _second_reads(connection, qkeys, docs, deep)
     if any(d["pending"] or d["scheduled"] for d in docs):
         # not pipelined: a cluster pipeline refuses TIME
-        _waiting(connection, keys, docs, server_time(connection))
+        _waiting(connection, qkeys, docs, server_time(connection))
     for doc in docs:
-        del doc["_tail"]
+        del doc["_ids"]
     if heartbeats is None and docs:
         heartbeats = read_heartbeats(connection, settings.prefix)
     for doc in docs:
@@ -152,73 +144,175 @@ def stats_many(connection: RedisClient, settings: Settings, names: list[str],
     return docs
 
 
-def _stats_doc(name: str, reply: list[Any]) -> dict[str, Any]:
-    pending, *rest = reply
-    group_rate = _group_rate_doc(*rest[-2:])
-    del rest[-2:]
-    held = rest.pop()
-    bands = dict(zip((b[0] for b in BANDS), rest[:len(BANDS)]))
-    open_batches = rest.pop()
-    deferred = rest.pop()
-    rate = rest.pop()
-    started, scheduled, failed, finished, paused, cap, tail, groups = rest[len(BANDS):]
+#: a ``pending`` of up to this many jobs is read whole (ids and scores: one command)
+#: for its band counts, band heads and tail; a longer one by a count and a head a band
+WHOLE_PENDING = 32
+
+
+def _empty_doc(name: str) -> dict[str, Any]:
+    """The stats of a queue with no job and no setting (``_ids``: the ids whose
+    ``enqueued_at`` give the oldest pending job's age)."""
     return {
-        "queue": name, "pending": pending, "bands": bands, "started": started,
-        "scheduled": scheduled, "failed": failed, "finished": finished,
-        "paused": bool(paused), "max_active": int(cap) if cap is not None else None,
-        "busy_groups": groups, "oldest_age": None,
-        "rate_limit": _rate_doc(rate), "group_rate_limit": group_rate,
-        "deferred": deferred, "open_batches": open_batches, "held": held, "due": 0,
-        "_tail": list(tail),
+        "queue": name, "pending": 0, "bands": {b[0]: 0 for b in BANDS}, "started": 0,
+        "scheduled": 0, "failed": 0, "finished": 0, "paused": False, "max_active": None,
+        "busy_groups": 0, "oldest_age": None, "rate_limit": None, "group_rate_limit": None,
+        "deferred": 0, "open_batches": 0, "held": 0, "due": 0, "_ids": [],
     }
 
 
-def _waiting(connection: RedisClient, keys: Keys, docs: list[dict[str, Any]],
-             server_now: float) -> None:
-    """The age of each queue's oldest pending job and the count of its due scheduled
-    jobs. The oldest is the one with the lowest seq, not the lowest score: the tail of
-    each band is looked at, and the oldest ``enqueued_at`` taken."""
-    busy = [d for d in docs if d["pending"]]
-    heads = _heads_and_dues(connection, keys, busy, docs, server_now)
-    _oldest_ages(connection, keys, busy, heads, server_now)
+def _rare_keys(k: QueueKeys) -> tuple[str, ...]:
+    """The registries most queues have empty most of the time (order: ``_RARE``)."""
+    return k.started, k.scheduled, k.deferred, k.batches, k.held, k.groups
 
 
-def _heads_and_dues(connection: RedisClient, keys: Keys, busy: list[dict[str, Any]],
-                    docs: list[dict[str, Any]], server_now: float) -> list[Any]:
-    """One round trip: each band's head of the ``busy`` queues (returned, band by band)
-    and the count of due scheduled jobs of each queue (set as ``due``)."""
-    timed = [d for d in docs if d["scheduled"]]
+#: the fields of ``_rare_keys``
+_RARE = ("started", "scheduled", "deferred", "open_batches", "held", "busy_groups")
+
+
+def _present(connection: RedisClient, qkeys: list[QueueKeys]) -> list[tuple[int, int]]:
+    """One round trip: (registries, settings) found of each queue (two ``EXISTS``; a
+    queue's keys share its hash tag: one slot)."""
+    if not qkeys:
+        return []
     pipe = connection.pipeline(transaction=False)
-    for doc in busy:
-        for _, lo, hi in BANDS:
-            pipe.zrangebyscore(keys.queue(doc["queue"]).pending, *_band_range(lo, hi),
-                               start=0, num=1)
-    for doc in timed:
-        pipe.zcount(keys.queue(doc["queue"]).scheduled, "-inf", f"{server_now:.6f}")
+    for k in qkeys:
+        pipe.exists(k.pending, k.failed, k.finished, *_rare_keys(k))
+        pipe.exists(k.paused, k.max_active, k.rate, k.group_rate, k.group_rate_held)
     replies = pipe.execute()
-    for doc, due in zip(timed, replies[len(busy) * len(BANDS):], strict=True):
-        doc["due"] = int(due)
-    return list(replies[:len(busy) * len(BANDS)])
+    return list(zip(replies[::2], replies[1::2], strict=True))
 
 
-def _oldest_ages(connection: RedisClient, keys: Keys, busy: list[dict[str, Any]],
-                 heads: list[Any], server_now: float) -> None:
-    """One round trip: ``oldest_age`` of each ``busy`` queue, from the ``enqueued_at``
-    of its bands' heads and its tail."""
+def _first_reads(connection: RedisClient, settings: Settings, qkeys: list[QueueKeys],
+                 docs: list[dict[str, Any]], found: list[tuple[int, int]],
+                 ) -> list[tuple[int, bool, bool]]:
+    """One round trip (step 2 of :func:`stats_many`): sets what it read on the docs;
+    returns (n, rarer registries found, ``pending`` longer than
+    :data:`WHOLE_PENDING`) of the queues step 3 reads more of."""
+    since = (kept_since(settings, JobStatus.FAILED), kept_since(settings, JobStatus.FINISHED))
     pipe = connection.pipeline(transaction=False)
-    asked: list[tuple[dict[str, Any], int]] = []
-    for n, doc in enumerate(busy):
-        ids = [h[0] for h in heads[n * len(BANDS):(n + 1) * len(BANDS)] if h] + doc["_tail"]
-        for job_id in ids:
-            pipe.hget(keys.queue(doc["queue"]).job(job_id), "enqueued_at")
-        asked.append((doc, len(ids)))
-    stamps = pipe.execute() if any(count for _, count in asked) else []
-    at = 0
-    for doc, count in asked:
-        found = [float(x) for x in stamps[at:at + count] if x]
-        at += count
-        if found:
-            doc["oldest_age"] = max(0.0, server_now - min(found))
+    asked: list[tuple[int, bool, bool]] = []
+    for n, (k, (registries, configured)) in enumerate(zip(qkeys, found, strict=True)):
+        if registries:
+            pipe.zrange(k.pending, 0, WHOLE_PENDING, withscores=True)
+            pipe.zcount(k.failed, since[0], "+inf")
+            pipe.zcount(k.finished, since[1], "+inf")
+            pipe.exists(*_rare_keys(k))
+        if configured:
+            pipe.exists(k.paused)
+            pipe.get(k.max_active)
+            for key in (k.rate, k.group_rate, k.group_rate_held):
+                pipe.hgetall(key)
+        if registries or configured:
+            asked.append((n, bool(registries), bool(configured)))
+    replies = iter(pipe.execute() if asked else [])
+    deep: list[tuple[int, bool, bool]] = []
+    for n, registries, configured in asked:
+        if registries:
+            deep += _depths_read(docs[n], n, [next(replies) for _ in range(4)])
+        if configured:
+            _settings_read(docs[n], [next(replies) for _ in range(5)])
+    return deep
+
+
+def _depths_read(doc: dict[str, Any], n: int, reply: list[Any]) -> list[tuple[int, bool, bool]]:
+    """Sets step 2's depths on ``doc``; what step 3 reads more of (none or one entry)."""
+    head, doc["failed"], doc["finished"], rare = reply
+    long = len(head) > WHOLE_PENDING
+    if not long:
+        _whole_pending(doc, head)
+    return [(n, bool(rare), long)] if rare or long else []
+
+
+def _settings_read(doc: dict[str, Any], reply: list[Any]) -> None:
+    paused, cap, rate, group_rate, group_held = reply
+    doc.update(paused=bool(paused), max_active=int(cap) if cap is not None else None,
+               rate_limit=_rate_doc(rate), group_rate_limit=_group_rate_doc(group_rate, group_held))
+
+
+def _in_band(score: float) -> int:
+    """The index in ``BANDS`` of the band holding ``score`` (-1: none)."""
+    for b, (_, low, high) in enumerate(BANDS):
+        lo, hi = _band_range(low, high)
+        if lo <= score <= hi:
+            return b
+    return -1
+
+
+def _whole_pending(doc: dict[str, Any], entries: list[tuple[str, float]]) -> None:
+    """The depth, band counts, band heads and tail of a ``pending`` read whole (in
+    ``ZRANGE`` order: by score, then id)."""
+    doc["pending"] = len(entries)
+    heads: list[str | None] = [None] * len(BANDS)
+    for job_id, score in entries:
+        b = _in_band(score)
+        if b >= 0:
+            doc["bands"][BANDS[b][0]] += 1
+            heads[b] = heads[b] or job_id
+    tail = [entries[-1][0]] if entries else []
+    doc["_ids"] = list(dict.fromkeys([h for h in heads if h] + tail))
+
+
+def _second_reads(connection: RedisClient, qkeys: list[QueueKeys], docs: list[dict[str, Any]],
+                  deep: list[tuple[int, bool, bool]]) -> None:
+    """One round trip (step 3 of :func:`stats_many`): the depths of the rarer registries
+    of the queues that have any, and the depth, each band's count and head, and the tail
+    of a ``pending`` longer than :data:`WHOLE_PENDING`."""
+    if not deep:
+        return
+    pipe = connection.pipeline(transaction=False)
+    for n, rare, long in deep:
+        k = qkeys[n]
+        if rare:
+            for key in _rare_keys(k)[:-1]:
+                pipe.zcard(key)
+            pipe.hlen(k.groups)
+        if long:
+            pipe.zcard(k.pending)
+            for _, low, high in BANDS:
+                pipe.zcount(k.pending, *_band_range(low, high))
+                pipe.zrangebyscore(k.pending, *_band_range(low, high), start=0, num=1)
+            pipe.zrange(k.pending, -1, -1)
+    replies = iter(pipe.execute())
+    for n, rare, long in deep:
+        doc = docs[n]
+        if rare:
+            for field in _RARE:
+                doc[field] = next(replies)
+        if long:
+            doc["pending"] = next(replies)
+            heads: list[str] = []
+            for band, _, _ in BANDS:
+                doc["bands"][band] = next(replies)
+                heads += next(replies)
+            doc["_ids"] = list(dict.fromkeys(heads + next(replies)))
+
+
+def _waiting(connection: RedisClient, qkeys: list[QueueKeys], docs: list[dict[str, Any]],
+             server_now: float) -> None:
+    """One round trip (step 4 of :func:`stats_many`): the count of due scheduled jobs of
+    each queue with scheduled ones, and the age of each queue's oldest pending job. The
+    oldest is the one with the lowest seq, not the lowest score: the head of each band
+    and the tail are looked at, and the oldest ``enqueued_at`` taken."""
+    timed = [n for n, doc in enumerate(docs) if doc["scheduled"]]
+    busy = [n for n, doc in enumerate(docs) if doc["_ids"]]
+    pipe = connection.pipeline(transaction=False)
+    for n in timed:
+        pipe.zcount(qkeys[n].scheduled, "-inf", f"{server_now:.6f}")
+    for n in busy:
+        for job_id in docs[n]["_ids"]:
+            pipe.hget(qkeys[n].job(job_id), "enqueued_at")
+    replies = iter(pipe.execute() if timed or busy else [])
+    for n in timed:
+        docs[n]["due"] = int(next(replies))
+    for n in busy:
+        stamps = [next(replies) for _ in docs[n]["_ids"]]
+        docs[n]["oldest_age"] = _oldest_age(stamps, server_now)
+
+
+def _oldest_age(stamps: list[str | None], server_now: float) -> float | None:
+    """The age of the oldest of ``stamps`` (``enqueued_at`` values; None: record gone)."""
+    found = [float(x) for x in stamps if x]
+    return max(0.0, server_now - min(found)) if found else None
 
 
 #: worker states in which a free slot claims (not started yet, suspended or throttled)

@@ -102,7 +102,11 @@ def last_hours(r: Any, prefix: str, names: list[str], now: float,
     last = int(now // 60)
     minutes = list(range(last - 59, last + 1))
     keys = Keys(prefix)
-    minute_keys = [[qk.minute(m) for m in minutes] for qk in map(keys.queue, names)]
+    # QueueKeys.minute(m) for each queue and minute, the text built once per queue (at
+    # 10,000 queues, 600,000 calls of it took most of a second)
+    stems = [keys.queue(name).minute(0)[:-1] for name in names]
+    suffixes = [str(m) for m in minutes]
+    minute_keys = [[stem + suffix for suffix in suffixes] for stem in stems]
     present = []
     for start in range(0, len(names), chunk):
         pipe = r.pipeline(transaction=False)

@@ -8,6 +8,7 @@ import inspect
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -17,7 +18,7 @@ from starlette.routing import Route
 from ..core.job import JobStatus
 from . import live
 from .openapi import OPENAPI
-from .service import QUEUES_PER_PAGE, ApiError, parse_int
+from .service import QUEUES_PER_PAGE, QUEUES_UNPAGED, ApiError, parse_int
 from .state import WebState, api_action, api_read, body, ok, run, state
 
 # -- reads -----------------------------------------------------------------------------
@@ -30,15 +31,27 @@ async def api_openapi(request: Request) -> Response:
 
 @api_read
 def api_queues(request: Request, st: WebState) -> Response:
-    """Every queue's stats; with ``page`` (and ``per_page``, default 50), one page of
-    them by name, with ``total`` and ``pages``."""
+    """Every queue's stats while there are at most ``QUEUES_UNPAGED`` (500); beyond,
+    and with ``page`` (and ``per_page``, default 50), one page of them by name, with
+    ``total``, ``pages`` and ``next_page`` (and a ``Link: <...>; rel="next"`` header
+    while there is a next page)."""
     p = request.query_params
     suspended = st.board.suspended() is not None
-    if "page" in p or "per_page" in p:
-        listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
-        return ok({**listing, "suspended": suspended})
-    queues = st.board.queues()
-    return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
+    if "page" in p or "per_page" in p or "match" in p:
+        listing = st.board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
+                                      match=p.get("match"))
+    else:
+        names = st.board.queue_names()
+        if len(names) <= QUEUES_UNPAGED:
+            queues = st.board.queues(names)
+            return ok({"queues": queues, "suspended": suspended, "total": len(queues)})
+        listing = st.board.queue_page(1, QUEUES_UNPAGED, names)
+    answer = ok({**listing, "suspended": suspended})
+    if listing["next_page"] is not None:
+        query = {"page": listing["next_page"], "per_page": listing["per_page"],
+                 **({"match": listing["match"]} if listing["match"] else {})}
+        answer.headers["Link"] = f'</api/v1/queues?{urlencode(query)}>; rel="next"'
+    return answer
 
 
 @api_read
@@ -61,7 +74,8 @@ def api_chart(request: Request, st: WebState) -> Response:
     minutes = parse_int(p.get("minutes", 60), "minutes", 1, 120)
     names = None
     if "page" in p or "per_page" in p:   # the queues of one page of the overview
-        names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))[3]
+        names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
+                                    match=p.get("match"))[3]
     return ok({"minutes": st.board.chart(minutes, p.get("queue") or None, names)})
 
 

@@ -38,6 +38,7 @@ _QUEUE = _p("queue", help_="queue of the job (default: search every queue)")
 _NAME = _p("name", "path", help_="cron entry name")
 _PAGE = [_p("page", kind="integer", help_="page of the queues by name (from 1)"),
          _p("per_page", kind="integer", help_="queues per page (1-500, default 50)")]
+_MATCH = _p("match", help_="only the queues whose name holds this text (any case)")
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -60,8 +61,11 @@ OPENAPI: dict[str, Any] = {
     "paths": {
         "/api/v1/queues": {"get": _op("Queues: depth by priority band, scheduled, started, "
                                       "failed, finished, cap, paused, groups, oldest age; "
-                                      "with page (and per_page), one page of them by name",
-                                      params=_PAGE)},
+                                      "with page (and per_page), one page of them by name; "
+                                      "without, every queue up to 500, else the first page "
+                                      "of 500 with next_page and a Link rel=next header; "
+                                      "with match, the queues whose name holds it",
+                                      params=[*_PAGE, _MATCH])},
         "/api/v1/workers": {"get": _op("Workers: state, throttle reason, current job, "
                                        "heartbeat age")},
         "/api/v1/info": {"get": _op("The `info --json` document (same schema); with page "
@@ -70,7 +74,7 @@ OPENAPI: dict[str, Any] = {
         "/api/v1/chart": {"get": _op("Jobs finished and failed per minute (all queues, one, "
                                      "or one page of them by name)",
                                      params=[_p("minutes", kind="integer"), _p("queue"),
-                                             *_PAGE])},
+                                             *_PAGE, _MATCH])},
         "/api/v1/jobs": {"get": _op(
             "One page of a queue's jobs by status, newest (queued: best, scheduled: soonest) "
             "first. A function filter, or a priority filter outside `queued`, reads a window "

@@ -42,6 +42,12 @@ OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobS
 MAX_PER_PAGE = 500
 #: queues the overview shows per page (and polls)
 QUEUES_PER_PAGE = 50
+#: ``GET /api/v1/queues`` without ``page`` or ``per_page``: every queue while there are
+#: at most this many (the answer of before), else the first page of this many by name
+#: with ``next_page`` (the full list of 10,000 queues is megabytes and seconds)
+QUEUES_UNPAGED = MAX_PER_PAGE
+#: the longest ``match`` (a part of a queue name) the queue listings take
+MAX_MATCH = 200
 #: ids read per request when a filter needs the job records (function, or priority
 #: outside the pending set): the page then continues from ``next_start``
 FILTER_SCAN = 2000
@@ -157,21 +163,29 @@ class Dashboard:
             raise ApiError(404, f"no queue {name!r}")
         return Queue(name, self.r, settings=self.settings)
 
-    def queues(self) -> list[dict[str, Any]]:
-        """The stats of every queue (three pipelines whatever their number)."""
-        return stats_many(self.r, self.settings, self.queue_names(),
+    def queues(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """The stats of every queue, or of ``names`` (a few pipelines whatever their
+        number)."""
+        return stats_many(self.r, self.settings,
+                          self.queue_names() if names is None else names,
                           admin.workers(self.r, self.prefix))
 
-    def queue_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE) -> dict[str, Any]:
-        """One page of the queues by name, with their stats: what the overview shows
-        (and polls) at any number of queues."""
-        page_n, size, names, shown = self.names_page(page, per_page)
+    def queue_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE,
+                   names: list[str] | None = None, match: Any = None) -> dict[str, Any]:
+        """One page of the queues by name (of ``names`` when read already; of those
+        whose name holds ``match``, any case, when given), with their stats: what the
+        overview shows (and polls) at any number of queues. ``next_page``: the page
+        after it, None on the last."""
+        page_n, size, names, shown = self.names_page(page, per_page, names, match)
         heartbeats = admin.workers(self.r, self.prefix)
+        pages = max(1, -(-len(names) // size))
         return {"queues": stats_many(self.r, self.settings, shown, heartbeats),
                 "total": len(names),
-                "page": page_n, "per_page": size, "pages": max(1, -(-len(names) // size)),
+                "page": page_n, "per_page": size, "pages": pages,
                 "first": (page_n - 1) * size + 1 if shown else 0,
-                "last": (page_n - 1) * size + len(shown)}
+                "last": (page_n - 1) * size + len(shown),
+                "next_page": page_n + 1 if page_n < pages else None,
+                "match": match or None}
 
     def workers(self) -> list[dict[str, Any]]:
         now = admin.server_time(self.r)
@@ -191,11 +205,18 @@ class Dashboard:
         return admin.suspended_for(self.r, self.prefix)
 
     def names_page(self, page: Any = 1, per_page: Any = QUEUES_PER_PAGE,
+                   names: list[str] | None = None, match: Any = None,
                    ) -> tuple[int, int, list[str], list[str]]:
-        """(page, per_page, every name, the names of that page), checked."""
+        """(page, per_page, every name, the names of that page), checked (``names``:
+        every name, when read already; ``match``: only the names holding it, any case)."""
         page_n = parse_int(page, "page", 1)
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
-        names = self.queue_names()
+        names = self.queue_names() if names is None else names
+        if match:
+            if not isinstance(match, str) or len(match) > MAX_MATCH:
+                raise ApiError(400, f"match must be text of at most {MAX_MATCH} characters")
+            folded = match.casefold()
+            names = [name for name in names if folded in name.casefold()]
         return page_n, size, names, names[(page_n - 1) * size:page_n * size]
 
     def chart(self, minutes: int = 60, queue: str | None = None,

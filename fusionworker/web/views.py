@@ -28,7 +28,8 @@ log = logging.getLogger("fusionworker.web")
 def overview(request: Request, st: WebState, who: auth.Identity) -> Response:
     board = st.board
     p = request.query_params
-    listing = board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE))
+    listing = board.queue_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
+                               match=p.get("match"))
     names = [q["queue"] for q in listing["queues"]]
     return st.page(request, "overview.html", who, queues=listing["queues"], listing=listing,
                    workers=board.workers(), suspended=board.suspended(),

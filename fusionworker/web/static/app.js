@@ -157,7 +157,8 @@
     var jobs = [], table = document.getElementById("queues"), page = "";
     if (table && table.getAttribute("data-page")) {   // the overview polls its own page of queues
       page = "page=" + encodeURIComponent(table.getAttribute("data-page")) +
-        "&per_page=" + encodeURIComponent(table.getAttribute("data-per-page"));
+        "&per_page=" + encodeURIComponent(table.getAttribute("data-per-page")) +
+        (table.getAttribute("data-match") ? "&match=" + encodeURIComponent(table.getAttribute("data-match")) : "");
     }
     if (table) jobs.push(get("/api/v1/queues" + (page ? "?" + page : "")).then(updateQueues));
     if (document.getElementById("workers")) jobs.push(get("/api/v1/workers").then(updateWorkers));
