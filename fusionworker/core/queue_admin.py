@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidOperation, NoSuchJob
+from . import job_reads
 from .config import settings_from_env
 from .connection import text, text_hash
 from .job import Job, JobStatus, check_priority
@@ -141,12 +142,16 @@ class QueueAdmin:
             if not ids:
                 return done
             moved = 0
-            for job_id in ids:
+            # the events name each job's function, as a single requeue's do
+            funcs = job_reads.job_fields(self.connection, self.settings.prefix,
+                                         [(self.name, text(i)) for i in ids], ("func",))
+            for job_id, known in zip(ids, funcs, strict=True):
                 verdict = replies.requeue(self.scripts.requeue(
                     keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
                 if verdict.outcome == "requeued":
                     moved += 1
-                    self._emit("requeued", {"id": job_id, "queue": self.name}, reason="manual")
+                    self._emit("requeued", {"id": text(job_id), "queue": self.name,
+                                            "func": known["func"]}, reason="manual")
                 else:  # a registry entry whose record expired: drop it
                     self.connection.zrem(self.qkeys.failed, text(job_id))
                 if progress:
