@@ -229,7 +229,7 @@ def _connect(app: App, burst: bool) -> RedisClient:
     except RedisUnavailable as exc:
         if burst or exc.refused:
             raise
-        click.echo(f"warning: {exc}; the worker waits for it", err=True)
+        click.echo(f"warning: {str(exc).rstrip('.')}; the worker waits for it", err=True)
         return connect(app.url)
 
 
