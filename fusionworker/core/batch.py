@@ -46,16 +46,16 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .connection import text_hash, texts
 from .keys import QueueKeys
 from .queue_names import known_queues
 from .queue_port import queue_class
+from .redis_client import text_hash, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
     from .queue import Queue
+    from .redis_client import RedisClient
 
 
 class Batch:

@@ -29,11 +29,11 @@ from . import codec
 from . import tracing as _otel
 from .catalog import learnt_options, lookup, producer_allowed, registered
 from .config import check_value
-from .connection import is_cluster, text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
+from .redis_client import is_cluster, text_hash
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover

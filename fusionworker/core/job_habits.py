@@ -25,8 +25,8 @@ from .vocabulary import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
+    from .redis_client import RedisClient
 
 #: writes ``meta`` only where the job still exists (a HSET on a gone record would
 #: leave a record of one field behind)

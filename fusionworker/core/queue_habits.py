@@ -11,16 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from .config import settings_from_env
-from .connection import shared_client, texts
 from .queue_names import known_queues
 from .queue_port import queue_class
+from .redis_client import shared_client, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job, JobStatus
     from .keys import QueueKeys
     from .queue import Queue
+    from .redis_client import RedisClient
     from .registries import (
         CanceledJobRegistry,
         DeferredJobRegistry,

@@ -28,14 +28,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import InvalidOperation
-from .connection import texts
 from .job import DONE_STATUSES, Job, JobStatus
 from .queue_port import queue_class
+from .redis_client import texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .queue import Queue
+    from .redis_client import RedisClient
 
 
 def _job_id(job: Job[Any] | str) -> str:

@@ -55,19 +55,19 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import NoSuchJob
-from .connection import text
 from .hooks import Middleware
 from .job import DONE_STATUSES
 from .keys import Keys, check_queue_name
 from .queue_port import queue_class
+from .redis_client import text
 from .scripts import replies, scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .hooks import Outcome, WorkerContext
     from .job import Job
     from .queue import Queue
+    from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.workflows")
 

@@ -44,7 +44,7 @@ from ..keys import script_suffixes
 from ..record import SCRIPT_FIELDS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..connection import RedisClient
+    from ..redis_client import RedisClient
 
 NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
