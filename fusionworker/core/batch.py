@@ -72,7 +72,7 @@ class Batch:
         settings: Settings | None = None,
         batch_id: str | None = None,
     ) -> None:
-        queue_type = queue_class()
+        queue_type: type[Queue] = queue_class()
         self.queue = queue if isinstance(queue, queue_type) else queue_type(
             cast("str", queue), connection, settings=settings, events=False)
         self.id = batch_id or uuid.uuid4().hex
@@ -145,9 +145,10 @@ class Batch:
         q = _batch_queue(batch_id, connection, queue, settings)
         refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
         found: list[Job[Any]] = []
+        queue_type: type[Queue] = queue_class()
         for ref in refs:
             name, _, job_id = ref.partition(":")
-            job = (q if name == q.name else queue_class()(
+            job = (q if name == q.name else queue_type(
                 name, q.connection, settings=q.settings, events=False)).fetch_job(job_id)
             if job is not None:
                 found.append(job)
@@ -165,7 +166,7 @@ def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | Non
                  settings: Settings | None) -> Queue:
     """The queue holding batch ``batch_id`` (``queue``, or found among the known ones)."""
     from ..exceptions import NoSuchJob
-    queue_type = queue_class()
+    queue_type: type[Queue] = queue_class()
     probe = queue_type(queue or "default", connection, settings=settings, events=False)
     names = [queue] if queue else known_queues(probe.connection, probe.settings.prefix)
     for name in names:

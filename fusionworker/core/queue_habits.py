@@ -50,7 +50,7 @@ class QueueHabits:
     def all(cls, connection: RedisClient | None = None, *,
             settings: Settings | None = None) -> list[Queue]:
         """Every queue ever enqueued to (``fw:queues``), by name."""
-        queue_type = queue_class()
+        queue_type: type[Queue] = queue_class()
         settings = settings or settings_from_env()
         conn = shared_client(settings.redis_url) if connection is None else connection
         return [queue_type(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]

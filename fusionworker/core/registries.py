@@ -49,7 +49,7 @@ class JobRegistry:
 
     def __init__(self, name: str = "default", connection: RedisClient | None = None, *,
                  queue: Queue | None = None, settings: Settings | None = None) -> None:
-        self.queue = (queue if queue is not None
+        self.queue: Queue = (queue if queue is not None
                       else queue_class()(name, connection, settings=settings))
         self.name = self.queue.name
         self.connection = self.queue.connection

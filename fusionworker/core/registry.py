@@ -134,7 +134,7 @@ class JobFunction(Generic[P, R]):
                     f"{self.func.__name__}.options({name}=...).enqueue(...)")
 
     def _queue(self) -> Queue:
-        queue_type = queue_class()
+        queue_type: type[Queue] = queue_class()
         if isinstance(self.queue, queue_type):
             return self.queue
         return queue_type(cast("str", self.queue), self.connection, settings=self.settings)

@@ -191,7 +191,7 @@ def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_
     kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
     from ..exceptions import FusionWorkerError
 
-    q = queue_class()(queue, connection, settings=settings, events=False)
+    q: Queue = queue_class()(queue, connection, settings=settings, events=False)
     try:
         q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])
     except (FusionWorkerError, ValueError, TypeError) as exc:   # never will: drop the note
@@ -203,7 +203,7 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
                    now: float, limit: int = 200) -> int:
     """Re-check the dependencies of deferred jobs enqueued more than ``older_than`` s
     ago (a lost note: a producer that died mid-enqueue, a deleted dependency)."""
-    q = queue_class()(queue, connection, settings=settings, events=False)
+    q: Queue = queue_class()(queue, connection, settings=settings, events=False)
     ids = connection.zrangebyscore(q.qkeys.deferred, "-inf", f"{now - older_than:.6f}",
                                    start=0, num=limit)
     applied = 0
