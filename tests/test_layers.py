@@ -49,15 +49,13 @@ KNOWN_DEFERRED_CYCLES: set[frozenset[str]] = set()
 
 #: cycles that exist only once the ``if TYPE_CHECKING:`` imports count (an annotation
 #: names a module that imports the annotating one); a new or larger one fails the test.
-#: The job record and the exceptions that carry a job name each other; Queue's parts
-#: (enqueue, its RQ names, the dependencies) and the batch and registries handed a Queue
-#: name the class they are part of
+#: One is left: the job record and the exceptions that carry a job (``JobFailed.job``,
+#: ``JobWaitTimeout.job``, ``PartialEnqueue.jobs``) name each other, and so does the
+#: record's RQ part (job_habits.py, whose methods return a ``Job``). Queue's parts and
+#: what is handed a queue name the ``QueueView`` protocol (core/queue_view.py)
 KNOWN_TYPING_CYCLES: set[frozenset[str]] = {
     frozenset({"fusionworker.core.codec", "fusionworker.core.job", "fusionworker.core.job_habits",
                "fusionworker.core.record", "fusionworker.exceptions"}),
-    frozenset({"fusionworker.core.batch", "fusionworker.core.enqueue", "fusionworker.core.options",
-               "fusionworker.core.queue", "fusionworker.core.queue_habits",
-               "fusionworker.core.registries", "fusionworker.core.workflows"}),
 }
 
 #: reads of another object's private attribute there are, each with its reason

@@ -54,7 +54,7 @@ from .redis_client import text_hash, texts
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .job import Job
-    from .queue import Queue
+    from .queue_view import QueueView
     from .redis_client import RedisClient
 
 
@@ -66,14 +66,14 @@ class Batch:
         on_success: str | Callable[..., Any] | None = None,
         on_complete: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
-        queue: str | Queue = "default",
+        queue: str | QueueView = "default",
         *,
         connection: RedisClient | None = None,
         settings: Settings | None = None,
         batch_id: str | None = None,
     ) -> None:
-        queue_type: type[Queue] = queue_class()
-        self.queue = queue if isinstance(queue, queue_type) else queue_type(
+        queue_type = queue_class()
+        self.queue: QueueView = queue if isinstance(queue, queue_type) else queue_type(
             cast("str", queue), connection, settings=settings, events=False)
         self.id = batch_id or uuid.uuid4().hex
         if not isinstance(self.id, str) or not self.id or ":" in self.id or len(self.id) > 100:
@@ -145,7 +145,7 @@ class Batch:
         q = _batch_queue(batch_id, connection, queue, settings)
         refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
         found: list[Job[Any]] = []
-        queue_type: type[Queue] = queue_class()
+        queue_type = queue_class()
         for ref in refs:
             name, _, job_id = ref.partition(":")
             job = (q if name == q.name else queue_type(
@@ -163,14 +163,15 @@ class Batch:
 
 
 def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | None,
-                 settings: Settings | None) -> Queue:
+                 settings: Settings | None) -> QueueView:
     """The queue holding batch ``batch_id`` (``queue``, or found among the known ones)."""
     from ..exceptions import NoSuchJob
-    queue_type: type[Queue] = queue_class()
-    probe = queue_type(queue or "default", connection, settings=settings, events=False)
+    queue_type = queue_class()
+    probe: QueueView = queue_type(queue or "default", connection, settings=settings, events=False)
     names = [queue] if queue else known_queues(probe.connection, probe.settings.prefix)
     for name in names:
-        q = queue_type(name, probe.connection, settings=probe.settings, events=False)
+        q: QueueView = queue_type(name, probe.connection, settings=probe.settings,
+                                  events=False)
         if q.connection.exists(q.qkeys.batch(batch_id)):
             return q
     raise NoSuchJob(f"no batch {batch_id!r} in {queue or 'any queue'!r}")

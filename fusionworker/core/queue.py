@@ -114,6 +114,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
 
+    @classmethod
+    def all(cls, connection: RedisClient | None = None, *,
+            settings: Settings | None = None) -> list[Queue]:
+        """Every queue ever enqueued to (``fw:queues``), by name (RQ's name)."""
+        settings = settings or settings_from_env()
+        conn = shared_client(settings.redis_url) if connection is None else connection
+        return [Queue(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
+
     # -- enqueue ---------------------------------------------------------------
 
     def enqueue(self, /, func: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Job[Any]:
