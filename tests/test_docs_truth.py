@@ -128,3 +128,36 @@ def test_every_file_path_named_in_the_docs_and_the_comments_exists():
     missing = named_paths()
     assert missing - KNOWN_STALE_PATHS == set(), "paths that do not exist (moved? renamed?)"
     assert KNOWN_STALE_PATHS - missing == set(), "fixed: drop it from KNOWN_STALE_PATHS"
+
+
+#: a pointer from the code into the design notes: ``docs/design.md, "Layers"``,
+#: ``design.md ("Stopping a running job")``, spread over comment lines or not
+_DESIGN_POINTER = re.compile(r"design\.md,?\s*\(?\s*(?:\"([^\"]+)\"|'([^']+)')")
+
+
+def design_titles() -> set[str]:
+    """The headings of docs/design.md and its bold paragraph titles (``**Waiting
+    for a job**``), lower-cased, without trailing punctuation."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    titles = re.findall(r"^#+\s+(.+)$", text, re.M) + re.findall(r"\*\*([^*]+)\*\*", text)
+    return {t.strip().rstrip(".:").lower() for t in titles}
+
+
+def design_pointers(text: str) -> list[str]:
+    """The section names ``text`` points to in design.md, its comment markers and line
+    breaks folded into spaces."""
+    flat = re.sub(r"\s*\n\s*(?:#:?|--)?\s*", " ", text)
+    return [" ".join((a or b).split()) for a, b in _DESIGN_POINTER.findall(flat)]
+
+
+def test_every_design_section_the_code_points_to_exists():
+    titles = design_titles()
+    pointers = [(str(f.relative_to(ROOT)), name)
+                for f in (ROOT / "fusionworker").rglob("*") if f.suffix in (".py", ".lua")
+                for name in design_pointers(f.read_text())]
+    assert len(pointers) >= 8, pointers      # the scan finds the code's pointers
+    assert [(f, n) for f, n in pointers if n.rstrip(".:").lower() not in titles] == []
+    # a pointer spread over two comment lines is read whole; a wrong one is found
+    assert design_pointers('(docs/design.md, "Decoding what\n    # Redis holds")') == [
+        "Decoding what Redis holds"]
+    assert "no such section" not in titles

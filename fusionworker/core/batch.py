@@ -6,35 +6,12 @@
             q.enqueue("app.tasks:import_row", row, batch=batch)
     batch.status()   # {"total": ..., "ended": ..., "failed": ..., "progress": 0.42, ...}
 
-Keys on the batch's queue Q (one slot): ``Q:batch:<id>`` (HASH: callbacks,
-total, sealed, failed, fired, created_at, ended_at) and ``Q:batch:<id>:ended``
-(SET of the refs ``"queue:job_id"`` of its jobs that ended for good).
-A job of the batch, on any queue, carries the field ``batch`` = ``"Q:<id>"``.
-
-Sequence:
-
-1. ``Batch.__enter__``: one ``HSET`` of the batch hash (callbacks prepared and
-   validated by ``Queue.prepare_call`` first: nothing is written on bad input).
-2. ``enqueue(..., batch=b)``: the job is written with its ``batch`` field (the
-   enqueue script); the batch object counts it (``Batch.total``).
-3. A job of the batch ends for good (finished, failed after its retries,
-   abandoned, canceled): the ending script puts the note
-   ``["batch:<outcome>", "Q:<id>", job_id]`` in its queue's outbox (the outbox
-   of workflows.py, replayed the same way: by the worker at once, by the reaper
-   as a backstop). The replay runs ``batch_done.lua`` on Q: ``SADD`` the job to
-   the ended set (a replayed note counts once), count a failure.
-4. ``Batch.__exit__`` (sealing): ``batch_done.lua`` with the total. Whenever
-   the batch is sealed and the ended set holds ``total`` jobs, the same script
-   (``HSETNX fired``) enqueues the callbacks on Q, each with the batch id as
-   first argument: ``on_complete`` always, ``on_success`` when no job failed,
-   ``on_failure`` when one did. The callbacks' job ids were fixed in step 1.
-
-Crash points: a worker killed while running a job of the batch -> the reaper
-re-queues or fails the job (an attempt), which ends later and writes its
-note. A replayer dying between ``batch_done`` and ``LREM`` -> the note is
-replayed again and ``SADD`` ignores it. The producer dying before step 4 -> the
-batch is never sealed and its callbacks never fire (nothing says how many jobs
-it was meant to have); ``status()`` shows ``sealed: false``.
+Keys on the batch's queue Q: ``Q:batch:<id>`` (HASH) and ``Q:batch:<id>:ended``
+(SET of the refs of its jobs that ended); a job of the batch carries ``batch`` =
+``"Q:<id>"``. Its ending script leaves a note in its queue's outbox, replayed into
+``batch_done.lua``, which fires the callbacks once the batch is sealed
+(``__exit__``) and all its jobs ended. The sequence and the crash points:
+docs/design.md, "Batches".
 """
 
 from __future__ import annotations

@@ -7,27 +7,13 @@ Definitions live in Redis, in the target queue's slot (see ``keys.py``)::
                                last_status / runs / skips / misses
 
 This module is the model and the admin API (register, list, pause, ...: the CLI,
-the dashboard and ``info`` use it). Every worker runs
-``middleware/cron.py``'s ``CronScheduler``: about once a second
-its ``on_tick`` reads the entries of its queues that are due, computes each
-one's next run with croniter *from the due time*, and calls ``cron_tick.lua``,
-which compare-and-sets the entry's score (still equal to the due time we
-read?) and, in the same step, enqueues the run. However many workers on
-however many hosts see the same due time, exactly one advances the score and
-enqueues; the others get ``moved``. If the worker dies between reading and
-the script, nothing changed and the next worker's tick handles the due time.
-
-What a due time turns into (the ``action`` passed to the script):
-
-* on time (the next scheduled time after it has not passed yet, give or take
-  :data:`MISFIRE_GRACE`): the run is enqueued and the score moves to the next
-  scheduled time;
-* missed (workers were down long enough that later scheduled times passed
-  too): ``catch_up="skip"`` enqueues nothing, ``"once"`` enqueues one run;
-  both jump to the first scheduled time in the future -- never a burst;
-* overlap: unless ``allow_overlap``, a run whose previous job is still
-  queued, scheduled or started is skipped (``last_status = skipped``): one
-  live job per cron entry.
+the dashboard and ``info`` use it); every worker's ``CronScheduler``
+(``middleware/cron.py``) enqueues the due runs through ``cron_tick.lua``, which
+moves the entry's next run and enqueues in one step, so one worker wins each due
+time. A missed due time is skipped or run once (``catch_up``), never in a burst; a
+run whose previous job is still live is skipped unless ``allow_overlap``. The
+sequence, its crash point and each case: docs/design.md, "Cron: one enqueue per
+due time".
 
 Schedules are croniter expressions in the entry's time zone: five fields
 (minute hour day month weekday), or six with *seconds as the last field*

@@ -83,20 +83,8 @@ Hash fields (all strings in Redis):
 ``held_at``         when it was held (optional)
 ==================  ==========================================================
 
-Score encoding of the pending ZSET (invariant 4)::
-
-    score = priority * 2**42 - seq
-
-``ZREVRANGE 0 0`` takes the highest score: the highest priority first and,
-inside one priority, the lowest sequence number (first enqueued). With
-``|priority| <= 1023`` and ``seq < 2**42`` (4.4e12 jobs per queue) the
-magnitude stays below ``1024 * 2**42 = 2**52``, so every score is an exact
-integer in a double. ``seq`` comes from ``INCR`` inside the enqueue script,
-so the order is the order of arrival at Redis, not of anybody's clock.
-
-An ``at_front`` job takes the seq one below the first pending job of its priority
-(zero or negative when needed, down to ``-2**41``): ahead of them all, and still
-below every job of the next priority while a queue's ``seq`` stays under ``2**41``.
+The pending ZSET's score is ``priority * 2**42 - seq`` (invariant 4; ``at_front``
+takes a seq below the first pending job's): docs/design.md, "Score encoding".
 """
 
 from __future__ import annotations

@@ -335,8 +335,9 @@ class Keys:
 def script_suffixes() -> dict[str, str]:
     """``K.<name>`` of the Lua scripts (scripts/__init__.py): the key of each
     :class:`QueueKeys` member after the queue's base: ``pending``, or for a member
-    taking one name last (``job(id)``) what precedes it: ``job:``. A member whose key
-    goes on after the name (``batch_ended``) or takes more is none."""
+    taking one name (``job(id)``) what precedes it: ``job:``. A member whose key goes on
+    after the name also gives what follows it as ``<name>_tail``: ``base ..
+    K.batch_ended .. bid .. K.batch_ended_tail``. A member taking more names is none."""
     keys, mark = QueueKeys("p", "q"), "\0"
     found: dict[str, str] = {}
     for name, member in vars(QueueKeys).items():
@@ -345,10 +346,9 @@ def script_suffixes() -> dict[str, str]:
         if isinstance(member, property):
             key = getattr(keys, name)
         elif inspect.isfunction(member) and member.__code__.co_argcount == 2:   # self, name
-            key = member(keys, mark)
-            if not key.endswith(mark):
-                continue
-            key = key[:-1]
+            key, _, tail = member(keys, mark).partition(mark)
+            if tail:
+                found[name + "_tail"] = tail
         else:
             continue
         if key[len(keys.base):]:    # registry(status) is no suffix

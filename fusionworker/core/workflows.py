@@ -1,50 +1,10 @@
 """Job dependencies: ``enqueue(..., depends_on=[...])``, across queues and Cluster slots.
 
-A dependent job D (queue QD) waits, status ``deferred``, until every dependency
-(job A on queue QA, any queue) has ended. Every step below is one Lua script on
-ONE queue's keys, so it works on Redis Cluster where QA and QD live on
-different slots. A dependency is named by its ref ``"<queue>:<job id>"``
-(queue names cannot hold ``:``).
-
-Keys: ``QA:dependents:<A>`` (SET of dependent refs), ``QA:outbox`` (LIST of
-notes ``[outcome, dependent ref, A]``), ``QD:deps:<D>`` (SET of the refs D
-still waits on), ``QD:deferred`` (ZSET, deferred jobs by enqueue time).
-
-Enqueue of D (producer), in this order:
-
-1. read: every dependency exists (else ``NoSuchJob``, nothing written);
-2. ``dep_register.lua`` on each QA: ``SADD QA:dependents:<A> D-ref`` (unless A
-   already ended), and flag A ``has_dependents``;
-3. ``enqueue_many.lua`` on QD: D written ``deferred`` with ``QD:deps:<D>`` =
-   every dependency;
-4. re-check: each dependency that has ended by now (or vanished) is applied
-   to D with ``dep_done.lua`` on QD.
-
-When A ends for good (``finish.lua`` finished, ``to_failed`` in any script,
-``cancel.lua``, or ``dep_done.lua`` canceling A because of its own
-dependency), the same script moves one note per dependent into ``QA:outbox``
-and deletes ``QA:dependents:<A>``. Replay (:func:`replay_outbox`): read a
-note, ``dep_done.lua`` on QD (``SREM QD:deps:<D> A-ref``; the last one makes D
-ready through the normal group/pending placement; a failure cancels D, reason
-``dependency QA:A failed``, unless ``allow_dependency_failure``), then ``LREM``
-the note. The worker that ended A replays at once when A was flagged at
-claim time, else within about a second (``DependencyMiddleware.on_tick``); the
-reaper replays every outbox on each pass, and sweeps deferred jobs.
-
-Crash points (none loses D or runs it twice; ``dep_done`` is idempotent: the
-``SREM`` of a ref already removed changes nothing and makes nothing ready):
-
-* producer dies after 2, before 3: a stray ``dependents`` entry; its note is
-  later replayed to a D that does not exist and is ignored.
-* producer dies after 3, before 4, and A ended in between (its note was
-  replayed before D existed, and ignored): the reaper's sweep re-checks the
-  dependencies of deferred jobs older than ``reaper_interval`` and applies the
-  ended ones. Both 4 and a replay applying the same dependency: counted once.
-* a replayer dies after ``dep_done`` and before ``LREM``: the note is replayed
-  again by the next replay or reaper pass; ``dep_done`` answers ``already``.
-* a replayer dies before ``dep_done``: the note is still in the outbox.
-* two replayers read the same note: both apply (once in effect), both LREM
-  (the second removes nothing).
+A dependent job waits ``deferred`` until every dependency (a ref ``"<queue>:<id>"``,
+any queue) has ended; each step is one script on one queue's keys. A dependency that
+ends leaves a note per dependent in its queue's outbox; :func:`replay_outbox` applies
+it with ``dep_done.lua`` (idempotent) and removes it. The enqueue sequence, the keys
+and the crash points: docs/design.md, "Dependencies across queues".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The worker's cron duty: :class:`CronScheduler` runs the due cron entries of its
 queues on every tick. The entries' model and admin API are ``core/cron.py``
-(importable from here as before); the sequence and its crash points are there.
+(importable from here as before); the sequence and its crash point: docs/design.md,
+"Cron: one enqueue per due time".
 """
 
 from __future__ import annotations

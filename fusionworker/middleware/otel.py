@@ -13,46 +13,10 @@ the plain method (:func:`instrument` swaps in the traced one) plus one call
 of :func:`trace_fields` that returns ``[]``, ``Queue()`` one dict lookup of
 the setting, and the horse one test of ``tracing.horse_tracing`` (``None``).
 
-Where each value is recorded, so that it is right across processes::
-
-    producer  Queue.enqueue     PRODUCER span "send <queue>"; injects W3C trace
-                                context into the job record (traceparent,
-                                tracestate); queue.enqueue.total +1 (not for a
-                                deduplicated enqueue)
-    worker    after_claim       queue.schedule.total +1, queue.active +1,
-                                queue.wait_time (enqueue or due time -> claim)
-    worker    after_finish      queue.active -1, fusionworker.job.outcomes +1,
-                                fusionworker.job.duration
-    worker    metric collection queue.depth: an *observable* UpDownCounter whose
-                                callback reads ZCOUNT of the pending ZSET per band
-                                for the worker's queues (read at export time)
-    horse     around the job    CONSUMER span "process <queue>", child of the
-                                producer span; one per attempt; ended when the
-                                job returns; the report goes to the parent;
-                                then the span processor is flushed for at most
-                                FUSIONWORKER_OTEL_FLUSH_TIMEOUT; then os._exit
-                                (tests/middleware/test_otel.py covers each of these points)
-
-Why queue.depth is observable: a depth kept as +1/-1 deltas from many
-processes (every producer +1, every worker -1) is only right while all of
-them live; a restarted worker drops its share and the sum drifts for good,
-and jobs that leave ``pending`` by other paths (cancel, delete, promotion,
-reaper) would each need a hook. The callback reads Redis, so the value is
-the true depth whatever happened. Every worker of a queue reports the same
-value: aggregate it with ``max``, not ``sum``. ``queue.active`` is a plain
-UpDownCounter (+1 at claim, -1 at outcome, in the worker that ran it): a
-dead worker runs nothing, so its vanished share is right.
-
-``queue.schedule.total`` counts what the design this follows calls
-scheduling: a job taken from the queue by a worker (the claim), so that
-``enqueue.total - schedule.total`` follows the depth.
-
-Crash points of the horse's span: the span is ended when the job function
-returned or raised (time-outs raise in the horse); the report is written to
-the parent first, then the spans are exported for at most the flush timeout,
-then ``os._exit``. A horse killed from outside (SIGKILL, segfault, the memory
-ceiling, the parent's hard kill) exports no span; the worker's outcome
-counter still counts that attempt.
+Where each value is recorded so that it is right across processes, why
+``queue.depth`` is observable (aggregate it with ``max``, not ``sum``), and what a
+horse killed before its export leaves: docs/design.md, "OpenTelemetry across
+processes".
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
 """The reaper: finds claimed jobs whose worker died and gives them back (invariant 2).
 
-A claimed job sits in its queue's ``started`` ZSET scored by a lease deadline
-that the live parent renews every heartbeat (``touch_many.lua``). A job whose lease
-ran out *and* whose worker is gone is stuck: nobody will ever record its
-outcome. One pass, for each known queue::
-
-    1. ZRANGEBYSCORE started -inf <server now>   jobs whose lease ran out
-    2. HMGET job worker token                    who ran the attempt, which attempt
-    3. HMGET worker:<name> current_job ...       is that worker still on it?
-       reap when the heartbeat key is gone (TTL expired), or it names another
-       job (neither current_job nor in current_jobs, --concurrency N), or
-       its last_heartbeat is older than its own lease
-    4. requeue.lua mode 'reap' with the token    re-checks lease and token
-       atomically: back to pending at its original priority/FIFO place with the
-       attempt not counted ('shared_deaths' + 1), or failed as 'abandoned' at 3 (or max_retries + 1);
-       a job that ran alone in that worker (a suspect: runtime/solo.py) fails as the
-       culprit ('killed'): nobody else is charged for that death
-
-If the reaping process dies at any step nothing is half done: steps 1-3 only
-read, step 4 is one script (it ran or it did not), and the next pass of any
-worker repeats the decision. A worker that was only slow (not dead) and
-renews its lease between steps 3 and 4 makes the script answer
-``lease still valid``; if it renews after step 4, its ``touch_many.lua`` answers 0
-and it kills its horse, and its late ``finish.lua`` is refused by the token,
-so a job never has two horses and never two recorded outcomes.
-
-Step 1 reads the ``started`` set of every queue, 500 queues a round trip; steps 2-4
-run only for the queues where a lease ran out. The upkeep (registry pruning below, the
-outbox and deferred jobs' safety net of core/workflows.py) is done for at most 50
-queues a pass, in turn (each queue about every ceil(n / 50) passes): at 1,000 idle
-queues a pass sends about 1,200 commands in about 160 round trips, not 5,000 in
-4,000 (bench/reaper_pass.py).
-
-Cluster-wide at most one pass runs per ``reaper_interval``: a pass starts only
-after ``SET <prefix>:reaper <worker> NX PX <interval>``. The lock is never
-released early, it expires; a crashed reaper therefore delays the next pass by
-at most one interval.
-
-The pass also drops names from ``<prefix>:workers`` whose heartbeat key
-expired, and prunes failed/finished registry entries older than their
-retention (their job hashes expire by TTL).
+Once per ``reaper_interval`` cluster-wide (the ``<prefix>:reaper`` lock), for each
+known queue: the jobs whose lease ran out and whose worker is gone go back to
+``pending`` uncounted, or fail as ``abandoned`` (as ``killed``, a job that ran alone
+in its worker: runtime/solo.py), by ``requeue.lua`` mode ``reap``, fenced by the
+token. The pass also drops dead workers' names and, 50 queues a pass, prunes the
+registries. The steps, their cost and what a crash at each one leaves:
+docs/design.md, "The reaper's pass".
 """
 
 from __future__ import annotations

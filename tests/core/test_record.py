@@ -144,6 +144,10 @@ NOT_JOB_FIELDS = {
 }
 
 
+#: a key spelled on: ``base .. 'pending'``, ``bkey .. ':ended'`` (not ``jkey .. ' holds'``)
+_KEY_SPELLED = re.compile(r"\b(?:base|KEYS\[1\]|\w*key)\s*\.\.\s*['\"][^\s'\"]")
+
+
 def hand_spelled(name: str, text: str) -> tuple[dict[tuple[str, str], int], list[str]]:
     """In script ``name``'s ``text`` (comments left out): the string literals that are a
     job hash field's name, counted, and the keys spelled as ``base .. '<suffix>'``."""
@@ -154,7 +158,7 @@ def hand_spelled(name: str, text: str) -> tuple[dict[tuple[str, str], int], list
         for lit in re.findall(r"'([^']*)'|\"([^\"]*)\"", code):
             if (lit[0] or lit[1]) in record.HASH_FIELDS:
                 fields[(name, lit[0] or lit[1])] = fields.get((name, lit[0] or lit[1]), 0) + 1
-        keys += [f"{name}:{n}" for _ in re.findall(r"\b(?:base|KEYS\[1\])\s*\.\.\s*['\"]", code)]
+        keys += [f"{name}:{n}" for _ in _KEY_SPELLED.findall(code)]
     return fields, keys
 
 
@@ -172,9 +176,11 @@ def test_no_script_spells_a_job_field_or_a_queue_key_by_hand():
 def test_the_hand_spelling_scan_finds_what_it_looks_for():
     """What the scripts said before ``F.``/``K.``: both kinds are found (and comments not)."""
     found, keys = hand_spelled("sample", "local st = hget(base .. 'job:' .. jid, 'status')\n"
-                               "redis.call('HSET', jkey, \"token\", '')  -- 'attempts'\n")
+                               "redis.call('HSET', jkey, \"token\", '')  -- 'attempts'\n"
+                               "redis.call('SADD', bkey .. ':ended', ref)\n"
+                               "return 'WRONGTYPE ' .. jkey .. ' holds a hash'\n")
     assert found == {("sample", "status"): 1, ("sample", "token"): 1}
-    assert keys == ["sample:1"]
+    assert keys == ["sample:1", "sample:3"]
 
 
 def test_the_scripts_names_come_from_the_schema():
@@ -184,7 +190,12 @@ def test_the_scripts_names_come_from_the_schema():
     # keys.py's every key a script can name: a suffix that the id follows, or a whole one
     suffixes = keys.script_suffixes()
     assert suffixes["job"] == "job:" and suffixes["pending"] == "pending"
-    assert "batch_ended" not in suffixes and "history" not in suffixes   # the id is inside
+    assert "history" not in suffixes   # takes two names
+    # a key that goes on after the id: its head, and its tail as ``<name>_tail``
+    assert (suffixes["batch_ended"], suffixes["batch_ended_tail"]) == ("batch:", ":ended")
+    assert scripts.expand("base .. K.batch_ended .. bid .. K.batch_ended_tail", "sample") \
+        == "base .. 'batch:' .. bid .. ':ended'"
+    assert keys.QueueKeys("p", "q").batch_ended("b") == "p:{q}:batch:b:ended"
     assert all(v.isprintable() and "'" not in v for v in suffixes.values())
     # a name the schema does not have fails when the script is loaded, named by file:line
     with pytest.raises(scripts.UnknownName, match=r"sample:2: F\.statu names no job record"):
@@ -193,7 +204,7 @@ def test_the_scripts_names_come_from_the_schema():
         scripts.expand("base .. K.jobs", "sample")
     # every script loads: each of its names is the schema's
     for name in scripts.NAMES:
-        assert not re.search(r"\b[FK]\.[A-Za-z_]", scripts.source(name)), name
+        assert not re.search(r"\b[FKSR]\.[A-Za-z_]", scripts.source(name)), name
 
 
 def test_every_job_field_the_web_cli_and_ops_read_is_in_the_schema():

@@ -11,9 +11,10 @@ from fusionworker.core import scripts
 from fusionworker.core.job import STATES, FailureReason, Job, JobStatus, WorkerState, _Vocabulary
 
 SCRIPTS = resources.files("fusionworker.core.scripts")
-#: each script as loaded (its ``F.status`` is ``'status'``)
-LUA = {p.name: scripts.expand(p.read_text(encoding="utf-8"), p.name)
-       for p in SCRIPTS.iterdir() if p.name.endswith(".lua")}
+#: each script as written, and as loaded (its ``F.status`` is ``'status'``, ``S.queued``
+#: is ``'queued'``)
+RAW = {p.name: p.read_text(encoding="utf-8") for p in SCRIPTS.iterdir() if p.name.endswith(".lua")}
+LUA = {name: scripts.expand(text, name) for name, text in RAW.items()}
 
 #: every place a script writes or compares a job's status or failure reason
 STATUS_LITERALS = (
@@ -69,6 +70,57 @@ def test_every_outcome_literal_of_the_scripts_is_a_status_or_retry():
     unknown = {lit: sorted(where) for lit, where in found.items()
                if lit not in _values(JobStatus) | OUTCOMES_BEYOND_STATUSES}
     assert unknown == {}
+
+
+#: literals spelled like a status or a failure reason that name something else, counted
+#: (one more fails): a script's reply word (``{'queued', jid, S.queued}``: the verdict,
+#: then the status), a mode Python passes (enqueue_many's 'deferred', requeue's
+#: 'failed'), the batch hash's ``failed`` count, the "queued" event, a cron entry's
+#: ``last_status``, and the 'ok' field of a Redis status reply (_lib.lua's TYPE)
+NOT_VOCABULARY = {
+    ("cancel.lua", "canceled"): 1, ("cron_tick.lua", "queued"): 2,
+    ("dep_done.lua", "canceled"): 1, ("dep_done.lua", "queued"): 1,
+    ("enqueue.lua", "scheduled"): 2, ("enqueue.lua", "queued"): 2,
+    ("enqueue_many.lua", "deferred"): 1, ("enqueue_many.lua", "queued"): 1,
+    ("hold.lua", "held"): 2, ("requeue.lua", "failed"): 1, ("batch_done.lua", "failed"): 2,
+    ("claim.lua", "refused"): 5, ("cancel.lua", "refused"): 1, ("hold.lua", "refused"): 1,
+    ("release.lua", "refused"): 1, ("reprioritize.lua", "refused"): 1,
+    ("reprioritize.lua", "ok"): 1, ("finish.lua", "ok"): 1, ("_lib.lua", "ok"): 1,
+    ("requeue.lua", "abandoned"): 3,
+}
+
+
+def hand_spelled_words(name: str, text: str) -> dict[tuple[str, str], int]:
+    """The string literals of script ``name``'s ``text`` (comments left out) that are a
+    status or a failure reason, counted: a script says ``S.<status>``, ``R.<reason>``."""
+    words = _values(JobStatus) | _values(FailureReason)
+    found: dict[tuple[str, str], int] = {}
+    for line in text.splitlines():
+        for single, double in re.findall(r"'([^']*)'|\"([^\"]*)\"", line.split("--")[0]):
+            if (single or double) in words:
+                found[(name, single or double)] = found.get((name, single or double), 0) + 1
+    return found
+
+
+def test_no_script_spells_a_status_or_a_reason_by_hand():
+    found: dict[tuple[str, str], int] = {}
+    for name, text in RAW.items():
+        found.update(hand_spelled_words(name, text))
+    assert found == NOT_VOCABULARY
+
+
+def test_the_hand_spelling_scan_finds_status_and_reason_words():
+    text = ("redis.call('HSET', jkey, F.status, 'failed', F.failure_reason, \"lease\")\n"
+            "if st == S.queued then end  -- 'started'\n")
+    assert hand_spelled_words("sample", text) == {("sample", "failed"): 1, ("sample", "lease"): 1}
+    assert scripts.expand("st == S.queued, R.lease", "sample") == "st == 'queued', 'lease'"
+    with pytest.raises(scripts.UnknownName, match=r"sample:1: S\.queud names no job status"):
+        scripts.expand("st == S.queud", "sample")
+    with pytest.raises(scripts.UnknownName, match=r"sample:2: R\.oom names no failure reason"):
+        scripts.expand("\nR.oom", "sample")
+    # every status and every reason has its name, the member's lower-cased
+    assert {f"S.{m.name.lower()}" for m in JobStatus} | {f"R.{m.name.lower()}" for m in
+                                                          FailureReason} <= set(scripts._names())
 
 
 def test_the_scan_would_catch_a_stray_literal():

@@ -6,7 +6,8 @@
 -- Every script gets KEYS[1] = the queue's hash-tagged base "fw:{q}:" and touches
 -- keys under that base only, so it runs on one Redis Cluster slot.
 -- F.<field> is a job hash field (core/record.py), K.<key> a queue key after the base
--- (core/keys.py): the loader writes their strings in, so no script spells them.
+-- (core/keys.py), S.<status> a job status and R.<reason> a failure reason
+-- (core/vocabulary.py): the loader writes their strings in, so no script spells them.
 SEQ_LIMIT = 4398046511104  -- 2^42; score = priority * 2^42 - seq (job.py)
 
 function now()
@@ -95,7 +96,7 @@ function push_pending(base, jid)
   local seq = tonumber(hget(jkey, F.seq) or '0') or 0
   if hget(jkey, F.at_front) then seq = front_seq(base, jkey, prio, seq) end
   redis.call('ZADD', base .. K.pending, fmt_int(prio * SEQ_LIMIT - seq), jid)
-  redis.call('HSET', jkey, F.status, 'queued')
+  redis.call('HSET', jkey, F.status, S.queued)
   redis.call('PUBLISH', base .. K.wake, jid)
 end
 
@@ -125,7 +126,7 @@ function pass_group(base, group)
       redis.call('HDEL', base .. K.groups, group)
       return
     end
-    if hget(base .. K.job .. nxt, F.status) == 'queued' then
+    if hget(base .. K.job .. nxt, F.status) == S.queued then
       redis.call('HSET', base .. K.groups, group, nxt)
       push_pending(base, nxt)
       return
@@ -144,7 +145,7 @@ function make_ready(base, jid)
     local holder = hget(base .. K.groups, group)
     if holder and holder ~= jid then
       redis.call('RPUSH', base .. K.group .. group, jid)
-      redis.call('HSET', jkey, F.status, 'queued')
+      redis.call('HSET', jkey, F.status, S.queued)
       if redis.call('EXISTS', base .. K.job .. holder) == 0 then
         pass_group(base, group)
         return hget(base .. K.groups, group) == jid
@@ -198,8 +199,8 @@ function notify_dependents(base, jid, outcome, kind)
   -- per-job callbacks (enqueue(on_success=, on_failure=)): the note names the function,
   -- the replay enqueues it (the record may be gone by then: result_ttl=0)
   kind = kind or outcome
-  local field = (kind == 'finished' and F.on_success) or (kind == 'failed' and F.on_failure)
-    or (kind == 'stopped' and F.on_stopped)
+  local field = (kind == S.finished and F.on_success) or (kind == S.failed and F.on_failure)
+    or (kind == S.stopped and F.on_stopped)
   local cb = field and hget(base .. K.job .. jid, field)
   if cb and cb ~= '' then
     redis.call('RPUSH', base .. K.outbox, cjson.encode({'callback:' .. kind,
@@ -215,14 +216,14 @@ function to_failed(base, jid, t, failed_ttl, status)
   local jkey = base .. K.job .. jid
   local keep = tonumber(hget(jkey, F.failure_ttl)) or failed_ttl
   -- the token blanked in the same HSET (finish.lua says why that reads as gone)
-  redis.call('HSET', jkey, F.status, status or 'failed', F.ended_at, fmt_time(t), F.token, '')
+  redis.call('HSET', jkey, F.status, status or S.failed, F.ended_at, fmt_time(t), F.token, '')
   redis.call('ZADD', base .. K.failed, fmt_time(t), jid)
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   drop_unique(base, jid)
   release_group(base, jid)
-  notify_dependents(base, jid, 'failed', status)
+  notify_dependents(base, jid, S.failed, status)
   if failed_ttl > 0 then prune(base .. K.failed, t - failed_ttl) end
-  redis.call('PUBLISH', base .. K.done .. jid, 'failed')   -- Job.wait
+  redis.call('PUBLISH', base .. K.done .. jid, S.failed)   -- Job.wait
 end
 
 -- Promote due scheduled jobs (delays, retry backoff) to pending; exactly once,
@@ -230,7 +231,7 @@ end
 function promote(base, due)
   for _, jid in ipairs(due) do
     redis.call('ZREM', base .. K.scheduled, jid)
-    if hget(base .. K.job .. jid, F.status) == 'scheduled' then make_ready(base, jid) end
+    if hget(base .. K.job .. jid, F.status) == S.scheduled then make_ready(base, jid) end
   end
 end
 
@@ -239,10 +240,10 @@ function live_status(base, jid, t, window)
   local jkey = base .. K.job .. jid
   local st = hget(jkey, F.status)
   if not st then return nil end
-  if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'deferred' or st == 'held' then
+  if st == S.queued or st == S.scheduled or st == S.started or st == S.deferred or st == S.held then
     return st
   end
-  if st == 'finished' and t - (tonumber(hget(jkey, F.ended_at) or '0') or 0) < window then
+  if st == S.finished and t - (tonumber(hget(jkey, F.ended_at) or '0') or 0) < window then
     return st
   end
   return nil

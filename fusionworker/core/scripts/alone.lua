@@ -7,6 +7,6 @@
 -- Returns 1 (written) | 0 (the attempt no longer owns the job: it must not run)
 local base = KEYS[1]
 local jkey = base .. K.job .. ARGV[1]
-if hget(jkey, F.token) ~= ARGV[2] or hget(jkey, F.status) ~= 'started' then return 0 end
+if hget(jkey, F.token) ~= ARGV[2] or hget(jkey, F.status) ~= S.started then return 0 end
 redis.call('HSET', jkey, F.alone, ARGV[2])
 return 1

@@ -8,18 +8,19 @@
 local base = KEYS[1]
 local bid, ref, outcome, total = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local bkey = base .. K.batch .. bid
+local ekey = base .. K.batch_ended .. bid .. K.batch_ended_tail   -- refs of its ended jobs
 if redis.call('EXISTS', bkey) == 0 then return {'missing'} end
 local reply = 'counted'
 if total ~= '' then redis.call('HSET', bkey, 'total', total, 'sealed', '1') end
 if ref ~= '' then
-  if redis.call('SADD', bkey .. ':ended', ref) == 0 then
+  if redis.call('SADD', ekey, ref) == 0 then
     reply = 'already'
-  elseif outcome ~= 'finished' then
+  elseif outcome ~= S.finished then
     redis.call('HINCRBY', bkey, 'failed', 1)
   end
 end
 if hget(bkey, 'sealed') ~= '1' then return {reply} end
-if redis.call('SCARD', bkey .. ':ended') < tonumber(hget(bkey, 'total') or '0') then
+if redis.call('SCARD', ekey) < tonumber(hget(bkey, 'total') or '0') then
   return {reply}
 end
 if redis.call('HSETNX', bkey, 'fired', '1') == 0 then return {reply} end

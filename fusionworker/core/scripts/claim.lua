@@ -115,7 +115,7 @@ local function park(jid, slot)
   redis.call('ZREM', base .. K.pending, jid)
   redis.call('ZADD', base .. K.scheduled, at, jid)
   first = nil
-  redis.call('HSET', base .. K.job .. jid, F.status, 'scheduled', F.scheduled_for, at)
+  redis.call('HSET', base .. K.job .. jid, F.status, S.scheduled, F.scheduled_for, at)
   redis.call('ZADD', base .. K.group_rate_parked, at, jid)
   redis.call('HINCRBYFLOAT', base .. K.group_rate_held, 'held_seconds', fmt_time(slot - t))
   redis.call('HINCRBY', base .. K.group_rate_held, 'held_jobs', 1)
@@ -138,7 +138,7 @@ local function dead_letter(jid, jkey, rec, restore)
   end
   -- garbage in the queue: an id without a record. Dead-letter it, say why.
   redis.call('HSET', jkey, F.id, jid, F.error_type, 'MalformedJob',
-    F.error_message, 'queue entry has no job record', F.failure_reason, 'malformed')
+    F.error_message, 'queue entry has no job record', F.failure_reason, R.malformed)
   to_failed(base, jid, t, tonumber(ARGV[4]))
   return {'missing', jid}
 end
@@ -146,7 +146,7 @@ end
 -- The job's record says it started: one HSET; the answer is the record as HGETALL
 -- would read it after that write (one read, not two).
 local function mark_started(jid, jkey, rec, token, stamp)
-  local set = {[F.attempts] = 1, [F.status] = 'started', [F.started_at] = stamp,
+  local set = {[F.attempts] = 1, [F.status] = S.started, [F.started_at] = stamp,
                [F.worker_name] = ARGV[1], [F.token] = token}
   for i = 1, #rec - 1, 2 do
     if rec[i] == F.attempts then set[F.attempts] = (tonumber(rec[i + 1]) or 0) + 1 end
@@ -166,7 +166,7 @@ local function mark_started(jid, jkey, rec, token, stamp)
       rec[#rec + 1] = set[k]
     end
   end
-  redis.call('HSET', jkey, F.attempts, attempts, F.status, 'started',
+  redis.call('HSET', jkey, F.attempts, attempts, F.status, S.started,
     F.started_at, stamp, F.worker_name, ARGV[1], F.token, token)
   return {'job', stamp, rec, jid}
 end
@@ -196,13 +196,13 @@ local function drop_expired(jid, jkey, rec, restore)
     return {'refused', bad}
   end
   redis.call('ZREM', base .. K.pending, jid)
-  redis.call('HSET', jkey, F.status, 'canceled', F.failure_reason, 'expired',
+  redis.call('HSET', jkey, F.status, S.canceled, F.failure_reason, R.expired,
     F.ended_at, fmt_time(t), F.error_message, 'not started within its ttl')
   redis.call('ZADD', base .. K.canceled, fmt_time(t), jid)
   drop_unique(base, jid)
   release_group(base, jid)
-  notify_dependents(base, jid, 'canceled')
-  redis.call('PUBLISH', base .. K.done .. jid, 'canceled')   -- Job.wait
+  notify_dependents(base, jid, S.canceled)
+  redis.call('PUBLISH', base .. K.done .. jid, S.canceled)   -- Job.wait
   if keep > 0 then redis.call('EXPIRE', jkey, keep) end
   expired_n = expired_n + 1
   if expired_n >= 100 then return {'empty', fmt_time(t), fmt_time(t)} end

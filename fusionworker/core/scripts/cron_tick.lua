@@ -38,7 +38,7 @@ if hget(ekey, 'allow_overlap') ~= '1' then
   local last = hget(ekey, 'last_job')
   if last then
     local st = hget(base .. K.job .. last, F.status)
-    if st == 'queued' or st == 'scheduled' or st == 'started' or st == 'held' then
+    if st == S.queued or st == S.scheduled or st == S.started or st == S.held then
       redis.call('HSET', ekey, 'last_status', 'skipped')
       redis.call('HINCRBY', ekey, 'skips', 1)
       return {'skipped', last}

@@ -9,19 +9,19 @@ local base = KEYS[1]
 local jid, ref, outcome, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]) or 0
 local jkey = base .. K.job .. jid
 local st = hget(jkey, F.status)
-if st ~= 'deferred' then return {'ignored', st or 'missing'} end
+if st ~= S.deferred then return {'ignored', st or 'missing'} end
 local deps = base .. K.deps .. jid
 if redis.call('SREM', deps, ref) == 0 then return {'already'} end
 local t = now()
-if outcome ~= 'finished' and hget(jkey, F.allow_dependency_failure) ~= '1' then
+if outcome ~= S.finished and hget(jkey, F.allow_dependency_failure) ~= '1' then
   redis.call('DEL', deps)
   redis.call('ZREM', base .. K.deferred, jid)
-  redis.call('HSET', jkey, F.status, 'canceled', F.ended_at, fmt_time(t),
-    F.failure_reason, 'dependency', F.error_type, 'DependencyFailed',
+  redis.call('HSET', jkey, F.status, S.canceled, F.ended_at, fmt_time(t),
+    F.failure_reason, R.dependency, F.error_type, 'DependencyFailed',
     F.error_message, 'dependency ' .. ref .. ' ' .. outcome)
-  redis.call('PUBLISH', base .. K.done .. jid, 'canceled')   -- Job.wait
+  redis.call('PUBLISH', base .. K.done .. jid, S.canceled)   -- Job.wait
   drop_unique(base, jid)
-  notify_dependents(base, jid, 'canceled')
+  notify_dependents(base, jid, S.canceled)
   redis.call('ZADD', base .. K.canceled, fmt_time(t), jid)
   if ttl > 0 then redis.call('EXPIRE', jkey, ttl) end
   return {'canceled'}

@@ -8,7 +8,7 @@ local base = KEYS[1]
 local jkey = base .. K.job .. ARGV[1]
 local st = hget(jkey, F.status)
 if not st then return {'missing'} end
-if st == 'finished' or st == 'failed' or st == 'canceled' then return {st} end
+if st == S.finished or st == S.failed or st == S.canceled then return {st} end
 redis.call('SADD', base .. K.dependents .. ARGV[1], ARGV[2])
 redis.call('HSET', jkey, F.has_dependents, '1')
 return {'registered', st}

@@ -61,12 +61,12 @@ if jtype == 'none' and not group and not front then
     added = redis.pcall('SADD', KEYS[2], string.match(base, '{(.*)}:$'))
     if type(added) == 'table' then return undo(added.err) end
   end
-  local placed = redis.pcall('ZADD', base .. (at and 'scheduled' or 'pending'),
+  local placed = redis.pcall('ZADD', base .. (at and K.scheduled or K.pending),
     at and fmt_time(at) or fmt_int(prio * SEQ_LIMIT - seq), jid)
   if type(placed) == 'table' then return undo(placed.err, added) end
   local rec = {unpack(ARGV, 7)}   -- the caller's fields, then ours (the later one wins)
   for _, v in ipairs({F.id, jid, F.seq, seq, F.priority, prio, F.attempts, 0,
-                      F.enqueued_at, fmt_time(t), F.status, at and 'scheduled' or 'queued'}) do
+                      F.enqueued_at, fmt_time(t), F.status, at and S.scheduled or S.queued}) do
     rec[#rec + 1] = v
   end
   if at then
@@ -77,8 +77,8 @@ if jtype == 'none' and not group and not front then
   if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   -- a scheduled job wakes too: an idle worker learns when it is due (claim.py, quiet)
   redis.call('PUBLISH', base .. K.wake, jid)
-  if at then return {'scheduled', jid, 'scheduled', fmt_int(seq), fmt_time(t), fmt_time(at)} end
-  return {'queued', jid, 'queued', fmt_int(seq), fmt_time(t)}
+  if at then return {'scheduled', jid, S.scheduled, fmt_int(seq), fmt_time(t), fmt_time(at)} end
+  return {'queued', jid, S.queued, fmt_int(seq), fmt_time(t)}
 end
 
 local bad = check_types(base)
@@ -101,10 +101,10 @@ if KEYS[2] then redis.call('SADD', KEYS[2], string.match(base, '{(.*)}:$')) end
 if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
 
 if at then
-  redis.call('HSET', jkey, F.status, 'scheduled', F.scheduled_for, fmt_time(at))
+  redis.call('HSET', jkey, F.status, S.scheduled, F.scheduled_for, fmt_time(at))
   redis.call('ZADD', base .. K.scheduled, fmt_time(at), jid)
   redis.call('PUBLISH', base .. K.wake, jid)   -- an idle worker learns when it is due
-  return {'scheduled', jid, 'scheduled', seq, fmt_time(t), fmt_time(at)}
+  return {'scheduled', jid, S.scheduled, seq, fmt_time(t), fmt_time(at)}
 end
 make_ready(base, jid)
-return {'queued', jid, 'queued', seq, fmt_time(t)}
+return {'queued', jid, S.queued, seq, fmt_time(t)}

@@ -122,23 +122,23 @@ for i = 1, n do
       redis.call('DEL', jkey, base .. K.deps .. jid)
     end
     seq = seq + 1   -- SET once below: nobody else runs between two steps of a script
-    local status, at = 'queued', nil
+    local status, at = S.queued, nil
     if mode == 'deferred' then  -- waits on dependencies (job[8]: their refs), see workflows.py
-      status = 'deferred'
+      status = S.deferred
     elseif mode ~= 'now' then
       at = when
       if mode == 'in' then at = t + when end
-      if at > t then status = 'scheduled' else at = nil end
+      if at > t then status = S.scheduled else at = nil end
     end
     redis.call('HSET', jkey, F.id, jid, F.seq, fmt_int(seq), F.priority, fmt_int(prio),
       F.attempts, 0, F.enqueued_at, stamp, F.status, status, unpack(fields))
     if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
     local sched = ''
-    if status == 'deferred' then
+    if status == S.deferred then
       local d = adds[K.deferred]
       d[#d + 1] = stamp; d[#d + 1] = jid
       redis.call('SADD', base .. K.deps .. jid, unpack(job[8]))
-    elseif status == 'scheduled' then
+    elseif status == S.scheduled then
       sched = fmt_time(at)
       redis.call('HSET', jkey, F.scheduled_for, sched)
       local s = adds[K.scheduled]

@@ -18,8 +18,8 @@ local base = KEYS[1]
 local jid, token, outcome = ARGV[1], ARGV[2], ARGV[3]
 -- stopped (stop.lua, the horse killed): a failure whose status is 'stopped', no retry,
 -- its on_stopped callback instead of on_failure
-local stopped = outcome == 'stopped'
-if stopped then outcome = 'failed' end
+local stopped = outcome == S.stopped
+if stopped then outcome = S.failed end
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. K.job .. jid
@@ -36,11 +36,11 @@ end
 local rec = hmget(jkey, F.token, F.unique_key, F.group, F.batch, F.result_ttl, F.on_success,
   F.on_failure, F.has_dependents, F.waited, F.status, unpack(ERROR_FIELDS))   -- 11 to 14
 -- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
-if not rec or token == '' or rec[1] ~= token or rec[10] ~= 'started' then return {'stale'} end
+if not rec or token == '' or rec[1] ~= token or rec[10] ~= S.started then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
 local keep = tonumber(rec[5]) or result_ttl   -- the job's own result_ttl wins
 -- notify_dependents (_lib.lua) writes the outbox: waiting jobs, a batch, a callback
-local cb = (outcome == 'finished' and rec[6]) or (outcome == 'failed' and rec[7])
+local cb = (outcome == S.finished and rec[6]) or (outcome == S.failed and rec[7])
 if stopped then cb = hget(jkey, F.on_stopped) end
 local notify = (batch and batch ~= '') or (cb and cb ~= '')
 -- the waiting jobs: dep_register.lua adds one to `dependents:<id>` and flags the record
@@ -48,7 +48,7 @@ local notify = (batch and batch ~= '') or (cb and cb ~= '')
 -- a record without the flag has none to read
 local dependents = rec[8] == '1' and redis.call('SMEMBERS', base .. K.dependents .. jid) or {}
 local bad
-local checked = outcome == 'failed' or (group and group ~= '')
+local checked = outcome == S.failed or (group and group ~= '')
 if checked then
   bad = check_types(base)            -- the paths of to_failed and release_group
 end
@@ -82,7 +82,7 @@ else
   redis.call('ZREM', base .. K.started, jid)
 end
 
-if outcome == 'finished' then
+if outcome == S.finished then
   if ukey and ukey ~= '' then
     local k = base .. K.unique .. ukey
     if redis.pcall('GET', k) == jid then
@@ -91,7 +91,7 @@ if outcome == 'finished' then
   end
   if group and group ~= '' then release_group(base, jid) end
   if #dependents > 0 or notify then
-    notify_dependents(base, jid, 'finished')
+    notify_dependents(base, jid, S.finished)
   end
   if keep == 0 then
     redis.call('DEL', jkey)
@@ -99,7 +99,7 @@ if outcome == 'finished' then
     -- the token is blanked in the same HSET (readers: Job.token None; every fence also
     -- wants status 'started'); the error fields of an earlier attempt, or given here,
     -- go only when there are some (the HMGET read them): the record reads as before
-    redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, 'finished', F.token, '',
+    redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, S.finished, F.token, '',
       unpack(ARGV, 8))
     if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
       redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
@@ -109,17 +109,17 @@ if outcome == 'finished' then
   end
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
-  redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, 'scheduled',
+  redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, S.scheduled,
     F.scheduled_for, fmt_time(t + delay), F.token, '', unpack(ARGV, 8))
   if not registry then redis.call('ZADD', base .. K.scheduled, fmt_time(t + delay), jid) end
   redis.call('PUBLISH', base .. K.wake, jid)   -- idle workers learn when the retry is due
 else
   if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
-  to_failed(base, jid, t, failed_ttl, stopped and 'stopped' or nil)   -- publishes done:<id>
+  to_failed(base, jid, t, failed_ttl, stopped and S.stopped or nil)   -- publishes done:<id>
 end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
-if outcome ~= 'failed' and rec[9] then redis.call('PUBLISH', base .. K.done .. jid, outcome) end
+if outcome ~= S.failed and rec[9] then redis.call('PUBLISH', base .. K.done .. jid, outcome) end
 -- the server time of the outcome: the worker counts it in that minute's outcome counts
 -- (the dashboard's chart), written with its heartbeat by minutes.lua
 return {'ok', outcome, fmt_time(t)}

@@ -15,15 +15,15 @@ local jid = ARGV[1]
 local jkey = base .. K.job .. jid
 local st = hget(jkey, F.status)
 if not st then return {'missing'} end
-if st == 'held' then return {'held', st} end       -- already held: nothing to do
-local from = (st == 'queued' and K.pending) or (st == 'scheduled' and K.scheduled) or nil
+if st == S.held then return {'held', st} end       -- already held: nothing to do
+local from = (st == S.queued and K.pending) or (st == S.scheduled and K.scheduled) or nil
 local score = from and redis.call('ZSCORE', base .. from, jid)
-if not score then return {'refused', st, st == 'queued' and 'group' or nil} end
+if not score then return {'refused', st, st == S.queued and 'group' or nil} end
 local bad = wrong_type(base .. K.held, 'zset') or wrong_type(jkey, 'hash')
 if bad then return redis.error_reply(bad) end
 local t = now()
 redis.call('ZREM', base .. from, jid)
 redis.call('ZADD', base .. K.held, fmt_time(t), jid)
-redis.call('HSET', jkey, F.status, 'held', F.held_from, st, F.held_score, score,
+redis.call('HSET', jkey, F.status, S.held, F.held_from, st, F.held_score, score,
   F.held_at, fmt_time(t))
 return {'held', st}

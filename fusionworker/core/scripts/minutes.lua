@@ -27,7 +27,7 @@ for i = 2, #ARGV - 2, 3 do
   taken = taken + 1
   if got == n then   -- the field is new
     redis.call('EXPIRE', mkey, 7200)
-    if outcome == 'finished' and result_ttl > 0 then
+    if outcome == S.finished and result_ttl > 0 then
       redis.pcall('ZREMRANGEBYSCORE', base .. K.finished, '-inf',
         '(' .. fmt_time(now() - result_ttl))
     end

@@ -9,7 +9,7 @@
 -- key of another type as missing, so such a key is refused (0) before any write.
 local base = KEYS[1]
 local jkey = base .. K.job .. ARGV[1]
-if hget(jkey, F.token) ~= ARGV[2] or hget(jkey, F.status) ~= 'started' then return 0 end
+if hget(jkey, F.token) ~= ARGV[2] or hget(jkey, F.status) ~= S.started then return 0 end
 if #ARGV > 2 then redis.call('HSET', jkey, unpack(ARGV, 3)) end
 redis.call('HINCRBY', jkey, F.progress_writes, 1)
 return 1

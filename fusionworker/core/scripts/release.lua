@@ -9,19 +9,19 @@ local jid = ARGV[1]
 local jkey = base .. K.job .. jid
 local st = hget(jkey, F.status)
 if not st then return {'missing'} end
-if st ~= 'held' then return {'refused', st} end
-local was = hget(jkey, F.held_from) or 'queued'
+if st ~= S.held then return {'refused', st} end
+local was = hget(jkey, F.held_from) or S.queued
 local score = hget(jkey, F.held_score)
-local into = was == 'scheduled' and K.scheduled or K.pending
+local into = was == S.scheduled and K.scheduled or K.pending
 local bad = wrong_type(base .. into, 'zset')
 if bad then return redis.error_reply(bad) end
 redis.call('ZREM', base .. K.held, jid)
 redis.call('HDEL', jkey, F.held_from, F.held_score, F.held_at)
 if not score then          -- a record written by hand: queued at its priority, in order
   push_pending(base, jid)
-  return {'released', 'queued'}
+  return {'released', S.queued}
 end
 redis.call('ZADD', base .. into, score, jid)
-redis.call('HSET', jkey, F.status, was == 'scheduled' and 'scheduled' or 'queued')
+redis.call('HSET', jkey, F.status, was == S.scheduled and S.scheduled or S.queued)
 redis.call('PUBLISH', base .. K.wake, jid)
-return {'released', was == 'scheduled' and 'scheduled' or 'queued'}
+return {'released', was == S.scheduled and S.scheduled or S.queued}

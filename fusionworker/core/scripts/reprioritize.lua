@@ -6,7 +6,7 @@ local jid, prio = ARGV[1], tonumber(ARGV[2])
 local jkey = base .. K.job .. jid
 local st = hget(jkey, F.status)
 if not st then return {'missing'} end
-if st ~= 'queued' and st ~= 'scheduled' then return {'refused', st} end
+if st ~= S.queued and st ~= S.scheduled then return {'refused', st} end
 local old = hget(jkey, F.priority) or '0'
 redis.call('HSET', jkey, F.priority, prio)
 if redis.call('ZSCORE', base .. K.pending, jid) then

@@ -23,14 +23,14 @@ local jkey = base .. K.job .. jid
 local bad = check_types(base, jkey)
 if bad then return redis.error_reply(bad) end
 local st = hget(jkey, F.status)
-if mode == 'reap' and st ~= 'started' then
+if mode == 'reap' and st ~= S.started then
   redis.call('ZREM', base .. K.started, jid)  -- a stale entry: no attempt of it can run
 end
 if not st then return {'skipped', 'no such job'} end
 local t = now()
 
 if mode == 'failed' then
-  if st ~= 'failed' then return {'skipped', 'job is ' .. st .. ', not failed'} end
+  if st ~= S.failed then return {'skipped', 'job is ' .. st .. ', not failed'} end
   redis.call('ZREM', base .. K.failed, jid)
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, F.attempts, 0)
@@ -43,7 +43,7 @@ if mode == 'failed' then
   return {'requeued'}
 end
 
-if st ~= 'started' then return {'skipped', 'job is ' .. st} end
+if st ~= S.started then return {'skipped', 'job is ' .. st} end
 if token ~= '' and hget(jkey, F.token) ~= token then return {'skipped', 'attempt changed'} end
 local deadline = redis.call('ZSCORE', base .. K.started, jid)
 if mode == 'reap' and deadline and tonumber(deadline) > t then
@@ -58,15 +58,15 @@ if mode == 'return' then
   return {'requeued'}
 end
 if hget(jkey, F.stop_requested) then   -- its worker died before the stop: never again
-  redis.call('HSET', jkey, F.error_type, 'JobStopped', F.failure_reason, 'stopped',
+  redis.call('HSET', jkey, F.error_type, 'JobStopped', F.failure_reason, R.stopped,
     F.error_message, 'stopped on request; worker ' .. (hget(jkey, F.worker_name) or '?') ..
     ' died before it killed the job')
-  to_failed(base, jid, t, failed_ttl, 'stopped')
-  return {'abandoned', 'stopped'}
+  to_failed(base, jid, t, failed_ttl, S.stopped)
+  return {'abandoned', S.stopped}
 end
 local worker_deaths = tonumber(hget(jkey, F.worker_deaths) or '0') or 0
 if token ~= '' and hget(jkey, F.alone) == token then   -- it ran alone: its worker's death is its
-  redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, 'killed',
+  redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, R.killed,
     F.error_message, 'the worker this job ran in alone died (worker ' ..
     (hget(jkey, F.worker_name) or '?') .. '); its worker had died under it ' .. worker_deaths ..
     ' time(s) before, beside other jobs: taken for the culprit, not run again')
@@ -79,7 +79,7 @@ local max_retries = tonumber(hget(jkey, F.max_retries) or '0') or 0
 local deaths = (tonumber(hget(jkey, F.shared_deaths) or '0') or 0) + 1
 redis.call('HSET', jkey, F.shared_deaths, deaths, F.worker_deaths, worker_deaths + 1)
 if deaths >= math.max(SHARED_MAX, max_retries + 1) then
-  redis.call('HSET', jkey, F.error_type, 'Abandoned', F.failure_reason, 'abandoned',
+  redis.call('HSET', jkey, F.error_type, 'Abandoned', F.failure_reason, R.abandoned,
     F.error_message, 'worker ' .. (hget(jkey, F.worker_name) or '?') ..
     ' died (or stopped answering) while running the job; its worker was lost under it ' ..
     deaths .. ' times: not run again')

@@ -12,8 +12,8 @@ local jid = ARGV[1]
 local jkey = base .. K.job .. jid
 local st = hget(jkey, F.status)
 if not st then return {'missing'} end
-if st == 'queued' or st == 'scheduled' or st == 'deferred' then return {'not_started', st} end
-if st ~= 'started' then return {'ended', st} end
+if st == S.queued or st == S.scheduled or st == S.deferred then return {'not_started', st} end
+if st ~= S.started then return {'ended', st} end
 redis.call('HSET', jkey, F.stop_requested, fmt_time(now()))
 local worker = hget(jkey, F.worker_name) or ''
 redis.call('PUBLISH', base .. K.stop, jid)

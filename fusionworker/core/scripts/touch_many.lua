@@ -11,7 +11,7 @@ for i = 2, #ARGV - 1, 2 do
   local jid, token = ARGV[i], ARGV[i + 1]
   local jkey = base .. K.job .. jid
   local rec = hmget(jkey, F.stop_requested, F.token, F.status)   -- one read (nil: not a hash)
-  if not rec or rec[2] ~= token or rec[3] ~= 'started' then
+  if not rec or rec[2] ~= token or rec[3] ~= S.started then
     out[#out + 1] = 0
   else
     redis.call('ZADD', base .. K.started, 'XX', until_, jid)

@@ -18,7 +18,7 @@ if ty ~= 'hash' then
 end
 local marked = 1
 local st = hget(jkey, F.status)
-if st ~= 'finished' and st ~= 'failed' and st ~= 'canceled' then
+if st ~= S.finished and st ~= S.failed and st ~= S.canceled then
   local ok = redis.pcall('HSET', jkey, F.waited, '1')
   if type(ok) == 'table' and ok.err then marked = 0 end
 end
