@@ -2,7 +2,7 @@
 """CPU per job, split by process, for this tree and (optionally) others, alternating.
 
     python bench/cpu_per_job.py [--jobs 1000] [--runs 5] [--concurrency 1] [--horse-jobs 1]
-                                [--func bench.jobs:noop] [--sleep S]
+                                [--func bench.jobs:noop] [--sleep S] [--async-per-horse K]
                                 [--tree /path/to/other/checkout ...] [--dramatiq]
                                 [--json out.json]
 
@@ -32,6 +32,10 @@ printed. ``/proc`` figures are in clock ticks (10 ms): over 1,000 jobs that is
 ``--sleep S`` runs ``bench.io_jobs:io_sleep`` (``time.sleep(S)``) instead of the
 no-op, e.g. ``--concurrency 100 --sleep 0.1`` for the I/O-bound case of
 ``bench/io_bound.py``, measured the same way.
+
+``--async-per-horse K`` runs ``bench.io_jobs:io_sleep_aio`` (``await asyncio.sleep(S)``,
+an ``async def`` job) on warm horses running up to K of them at once (K = 1: the same
+``async def`` job, one per horse; needs ``--horse-jobs`` > 1).
 
 ``--dramatiq`` adds Dramatiq's worker to the alternation (``dramatiq`` CLI, 1 process
 x ``--concurrency`` threads, its Redis broker under a namespace of its own), running
@@ -113,11 +117,16 @@ def child(args: argparse.Namespace) -> None:
         overrides["concurrency"] = args.concurrency
     if args.horse_jobs > 1:     # warm horses (a tree without them refuses the setting)
         overrides["horse_jobs"] = args.horse_jobs
+    if args.async_per_horse > 1:    # async horses (the same)
+        overrides["async_per_horse"] = args.async_per_horse
     settings = load_settings(environ={}, **overrides)
     r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
         q = queue_cls("cpu", connection=r, settings=settings)
-        if args.sleep:
+        if args.async_per_horse:
+            for _ in range(args.jobs):
+                q.enqueue("bench.io_jobs:io_sleep_aio", os.devnull, 0.0, args.sleep)
+        elif args.sleep:
             for _ in range(args.jobs):
                 q.enqueue("bench.io_jobs:io_sleep", os.devnull, 0.0, args.sleep)
         else:
@@ -257,7 +266,7 @@ def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
            "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
-           "--horse-jobs", str(args.horse_jobs),
+           "--horse-jobs", str(args.horse_jobs), "--async-per-horse", str(args.async_per_horse),
            "--func", args.func, "--sleep", str(args.sleep)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -281,6 +290,8 @@ def main() -> int:
     parser.add_argument("--func", default="bench.jobs:noop")
     parser.add_argument("--sleep", type=float, default=0.0,
                         help="run bench.io_jobs:io_sleep for S seconds instead of --func")
+    parser.add_argument("--async-per-horse", type=int, default=0,
+                        help="run bench.io_jobs:io_sleep_aio (async def) with K per horse")
     parser.add_argument("--tree", action="append", default=[],
                         help="another checkout to measure alternately (repeatable)")
     parser.add_argument("--dramatiq", action="store_true",

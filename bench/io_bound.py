@@ -3,7 +3,7 @@
 
     python bench/io_bound.py [--jobs 1000] [--seconds 0.1] [--concurrency 100]
                              [--systems fw-c,fw-w,fw-wi,fw-p,rq,celery,dramatiq,arq]
-                             [--horse-jobs 100] [--json out.json]
+                             [--horse-jobs 100] [--async-per-horse 100] [--json out.json]
 
 Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
 ``await asyncio.sleep(0.1)``), one after the other on the same Redis database
@@ -15,6 +15,9 @@ holds keys of its own it did not write, unless --force-flush):
 * ``fw-wi``: ``fw-w`` with the job's module also named with ``--import`` (the two
   should run at the same speed: the fork server loads an allowed module at its first
   job whether or not it was named; the table prints ``fw-w`` against ``fw-wi``);
+* ``fw-a``: the job as ``async def`` (``asyncio.sleep``) on warm horses that run
+  ``--async-per-horse K`` of them at once (default 100: ``--concurrency 100`` is one
+  horse); ``fw-a1``: the same ``async def`` job at K = 1 (one job per horse);
 * ``fw-p``: fusionworker ``--processes 100`` (today's way; ``--fw-processes P
   --fw-concurrency N`` to change it, e.g. 20 x 5);
 * ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
@@ -74,7 +77,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run import percentile  # noqa: E402
 
-SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-p", "rq", "celery", "dramatiq", "arq")
+SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-a", "fw-a1", "fw-p", "rq", "celery", "dramatiq", "arq")
 
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
@@ -144,6 +147,11 @@ class Run:
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
                      str(a.concurrency), "--horse-jobs", str(a.horse_jobs),
                      "--import", "bench.io_jobs"], {}, 2)
+        if system in ("fw-a", "fw-a1"):
+            k = a.async_per_horse if system == "fw-a" else 1
+            return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
+                     str(a.concurrency), "--horse-jobs", str(a.horse_jobs),
+                     "--async-per-horse", str(k)], {}, 2)
         if system == "fw-p":
             n = a.fw_processes
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--processes",
@@ -172,8 +180,9 @@ class Run:
 
             q = Queue("ioq", self.r, settings=load_settings(
                 environ={}, redis_url=self.url, prefix=self.prefix, allowed_modules=("bench",)))
+            func = "io_sleep_aio" if system in ("fw-a", "fw-a1") else "io_sleep"
             for _ in range(n):
-                q.enqueue_call("bench.io_jobs:io_sleep", args=[path, time.time(), seconds])
+                q.enqueue_call(f"bench.io_jobs:{func}", args=[path, time.time(), seconds])
         elif system == "rq":
             from rq import Queue as RQQueue
 
@@ -307,6 +316,8 @@ def waves(rows: list[tuple[float, ...]], concurrency: int, seconds: float) -> di
 LABEL = {"fw-c": "fusionworker --concurrency {c}",
          "fw-w": "fusionworker --concurrency {c} --horse-jobs {h}",
          "fw-wi": "fusionworker --concurrency {c} --horse-jobs {h} --import",
+         "fw-a": "fusionworker async -c {c} --horse-jobs {h} --async-per-horse {k}",
+         "fw-a1": "fusionworker async -c {c} --horse-jobs {h} (K=1)",
          "fw-p": "fusionworker --processes {p} x{pc}",
          "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
          "dramatiq": "Dramatiq 1 proc x {c} threads", "arq": "arq max_jobs={c}"}
@@ -319,7 +330,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     rows = []
     for res in results:
         label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
-                                            h=args.horse_jobs,
+                                            h=args.horse_jobs, k=args.async_per_horse,
                                             pc=args.fw_concurrency, rq=args.rq_workers)
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
                      f"{res['from_enqueue_jobs_per_s']:.0f}", f"{res['first_wave_ms']:.0f}",
@@ -337,7 +348,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                    f"{' '.join(f'{x:.0f}' for x in plain)} vs "
                    f"{' '.join(f'{x:.0f}' for x in named)}: median "
                    f"x{statistics.median(plain) / statistics.median(named):.2f}")
-    for mine in ("fw-c", "fw-w"):
+    for mine in ("fw-c", "fw-w", "fw-a", "fw-a1"):
         if mine not in by:
             continue
         fw = by[mine]
@@ -376,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fw-concurrency", type=int, default=1)
     p.add_argument("--horse-jobs", type=int, default=100,
                    help="fw-w: jobs one warm horse runs (worker --horse-jobs)")
+    p.add_argument("--async-per-horse", type=int, default=100,
+                   help="fw-a: async def jobs one warm horse runs at once")
     p.add_argument("--rq-workers", type=int, default=100)
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--redis-url", default=os.environ.get("BENCH_IO_REDIS_URL",

@@ -27,6 +27,15 @@ def io_sleep(path: str, enqueued: float, seconds: float = 0.1) -> None:
     _append(path, enqueued, started)
 
 
+async def io_sleep_aio(path: str, enqueued: float, seconds: float = 0.1) -> None:
+    """The same as an ``async def`` job of fusionworker (``fw-a``: async horses)."""
+    import asyncio
+
+    started = time.time()
+    await asyncio.sleep(seconds)
+    _append(path, enqueued, started)
+
+
 async def io_sleep_async(ctx: dict, path: str, enqueued: float, seconds: float = 0.1) -> None:
     """The same for arq: an asyncio worker waits with ``await`` (a blocking sleep would
     stall its event loop, which is not how anyone runs arq)."""

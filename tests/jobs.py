@@ -228,6 +228,26 @@ def record_exclusive(url, key, value, seconds, marker_dir):
         os.close(fd)
 
 
+async def record_exclusive_async(url, key, value, seconds, marker_dir):
+    """:func:`record_exclusive` as an ``async def`` job (it awaits its sleep: async horses
+    run it beside others; an flock is per open file, so two runs in one process clash
+    too)."""
+    import fcntl
+
+    fd = os.open(os.path.join(marker_dir, value), os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _redis(url).rpush(key + ":overlap", f"overlap:{value}")
+        if seconds:
+            await asyncio.sleep(seconds)
+        _redis(url).rpush(key, value)
+        return value
+    finally:
+        os.close(fd)
+
+
 def batch_callback(batch_id):
     """A batch callback: appends the batch id to ``<prefix>:callbacks`` (the worker's env)."""
     r = _redis(os.environ["REDIS_URL"])

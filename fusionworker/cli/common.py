@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
 
+#: how to install the web extra (fusionworker is not on PyPI yet: from a checkout)
+WEB_EXTRA = "pip install 'fusionworker[web]'; from a checkout: pip install -e '.[web]'"
+
 class FiniteFloat(click.FloatRange):
     """``click.FloatRange`` without NaN and infinity (``nan`` compares false to every
     bound: ``--restart-window nan`` passed ``FloatRange(min=1)``)."""

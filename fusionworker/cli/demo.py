@@ -12,7 +12,7 @@ import click
 
 from ..core.job import LIVE_STATUSES, Job, JobStatus
 from ..core.queue import Queue
-from .common import App, pass_app
+from .common import WEB_EXTRA, App, pass_app
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -33,7 +33,8 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
          web_port: int) -> None:
     """Start WORKERS worker processes, enqueue sample jobs, show progress, end with info.
 
-    Uses the Redis at REDIS_URL, or starts an embedded one when none answers, under its
+    Uses the Redis at REDIS_URL; with REDIS_URL unset and none answering at the default
+    URL, starts an embedded one (an explicit URL that does not answer is an error). Under its
     own key prefix (PREFIX:demo, emptied first: earlier runs do not mix in; look at it
     later with `--prefix PREFIX:demo info`). Includes a job that fails, one that times
     out and one that retries.
@@ -130,8 +131,8 @@ def _start_web(app: App, connection: RedisClient, port: int) -> Any:
     try:
         from ..web.app import create_app, serve_in_thread
     except ImportError as exc:
-        raise click.ClickException("demo --web needs the web extra "
-                                   f"(pip install 'fusionworker[web]'): {exc}") from None
+        raise click.ClickException(f"demo --web needs the web extra ({WEB_EXTRA}): "
+                                   f"{exc}") from None
     from ..web.auth import ephemeral_token
 
     settings = app.settings

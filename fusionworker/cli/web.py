@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from .common import App, checked_address, pass_app
+from .common import WEB_EXTRA, App, checked_address, pass_app
 
 
 def is_loopback(host: str) -> bool:
@@ -43,8 +43,14 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
     It speaks plain HTTP: beyond loopback, put it behind a TLS proxy named in
     FUSIONWORKER_WEB_TRUSTED_PROXIES (docs/operations.md, "Security").
     """
-    from ..web.auth import hash_password as make_hash
+    try:   # the web package imports Starlette: all of it needs the extra
+        import uvicorn
 
+        from ..web import create_app
+        from ..web.auth import hash_password as make_hash
+    except ImportError as exc:
+        raise click.ClickException(f"the dashboard needs the web extra ({WEB_EXTRA}): "
+                                   f"{exc}") from None
     if hash_password:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True,
                                 err=True)
@@ -52,13 +58,6 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
             raise click.ClickException("empty password")
         click.echo(make_hash(password))
         return
-    try:
-        import uvicorn
-
-        from ..web import create_app
-    except ImportError as exc:
-        raise click.ClickException(f"the dashboard needs the web extra "
-                                   f"(pip install 'fusionworker[web]'): {exc}") from None
     settings = app.settings
     configured = bool(settings.web_token or (settings.web_user and settings.web_password_hash))
     if not configured and not is_loopback(bind):

@@ -12,6 +12,7 @@ import redis
 from ..core.config import (
     ConfigError,
     Settings,
+    async_problem,
     check_value,
     load_settings,
     parse_gpus,
@@ -113,6 +114,14 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
                    "jobs, after a failure, timeout or kill, past --max-horse-memory (checked "
                    "after each job, like max_memory_per_child) and on SIGHUP; "
                    "@job(horse_jobs=M) lowers N for a function (M=1: always fresh).")
+@click.option("--async-per-horse", type=click.IntRange(min=1, max=10000), default=None,
+              metavar="K",
+              help="async def jobs one warm horse runs at once on its event loop "
+                   "(FUSIONWORKER_ASYNC_PER_HORSE, default 1), as arq's max_jobs or Celery's "
+                   "gevent pool: --concurrency C async jobs need C/K horses. Needs "
+                   "--horse-jobs > 1 (refused otherwise); sync jobs keep a horse each. The "
+                   "jobs of one horse share its process: a job that blocks the loop past its "
+                   "timeout gets the horse killed, its mates go back to their queue uncharged.")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
 @click.option("--restart-window", type=FiniteFloat(min=1), default=60.0, show_default=True,
@@ -123,7 +132,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            restart_window: float, metrics_port: int | None = None,
            imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
            metrics_bind: str | None = None, concurrency: int | None = None,
-           horse_jobs: int | None = None, fair: bool = False,
+           horse_jobs: int | None = None, async_per_horse: int | None = None,
+           fair: bool = False,
            gpus: str | None = None, short_n: str | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
@@ -148,9 +158,9 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                                         metrics_port=metrics_port, metrics_bind=metrics_bind,
                                         imports=(*app.settings.imports, *imports) or None,
-                                        concurrency=concurrency, horse_jobs=horse_jobs)
-    if horse_jobs is not None:   # --processes children get it too
-        os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+                                        concurrency=concurrency, horse_jobs=horse_jobs,
+                                        async_per_horse=async_per_horse)
+    _warm_flags(app.settings, horse_jobs, async_per_horse)
     _gpus_and_order(app, gpus, fair, strict)
     try:   # default deny: nothing registered or allowed -> one line, before connecting
         worker_allowed(app.settings)
@@ -163,7 +173,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                             processes, max_restarts, restart_window, concurrency, strict))
     flags = dict(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                  metrics_port=metrics_port, metrics_bind=metrics_bind, concurrency=concurrency,
-                 horse_jobs=horse_jobs, queue_order="fair" if fair else None,
+                 horse_jobs=horse_jobs, async_per_horse=async_per_horse,
+                 queue_order="fair" if fair else None,
                  gpus=parse_gpus(gpus) if gpus is not None else None)
 
     def reload_settings() -> Settings:
@@ -186,6 +197,19 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     sys.exit(code)
 
 
+def _warm_flags(settings: Settings, horse_jobs: int | None,
+                async_per_horse: int | None) -> None:
+    """--horse-jobs and --async-per-horse into the environment (for --processes children);
+    K > 1 without warm horses is refused in one line (an async horse is a warm horse)."""
+    problem = async_problem(settings)
+    if problem:          # before anything is exported: a refused start changes nothing
+        raise click.UsageError(problem)
+    if horse_jobs is not None:
+        os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+    if async_per_horse is not None:
+        os.environ["FUSIONWORKER_ASYNC_PER_HORSE"] = str(async_per_horse)
+
+
 def _name(name: str | None, short_n: str | None) -> str | None:
     """``--name``, or RQ's ``-n NAME`` (the same; both, differing: one line)."""
     if short_n is None:
@@ -205,7 +229,7 @@ def _connect(app: App, burst: bool) -> RedisClient:
     except RedisUnavailable as exc:
         if burst or exc.refused:
             raise
-        click.echo(f"warning: {exc}; the worker waits for it", err=True)
+        click.echo(f"warning: {str(exc).rstrip('.')}; the worker waits for it", err=True)
         return connect(app.url)
 
 

@@ -38,6 +38,15 @@ DEFAULT_RETRYABLE = (
 )
 
 
+def async_problem(settings: Settings) -> str:
+    """Why the settings' async horses cannot be (empty: they can, or are not asked for)."""
+    if settings.async_per_horse > 1 and settings.horse_jobs <= 1:
+        return (f"--async-per-horse {settings.async_per_horse} (FUSIONWORKER_ASYNC_PER_HORSE) "
+                "needs --horse-jobs N > 1 (FUSIONWORKER_HORSE_JOBS): an async horse is a warm "
+                "horse that runs several jobs")
+    return ""
+
+
 class ConfigError(ValueError):
     """A setting has a value that cannot be used."""
 
@@ -207,6 +216,11 @@ SETTINGS: tuple[Setting, ...] = (
             "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
             "@job(horse_jobs=M) lowers it for a function.",
             "--horse-jobs", min=1, max=1000000),
+    Setting("async_per_horse", "FUSIONWORKER_ASYNC_PER_HORSE", 1, int,
+            "async def jobs one warm horse runs at once on its event loop (1 = one job at a "
+            "time). Needs --horse-jobs > 1; sync jobs keep one horse each; the jobs of one "
+            "horse share its process (a job that blocks the loop stalls its mates).",
+            "--async-per-horse", min=1, max=10000),
     Setting("queue_order", "FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
             "How a worker given -q picks the queue of its next job: round-robin (weighted by "
             "turns) or fair (the queue that used the least worker time lately, weighted: "
@@ -382,6 +396,7 @@ class Settings:
     kill_job_children: bool = _default("kill_job_children")
     concurrency: int = _default("concurrency")
     horse_jobs: int = _default("horse_jobs")
+    async_per_horse: int = _default("async_per_horse")
     queue_order: str = _default("queue_order")
     fair_window: float = _default("fair_window")
     gpus: tuple[str, ...] = _default("gpus")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidOperation, NoSuchJob
+from . import job_reads
+from .config import settings_from_env
 from .job import Job, JobStatus, check_priority
 from .keys import Keys, QueueKeys, check_queue_name
 from .queue_read import _group_rate_doc, _rate_doc
@@ -140,12 +142,16 @@ class QueueAdmin:
             if not ids:
                 return done
             moved = 0
-            for job_id in ids:
+            # the events name each job's function, as a single requeue's do
+            funcs = job_reads.job_fields(self.connection, self.settings.prefix,
+                                         [(self.name, text(i)) for i in ids], ("func",))
+            for job_id, known in zip(ids, funcs, strict=True):
                 verdict = replies.requeue(self.scripts.requeue(
                     keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
                 if verdict.outcome == "requeued":
                     moved += 1
-                    self._emit("requeued", {"id": job_id, "queue": self.name}, reason="manual")
+                    self._emit("requeued", {"id": text(job_id), "queue": self.name,
+                                            "func": known["func"]}, reason="manual")
                 else:  # a registry entry whose record expired: drop it
                     self.connection.zrem(self.qkeys.failed, text(job_id))
                 if progress:
@@ -277,8 +283,11 @@ class QueueAdmin:
         return removed
 
 
-def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
-    """Remove queue ``name``: its registration and every key under ``fw:{name}:``.
+def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) -> int:
+    """Remove queue ``name``: its registration and every key under ``PREFIX:{name}:``.
+
+    ``prefix``: the deployment's key prefix; by default the settings' (``FUSIONWORKER_PREFIX``,
+    else ``fw``), as a ``Queue()`` made without settings uses.
 
     Sequence: pause the queue (no worker claims from it any more), refuse with
     :class:`InvalidOperation` while a job of it runs (``started``; the pause is
@@ -289,6 +298,8 @@ def forget_queue(connection: RedisClient, name: str, prefix: str = "fw") -> int:
     the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
     """
     check_queue_name(name)
+    if prefix is None:
+        prefix = settings_from_env().prefix
     keys = Keys(prefix)
     qkeys = keys.queue(name)
     was_paused = connection.set(qkeys.paused, "1", get=True) is not None

@@ -69,6 +69,9 @@ class FailureReason(_Vocabulary):
     LEASE = "lease"
     #: cold shutdown interrupted the job: re-queued, the attempt not counted
     SHUTDOWN = "shutdown"
+    #: its async horse was killed for another job running beside it (``--async-per-horse``):
+    #: re-queued, the attempt not counted
+    NEIGHBOUR = "neighbour"
     STOPPED = "stopped"        #: stopped on request (``job stop``): its horse was killed
 
 

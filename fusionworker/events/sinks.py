@@ -472,7 +472,8 @@ class ElasticsearchSink(EventSink):
         except ImportError as exc:
             raise RuntimeError(
                 "ELASTICSEARCH_URL is set but the elasticsearch client is not installed: "
-                "pip install 'fusionworker[elasticsearch]'"
+                "pip install 'fusionworker[elasticsearch]' (from a checkout: "
+                "pip install -e '.[elasticsearch]')"
             ) from exc
         super().__init__(**kwargs)
         self._api_error = elasticsearch.ApiError

@@ -183,7 +183,8 @@ class NvmlGpuReader:
             try:
                 import pynvml  # optional extra "gpu" (nvidia-ml-py)
             except ImportError:
-                self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]')", absent=True)
+                self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]'; from "
+                               "a checkout: pip install -e '.[gpu]')", absent=True)
                 return False
             self._nvml = pynvml
         nvml = self._nvml

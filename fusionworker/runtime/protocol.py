@@ -9,12 +9,14 @@ Two channels:
   the server needs itself: the module to preload, the deadline entry to
   watch) and the job's own JSON, which the server hands to a waiting horse
   unparsed. The server answers, per request and in order, a
-  :class:`StartNotice` (``{"pid"}``); forwards each progress frame of a horse
-  as a :class:`ProgressNotice` (``{"pid", "update"}``); a :class:`MovedNotice`
-  (``{"pid", "to"}``) when a warm horse died before it took its job; and, once a horse
-  reported (or exited without a report), an :class:`ExitNotice`: JSON
-  ``{"pid", "status", "size"}`` followed by a frame of ``size`` bytes, the
-  report as the horse wrote it (not JSON-escaped again).
+  :class:`StartNotice` (``{"pid", "e"}``, ``"a"``: an async horse); forwards each
+  progress frame of a horse as a :class:`ProgressNotice` (``{"pid", "update", "e"}``);
+  a :class:`MovedNotice` (``{"pid", "to", "e"}``) when a warm horse died before it
+  took its job; and, once a job ended (its report, or its horse exited without
+  one), an :class:`ExitNotice`: JSON ``{"pid", "status", "size", "e"}`` followed by
+  a frame of ``size`` bytes, the report as the horse wrote it (not JSON-escaped
+  again). ``"e"`` is the job's deadline board entry, unique among the worker's
+  running jobs: an async horse (``--async-per-horse``) runs several at once.
 * **a horse's report pipe** (horse -> whoever forked it): zero or more
   progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
   progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
@@ -179,9 +181,13 @@ class StartNotice:
     """The answer to a :class:`RunRequest`: the pid of the horse that got the job."""
 
     pid: int
+    entry: int = -1          #: the job's board entry (unique among the running jobs)
+    shared: bool = False     #: an async horse: it runs other jobs at the same time
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid})
+        if self.shared:
+            return json_frame({"pid": self.pid, "e": self.entry, "a": 1})
+        return json_frame({"pid": self.pid, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +198,10 @@ class MovedNotice:
 
     pid: int
     to: int
+    entry: int = -1
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid, "to": self.to})
+        return json_frame({"pid": self.pid, "to": self.to, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +210,10 @@ class ProgressNotice:
 
     pid: int
     update: str
+    entry: int = -1
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid, "update": self.update})
+        return json_frame({"pid": self.pid, "update": self.update, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,13 +224,28 @@ class ExitNotice:
     pid: int
     status: int
     report: bytes
+    entry: int = -1
 
     def encode(self) -> bytes:
-        return (json_frame({"pid": self.pid, "status": self.status, "size": len(self.report)})
+        return (json_frame({"pid": self.pid, "status": self.status, "size": len(self.report),
+                            "e": self.entry})
                 + frame(self.report))
 
 
-Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice
+@dataclass(frozen=True, slots=True)
+class BlockedNotice:
+    """The job on board entry ``entry`` holds the event loop of its async horse ``pid``
+    (horse/asyncloop.py's monitor thread): ``seconds`` so far."""
+
+    pid: int
+    entry: int
+    seconds: float
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
+
+
+Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
 
 
 def take_notices(buf: bytearray) -> list[Notice]:
@@ -236,18 +259,20 @@ def take_notices(buf: bytearray) -> list[Notice]:
         if body is None:
             break
         msg: dict[str, Any] = json.loads(body)
-        pid = int(msg["pid"])
+        pid, entry = int(msg["pid"]), int(msg.get("e", -1))
         if "size" in msg:
             report, end = _frame_at(buf, end)
             if report is None:
                 break
-            out.append(ExitNotice(pid, int(msg["status"]), report))
+            out.append(ExitNotice(pid, int(msg["status"]), report, entry))
         elif "update" in msg:
-            out.append(ProgressNotice(pid, msg["update"]))
+            out.append(ProgressNotice(pid, msg["update"], entry))
         elif "to" in msg:
-            out.append(MovedNotice(pid, int(msg["to"])))
+            out.append(MovedNotice(pid, int(msg["to"]), entry))
+        elif "blocked" in msg:
+            out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
         else:
-            out.append(StartNotice(pid))
+            out.append(StartNotice(pid, entry, bool(msg.get("a"))))
         pos = end
     del buf[:pos]
     return out
@@ -362,7 +387,7 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ENTRY", "FRAME_START", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "ENTRY", "FRAME_START", "BlockedNotice", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",

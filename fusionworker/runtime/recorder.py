@@ -80,7 +80,7 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
                            error_message=too_large, traceback="")
         return Outcome(status=OutcomeStatus.FINISHED, reason=OutcomeReason.OK,
                        duration=exit_.duration, result=exit_.result_json)
-    if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE):
+    if exit_.reason in (FailureReason.SHUTDOWN, FailureReason.LEASE, FailureReason.NEIGHBOUR):
         return Outcome(status=OutcomeStatus.REQUEUED, **common)
     if exit_.reason == FailureReason.STOPPED:     # on request: never retried
         return Outcome(status=OutcomeStatus.FAILED, not_retried="stopped on request",
@@ -393,6 +393,8 @@ class Recorder:
                         job.attempts, job.max_retries, outcome.retry_delay or 0)
         elif outcome.status == OutcomeStatus.REQUEUED:
             why = ("cold shutdown" if outcome.reason == OutcomeReason.SHUTDOWN
+                   else "the kill of a job beside it in its async horse"
+                   if outcome.reason == OutcomeReason.NEIGHBOUR
                    else "its lease could not be renewed")
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)

@@ -27,6 +27,11 @@ is known (:attr:`Slot.launching`, :meth:`Slot.bind` when the answer is read):
 it is policed, renewed and listed like any running slot; a kill asked for
 meanwhile is remembered and its signal sent when the pid is known (pid 0 is
 never signalled: ``killpg(0)`` would be the worker's own group).
+
+An async horse (``--async-per-horse``) runs several jobs at once: their slots share
+its pid and a :class:`HorseMates`; killing one kills the horse, and a job that died
+with it without a report of its own pays only if it is the culprit (design.md,
+"Async horses").
 """
 
 from __future__ import annotations
@@ -50,6 +55,26 @@ if TYPE_CHECKING:  # pragma: no cover
 KILL_ESCALATION = 2.0
 
 _READ_CHUNK = 65536
+
+
+class HorseMates:
+    """The slots of one async horse (they share its pid): who is to blame for its death."""
+
+    __slots__ = ("slots",)
+
+    def __init__(self) -> None:
+        self.slots: list[Slot] = []
+
+    def culprit(self, slot: Slot, now: float) -> bool:
+        """Another job of the horse is known to have caused its death: it held the event
+        loop, the worker killed the horse for it, or its lease was over."""
+        return any(other is not slot and (other.blocking or other.kill_reason is not None
+                                          or now >= other.lease_until)
+                   for other in self.slots)
+
+    def blocked(self) -> bool:
+        """A job of the horse held its event loop (the horse said so)."""
+        return any(other.blocking for other in self.slots)
 
 
 class Slot:
@@ -84,6 +109,10 @@ class Slot:
         self._lost_origin = False
         #: its fork server ran this job only (a suspect: launch.py); its death is the job's
         self.alone = False
+        #: an async horse's job: the other jobs of that horse (None: a horse of its own)
+        self.mates: HorseMates | None = None
+        #: its async horse said this job holds its event loop (horse/asyncloop.py)
+        self.blocking = False
 
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
@@ -239,9 +268,35 @@ class Slot:
                                        "it killed)")
             else:               # any job beside it may have killed it: not counted
                 exit_.shared = True
+        if self.mates is not None and report is None and not exit_.ok and not cold:
+            self._died_with_mates(exit_)
         if (not exit_.ok and exit_.reason in (FailureReason.KILLED, FailureReason.LEASE)
                 and not cold and time.monotonic() >= self.lease_until):
             exit_.reason, exit_.error_type = FailureReason.LEASE, "LeaseExpired"
             exit_.error_message = ("the worker could not renew the job's lease in time "
                                    "(frozen or cut off from Redis): its horse was killed")
         return exit_
+
+    def _died_with_mates(self, exit_: HorseExit) -> None:
+        """An async horse died under this job (no report of its own): a mate was the
+        culprit -> ``neighbour`` (given back, not counted); no culprit known and it was
+        not this one's own kill -> ``shared`` (as a fork server's death, bounded)."""
+        now = time.monotonic()
+        if self.mates is None or now >= self.lease_until:
+            return
+        if self.blocking:        # the culprit: its own timeout, or the mates' deadlines
+            if exit_.reason != FailureReason.TIMEOUT:
+                exit_.reason, exit_.error_type = FailureReason.KILLED, "EventLoopBlocked"
+            exit_.error_message = ("the job blocked the event loop of its async horse "
+                                   "(a blocking call in async code): the horse was killed")
+            return
+        if self.kill_reason not in (None, FailureReason.TIMEOUT, FailureReason.MEMORY) or (
+                self.kill_reason is not None and not self.mates.blocked()):
+            return               # its own kill (stop, lease, shutdown), or nobody blocked
+        if self.mates.culprit(self, now):
+            exit_.reason, exit_.error_type = FailureReason.NEIGHBOUR, "NeighbourKilled"
+            exit_.error_message = ("another job of its async horse was killed (it blocked "
+                                   "the event loop past its timeout, or was stopped): the "
+                                   "horse died with this job in it")
+        else:
+            exit_.reason, exit_.shared = FailureReason.KILLED, True

@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from .. import __version__
-from ..core.config import Settings, load_settings
+from ..core.config import Settings, async_problem, load_settings
 from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
@@ -118,6 +118,9 @@ class Worker:
         if self.lease < 3 * self.settings.heartbeat_interval:
             raise ValueError(f"FUSIONWORKER_LEASE ({self.lease:g} s) must be at least 3 x the "
                              f"heartbeat interval ({self.settings.heartbeat_interval:g} s)")
+        problem = async_problem(self.settings)
+        if problem:
+            raise ValueError(problem)
         self.scripts = scripts_for(self.connection)
         self.middleware = compose(self.builtin_middleware() if defaults else (),
                                   middleware or ())
@@ -150,6 +153,7 @@ class Worker:
             kill_children=s.kill_job_children, tracing=self._horse_tracing, name=self.name,
             warm=lambda: {"horse_jobs": self.settings.horse_jobs,
                           "max_rss_mib": self.settings.max_horse_memory,
+                          "async_per_horse": self.settings.async_per_horse,
                           "slots": self.concurrency},
             imports=lambda: tuple(self.settings.imports),
             result_cap=lambda: self.settings.max_result_bytes))

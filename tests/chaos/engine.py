@@ -227,7 +227,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
               concurrency: int = 1, partition_for: float = 0.0, restart_down: float = 0.0,
               oom_for: float = 0.0, fault_every: float = 4.0, server: Any = None,
               retry_delay: float | None = None, require: tuple[str, ...] = (),
-              stall: float = 0.0, horse_jobs: int = 1) -> ChaosResult:
+              stall: float = 0.0, horse_jobs: int = 1,
+              async_per_horse: int = 1) -> ChaosResult:
     """Run the chaos scenario against ``settings.redis_url`` under ``settings.prefix``.
 
     ``lease``: ``FUSIONWORKER_LEASE`` of the workers (default 30 s); a short one
@@ -240,6 +241,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     the kill phase waits for; ``stall``: seconds without a finished job that end a
     settling run (module docstring). ``horse_jobs``: warm horses
     (``FUSIONWORKER_HORSE_JOBS``): a horse kill may then hit one between jobs.
+    ``async_per_horse`` > 1: the jobs are ``async def`` and run K at once in a horse
+    (``FUSIONWORKER_ASYNC_PER_HORSE``): a horse kill takes K jobs down.
     """
     if (restart_down or oom_for) and server is None:
         raise ValueError("Redis restarts and OOM windows need a private server (server=...)")
@@ -256,7 +259,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
     markers = log_dir / f"markers-{settings.prefix}"
     markers.mkdir(parents=True, exist_ok=True)
     for job_id in ids:
-        q.enqueue_call("tests.jobs:record_exclusive",
+        func = "record_exclusive_async" if async_per_horse > 1 else "record_exclusive"
+        q.enqueue_call(f"tests.jobs:{func}",
                        args=[settings.redis_url, key, job_id, job_seconds, str(markers)],
                        job_id=job_id, max_retries=50, timeout=30, retry_delay=retry_delay)
     env = dict(os.environ)
@@ -273,6 +277,8 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         env["FUSIONWORKER_CONCURRENCY"] = str(concurrency)
     if horse_jobs > 1:
         env["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
+    if async_per_horse > 1:
+        env["FUSIONWORKER_ASYNC_PER_HORSE"] = str(async_per_horse)
     if oom_for:
         # the jobs' own RPUSH meets the OOM window too: like a connection error (retried
         # by default), the operator declares that refusal transient for these jobs

@@ -76,6 +76,24 @@ def test_chaos_with_warm_horses_loses_nothing(settings, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(DEADLINE + 60)
 @pytest.mark.serial  # CPU-bound, with deadlines: alone, after the parallel part
+def test_chaos_with_async_horses_loses_nothing(settings, tmp_path):
+    # --async-per-horse 4 at --concurrency 8: a horse runs up to 4 async def jobs at
+    # once; a horse kill takes all of them down (shared: given back), a parent kill too
+    result = run_chaos(settings, jobs=600, workers=2, job_seconds=0.01, kill_for=12.0,
+                       kill_every=0.35, deadline=DEADLINE, stall=STALL, lease=3.0,
+                       log_dir=tmp_path, concurrency=8, horse_jobs=10, async_per_horse=4,
+                       require=("parent", "horse"))
+    print("\n" + result.summary())
+    assert result.parent_kills > 0 and result.horse_kills > 0
+    assert result.overlaps == 0                 # no two executions of one job at once
+    assert result.finished == result.jobs, result.not_finished
+    assert result.missing == 0
+    assert result.unexplained_duplicates == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(DEADLINE + 60)
+@pytest.mark.serial  # CPU-bound, with deadlines: alone, after the parallel part
 def test_chaos_with_partitions_redis_restarts_and_oom_windows(settings, tmp_path):
     # a PRIVATE server (it is SIGKILLed, and its maxmemory is changed): AOF, fsync always
     from tests.redis_servers import RestartableRedis

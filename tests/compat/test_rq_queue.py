@@ -64,6 +64,16 @@ def test_queue_delete_deletes_queue_and_jobs(queue, r, settings):
     assert "gone" not in [x.name for x in Queue.all(r, settings=settings)]
 
 
+def test_queue_delete_without_a_prefix_takes_the_environments(queue, r, settings, monkeypatch):
+    """As ``Queue()`` does: not the default ``fw``, which is another deployment's."""
+    q = queue("gone")
+    job = q.enqueue(HELLO)
+    monkeypatch.setenv("FUSIONWORKER_PREFIX", settings.prefix)
+    assert forget_queue(r, "gone") > 0
+    assert not r.exists(q.qkeys.job(job.id))
+    assert "gone" not in [x.name for x in Queue.all(r, settings=settings)]
+
+
 def test_position(queue):
     q = queue()
     jobs = [q.enqueue(HELLO) for _ in range(3)]

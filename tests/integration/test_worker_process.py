@@ -180,4 +180,6 @@ def test_embedded_redis_stops_with_its_process_and_keeps_its_data(tmp_path):
         pass
     else:
         raise AssertionError("the embedded Redis outlived the process that started it")
+    import os
+    assert not os.path.exists(os.path.dirname(socket_path))  # its temporary folder went too
     assert run("read")[1] == "yes"   # saved in the data folder, loaded by the next start

@@ -138,6 +138,8 @@ def test_admin_state_changes_are_events(r, settings):
         ("requeued", a.id, "manual"), ("requeued", a.id, "manual"),
         ("deleted", a.id, "emptied"), ("deleted", c.id, "emptied"),
     ]
+    # a requeue of all names each job's function, as a single requeue does
+    assert {d["function"] for d in sink.docs if d["event"] == "requeued"} == {"tests.jobs:noop"}
     assert sink.docs[4]["function"] == "tests.jobs:noop"      # the record read before delete
 
 

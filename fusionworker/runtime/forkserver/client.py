@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
+    BlockedNotice,
     ExitNotice,
     ProgressNotice,
     RunRequest,
@@ -60,21 +61,24 @@ class ForkServer:
         self.allowed = tuple(allowed)
         self.retryable = tuple(retryable)
         self.otel = otel
-        #: ``{"horse_jobs": N, "max_rss_mib": M}`` with N > 1: warm horses (horse/warm.py)
+        #: ``{"horse_jobs": N, "max_rss_mib": M, "async_per_horse": K}`` with N > 1: warm
+        #: horses (horse/warm.py), K > 1: async horses (forkserver/asyncpool.py)
         self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
         self.imports = list(imports)    # imported by the server before its first horse
         self.result_cap = result_cap    # FUSIONWORKER_MAX_RESULT_BYTES: checked by the horses
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
-        self._exits: dict[int, ExitNotice] = {}
+        self._exits: dict[int, ExitNotice] = {}     # by board entry
         self._inbox = bytearray()       # what was read of the socket, not parsed yet
-        #: gets (pid, frame) for every progress frame of a horse (progress.py); None: dropped
+        #: gets (entry, frame) for every progress frame of a job (progress.py); None: dropped
         self.on_update: Callable[[int, str], None] | None = None
-        #: gets (pid, to): a warm horse died before it took its job, ``to`` runs it
+        #: gets (entry, to): a warm horse died before it took its job, ``to`` runs it
         self.on_move: Callable[[int, int], None] | None = None
-        #: gets the pid of each answer as it is read, in the order of the requests (warm
-        #: horses: a pid seen again)
-        self.on_start: Callable[[int], None] | None = None
+        #: gets each answer as it is read, in the order of the requests (warm horses: a
+        #: pid seen again; an async horse's, ``shared``: a pid running other jobs too)
+        self.on_start: Callable[[StartNotice], None] | None = None
+        #: gets (entry, seconds): that job holds its async horse's event loop
+        self.on_blocked: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -129,7 +133,7 @@ class ForkServer:
             raise ForkServerDied("the fork server went away") from None
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
-        """Every exit notice the server sent so far (read without blocking), by pid,
+        """Every exit notice the server sent so far (read without blocking), by entry,
         each handed over once; and whether the server is gone (its other horses then
         die with it: PDEATHSIG)."""
         died = False
@@ -140,11 +144,6 @@ class ForkServer:
             died = True
         out, self._exits = self._exits, {}
         return out, died or self.sock is None
-
-    def take_exit(self, pid: int) -> ExitNotice | None:
-        """The exit notice of ``pid`` received already, handed over once; nothing is read
-        (a warm horse's previous job: it came before the pid's answer)."""
-        return self._exits.pop(pid, None)
 
     def _read(self) -> bool:
         """Read what the socket holds, without waiting, and deal with every complete
@@ -167,14 +166,17 @@ class ForkServer:
         for notice in take_notices(self._inbox):
             if isinstance(notice, StartNotice):
                 if self.on_start is not None:
-                    self.on_start(notice.pid)
+                    self.on_start(notice)
             elif isinstance(notice, ExitNotice):
-                self._exits[notice.pid] = notice
+                self._exits[notice.entry] = notice
             elif isinstance(notice, ProgressNotice):
                 if self.on_update is not None:
-                    self.on_update(notice.pid, notice.update)
+                    self.on_update(notice.entry, notice.update)
+            elif isinstance(notice, BlockedNotice):
+                if self.on_blocked is not None:
+                    self.on_blocked(notice.entry, notice.seconds)
             elif self.on_move is not None:     # MovedNotice
-                self.on_move(notice.pid, notice.to)
+                self.on_move(notice.entry, notice.to)
         return True
 
     def close(self) -> None:

@@ -20,6 +20,9 @@ from typing import Any
 from ...core.functions import resolve
 from ..protocol import HorseReport
 
+#: How many job functions the server resolves for its horses, at most.
+REMEMBER_MAX = 1024
+
 
 def import_for_horses(module: str) -> None:
     """Import a module for the horses forked from now on."""

@@ -1,15 +1,14 @@
 """The fork server's process: a lean child of the worker that forks the horses.
 
-Started by :class:`~fusionworker.runtime.forkserver.client.ForkServer` as a
-fresh interpreter running :func:`serve` (the package's docstring says why and
-what happens when a process dies). One :class:`Server` turn: one epoll wait
-over the worker's socket, the SIGCHLD wake-up pipe and the report pipes of the
-running horses; :meth:`Server.receive` reads what came, :meth:`Server.reap`
-reaps the horses that exited, :meth:`Server.finish` reports each ended horse,
-then every complete :class:`~fusionworker.runtime.protocol.RunRequest` of the
-turn is handed to a ready horse (:meth:`Server.start`), the answers of the turn
-go out at once (outcomes before the next horse is forked), and horses are
-forked ahead for the next requests.
+Started by :class:`~fusionworker.runtime.forkserver.client.ForkServer` as a fresh
+interpreter running :func:`serve` (the package's docstring says why and what happens
+when a process dies). One :class:`Server` turn: one epoll wait over the worker's socket,
+the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Server.receive`
+reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
+reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
+of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's:
+asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
+forked), and horses are forked ahead for the next requests.
 """
 
 from __future__ import annotations
@@ -48,7 +47,8 @@ from ..protocol import (
     unread,
     write_all,
 )
-from .modules import import_for_horses, remember, reported_ok, resolve_again
+from .asyncpool import AsyncHorses
+from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
 #: turn brought, e.g. the claims a worker with many slots sends at once).
@@ -58,9 +58,6 @@ READY_MAX = 16
 #: exiting (e.g. flushing their spans), reaping them and their leftovers; below the
 #: 2 s ForkServer.close() gives it.
 LAST_REAPS = 1.5
-
-#: How many job functions the server resolves for its horses, at most.
-REMEMBER_MAX = 1024
 
 #: How many times a job whose warm horse died before taking it is handed on, at most.
 MOVES_MAX = 3
@@ -73,10 +70,8 @@ class _Running:
         self.pid, self.fd, self.func = pid, fd, func
         self.buf = bytearray()
         self.status: int | None = None
-        #: a warm horse (--horse-jobs > 1): its job pipe stays open for its next jobs
-        self.job_w = job_w
-        self.done = 0           # jobs it reported (a warm horse's count)
-        self.idle = False       # a warm horse between jobs (in Server.idle)
+        self.job_w = job_w      # a warm horse (--horse-jobs > 1): its job pipe stays open
+        self.done, self.idle = 0, False    # a warm horse: jobs it reported; between jobs
         self.request: RunRequest | None = None   # its job (handed on if not taken)
         self.moves = 0          # horses its job was handed to before (MovedNotice)
 
@@ -96,7 +91,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           preload: bool, otel: dict[str, Any] | None = None, board_fd: int = -1,
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
           slots: int = 0, imports: tuple[str, ...] = (),
-          max_result_bytes: int = 0) -> NoReturn:
+          max_result_bytes: int = 0, async_per_horse: int = 1) -> NoReturn:
     """Main of the fork server. Never returns: exits with the worker.
 
     ``kill_children``: SIGKILL what a job left in its horse's process group once the
@@ -107,7 +102,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
     per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
     worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
-    ``max_result_bytes``: its horses refuse a larger result (horse/run.py)."""
+    ``max_result_bytes``: its horses refuse a larger result (horse/run.py); ``async_per_horse`` > 1: async horses."""
     cap_results(max_result_bytes)
     before = open_fds()
     if otel:
@@ -130,6 +125,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horses_own = horses_own
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
+    server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once: the worker process never imports them)
             server.preloaded.add(module)
@@ -139,7 +135,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.run()
 
 
-class Server:
+class Server(AsyncHorses):
     """The fork server's state and its turn (module docstring)."""
 
     def __init__(self, fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...], *,
@@ -187,7 +183,7 @@ class Server:
         self.fork_ahead()          # one fresh horse; with warm horses, the whole pool
         while True:
             eof, ended = self.receive(self.ep.poll())
-            if self.running or self.exiting:
+            if self.running or self.exiting or self.async_horses:
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
                 self.settle(run)
@@ -206,7 +202,8 @@ class Server:
         """Fork horses for the next requests, answering the worker first. Fresh horses:
         as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
         worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
-        while (len(self.ready) + len(self.idle) + len(self.running) < self.slots
+        while (len(self.ready) + len(self.idle) + len(self.running) + len(self.async_horses)
+               < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
@@ -225,6 +222,7 @@ class Server:
             else:
                 run = self.by_fd.get(efd)
                 if run is None:
+                    self.async_read(efd)       # an async horse's (asyncpool.py), or none
                     continue
                 if run.idle:               # an idle warm horse wrote or died: retired
                     self.drop_idle(run)
@@ -334,8 +332,8 @@ class Server:
             if self.watchdog is not None:   # its entry on the board: its worker slot's
                 self.watchdog.watch(pid, request.entry)
         self.running[pid] = new
-        self.out.append((MovedNotice(moved_from, pid) if moved_from else StartNotice(pid))
-                        .encode())
+        self.out.append((MovedNotice(moved_from, pid, request.entry) if moved_from
+                         else StartNotice(pid, request.entry)).encode())
 
     # -- warm horses (horse/warm.py) -------------------------------------------------------
 
@@ -401,8 +399,10 @@ class Server:
         """An idle warm horse that ran fewer jobs than the job's cap, the most recently
         used first; else a fresh horse whose job pipe stays open."""
         self.load(request.func)
-        body = frame(for_horse(request))
         cap = self.cap(request.func)
+        if cap > 1 and self.runs_async(request.func):      # an async def job (asyncpool.py)
+            return self.start_async(request, cap)
+        body = frame(for_horse(request))
         device = device_of(request.entry)      # --gpus: a warm horse keeps its device
         for run in reversed(list(self.idle.values())) if cap > 1 else ():
             if run.done >= cap or (run.request is not None
@@ -456,8 +456,9 @@ class Server:
 
     def forward_progress(self, run: _Running) -> None:
         """The progress frames at the front of the horse's pipe data, for the worker."""
+        entry = run.request.entry if run.request is not None else -1
         for update in take_progress(run.buf):
-            self.out.append(ProgressNotice(run.pid, update).encode())
+            self.out.append(ProgressNotice(run.pid, update, entry).encode())
 
     def close_report(self, run: _Running) -> None:
         self.ep.unregister(run.fd)     # before close: horses forked since hold the pipe too
@@ -491,7 +492,8 @@ class Server:
         """The horse's outcome is known: report it, preload its module, release it."""
         del self.running[run.pid]
         assert run.status is not None
-        self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf)).encode())
+        self.out.append(ExitNotice(run.pid, run.status, bytes(run.buf),
+                                   run.request.entry if run.request is not None else -1).encode())
         if run.job_w >= 0 and not run.idle and run.fd < 0:    # a warm horse that left
             os.close(run.job_w)
             run.job_w = -1
@@ -546,6 +548,8 @@ class Server:
                 found.status = status
             elif pid in self.idle:        # died between jobs: nothing was running
                 self.drop_idle(self.idle[pid])
+            else:
+                self.async_reaped(pid, status)
             self.exiting.discard(pid)
             reaped.append(pid)
 
@@ -559,6 +563,7 @@ class Server:
             if self.watchdog is not None:
                 self.watchdog.forget(run.pid)
         self.exiting.clear()
+        self.async_none_left()
         return reaped
 
     def last_reaps(self) -> None:
@@ -569,12 +574,12 @@ class Server:
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        for run in self.running.values():       # not reported: a job still running
+        for pid in [*self.running, *self.async_horses]:   # not reported: a job still runs
             if self.kill_children:
-                _kill_group(run.pid)
+                _kill_group(pid)
             else:
                 try:
-                    os.kill(run.pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + LAST_REAPS

@@ -29,6 +29,8 @@ the horse H watches its own entry as well::
     P: renewals move board[entry] later (deadlines.py): the thread reads the new
        value when it wakes, and sleeps again
     H warm, between jobs: OwnLease.idle(): no entry, nothing to enforce
+    H async (--async-per-horse): one entry per running job (watch(entry) as each
+       starts, idle(entry) as each ends); the nearest deadline of them kills H
 
 Crash points: P and S stopped -> the board stays, H kills itself at the deadline,
 which is before the lease Redis holds ends (it was computed from the time the
@@ -103,12 +105,17 @@ class OwnLease:
     def __init__(self, view: Readable) -> None:
         self.view = view
         self.entry = -1         # the running job's board entry; -1: no job
+        self.more: set[int] = set()    # an async horse's other running jobs' entries
         self._started = False
 
     def watch(self, entry: int) -> None:
         """A job runs on board entry ``entry`` (call once the horse has its own
-        process group: the kill is that group's); the thread runs from now."""
-        self.entry = entry
+        process group: the kill is that group's); the thread runs from now. An async
+        horse's next job: one more entry watched (the nearest deadline counts)."""
+        if self.entry >= 0 and entry != self.entry:
+            self.more.add(entry)
+        else:
+            self.entry = entry
         if not self._started:
             self._started = True
             _thread.start_new_thread(self._run, ())
@@ -126,16 +133,32 @@ class OwnLease:
         entry = self.entry
         return self.view.get(entry) if 0 <= entry < self.view.entries else 0.0
 
-    def idle(self) -> None:
-        """The job ended (a warm horse waits for its next): nothing to enforce."""
-        self.entry = -1
+    def idle(self, entry: int | None = None) -> None:
+        """The job ended (a warm horse waits for its next): nothing to enforce; or
+        (``entry``) one job of an async horse ended, its others still run."""
+        if entry is None or (entry == self.entry and not self.more):
+            self.entry = -1
+            self.more.clear()
+        elif entry == self.entry:
+            self.entry = self.more.pop()
+        else:
+            self.more.discard(entry)
+
+    def nearest(self) -> tuple[int, float]:
+        """(an entry, its deadline): the running job's, or the nearest of an async
+        horse's jobs (0: no deadline)."""
+        entry, deadline = self.entry, self.deadline()
+        for other in tuple(self.more):
+            value = self.view.get(other) if 0 <= other < self.view.entries else 0.0
+            if value > 0 and (deadline <= 0 or value < deadline):
+                entry, deadline = other, value
+        return entry, deadline
 
     def _run(self) -> None:  # pragma: no cover - a thread of the horse
         while True:
-            entry = self.entry
-            deadline = self.deadline()
+            entry, deadline = self.nearest()
             now = time.monotonic()
-            if deadline > 0 and now >= deadline and entry == self.entry:
+            if deadline > 0 and now >= deadline and (entry == self.entry or entry in self.more):
                 expire()
             time.sleep(self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now)))
 

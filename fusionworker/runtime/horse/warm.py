@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
-from ...core.functions import resolve
 from .. import progress
 from ..gpus import use_slot_device
 from ..protocol import HEADER, HorseReport, from_server, job_of, write_all
@@ -39,6 +38,7 @@ from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
+from .stay import has_children, remember, rss
 
 #: what a staying horse writes after its report
 STAY = b"\n"
@@ -60,9 +60,14 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             if frame is None:
                 break
             entry, body = from_server(frame)
-            job = job_of(body)
             if not done:
                 _become_horse(server_pid)
+                if body[:1] == b"A":      # an async job: this horse is an async horse
+                    from .asyncloop import async_horse
+
+                    async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
+                                lease)
+            job = job_of(body)
             done += 1
             if lease is not None and entry >= 0:
                 lease.defer(entry)
@@ -126,15 +131,6 @@ def _run_one(job: Any, write_fd: int, allowed: tuple[str, ...], retryable: tuple
     return report, tracing
 
 
-def remember(mine: dict[str, Callable[..., Any]], ref: str, allowed: tuple[str, ...]) -> None:
-    """A function that ran fine here is resolved once more (every check of
-    ``functions.resolve``), then found in ``mine`` by the next jobs."""
-    try:
-        mine[ref] = resolve(ref, allowed)
-    except Exception:  # noqa: BLE001 - it resolved a moment ago; if not, run_job says why
-        pass
-
-
 def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]]) -> int:
     """How many jobs a horse running ``func`` may run in all: ``horse_jobs`` (the
     worker's), lowered by the function's ``@job(horse_jobs=M)``."""
@@ -146,28 +142,6 @@ def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]
     if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
         return min(horse_jobs, own)
     return horse_jobs
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def rss() -> int:
-    """This process's resident set, bytes (0 when /proc cannot say)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def has_children() -> bool:
-    """A child process of this one exists, running or a zombie (one system call:
-    ``waitid`` without waiting, which fails when there is none)."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _read_frame(fd: int) -> bytes | None:

@@ -1,0 +1,219 @@
+"""An async horse: a warm horse that runs up to K ``async def`` jobs at once, each a
+task of one event loop (``worker --async-per-horse K``; design.md, "Async horses").
+
+A ready horse of the fork server becomes one when its first frame is an async job's
+(the body starts with ``A``, forkserver/asyncpool.py). Sequence (S: the server, H)::
+
+    H: its own process group, PDEATHSIG, signals (as a warm horse), once
+    H: the loop reads its job pipe (non-blocking); per frame a task:
+       current_job() of the task (progress.begin_task, a ContextVar),
+       OwnLease.watch(entry), the job under asyncio.timeout(job.timeout),
+       the report line "<entry> <report>", OwnLease.idle(entry)
+    H: a job failed (a timeout too), replaced the framework, left a child, or the
+       RSS passed --max-horse-memory: "-" (no more jobs for it); it runs on
+    H: its job pipe at EOF (S closed it: the cap, or "-") and no task left: exit 0
+
+A job that blocks the loop (``time.sleep``, C code) is not cancelled at its
+timeout (cancellation needs the loop): the monitor thread names it once it held the
+loop for :data:`BLOCKED` seconds (the line ``!<entry> <seconds>``: the worker logs it
+and knows the culprit), and the worker kills the horse at a deadline (its mates are
+given back, not charged: slot.py). Lines are written whole, one writer at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+from ...core.functions import resolve
+from ...core.job import FailureReason, Job
+from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
+from .. import progress
+from ..protocol import HorseReport, from_server, job_of, take_frames, write_all
+from . import guard
+from .lease import OwnLease
+from .main import _flush_job_events
+from .run import _awaitable, _describe, _format_exc, _result_report, is_retryable
+from .stay import has_children, remember, rss
+
+#: seconds a job may hold the event loop before the monitor thread names it
+BLOCKED = 1.0
+
+
+class AsyncHorse:
+    """The horse's state: its running tasks by board entry, its pipes, its lease."""
+
+    def __init__(self, job_r: int, write_fd: int, allowed: tuple[str, ...],
+                 retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
+                 max_rss: int, lease: OwnLease | None) -> None:
+        self.job_r, self.write_fd = job_r, write_fd
+        self.allowed, self.retryable, self.max_rss, self.lease = (allowed, retryable,
+                                                                  max_rss, lease)
+        self.mine = dict(resolved)
+        self.originals = guard.snapshot()
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.inbox = bytearray()
+        self.eof = False
+        self.leaving = False
+        self.beat = time.monotonic()          # the loop's last turn (monitor thread)
+        self.io = threading.Lock()            # one writer of a line at a time
+        self.done: asyncio.Future[None] | None = None
+
+    async def serve(self, first: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        self.done = loop.create_future()
+        os.set_blocking(self.job_r, False)
+        loop.add_reader(self.job_r, self.readable)
+        self.take(first)
+        self._tick()
+        threading.Thread(target=self.monitor, args=(loop,), daemon=True,
+                         name="fusionworker-loop-monitor").start()
+        self.readable()
+        await self.done
+        loop.remove_reader(self.job_r)
+
+    def _tick(self) -> None:
+        self.beat = time.monotonic()
+        asyncio.get_running_loop().call_later(BLOCKED / 4, self._tick)
+
+    def readable(self) -> None:
+        """Read the job pipe: each complete frame a task; EOF: no more jobs."""
+        while not self.eof:
+            try:
+                chunk = os.read(self.job_r, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.eof = True
+                asyncio.get_running_loop().remove_reader(self.job_r)
+                break
+            self.inbox.extend(chunk)
+        for data in take_frames(self.inbox):
+            self.take(data)
+        self.maybe_done()
+
+    def take(self, data: bytes) -> None:
+        entry, body = from_server(data)
+        job = job_of(body[1:])           # the "A" the server put in front
+        if self.lease is not None and entry >= 0:
+            self.lease.watch(entry)
+        self.tasks[entry] = asyncio.get_running_loop().create_task(self.run(entry, job))
+
+    def maybe_done(self) -> None:
+        if self.eof and not self.tasks and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+    def write(self, line: bytes) -> None:
+        with self.io:
+            write_all(self.write_fd, line)
+
+    async def run(self, entry: int, job: Job[Any]) -> None:
+        """One job, in its task: its own current_job(), its report line."""
+        prefix = b"%d " % entry
+        holder = progress.begin_task(
+            job, lambda text: self.write(prefix + b"\x1e" + text.encode() + b"\n"))
+        try:
+            report = await run_async(job, self.allowed, self.retryable, self.mine)
+        finally:
+            final = progress.end_task(holder)
+            if self.lease is not None:
+                self.lease.idle(entry)
+        if final is not None:
+            report.progress = final
+        changed = guard.replaced(self.originals)
+        if changed:      # the job replaced the framework: it fails, the horse retires
+            guard.restore(self.originals)
+            report = guard.replaced_report(changed)
+        elif report.ok and job.func not in self.mine:
+            remember(self.mine, job.func, self.allowed)
+        if not self.leaving and (changed or not report.ok or has_children()
+                                 or (self.max_rss and rss() >= self.max_rss)):
+            self.leaving = True
+            self.write(b"-\n")
+        self.write(prefix + report.encode() + b"\n")
+        del self.tasks[entry]
+        self.maybe_done()
+
+    def monitor(self, loop: asyncio.AbstractEventLoop) -> None:  # pragma: no cover - thread
+        """Name the job whose task holds the loop for BLOCKED seconds (once per block)."""
+        said = 0.0
+        while True:
+            time.sleep(BLOCKED / 4)
+            beat = self.beat
+            held = time.monotonic() - beat
+            if held < BLOCKED or said == beat:
+                continue
+            said = beat
+            task = asyncio.current_task(loop)
+            for entry, running in list(self.tasks.items()):
+                if running is task and self.io.acquire(timeout=BLOCKED / 4):
+                    try:         # the loop thread is not writing: it is held by the job
+                        write_all(self.write_fd, b"!%d %.1f\n" % (entry, held))
+                    except OSError:
+                        pass
+                    finally:
+                        self.io.release()
+                    break
+
+
+async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
+                    resolved: Mapping[str, Callable[..., Any]]) -> HorseReport:
+    """:func:`~.run.run_job` for a task: the job under ``asyncio.timeout`` (cancelled
+    at its timeout: ``timeout``); never raises."""
+    if job.retry_on is not None:
+        retryable = job.retry_on
+    try:
+        func = resolved.get(job.func) or resolve(job.func, allowed)
+    except (FunctionNotAllowed, InvalidFunction) as exc:
+        return HorseReport(ok=False, reason=FailureReason.REFUSED,
+                           error_type=type(exc).__name__, error_message=str(exc),
+                           traceback="")
+    scope = asyncio.timeout(max(job.timeout, 0.001))
+    try:
+        async with scope:
+            result = func(*job.args, **job.kwargs)
+            if _awaitable(result):
+                result = await result
+    except TimeoutError:
+        if not scope.expired():
+            return _failed(retryable)
+        return HorseReport(ok=False, reason=FailureReason.TIMEOUT, error_type="JobTimeoutError",
+                           error_message=f"job exceeded its timeout of {job.timeout:g} s",
+                           traceback=_format_exc(),
+                           retryable=is_retryable(JobTimeoutError(), retryable))
+    except BaseException:  # noqa: BLE001 - the horse reports everything, even SystemExit
+        return _failed(retryable)
+    return _result_report(result)     # its JSON, or why not (FUSIONWORKER_MAX_RESULT_BYTES)
+
+
+def _failed(retryable: Any) -> HorseReport:
+    """The report of the exception being handled."""
+    import sys
+
+    exc = sys.exc_info()[1]
+    assert exc is not None
+    return HorseReport(ok=False, reason=FailureReason.EXCEPTION,
+                       error_type=type(exc).__name__, error_message=_describe(exc),
+                       traceback=_format_exc(), retryable=is_retryable(exc, retryable),
+                       retry_delay=exc.delay if isinstance(exc, Retry) else None)
+
+
+def async_horse(first: bytes, job_r: int, write_fd: int, allowed: tuple[str, ...],
+                retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
+                max_rss: int, lease: OwnLease | None) -> NoReturn:  # pragma: no cover
+    """The horse from its first frame (``first``, an async job's) on; ends in
+    ``os._exit``."""
+    code = 0
+    try:
+        horse = AsyncHorse(job_r, write_fd, allowed, retryable, resolved, max_rss, lease)
+        asyncio.run(horse.serve(first))
+        os.close(write_fd)
+        _flush_job_events()
+    except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+        code = 70
+    finally:
+        os._exit(code)

@@ -1,0 +1,69 @@
+"""Job functions of the async-horse tests (``worker --async-per-horse K``), run by horses."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from fusionworker import current_job
+
+
+async def stamp(seconds):
+    """Sleep on the loop; [pid, start, end, the job id current_job() gave after the await]."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    ctx = current_job()
+    return [os.getpid(), start, time.time(), ctx.id if ctx is not None else None]
+
+
+async def tagged(tag, seconds):
+    """Put ``tag`` in this job's meta, let the other tasks run, read it back."""
+    ctx = current_job()
+    ctx.meta["tag"] = tag
+    ctx.set_progress(0.5, tag)
+    await asyncio.sleep(seconds)
+    again = current_job()
+    return [os.getpid(), again.id, again.meta.get("tag"), again.progress_message]
+
+
+async def block(seconds):
+    """Hold the event loop (a blocking call in async code)."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def sync_stamp(seconds):
+    """A sync job: [pid, start, end]."""
+    start = time.time()
+    time.sleep(seconds)
+    return [os.getpid(), start, time.time()]
+
+
+def _push(url, key):
+    import redis
+
+    redis.Redis.from_url(url).rpush(key, os.getpid())
+
+
+async def pushed_stamp(url, key, seconds):
+    """Push the pid (before the first await), then :func:`stamp`."""
+    _push(url, key)
+    return await stamp(seconds)
+
+
+async def pushed_block(url, key, seconds):
+    """Push the pid, then hold the event loop for ``seconds``."""
+    _push(url, key)
+    time.sleep(seconds)
+    return os.getpid()
+
+
+async def kill_own_horse(url, key):
+    """Push the pid, let the mates start, then SIGKILL this horse (a crash nobody asked
+    for: the worker cannot tell which job of the horse did it)."""
+    import signal
+
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGKILL)

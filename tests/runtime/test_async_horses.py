@@ -1,0 +1,238 @@
+"""Async horses (``worker --async-per-horse K``; design.md, "Async horses"): one warm
+horse runs up to K ``async def`` jobs at once, each with its own deadline, lease,
+current_job() and outcome; a job that blocks the loop is named, its horse killed, its
+mates given back uncharged.
+
+Real Redis, a real fork server and real horses (the worker runs in the test process).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from click.testing import CliRunner
+
+from fusionworker.core.job import FailureReason
+from tests.waiting import wait_for
+
+JOBS = "tests.async_horse_jobs"
+
+
+def _async(settings, k=10, concurrency=10):
+    return settings.replace(horse_jobs=100, async_per_horse=k, concurrency=concurrency)
+
+
+def _enqueue(q, func, *args, **options):
+    return q.enqueue_call(f"{JOBS}:{func}", args=list(args), **options)
+
+
+def test_k_async_jobs_of_one_horse_overlap(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "stamp", 0.3) for _ in range(10)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 10
+    assert len({j.result[0] for j in done}) == 1           # one horse ran them all
+    starts, ends = [j.result[1] for j in done], [j.result[2] for j in done]
+    assert max(starts) < min(ends)                          # all ten at once
+    assert max(ends) - min(starts) < 10 * 0.3 / 2           # not one after another
+    assert [j.result[3] for j in done] == [j.id for j in done]   # each task's current_job()
+
+
+def test_default_runs_one_async_job_per_horse(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "stamp", 0.3) for _ in range(3)]
+    burst(settings=settings.replace(horse_jobs=100, concurrency=3))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert len({j.result[0] for j in done}) == 3
+
+
+def test_current_job_and_meta_are_each_tasks_own(queue, burst, settings):
+    q = queue()
+    jobs = [_enqueue(q, "tagged", f"tag-{i}", 0.2) for i in range(8)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 8
+    assert len({j.result[0] for j in done}) == 1
+    for i, j in enumerate(done):
+        assert j.result[1:] == [j.id, f"tag-{i}", f"tag-{i}"]
+        assert j.meta == {"tag": f"tag-{i}"}
+        assert j.progress_message == f"tag-{i}"
+
+
+def test_a_task_timing_out_leaves_its_mates_alone(queue, burst, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    late = _enqueue(q, "pushed_stamp", settings.redis_url, key, 30, timeout=0.5)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 1.5) for _ in range(3)]
+    burst(settings=_async(settings))
+    late = q.fetch_job(late.id)
+    assert late.status == "failed" and late.failure_reason == FailureReason.TIMEOUT
+    assert "exceeded its timeout of 0.5 s" in late.error_message
+    assert "killed" not in late.error_message         # cancelled, its horse lives on
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert len(pids) == 4 and len(set(pids)) == 1      # one horse, each job ran once
+    assert {j.result[0] for j in done} == set(pids)
+
+
+def test_a_job_blocking_the_loop_is_named_killed_and_its_mates_go_back(
+        queue, burst, settings, r, caplog):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    blocker = _enqueue(q, "pushed_block", settings.redis_url, key, 30, timeout=1)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 2) for _ in range(3)]
+    with caplog.at_level(logging.WARNING, logger="fusionworker"):
+        burst(settings=_async(settings))
+    blocker = q.fetch_job(blocker.id)
+    assert blocker.status == "failed"
+    assert blocker.failure_reason == FailureReason.TIMEOUT
+    assert "blocked the event loop" in blocker.error_message
+    assert f"job {blocker.id} ({JOBS}:pushed_block) blocks the event loop" in caplog.text
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]      # given back uncharged
+    assert "3 other job(s) of the horse wait" in caplog.text   # the mates were in it
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    killed = pids[0]                                   # the blocker's horse
+    assert len(pids) == 4 and killed not in pids[1:]   # (their tasks never got the loop)
+    assert all(j.result[0] != killed for j in done)    # they ran in another horse
+    assert caplog.text.count("interrupted by the kill of a job beside it") == 3
+
+
+def test_sync_jobs_never_share_a_horse(queue, burst, settings):
+    q = queue()
+    syncs = [_enqueue(q, "sync_stamp", 0.5) for _ in range(3)]
+    asyncs = [_enqueue(q, "stamp", 0.5) for _ in range(3)]
+    burst(settings=_async(settings, k=10, concurrency=6))
+    done_sync = [q.fetch_job(j.id) for j in syncs]
+    done_async = [q.fetch_job(j.id) for j in asyncs]
+    assert [j.status for j in done_sync + done_async] == ["finished"] * 6
+    sync_pids = [j.result[0] for j in done_sync]
+    async_pids = {j.result[0] for j in done_async}
+    assert len(set(sync_pids)) == 3                     # a horse each ...
+    assert len(async_pids) == 1                         # ... the async jobs share one
+    assert not async_pids & set(sync_pids)
+    assert max(j.result[1] for j in done_sync) < min(j.result[2] for j in done_sync)
+
+
+def test_the_flag_is_in_help_and_needs_warm_horses(settings, monkeypatch):
+    import os
+
+    from fusionworker.cli import main
+
+    # what a worker command exports for its --processes children is undone after the test
+    for var in ("FUSIONWORKER_ASYNC_PER_HORSE", "FUSIONWORKER_HORSE_JOBS"):
+        monkeypatch.setenv(var, "1")
+        monkeypatch.delenv(var)
+    runner = CliRunner()
+    shown = runner.invoke(main, ["worker", "--help"])
+    assert shown.exit_code == 0 and "--async-per-horse" in shown.output
+    assert "FUSIONWORKER_ASYNC_PER_HORSE" in shown.output
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": settings.prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests"}
+    refused = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "4"], env=env)
+    assert refused.exit_code == 2
+    assert "needs --horse-jobs N > 1" in refused.output
+    refused = runner.invoke(main, ["worker", "--burst"],
+                            env={**env, "FUSIONWORKER_ASYNC_PER_HORSE": "4"})
+    assert refused.exit_code == 2 and "needs --horse-jobs N > 1" in refused.output
+    zero = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "0"], env=env)
+    assert zero.exit_code == 2
+    assert "FUSIONWORKER_ASYNC_PER_HORSE" not in os.environ   # a refused start exports nothing
+
+
+def _sleeper():
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+
+
+def test_the_fork_servers_watchdog_kills_an_async_horse_at_any_of_its_jobs_deadlines():
+    import time
+
+    from fusionworker.runtime.deadlines import DeadlineBoard, LeaseWatchdog
+
+    board = DeadlineBoard(entries=4)
+    watchdog = LeaseWatchdog(board)
+    horse = _sleeper()
+    try:
+        now = time.monotonic()
+        board.set(now + 60, 0)
+        board.set(now + 60, 2)
+        watchdog.watch(horse.pid, 0)
+        watchdog.watch(horse.pid, 2)             # a second job of the same horse
+        with watchdog.lock:
+            watchdog.forget(horse.pid, 0)        # the first one ended: entry 2 still runs
+        board.set(time.monotonic() + 0.3, 2)     # its renewals stopped
+        wait_for(lambda: horse.poll() is not None, timeout=10)
+        assert horse.returncode == -9
+    finally:
+        if horse.poll() is None:
+            horse.kill()
+        horse.wait()         # (the board stays mapped: the watchdog's thread reads it)
+
+
+def test_the_horses_own_lease_watches_every_job_of_an_async_horse():
+    import time
+
+    from fusionworker.runtime.deadlines import DeadlineBoard
+    from fusionworker.runtime.horse.lease import BoardView, OwnLease
+
+    board = DeadlineBoard(entries=4)
+    lease = OwnLease(BoardView(board.reader_fd()))
+    now = time.monotonic()
+    board.set(now + 50, 1)
+    board.set(now + 20, 3)
+    lease.entry = 1                        # (watch() would start the killing thread)
+    lease.more.add(3)
+    assert lease.nearest() == (3, now + 20)
+    lease.idle(3)
+    assert lease.nearest() == (1, now + 50)
+    lease.more.add(3)
+    lease.idle(1)                          # the first job ended: the other one is watched
+    assert lease.nearest() == (3, now + 20)
+    lease.idle(3)
+    assert lease.nearest() == (-1, 0.0)
+    board.close()
+
+
+def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_pays(
+        queue, burst, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    killer = _enqueue(q, "kill_own_horse", settings.redis_url, key)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 1.0) for _ in range(3)]
+    burst(settings=_async(settings))
+    killer = q.fetch_job(killer.id)
+    assert killer.status == "failed" and killer.failure_reason == FailureReason.KILLED
+    assert "SIGKILL" in killer.error_message   # on its next run, in a horse of its own
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert [j.attempts for j in done] == [1, 1, 1]      # not charged for the crash
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert pids.count(pids[0]) == 4                     # all four began in one horse
+    assert len(pids) == 8                               # and each ran once more, apart
+
+
+def test_every_notice_names_its_jobs_board_entry():
+    from fusionworker.runtime.protocol import (
+        BlockedNotice,
+        ExitNotice,
+        MovedNotice,
+        ProgressNotice,
+        StartNotice,
+        take_notices,
+    )
+
+    sent = [StartNotice(7, 3, shared=True), StartNotice(7, 4, shared=True),
+            ProgressNotice(7, '{"p":0.5}', 4), BlockedNotice(7, 3, 1.5),
+            ExitNotice(7, 0, b'{"ok": true, "result": 1}', 4), ExitNotice(7, 9, b"", 3),
+            MovedNotice(8, 9, 5), StartNotice(9, 6)]
+    buf = bytearray(b"".join(n.encode() for n in sent))
+    assert take_notices(buf) == sent and not buf
