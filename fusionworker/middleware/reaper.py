@@ -117,7 +117,7 @@ def _expired(connection: RedisClient, settings: Settings, queues: list[str], now
             pipe.zrangebyscore(keys.queue(queue).started, "-inf", now, start=0, num=BATCH)
         for queue, reply in zip(chunk, pipe.execute(raise_on_error=False)):
             if isinstance(reply, Exception):
-                counts.setdefault("refused", []).append(queue)
+                _refused(counts, queue)
                 log.error("Reaper: Redis refused to read queue %s (%s); skipped this pass",
                           queue, reply)
             elif reply:
@@ -276,12 +276,20 @@ def _guarded(queue: str, counts: dict[str, Any], work: Callable[[], None]) -> No
         raise
     except redis.ResponseError as exc:
         # a refusal on one queue (WRONGTYPE, OOM) must not stop the other queues' reaping
-        counts.setdefault("refused", []).append(queue)
+        _refused(counts, queue)
         log.error("Reaper: Redis refused work on queue %s (%s); skipped this pass",
                   queue, exc)
     except Exception:   # data of this queue it cannot use: the other queues are reaped
-        counts.setdefault("refused", []).append(queue)
+        _refused(counts, queue)
         log.exception("Reaper: could not reap queue %s; skipped it this pass", queue)
+
+
+def _refused(counts: dict[str, Any], queue: str) -> None:
+    """List ``queue`` once among the pass's refused queues (its reaping and its upkeep
+    may both be refused)."""
+    refused = counts.setdefault("refused", [])
+    if queue not in refused:
+        refused.append(queue)
 
 
 class ReaperMiddleware(Middleware):
