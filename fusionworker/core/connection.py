@@ -27,6 +27,7 @@ from .redis_client import SENTINEL_SCHEMES as SENTINEL_SCHEMES
 from .redis_client import SUPPORTED_SCHEMES as SUPPORTED_SCHEMES
 from .redis_client import RedisClient as RedisClient
 from .redis_client import RedisURL as RedisURL
+from .redis_client import __all__ as _client_names
 from .redis_client import connect as connect
 from .redis_client import decoding as decoding
 from .redis_client import eviction_warning as eviction_warning
@@ -46,20 +47,7 @@ from .redis_client import texts as texts
 if TYPE_CHECKING:  # pragma: no cover
     from .hooks import WorkerContext
 
-__all__ = [
-    "FollowSentinelMaster",
-    "RedisURL",
-    "connect",
-    "decoding",
-    "eviction_warning",
-    "shared_client",
-    "is_cluster",
-    "mask_url",
-    "new_pubsub_connection",
-    "parse_url",
-    "refresh_master",
-    "server_time",
-]
+__all__ = ["FollowSentinelMaster", *_client_names]
 
 
 class FollowSentinelMaster(Middleware):
