@@ -12,12 +12,12 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from .connection import decoding, texts
-from .connection import server_time as server_time  # its home is connection.py
 from .keys import Keys
+from .redis_client import decoding, texts
+from .redis_client import server_time as server_time  # its home is redis_client.py
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 
 class Control(StrEnum):

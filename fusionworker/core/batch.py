@@ -23,16 +23,16 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from .connection import text_hash, texts
 from .keys import QueueKeys
 from .queue_names import known_queues
 from .queue_port import queue_class
+from .redis_client import text_hash, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
-    from .queue import Queue
+    from .queue_view import QueueView
+    from .redis_client import RedisClient
 
 
 class Batch:
@@ -43,14 +43,14 @@ class Batch:
         on_success: str | Callable[..., Any] | None = None,
         on_complete: str | Callable[..., Any] | None = None,
         on_failure: str | Callable[..., Any] | None = None,
-        queue: str | Queue = "default",
+        queue: str | QueueView = "default",
         *,
         connection: RedisClient | None = None,
         settings: Settings | None = None,
         batch_id: str | None = None,
     ) -> None:
         queue_type = queue_class()
-        self.queue = queue if isinstance(queue, queue_type) else queue_type(
+        self.queue: QueueView = queue if isinstance(queue, queue_type) else queue_type(
             cast("str", queue), connection, settings=settings, events=False)
         self.id = batch_id or uuid.uuid4().hex
         if not isinstance(self.id, str) or not self.id or ":" in self.id or len(self.id) > 100:
@@ -122,9 +122,10 @@ class Batch:
         q = _batch_queue(batch_id, connection, queue, settings)
         refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
         found: list[Job[Any]] = []
+        queue_type = queue_class()
         for ref in refs:
             name, _, job_id = ref.partition(":")
-            job = (q if name == q.name else queue_class()(
+            job = (q if name == q.name else queue_type(
                 name, q.connection, settings=q.settings, events=False)).fetch_job(job_id)
             if job is not None:
                 found.append(job)
@@ -139,14 +140,15 @@ class Batch:
 
 
 def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | None,
-                 settings: Settings | None) -> Queue:
+                 settings: Settings | None) -> QueueView:
     """The queue holding batch ``batch_id`` (``queue``, or found among the known ones)."""
     from ..exceptions import NoSuchJob
     queue_type = queue_class()
-    probe = queue_type(queue or "default", connection, settings=settings, events=False)
+    probe: QueueView = queue_type(queue or "default", connection, settings=settings, events=False)
     names = [queue] if queue else known_queues(probe.connection, probe.settings.prefix)
     for name in names:
-        q = queue_type(name, probe.connection, settings=probe.settings, events=False)
+        q: QueueView = queue_type(name, probe.connection, settings=probe.settings,
+                                  events=False)
         if q.connection.exists(q.qkeys.batch(batch_id)):
             return q
     raise NoSuchJob(f"no batch {batch_id!r} in {queue or 'any queue'!r}")

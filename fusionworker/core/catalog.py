@@ -9,16 +9,27 @@ data in Redis can never add to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .functions import CALLABLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .registry import JobFunction
+
+
+class Handle(Protocol):
+    """What the table reads of a handle (``registry.JobFunction``, which lies above)."""
+
+    @property
+    def ref(self) -> str: ...
+
+    @property
+    def default_options(self) -> Mapping[str, Any]: ...
+
 
 #: ``module:qualname`` -> handle
-_REGISTRY: dict[str, JobFunction[Any, Any]] = {}
+_REGISTRY: dict[str, Handle] = {}
 #: ``tuple(sorted(_REGISTRY))``, kept by :func:`add` (a producer asks per job)
 _REFS: tuple[str, ...] = ()
 #: ``module:qualname`` -> its ``@job`` options: functions registered in another process
@@ -26,7 +37,7 @@ _REFS: tuple[str, ...] = ()
 _LEARNT: dict[str, dict[str, Any]] = {}
 
 
-def add(handle: JobFunction[Any, Any]) -> None:
+def add(handle: Handle) -> None:
     """Register ``handle`` under its reference (``registry.register``)."""
     global _REFS
     _REGISTRY[handle.ref] = handle
@@ -38,7 +49,7 @@ def registered() -> tuple[str, ...]:
     return _REFS
 
 
-def lookup(ref: str) -> JobFunction[Any, Any] | None:
+def lookup(ref: str) -> Handle | None:
     return _REGISTRY.get(ref)
 
 

@@ -14,8 +14,8 @@ from ..exceptions import NoSuchJob
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
+    from .redis_client import RedisClient
 
 
 def send_stop_job_command(connection: RedisClient, job_id: str, serializer: Any = None, *,

@@ -480,7 +480,7 @@ class Settings:
 
     def __repr__(self) -> str:
         """The values set only, secrets and the Redis URL's password masked."""
-        from .connection import mask_url
+        from .redis_client import mask_url
 
         shown = {name: "***" if name in SECRETS and value else
                  mask_url(value) if name == "redis_url" else value

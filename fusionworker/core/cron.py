@@ -40,19 +40,19 @@ from croniter import CroniterError, croniter
 from ..exceptions import FusionWorkerError
 from . import codec
 from .config import Settings, check_value
-from .connection import decoding, server_time
 from .functions import func_ref, verify
 from .job import check_priority
 from .keys import Keys, QueueKeys, check_addressable, check_queue_name
 from .options import registered_defaults
 from .queue import known_queues, scripts_for
+from .redis_client import decoding, server_time
 from .registry import producer_allowed
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from redis.typing import EncodableT
 
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.cron")
 

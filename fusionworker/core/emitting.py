@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 
 class EventsPort(Protocol):

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -29,16 +29,16 @@ from . import codec
 from . import tracing as _otel
 from .catalog import learnt_options, lookup, producer_allowed, registered
 from .config import check_value
-from .connection import is_cluster, text_hash
 from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
+from .queue_view import QueueView
+from .redis_client import is_cluster, text_hash
 from .scripts import replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
-    from .queue import Queue
 
 log = logging.getLogger("fusionworker.queue")
 
@@ -64,6 +64,18 @@ def at(when: datetime) -> tuple[str, float]:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return ("at", when.timestamp())
+
+
+class QueueParts(QueueView, Protocol):
+    """The queue these functions act for: a ``Queue`` (they are its parts, split out of
+    queue.py), with the state its methods kept."""
+
+    _events: Any
+    _made_defaults: tuple[Any, ...] | None
+
+    def _emit(self, event: str, job: Job[Any] | dict[str, Any], **fields: Any) -> None: ...
+
+    def _script_events(self) -> tuple[list[str], list[Any]] | None: ...
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,7 @@ class PreparedJob:
 
 # -- prepare -------------------------------------------------------------------------------
 
-def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
+def prepare(q: QueueParts, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
             kwargs: Mapping[str, Any] | None, options: JobOptions,
             when: tuple[str, Any] | None = None) -> PreparedJob:
     """Validate and encode one job for queue ``q``; writes nothing."""
@@ -129,7 +141,7 @@ def prepare(q: Queue, func: str | Callable[..., Any], args: list[Any] | tuple[An
     )
 
 
-def _checked_job(q: Queue, func: str | Callable[..., Any],
+def _checked_job(q: QueueParts, func: str | Callable[..., Any],
                  options: JobOptions) -> tuple[tuple[str, ...], str, JobOptions]:
     """``(allowed references, func's checked reference, checked options)``: a registered
     function's own options (@job, register()) are the defaults, however it was named."""
@@ -169,7 +181,7 @@ def _checked_ref(func: str | Callable[..., Any]) -> str:
     return ref
 
 
-def defaults(q: Queue) -> tuple[tuple[str, ...], float, int]:
+def defaults(q: QueueParts) -> tuple[tuple[str, ...], float, int]:
     """(functions a producer may enqueue, default timeout, default max_retries) of
     ``q``, checked once per settings and set of registered functions."""
     found = q._made_defaults
@@ -213,7 +225,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _dependencies(q: Queue, depends_on: Any, when: tuple[str, float] | None,
+def _dependencies(q: QueueParts, depends_on: Any, when: tuple[str, float] | None,
                   ) -> tuple[tuple[tuple[str, str], ...], list[str]]:
     """``depends_on`` as ``(queue, id)`` pairs and as ``"queue:id"`` refs (workflows.py)."""
     from .workflows import dependency_ref, normalize_dependencies
@@ -233,7 +245,7 @@ _OPTIONAL = operator.attrgetter(
 _NONE_GIVEN = (None,) * 14
 
 
-def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any,
+def _fields(q: QueueParts, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any,
             refs: list[str]) -> list[str]:
     """The record's fields, ``[name, value, ...]``, as the enqueue scripts take them."""
     # the always-present fields spelled out: the name, the checked reference, ASCII JSON
@@ -250,7 +262,7 @@ def _fields(q: Queue, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc: Any
     return fields
 
 
-def _args_text(q: Queue, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple[str, str]:
+def _args_text(q: QueueParts, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple[str, str]:
     """The arguments' JSON text; TooLarge beyond ``max_args_bytes``."""
     args_text = _tagged_json(args_enc)
     kwargs_text = _tagged_json(kwargs_enc) if kwargs_enc else "{}"
@@ -291,7 +303,7 @@ def _optional_fields(opts: JobOptions, refs: list[str]) -> list[str]:
     )
 
 
-def check_prepared(q: Queue, items: list[Any]) -> None:
+def check_prepared(q: QueueParts, items: list[Any]) -> None:
     for n, p in enumerate(items):
         if not isinstance(p, PreparedJob):
             raise TypeError(f"item {n}: expected a PreparedJob from Queue.prepare(), "
@@ -302,7 +314,7 @@ def check_prepared(q: Queue, items: list[Any]) -> None:
             raise RuntimeError(f"item {n}: batch {p.batch.id} is sealed")
 
 
-def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: int = 0,
+def local_job(q: QueueParts, p: PreparedJob, job_id: str, status: JobStatus, *, seq: int = 0,
               stamp: float | None = None, sched: float | None = None) -> Job[Any]:
     """The job as written from ``p``: what ``Job.from_hash`` would read back."""
     f = dict(zip(p.fields[0::2], p.fields[1::2]))
@@ -338,7 +350,7 @@ def local_job(q: Queue, p: PreparedJob, job_id: str, status: JobStatus, *, seq: 
 
 # -- the single writer ---------------------------------------------------------------------
 
-def write_one(q: Queue, prepared: PreparedJob) -> Job[Any]:
+def write_one(q: QueueParts, prepared: PreparedJob) -> Job[Any]:
     """Write one prepared job (``enqueue.lua``); the job, or the live duplicate."""
     check_prepared(q, [prepared])
     if prepared.deps:  # the dependency steps of workflows.py, through enqueue_many
@@ -380,7 +392,7 @@ def write_one(q: Queue, prepared: PreparedJob) -> Job[Any]:
     return job
 
 
-def _emit_queued(q: Queue, job: Job[Any]) -> None:
+def _emit_queued(q: QueueParts, job: Job[Any]) -> None:
     try:
         q._emit("queued", job)
     except Exception as exc:  # noqa: BLE001 - written: observability never fails it
@@ -390,7 +402,7 @@ def _emit_queued(q: Queue, job: Job[Any]) -> None:
 
 # -- the bulk writer -----------------------------------------------------------------------
 
-def write_many(q: Queue, prepared: Iterable[PreparedJob], chunk_size: int = BULK_CHUNK,
+def write_many(q: QueueParts, prepared: Iterable[PreparedJob], chunk_size: int = BULK_CHUNK,
                progress: Callable[[int], None] | None = None) -> list[Job[Any]]:
     """``Queue.enqueue_many`` (its docstring says what this promises)."""
     from ..exceptions import PartialEnqueue
@@ -413,7 +425,7 @@ def write_many(q: Queue, prepared: Iterable[PreparedJob], chunk_size: int = BULK
     return out
 
 
-def _register_waiting(q: Queue, items: list[PreparedJob]) -> list[PreparedJob]:
+def _register_waiting(q: QueueParts, items: list[PreparedJob]) -> list[PreparedJob]:
     """workflows.py steps 1 (read: all exist) and 2 (register on theirs) for the jobs
     of ``items`` that wait on others; those jobs."""
     waiting = [p for p in items if p.deps]
@@ -427,7 +439,7 @@ def _register_waiting(q: Queue, items: list[PreparedJob]) -> list[PreparedJob]:
     return waiting
 
 
-def _write_chunks(q: Queue, items: list[PreparedJob], chunk_size: int,
+def _write_chunks(q: QueueParts, items: list[PreparedJob], chunk_size: int,
                   progress: Callable[[int], None] | None,
                   ) -> tuple[list[Job[Any]], Exception | None]:
     """The jobs written, chunk by chunk, and the first error (no chunk sent after it)."""
@@ -447,7 +459,7 @@ def _write_chunks(q: Queue, items: list[PreparedJob], chunk_size: int,
     return out, error
 
 
-def _recheck_waiting(q: Queue, waiting: list[PreparedJob], out: list[Job[Any]]) -> None:
+def _recheck_waiting(q: QueueParts, waiting: list[PreparedJob], out: list[Job[Any]]) -> None:
     """workflows.py step 4: dependencies that ended meanwhile (``out`` updated in place)."""
     from .workflows import recheck
 
@@ -459,7 +471,7 @@ def _recheck_waiting(q: Queue, waiting: list[PreparedJob], out: list[Job[Any]]) 
             out[n] = q.fetch_job(job.id) or job
 
 
-def chunk_replies(q: Queue, chunks: list[list[PreparedJob]],
+def chunk_replies(q: QueueParts, chunks: list[list[PreparedJob]],
                   stream: tuple[list[str], list[Any]] | None = None,
                   ) -> Iterator[tuple[list[PreparedJob], Any]]:
     """``(chunk, reply or exception)`` of each chunk sent, in order.
@@ -529,7 +541,7 @@ def _pipelined(conn: Any, head: list[Any], argv: Callable[[list[PreparedJob]], l
             yield done, exc
 
 
-def bulk_jobs(q: Queue, chunk: list[PreparedJob], reply: replies.EnqueuedMany,
+def bulk_jobs(q: QueueParts, chunk: list[PreparedJob], reply: replies.EnqueuedMany,
               emit: bool = True) -> list[Job[Any]]:
     """Jobs of one ``enqueue_many.lua`` reply, built from what was sent (no read
     back), except duplicates, which are fetched in one pipeline. ``emit``: hand
@@ -553,7 +565,7 @@ def bulk_jobs(q: Queue, chunk: list[PreparedJob], reply: replies.EnqueuedMany,
     return [j for j in jobs if j is not None]
 
 
-def _read_duplicates(q: Queue, chunk: list[PreparedJob], reply: replies.EnqueuedMany,
+def _read_duplicates(q: QueueParts, chunk: list[PreparedJob], reply: replies.EnqueuedMany,
                      dups: list[tuple[int, str]], jobs: list[Job[Any] | None]) -> None:
     """Fill ``jobs[n]`` with the live duplicate of each ``(n, id)`` (one pipeline)."""
     try:
@@ -573,7 +585,7 @@ def _read_duplicates(q: Queue, chunk: list[PreparedJob], reply: replies.Enqueued
         jobs[n] = job
 
 
-def _drain_events(q: Queue, room: int) -> None:
+def _drain_events(q: QueueParts, room: int) -> None:
     """Back-pressure for bulk writes: when the event sink's buffer could not take
     another ``room`` events, wait (up to 10 s) for it to deliver them, rather than
     let it drop "queued" events of the jobs just written."""

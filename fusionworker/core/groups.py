@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .connection import text_hash
 from .keys import Keys
+from .redis_client import text_hash
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 
 @dataclass

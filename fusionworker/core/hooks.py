@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
     from .keys import Keys
+    from .redis_client import RedisClient
 
 
 class OutcomeStatus(StrEnum):

@@ -263,7 +263,7 @@ class Job(JobRecord[R], JobHabits):
         Cost when the job is done already: one pub/sub connection from the pool,
         SUBSCRIBE, one script call that only reads.
         """
-        from .connection import new_pubsub_connection
+        from .redis_client import new_pubsub_connection
 
         q = self._require_queue()
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)

@@ -25,8 +25,8 @@ from .vocabulary import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job
+    from .redis_client import RedisClient
 
 #: writes ``meta`` only where the job still exists (a HSET on a gone record would
 #: leave a record of one field behind)
@@ -95,7 +95,8 @@ class JobHabits:
         name = find_queue_of(probe.connection, job_id, settings.prefix, queue)
         if name is None:
             raise NoSuchJob(f"no job {job_id!r} in any queue")
-        found = queue_type(name, probe.connection, settings=settings).fetch_job(job_id)
+        found: Job[Any] | None = queue_type(name, probe.connection,
+                                            settings=settings).fetch_job(job_id)
         if found is None:          # deleted between the search and the read
             raise NoSuchJob(f"no job {job_id!r} in queue {name!r}")
         return found
@@ -170,7 +171,7 @@ class JobHabits:
         """The jobs this one waits on, read now (those still in Redis)."""
         q = self._queue_for("fetch_dependencies")
         queue_type = queue_class()
-        found = []
+        found: list[Job[Any]] = []
         for ref in self.depends_on or []:
             queue, _, job_id = ref.partition(":")
             job = queue_type(queue, q.connection, settings=q.settings).fetch_job(job_id)

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .connection import text_hash
 from .job import Job
 from .keys import Keys
 from .record import some_fields
+from .redis_client import text_hash
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 #: a job named by its queue and its id
 Ref = tuple[str, str]

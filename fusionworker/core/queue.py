@@ -21,7 +21,6 @@ from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import Settings, settings_from_env
-from .connection import decoding, is_cluster, shared_client
 from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
 from .enqueue import at as _at
 from .job import Job
@@ -30,11 +29,12 @@ from .options import NAMES, OPTIONS, JobOptions, option_like, split, takes_optio
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
+from .redis_client import decoding, is_cluster, shared_client
 from .scripts import scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.queue")
 
@@ -113,6 +113,14 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r})"
+
+    @classmethod
+    def all(cls, connection: RedisClient | None = None, *,
+            settings: Settings | None = None) -> list[Queue]:
+        """Every queue ever enqueued to (``fw:queues``), by name (RQ's name)."""
+        settings = settings or settings_from_env()
+        conn = shared_client(settings.redis_url) if connection is None else connection
+        return [Queue(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
 
     # -- enqueue ---------------------------------------------------------------
 

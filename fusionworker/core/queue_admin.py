@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import InvalidOperation, NoSuchJob
 from . import job_reads
 from .config import settings_from_env
-from .connection import text, text_hash
 from .job import Job, JobStatus, check_priority
 from .keys import Keys, QueueKeys, check_queue_name
 from .queue_read import _group_rate_doc, _rate_doc
+from .redis_client import text, text_hash
 from .scripts import Scripts, replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 
 class QueueAdmin:

@@ -1,4 +1,4 @@
-"""RQ's names on a ``Queue`` (docs/from-rq.md): ``Queue.all``, ``get_job_ids``,
+"""RQ's names on a ``Queue`` (docs/from-rq.md): ``get_job_ids``,
 ``get_jobs``, ``is_empty``, ``get_job_position``, equality by name, and the
 registries as objects (``q.failed_job_registry`` & co, see ``registries.py``).
 
@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from .config import settings_from_env
-from .connection import shared_client, texts
-from .queue_names import known_queues
-from .queue_port import queue_class
+from .redis_client import texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .job import Job, JobStatus
     from .keys import QueueKeys
-    from .queue import Queue
+    from .queue_view import QueueView
+    from .redis_client import RedisClient
     from .registries import (
         CanceledJobRegistry,
         DeferredJobRegistry,
@@ -45,15 +42,6 @@ class QueueHabits:
         def count(self) -> int: ...
 
         def fetch_job(self, job_id: str) -> Job[Any] | None: ...
-
-    @classmethod
-    def all(cls, connection: RedisClient | None = None, *,
-            settings: Settings | None = None) -> list[Queue]:
-        """Every queue ever enqueued to (``fw:queues``), by name."""
-        queue_type = queue_class()
-        settings = settings or settings_from_env()
-        conn = shared_client(settings.redis_url) if connection is None else connection
-        return [queue_type(n, conn, settings=settings) for n in known_queues(conn, settings.prefix)]
 
     def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
         """Queued ids in the order they will run, ``length`` of them from ``offset``
@@ -91,7 +79,7 @@ class QueueHabits:
         if str(status) not in REGISTRIES:
             raise ValueError(f"no registry for status {status!r}; one of "
                              f"{', '.join(sorted(REGISTRIES))}")
-        return REGISTRIES[str(status)](queue=cast("Queue", self))
+        return REGISTRIES[str(status)](queue=cast("QueueView", self))
 
     @property
     def failed_job_registry(self) -> FailedJobRegistry:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from .connection import decoding, texts
 from .keys import Keys, is_queue_name
+from .redis_client import decoding, texts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.queue")
 

@@ -11,23 +11,23 @@ so the core's modules import one another in one direction (``tests/test_layers.p
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .queue import Queue
-
-_provider: Callable[[], type[Queue]] | None = None
-_found: type[Queue] | None = None
+_provider: Callable[[], type[Any]] | None = None
+_found: type[Any] | None = None
 
 
-def install(provider: Callable[[], type[Queue]]) -> None:
+def install(provider: Callable[[], type[Any]]) -> None:
     """Hand the core the ``Queue`` class: ``provider()`` is called on first use."""
     global _provider, _found
     _provider, _found = provider, None
 
 
-def queue_class() -> type[Queue]:
-    """The ``Queue`` class (RuntimeError when none was installed)."""
+def queue_class() -> type[Any]:
+    """The ``Queue`` class (RuntimeError when none was installed). Typed ``Any``: this
+    module lies below ``Queue``, whose annotations name the job record that reads it;
+    a caller that may name ``Queue`` annotates what it makes
+    (``queue_type: type[Queue] = queue_class()``)."""
     global _found
     if _found is None:
         if _provider is None:

@@ -10,15 +10,15 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import NoSuchJob
-from .connection import decoding, server_time, text_hash, texts
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 from .queue_names import find_queue_of as find_queue_of
 from .queue_names import known_queues as known_queues
+from .redis_client import decoding, server_time, text_hash, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
+    from .redis_client import RedisClient
 
 #: Priority bands reported by ``stats()`` / ``info``: name, lowest, highest priority.
 BANDS = (("high", 10, 1023), ("normal", 0, 9), ("low", -1023, -1))

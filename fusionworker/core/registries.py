@@ -28,14 +28,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import InvalidOperation
-from .connection import texts
 from .job import DONE_STATUSES, Job, JobStatus
 from .queue_port import queue_class
+from .redis_client import texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
-    from .queue import Queue
+    from .queue_view import QueueView
+    from .redis_client import RedisClient
 
 
 def _job_id(job: Job[Any] | str) -> str:
@@ -48,9 +48,9 @@ class JobRegistry:
     status: ClassVar[JobStatus]
 
     def __init__(self, name: str = "default", connection: RedisClient | None = None, *,
-                 queue: Queue | None = None, settings: Settings | None = None) -> None:
-        self.queue = (queue if queue is not None
-                      else queue_class()(name, connection, settings=settings))
+                 queue: QueueView | None = None, settings: Settings | None = None) -> None:
+        self.queue: QueueView = (queue if queue is not None
+                                 else queue_class()(name, connection, settings=settings))
         self.name = self.queue.name
         self.connection = self.queue.connection
         self.key = self.queue.qkeys.registry(self.status)

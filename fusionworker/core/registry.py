@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overlo
 
 # the table of registered functions lives below the options and the enqueue, which
 # read it; these names stay importable from here
+from . import catalog
 from .catalog import add
 from .catalog import learn as learn
 from .catalog import learnt as learnt
 from .catalog import learnt_options as learnt_options
-from .catalog import lookup as lookup
 from .catalog import producer_allowed as producer_allowed
 from .catalog import registered as registered
 from .config import ConfigError, Settings
@@ -54,9 +54,15 @@ from .functions import HOW_TO_ALLOW, func_ref, parse_func_ref
 from .queue_port import queue_class
 
 if TYPE_CHECKING:
-    from .connection import RedisClient
     from .job import Job
     from .queue import Queue
+    from .redis_client import RedisClient
+
+
+def lookup(ref: str) -> JobFunction[Any, Any] | None:
+    """The handle registered under ``ref`` in this process (None: not registered here)."""
+    return cast("JobFunction[Any, Any] | None", catalog.lookup(ref))   # add() is given one
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -128,7 +134,7 @@ class JobFunction(Generic[P, R]):
                     f"{self.func.__name__}.options({name}=...).enqueue(...)")
 
     def _queue(self) -> Queue:
-        queue_type = queue_class()
+        queue_type: type[Queue] = queue_class()
         if isinstance(self.queue, queue_type):
             return self.queue
         return queue_type(cast("str", self.queue), self.connection, settings=self.settings)

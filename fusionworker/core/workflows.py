@@ -15,19 +15,19 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import NoSuchJob
-from .connection import text
 from .hooks import Middleware
 from .job import DONE_STATUSES
 from .keys import Keys, check_queue_name
 from .queue_port import queue_class
+from .redis_client import text
 from .scripts import replies, scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
-    from .connection import RedisClient
     from .hooks import Outcome, WorkerContext
     from .job import Job
-    from .queue import Queue
+    from .queue_view import QueueView
+    from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.workflows")
 
@@ -84,14 +84,14 @@ def check_dependencies_exist(connection: RedisClient, prefix: str, deps: list[tu
             raise NoSuchJob(f"dependency {job_id!r} is no job of queue {queue!r}")
 
 
-def register(q: Queue, deps: list[tuple[str, str]], dependent_id: str) -> None:
+def register(q: QueueView, deps: list[tuple[str, str]], dependent_id: str) -> None:
     """Step 2: record D on each dependency's queue (one script per dependency)."""
     ref = dependency_ref(q.name, dependent_id)
     for queue, job_id in deps:
         q.scripts.dep_register(keys=[q.keys.queue(queue).base], args=[job_id, ref])
 
 
-def recheck(q: Queue, dependent_id: str, deps: Iterable[tuple[str, str]]) -> list[str]:
+def recheck(q: QueueView, dependent_id: str, deps: Iterable[tuple[str, str]]) -> list[str]:
     """Step 4 (and the sweep): apply every dependency that has ended (or vanished);
     returns what each note did (``dep_done.lua``'s outcomes)."""
     outcomes: list[str] = []
@@ -151,7 +151,7 @@ def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_
     kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
     from ..exceptions import FusionWorkerError
 
-    q = queue_class()(queue, connection, settings=settings, events=False)
+    q: QueueView = queue_class()(queue, connection, settings=settings, events=False)
     try:
         q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])
     except (FusionWorkerError, ValueError, TypeError) as exc:   # never will: drop the note
@@ -163,7 +163,7 @@ def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, olde
                    now: float, limit: int = 200) -> int:
     """Re-check the dependencies of deferred jobs enqueued more than ``older_than`` s
     ago (a lost note: a producer that died mid-enqueue, a deleted dependency)."""
-    q = queue_class()(queue, connection, settings=settings, events=False)
+    q: QueueView = queue_class()(queue, connection, settings=settings, events=False)
     ids = connection.zrangebyscore(q.qkeys.deferred, "-inf", f"{now - older_than:.6f}",
                                    start=0, num=limit)
     applied = 0

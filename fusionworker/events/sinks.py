@@ -247,7 +247,7 @@ class EventSink:
         with self._cond:
             self._failures += 1
             self._errors += 1
-            self._last_error = f"{type(exc).__name__}: {exc}"[:500]
+            self._last_error = f"{type(exc).__name__}: {str(exc).rstrip('.')}"[:500]
             delay = min(self.backoff_max, self.backoff_initial * 2 ** (self._failures - 1))
             delay *= random.uniform(0.9, 1.1)
             self._retry_at = time.monotonic() + delay

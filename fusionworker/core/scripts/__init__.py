@@ -47,7 +47,7 @@ from ..record import SCRIPT_FIELDS
 from ..vocabulary import FailureReason, JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..connection import RedisClient
+    from ..redis_client import RedisClient
 
 NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from ..connection import text as _text
+from ..redis_client import text as _text
 from ..vocabulary import JobStatus
 
 #: a reply as redis-py returns it: nested lists of text, numbers and lists
