@@ -157,7 +157,10 @@ def test_real_worker_holds_claims_while_every_core_is_busy_and_resumes_after(pro
     time.sleep(1.0)                 # a window before the burn (not a latency bound)
     if idle() >= 90.0:              # other work pins the cores: "after" cannot be seen
         pytest.skip("the machine's cores are busy without this test's processes")
-    env = {"CPU_THROTTLE_THRESHOLD": "98", "CPU_RESUME_THRESHOLD": "98",
+    # hysteresis as an operator sets it: a sample of 95 % or more holds the claims, and
+    # they stay held until one falls under 80 % (a sample of 95.1 % while every core
+    # spins must not release them)
+    env = {"CPU_THROTTLE_THRESHOLD": "95", "CPU_RESUME_THRESHOLD": "80",
            "MEMORY_CHECK_INTERVAL": "0.3"}
     q = queue()
     proc = processes.worker("--customq", "default", env=env)
@@ -168,7 +171,7 @@ def test_real_worker_holds_claims_while_every_core_is_busy_and_resumes_after(pro
     try:
         wait_for(lambda: r.hget(key, "state") == "throttled", timeout=20)
         assert r.hget(key, "throttle").startswith("CPU at")
-        assert float(wait_for(lambda: r.hget(key, "cpu_percent"))) >= 98.0
+        assert float(wait_for(lambda: r.hget(key, "cpu_percent"))) >= 80.0  # shown high
         job = q.enqueue("tests.jobs:noop")
         heartbeats(r, key)         # went round its loop with the job there: claimed nothing
         assert q.fetch_job(job.id).status == "queued"
