@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import signal
@@ -215,23 +216,26 @@ def record_exclusive(url, key, value, seconds, marker_dir):
     ``overlap:<value>`` to ``key + ':overlap'``. The marker is released when the run
     returns or raises (a warm horse lives on after its job: a lock kept until the
     process exits would flag a later, legitimate run) and when its holder is killed."""
-    import fcntl
-
-    fd = os.open(os.path.join(marker_dir, value), os.O_CREAT | os.O_WRONLY, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _redis(url).rpush(key + ":overlap", f"overlap:{value}")
+    with _exclusive(url, key, value, marker_dir):
         return record(url, key, value, seconds)
-    finally:
-        os.close(fd)
 
 
 async def record_exclusive_async(url, key, value, seconds, marker_dir):
     """:func:`record_exclusive` as an ``async def`` job (it awaits its sleep: async horses
     run it beside others; an flock is per open file, so two runs in one process clash
     too)."""
+    with _exclusive(url, key, value, marker_dir):
+        if seconds:
+            await asyncio.sleep(seconds)
+        _redis(url).rpush(key, value)
+        return value
+
+
+@contextlib.contextmanager
+def _exclusive(url, key, value, marker_dir):
+    """Holds an flock on ``marker_dir/value`` while the block runs; finding it held (a
+    second run of the same job at the same time) appends ``overlap:<value>`` to
+    ``key + ':overlap'``."""
     import fcntl
 
     fd = os.open(os.path.join(marker_dir, value), os.O_CREAT | os.O_WRONLY, 0o600)
@@ -240,10 +244,7 @@ async def record_exclusive_async(url, key, value, seconds, marker_dir):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             _redis(url).rpush(key + ":overlap", f"overlap:{value}")
-        if seconds:
-            await asyncio.sleep(seconds)
-        _redis(url).rpush(key, value)
-        return value
+        yield
     finally:
         os.close(fd)
 
