@@ -61,7 +61,7 @@ N slots one finish pipeline records every job that ended since the last pass.
 
 Why the lazy busy write of step 3 cannot mislead the reaper: heartbeat.py.
 
-A horse never outlives its lease, per slot (slot.py, horse.py): the slot's
+A horse never outlives its lease, per slot (slot.py, policing.py, horse/lease.py): the slot's
 deadline is the time its job's last claim or renewal that reached Redis was
 SENT, + lease - heartbeat interval; past it (Redis unreachable, the parent
 starved) the loop kills that horse and gives the job back (``lease``, attempt
