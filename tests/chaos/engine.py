@@ -16,8 +16,8 @@ Used by ``tests/chaos/test_chaos.py`` (short) and ``bench/chaos.py`` (long, with
    that many seconds, then SIGCONT (its horse must die at its own lease
    deadline before the reaper hands the job on: no two executions overlap).
    Widened faults (each off by default; one at a time, every ``fault_every`` s
-   randomized, during the kill phase; each enabled kind once per round, in a
-   random order):
+   randomized, during the kill phase and past it until each enabled kind
+   happened once; each enabled kind once per round, in a random order):
    - ``partition_for``: each worker slot reaches Redis through its own
      ``tests/tcp_proxy.py`` proxy; a partition cuts one worker's proxy (every
      connection dropped, new ones refused) for that many seconds, then heals it.
@@ -357,6 +357,12 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
         def killing(now: float) -> bool:
             return now < kill_until or bool(missing())
 
+        def faulting(now: float) -> bool:
+            """Faults go on past ``kill_for`` until each enabled kind happened once."""
+            counts = {"partition": result.partitions, "restart": result.redis_restarts,
+                      "oom": result.oom_windows}
+            return now < kill_until or any(not counts[kind] for kind, _ in kinds)
+
         while time.monotonic() < end:
             result.worker_restarts += sup.keep_alive()
             now = time.monotonic()
@@ -365,7 +371,7 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                 _signal(proc, signal.SIGCONT)
             if fault is not None and fault[2] <= now:
                 end_fault()
-            elif fault is None and kinds and now < kill_until and now >= next_fault:
+            elif fault is None and kinds and faulting(now) and now >= next_fault:
                 start_fault(now)
             if killing(now) and now >= next_kill:
                 next_kill = now + rng.uniform(0.5, 1.5) * kill_every
@@ -393,11 +399,12 @@ def run_chaos(settings: Settings, *, jobs: int = 2000, workers: int = 4,
                         except psutil.NoSuchProcess:
                             pass
             try:
-                if _operator_round(r, q, requeued, jobs) and not killing(now):
+                busy = killing(now) or (bool(kinds) and faulting(now)) or fault is not None
+                if _operator_round(r, q, requeued, jobs) and not busy:
                     break
                 if stall:
                     finished_now = r.zcard(q.qkeys.finished)
-                    if killing(now) or finished_now > done_count:
+                    if busy or finished_now > done_count:
                         done_count, progress_at = finished_now, now
                     elif now - progress_at > stall:
                         break                    # stuck: no job finished for `stall` s
