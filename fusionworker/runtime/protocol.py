@@ -48,6 +48,19 @@ HEADER = struct.Struct(">I")
 #: A progress frame on a report pipe starts with ASCII RS (RFC 7464); a report with ``{``.
 FRAME_START = 0x1E
 
+#: What a warm horse writes after its report when it stays for another job (a report
+#: never holds a raw newline).
+STAY = b"\n"
+
+#: What a warm horse writes (then STAY) instead of a report when the worker wrote it a
+#: job it may not run (the direct path: its function's cap, or an ``async def`` job
+#: that belongs to an async horse): nothing ran, the job goes to the fork server.
+REFUSED = b"\x15"
+
+#: How many times a job whose warm horse died before taking it is handed on, at most
+#: (by the fork server, or by the worker on the direct path).
+MOVES_MAX = 3
+
 
 
 # -- the fork server's socket: framing ---------------------------------------------------
@@ -183,11 +196,43 @@ class StartNotice:
     pid: int
     entry: int = -1          #: the job's board entry (unique among the running jobs)
     shared: bool = False     #: an async horse: it runs other jobs at the same time
+    #: a warm sync horse: how many jobs a horse running this function may run in all
+    #: (the worker hands the function's later jobs to the horses it was handed itself)
+    cap: int = 0
 
     def encode(self) -> bytes:
         if self.shared:
             return json_frame({"pid": self.pid, "e": self.entry, "a": 1})
+        if self.cap:
+            return json_frame({"pid": self.pid, "e": self.entry, "c": self.cap})
         return json_frame({"pid": self.pid, "e": self.entry})
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverNotice:
+    """A warm horse that reported its first job and stays, handed to the worker: its
+    job pipe's write end and its report pipe's read end travel with this notice
+    (SCM_RIGHTS, in that order); the worker writes its jobs and reads its reports from
+    now on (design.md, "The direct path"). ``entry``: the board entry of the job it
+    ran (its GPU device), ``done``: the jobs it ran."""
+
+    pid: int
+    entry: int
+    done: int
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "e": self.entry, "h": self.done})
+
+
+@dataclass(frozen=True, slots=True)
+class GoneNotice:
+    """A horse handed to the worker was reaped: its wait status."""
+
+    pid: int
+    status: int
+
+    def encode(self) -> bytes:
+        return json_frame({"pid": self.pid, "gone": self.status})
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +290,8 @@ class BlockedNotice:
         return json_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
 
 
-Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
+Notice = (StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
+          | HandoverNotice | GoneNotice)
 
 
 def take_notices(buf: bytearray) -> list[Notice]:
@@ -271,8 +317,12 @@ def take_notices(buf: bytearray) -> list[Notice]:
             out.append(MovedNotice(pid, int(msg["to"]), entry))
         elif "blocked" in msg:
             out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
+        elif "h" in msg:
+            out.append(HandoverNotice(pid, entry, int(msg["h"])))
+        elif "gone" in msg:
+            out.append(GoneNotice(pid, int(msg["gone"])))
         else:
-            out.append(StartNotice(pid, entry, bool(msg.get("a"))))
+            out.append(StartNotice(pid, entry, bool(msg.get("a")), int(msg.get("c", 0))))
         pos = end
     del buf[:pos]
     return out
@@ -387,7 +437,8 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ENTRY", "FRAME_START", "BlockedNotice", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "ENTRY", "FRAME_START", "MOVES_MAX", "REFUSED", "STAY", "BlockedNotice", "ExitNotice", "GoneNotice", "HandoverNotice",
+    "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",

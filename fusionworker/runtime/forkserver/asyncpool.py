@@ -33,6 +33,7 @@ from ..protocol import (
     read_available,
     write_all,
 )
+from .handover import Outgoing
 from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,7 +95,7 @@ class AsyncHorses:
     attributes declared below)."""
 
     # provided by Server
-    out: list[bytes]
+    out: list[Outgoing]
     ep: select.epoll
     watchdog: LeaseWatchdog | None
     resolved: dict[str, Callable[..., Any]]
