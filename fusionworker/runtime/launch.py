@@ -377,7 +377,8 @@ class ForkServerLauncher:
         if server.warm:
             self._say_loads(jobs)
         slots = [Slot.asked(job, server, index=entry) for job, entry in zip(jobs, entries)]
-        self.asked.setdefault(id(server), deque()).extend(slots)
+        if slots:
+            self.asked.setdefault(id(server), deque()).extend(slots)
         while_forking()
         return direct + slots
 
