@@ -62,6 +62,9 @@ class DirectHorses:
                  deliver: Callable[[Job[Any], str], None]) -> None:
         self.origin, self.board, self.deliver = origin, board, deliver
         self.trace = bool(origin.otel)
+        #: the server process that handed them (a server started again in place is
+        #: another: these died with the first)
+        self.pid = origin.proc.pid if origin.proc is not None else 0
         self.idle: list[DirectHorse] = []            # the most recently used last
         self.by_pid: dict[int, DirectHorse] = {}
         self.running: dict[int, DirectHorse] = {}    # by report pipe, until its EOF

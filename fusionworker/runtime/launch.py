@@ -247,8 +247,12 @@ class ForkServerLauncher:
         return server
 
     def _pool(self, server: ForkServer) -> DirectHorses:
-        """The horses ``server`` handed over (made at its first)."""
+        """The horses ``server`` handed over (made at its first; made again when the
+        server was started again in place: the old one's horses died with it)."""
         pool = self.pools.get(id(server))
+        if pool is not None and pool.pid != (server.proc.pid if server.proc else 0):
+            self._drop_pool(server)
+            pool = None
         if pool is None:
             pool = self.pools[id(server)] = DirectHorses(server, self.own.board,
                                                          self.spec.deliver)
@@ -361,7 +365,7 @@ class ForkServerLauncher:
         server = self.server
         direct: list[Slot] = []
         if server is not None:
-            if not server.alive:
+            if (self.by_entry or id(server) in self.asked) and not server.alive:
                 self._origin_died(server)   # died unnoticed (before submit() starts a new one)
             direct, jobs, entries = self._direct(server, jobs, entries)
             try:
@@ -388,6 +392,9 @@ class ForkServerLauncher:
         the rest, for the server."""
         pool = self.pools.get(id(server))
         if pool is None or not pool.idle:
+            return [], jobs, entries
+        if pool.pid != (server.proc.pid if server.proc else 0):   # it died idle, unnoticed
+            self._drop_pool(server)
             return [], jobs, entries
         direct: list[Slot] = []
         rest: list[Job[Any]] = []
