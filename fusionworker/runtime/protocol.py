@@ -16,11 +16,19 @@ Two channels:
   one), an :class:`ExitNotice`: JSON ``{"pid", "status", "size", "e"}`` followed by
   a frame of ``size`` bytes, the report as the horse wrote it (not JSON-escaped
   again). ``"e"`` is the job's deadline board entry, unique among the worker's
-  running jobs: an async horse (``--async-per-horse``) runs several at once.
+  running jobs: an async horse (``--async-per-horse``) runs several at once. With warm horses the
+  server hands a sync horse that reported its first job to the worker: a
+  :class:`HandoverNotice` (``{"pid", "e", "h"}``) whose write carries the horse's
+  job pipe write end and report pipe read end (SCM_RIGHTS); the worker writes
+  that horse's job frames and reads its reports itself from then on (design.md,
+  "The direct path"), and the server says a handed horse's wait status once it
+  reaped it (:class:`GoneNotice`, ``{"pid", "gone"}``). A :class:`StartNotice`
+  of a warm sync job says its function's cap (``"c"``).
 * **a horse's report pipe** (horse -> whoever forked it): zero or more
   progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
   progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
-  then EOF.
+  then EOF (a warm horse that stays: :data:`STAY` instead of EOF; one that
+  refuses a job the worker wrote it: :data:`REFUSED` then :data:`STAY`).
 
 Only the standard library and ``core.codec`` are imported here: the fork
 server and every horse load this module.
