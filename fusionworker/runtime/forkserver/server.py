@@ -163,6 +163,7 @@ class Server(AsyncHorses):
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        self.unread = False                      # send() read requests into the inbox
         #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
         self.horses_own: tuple[int, ...] = ()
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
@@ -182,7 +183,9 @@ class Server(AsyncHorses):
         gc.freeze()
         self.fork_ahead()          # one fresh horse; with warm horses, the whole pool
         while True:
-            eof, ended = self.receive(self.ep.poll())
+            # requests read while sending are in the inbox already: no event will say so
+            eof, ended = self.receive(self.ep.poll(0 if self.unread else -1))
+            self.unread = False
             if self.running or self.exiting or self.async_horses:
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
@@ -256,13 +259,25 @@ class Server(AsyncHorses):
 
     def send(self) -> bool:
         """Send this turn's notices; False: the worker is gone (it died or closed the
-        socket), which ends the server as an EOF does, without a traceback."""
-        data = b"".join(self.out)
+        socket), which ends the server as an EOF does, without a traceback.
+
+        While the socket is full the worker's requests are read into the inbox: the
+        worker may itself be blocked sending them to us, and neither would ever read
+        (both ends full: the worker and its fork server hung for good)."""
+        data = memoryview(b"".join(self.out))
         self.out.clear()
-        try:
-            self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            return False
+        while data:
+            try:
+                data = data[self.sock.send(data, socket.MSG_DONTWAIT):]
+            except BlockingIOError:
+                waiting = select.poll()
+                waiting.register(self.sock, select.POLLIN | select.POLLOUT)
+                if any(mask & (select.POLLIN | select.POLLHUP) for _, mask in waiting.poll()):
+                    self.unread = True
+                    if self.read_worker():
+                        return False
+            except (BrokenPipeError, ConnectionResetError):
+                return False
         return True
 
     def take_requests(self) -> None:
