@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast, overload
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, MetaTooLarge, NoSuchJob
 from . import codec
@@ -53,6 +53,23 @@ def call_text(func: str, args: list[Any], kwargs: dict[str, Any], limit: int = 2
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     text = f"{func}({', '.join(parts)})"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class _StatusIs:
+    """``job.is_<status>`` (RQ's names): the status read again (:meth:`JobHabits.get_status`)
+    is ``status``."""
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
+
+    @overload
+    def __get__(self, job: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, job: JobHabits, owner: type[Any] | None = None) -> bool: ...
+
+    def __get__(self, job: JobHabits | None, owner: type[Any] | None = None) -> bool | Self:
+        return self if job is None else job.get_status() == self.status
 
 
 class JobHabits:
@@ -166,36 +183,13 @@ class JobHabits:
             return None
         return cast("int | None", self._queue.get_job_position(self.id))
 
-    def _is(self, status: str) -> bool:
-        return self.get_status() == status
-
-    @property
-    def is_queued(self) -> bool:
-        return self._is("queued")
-
-    @property
-    def is_scheduled(self) -> bool:
-        return self._is("scheduled")
-
-    @property
-    def is_deferred(self) -> bool:
-        return self._is("deferred")
-
-    @property
-    def is_started(self) -> bool:
-        return self._is("started")
-
-    @property
-    def is_finished(self) -> bool:
-        return self._is("finished")
-
-    @property
-    def is_failed(self) -> bool:
-        return self._is("failed")
-
-    @property
-    def is_canceled(self) -> bool:
-        return self._is("canceled")
+    is_queued = _StatusIs(JobStatus.QUEUED)
+    is_scheduled = _StatusIs(JobStatus.SCHEDULED)
+    is_deferred = _StatusIs(JobStatus.DEFERRED)
+    is_started = _StatusIs(JobStatus.STARTED)
+    is_finished = _StatusIs(JobStatus.FINISHED)
+    is_failed = _StatusIs(JobStatus.FAILED)
+    is_canceled = _StatusIs(JobStatus.CANCELED)
 
     # -- results -----------------------------------------------------------------
 
