@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Self, cast, overload
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, MetaTooLarge, NoSuchJob
 from . import codec
+from .derived import Derived
 from .vocabulary import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,21 +56,15 @@ def call_text(func: str, args: list[Any], kwargs: dict[str, Any], limit: int = 2
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-class _StatusIs:
+class _StatusIs(Derived["JobHabits", bool]):
     """``job.is_<status>`` (RQ's names): the status read again (:meth:`JobHabits.get_status`)
     is ``status``."""
 
     def __init__(self, status: JobStatus) -> None:
         self.status = status
 
-    @overload
-    def __get__(self, job: None, owner: type[Any]) -> Self: ...
-
-    @overload
-    def __get__(self, job: JobHabits, owner: type[Any] | None = None) -> bool: ...
-
-    def __get__(self, job: JobHabits | None, owner: type[Any] | None = None) -> bool | Self:
-        return self if job is None else job.get_status() == self.status
+    def read(self, obj: JobHabits) -> bool:
+        return obj.get_status() == self.status
 
 
 class JobHabits:
