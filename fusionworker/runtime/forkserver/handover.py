@@ -13,7 +13,7 @@ import select
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import GoneNotice, HandoverNotice
+from ..protocol import GoneNotice, HandoverNotice, send_reading
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
@@ -37,12 +37,15 @@ class Handover:
         #: horses handed to the worker, not reaped yet (they count in the pool)
         self.handed: set[int] = set()
 
-    def hand_over(self, pid: int, job_w: int, report_r: int, entry: int, done: int) -> None:
-        """Send the horse ``pid`` (idle: its report was read, nothing is in flight) to the
-        worker with its pipe ends; they are closed here once sent (:meth:`send`)."""
+    def hand_over(self, run: Any) -> None:
+        """Send the horse of ``run`` (server._Running; idle: its report was read, nothing
+        is in flight) to the worker with its pipe ends; they are closed here once sent
+        (:meth:`send`)."""
+        pid, job_w, report_r = run.pid, run.job_w, run.fd
+        entry = run.request.entry if run.request is not None else -1
         self.ep.unregister(report_r)
         del self.by_fd[report_r]
-        self.out.append((HandoverNotice(pid, entry, done).encode(), (job_w, report_r)))
+        self.out.append((HandoverNotice(pid, entry, run.done).encode(), (job_w, report_r)))
         self.handed.add(pid)
         if self.watchdog is not None:
             with self.watchdog.lock:
@@ -57,13 +60,16 @@ class Handover:
         self.out.append(GoneNotice(pid, status).encode())
         return True
 
+    def _read_more(self) -> bool:      # pragma: no cover - the server's (server.py)
+        raise NotImplementedError
+
     def send(self) -> bool:
         """Send this turn's notices, each horse's descriptors with its handover (then
-        closed here); False: the worker is gone (it died or closed the socket), which
-        ends the server as an EOF does, without a traceback."""
+        closed here); while the socket is full the worker's requests are read
+        (protocol.send_reading). False: the worker is gone (it died or closed the
+        socket), which ends the server as an EOF does, without a traceback."""
         pending: list[bytes] = []
         to_close: list[int] = []
-        ok = True
         try:
             for item in self.out:
                 if isinstance(item, bytes):
@@ -75,16 +81,27 @@ class Handover:
                 # reads the exit and the horse together, ready for its next job
                 data = b"".join([*pending, data])
                 pending.clear()
-                sent = self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                                   array.array("i", fds).tobytes())])
-                if sent < len(data):
-                    self.sock.sendall(data[sent:])
-            if pending:
-                self.sock.sendall(b"".join(pending))
-        except (BrokenPipeError, ConnectionResetError):
-            ok = False
+                sent = self._send_fds(data, fds)
+                if sent < 0 or not send_reading(self.sock, data[sent:], self._read_more):
+                    return False
+            return send_reading(self.sock, b"".join(pending), self._read_more)
         finally:
             self.out.clear()
             for fd in to_close:
                 os.close(fd)
-        return ok
+
+    def _send_fds(self, data: bytes, fds: tuple[int, int]) -> int:
+        """Send the start of ``data`` with ``fds`` attached: how much went (-1: the
+        worker is gone); the rest goes as any notice."""
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        while True:
+            try:
+                return self.sock.sendmsg([data], rights, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                waiting = select.poll()
+                waiting.register(self.sock, select.POLLIN | select.POLLOUT)
+                if any(mask & (select.POLLIN | select.POLLHUP) for _, mask in waiting.poll()):
+                    if self._read_more():
+                        return -1
+            except (BrokenPipeError, ConnectionResetError):
+                return -1
