@@ -30,12 +30,19 @@ class Handover:
     watchdog: LeaseWatchdog | None
     ep: select.epoll
     by_fd: dict[int, Any]
+    running: dict[int, Any]
+    exiting: set[int]
+    async_horses: dict[int, Any]
 
     def init_handover(self, enabled: bool) -> None:
         #: hand warm sync horses to the worker (False: every job goes through here)
         self.direct = enabled
         #: horses handed to the worker, not reaped yet (they count in the pool)
         self.handed: set[int] = set()
+
+    def reaps_due(self) -> bool:
+        """A horse of this server may have exited: the turn reaps."""
+        return bool(self.running or self.exiting or self.async_horses or self.handed)
 
     def hand_over(self, run: Any) -> None:
         """Send the horse of ``run`` (server._Running; idle: its report was read, nothing

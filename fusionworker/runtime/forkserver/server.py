@@ -182,7 +182,7 @@ class Server(AsyncHorses, Handover):
             # requests read while sending are in the inbox already: no event will say so
             eof, ended = self.receive(self.ep.poll(0 if self.read_ahead else -1))
             self.read_ahead = False
-            if self.running or self.exiting or self.async_horses or self.handed:
+            if self.reaps_due():
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
                 self.settle(run)

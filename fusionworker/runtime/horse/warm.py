@@ -67,7 +67,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                     async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
                                 lease)
             job = job_of(body)
-            if done and _refuses(job.func, done, horse_jobs, mine, allowed, async_k):
+            if _refuses(job.func, done, horse_jobs, mine, allowed, async_k):
                 write_all(write_fd, REFUSED + STAY)     # nothing ran: it stays idle
                 continue
             done += 1
@@ -98,7 +98,10 @@ def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[...
     run: its function's cap is reached (``@job(horse_jobs=M)``), or it is ``async def``
     and async horses run those. Its function is resolved first (once per horse: its
     module imported, every check of ``functions.resolve``); one that does not resolve
-    is run, and fails as it would anywhere."""
+    is run, and fails as it would anywhere. Its first job (``done`` 0) came from the
+    fork server, which decided."""
+    if not done:
+        return False
     if func not in mine:
         remember(mine, func, allowed)
     if done >= cap_of(func, horse_jobs, mine):
