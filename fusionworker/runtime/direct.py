@@ -103,13 +103,14 @@ class DirectHorses:
         if len(data) > DIRECT_MAX:
             return None
         device = device_of(entry)
-        for horse in reversed(list(self.idle)):
+        for i in range(len(self.idle) - 1, -1, -1):     # the most recently used first
+            horse = self.idle[i]
             if horse.done >= cap or horse.device != device:
                 continue
             if not (self._quiet(horse) and self._write(horse, data)):
                 self.retire(horse)         # it died idle, or wrote when it should not
                 continue
-            self.idle.remove(horse)
+            del self.idle[i]
             slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
             horse.moves, horse.buf = 0, bytearray()
             self.running[horse.fd] = horse

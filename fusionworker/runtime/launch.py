@@ -264,13 +264,16 @@ class ForkServerLauncher:
             pool.close()
 
     def _hand_on(self, server: ForkServer, slots: list[Slot]) -> None:
-        """Jobs whose handed horse died before it read them (nothing ran): each goes to
-        the fork server as a new request; its slot waits for the answer's pid (a kill
-        asked for meanwhile is sent then, Slot.bind)."""
+        """Jobs a handed horse of ``server`` did not run (it died before reading them,
+        or refused them): each goes to the fork server as a new request; its slot waits
+        for the answer's pid (a kill asked for meanwhile is sent then, Slot.bind)."""
         if not slots:
             return
-        for slot in slots:
-            slot.pid, slot.launching = 0, True
+        if self.server is not None:     # after a reload: the new server, as any new job
+            server = self.server
+        for slot in slots:      # an asked slot, not a running one, until the answer
+            slot.pid, slot.launching, slot.origin = 0, True, server
+            self.by_entry.pop(slot.index, None)
         self.asked.setdefault(id(server), deque()).extend(slots)
         try:
             server.submit([slot.job for slot in slots], [slot.index for slot in slots])
