@@ -160,7 +160,7 @@ class DirectHorses:
         for fd, horse in list(self.running.items()):
             if readable is not None and fd not in readable:
                 continue
-            eof = read_available(fd, horse.buf)
+            eof = _read(fd, horse.buf)
             self._progress(horse)
             if horse.buf == REFUSED + STAY and horse.slot is not None:   # nothing ran
                 moved.append(self._refused(horse, eof))
@@ -279,3 +279,24 @@ class DirectHorses:
         self.retiring = True
         for horse in list(self.by_pid.values()):
             self.retire(horse)
+
+
+def _read(fd: int, buf: bytearray, chunk: int = 65536) -> bool:
+    """What the report pipe ``fd`` holds now, appended to ``buf``; True at EOF. One read
+    when it returns less than ``chunk`` (the pipe is drained: a report and its STAY
+    come in one write): the per-job read that would only say "nothing more" is
+    saved; an EOF after it is seen at the next select()."""
+    while True:
+        try:
+            data = os.read(fd, chunk)
+        except BlockingIOError:
+            return False
+        except InterruptedError:
+            continue
+        except OSError:
+            return True
+        if not data:
+            return True
+        buf.extend(data)
+        if len(data) < chunk:
+            return False
