@@ -12,6 +12,7 @@ report pipe read to its last report, nothing in its job pipe) or runs one job
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,9 @@ class DirectHorses:
         self.idle: list[DirectHorse] = []            # the most recently used last
         self.by_pid: dict[int, DirectHorse] = {}
         self.running: dict[int, DirectHorse] = {}    # by report pipe, until its EOF
+        #: the running horses' report pipes: the loop's select() waits on this one
+        #: descriptor, and a turn reads only the pipes that have something (not every one)
+        self.ep = select.epoll()
         #: by function: jobs a warm sync horse running it may run (the server's answer;
         #: 1: its jobs go to the server: async, or fresh horses); unknown: --horse-jobs
         self.caps: dict[str, int] = {}
@@ -114,6 +118,7 @@ class DirectHorses:
             slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
             horse.moves, horse.buf = 0, bytearray()
             self.running[horse.fd] = horse
+            self.ep.register(horse.fd, select.EPOLLIN)
             if self.board is not None:     # the fork server's watchdog: whose entry
                 self.board.set_owner(entry, horse.pid)
             return slot
@@ -149,16 +154,24 @@ class DirectHorses:
 
     # -- reports and deaths ------------------------------------------------------------
 
-    def waitables(self) -> list[int]:
-        return list(self.running)
+    def waitables(self) -> list[Any]:
+        return [self.ep] if self.running else []
+
+    def _unwatch(self, horse: DirectHorse) -> None:
+        """Its report pipe is no longer read (its job ended, or its pipe reached EOF)."""
+        if self.running.pop(horse.fd, None) is not None:
+            self.ep.unregister(horse.fd)
 
     def poll(self, readable: Collection[Any] | None) -> list[Slot]:
         """Read the running horses' report pipes (``readable``: what select() found; None:
         all): progress goes to its job, a report ends its slot. Returns the slots whose
         horse died with their job unread in its job pipe: to be handed on."""
         moved: list[Slot] = []
-        for fd, horse in list(self.running.items()):
-            if readable is not None and fd not in readable:
+        if readable is not None and self.ep not in readable:
+            return moved
+        for fd, _ in self.ep.poll(0):
+            horse = self.running.get(fd)
+            if horse is None:
                 continue
             eof = _read(fd, horse.buf)
             self._progress(horse)
@@ -171,7 +184,7 @@ class DirectHorses:
                 else:
                     self._rest(horse)
             elif eof:
-                del self.running[fd]
+                self._unwatch(horse)
                 moved += self._ended(horse)
         return moved
 
@@ -196,7 +209,7 @@ class DirectHorses:
 
     def _rest(self, horse: DirectHorse) -> None:
         """It reported and stays: idle again (retired if its server was replaced)."""
-        del self.running[horse.fd]
+        self._unwatch(horse)
         horse.done += 1
         horse.buf = bytearray()
         if self.retiring:
@@ -234,7 +247,7 @@ class DirectHorses:
             self.retire(horse)
             return []
         if horse.fd in self.running:     # dead: what it wrote is in the pipe already
-            del self.running[horse.fd]
+            self._unwatch(horse)
             read_available(horse.fd, horse.buf)
             self._progress(horse)
             if has_report(horse.buf) and horse.buf.endswith(STAY):
@@ -259,7 +272,7 @@ class DirectHorses:
         it); one that runs a job is dying with it (close) or dead already."""
         if horse in self.idle:
             self.idle.remove(horse)
-        self.running.pop(horse.fd, None)
+        self._unwatch(horse)
         if self.by_pid.get(horse.pid) is horse:
             del self.by_pid[horse.pid]
         self._release(horse)
@@ -279,6 +292,7 @@ class DirectHorses:
         self.retiring = True
         for horse in list(self.by_pid.values()):
             self.retire(horse)
+        self.ep.close()
 
 
 def _read(fd: int, buf: bytearray, chunk: int = 65536) -> bool:
