@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..core.keys import Keys
+from ..core.keys import Keys, QueueKeys
 from .schema import ES_MAPPINGS, _plain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -364,8 +364,55 @@ HISTORY_COPY_TTL = frozenset(("completed", "failed", "timeout", "abandoned", "ca
                               "deleted", "requeued"))
 
 
+#: Events of jobs per ``history.lua`` call (a single Redis): one command, not one per
+#: event, and Redis busy for well under a millisecond per call.
+HISTORY_CHUNK = 100
+
+
+def _queue_keys(prefix: str, queue: str) -> QueueKeys | None:
+    from ..core.keys import check_queue_name
+
+    try:
+        return Keys(prefix).queue(check_queue_name(queue))
+    except ValueError:
+        return None
+
+
+class _HistoryRun:
+    """The events of jobs waiting for one ``history.lua`` call in a delivery pipeline
+    (``stream`` None: a Cluster, one event per call, the stream XADDed apart)."""
+
+    def __init__(self, pipe: Any, script: Any, stream: str | None, maxlen: int) -> None:
+        self.pipe, self.script, self.stream, self.maxlen = pipe, script, stream, maxlen
+        self.limit = HISTORY_CHUNK if stream is not None else 1
+        #: (script name, keys, args) of each command queued, None for a plain XADD
+        self.calls: list[tuple[str, list[Any], list[Any]] | None] = []
+        self.keys: list[Any] = []
+        self.args: list[Any] = []
+
+    def add(self, keys: tuple[str, str], copy: bool, fields: dict[Any, Any]) -> None:
+        self.keys += keys
+        self.args += ("copy" if copy else "keep", len(fields))
+        for pair in fields.items():
+            self.args += pair
+        if len(self.keys) >= 2 * self.limit:
+            self.send()
+
+    def send(self) -> None:
+        """Queue the call of the events added since the last one (if any)."""
+        if not self.keys:
+            return
+        keys = self.keys + [self.stream] if self.stream is not None else self.keys
+        args = [HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL, self.maxlen, *self.args]
+        self.script.queue_by_sha(self.pipe, keys, args)
+        self.calls.append(("history", keys, args))
+        self.keys, self.args = [], []
+
+
 class RedisStreamSink(EventSink):
-    """``XADD <prefix>:events MAXLEN ~ <maxlen>`` per event, one pipeline per batch.
+    """``XADD <prefix>:events MAXLEN ~ <maxlen>`` per event, one pipeline per batch (an
+    event of a job: by ``history.lua``, with its job's history; on a single Redis, a run
+    of such events per call).
 
     ``connection`` is a redis-py client (thread-safe: the delivery thread takes
     its own connection from the client's pool, never the worker's).
@@ -379,52 +426,52 @@ class RedisStreamSink(EventSink):
         self.key = Keys(prefix).events
         self.maxlen = maxlen
         self.name = f"Redis stream {self.key}"
+        #: each queue's keys (None: not a queue name), found once per queue
+        self._queue_keys: dict[str, QueueKeys | None] = {}
 
     def _deliver(self, entries: list[Entry]) -> Delivery:
-        """One pipeline: each event of a job goes to the job's history too (history.lua,
-        which XADDs it to the stream itself on a single Redis); other events XADD."""
+        """One pipeline: the events of jobs go to their jobs' histories too (history.lua,
+        a run of up to :data:`HISTORY_CHUNK` events per call, which XADDs them to the
+        stream itself on a single Redis); other events XADD, in their place."""
         from ..core.connection import is_cluster
         from ..core.queue import scripts_for
 
         scripts = scripts_for(self.connection)
         own_stream = not is_cluster(self.connection)
         pipe = self.connection.pipeline(transaction=False)
-        calls: list[tuple[str, list[Any], list[Any]] | None] = []
+        run = _HistoryRun(pipe, scripts.history, self.key if own_stream else None, self.maxlen)
         for _event_id, doc in entries:
             fields: dict[EncodableT, EncodableT] = {
                 k: _stream_value(v) for k, v in doc.items() if v is not None}
             keys = self._history_keys(doc)
             if keys is None or not own_stream:
+                run.send()                  # the stream keeps the events' order
                 pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
-                calls.append(None)
+                run.calls.append(None)
             if keys is not None:
-                keys += [self.key] if own_stream else []
-                copy = "copy" if doc.get("event") in HISTORY_COPY_TTL else "keep"
-                args: list[Any] = [HISTORY_CAP, copy, HISTORY_TTL, HISTORY_GONE_TTL,
-                                   self.maxlen]
-                for name, value in fields.items():
-                    args += [name, value]
-                scripts.history.queue_by_sha(pipe, keys, args)
-                calls.append(("history", keys, args))
+                run.add(keys, doc.get("event") in HISTORY_COPY_TTL, fields)
+        run.send()
         answers = pipe.execute(raise_on_error=False)
-        scripts.reload_missing(answers, calls)
+        scripts.reload_missing(answers, run.calls)
         for answer in answers:
             if isinstance(answer, Exception):
                 raise answer
         return Delivery()
 
-    def _history_keys(self, doc: dict[str, Any]) -> list[Any] | None:
+    def _history_keys(self, doc: dict[str, Any]) -> tuple[str, str] | None:
         """The history and record keys of the event's job, or None (no job named)."""
-        from ..core.keys import check_queue_name
-
         job_id, queue = doc.get("job_id"), doc.get("queue")
         if not (isinstance(job_id, str) and job_id and isinstance(queue, str)):
             return None
         try:
-            qkeys = Keys(self.prefix).queue(check_queue_name(queue))
-        except ValueError:
+            qkeys = self._queue_keys[queue]
+        except KeyError:
+            if len(self._queue_keys) >= 4096:      # a reaper's thousands of queues
+                self._queue_keys.clear()
+            qkeys = self._queue_keys[queue] = _queue_keys(self.prefix, queue)
+        if qkeys is None:
             return None
-        return [qkeys.job_events(job_id), qkeys.job(job_id)]
+        return qkeys.job_events(job_id), qkeys.job(job_id)
 
     def script_stream(self) -> tuple[Any, str, int] | None:
         """``(connection, stream key, maxlen)`` where a script may XADD this sink's
