@@ -421,12 +421,17 @@ class Loop:
             for slot in self.slots:
                 slot.kill(FailureReason.SHUTDOWN)
         interval = min(1.0, float(self.ctx.settings.heartbeat_interval))
+        due = math.inf
         for slot in self.slots:
-            if slot.forked and not slot.done:
+            if slot.done or not slot.forked:
+                continue
+            wakes = slot.wakes_at()
+            if now >= wakes:    # before it, police_slot does nothing (each check is one of it)
                 police_slot(slot, now, interval=interval, cold=cold, hooks=self.hooks,
                             name=self.ctx.name)
-        self._police_due = min((s.wakes_at() for s in self.slots if s.forked and not s.done),
-                               default=math.inf)
+                wakes = slot.wakes_at()
+            due = min(due, wakes)
+        self._police_due = due
 
     # -- the heartbeat hash --------------------------------------------------------
 
