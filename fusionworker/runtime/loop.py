@@ -430,7 +430,8 @@ class Loop:
                 police_slot(slot, now, interval=interval, cold=cold, hooks=self.hooks,
                             name=self.ctx.name)
                 wakes = slot.wakes_at()
-            due = min(due, wakes)
+            if wakes < due:
+                due = wakes
         self._police_due = due
 
     # -- the heartbeat hash --------------------------------------------------------
