@@ -166,7 +166,8 @@ class Run:
                     1 + a.concurrency)
         if system == "dramatiq":
             return ([py, "-m", "dramatiq", "bench.io_peers:dramatiq_broker", "-p", "1", "-t",
-                     str(a.concurrency), "-Q", "ioq"], {"BENCH_PEER": "dramatiq"}, 2)
+                     str(a.dramatiq_threads or a.concurrency), "-Q", "ioq"],
+                    {"BENCH_PEER": "dramatiq"}, 2)
         if system == "arq":
             return ([a.arq_python, "-m", "arq", "bench.io_peers.ArqSettings"],
                     {"BENCH_PEER": "arq"}, 1)
@@ -320,7 +321,7 @@ LABEL = {"fw-c": "fusionworker --concurrency {c}",
          "fw-a1": "fusionworker async -c {c} --horse-jobs {h} (K=1)",
          "fw-p": "fusionworker --processes {p} x{pc}",
          "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
-         "dramatiq": "Dramatiq 1 proc x {c} threads", "arq": "arq max_jobs={c}"}
+         "dramatiq": "Dramatiq 1 proc x {d} threads", "arq": "arq max_jobs={c}"}
 
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -331,7 +332,8 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for res in results:
         label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
                                             h=args.horse_jobs, k=args.async_per_horse,
-                                            pc=args.fw_concurrency, rq=args.rq_workers)
+                                            pc=args.fw_concurrency, rq=args.rq_workers,
+                                            d=args.dramatiq_threads or args.concurrency)
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
                      f"{res['from_enqueue_jobs_per_s']:.0f}", f"{res['first_wave_ms']:.0f}",
                      f"{res['wave_gap_ms']:.1f}", f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
@@ -390,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-per-horse", type=int, default=100,
                    help="fw-a: async def jobs one warm horse runs at once")
     p.add_argument("--rq-workers", type=int, default=100)
+    p.add_argument("--dramatiq-threads", type=int, default=0,
+                   help="Dramatiq's threads (default: --concurrency); at --concurrency 1000 "
+                        "its best here is 100")
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--redis-url", default=os.environ.get("BENCH_IO_REDIS_URL",
                                                          "redis://127.0.0.1:6379/13"))

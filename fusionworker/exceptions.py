@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
 
+from .core.job_view import JobView
 from .core.retry import RetryPolicy
-
-if TYPE_CHECKING:  # pragma: no cover - job.py imports this module
-    from .core.job import Job
 
 
 class FusionWorkerError(Exception):
@@ -78,9 +76,10 @@ class PriorityOutOfRange(FusionWorkerError, ValueError):
 class JobFailed(FusionWorkerError):
     """``job.wait()`` found the job failed. ``.job`` is the failed job; ``.reason``
     (exception, timeout, crash, refused, ...), ``.error_type``, ``.error_message``
-    and ``.traceback`` are copied from it."""
+    and ``.traceback`` are copied from it. ``.job`` is a ``Job``, typed as the
+    :class:`~fusionworker.core.job_view.JobView` it meets (job.py imports this module)."""
 
-    def __init__(self, job: Job[Any]) -> None:
+    def __init__(self, job: JobView) -> None:
         self.job = job
         self.reason = job.failure_reason
         self.error_type = job.error_type
@@ -101,7 +100,7 @@ class JobWaitTimeout(FusionWorkerError, TimeoutError):
     Not to be confused with a job's own time limit
     (:class:`JobTimeoutError`, failure reason ``timeout``)."""
 
-    def __init__(self, message: str, job: Job[Any] | None = None) -> None:
+    def __init__(self, message: str, job: JobView | None = None) -> None:
         super().__init__(message)
         self.job = job
 
@@ -112,9 +111,9 @@ class PartialEnqueue(FusionWorkerError):
     ``jobs`` are the jobs written (whole chunks, in order); the rest were not.
     """
 
-    def __init__(self, jobs: list[Job[Any]], cause: BaseException) -> None:
+    def __init__(self, jobs: Sequence[JobView], cause: BaseException) -> None:
         super().__init__(f"enqueue_many wrote {len(jobs)} job(s), then failed: {cause}")
-        self.jobs = jobs
+        self.jobs: list[JobView] = list(jobs)
 
 
 

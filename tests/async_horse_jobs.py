@@ -67,3 +67,16 @@ async def kill_own_horse(url, key):
     _push(url, key)
     await asyncio.sleep(0.3)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def enqueue_child_after(url, prefix, seconds):
+    """Sleep on the loop (the other tasks run meanwhile), then enqueue a job on queue
+    'child' with settings from the environment; the child's id."""
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
+    from tests.jobs import _redis
+
+    await asyncio.sleep(seconds)
+    settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
+    return Queue("child", _redis(url), settings=settings, events=False).enqueue(
+        "tests.jobs:noop").id

@@ -240,7 +240,8 @@ def test_the_package_ships_py_typed():
 
 
 TYPED_SNIPPET = """
-from fusionworker import Queue, job
+from fusionworker import Job, Queue, job
+from fusionworker.exceptions import JobFailed
 
 
 @job(queue="sms")
@@ -254,6 +255,15 @@ reveal_type(j.wait(1).result)
 reveal_type(send("+1", "b"))
 send.enqueue(1, body="x")
 reveal_type(Queue("x").fetch_job("id"))
+reveal_type(j.cancel())
+reveal_type(Job.fetch("id"))
+try:
+    j.wait()
+except JobFailed as exc:
+    reveal_type(exc.job.failure_reason)
+    reveal_type(exc.job.refresh().error)
+    exc.job.requeue()
+    exc.job.no_such_field
 """
 
 
@@ -272,6 +282,14 @@ def test_a_type_checker_sees_the_handle_and_job_types(tmp_path):
     assert 'Revealed type is "int | None"' in out or 'builtins.int | None' in out, out
     assert 'has incompatible type "int"; expected "str"' in out, out
     assert "Job[Any] | None" in out, out
+    # a job's calls give it back with its type; the exceptions' job has the Job's names
+    assert out.count("Job[builtins.int]") + out.count("Job[int]") >= 2, out
+    assert 'Revealed type is "fusionworker.core.job.Job[Any]"' in out, out
+    assert "FailureReason | None" in out, out
+    assert 'Revealed type is "builtins.str | None"' in out or \
+        'Revealed type is "str | None"' in out, out
+    assert '"JobView" has no attribute "no_such_field"' in out, out
+    assert out.count("error:") == 2, out      # the int for a str, and no_such_field
 
 
 # -- 8. docs/api.md --------------------------------------------------------------------------

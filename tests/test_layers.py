@@ -48,15 +48,11 @@ ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
 KNOWN_DEFERRED_CYCLES: set[frozenset[str]] = set()
 
 #: cycles that exist only once the ``if TYPE_CHECKING:`` imports count (an annotation
-#: names a module that imports the annotating one); a new or larger one fails the test.
-#: One is left: the job record and the exceptions that carry a job (``JobFailed.job``,
-#: ``JobWaitTimeout.job``, ``PartialEnqueue.jobs``) name each other, and so does the
-#: record's RQ part (job_habits.py, whose methods return a ``Job``). Queue's parts and
-#: what is handed a queue name the ``QueueView`` protocol (core/queue_view.py)
-KNOWN_TYPING_CYCLES: set[frozenset[str]] = {
-    frozenset({"fusionworker.core.codec", "fusionworker.core.job", "fusionworker.core.job_habits",
-               "fusionworker.core.record", "fusionworker.exceptions"}),
-}
+#: names a module that imports the annotating one); a new one fails the test. None:
+#: Queue's parts and what is handed a queue name the ``QueueView`` protocol
+#: (core/queue_view.py), the exceptions that carry a job the ``JobView`` protocol
+#: (core/job_view.py), and the job's RQ part (job_habits.py) gives back ``Self``
+KNOWN_TYPING_CYCLES: set[frozenset[str]] = set()
 
 #: reads of another object's private attribute there are, each with its reason
 ALLOWED_PRIVATE = {

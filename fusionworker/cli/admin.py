@@ -18,7 +18,17 @@ from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
 from ..ops.health import check, live_workers
 from ..ops.info import collect_info
-from .common import App, FiniteFloat, echo_json, fmt_age, pass_app, progress, require_queue, table
+from .common import (
+    App,
+    FiniteFloat,
+    echo_json,
+    fmt_age,
+    on_queue,
+    pass_app,
+    progress,
+    require_queue,
+    table,
+)
 
 
 def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
@@ -248,18 +258,14 @@ def _warn_unknown(app: App, queue: str) -> Queue:
     return q
 
 
-@click.command()
-@click.argument("queue")
-@pass_app
+@on_queue(click.command())
 def pause(app: App, queue: str) -> None:
     """Pause QUEUE: no worker anywhere claims from it (running jobs finish)."""
     _warn_unknown(app, queue).pause()
     click.echo(f"Paused {queue}")
 
 
-@click.command()
-@click.argument("queue")
-@pass_app
+@on_queue(click.command())
 def unpause(app: App, queue: str) -> None:
     """Let workers claim from QUEUE again."""
     _warn_unknown(app, queue).unpause()

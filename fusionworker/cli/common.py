@@ -209,6 +209,19 @@ def on_one(group: click.Group, name: str, argument: str,
     return make
 
 
+def on_queue(command: Callable[[Callable[..., Any]], click.Command], *, asks: bool = False
+             ) -> Callable[[Callable[..., Any]], click.Command]:
+    """A command (``command``: ``click.command(name)``, ``group.command(name)``) on QUEUE,
+    its first argument, given the ``App``; ``asks``: it asks first unless ``--yes``."""
+    def make(func: Callable[..., Any]) -> click.Command:
+        func = pass_app(func)
+        if asks:
+            func = click.option("--yes", "-y", is_flag=True,
+                                help="Do not ask for confirmation.")(func)
+        return command(click.argument("queue")(func))
+    return make
+
+
 #: ``--path``'s help where the command says nothing more about it
 PATH_HELP = ("Put DIR at the front of sys.path (repeatable; adds to FUSIONWORKER_PATH). "
              "The current directory is always searched first, as by `worker`.")

@@ -349,30 +349,6 @@ def _short(text: str | None, width: int = 60) -> str | None:
     return line if len(line) <= width else line[:width - 1] + "\u2026"
 
 
-@on_one(job, "retry", "job_id", "job")
-def job_retry(app: App, job_id: str, queue: str | None) -> None:
-    """Move failed JOB_ID back to its queue (attempts start over)."""
-    q = _find(app, job_id, queue)
-    q.requeue(job_id)
-    click.echo(f"Requeued {job_id} on {q.name}")
-
-
-@on_one(job, "delete", "job_id", "job")
-def job_delete(app: App, job_id: str, queue: str | None) -> None:
-    """Delete JOB_ID and every reference to it (a running job finishes unrecorded)."""
-    q = _find(app, job_id, queue)
-    q.delete(job_id)
-    click.echo(f"Deleted {job_id} from {q.name}")
-
-
-@on_one(job, "cancel", "job_id", "job")
-def job_cancel(app: App, job_id: str, queue: str | None) -> None:
-    """Cancel queued or scheduled JOB_ID (it stays visible as canceled)."""
-    q = _find(app, job_id, queue)
-    q.cancel(job_id)
-    click.echo(f"Canceled {job_id} on {q.name}")
-
-
 @on_one(job, "stop", "job_id", "job")
 def job_stop(app: App, job_id: str, queue: str | None) -> None:
     """Stop JOB_ID: a running job is killed by its worker, on whatever host, and ends
@@ -385,14 +361,28 @@ def job_stop(app: App, job_id: str, queue: str | None) -> None:
         click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
-@on_one(job, "hold", "job_id", "job")
-def job_hold(app: App, job_id: str, queue: str | None) -> None:
-    """Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.
+def _job_change(name: str, method: str, said: str, help_text: str) -> click.Command:
+    """``job NAME JOB_ID``: the job's queue's ``method`` on it, then ``said`` (``{id}``,
+    ``{queue}``)."""
+    def change(app: App, job_id: str, queue: str | None) -> None:
+        q = _find(app, job_id, queue)
+        getattr(q, method)(job_id)
+        click.echo(said.format(id=job_id, queue=q.name))
+    change.__doc__ = help_text
+    return on_one(job, name, "job_id", "job")(change)
 
-    It keeps its place (priority and order, or its due time) and is listed as held."""
-    q = _find(app, job_id, queue)
-    q.hold(job_id)
-    click.echo(f"Held {job_id} on {q.name}")
+
+job_retry = _job_change("retry", "requeue", "Requeued {id} on {queue}",
+                        "Move failed JOB_ID back to its queue (attempts start over).")
+job_delete = _job_change(
+    "delete", "delete", "Deleted {id} from {queue}",
+    "Delete JOB_ID and every reference to it (a running job finishes unrecorded).")
+job_cancel = _job_change("cancel", "cancel", "Canceled {id} on {queue}",
+                         "Cancel queued or scheduled JOB_ID (it stays visible as canceled).")
+job_hold = _job_change(
+    "hold", "hold", "Held {id} on {queue}",
+    "Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.\n\n"
+    "It keeps its place (priority and order, or its due time) and is listed as held.")
 
 
 @on_one(job, "release", "job_id", "job")

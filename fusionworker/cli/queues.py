@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..core.queue import Queue, forget_queue, known_queues
-from .common import App, echo_json, fmt_age, pass_app, progress, require_queue, table
+from .common import App, echo_json, fmt_age, on_queue, pass_app, progress, require_queue, table
 
 
 @click.group("queue")
@@ -33,10 +33,7 @@ def queue_list(app: App, as_json: bool) -> None:
     click.echo(f"{len(stats)} queue(s)")
 
 
-@queue_group.command("empty")
-@click.argument("queue")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@pass_app
+@on_queue(queue_group.command("empty"), asks=True)
 def queue_empty(app: App, queue: str, yes: bool) -> None:
     """Delete every pending and scheduled job of QUEUE (running jobs finish)."""
     q = Queue(require_queue(app, queue), app.connection, settings=app.settings)
@@ -52,10 +49,7 @@ def queue_empty(app: App, queue: str, yes: bool) -> None:
     click.echo(f"Deleted {removed} job(s) from {queue}")
 
 
-@queue_group.command("delete")
-@click.argument("queue")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
-@pass_app
+@on_queue(queue_group.command("delete"), asks=True)
 def queue_delete(app: App, queue: str, yes: bool) -> None:
     """Forget QUEUE: its registration, jobs, registries and cron entries.
 

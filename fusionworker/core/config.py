@@ -179,6 +179,21 @@ def _percent() -> dict[str, Any]:
     return {"min": 0, "max": 100}
 
 
+def _governed(resource: str, throttle: float, resume: float | None, use: str, *,
+              throttle_use: str | None = None, note: str = "") -> tuple[Setting, ...]:
+    """The resource governor's thresholds of ``resource``, percentages: workers stop
+    claiming at ``<RESOURCE>_THROTTLE_THRESHOLD`` and resume under
+    ``<RESOURCE>_RESUME_THRESHOLD`` (none when ``resume`` is None)."""
+    name = f"{resource}_throttle_threshold"
+    made = [Setting(name, name.upper(), throttle, float,
+                    f"{throttle_use or use} at which workers stop claiming{note}.", **_percent())]
+    if resume is not None:
+        name = f"{resource}_resume_threshold"
+        made.append(Setting(name, name.upper(), resume, float,
+                            f"{use} under which throttled workers resume.", **_percent()))
+    return tuple(made)
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("redis_url", "REDIS_URL", DEFAULT_REDIS_URL, str,
             "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
@@ -287,22 +302,14 @@ SETTINGS: tuple[Setting, ...] = (
             "the job's outcome.", **_positive()),
     Setting("memory_check_interval", "MEMORY_CHECK_INTERVAL", 5.0, float,
             "Seconds between resource-governor samples.", **_positive()),
-    Setting("memory_throttle_threshold", "MEMORY_THROTTLE_THRESHOLD", 90.0, float,
-            "RAM use (%) at which workers stop claiming.", **_percent()),
-    Setting("memory_resume_threshold", "MEMORY_RESUME_THRESHOLD", 80.0, float,
-            "RAM use (%) under which throttled workers resume.", **_percent()),
-    Setting("swap_throttle_threshold", "SWAP_THROTTLE_THRESHOLD", 70.0, float,
-            "Swap use (%) at which workers stop claiming.", **_percent()),
-    Setting("cpu_throttle_threshold", "CPU_THROTTLE_THRESHOLD", 100.0, float,
-            "CPU use (% of all cores, averaged since the last sample) at which workers stop "
-            "claiming; 100 = never (a worker's own CPU-bound jobs would otherwise hold back "
-            "its free slots).", **_percent()),
-    Setting("cpu_resume_threshold", "CPU_RESUME_THRESHOLD", 80.0, float,
-            "CPU use (% of all cores) under which throttled workers resume.", **_percent()),
-    Setting("gpu_throttle_threshold", "GPU_THROTTLE_THRESHOLD", 85.0, float,
-            "GPU memory use (%) of any device at which workers stop claiming.", **_percent()),
-    Setting("gpu_resume_threshold", "GPU_RESUME_THRESHOLD", 75.0, float,
-            "GPU memory use (%) under which throttled workers resume.", **_percent()),
+    *_governed("memory", 90.0, 80.0, "RAM use (%)"),
+    *_governed("swap", 70.0, None, "Swap use (%)"),
+    *_governed("cpu", 100.0, 80.0, "CPU use (% of all cores)",
+               throttle_use="CPU use (% of all cores, averaged since the last sample)",
+               note="; 100 = never (a worker's own CPU-bound jobs would otherwise hold back "
+                    "its free slots)"),
+    *_governed("gpu", 85.0, 75.0, "GPU memory use (%)",
+               throttle_use="GPU memory use (%) of any device"),
     Setting("max_horse_memory", "FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
             "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
             "--max-horse-memory", min=0),

@@ -45,6 +45,7 @@ from .job import check_priority
 from .keys import Keys, QueueKeys, check_addressable, check_queue_name
 from .options import registered_defaults
 from .queue import known_queues, scripts_for
+from .record import CRON_DEFINITION
 from .redis_client import decoding, server_time
 from .registry import producer_allowed
 from .scripts import replies
@@ -69,8 +70,8 @@ TICK_BATCH = 50
 #: ``cron_queues`` index does not list (written by an older version).
 CRON_RESCAN = 600.0
 
-_DEFINITION = ("name", "queue", "schedule", "func", "args", "kwargs", "priority", "timezone",
-               "catch_up", "allow_overlap", "timeout", "max_retries")
+#: the fields ``register`` writes (the entry's hash schema: record.CRON_FIELDS)
+_DEFINITION = CRON_DEFINITION
 
 
 class InvalidSchedule(FusionWorkerError, ValueError):

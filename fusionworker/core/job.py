@@ -95,12 +95,14 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
+from .config import settings_from_env
 from .job_habits import JobHabits
 from .job_habits import JobResult as JobResult
+from .queue_port import queue_class
 from .record import JobRecord, read_fields, to_dict
 
 # the vocabulary's home is vocabulary.py; these names stay importable from here
@@ -108,6 +110,10 @@ from .vocabulary import FailureReason as FailureReason
 from .vocabulary import JobStatus as JobStatus
 from .vocabulary import WorkerState as WorkerState
 from .vocabulary import _Vocabulary as _Vocabulary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config import Settings
+    from .redis_client import RedisClient
 
 R = TypeVar("R")
 
@@ -208,6 +214,64 @@ class Job(JobRecord[R], JobHabits):
             since = self.scheduled_for
         return max(0.0, self.started_at - since)
 
+    # -- reading a job by its id (RQ's names) ---------------------------------------
+
+    @classmethod
+    def fetch(cls, job_id: str, connection: RedisClient | None = None, *,
+              queue: str | None = None, settings: Settings | None = None) -> Job[Any]:
+        """The job ``job_id`` of any queue (RQ's ``Job.fetch(id, connection=...)``).
+
+        ``queue`` saves the search over the known queues. Raises
+        :class:`~fusionworker.exceptions.NoSuchJob` when no queue holds it.
+        """
+        from .queue_names import find_queue_of  # redis: not loaded with a job's module
+
+        queue_type = queue_class()
+        settings = settings or settings_from_env()
+        probe = queue_type(queue or "default", connection, settings=settings)
+        name = find_queue_of(probe.connection, job_id, settings.prefix, queue)
+        if name is None:
+            raise NoSuchJob(f"no job {job_id!r} in any queue")
+        found: Job[Any] | None = queue_type(name, probe.connection,
+                                            settings=settings).fetch_job(job_id)
+        if found is None:          # deleted between the search and the read
+            raise NoSuchJob(f"no job {job_id!r} in queue {name!r}")
+        return found
+
+    @classmethod
+    def fetch_many(cls, job_ids: list[str], connection: RedisClient | None = None, *,
+                   settings: Settings | None = None) -> list[Job[Any] | None]:
+        """The jobs of ``job_ids``, None for each one no queue holds (RQ's name)."""
+        out: list[Job[Any] | None] = []
+        for job_id in job_ids:
+            try:
+                out.append(cls.fetch(job_id, connection, settings=settings))
+            except NoSuchJob:
+                out.append(None)
+        return out
+
+    @classmethod
+    def exists(cls, job_id: str, connection: RedisClient | None = None, *,
+               settings: Settings | None = None) -> bool:
+        """Whether some queue holds job ``job_id``."""
+        try:
+            cls.fetch(job_id, connection, settings=settings)
+        except NoSuchJob:
+            return False
+        return True
+
+    def fetch_dependencies(self) -> list[Job[Any]]:
+        """The jobs this one waits on, read now (those still in Redis; RQ's name)."""
+        q = self._queue_for("fetch_dependencies")
+        queue_type = queue_class()
+        found: list[Job[Any]] = []
+        for ref in self.depends_on or []:
+            queue, _, job_id = ref.partition(":")
+            job = queue_type(queue, q.connection, settings=q.settings).fetch_job(job_id)
+            if job is not None:
+                found.append(job)
+        return found
+
     # -- seeing it change --------------------------------------------------------
 
     def _require_queue(self) -> Any:
@@ -215,7 +279,7 @@ class Job(JobRecord[R], JobHabits):
             raise ValueError("this Job was not read through a Queue: use queue.fetch_job(id)")
         return self._queue
 
-    def refresh(self) -> Job[R]:
+    def refresh(self) -> Self:
         """Read the job again from Redis (in place; returns self). One ``HGETALL``.
 
         Raises :class:`~fusionworker.exceptions.NoSuchJob` if it is gone (deleted,
@@ -224,7 +288,7 @@ class Job(JobRecord[R], JobHabits):
         q = self._require_queue()
         return self._update(q, q.connection.hgetall(q.qkeys.job(self.id)))
 
-    def _update(self, q: Any, data: dict[str, str]) -> Job[R]:
+    def _update(self, q: Any, data: dict[str, str]) -> Self:
         """Take what ``data`` (the record as ``HGETALL`` reads it) says, in place."""
         if not data:
             raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists")
@@ -244,7 +308,7 @@ class Job(JobRecord[R], JobHabits):
         self._update(q, read.data)
         return read.marked
 
-    def wait(self, timeout: float | None = None) -> Job[R]:
+    def wait(self, timeout: float | None = None) -> Self:
         """Block until the job is finished, failed or canceled; return it (refreshed).
 
         Raises :class:`~fusionworker.exceptions.JobFailed` (reason, error type,

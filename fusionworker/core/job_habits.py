@@ -1,9 +1,11 @@
-"""The RQ names of a :class:`~fusionworker.core.job.Job`: ``Job.fetch``, ``get_status``,
+"""The RQ names of a :class:`~fusionworker.core.job.Job`: ``get_status``,
 ``is_finished``, ``return_value``, ``cancel``/``requeue``/``delete``, ``save_meta``...
 
 A mixin of ``Job``: each name is a thin layer over what fusionworker has
 (``Queue.fetch_job``, ``Queue.cancel``, the job record's fields). docs/from-rq.md
-lists them with what differs.
+lists them with what differs. The ones that make other jobs (``Job.fetch``,
+``fetch_many``, ``exists``, ``fetch_dependencies``) are in job.py, typed ``Job``; the
+ones here give back the job itself (``Self``), so this module names no ``Job``.
 
 The ``is_*`` properties and :meth:`JobHabits.get_status` read the status again
 from Redis (one ``HGET``) when the job was read through a queue, as RQ's do, so
@@ -15,17 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, MetaTooLarge, NoSuchJob
 from . import codec
-from .config import settings_from_env
-from .queue_port import queue_class
+from .derived import Derived
 from .vocabulary import JobStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .config import Settings
-    from .job import Job
     from .redis_client import RedisClient
 
 #: writes ``meta`` only where the job still exists (a HSET on a gone record would
@@ -57,8 +56,20 @@ def call_text(func: str, args: list[Any], kwargs: dict[str, Any], limit: int = 2
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+class _StatusIs(Derived["JobHabits", bool]):
+    """``job.is_<status>`` (RQ's names): the status read again (:meth:`JobHabits.get_status`)
+    is ``status``."""
+
+    def __init__(self, status: JobStatus) -> None:
+        self.status = status
+
+    def read(self, obj: JobHabits) -> bool:
+        return obj.get_status() == self.status
+
+
 class JobHabits:
-    """RQ's names on a job (mixed into :class:`~fusionworker.core.job.Job`)."""
+    """RQ's names on a job (mixed into :class:`~fusionworker.core.job.Job`, which the
+    methods return as ``Self``: job.py imports this module)."""
 
     # the fields of Job this mixin reads (declared for the type checker)
     id: str
@@ -77,51 +88,10 @@ class JobHabits:
     _description: str | None
     _queue: Any
 
-    # -- reading a job by its id -------------------------------------------------
+    if TYPE_CHECKING:  # pragma: no cover - the methods of Job (job.py) this mixin calls
+        def refresh(self) -> Self: ...
 
-    @classmethod
-    def fetch(cls, job_id: str, connection: RedisClient | None = None, *,
-              queue: str | None = None, settings: Settings | None = None) -> Job[Any]:
-        """The job ``job_id`` of any queue (RQ's ``Job.fetch(id, connection=...)``).
-
-        ``queue`` saves the search over the known queues. Raises
-        :class:`~fusionworker.exceptions.NoSuchJob` when no queue holds it.
-        """
-        from .queue_names import find_queue_of  # redis: not loaded with a job's module
-
-        queue_type = queue_class()
-        settings = settings or settings_from_env()
-        probe = queue_type(queue or "default", connection, settings=settings)
-        name = find_queue_of(probe.connection, job_id, settings.prefix, queue)
-        if name is None:
-            raise NoSuchJob(f"no job {job_id!r} in any queue")
-        found: Job[Any] | None = queue_type(name, probe.connection,
-                                            settings=settings).fetch_job(job_id)
-        if found is None:          # deleted between the search and the read
-            raise NoSuchJob(f"no job {job_id!r} in queue {name!r}")
-        return found
-
-    @classmethod
-    def fetch_many(cls, job_ids: list[str], connection: RedisClient | None = None, *,
-                   settings: Settings | None = None) -> list[Job[Any] | None]:
-        """The jobs of ``job_ids``, None for each one no queue holds (RQ's name)."""
-        out: list[Job[Any] | None] = []
-        for job_id in job_ids:
-            try:
-                out.append(cls.fetch(job_id, connection, settings=settings))
-            except NoSuchJob:
-                out.append(None)
-        return out
-
-    @classmethod
-    def exists(cls, job_id: str, connection: RedisClient | None = None, *,
-               settings: Settings | None = None) -> bool:
-        """Whether some queue holds job ``job_id``."""
-        try:
-            cls.fetch(job_id, connection, settings=settings)
-        except NoSuchJob:
-            return False
-        return True
+        def wait(self, timeout: float | None = None) -> Self: ...
 
     # -- names RQ users reach for ------------------------------------------------
 
@@ -167,18 +137,6 @@ class JobHabits:
         """Ids of the jobs this one waits on (``depends_on``; RQ's name)."""
         return [ref.partition(":")[2] for ref in (self.depends_on or [])]
 
-    def fetch_dependencies(self) -> list[Job[Any]]:
-        """The jobs this one waits on, read now (those still in Redis)."""
-        q = self._queue_for("fetch_dependencies")
-        queue_type = queue_class()
-        found: list[Job[Any]] = []
-        for ref in self.depends_on or []:
-            queue, _, job_id = ref.partition(":")
-            job = queue_type(queue, q.connection, settings=q.settings).fetch_job(job_id)
-            if job is not None:
-                found.append(job)
-        return found
-
     def dependencies_are_met(self) -> bool:
         """Every job this one waits on has finished (read now; a gone one has not)."""
         q = self._queue_for("dependencies_are_met")
@@ -220,42 +178,19 @@ class JobHabits:
             return None
         return cast("int | None", self._queue.get_job_position(self.id))
 
-    def _is(self, status: str) -> bool:
-        return self.get_status() == status
-
-    @property
-    def is_queued(self) -> bool:
-        return self._is("queued")
-
-    @property
-    def is_scheduled(self) -> bool:
-        return self._is("scheduled")
-
-    @property
-    def is_deferred(self) -> bool:
-        return self._is("deferred")
-
-    @property
-    def is_started(self) -> bool:
-        return self._is("started")
-
-    @property
-    def is_finished(self) -> bool:
-        return self._is("finished")
-
-    @property
-    def is_failed(self) -> bool:
-        return self._is("failed")
-
-    @property
-    def is_canceled(self) -> bool:
-        return self._is("canceled")
+    is_queued = _StatusIs(JobStatus.QUEUED)
+    is_scheduled = _StatusIs(JobStatus.SCHEDULED)
+    is_deferred = _StatusIs(JobStatus.DEFERRED)
+    is_started = _StatusIs(JobStatus.STARTED)
+    is_finished = _StatusIs(JobStatus.FINISHED)
+    is_failed = _StatusIs(JobStatus.FAILED)
+    is_canceled = _StatusIs(JobStatus.CANCELED)
 
     # -- results -----------------------------------------------------------------
 
     def _refreshed(self) -> None:
         if self._queue is not None:
-            cast("Job[Any]", self).refresh()
+            self.refresh()
 
     def return_value(self, refresh: bool = True) -> Any:
         """What the function returned once the job is finished, else None."""
@@ -272,7 +207,7 @@ class JobHabits:
         """
         if timeout is not None:
             try:
-                cast("Job[Any]", self).wait(timeout)
+                self.wait(timeout)
             except (JobFailed, JobCanceled, JobWaitTimeout):
                 pass       # the outcome (or its absence) is read below
         self._refreshed()
@@ -292,30 +227,30 @@ class JobHabits:
 
     # -- changing it ---------------------------------------------------------------
 
-    def cancel(self) -> Job[Any]:
+    def cancel(self) -> Self:
         """Cancel the job (queued, scheduled or deferred; see ``Queue.cancel``); self, updated."""
         self._queue_for("cancel").cancel(self.id)
         return self._updated()
 
-    def stop(self) -> Job[Any]:
+    def stop(self) -> Self:
         """Stop the job: a running one is killed by its worker and ends ``stopped``; a
         queued one is canceled (see ``Queue.stop``); self, updated."""
         self._queue_for("stop").stop(self.id)
         return self._updated()
 
-    def hold(self) -> Job[Any]:
+    def hold(self) -> Self:
         """Set the queued or scheduled job aside: never claimed until :meth:`release`
         (see ``Queue.hold``); self, updated."""
         self._queue_for("hold").hold(self.id)
         return self._updated()
 
-    def release(self) -> Job[Any]:
+    def release(self) -> Self:
         """Give a held job back its place in its queue (see ``Queue.release``); self,
         updated."""
         self._queue_for("release").release(self.id)
         return self._updated()
 
-    def requeue(self) -> Job[Any]:
+    def requeue(self) -> Self:
         """Put a failed job back on its queue (see ``Queue.requeue``); self, updated."""
         self._queue_for("requeue").requeue(self.id)
         return self._updated()
@@ -324,9 +259,8 @@ class JobHabits:
         """Delete the job and every reference to it (see ``Queue.delete``)."""
         self._queue_for("delete").delete(self.id)
 
-    def _updated(self) -> Job[Any]:
-        job = cast("Job[Any]", self)
-        return job.refresh()
+    def _updated(self) -> Self:
+        return self.refresh()
 
     def save_meta(self) -> None:
         """Write ``job.meta`` to the job's record (the producer's side of RQ's

@@ -8,8 +8,9 @@ read of the queue's keys or the objects of ``registries.py``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .derived import Derived
 from .redis_client import texts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,6 +28,19 @@ if TYPE_CHECKING:  # pragma: no cover
         ScheduledJobRegistry,
         StartedJobRegistry,
     )
+
+
+R = TypeVar("R")
+
+
+class _RegistryOf(Derived["QueueHabits", R]):
+    """``q.<status>_job_registry`` (RQ's names): :meth:`QueueHabits.registry`, typed."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+
+    def read(self, obj: QueueHabits) -> R:
+        return cast(R, obj.registry(self.status))
 
 
 class QueueHabits:
@@ -81,26 +95,9 @@ class QueueHabits:
                              f"{', '.join(sorted(REGISTRIES))}")
         return REGISTRIES[str(status)](queue=cast("QueueView", self))
 
-    @property
-    def failed_job_registry(self) -> FailedJobRegistry:
-        return cast("FailedJobRegistry", self.registry("failed"))
-
-    @property
-    def finished_job_registry(self) -> FinishedJobRegistry:
-        return cast("FinishedJobRegistry", self.registry("finished"))
-
-    @property
-    def started_job_registry(self) -> StartedJobRegistry:
-        return cast("StartedJobRegistry", self.registry("started"))
-
-    @property
-    def scheduled_job_registry(self) -> ScheduledJobRegistry:
-        return cast("ScheduledJobRegistry", self.registry("scheduled"))
-
-    @property
-    def deferred_job_registry(self) -> DeferredJobRegistry:
-        return cast("DeferredJobRegistry", self.registry("deferred"))
-
-    @property
-    def canceled_job_registry(self) -> CanceledJobRegistry:
-        return cast("CanceledJobRegistry", self.registry("canceled"))
+    failed_job_registry: _RegistryOf[FailedJobRegistry] = _RegistryOf("failed")
+    finished_job_registry: _RegistryOf[FinishedJobRegistry] = _RegistryOf("finished")
+    started_job_registry: _RegistryOf[StartedJobRegistry] = _RegistryOf("started")
+    scheduled_job_registry: _RegistryOf[ScheduledJobRegistry] = _RegistryOf("scheduled")
+    deferred_job_registry: _RegistryOf[DeferredJobRegistry] = _RegistryOf("deferred")
+    canceled_job_registry: _RegistryOf[CanceledJobRegistry] = _RegistryOf("canceled")

@@ -8,6 +8,10 @@ that list; :data:`HASH_ONLY` names the fields the scripts keep beside it, and th
 scripts' ``F.<name>`` are :data:`SCRIPT_FIELDS`. ``Job`` (job.py) is the I/O handle on
 top of it; core/job_reads.py reads records for the web. ``tests/core/test_record.py``
 checks that no script spells a field and every field the web, CLI and ops use is here.
+
+The two other hashes the scripts write are named here too: a batch's
+(:data:`BATCH_FIELDS`, the scripts' ``B.<name>``) and a cron entry's
+(:data:`CRON_FIELDS`, ``C.<name>``).
 """
 
 from __future__ import annotations
@@ -145,6 +149,22 @@ BY_NAME: dict[str, Field[Any]] = {f.name.lstrip("_"): f for f in FIELDS}
 #: under its :data:`BY_NAME` name, and :data:`HASH_ONLY`
 SCRIPT_FIELDS: dict[str, str] = {
     **{name: hash_name(f) for name, f in BY_NAME.items()}, **{n: n for n in HASH_ONLY}}
+
+
+# -- the other hashes the scripts write ------------------------------------------------
+
+#: the fields of a batch's hash (``QueueKeys.batch``, core/batch.py), and the kinds of
+#: callback its ``callbacks`` field (a JSON object) holds: the scripts' ``B.<name>``
+BATCH_FIELDS = ("callbacks", "total", "sealed", "failed", "fired", "created_at", "ended_at")
+BATCH_CALLBACKS = ("on_success", "on_complete", "on_failure")
+
+#: the fields of a cron entry's hash (``QueueKeys.cron_entry``, core/cron.py): what
+#: ``cron.add`` writes (the definition), and what a tick keeps (``cron_tick.lua``);
+#: the scripts' ``C.<name>``
+CRON_DEFINITION = ("name", "queue", "schedule", "func", "args", "kwargs", "priority",
+                   "timezone", "catch_up", "allow_overlap", "timeout", "max_retries")
+CRON_FIELDS = (*CRON_DEFINITION, "paused", "next_run", "last_due", "last_run", "last_job",
+               "last_status", "last_enqueued_at", "runs", "skips", "misses")
 
 
 # -- reading the hash's text -----------------------------------------------------------

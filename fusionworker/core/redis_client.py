@@ -419,6 +419,22 @@ def server_time(client: RedisClient) -> float:
     return seconds(client.time())
 
 
+def execute_settled(pipe: Any, give_back: Callable[[], None],
+                    settle: Callable[[list[Any]], None]) -> None:
+    """Send what ``pipe`` holds, the answers not raised (``raise_on_error=False``): a
+    failed round trip calls ``give_back()`` and raises; else ``settle(answers)``, then
+    the first answer that is a refusal is raised."""
+    try:
+        answers = pipe.execute(raise_on_error=False)
+    except Exception:
+        give_back()
+        raise
+    settle(answers)
+    refused = next((a for a in answers if isinstance(a, Exception)), None)
+    if refused is not None:
+        raise refused
+
+
 def new_pubsub_connection(client: RedisClient, **kwargs: Any) -> Any:
     """A pub/sub object of its own connection, for either kind of client.
 

@@ -17,7 +17,7 @@ Metric names (all prefixed ``fusionworker_``) are listed in ``docs/observability
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -124,19 +124,15 @@ class MetricsMiddleware(Middleware):
         self.sink: EventSink | None = None
         self._server: Any = None
         r = self.registry
-        self.processed = Counter("fusionworker_jobs_processed", "Job attempts that ended",
-                                 ["queue"], registry=r)
-        self.completed = Counter("fusionworker_jobs_completed", "Jobs that finished successfully",
-                                 ["queue"], registry=r)
-        self.failed = Counter("fusionworker_jobs_failed",
-                              "Jobs that failed for good (time-outs included)", ["queue"],
-                              registry=r)
-        self.retried = Counter("fusionworker_jobs_retried", "Attempts that failed and were "
-                               "scheduled for a retry", ["queue"], registry=r)
-        self.timed_out = Counter("fusionworker_jobs_timed_out", "Attempts killed by the time limit",
-                                 ["queue"], registry=r)
-        self.requeued = Counter("fusionworker_jobs_requeued", "Jobs given back at cold shutdown",
-                                ["queue"], registry=r)
+
+        def jobs(what: str, text: str) -> Counter:
+            return Counter(f"fusionworker_jobs_{what}", text, ["queue"], registry=r)
+        self.processed = jobs("processed", "Job attempts that ended")
+        self.completed = jobs("completed", "Jobs that finished successfully")
+        self.failed = jobs("failed", "Jobs that failed for good (time-outs included)")
+        self.retried = jobs("retried", "Attempts that failed and were scheduled for a retry")
+        self.timed_out = jobs("timed_out", "Attempts killed by the time limit")
+        self.requeued = jobs("requeued", "Jobs given back at cold shutdown")
         self.duration = Histogram("fusionworker_job_duration_seconds",
                                   "Processing time of an attempt (fork to outcome)", ["queue"],
                                   buckets=DURATION_BUCKETS, registry=r)
@@ -189,6 +185,22 @@ class MetricsMiddleware(Middleware):
 # --------------------------------------------------------------------------- deployment
 
 
+#: the gauges ``fusionworker_queue_<name>`` (label ``queue``) that are one figure of a
+#: queue's ``stats()``: name, help, the figure
+QUEUE_FIGURES: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
+    ("started", "Jobs running", lambda s: s["started"]),
+    ("scheduled", "Jobs waiting for their time (delayed or retrying)", lambda s: s["scheduled"]),
+    ("failed", "Jobs in the failed registry", lambda s: s["failed"]),
+    ("finished", "Finished jobs still kept (result TTL)", lambda s: s["finished"]),
+    ("paused", "1 when the queue is paused", lambda s: 1 if s["paused"] else 0),
+    ("oldest_job_age_seconds", "Age of the oldest pending job",
+     lambda s: s["oldest_age"] or 0.0),
+    ("awaiting_compute", "Jobs ready now that no free slot of the workers serving the queue "
+     "will take (seed 003's awaitingCompute)", lambda s: s["awaiting_compute"]),
+    ("held", "Jobs held (job hold)", lambda s: s["held"]),
+)
+
+
 class QueueCollector(Collector):
     """Queue-level gauges read from Redis at each scrape (``exporter``).
 
@@ -220,18 +232,8 @@ class QueueCollector(Collector):
         pending = GaugeMetricFamily("fusionworker_queue_pending",
                                     "Jobs waiting in a queue, by priority band",
                                     labels=["queue", "band"])
-        started = GaugeMetricFamily("fusionworker_queue_started", "Jobs running", labels=["queue"])
-        scheduled = GaugeMetricFamily("fusionworker_queue_scheduled",
-                                      "Jobs waiting for their time (delayed or retrying)",
-                                      labels=["queue"])
-        failed = GaugeMetricFamily("fusionworker_queue_failed", "Jobs in the failed registry",
-                                   labels=["queue"])
-        finished = GaugeMetricFamily("fusionworker_queue_finished",
-                                     "Finished jobs still kept (result TTL)", labels=["queue"])
-        paused = GaugeMetricFamily("fusionworker_queue_paused", "1 when the queue is paused",
-                                   labels=["queue"])
-        oldest = GaugeMetricFamily("fusionworker_queue_oldest_job_age_seconds",
-                                   "Age of the oldest pending job", labels=["queue"])
+        figures = {name: GaugeMetricFamily(f"fusionworker_queue_{name}", text, labels=["queue"])
+                   for name, text, _ in QUEUE_FIGURES}
         rate_limit = GaugeMetricFamily("fusionworker_queue_rate_limit_per_second",
                                        "Rate limit of a queue, job starts per second "
                                        "(queues with a limit only)", labels=["queue"])
@@ -246,30 +248,17 @@ class QueueCollector(Collector):
             "fusionworker_queue_group_rate_limited_seconds",
             "Seconds jobs were set aside until their group's next rate-limit slot "
             "(summed over jobs)", labels=["queue"])
-        awaiting = GaugeMetricFamily(
-            "fusionworker_queue_awaiting_compute",
-            "Jobs ready now that no free slot of the workers serving the queue will take "
-            "(seed 003's awaitingCompute)", labels=["queue"])
-        held = GaugeMetricFamily("fusionworker_queue_held", "Jobs held (job hold)",
-                                 labels=["queue"])
         heartbeats = admin.workers(self.connection, self.settings.prefix)
         for name in names:
             stats = Queue(name, self.connection, settings=self.settings,
                           events=False).stats(heartbeats)
-            awaiting.add_metric([name], stats["awaiting_compute"])
-            held.add_metric([name], stats["held"])
             _add_rates(name, stats, rate_limit, rate_held, group_limit, group_held)
             for band, _, _ in BANDS:
                 pending.add_metric([name, band], stats["bands"].get(band, 0))
-            started.add_metric([name], stats["started"])
-            scheduled.add_metric([name], stats["scheduled"])
-            failed.add_metric([name], stats["failed"])
-            finished.add_metric([name], stats["finished"])
-            paused.add_metric([name], 1 if stats["paused"] else 0)
-            oldest.add_metric([name], stats["oldest_age"] or 0.0)
+            for figure, _, read in QUEUE_FIGURES:
+                figures[figure].add_metric([name], read(stats))
         workers, suspended = self._worker_families(heartbeats)
-        return [pending, started, scheduled, failed, finished, paused, oldest, awaiting, held,
-                workers, suspended,
+        return [pending, *figures.values(), workers, suspended,
                 rate_limit, rate_held, group_limit, group_held]
 
     def _worker_families(self, heartbeats: list[dict[str, str]]) -> tuple[Any, Any]:

@@ -22,7 +22,7 @@ processes".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core import tracing
@@ -95,6 +95,35 @@ class HorseTracing:
 
     def run(self, job: Any, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``body`` (the job) inside a CONSUMER span; record its report on the span."""
+        started = self._start(job)
+        if started is None:
+            return body()
+        span, token = started
+        try:
+            report = body()
+        finally:
+            self.context.detach(token)
+        self._end(span, report)
+        return report
+
+    async def run_async(self, job: Any,
+                        body: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        """:meth:`run` for one task of an async horse: the span is attached to the task's
+        own context, so the jobs running beside it on the loop are not inside it."""
+        started = self._start(job)
+        if started is None:
+            return await body()
+        span, token = started
+        try:
+            report = await body()
+        finally:
+            self.context.detach(token)
+        self._end(span, report)
+        return report
+
+    def _start(self, job: Any) -> tuple[Any, Any] | None:
+        """The job's span, started and made current; None if that failed (the job runs
+        untraced: tracing must never stop a job)."""
         try:
             carrier = {k: v for k, v in (("traceparent", getattr(job, "traceparent", None)),
                                          ("tracestate", getattr(job, "tracestate", None))) if v}
@@ -108,14 +137,13 @@ class HorseTracing:
                             "fusionworker.job.function": job.func,
                             "fusionworker.job.attempt": int(getattr(job, "attempts", 0) or 0),
                             "fusionworker.job.priority": int(getattr(job, "priority", 0) or 0)})
-            token = self.context.attach(self.trace.set_span_in_context(span))
-        except Exception:  # tracing must never stop the job
+            return span, self.context.attach(self.trace.set_span_in_context(span))
+        except Exception:
             log.debug("starting the job span failed", exc_info=True)
-            return body()
-        try:
-            report = body()
-        finally:
-            self.context.detach(token)
+            return None
+
+    def _end(self, span: Any, report: dict[str, Any]) -> None:
+        """Record the job's report on its span and end it (never raises)."""
         try:
             reason = str(report.get("reason") or FailureReason.EXCEPTION)
             span.set_attribute("fusionworker.job.outcome", reason)
@@ -133,7 +161,6 @@ class HorseTracing:
             span.end()
         except Exception:  # tracing must never change the job's report
             log.debug("ending the job span failed", exc_info=True)
-        return report
 
     def flush(self) -> None:
         """Export what the horse recorded, for at most the flush timeout (after the report)."""

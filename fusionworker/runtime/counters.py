@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..core.hooks import Outcome, OutcomeStatus
+from ..core.redis_client import execute_settled
 
 
 @dataclass
@@ -104,12 +106,4 @@ class Counters:
         if not n:
             return
         pipe.expire(key, ttl)
-        try:
-            answers = pipe.execute(raise_on_error=False)
-        except Exception:
-            self.give_back(taken)
-            raise
-        self.settle(taken, answers)
-        refused = next((a for a in answers if isinstance(a, Exception)), None)
-        if refused is not None:
-            raise refused
+        execute_settled(pipe, partial(self.give_back, taken), partial(self.settle, taken))

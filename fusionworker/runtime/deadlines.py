@@ -150,7 +150,9 @@ class LeaseWatchdog:
 
     def __init__(self, board: DeadlineBoard) -> None:
         self.board = board
-        self.lock = threading.Lock()
+        # re-entrant: the reap holds it around waitpid, and an async horse reaped there
+        # has its last report lines read and forgotten entry by entry under it
+        self.lock = threading.RLock()
         self._horses: dict[int, int] = {}      # pid -> board entry
         self._more: dict[int, set[int]] = {}   # pid -> its other entries (async horses)
         self._wake = threading.Event()

@@ -21,10 +21,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from ..core.admin import MINUTE_COUNTS_TTL
 from ..core.keys import Keys
+from ..core.redis_client import execute_settled
 from ..core.scripts import replies
 
 #: (queue, epoch minute, outcome)
@@ -93,12 +95,4 @@ class MinuteCounts:
         calls = self.queue(pipe)
         if not calls:
             return
-        try:
-            answers = pipe.execute(raise_on_error=False)
-        except Exception:
-            self.give_back(calls)
-            raise
-        self.reload(calls, answers)
-        refused = next((a for a in answers if isinstance(a, Exception)), None)
-        if refused is not None:
-            raise refused
+        execute_settled(pipe, partial(self.give_back, calls), partial(self.reload, calls))

@@ -32,9 +32,11 @@ import array
 import fcntl
 import json
 import os
+import select
+import socket
 import struct
 import termios
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -340,6 +342,26 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def send_reading(sock: socket.socket, data: bytes, read: Callable[[], bool]) -> bool:
+    """Send ``data`` whole; while the socket would block, call ``read`` when the peer
+    has something for us (it may itself be blocked sending it: with both ends full and
+    nobody reading, both would hang for good). False: the peer is gone (``read``
+    returned True, its EOF, or the send found the socket closed)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[sock.send(view, socket.MSG_DONTWAIT):]
+        except BlockingIOError:
+            waiting = select.poll()
+            waiting.register(sock, select.POLLIN | select.POLLOUT)
+            if any(mask & (select.POLLIN | select.POLLHUP) for _, mask in waiting.poll()):
+                if read():
+                    return False
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+    return True
 
 
 def take_progress(buffer: bytearray) -> Iterator[str]:

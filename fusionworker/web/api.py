@@ -18,7 +18,7 @@ from starlette.routing import Route
 from ..core.job import JobStatus
 from . import live
 from .openapi import OPENAPI
-from .service import QUEUES_PER_PAGE, QUEUES_UNPAGED, ApiError, parse_int
+from .service import QUEUES_PER_PAGE, QUEUES_UNPAGED, ApiError, Dashboard, parse_int
 from .state import WebState, api_action, api_read, body, ok, run, state
 
 # -- reads -----------------------------------------------------------------------------
@@ -54,9 +54,17 @@ def api_queues(request: Request, st: WebState) -> Response:
     return answer
 
 
-@api_read
-def api_workers(request: Request, st: WebState) -> Response:
-    return ok({"workers": st.board.workers()})
+def _whole(name: str, read: Callable[[Dashboard], Any]) -> Callable[[Request], Response]:
+    """``api_<name>``, ``GET /api/v1/<name>``: ``{name: read(dashboard)}`` (a function of
+    this module, as every endpoint is: named so)."""
+    def endpoint(request: Request, st: WebState) -> Response:
+        return ok({name: read(st.board)})
+    endpoint.__name__ = endpoint.__qualname__ = f"api_{name}"
+    return api_read(endpoint)
+
+
+api_workers = _whole("workers", Dashboard.workers)
+api_cron = _whole("cron", Dashboard.cron_entries)
 
 
 @api_read
@@ -77,11 +85,6 @@ def api_chart(request: Request, st: WebState) -> Response:
         names = st.board.names_page(p.get("page", 1), p.get("per_page", QUEUES_PER_PAGE),
                                     match=p.get("match"))[3]
     return ok({"minutes": st.board.chart(minutes, p.get("queue") or None, names)})
-
-
-@api_read
-def api_cron(request: Request, st: WebState) -> Response:
-    return ok({"cron": st.board.cron_entries()})
 
 
 @api_read
@@ -109,25 +112,19 @@ async def api_priority(request: Request, st: WebState, who: str) -> Response:
                         request.query_params.get("queue")))
 
 
+#: ``POST /api/v1/jobs/{id}/{action}``: the ``Dashboard`` method of each action
+JOB_ACTIONS = {"requeue": "requeue", "cancel": "cancel", "hold": "hold", "release": "release",
+               "run-now": "run_now", "stop": "stop"}
+
+
 @api_action
 async def api_job_action(request: Request, st: WebState, who: str) -> Response:
     action = request.path_params["action"]
-    job_id = request.path_params["id"]
-    q = request.query_params.get("queue")
-    if action == "requeue":
-        return ok(await run(st.board.requeue, who, job_id, q))
-    if action == "cancel":
-        return ok(await run(st.board.cancel, who, job_id, q))
-    if action == "hold":
-        return ok(await run(st.board.hold, who, job_id, q))
-    if action == "release":
-        return ok(await run(st.board.release, who, job_id, q))
-    if action == "run-now":
-        return ok(await run(st.board.run_now, who, job_id, q))
-    if action == "stop":
-        return ok(await run(st.board.stop, who, job_id, q))
-    raise ApiError(404, f"no action {action!r} (requeue, cancel, stop, hold, release, "
-                        "run-now)")
+    if action not in JOB_ACTIONS:
+        raise ApiError(404, f"no action {action!r} (requeue, cancel, stop, hold, release, "
+                            "run-now)")
+    return ok(await run(getattr(st.board, JOB_ACTIONS[action]), who, request.path_params["id"],
+                        request.query_params.get("queue")))
 
 
 @api_action

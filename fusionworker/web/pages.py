@@ -6,6 +6,7 @@ batches, a batch, a worker. What each reads is in ``listings.py`` and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -100,26 +101,6 @@ def _batches_query(board: Dashboard, request: Request) -> dict[str, Any]:
                                       1, 500))
 
 
-@signed_in
-def batches_view(request: Request, st: WebState, who: auth.Identity) -> Response:
-    return st.page(request, "batches.html", who, result=_batches_query(st.board, request))
-
-
-@api_read
-def api_batches(request: Request, st: WebState) -> Response:
-    return JSONResponse(_batches_query(st.board, request))
-
-
-@signed_in
-def batch_view(request: Request, st: WebState, who: auth.Identity) -> Response:
-    return st.page(request, "batch.html", who, batch=batch_query(st.board, request))
-
-
-@api_read
-def api_batch(request: Request, st: WebState) -> Response:
-    return JSONResponse(batch_query(st.board, request))
-
-
 def batch_query(board: Dashboard, request: Request) -> dict[str, Any]:
     """A batch, its callback jobs and (up to ``MAX_REFS``) the jobs that ended."""
     batch_id = request.path_params["id"]
@@ -149,14 +130,25 @@ def _worker_query(board: Dashboard, request: Request) -> dict[str, Any]:
     return doc
 
 
-@signed_in
-def worker_view(request: Request, st: WebState, who: auth.Identity) -> Response:
-    return st.page(request, "worker.html", who, w=_worker_query(st.board, request))
+def page_and_api(name: str, template: str, as_name: str,
+                 query: Callable[[Dashboard, Request], Any],
+                 ) -> tuple[Callable[[Request], Response], Callable[[Request], Response]]:
+    """``<name>_view``, the page (``template``, given the query's document as ``as_name``),
+    and ``api_<name>``, the API endpoint (the document as JSON), of one query: functions
+    of this module, as every endpoint is (named so)."""
+    def page(request: Request, st: WebState, who: auth.Identity) -> Response:
+        return st.page(request, template, who, **{as_name: query(st.board, request)})
+
+    def api(request: Request, st: WebState) -> Response:
+        return JSONResponse(query(st.board, request))
+    page.__name__ = page.__qualname__ = f"{name}_view"
+    api.__name__ = api.__qualname__ = f"api_{name}"
+    return signed_in(page), api_read(api)
 
 
-@api_read
-def api_worker(request: Request, st: WebState) -> Response:
-    return JSONResponse(_worker_query(st.board, request))
+batches_view, api_batches = page_and_api("batches", "batches.html", "result", _batches_query)
+batch_view, api_batch = page_and_api("batch", "batch.html", "batch", batch_query)
+worker_view, api_worker = page_and_api("worker", "worker.html", "w", _worker_query)
 
 
 def _history_query(board: Dashboard, request: Request) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from fusionworker.cli import main
-from fusionworker.core import workflows
+from fusionworker.core import record, workflows
 from fusionworker.core.batch import Batch
 from fusionworker.core.keys import Keys
 from fusionworker.worker import Worker, default_middleware
@@ -44,6 +44,9 @@ def test_callbacks_fire_once_when_every_job_ended(queue, r, settings):
     assert cbq.fetch_job(ids["on_success"]) is None
     assert cbq.fetch_job(ids["on_complete"]).args == [batch.id]
     assert cbq.stats()["open_batches"] == 0
+    # the batch's hash holds the fields of its schema, each one (the scripts' B.<name>)
+    assert sorted(r.hgetall(cbq.qkeys.batch(batch.id))) == sorted(record.BATCH_FIELDS)
+    assert sorted(batch.callback_ids()) == sorted(record.BATCH_CALLBACKS)
     # a note replayed again (a replayer that died before removing it) changes nothing
     outbox = q.qkeys.base + "outbox"
     r.rpush(outbox, json.dumps(["batch:finished", batch.ref, jobs[0].id]))

@@ -75,14 +75,15 @@ def test_every_outcome_literal_of_the_scripts_is_a_status_or_retry():
 #: literals spelled like a status or a failure reason that name something else, counted
 #: (one more fails): a script's reply word (``{'queued', jid, S.queued}``: the verdict,
 #: then the status), a mode Python passes (enqueue_many's 'deferred', requeue's
-#: 'failed'), the batch hash's ``failed`` count, the "queued" event, a cron entry's
-#: ``last_status``, and the 'ok' field of a Redis status reply (_lib.lua's TYPE)
+#: 'failed'), the "queued" event, a cron entry's ``last_status``, and the 'ok' field of
+#: a Redis status reply (_lib.lua's TYPE). The batch hash's ``failed`` count is
+#: ``B.failed`` (record.BATCH_FIELDS)
 NOT_VOCABULARY = {
     ("cancel.lua", "canceled"): 1, ("cron_tick.lua", "queued"): 2,
     ("dep_done.lua", "canceled"): 1, ("dep_done.lua", "queued"): 1,
     ("enqueue.lua", "scheduled"): 2, ("enqueue.lua", "queued"): 2,
     ("enqueue_many.lua", "deferred"): 1, ("enqueue_many.lua", "queued"): 1,
-    ("hold.lua", "held"): 2, ("requeue.lua", "failed"): 1, ("batch_done.lua", "failed"): 2,
+    ("hold.lua", "held"): 2, ("requeue.lua", "failed"): 1,
     ("claim.lua", "refused"): 5, ("cancel.lua", "refused"): 1, ("hold.lua", "refused"): 1,
     ("release.lua", "refused"): 1, ("reprioritize.lua", "refused"): 1,
     ("reprioritize.lua", "ok"): 1, ("finish.lua", "ok"): 1, ("_lib.lua", "ok"): 1,

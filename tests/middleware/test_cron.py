@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from fusionworker.cli import main
+from fusionworker.core import record
 from fusionworker.core.keys import Keys
 from fusionworker.core.scripts.replies import CronTick
 from fusionworker.exceptions import InvalidFunction
@@ -177,6 +178,11 @@ def test_job_record_carries_the_definition(r, settings, queue):
     assert queue("reports").job_ids() == [job.id]
     entry = cron.get_entry(r, settings, "report")
     assert entry.last_job == job.id and entry.last_status == "queued"
+    # the entry's hash holds fields of its schema (the scripts' C.<name>): all but the ones
+    # written once the entry is paused, or a run skipped or missed
+    held = set(r.hgetall(entry_key(settings, "report", "reports")))
+    assert set(record.CRON_FIELDS) - held == {"paused", "skips", "misses"}
+    assert held <= set(record.CRON_FIELDS)
     assert datetime.fromtimestamp(entry.next_run, UTC).strftime("%H:%M") == "03:00"
 
 

@@ -288,6 +288,41 @@ def test_a_job_that_enqueues_gives_a_producer_span_under_its_consumer_span(
                                                  send_child["context"]["span_id"][2:]]
 
 
+def test_the_jobs_of_an_async_horse_each_get_their_own_span(r, otel_settings, tel,
+                                                            monkeypatch, redis_url, prefix):
+    """Three ``async def`` jobs at once on one horse (``--async-per-horse``): one CONSUMER
+    span each, under its own producer span; what a job enqueues is under its own job's
+    span, not a mate's (the span is current in its task only); a failure is an error."""
+    monkeypatch.setenv("FUSIONWORKER_OTEL", "on")   # the horse's own Queue reads it
+    s = otel_settings.replace(horse_jobs=100, async_per_horse=10, concurrency=4)
+    q = Queue("default", r, settings=s)
+    jobs = [q.enqueue("tests.async_horse_jobs:enqueue_child_after", redis_url, prefix, 0.3)
+            for _ in range(3)]
+    boom = q.enqueue("tests.jobs:async_boom", "async kaput")
+    run_burst(r, s, tel)
+    assert [q.fetch_job(j.id).status for j in jobs] == ["finished"] * 3
+    sends = {span.attributes["messaging.message.id"]: span for span in producer_spans(tel)}
+    spans = tel.horse_spans(7)                    # 4 jobs, and 3 children enqueued
+    consumers = {s["attributes"]["messaging.message.id"]: s for s in spans
+                 if s["kind"] == "SpanKind.CONSUMER"}
+    assert set(consumers) == {j.id for j in jobs} | {boom.id}
+    for job_id, span in consumers.items():        # each under its own producer span
+        assert span["parent_id"] == hexid(sends[job_id].context.span_id, 16)
+        assert span["context"]["trace_id"] == hexid(sends[job_id].context.trace_id, 32)
+    starts = [consumers[j.id]["start_time"] for j in jobs]
+    ends = [consumers[j.id]["end_time"] for j in jobs]
+    assert max(starts) < min(ends)                # they ran at once, on one loop
+    children = {s["attributes"]["messaging.message.id"]: s for s in spans
+                if s["kind"] == "SpanKind.PRODUCER"}
+    for job in jobs:
+        child_id = q.fetch_job(job.id).result
+        assert children[child_id]["parent_id"] == consumers[job.id]["context"]["span_id"]
+    failed = consumers[boom.id]
+    assert failed["status"]["status_code"] == "ERROR"
+    assert failed["status"]["description"] == "ValueError: async kaput"
+    assert failed["attributes"]["fusionworker.job.outcome"] == "exception"
+
+
 def test_a_horse_forked_by_the_worker_itself_is_traced_and_reports_first(tmp_path):
     """The fallback without a fork server: the horse is forked from this process, whose
     real SDK provider (file exporter) it inherits; garbage trace context starts a root."""

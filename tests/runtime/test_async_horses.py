@@ -9,6 +9,7 @@ Real Redis, a real fork server and real horses (the worker runs in the test proc
 from __future__ import annotations
 
 import logging
+import subprocess
 
 from click.testing import CliRunner
 
@@ -236,3 +237,21 @@ def test_every_notice_names_its_jobs_board_entry():
             MovedNotice(8, 9, 5), StartNotice(9, 6)]
     buf = bytearray(b"".join(n.encode() for n in sent))
     assert take_notices(buf) == sent and not buf
+
+
+def test_async_horses_that_retire_often_never_wedge_the_fork_server(queue, processes):
+    """Horses of 3 jobs each, 20 tasks at once: a horse often exits with its last report
+    lines still in its pipe, and the server reads them while it reaps it, under the lease
+    watchdog's lock (that read took the lock again: the server hung for good, and with it
+    the worker, blocked sending it requests)."""
+    q = queue()
+    jobs = [_enqueue(q, "stamp", 0.01) for _ in range(300)]
+    proc = processes.worker("--customq", "default", "--burst", "--concurrency", "40",
+                            "--horse-jobs", "3", "--async-per-horse", "20")
+    try:
+        code = proc.wait(90)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the worker hung: {q.count} of 300 jobs still queued\n"
+                             + processes.output(proc)[-2000:]) from None
+    assert code == 0, processes.output(proc)[-2000:]
+    assert {q.fetch_job(j.id).status for j in jobs} == {"finished"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import psutil
 import pytest
@@ -407,3 +408,23 @@ def test_horse_jobs_without_import_runs_the_first_jobs_in_warm_horses(processes,
     wait_for(lambda: len(_horses(w.pid)) == 2, timeout=20)     # the pool, with the module
     said = [line for line in processes.output(w).splitlines() if "not named with --import" in line]
     assert len(said) == 1 and "tests.marker_jobs" in said[0], said     # once, naming it
+
+
+def test_large_requests_and_large_reports_at_once_never_wedge_worker_and_server(queue,
+                                                                                 processes):
+    """600 jobs of 30 KB arguments that return them, at concurrency 100 on warm horses: the
+    worker sends a turn's requests (MBs) while the fork server sends it the reports of the
+    last turn (MBs). Both sockets filled, each blocked in its send, nobody read: both hung
+    for good. The server now reads the worker's requests while its own send would block."""
+    q = queue()
+    big = "x" * 30000
+    jobs = [q.enqueue("tests.jobs:identity", big) for _ in range(600)]
+    proc = processes.worker("--customq", "default", "--burst", "--concurrency", "100",
+                            "--horse-jobs", "100")
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the worker hung: {q.count} of 600 jobs still queued") from None
+    assert code == 0, processes.output(proc)[-2000:]
+    assert {q.fetch_job(j.id).status for j in jobs} == {"finished"}
+    assert q.fetch_job(jobs[-1].id).result == big

@@ -11,28 +11,28 @@ local bkey = base .. K.batch .. bid
 local ekey = base .. K.batch_ended .. bid .. K.batch_ended_tail   -- refs of its ended jobs
 if redis.call('EXISTS', bkey) == 0 then return {'missing'} end
 local reply = 'counted'
-if total ~= '' then redis.call('HSET', bkey, 'total', total, 'sealed', '1') end
+if total ~= '' then redis.call('HSET', bkey, B.total, total, B.sealed, '1') end
 if ref ~= '' then
   if redis.call('SADD', ekey, ref) == 0 then
     reply = 'already'
   elseif outcome ~= S.finished then
-    redis.call('HINCRBY', bkey, 'failed', 1)
+    redis.call('HINCRBY', bkey, B.failed, 1)
   end
 end
-if hget(bkey, 'sealed') ~= '1' then return {reply} end
-if redis.call('SCARD', ekey) < tonumber(hget(bkey, 'total') or '0') then
+if hget(bkey, B.sealed) ~= '1' then return {reply} end
+if redis.call('SCARD', ekey) < tonumber(hget(bkey, B.total) or '0') then
   return {reply}
 end
-if redis.call('HSETNX', bkey, 'fired', '1') == 0 then return {reply} end
+if redis.call('HSETNX', bkey, B.fired, '1') == 0 then return {reply} end
 local t = now()
-redis.call('HSET', bkey, 'ended_at', fmt_time(t))
+redis.call('HSET', bkey, B.ended_at, fmt_time(t))
 redis.call('ZREM', base .. K.batches, bid)
-local failed = tonumber(hget(bkey, 'failed') or '0') > 0
-local callbacks = cjson.decode(hget(bkey, 'callbacks') or '{}')
+local failed = tonumber(hget(bkey, B.failed) or '0') > 0
+local callbacks = cjson.decode(hget(bkey, B.callbacks) or '{}')
 local n = 0
-for _, kind in ipairs({'on_complete', 'on_success', 'on_failure'}) do
+for _, kind in ipairs({B.on_complete, B.on_success, B.on_failure}) do
   local cb = callbacks[kind]
-  if cb and (kind == 'on_complete' or (kind == 'on_success') == not failed) then
+  if cb and (kind == B.on_complete or (kind == B.on_success) == not failed) then
     local jid = cb[1]
     if not hget(base .. K.job .. jid, F.status) then
       new_job(base, jid, 0, t, cb[2], 1)

@@ -13,55 +13,55 @@ local action, jid, reason = ARGV[4], ARGV[5], ARGV[6]
 local ekey = base .. K.cron_entry .. name
 local score = redis.call('ZSCORE', base .. K.cron, name)
 if not score or tonumber(score) ~= due then return {'moved'} end
-if not hget(ekey, 'func') then  -- definition gone (removed half-way): drop the entry
+if not hget(ekey, C.func) then  -- definition gone (removed half-way): drop the entry
   redis.call('ZREM', base .. K.cron, name)
   return {'moved'}
 end
 local t = now()
 if due > t then return {'early'} end
-if hget(ekey, 'paused') == '1' then
+if hget(ekey, C.paused) == '1' then
   redis.call('ZADD', base .. K.cron, 'inf', name)
   return {'paused'}
 end
 if not nxt or nxt <= due then return redis.error_reply('cron next run must be after its due time') end
 
 redis.call('ZADD', base .. K.cron, fmt_int(nxt), name)
-redis.call('HSET', ekey, 'next_run', fmt_int(nxt), 'last_due', fmt_int(due))
+redis.call('HSET', ekey, C.next_run, fmt_int(nxt), C.last_due, fmt_int(due))
 
 if action == 'skip' then  -- missed during downtime, catch_up=skip: no run
-  redis.call('HSET', ekey, 'last_status', 'missed')
-  redis.call('HINCRBY', ekey, 'misses', 1)
+  redis.call('HSET', ekey, C.last_status, 'missed')
+  redis.call('HINCRBY', ekey, C.misses, 1)
   return {'missed'}
 end
 
-if hget(ekey, 'allow_overlap') ~= '1' then
-  local last = hget(ekey, 'last_job')
+if hget(ekey, C.allow_overlap) ~= '1' then
+  local last = hget(ekey, C.last_job)
   if last then
     local st = hget(base .. K.job .. last, F.status)
     if st == S.queued or st == S.scheduled or st == S.started or st == S.held then
-      redis.call('HSET', ekey, 'last_status', 'skipped')
-      redis.call('HINCRBY', ekey, 'skips', 1)
+      redis.call('HSET', ekey, C.last_status, 'skipped')
+      redis.call('HINCRBY', ekey, C.skips, 1)
       return {'skipped', last}
     end
   end
 end
 
-local fields = {F.queue, hget(ekey, 'queue'), F.func, hget(ekey, 'func'),
-  F.args, hget(ekey, 'args') or '[]', F.kwargs, hget(ekey, 'kwargs') or '{}',
+local fields = {F.queue, hget(ekey, C.queue), F.func, hget(ekey, C.func),
+  F.args, hget(ekey, C.args) or '[]', F.kwargs, hget(ekey, C.kwargs) or '{}',
   F.cron, name, F.cron_due, fmt_int(due)}
-for _, opt in ipairs({F.timeout, F.max_retries}) do
-  local v = hget(ekey, opt)
+for _, opt in ipairs({{F.timeout, C.timeout}, {F.max_retries, C.max_retries}}) do
+  local v = hget(ekey, opt[2])
   if v and v ~= '' then
-    fields[#fields + 1] = opt
+    fields[#fields + 1] = opt[1]
     fields[#fields + 1] = v
   end
 end
-local prio = tonumber(hget(ekey, 'priority') or '0') or 0
+local prio = tonumber(hget(ekey, C.priority) or '0') or 0
 local ok, err = new_job(base, jid, prio, t, fields, 1)
 if not ok then return redis.error_reply(err) end
 make_ready(base, jid)
-redis.call('HSET', ekey, 'last_run', fmt_int(due), 'last_job', jid,
-  'last_status', reason == 'catch_up' and 'caught_up' or 'queued',
-  'last_enqueued_at', fmt_time(t))
-redis.call('HINCRBY', ekey, 'runs', 1)
+redis.call('HSET', ekey, C.last_run, fmt_int(due), C.last_job, jid,
+  C.last_status, reason == 'catch_up' and 'caught_up' or 'queued',
+  C.last_enqueued_at, fmt_time(t))
+redis.call('HINCRBY', ekey, C.runs, 1)
 return {'queued', jid}

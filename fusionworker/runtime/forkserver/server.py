@@ -42,6 +42,7 @@ from ..protocol import (
     frame,
     has_report,
     read_available,
+    send_reading,
     take_frames,
     take_progress,
     unread,
@@ -92,17 +93,12 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
           kill_children: bool = True, horse_jobs: int = 1, max_rss_mib: int = 0,
           slots: int = 0, imports: tuple[str, ...] = (),
           max_result_bytes: int = 0, async_per_horse: int = 1) -> NoReturn:
-    """Main of the fork server. Never returns: exits with the worker.
-
-    ``kill_children``: SIGKILL what a job left in its horse's process group once the
-    horse exited, before reaping it (``FUSIONWORKER_KILL_JOB_CHILDREN``). ``otel``:
-    trace every horse's job (``otel.setup_horses`` arguments). ``board_fd``: the
-    worker's horse deadlines (deadlines.DeadlineBoard), enforced by this process's
-    lease watchdog (deadlines.LeaseWatchdog, one thread for every horse).
+    """Main of the fork server; exits with the worker. ``kill_children``: SIGKILL what a
+    job left in its horse's group once it exited; ``otel``: trace the horses' jobs;
+    ``board_fd``: the horses' deadlines (deadlines.py), enforced by the lease watchdog;
     ``horse_jobs`` > 1: warm horses (horse/warm.py), retired past ``max_rss_mib``, one
-    per worker slot (``slots``) kept alive (:meth:`Server.fork_ahead`). ``imports``: the
-    worker's ``--import`` modules, imported before the first horse is forked (fresh or warm: all share it).
-    ``max_result_bytes``: its horses refuse a larger result (horse/run.py); ``async_per_horse`` > 1: async horses."""
+    per worker slot (``slots``); ``imports``: imported before the first horse;
+    ``max_result_bytes``: horse/run.py; ``async_per_horse`` > 1: async horses."""
     cap_results(max_result_bytes)
     before = open_fds()
     if otel:
@@ -163,6 +159,7 @@ class Server(AsyncHorses):
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        self.read_ahead = False                      # send() read requests into the inbox
         #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
         self.horses_own: tuple[int, ...] = ()
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
@@ -182,7 +179,9 @@ class Server(AsyncHorses):
         gc.freeze()
         self.fork_ahead()          # one fresh horse; with warm horses, the whole pool
         while True:
-            eof, ended = self.receive(self.ep.poll())
+            # requests read while sending are in the inbox already: no event will say so
+            eof, ended = self.receive(self.ep.poll(0 if self.read_ahead else -1))
+            self.read_ahead = False
             if self.running or self.exiting or self.async_horses:
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
@@ -256,14 +255,15 @@ class Server(AsyncHorses):
 
     def send(self) -> bool:
         """Send this turn's notices; False: the worker is gone (it died or closed the
-        socket), which ends the server as an EOF does, without a traceback."""
+        socket): the server ends as at an EOF, without a traceback. While the socket is
+        full it reads the worker's requests (design.md, "Both ends full")."""
         data = b"".join(self.out)
         self.out.clear()
-        try:
-            self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
-            return False
-        return True
+        return send_reading(self.sock, data, self._read_more)
+
+    def _read_more(self) -> bool:
+        self.read_ahead = True       # taken at the next turn, which does not wait for them
+        return self.read_worker()
 
     def take_requests(self) -> None:
         """Start every complete run request of the turn (a request is two frames)."""

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from ...core import tracing as _tracing
 from ...core.functions import resolve
 from ...core.job import FailureReason, Job
 from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
@@ -61,6 +62,7 @@ class AsyncHorse:
         self.leaving = False
         self.beat = time.monotonic()          # the loop's last turn (monitor thread)
         self.io = threading.Lock()            # one writer of a line at a time
+        self.flushing = threading.Lock()      # held while the horse's spans are flushed
         self.done: asyncio.Future[None] | None = None
 
     async def serve(self, first: bytes) -> None:
@@ -116,8 +118,12 @@ class AsyncHorse:
         prefix = b"%d " % entry
         holder = progress.begin_task(
             job, lambda text: self.write(prefix + b"\x1e" + text.encode() + b"\n"))
+        tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         try:
-            report = await run_async(job, self.allowed, self.retryable, self.mine)
+            if tracing is None:
+                report = await run_async(job, self.allowed, self.retryable, self.mine)
+            else:   # its CONSUMER span, in this task's context only
+                report = HorseReport.from_dict(await tracing.run_async(job, lambda: self.as_dict(job)))
         finally:
             final = progress.end_task(holder)
             if self.lease is not None:
@@ -136,7 +142,23 @@ class AsyncHorse:
             self.write(b"-\n")
         self.write(prefix + report.encode() + b"\n")
         del self.tasks[entry]
+        if tracing is not None and not self.tasks:
+            self.flush(tracing)
         self.maybe_done()
+
+    async def as_dict(self, job: Job[Any]) -> dict[str, Any]:
+        return (await run_async(job, self.allowed, self.retryable, self.mine)).as_dict()
+
+    def flush(self, tracing: Any) -> None:
+        """The horse is idle: export its spans off the loop (a slow collector must not
+        hold the next jobs), one flush at a time; busy, the SDK's own thread exports."""
+        if self.flushing.acquire(blocking=False):
+            def flush() -> None:
+                try:
+                    tracing.flush()
+                finally:
+                    self.flushing.release()
+            threading.Thread(target=flush, daemon=True, name="fusionworker-span-flush").start()
 
     def monitor(self, loop: asyncio.AbstractEventLoop) -> None:  # pragma: no cover - thread
         """Name the job whose task holds the loop for BLOCKED seconds (once per block)."""
@@ -213,6 +235,8 @@ def async_horse(first: bytes, job_r: int, write_fd: int, allowed: tuple[str, ...
         asyncio.run(horse.serve(first))
         os.close(write_fd)
         _flush_job_events()
+        if _tracing.horse_tracing is not None:   # after the last outcome went out, bounded
+            _tracing.horse_tracing.flush()
     except BaseException:  # noqa: BLE001 - nothing may escape a forked child
         code = 70
     finally:
