@@ -26,6 +26,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.keys import Keys, QueueKeys
+from .history import HISTORY_CAP as HISTORY_CAP  # where they were defined: still here
+from .history import HISTORY_CHUNK as HISTORY_CHUNK
+from .history import HISTORY_COPY_TTL, HistoryRun, queue_keys
+from .history import HISTORY_GONE_TTL as HISTORY_GONE_TTL
+from .history import HISTORY_TTL as HISTORY_TTL
 from .schema import ES_MAPPINGS, _plain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -349,66 +354,6 @@ class MemorySink(EventSink):
         return Delivery()
 
 
-#: Events kept in one job's history (the newest; a job retried many times loses its
-#: oldest ones): what the job page, the API and ``events --job`` show.
-HISTORY_CAP = 200
-#: Seconds a job's history outlives its record when an event comes after the record is
-#: gone (a job finished with ``result_ttl=0``, deleted).
-HISTORY_GONE_TTL = 600
-#: Seconds a new history lives until an event that ends the job gives it the record's
-#: TTL (a job that lives longer loses its first events).
-HISTORY_TTL = 30 * 86400
-#: The events after which the history takes the record's TTL: the job ended (its script
-#: set the record's TTL first) or came back (a failed job requeued: its TTL dropped).
-HISTORY_COPY_TTL = frozenset(("completed", "failed", "timeout", "abandoned", "canceled",
-                              "deleted", "requeued"))
-
-
-#: Events of jobs per ``history.lua`` call (a single Redis): one command, not one per
-#: event, and Redis busy for well under a millisecond per call.
-HISTORY_CHUNK = 100
-
-
-def _queue_keys(prefix: str, queue: str) -> QueueKeys | None:
-    from ..core.keys import check_queue_name
-
-    try:
-        return Keys(prefix).queue(check_queue_name(queue))
-    except ValueError:
-        return None
-
-
-class _HistoryRun:
-    """The events of jobs waiting for one ``history.lua`` call in a delivery pipeline
-    (``stream`` None: a Cluster, one event per call, the stream XADDed apart)."""
-
-    def __init__(self, pipe: Any, script: Any, stream: str | None, maxlen: int) -> None:
-        self.pipe, self.script, self.stream, self.maxlen = pipe, script, stream, maxlen
-        self.limit = HISTORY_CHUNK if stream is not None else 1
-        #: (script name, keys, args) of each command queued, None for a plain XADD
-        self.calls: list[tuple[str, list[Any], list[Any]] | None] = []
-        self.keys: list[Any] = []
-        self.args: list[Any] = []
-
-    def add(self, keys: tuple[str, str], copy: bool, fields: dict[Any, Any]) -> None:
-        self.keys += keys
-        self.args += ("copy" if copy else "keep", len(fields))
-        for pair in fields.items():
-            self.args += pair
-        if len(self.keys) >= 2 * self.limit:
-            self.send()
-
-    def send(self) -> None:
-        """Queue the call of the events added since the last one (if any)."""
-        if not self.keys:
-            return
-        keys = self.keys + [self.stream] if self.stream is not None else self.keys
-        args = [HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL, self.maxlen, *self.args]
-        self.script.queue_by_sha(self.pipe, keys, args)
-        self.calls.append(("history", keys, args))
-        self.keys, self.args = [], []
-
-
 class RedisStreamSink(EventSink):
     """``XADD <prefix>:events MAXLEN ~ <maxlen>`` per event, one pipeline per batch (an
     event of a job: by ``history.lua``, with its job's history; on a single Redis, a run
@@ -439,7 +384,7 @@ class RedisStreamSink(EventSink):
         scripts = scripts_for(self.connection)
         own_stream = not is_cluster(self.connection)
         pipe = self.connection.pipeline(transaction=False)
-        run = _HistoryRun(pipe, scripts.history, self.key if own_stream else None, self.maxlen)
+        run = HistoryRun(pipe, scripts.history, self.key if own_stream else None, self.maxlen)
         for _event_id, doc in entries:
             fields: dict[EncodableT, EncodableT] = {
                 k: _stream_value(v) for k, v in doc.items() if v is not None}
@@ -468,7 +413,7 @@ class RedisStreamSink(EventSink):
         except KeyError:
             if len(self._queue_keys) >= 4096:      # a reaper's thousands of queues
                 self._queue_keys.clear()
-            qkeys = self._queue_keys[queue] = _queue_keys(self.prefix, queue)
+            qkeys = self._queue_keys[queue] = queue_keys(self.prefix, queue)
         if qkeys is None:
             return None
         return qkeys.job_events(job_id), qkeys.job(job_id)

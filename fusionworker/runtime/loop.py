@@ -113,7 +113,7 @@ from .heartbeat import BUSY_AFTER as BUSY_AFTER
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
 from .launch import Launcher
-from .policing import police_slot
+from .policing import police_slots
 from .progress_store import ProgressRelay
 from .protocol import drain
 from .recorder import HashState, Recorder, decide
@@ -421,18 +421,8 @@ class Loop:
             for slot in self.slots:
                 slot.kill(FailureReason.SHUTDOWN)
         interval = min(1.0, float(self.ctx.settings.heartbeat_interval))
-        due = math.inf
-        for slot in self.slots:
-            if slot.done or not slot.forked:
-                continue
-            wakes = slot.wakes_at()
-            if now >= wakes:    # before it, police_slot does nothing (each check is one of it)
-                police_slot(slot, now, interval=interval, cold=cold, hooks=self.hooks,
-                            name=self.ctx.name)
-                wakes = slot.wakes_at()
-            if wakes < due:
-                due = wakes
-        self._police_due = due
+        self._police_due = police_slots(self.slots, now, interval=interval, cold=cold,
+                                        hooks=self.hooks, name=self.ctx.name)
 
     # -- the heartbeat hash --------------------------------------------------------
 

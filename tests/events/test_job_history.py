@@ -126,7 +126,8 @@ def test_a_delivery_writes_a_run_of_job_events_in_one_history_call(r, prefix, mo
     import redis.client
 
     from fusionworker.events import job_history
-    from fusionworker.events.sinks import HISTORY_CHUNK, RedisStreamSink
+    from fusionworker.events.history import HISTORY_CHUNK
+    from fusionworker.events.sinks import RedisStreamSink
 
     sent: list[list[str]] = []
     execute = redis.client.Pipeline.execute
