@@ -80,3 +80,10 @@ async def enqueue_child_after(url, prefix, seconds):
     settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
     return Queue("child", _redis(url), settings=settings, events=False).enqueue(
         "tests.jobs:noop").id
+
+
+async def big_stamp(data, seconds):
+    """A job whose arguments are larger than half a pipe: [pid, start, end, len(data)]."""
+    start = time.time()
+    await asyncio.sleep(seconds)
+    return [os.getpid(), start, time.time(), len(data)]

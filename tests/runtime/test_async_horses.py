@@ -8,8 +8,11 @@ Real Redis, a real fork server and real horses (the worker runs in the test proc
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 import subprocess
+import time
 
 from click.testing import CliRunner
 
@@ -255,3 +258,30 @@ def test_async_horses_that_retire_often_never_wedge_the_fork_server(queue, proce
                              + processes.output(proc)[-2000:]) from None
     assert code == 0, processes.output(proc)[-2000:]
     assert {q.fetch_job(j.id).status for j in jobs} == {"finished"}
+
+
+def test_a_blocked_loop_never_blocks_the_fork_server_with_large_arguments(queue, processes,
+                                                                           settings, r):
+    """A job holds its horse's loop (4 s); jobs of 40 KB arguments come next. The server
+    handed them to that horse (the one with the most jobs): the first filled most of its
+    job pipe, the second blocked the server in its write until the loop turned again, and
+    with it every other job of the worker. A frame the pipe cannot take now goes to
+    another horse: a sync job enqueued after them starts while the loop is still held."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    blocker = _enqueue(q, "pushed_block", settings.redis_url, key, 4.0, timeout=30)
+    proc = processes.worker("--customq", "default", "--concurrency", "20", "--horse-jobs",
+                            "100", "--async-per-horse", "10")
+    wait_for(lambda: r.llen(key))                      # its loop is held from now on
+    t0 = time.time()
+    data = base64.b64encode(os.urandom(30_000)).decode()    # 40 KB that do not compress
+    bigs = [_enqueue(q, "big_stamp", data, 0.1) for _ in range(3)]
+    sync = _enqueue(q, "sync_stamp", 0.0)
+    wait_for(lambda: q.fetch_job(sync.id).status == "finished", timeout=30)
+    started = q.fetch_job(sync.id).result[1]
+    assert started - t0 < 2.5, f"the sync job waited {started - t0:.1f} s behind the held loop"
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in bigs + [blocker]),
+             timeout=30)
+    assert [q.fetch_job(j.id).result[3] for j in bigs] == [40_000] * 3
+    proc.terminate()
+    assert proc.wait(30) == 0, processes.output(proc)[-2000:]

@@ -15,6 +15,7 @@ it had not reported (its wait status, no report).
 
 from __future__ import annotations
 
+import fcntl
 import inspect
 import os
 import select
@@ -31,6 +32,7 @@ from ..protocol import (
     for_horse,
     frame,
     read_available,
+    unread,
     write_all,
 )
 from .modules import REMEMBER_MAX, remember
@@ -69,6 +71,7 @@ class AsyncHorse:
 
     def __init__(self, pid: int, job_w: int, fd: int, device: str | None) -> None:
         self.pid, self.job_w, self.fd, self.device = pid, job_w, fd, device
+        self.pipe_size = fcntl.fcntl(job_w, fcntl.F_GETPIPE_SZ)   # what its job pipe holds
         self.jobs: dict[int, str] = {}      # entry -> func, handed and not reported
         self.handed = 0                     # jobs it was handed in all
         self.buf = bytearray()
@@ -139,7 +142,7 @@ class AsyncHorses:
         device = device_of(request.entry)
         body = frame(for_horse(RunRequest(request.func, request.entry,
                                           ASYNC + request.body)))
-        best = self._fullest_with_room(device, cap)
+        best = self._fullest_with_room(device, cap, len(body))
         if best is not None:
             try:
                 write_all(best.job_w, body)
@@ -156,13 +159,17 @@ class AsyncHorses:
             self.watchdog.watch(best.pid, request.entry)
         self.out.append(StartNotice(best.pid, request.entry, shared=True).encode())
 
-    def _fullest_with_room(self, device: str | None, cap: int) -> AsyncHorse | None:
-        """The open async horse on ``device`` with the most jobs that still takes one."""
+    def _fullest_with_room(self, device: str | None, cap: int,
+                           size: int) -> AsyncHorse | None:
+        """The open async horse on ``device`` with the most jobs that still takes one,
+        and whose job pipe takes ``size`` bytes now: a loop held by a job reads nothing,
+        and a write the pipe cannot take would block the server, and every job with it."""
         best: AsyncHorse | None = None
         for horse in self.async_horses.values():
             if (horse.open and not horse.blocked and len(horse.jobs) < self.async_k
                     and horse.device == device
-                    and horse.handed < cap and (best is None or len(horse.jobs) > len(best.jobs))):
+                    and horse.handed < cap and (best is None or len(horse.jobs) > len(best.jobs))
+                    and horse.pipe_size - unread(horse.job_w) >= size):
                 best = horse
         return best
 
