@@ -25,7 +25,12 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..core.keys import Keys
+from ..core.keys import Keys, QueueKeys
+from .history import HISTORY_CAP as HISTORY_CAP  # where they were defined: still here
+from .history import HISTORY_CHUNK as HISTORY_CHUNK
+from .history import HISTORY_COPY_TTL, HistoryRun, queue_keys
+from .history import HISTORY_GONE_TTL as HISTORY_GONE_TTL
+from .history import HISTORY_TTL as HISTORY_TTL
 from .schema import ES_MAPPINGS, _plain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -349,23 +354,10 @@ class MemorySink(EventSink):
         return Delivery()
 
 
-#: Events kept in one job's history (the newest; a job retried many times loses its
-#: oldest ones): what the job page, the API and ``events --job`` show.
-HISTORY_CAP = 200
-#: Seconds a job's history outlives its record when an event comes after the record is
-#: gone (a job finished with ``result_ttl=0``, deleted).
-HISTORY_GONE_TTL = 600
-#: Seconds a new history lives until an event that ends the job gives it the record's
-#: TTL (a job that lives longer loses its first events).
-HISTORY_TTL = 30 * 86400
-#: The events after which the history takes the record's TTL: the job ended (its script
-#: set the record's TTL first) or came back (a failed job requeued: its TTL dropped).
-HISTORY_COPY_TTL = frozenset(("completed", "failed", "timeout", "abandoned", "canceled",
-                              "deleted", "requeued"))
-
-
 class RedisStreamSink(EventSink):
-    """``XADD <prefix>:events MAXLEN ~ <maxlen>`` per event, one pipeline per batch.
+    """``XADD <prefix>:events MAXLEN ~ <maxlen>`` per event, one pipeline per batch (an
+    event of a job: by ``history.lua``, with its job's history; on a single Redis, a run
+    of such events per call).
 
     ``connection`` is a redis-py client (thread-safe: the delivery thread takes
     its own connection from the client's pool, never the worker's).
@@ -379,52 +371,52 @@ class RedisStreamSink(EventSink):
         self.key = Keys(prefix).events
         self.maxlen = maxlen
         self.name = f"Redis stream {self.key}"
+        #: each queue's keys (None: not a queue name), found once per queue
+        self._queue_keys: dict[str, QueueKeys | None] = {}
 
     def _deliver(self, entries: list[Entry]) -> Delivery:
-        """One pipeline: each event of a job goes to the job's history too (history.lua,
-        which XADDs it to the stream itself on a single Redis); other events XADD."""
+        """One pipeline: the events of jobs go to their jobs' histories too (history.lua,
+        a run of up to :data:`HISTORY_CHUNK` events per call, which XADDs them to the
+        stream itself on a single Redis); other events XADD, in their place."""
         from ..core.connection import is_cluster
         from ..core.queue import scripts_for
 
         scripts = scripts_for(self.connection)
         own_stream = not is_cluster(self.connection)
         pipe = self.connection.pipeline(transaction=False)
-        calls: list[tuple[str, list[Any], list[Any]] | None] = []
+        run = HistoryRun(pipe, scripts.history, self.key if own_stream else None, self.maxlen)
         for _event_id, doc in entries:
             fields: dict[EncodableT, EncodableT] = {
                 k: _stream_value(v) for k, v in doc.items() if v is not None}
             keys = self._history_keys(doc)
             if keys is None or not own_stream:
+                run.send()                  # the stream keeps the events' order
                 pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
-                calls.append(None)
+                run.calls.append(None)
             if keys is not None:
-                keys += [self.key] if own_stream else []
-                copy = "copy" if doc.get("event") in HISTORY_COPY_TTL else "keep"
-                args: list[Any] = [HISTORY_CAP, copy, HISTORY_TTL, HISTORY_GONE_TTL,
-                                   self.maxlen]
-                for name, value in fields.items():
-                    args += [name, value]
-                scripts.history.queue_by_sha(pipe, keys, args)
-                calls.append(("history", keys, args))
+                run.add(keys, doc.get("event") in HISTORY_COPY_TTL, fields)
+        run.send()
         answers = pipe.execute(raise_on_error=False)
-        scripts.reload_missing(answers, calls)
+        scripts.reload_missing(answers, run.calls)
         for answer in answers:
             if isinstance(answer, Exception):
                 raise answer
         return Delivery()
 
-    def _history_keys(self, doc: dict[str, Any]) -> list[Any] | None:
+    def _history_keys(self, doc: dict[str, Any]) -> tuple[str, str] | None:
         """The history and record keys of the event's job, or None (no job named)."""
-        from ..core.keys import check_queue_name
-
         job_id, queue = doc.get("job_id"), doc.get("queue")
         if not (isinstance(job_id, str) and job_id and isinstance(queue, str)):
             return None
         try:
-            qkeys = Keys(self.prefix).queue(check_queue_name(queue))
-        except ValueError:
+            qkeys = self._queue_keys[queue]
+        except KeyError:
+            if len(self._queue_keys) >= 4096:      # a reaper's thousands of queues
+                self._queue_keys.clear()
+            qkeys = self._queue_keys[queue] = queue_keys(self.prefix, queue)
+        if qkeys is None:
             return None
-        return [qkeys.job_events(job_id), qkeys.job(job_id)]
+        return qkeys.job_events(job_id), qkeys.job(job_id)
 
     def script_stream(self) -> tuple[Any, str, int] | None:
         """``(connection, stream key, maxlen)`` where a script may XADD this sink's

@@ -6,7 +6,8 @@ Sentinel — implement it without depending on this package). This package holds
 the built-ins, :func:`default_middleware` (the list every worker runs, whatever
 ``Worker(middleware=...)`` adds) and :func:`compose` (how the user's hooks join it).
 
-The worker calls each hook on every middleware *in list order*. Order matters
+The worker calls each hook on every middleware *in list order* (one that keeps
+the base class's no-op for a hook is skipped for it: nothing to call). Order matters
 in three places: for the hooks that answer (``before_claim``, ``on_horse_tick``)
 the first non-None answer wins; ``on_start`` of a later middleware sees what an
 earlier one set up; ``describe()`` fields are merged in order. Hence the order

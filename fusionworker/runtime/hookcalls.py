@@ -27,15 +27,35 @@ class Once:
 class HookCalls:
     """Calls a hook on every middleware in order, with ``ctx`` (the worker) first; the
     first non-None answer wins. A hook that raises is logged and skipped: it never
-    ends the worker loop (invariant 5)."""
+    ends the worker loop (invariant 5).
+
+    A middleware whose hook is :class:`Middleware`'s own (a no-op that answers None),
+    on its class and not set on the instance, is not called: a job's hooks cost the
+    middleware that do something only. Which those are is found per hook at its first
+    call, and again once ``middleware`` (the worker's list, which may grow) changed."""
 
     def __init__(self, ctx: WorkerContext, middleware: Sequence[Middleware]) -> None:
         self.ctx = ctx
         self.middleware = middleware
+        self._seen: list[Middleware] = []
+        self._acting: dict[str, list[Middleware]] = {}
+
+    def _acting_on(self, hook: str) -> list[Middleware]:
+        """The middleware whose ``hook`` may do something, in order."""
+        if self._seen != self.middleware:
+            self._seen, self._acting = list(self.middleware), {}
+        acting = self._acting.get(hook)
+        if acting is None:
+            noop = getattr(Middleware, hook, None)
+            acting = self._acting[hook] = [
+                mw for mw in self._seen
+                if noop is None or getattr(type(mw), hook, None) is not noop
+                or hook in getattr(mw, "__dict__", ())]
+        return acting
 
     def __call__(self, hook: str, *args: Any) -> Any:
         answer = None
-        for mw in self.middleware:
+        for mw in self._acting_on(hook):
             try:
                 value = getattr(mw, hook)(self.ctx, *args)
             except Exception:

@@ -113,7 +113,7 @@ from .heartbeat import BUSY_AFTER as BUSY_AFTER
 from .heartbeat import Heartbeat, view_of
 from .hookcalls import HookCalls, Once
 from .launch import Launcher
-from .policing import police_slot
+from .policing import police_slots
 from .progress_store import ProgressRelay
 from .protocol import drain
 from .recorder import HashState, Recorder, decide
@@ -421,12 +421,8 @@ class Loop:
             for slot in self.slots:
                 slot.kill(FailureReason.SHUTDOWN)
         interval = min(1.0, float(self.ctx.settings.heartbeat_interval))
-        for slot in self.slots:
-            if slot.forked and not slot.done:
-                police_slot(slot, now, interval=interval, cold=cold, hooks=self.hooks,
-                            name=self.ctx.name)
-        self._police_due = min((s.wakes_at() for s in self.slots if s.forked and not s.done),
-                               default=math.inf)
+        self._police_due = police_slots(self.slots, now, interval=interval, cold=cold,
+                                        hooks=self.hooks, name=self.ctx.name)
 
     # -- the heartbeat hash --------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""Policing one running slot (loop.py's ``_police``): its timeout, its lease, its
-kill's SIGKILL escalation, its horse tick. Each kill only signals (slot.py): the
+"""Policing the running slots (loop.py's ``_police``): each one's timeout, lease, kill's
+SIGKILL escalation and horse tick. Each kill only signals (slot.py): the
 loop never blocks on one."""
 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
 
 from ..core.job import FailureReason
 from .heartbeat import BUSY_AFTER
@@ -32,3 +34,21 @@ def police_slot(slot: Slot, now: float, *, interval: float, cold: bool, hooks: H
         reason = hooks("on_horse_tick", slot.job, slot.pid) if ticked else None
         if reason:
             slot.kill(reason)
+
+
+def police_slots(slots: Sequence[Slot], now: float, *, interval: float, cold: bool,
+                 hooks: HookCalls, name: str) -> float:
+    """:func:`police_slot` for each running slot that is due (``now`` past its
+    ``wakes_at``: before it, each check of police_slot finds nothing to do); answers the
+    next time one is due."""
+    due = math.inf
+    for slot in slots:
+        if slot.done or not slot.forked:
+            continue
+        wakes = slot.wakes_at()
+        if now >= wakes:
+            police_slot(slot, now, interval=interval, cold=cold, hooks=hooks, name=name)
+            wakes = slot.wakes_at()
+        if wakes < due:
+            due = wakes
+    return due

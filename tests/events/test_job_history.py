@@ -116,3 +116,44 @@ def test_a_jobs_history_lives_as_long_as_its_record(queue, burst, r, settings):
     flush_default_sinks(5)
     # a job not ended yet: its history lives long (it takes the record's TTL at the end)
     assert 29 * 86400 < r.ttl(Keys(settings.prefix).queue("default").job_events(live.id))
+
+
+def test_a_delivery_writes_a_run_of_job_events_in_one_history_call(r, prefix, monkeypatch):
+    """A batch of 250 events of jobs, one event of no job among them: one ``history.lua``
+    call per run of up to 100 job events (not one per event), the other event XADDed in
+    its place; the stream holds every event in the batch's order and each job's history
+    its own events with their stream ids."""
+    import redis.client
+
+    from fusionworker.events import job_history
+    from fusionworker.events.history import HISTORY_CHUNK
+    from fusionworker.events.sinks import RedisStreamSink
+
+    sent: list[list[str]] = []
+    execute = redis.client.Pipeline.execute
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append([str(call[0][0]).upper() for call in self.command_stack])
+        return execute(self, *args, **kwargs)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", spy)
+    sink = RedisStreamSink(r, prefix)
+    try:
+        entries = []
+        for i in range(250):
+            doc = {"event": "completed" if i % 2 else "started", "n": i,
+                   "job_id": f"j{i // 2}", "queue": "ab" if i % 4 < 2 else "cd"}
+            entries.append((str(i), doc if i != 120 else {"event": "worker_started", "n": i}))
+        sink._deliver(entries)
+    finally:
+        sink.close()
+    assert HISTORY_CHUNK == 100
+    assert sent == [["EVALSHA", "EVALSHA", "XADD", "EVALSHA", "EVALSHA"]]  # 100, 20, -, 100, 29
+    stream = read_events(r, prefix, count=1000)
+    assert [int(doc["n"]) for _, doc in stream] == list(range(250))
+    ids = {int(doc["n"]): stream_id for stream_id, doc in stream}
+    for job in range(125):
+        queue = "ab" if job % 2 == 0 else "cd"
+        kept = [(stream_id, int(doc["n"])) for stream_id, doc in
+                job_history(r, prefix, queue, f"j{job}")]
+        want = [n for n in (2 * job, 2 * job + 1) if n != 120]
+        assert kept == [(ids[n], n) for n in want]

@@ -235,3 +235,24 @@ def test_wait_blocks_until_a_worker_process_finishes_the_job(processes, settings
     bad = q.enqueue("tests.jobs:boom", "cluster")
     with pytest.raises(JobFailed, match="cluster"):
         bad.wait(30)
+
+
+def test_the_event_sink_keeps_every_jobs_history_on_every_shard(rc, settings, cluster_prefix):
+    """On a Cluster a job event is one ``history.lua`` call on its job's slot (no run of
+    events across slots) and its ``XADD`` apart: every job's history holds its events."""
+    from fusionworker.events import job_history
+    from fusionworker.events.sinks import RedisStreamSink
+
+    queues = list(_spread_queues(rc, cluster_prefix))
+    sink = RedisStreamSink(rc, cluster_prefix)
+    try:
+        sink._deliver([(str(i), {"event": "started" if i % 2 == 0 else "completed", "n": i,
+                                 "job_id": f"j{i // 2}", "queue": queues[(i // 2) % len(queues)]})
+                       for i in range(12)])
+    finally:
+        sink.close()
+    assert [int(doc["n"]) for _, doc in read_events(rc, cluster_prefix, count=100)] \
+        == list(range(12))
+    for job in range(6):
+        kept = job_history(rc, cluster_prefix, queues[job % len(queues)], f"j{job}")
+        assert [int(doc["n"]) for _, doc in kept] == [2 * job, 2 * job + 1]

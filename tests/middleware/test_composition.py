@@ -85,3 +85,36 @@ def test_defaults_false_runs_only_the_given_hooks(queue, r, settings):
     assert w.middleware == [seen]
     assert w.work() == 0
     assert q.fetch_job(d.id).status == "deferred"     # no dependency release: opted out
+
+
+def test_hooks_call_only_the_middleware_that_act_in_order_and_see_an_addition():
+    """A middleware whose hook is the base class's no-op is not called for it (a job's
+    hooks cost only what acts); one that overrides it, on its class or on the instance,
+    is, in list order, and a middleware added to the worker's list later is seen."""
+    from fusionworker.runtime.hookcalls import HookCalls
+
+    calls: list[str] = []
+
+    class Quiet(Middleware):
+        pass
+
+    class Loud(Middleware):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def before_claim(self, worker) -> str | None:
+            calls.append(self.name)
+            return self.name
+
+    quiet, patched = Quiet(), Quiet()
+    patched.before_claim = lambda worker: calls.append("patched")   # type: ignore[method-assign]
+    chain: list[Middleware] = [quiet, Loud("a"), patched, Loud("b")]
+    hooks = HookCalls(object(), chain)   # type: ignore[arg-type]
+    assert hooks("before_claim") == "a"                  # the first answer, every one called
+    assert calls == ["a", "patched", "b"]
+    assert hooks._acting_on("before_claim") == chain[1:]
+    assert hooks._acting_on("after_claim") == []          # nobody acts: nothing called
+    chain.append(Loud("c"))                               # Worker.add_middleware's list
+    calls.clear()
+    hooks("before_claim")
+    assert calls == ["a", "patched", "b", "c"]

@@ -1,36 +1,52 @@
--- history: one event of a job into the job's own history (the dashboard's job page, the
--- API's job events, `events --job`), in the pipeline that delivers it; on a single Redis
--- it XADDs the event to the stream here too, so the history holds its stream id.
--- KEYS[1] the job's history (LIST, fw:{q}:job_events:<id>), KEYS[2] the job record,
--- KEYS[3] (optional: not on a Cluster, where the stream is on another slot) the stream
--- ARGV: cap (events kept, the newest), 'copy' or 'keep', ttl of a new history, ttl once
---       the record is gone, the stream's approximate MAXLEN, then the event's
---       field/value pairs
--- Returns the stream id ('' without KEYS[3]).
--- TTL: a new history gets ARGV[3] (a job that lives longer loses its first events); an
+-- history: events of jobs, each into its job's own history (the dashboard's job page, the
+-- API's job events, `events --job`), in the pipeline that delivers them; on a single
+-- Redis it XADDs each event to the stream here too, so the history holds its stream id.
+-- One call takes a run of events (the sink's chunk: one command, not one per event); on a
+-- Cluster, one event (its job's keys share a slot, the stream is on another).
+-- KEYS: per event i its job's history (LIST, fw:{q}:job_events:<id>) as KEYS[2i-1] and
+--       its job's record as KEYS[2i]; then, optional (not on a Cluster), the stream
+-- ARGV: cap (events kept, the newest), ttl of a new history, ttl once the record is gone,
+--       the stream's approximate MAXLEN; then per event: 'copy' or 'keep', the number
+--       of its field/value pairs, the pairs
+-- Returns the events' stream ids, in order ('' each without the stream).
+-- TTL: a new history gets ARGV[2] (a job that lives longer loses its first events); an
 -- event that ends (or revives) the job ('copy': completed, failed, canceled...) gives it
 -- the record's TTL, which the script that ended the job set before the event was
--- emitted: none while the record has none, ARGV[4] seconds when it is gone.
-local hist, jkey, stream = KEYS[1], KEYS[2], KEYS[3]
+-- emitted: none while the record has none, ARGV[3] seconds when it is gone.
 local cap = tonumber(ARGV[1])
-local id = ''
-if stream then
-  id = redis.call('XADD', stream, 'MAXLEN', '~', ARGV[5], '*', unpack(ARGV, 6))
+local events = 0
+local at = 5
+while at <= #ARGV do
+  events = events + 1
+  at = at + 2 + 2 * tonumber(ARGV[at + 1])
 end
-local doc = {}
-for i = 6, #ARGV, 2 do doc[ARGV[i]] = ARGV[i + 1] end
-local n = redis.call('RPUSH', hist, cjson.encode({id, doc}))
-if n > cap then redis.call('LTRIM', hist, -cap, -1) end
-if ARGV[2] == 'copy' then
-  local ttl = redis.call('TTL', jkey)
-  if ttl == -2 then
-    redis.call('EXPIRE', hist, ARGV[4])
-  elseif ttl == -1 then
-    redis.call('PERSIST', hist)
-  else
-    redis.call('EXPIRE', hist, ttl)
+local stream = KEYS[2 * events + 1]
+local ids = {}
+at = 5
+for e = 1, events do
+  local hist, jkey = KEYS[2 * e - 1], KEYS[2 * e]
+  local first, last = at + 2, at + 1 + 2 * tonumber(ARGV[at + 1])
+  local id = ''
+  if stream then
+    id = redis.call('XADD', stream, 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, first, last))
   end
-elseif n == 1 then
-  redis.call('EXPIRE', hist, ARGV[3])
+  local doc = {}
+  for i = first, last, 2 do doc[ARGV[i]] = ARGV[i + 1] end
+  local n = redis.call('RPUSH', hist, cjson.encode({id, doc}))
+  if n > cap then redis.call('LTRIM', hist, -cap, -1) end
+  if ARGV[at] == 'copy' then
+    local ttl = redis.call('TTL', jkey)
+    if ttl == -2 then
+      redis.call('EXPIRE', hist, ARGV[3])
+    elseif ttl == -1 then
+      redis.call('PERSIST', hist)
+    else
+      redis.call('EXPIRE', hist, ttl)
+    end
+  elseif n == 1 then
+    redis.call('EXPIRE', hist, ARGV[2])
+  end
+  ids[e] = id
+  at = last + 1
 end
-return id
+return ids

@@ -422,10 +422,10 @@ def changed(reply: Raw) -> bool:
     return bool(int(reply))
 
 
-def history(reply: Raw) -> str:
-    """``history.lua``: the event's stream id (``''`` where the stream is on another
-    slot: a Cluster, whose pipeline ``XADD``s it apart)."""
-    return _text(reply) if reply is not None else ""
+def history(reply: Raw) -> list[str]:
+    """``history.lua``: the events' stream ids, in order (``''`` each where the stream is
+    on another slot: a Cluster, whose pipeline ``XADD``s them apart)."""
+    return [_text(x) if x is not None else "" for x in reply or ()]
 
 
 #: the parser of every script, by script name
