@@ -13,6 +13,7 @@ forked), and horses are forked ahead for the next requests.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
@@ -573,15 +574,10 @@ class Server(AsyncHorses, Handover):
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        # not reported: a job still runs (a handed horse's job: the worker is gone)
-        for pid in [*self.running, *self.async_horses, *self.handed]:
-            if self.kill_children:
-                _kill_group(pid)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        # not reported: a job still runs (a handed horse's: the worker is gone)
+        for pid in [*self.running, *self.handed]:
+            self._kill_now(pid)
+        self.async_kill_all(self._kill_now)      # an idle one gets EOF: it exits (its spans)
         deadline = time.monotonic() + LAST_REAPS
         while time.monotonic() < deadline:
             try:
@@ -593,8 +589,11 @@ class Server(AsyncHorses, Handover):
             self.reap()
 
 
+    def _kill_now(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            (os.killpg if self.kill_children else os.kill)(pid, signal.SIGKILL)
+
+
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
