@@ -35,7 +35,6 @@ from ..protocol import (
     unread,
     write_all,
 )
-from .handover import Outgoing
 from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,7 +97,7 @@ class AsyncHorses:
     attributes declared below)."""
 
     # provided by Server
-    out: list[Outgoing]
+    out: list[bytes]
     ep: select.epoll
     watchdog: LeaseWatchdog | None
     resolved: dict[str, Callable[..., Any]]

@@ -31,10 +31,8 @@ from ..gpus import device_of
 from ..horse.hygiene import horse_keeps, oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.run import cap_results
-from ..horse.warm import cap_of, warm_horse
+from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
-    MOVES_MAX,
-    STAY,
     ExitNotice,
     MovedNotice,
     ProgressNotice,
@@ -45,13 +43,13 @@ from ..protocol import (
     frame,
     has_report,
     read_available,
+    send_reading,
     take_frames,
     take_progress,
     unread,
     write_all,
 )
 from .asyncpool import AsyncHorses
-from .handover import Handover, Outgoing
 from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
@@ -62,6 +60,9 @@ READY_MAX = 16
 #: exiting (e.g. flushing their spans), reaping them and their leftovers; below the
 #: 2 s ForkServer.close() gives it.
 LAST_REAPS = 1.5
+
+#: How many times a job whose warm horse died before taking it is handed on, at most.
+MOVES_MAX = 3
 
 
 class _Running:
@@ -122,7 +123,6 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
-    server.init_handover(server.horse_jobs > 1)       # the direct path (handover.py)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once: the worker process never imports them)
             server.preloaded.add(module)
@@ -132,7 +132,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.run()
 
 
-class Server(AsyncHorses, Handover):
+class Server(AsyncHorses):
     """The fork server's state and its turn (module docstring)."""
 
     def __init__(self, fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...], *,
@@ -159,7 +159,7 @@ class Server(AsyncHorses, Handover):
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
-        self.out: list[Outgoing] = []            # notices for the worker, sent once per turn
+        self.out: list[bytes] = []               # notices for the worker, sent once per turn
         self.read_ahead = False                      # send() read requests into the inbox
         #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
         self.horses_own: tuple[int, ...] = ()
@@ -183,7 +183,7 @@ class Server(AsyncHorses, Handover):
             # requests read while sending are in the inbox already: no event will say so
             eof, ended = self.receive(self.ep.poll(0 if self.read_ahead else -1))
             self.read_ahead = False
-            if self.reaps_due():
+            if self.running or self.exiting or self.async_horses:
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
                 self.settle(run)
@@ -203,7 +203,7 @@ class Server(AsyncHorses, Handover):
         as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
         worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
         while (len(self.ready) + len(self.idle) + len(self.running) + len(self.async_horses)
-               + len(self.handed) < self.slots
+               < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
@@ -254,7 +254,15 @@ class Server(AsyncHorses, Handover):
             self.inbox.extend(chunk)
             flags = socket.MSG_DONTWAIT
 
-    def _read_more(self) -> bool:    # the send, while the socket is full (handover.py)
+    def send(self) -> bool:
+        """Send this turn's notices; False: the worker is gone (it died or closed the
+        socket): the server ends as at an EOF, without a traceback. While the socket is
+        full it reads the worker's requests (design.md, "Both ends full")."""
+        data = b"".join(self.out)
+        self.out.clear()
+        return send_reading(self.sock, data, self._read_more)
+
+    def _read_more(self) -> bool:
         self.read_ahead = True       # taken at the next turn, which does not wait for them
         return self.read_worker()
 
@@ -284,7 +292,7 @@ class Server(AsyncHorses, Handover):
                               keep=keep)
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                           self.resolved, self.horse_jobs, self.max_rss, lease, self.async_k)
+                           self.resolved, self.horse_jobs, self.max_rss, lease)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                           self.resolved, lease)
         os.close(job_r)
@@ -312,11 +320,9 @@ class Server(AsyncHorses, Handover):
             read_fd = -1
         self.started(_Running(pid, read_fd, request.func), request)
 
-    def started(self, new: _Running, request: RunRequest, moved_from: int = 0,
-                cap: int = 0) -> None:
+    def started(self, new: _Running, request: RunRequest, moved_from: int = 0) -> None:
         """The job went to the horse ``new`` (read_fd -1: it died on the way);
-        ``moved_from``: the horse that died before it took the job; ``cap`` > 1: a warm
-        sync horse's job (said to the worker: the direct path)."""
+        ``moved_from``: the horse that died before it took the job."""
         read_fd, pid = new.fd, new.pid
         new.request = request
         if read_fd >= 0:
@@ -328,8 +334,7 @@ class Server(AsyncHorses, Handover):
                 self.watchdog.watch(pid, request.entry)
         self.running[pid] = new
         self.out.append((MovedNotice(moved_from, pid, request.entry) if moved_from
-                         else StartNotice(pid, request.entry,
-                                          cap=cap if self.direct and cap > 1 else 0)).encode())
+                         else StartNotice(pid, request.entry)).encode())
 
     # -- warm horses (horse/warm.py) -------------------------------------------------------
 
@@ -411,7 +416,7 @@ class Server(AsyncHorses, Handover):
                 continue
             del self.idle[run.pid]
             run.idle, run.func, run.status, run.moves = False, request.func, None, moves
-            self.started(run, request, moved_from, cap)
+            self.started(run, request, moved_from)
             return
         for _ in range(2):
             horse = self.ready.pop(0) if self.ready else self.spawn()
@@ -422,7 +427,7 @@ class Server(AsyncHorses, Handover):
                 continue
             new = _Running(horse.pid, horse.report_r, request.func, horse.job_w)
             new.moves = moves
-            self.started(new, request, moved_from, cap)
+            self.started(new, request, moved_from)
             return
         self.started(_Running(horse.pid, -1, request.func), request, moved_from)
 
@@ -435,8 +440,6 @@ class Server(AsyncHorses, Handover):
         run.status = 0
         self.finish(run)
         run.done += 1
-        if self.direct:         # the worker runs its next jobs itself (handover.py)
-            return self.hand_over(run)
         run.idle, run.status = True, None
         self.idle[run.pid] = run
 
@@ -546,7 +549,7 @@ class Server(AsyncHorses, Handover):
                 found.status = status
             elif pid in self.idle:        # died between jobs: nothing was running
                 self.drop_idle(self.idle[pid])
-            elif not self.handed_reaped(pid, status):
+            else:
                 self.async_reaped(pid, status)
             self.exiting.discard(pid)
             reaped.append(pid)
@@ -561,8 +564,6 @@ class Server(AsyncHorses, Handover):
             if self.watchdog is not None:
                 self.watchdog.forget(run.pid)
         self.exiting.clear()
-        for pid in list(self.handed):
-            self.handed_reaped(pid, 0)
         self.async_none_left()
         return reaped
 
@@ -574,8 +575,7 @@ class Server(AsyncHorses, Handover):
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        # not reported: a job still runs (a handed horse's: the worker is gone)
-        for pid in [*self.running, *self.handed]:
+        for pid in self.running:                 # not reported: a job still runs
             self._kill_now(pid)
         self.async_kill_all(self._kill_now)      # an idle one gets EOF: it exits (its spans)
         deadline = time.monotonic() + LAST_REAPS
