@@ -25,7 +25,7 @@ from fusionworker.core.queue import Queue
 from fusionworker.events import flush_default_sinks
 from fusionworker.worker import Worker
 from tests.children import die_with_parent
-from tests.waiting import wait_for  # noqa: F401 - the one wait helper; also importable from here
+from tests.waiting import settle, wait_for  # noqa: F401 - the one wait helper; also importable from here
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("FUSIONWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -184,7 +184,8 @@ class WorkerProcesses:
         supervisor's children live in their own process groups and shut down warm
         when it dies (PDEATHSIG=SIGTERM): left alone, they would write their last
         events and heartbeats after the test's keys were deleted."""
-        for proc in self.procs:
+        killed, trees = [], []
+        for proc in self.procs:          # every tree killed first, then one wait for all
             if proc.poll() is None:
                 try:
                     tree = psutil.Process(proc.pid).children(recursive=True)
@@ -198,8 +199,11 @@ class WorkerProcesses:
                 for child in tree:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         child.kill()
-                proc.wait(10)
-                psutil.wait_procs(tree, timeout=10)
+                killed.append(proc)
+                trees += tree
+        for proc in killed:
+            proc.wait(10)
+        settle(trees)
 
 
 def run_one(queue: Any, burst: Any, func: str, *args: Any, **options: Any) -> Any:
