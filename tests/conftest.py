@@ -80,12 +80,27 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def _drop_sinks_of(prefix: str) -> None:
+    """Close and forget this process's shared producer sinks of ``prefix`` (a test's own,
+    never used again). One left holding events for a server its test stopped would make
+    every later flush in this process wait out its whole timeout: 2 s at each test's
+    teardown, 5 s where a test flushes (and that flush would report a failure)."""
+    from fusionworker.events import registry
+
+    with registry._DEFAULT_LOCK:
+        sinks = [registry._DEFAULT_SINKS.pop(key) for key in list(registry._DEFAULT_SINKS)
+                 if key[1] == prefix]
+    for sink in sinks:
+        sink.close(0)
+
+
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
     """A fresh key prefix; every key under it is deleted after the test."""
     value = f"t{uuid.uuid4().hex[:10]}"
     yield value
     flush_default_sinks(2.0)  # producers' "queued" events land before the clean-up
+    _drop_sinks_of(value)
     client = redis.Redis.from_url(redis_url)
     for pattern in (f"{value}:*",):
         batch = list(client.scan_iter(match=pattern, count=1000))
