@@ -22,7 +22,6 @@ import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..gpus import device_of
 from ..protocol import (
     BlockedNotice,
     ExitNotice,
@@ -35,6 +34,7 @@ from ..protocol import (
     unread,
     write_all,
 )
+from ..slot_device import device_of
 from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
