@@ -40,7 +40,7 @@ from .modules import REMEMBER_MAX, remember
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
 
-#: the first byte of the body of an async job's frame (a body is JSON: "{")
+#: the first byte of the body of an async job's frame (a body is a marshalled dict: "{")
 ASYNC = b"A"
 #: what an async horse writes when it takes no more jobs (a line of its own)
 LEAVING = b"-"
