@@ -61,15 +61,19 @@ def set_pdeathsig() -> None:
 
 
 def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
-              view: BoardView | None = None) -> OwnLease | None:
-    """In a fresh fork that becomes a horse: the OOM killer's first pick; a read-only
-    view of the board for its own lease (lease.py): ``board`` itself when its parent
-    mapped it read-only (:meth:`DeadlineBoard.reading`, the fork server), else
-    ``view`` (made once by the parent), the writable mapping dropped; every descriptor
-    closed but ``keep`` (:func:`~.hygiene.horse_keeps`, worked out by the parent before
-    the fork: the log's are in it). Never raises."""
-    raise_oom_score()
-    lease = None
+              view: BoardView | None = None, *, own_lease: OwnLease | None = None,
+              oom: bool = True) -> OwnLease | None:
+    """In a fresh fork that becomes a horse: the OOM killer's first pick (``oom``; the
+    fork server writes it from outside instead); its own lease: ``own_lease``, made by
+    the parent before the fork, else a read-only view of the board (lease.py):
+    ``board`` itself when its parent mapped it read-only
+    (:meth:`DeadlineBoard.reading`), else ``view`` (made once by the parent), the
+    writable mapping dropped; every descriptor closed but ``keep``
+    (:func:`~.hygiene.horse_keeps`, worked out by the parent before the fork: the log's
+    are in it). Never raises."""
+    if oom:
+        raise_oom_score()
+    lease = own_lease
     if board is not None:
         if board.read_only:
             lease = OwnLease(board)
