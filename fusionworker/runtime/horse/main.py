@@ -55,7 +55,7 @@ def set_pdeathsig() -> None:
     try:
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, _csignal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the reaper still recovers the job
         pass
 
@@ -99,9 +99,9 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
             os._exit(1)
         signal.set_wakeup_fd(-1)
-        _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)     # (_csignal: no enums)
-        _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
-        _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
+        _csignal.signal(_csignal.SIGINT, _csignal.SIG_IGN)   # (_csignal: plain ints, no enums)
+        _csignal.signal(_csignal.SIGTERM, _csignal.SIG_DFL)
+        _csignal.signal(_csignal.SIGCHLD, _csignal.SIG_DFL)
         if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
             lease.defer(entry)
         use_slot_device(entry)               # --gpus: this slot's device only (gpus.py)
