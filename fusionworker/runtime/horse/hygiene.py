@@ -66,8 +66,9 @@ def raise_oom_score(target: bytes | None = None, pid: int | None = None) -> None
 
 
 def log_fds() -> list[int]:
-    """The descriptors the root logger's stream handlers write to (the worker's
-    ``--log-file``, stderr): a job's own logging still reaches them."""
+    """The descriptors the root logger's stream handlers write to (stderr, or a file a
+    module named with ``--import`` set up): a job's own logging still reaches them.
+    Read at each fork: a module imported later may add one."""
     out = []
     for handler in logging.getLogger().handlers:
         stream = getattr(handler, "stream", None)
