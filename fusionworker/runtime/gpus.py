@@ -29,19 +29,15 @@ Nothing is written to Redis; a process dying changes nothing here.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.config import parse_gpus
 from ..middleware.governor import Governor
+from .slot_device import SLOT_DEVICES_ENV, device_of, share_devices, slot_devices, use_slot_device
 
 __all__ = ["SLOT_DEVICES_ENV", "FreeEntries", "device_of", "parse_gpus", "resolve_devices",
            "share_devices", "slot_devices", "use_slot_device"]
-
-#: the worker's resolved devices, comma-separated, for its fork server and horses
-SLOT_DEVICES_ENV = "FUSIONWORKER_SLOT_DEVICES"
-
 
 def resolve_devices(gpus: Sequence[str], *, nvml: Any | None = None) -> tuple[str, ...]:
     """The devices of ``--gpus``: as given, or for ``auto`` every device NVML counts
@@ -68,36 +64,6 @@ def resolve_devices(gpus: Sequence[str], *, nvml: Any | None = None) -> tuple[st
     if count <= 0:
         raise ValueError("--gpus auto: no GPU found")
     return tuple(str(i) for i in range(count))
-
-
-def slot_devices(environ: Any = None) -> tuple[str, ...]:
-    """The devices the worker gave its processes (:data:`SLOT_DEVICES_ENV`), or ()."""
-    env = os.environ if environ is None else environ
-    return tuple(p for p in (env.get(SLOT_DEVICES_ENV) or "").split(",") if p)
-
-
-def device_of(entry: int, devices: Sequence[str] | None = None) -> str | None:
-    """The device slot ``entry`` owns, or None (no ``--gpus``, or no entry)."""
-    devices = slot_devices() if devices is None else devices
-    if not devices or entry < 0:
-        return None
-    return devices[entry % len(devices)]
-
-
-def share_devices(devices: Sequence[str]) -> None:
-    """In the worker, before its fork server starts: the devices its processes inherit
-    (none: the variable is removed, so a stale value is never inherited)."""
-    if devices:
-        os.environ[SLOT_DEVICES_ENV] = ",".join(devices)
-    else:
-        os.environ.pop(SLOT_DEVICES_ENV, None)
-
-
-def use_slot_device(entry: int, setenv: Callable[[str, str], None] | None = None) -> None:
-    """In a horse, before its job: ``CUDA_VISIBLE_DEVICES`` = its slot's device."""
-    device = device_of(entry)
-    if device is not None:
-        (setenv or os.environ.__setitem__)("CUDA_VISIBLE_DEVICES", device)
 
 
 class FreeEntries:

@@ -22,7 +22,6 @@ import select
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..gpus import device_of
 from ..protocol import (
     BlockedNotice,
     ExitNotice,
@@ -35,12 +34,13 @@ from ..protocol import (
     unread,
     write_all,
 )
+from ..slot_device import device_of
 from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
 
-#: the first byte of the body of an async job's frame (a body is JSON: "{")
+#: the first byte of the body of an async job's frame (a body is a marshalled dict: "{")
 ASYNC = b"A"
 #: what an async horse writes when it takes no more jobs (a line of its own)
 LEAVING = b"-"

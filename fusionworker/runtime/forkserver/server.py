@@ -27,7 +27,6 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..gpus import device_of
 from ..horse.hygiene import horse_keeps, oom_target, open_fds
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.run import cap_results
@@ -49,6 +48,7 @@ from ..protocol import (
     unread,
     write_all,
 )
+from ..slot_device import device_of
 from .asyncpool import AsyncHorses
 from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ...core import tracing as _tracing
 from .. import progress
 from ..deadlines import DeadlineBoard
-from ..gpus import use_slot_device
 from ..protocol import HorseReport, from_server, job_of, write_all
+from ..slot_device import use_slot_device
 from .hygiene import close_others, raise_oom_score
 from .lease import BoardView, OwnLease
 from .run import _csignal, run_job

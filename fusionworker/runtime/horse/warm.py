@@ -32,8 +32,8 @@ from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..gpus import use_slot_device
 from ..protocol import HEADER, HorseReport, from_server, job_of, write_all
+from ..slot_device import use_slot_device
 from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events, set_pdeathsig
