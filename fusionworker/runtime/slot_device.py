@@ -22,7 +22,7 @@ def slot_devices(environ: Any = None) -> tuple[str, ...]:
 
 def device_of(entry: int, devices: Sequence[str] | None = None) -> str | None:
     """The device slot ``entry`` owns, or None (no ``--gpus``, or no entry)."""
-    devices = slot_devices() if devices is None else devices
+    devices = _given if devices is None else devices
     if not devices or entry < 0:
         return None
     return devices[entry % len(devices)]
@@ -31,10 +31,12 @@ def device_of(entry: int, devices: Sequence[str] | None = None) -> str | None:
 def share_devices(devices: Sequence[str]) -> None:
     """In the worker, before its fork server starts: the devices its processes inherit
     (none: the variable is removed, so a stale value is never inherited)."""
+    global _given
     if devices:
         os.environ[SLOT_DEVICES_ENV] = ",".join(devices)
     else:
         os.environ.pop(SLOT_DEVICES_ENV, None)
+    _given = tuple(devices)
 
 
 def use_slot_device(entry: int, setenv: Callable[[str, str], None] | None = None) -> None:
@@ -42,3 +44,10 @@ def use_slot_device(entry: int, setenv: Callable[[str, str], None] | None = None
     device = device_of(entry)
     if device is not None:
         (setenv or os.environ.__setitem__)("CUDA_VISIBLE_DEVICES", device)
+
+
+#: this process's devices, read once: the fork server (a fresh interpreter) inherits
+#: them at its start; the worker sets them with :func:`share_devices`. A horse looks
+#: here, not in ``os.environ``: each lookup there runs Python code of os.py on pages
+#: of its parent's heap that the fork shares (a copy-on-write fault each)
+_given: tuple[str, ...] = slot_devices()

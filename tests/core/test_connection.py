@@ -278,6 +278,7 @@ def test_sentinel_client_follows_a_failover(
     assert client.connection_pool.get_master_address()[1] == old_master
     client.set("before", "1")
     assert client.get("before") == "1"
+    redis_sentinel.wait_replicated()    # a manual failover does not wait for the replica
 
     new_master = redis_sentinel.failover()
     assert new_master != old_master

@@ -205,8 +205,11 @@ def test_worker_metrics_endpoint_after_a_known_run(r, settings, processes, prefi
     jobs.append(q.enqueue("tests.jobs:flaky", redis_url, f"{prefix}:flaky", 1,
                           max_retries=1, retry_delay=0.1))
     wait_for(lambda: all(finished(q, j.id) for j in jobs), timeout=20)
-    m = scrape(port)
     mq = (("queue", "mq"),)
+    # the worker counts an outcome once its write returned: a moment after Redis shows it
+    m = wait_for(lambda: (m := scrape(port)).get(("fusionworker_jobs_processed_total", mq)) == 7
+                 and m.get(("fusionworker_job_duration_seconds_count", mq)) == 7 and m,
+                 timeout=5, what="the seventh outcome counted")
     assert m[("fusionworker_jobs_processed_total", mq)] == 7
     assert m[("fusionworker_jobs_completed_total", mq)] == 4
     assert m[("fusionworker_jobs_failed_total", mq)] == 2

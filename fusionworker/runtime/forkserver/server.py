@@ -27,7 +27,8 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..horse.hygiene import horse_keeps, oom_target, open_fds
+from ..horse.hygiene import horse_keeps, oom_target, open_fds, raise_oom_score
+from ..horse.lease import OwnLease
 from ..horse.main import set_pdeathsig, settle_in, waiting_horse
 from ..horse.run import cap_results
 from ..horse.warm import STAY, cap_of, warm_horse
@@ -107,7 +108,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
 
         setup_horses(**otel)
     horses_own = tuple(open_fds() - before)   # the exporters' descriptors: the horses keep them
-    oom_target()                              # read once here, written by each horse
+    oom_target()                 # read once here, written for each horse (spawn)
     set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
@@ -141,6 +142,8 @@ class Server(AsyncHorses):
         self.sock = socket.socket(fileno=fd)
         self.allowed, self.retryable = allowed, retryable
         self.preload, self.watchdog, self.kill_children = preload, watchdog, kill_children
+        #: each horse's own lease watcher, made here once: a fork's copy (horse/lease.py)
+        self.own_lease = OwnLease(watchdog.board) if watchdog is not None else None
         self.pid = os.getpid()
         self.running: dict[int, _Running] = {}   # by pid: every horse whose exit is not sent
         self.exiting: set[int] = set()           # horses that reported, not reaped yet
@@ -161,8 +164,7 @@ class Server(AsyncHorses):
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
         self.out: list[bytes] = []               # notices for the worker, sent once per turn
         self.read_ahead = False                      # send() read requests into the inbox
-        #: descriptors a horse keeps besides its pipes (what the OpenTelemetry set-up opened)
-        self.horses_own: tuple[int, ...] = ()
+        self.horses_own: tuple[int, ...] = ()    # a horse's besides its pipes (OpenTelemetry's)
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.wake_r, self.wake_w = os.pipe()
@@ -281,20 +283,19 @@ class Server(AsyncHorses):
         """Fork a horse that waits for its job."""
         job_r, job_w = os.pipe()
         read_fd, write_fd = os.pipe()
-        # what the horse keeps, worked out here (hygiene.py): no worker socket, no board
-        # descriptor, no other horse's pipe (a copy of a job pipe's write end would keep
-        # that horse from its EOF)
+        # what the horse keeps, worked out here (hygiene.py): no worker socket, no board fd,
+        # no other horse's pipe (a copy of a job pipe's write end keeps that horse from EOF)
         keep = horse_keeps((job_r, write_fd, *self.horses_own))
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            lease = settle_in(self.watchdog.board if self.watchdog is not None else None,
-                              keep=keep)
+            lease = settle_in(None, keep, own_lease=self.own_lease, oom=False)
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                            self.resolved, self.horse_jobs, self.max_rss, lease)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                           self.resolved, lease)
+        raise_oom_score(pid=pid)      # before it has a job (hygiene.py)
         os.close(job_r)
         os.close(write_fd)
         return _Ready(pid, job_w, read_fd)

@@ -14,7 +14,9 @@ is its own.
 :func:`raise_oom_score`: a horse's ``oom_score_adj`` is above its parent's
 (:func:`oom_target`, computed once in the process that forks), so the kernel's OOM
 killer takes a horse (the job that grew) rather than the fork server or the worker,
-whose death every running job would share.
+whose death every running job would share. The fork server writes it for each horse
+it forks ahead, before the horse has a job; a horse the worker forks itself (no fork
+server) writes its own, before its job starts.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ def oom_target() -> bytes:
     return _target
 
 
-def raise_oom_score(target: bytes | None = None) -> None:
-    """In a horse: the OOM killer's first pick (a failed write is ignored: the kernel
-    may refuse it, or there is no /proc)."""
+def raise_oom_score(target: bytes | None = None, pid: int | None = None) -> None:
+    """The OOM killer's first pick: this process, or (``pid``) a horse the caller just
+    forked, before it has a job (the write costs the parent a few system calls; in the
+    fresh fork it also copies each page its code touches). A failed write is ignored:
+    the kernel may refuse it, the horse may be gone, or there is no /proc."""
     try:
-        fd = os.open(_OOM_PATH, os.O_WRONLY)
+        fd = os.open(_OOM_PATH if pid is None else f"/proc/{pid}/oom_score_adj", os.O_WRONLY)
     except OSError:
         return
     try:
@@ -83,10 +87,11 @@ def horse_keeps(own: Iterable[int]) -> tuple[int, ...]:
     return tuple(sorted({fd for fd in (*own, *log_fds()) if fd > 2}))
 
 
-def close_others(keep: Iterable[int]) -> None:
-    """Close every descriptor above 2 but ``keep`` (one ``close_range`` per gap)."""
+def close_others(keep: tuple[int, ...]) -> None:
+    """Close every descriptor above 2 but ``keep`` (:func:`horse_keeps`: sorted, each
+    above 2; one ``close_range`` per gap, nothing else worked out in the fork)."""
     low = 3
-    for fd in sorted({fd for fd in keep if fd > 2}):
+    for fd in keep:
         if fd > low:
             os.closerange(low, fd)
         low = fd + 1

@@ -55,21 +55,25 @@ def set_pdeathsig() -> None:
     try:
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, _csignal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the reaper still recovers the job
         pass
 
 
 def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
-              view: BoardView | None = None) -> OwnLease | None:
-    """In a fresh fork that becomes a horse: the OOM killer's first pick; a read-only
-    view of the board for its own lease (lease.py): ``board`` itself when its parent
-    mapped it read-only (:meth:`DeadlineBoard.reading`, the fork server), else
-    ``view`` (made once by the parent), the writable mapping dropped; every descriptor
-    closed but ``keep`` (:func:`~.hygiene.horse_keeps`, worked out by the parent before
-    the fork: the log's are in it). Never raises."""
-    raise_oom_score()
-    lease = None
+              view: BoardView | None = None, *, own_lease: OwnLease | None = None,
+              oom: bool = True) -> OwnLease | None:
+    """In a fresh fork that becomes a horse: the OOM killer's first pick (``oom``; the
+    fork server writes it from outside instead); its own lease: ``own_lease``, made by
+    the parent before the fork, else a read-only view of the board (lease.py):
+    ``board`` itself when its parent mapped it read-only
+    (:meth:`DeadlineBoard.reading`), else ``view`` (made once by the parent), the
+    writable mapping dropped; every descriptor closed but ``keep``
+    (:func:`~.hygiene.horse_keeps`, worked out by the parent before the fork: the log's
+    are in it). Never raises."""
+    if oom:
+        raise_oom_score()
+    lease = own_lease
     if board is not None:
         if board.read_only:
             lease = OwnLease(board)
@@ -95,9 +99,9 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
             os._exit(1)
         signal.set_wakeup_fd(-1)
-        _csignal.signal(signal.SIGINT, _csignal.SIG_IGN)     # (_csignal: no enums)
-        _csignal.signal(signal.SIGTERM, _csignal.SIG_DFL)
-        _csignal.signal(signal.SIGCHLD, _csignal.SIG_DFL)
+        _csignal.signal(_csignal.SIGINT, _csignal.SIG_IGN)   # (_csignal: plain ints, no enums)
+        _csignal.signal(_csignal.SIGTERM, _csignal.SIG_DFL)
+        _csignal.signal(_csignal.SIGCHLD, _csignal.SIG_DFL)
         if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
             lease.defer(entry)
         use_slot_device(entry)               # --gpus: this slot's device only (gpus.py)

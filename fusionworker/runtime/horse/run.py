@@ -108,7 +108,7 @@ def run_job(job: Job[Any], allowed: Iterable[str], retryable: Iterable[str],
     """
     if job.retry_on is not None:
         retryable = job.retry_on
-    _csignal.signal(signal.SIGALRM, _on_alarm)
+    _csignal.signal(_csignal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, lease.alarm_after(max(job.timeout, 0.001)))
     try:
         try:
