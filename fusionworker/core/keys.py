@@ -63,7 +63,7 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, overload
+from typing import Any, Protocol, overload
 
 from .vocabulary import JobStatus
 
@@ -136,27 +136,21 @@ class _Key:
         return self if keys is None else keys.base + self.part
 
 
-class _Member:
-    """The key of one member (a job, a batch, a group, a worker): a descriptor of
-    :class:`QueueKeys` and :class:`Keys` whose value is a function of the member's name,
-    ``base`` + ``part`` + name + ``tail``."""
+#: the member keys' parts, by the function that makes them (:func:`script_suffixes`)
+_MEMBERS: dict[Callable[[Any, str], str], tuple[str, str]] = {}
 
-    __slots__ = ("part", "tail")
 
-    def __init__(self, part: str, tail: str = "") -> None:
-        self.part, self.tail = part, tail
-
-    @overload
-    def __get__(self, keys: None, owner: type) -> _Member: ...
-
-    @overload
-    def __get__(self, keys: _Based, owner: type) -> Callable[[str], str]: ...
-
-    def __get__(self, keys: _Based | None, owner: type) -> _Member | Callable[[str], str]:
-        if keys is None:
-            return self
-        head, tail = keys.base + self.part, self.tail
-        return (lambda name: head + name + tail) if tail else (lambda name: head + name)
+def _member(part: str, tail: str = "") -> Callable[[Any, str], str]:
+    """The key of one member (a job, a batch, a group, a worker), a method of
+    :class:`QueueKeys` and :class:`Keys`: ``base`` + ``part`` + its name + ``tail``."""
+    if tail:
+        def key(keys: _Based, name: str) -> str:
+            return keys.base + part + name + tail
+    else:
+        def key(keys: _Based, name: str) -> str:
+            return keys.base + part + name
+    _MEMBERS[key] = (part, tail)
+    return key
 
 
 @dataclass(frozen=True)
@@ -213,21 +207,21 @@ class QueueKeys:
     batches = _Key("batches")
 
     # the keys naming one member (a job, a batch, a group...): base + part + name (+ tail)
-    group_rate_log = _Member("group_rate:log:")
-    batch = _Member("batch:")
-    batch_ended = _Member("batch:", ":ended")
+    group_rate_log = _member("group_rate:log:")
+    batch = _member("batch:")
+    batch_ended = _member("batch:", ":ended")
     #: The "queue:id" refs the job still waits on (SET).
-    deps = _Member("deps:")
-    dependents = _Member("dependents:")
-    job = _Member("job:")
+    deps = _member("deps:")
+    dependents = _member("dependents:")
+    job = _member("job:")
     #: The job's events, oldest first (LIST of JSON ``[stream id, fields]``, capped;
     #: lives as long as the job record: scripts/history.lua).
-    job_events = _Member("job_events:")
+    job_events = _member("job_events:")
     #: Channel published on every outcome of the job (``Job.wait`` listens).
-    done = _Member("done:")
-    unique = _Member("unique:")
-    group = _Member("group:")
-    cron_entry = _Member("cron:")
+    done = _member("done:")
+    unique = _member("unique:")
+    group = _member("group:")
+    cron_entry = _member("cron:")
 
     def registry(self, status: str) -> str:
         """The ZSET listing the jobs of ``status`` (a ``JobStatus``): ``pending`` for
@@ -267,7 +261,7 @@ class Keys:
     reaper_lock = _Key("reaper")
     events = _Key("events")
     control = _Key("control")
-    worker = _Member("worker:")
+    worker = _member("worker:")
 
     def history_all(self, resolution: int, bucket: int) -> str:
         """The chart counts of one time bucket summed over every queue (the charts of
@@ -288,10 +282,11 @@ def script_suffixes() -> dict[str, str]:
             continue
         if isinstance(member, _Key):
             key = keys.base + member.part
-        elif isinstance(member, _Member):
-            key = keys.base + member.part
-            if member.tail:
-                found[name + "_tail"] = member.tail
+        elif member in _MEMBERS:
+            part, tail = _MEMBERS[member]
+            key = keys.base + part
+            if tail:
+                found[name + "_tail"] = tail
         elif inspect.isfunction(member) and member.__code__.co_argcount == 2:   # self, name
             key, _, tail = member(keys, mark).partition(mark)
             if tail:
