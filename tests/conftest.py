@@ -25,7 +25,7 @@ from fusionworker.core.queue import Queue
 from fusionworker.events import flush_default_sinks
 from fusionworker.worker import Worker
 from tests.children import die_with_parent
-from tests.waiting import wait_for  # noqa: F401 - the one wait helper; also importable from here
+from tests.waiting import settle, wait_for  # noqa: F401 - the one wait helper; also importable from here
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_URL = os.environ.get("FUSIONWORKER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -80,12 +80,27 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def _drop_sinks_of(prefix: str) -> None:
+    """Close and forget this process's shared producer sinks of ``prefix`` (a test's own,
+    never used again). One left holding events for a server its test stopped would make
+    every later flush in this process wait out its whole timeout: 2 s at each test's
+    teardown, 5 s where a test flushes (and that flush would report a failure)."""
+    from fusionworker.events import registry
+
+    with registry._DEFAULT_LOCK:
+        sinks = [registry._DEFAULT_SINKS.pop(key) for key in list(registry._DEFAULT_SINKS)
+                 if key[1] == prefix]
+    for sink in sinks:
+        sink.close(0)
+
+
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
     """A fresh key prefix; every key under it is deleted after the test."""
     value = f"t{uuid.uuid4().hex[:10]}"
     yield value
     flush_default_sinks(2.0)  # producers' "queued" events land before the clean-up
+    _drop_sinks_of(value)
     client = redis.Redis.from_url(redis_url)
     for pattern in (f"{value}:*",):
         batch = list(client.scan_iter(match=pattern, count=1000))
@@ -184,7 +199,8 @@ class WorkerProcesses:
         supervisor's children live in their own process groups and shut down warm
         when it dies (PDEATHSIG=SIGTERM): left alone, they would write their last
         events and heartbeats after the test's keys were deleted."""
-        for proc in self.procs:
+        killed, trees = [], []
+        for proc in self.procs:          # every tree killed first, then one wait for all
             if proc.poll() is None:
                 try:
                     tree = psutil.Process(proc.pid).children(recursive=True)
@@ -198,8 +214,11 @@ class WorkerProcesses:
                 for child in tree:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         child.kill()
-                proc.wait(10)
-                psutil.wait_procs(tree, timeout=10)
+                killed.append(proc)
+                trees += tree
+        for proc in killed:
+            proc.wait(10)
+        settle(trees)
 
 
 def run_one(queue: Any, burst: Any, func: str, *args: Any, **options: Any) -> Any:

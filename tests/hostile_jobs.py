@@ -85,13 +85,18 @@ def patch_dumps(url, key):
     return "mine"
 
 
-def stamped(url, key, value, seconds):
+def stamped(url, key, value, seconds, then=None):
     """Append ``tick:value:pid:monotonic`` every 0.1 s for ``seconds`` (two runs of one job
-    at once show as interleaved ticks of two pids), then ``done:value:pid``."""
+    at once show as interleaved ticks of two pids), then ``done:value:pid``. With
+    ``then``: a run whose first tick finds others in ``key`` (a rerun) ticks for ``then`` s."""
     r = redis.Redis.from_url(url)
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end, ticks = start + seconds, 0
     while time.monotonic() < end:
-        r.rpush(key, f"tick:{value}:{os.getpid()}:{time.monotonic()}")
+        ticked = r.rpush(key, f"tick:{value}:{os.getpid()}:{time.monotonic()}")
+        ticks += 1
+        if then is not None and ticks == 1 and ticked > 1:
+            end = start + then
         time.sleep(0.1)
     r.rpush(key, f"done:{value}:{os.getpid()}")
     return value

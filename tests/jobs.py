@@ -142,6 +142,14 @@ def pid_then_sleep(url, key, seconds):
     time.sleep(seconds)
 
 
+def pid_then_sleep_first(url, key, n, seconds, then=0.0):
+    """``pid_then_sleep``, sleeping ``seconds`` in the first ``n`` runs recorded in ``key``
+    and ``then`` in every later one: the runs a test kills stay running until it does,
+    their reruns do not make it wait again."""
+    position = _redis(url).rpush(key, os.getpid())
+    time.sleep(seconds if position <= n else then)
+
+
 def patched_target(value):
     """Stands for a provider call that a user's test monkeypatches."""
     raise RuntimeError("the real provider was called")
@@ -188,20 +196,21 @@ def spawn_sleeper(url, key, seconds=600):
     return child.pid
 
 
-def exclusive(url, key, marker, seconds):
+def exclusive(url, key, marker, seconds, then=None):
     """Count executions from inside the job; an execution that finds another live one
     holding the exclusive marker (an flock, released when its holder dies) records
-    ``overlap``."""
+    ``overlap``. It sleeps ``seconds``; with ``then``, only the first execution recorded
+    in ``key`` does, and the later ones sleep ``then``."""
     import fcntl
 
     r = _redis(url)
-    r.rpush(key, f"start:{os.getpid()}")
+    first = r.rpush(key, f"start:{os.getpid()}") == 1
     fd = os.open(marker, os.O_CREAT | os.O_WRONLY, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         r.rpush(key, "overlap")
-    time.sleep(seconds)
+    time.sleep(seconds if then is None or first else then)
     r.rpush(key, f"end:{os.getpid()}")
     return os.getpid()
 

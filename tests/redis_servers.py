@@ -311,7 +311,11 @@ def _start_sentinel_setup(master_name: str) -> tuple[int, int, int, str, Callabl
         master_port = free_port()
         replica_port = free_port(taken=frozenset({master_port}))
         sentinel_port = free_port(taken=frozenset({master_port, replica_port}))
-        common = ["--bind", HOST, "--dir", str(workdir), "--save", "", "--appendonly", "no"]
+        # repl-diskless-sync-delay 0: Redis 7 waits 5 s (the default) for more replicas
+        # before each full sync it streams; there is one replica here, and a failover
+        # makes the old master sync again
+        common = ["--bind", HOST, "--dir", str(workdir), "--save", "", "--appendonly", "no",
+                  "--repl-diskless-sync-delay", "0"]
         procs.append(_spawn([bins["redis-server"], "--port", str(master_port), *common,
                              "--logfile", "master.log"], workdir, "master.out"))
         procs.append(_spawn([bins["redis-server"], "--port", str(replica_port), *common,

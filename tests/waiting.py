@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 __all__ = ["MIN_TIMEOUT", "WaitTimeout", "gone", "heartbeats", "processes_of", "reaper_passes",
-           "wait_for"]
+           "settle", "wait_for"]
 
 #: the shortest limit of any wait, whatever the call says: a smaller one would only
 #: measure how loaded the machine is
@@ -128,4 +128,17 @@ def gone(procs: list[Any]) -> bool:
                 return False
         except psutil.NoSuchProcess:
             pass
+    return True
+
+
+def settle(procs: list[Any], timeout: float = 10.0) -> bool:
+    """Teardown's wait for killed processes: until every one is :func:`gone` (a zombie
+    counts: it can write nothing more), at most ``timeout`` s; False if some still ran.
+    Not ``psutil.wait_procs``: a killed worker's fork server and horses are inherited by
+    pid 1, which may reap them seconds later (~2 s here), and that waits for the reaping."""
+    deadline = time.monotonic() + timeout
+    while not gone(procs):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
     return True

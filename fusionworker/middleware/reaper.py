@@ -18,6 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.client import NEVER_DECODE
 
 from ..core import workflows
 from ..core.config import Settings
@@ -87,20 +88,27 @@ def _silent_for(worker: dict[str, str], now: float, pttl: int | None) -> float:
 
 
 def prune_workers(connection: RedisClient, settings: Settings) -> list[str]:
-    """Drop names from the workers set whose heartbeat key expired; returns them."""
+    """Drop names from the workers set whose heartbeat key expired; returns them (as
+    text). The members are read and removed as the bytes Redis holds: a name that is
+    no UTF-8 (written by hand, or by a bug) reads as text with escapes, which would
+    never match it again, and the reaper would name it at every pass."""
     keys = Keys(settings.prefix)
-    names = sorted(texts(connection.smembers(keys.workers)))
-    if not names:
+    client: Any = connection     # (redis-py's execute_command is not annotated)
+    raw = sorted(client.execute_command("SMEMBERS", keys.workers, **{NEVER_DECODE: True}))
+    if not raw:
         return []
+    base = keys.worker("").encode()
     pipe = connection.pipeline(transaction=False)
-    for name in names:
-        pipe.exists(keys.worker(name))
-    gone = [name for name, alive in zip(names, pipe.execute()) if not alive]
-    if gone:
-        connection.srem(keys.workers, *gone)
-        log.info("Reaper: removed %d dead worker(s) from the registry: %s",
-                 len(gone), ", ".join(gone))
-    return gone
+    for name in raw:
+        pipe.exists(base + name)
+    gone = [name for name, alive in zip(raw, pipe.execute()) if not alive]
+    if not gone:
+        return []
+    connection.srem(keys.workers, *gone)
+    names = [name.decode("utf-8", "backslashreplace") for name in gone]
+    log.info("Reaper: removed %d dead worker(s) from the registry: %s",
+             len(names), ", ".join(names))
+    return names
 
 
 def _expired(connection: RedisClient, settings: Settings, queues: list[str], now: float,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections import Counter
 
@@ -71,7 +72,12 @@ def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
     for pid in frozen:                 # the other worker and its fork server, past the lease
         os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(6.0)
+        # until another worker's reaper took the frozen one's jobs back (its lease ran
+        # out: ~4 s), 6 s at most (the fixed wait this was, should it have held none)
+        taken_back = f"(worker {socket.gethostname()}.{workers[1]}: worker silent"
+        until = time.monotonic() + 6.0
+        while time.monotonic() < until and taken_back not in processes.output(sup):
+            time.sleep(0.05)
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)

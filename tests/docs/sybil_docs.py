@@ -51,6 +51,7 @@ from sybil.integration.pytest import SybilItem
 from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser, SkipParser
 
 from fusionworker.core import catalog
+from tests.waiting import settle
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -159,7 +160,7 @@ class DocEnv:
                 for each in tree:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         each.kill()
-                psutil.wait_procs(tree, timeout=10)
+                settle(tree)
             _stop_group(proc)
         client = redis.Redis.from_url(REDIS_URL)
         for prefix in self.prefixes:

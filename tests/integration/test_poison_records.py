@@ -129,7 +129,9 @@ def test_malformed_records_fail_alone_the_worker_lives_and_every_page_answers(
     with TestClient(app) as web:
         all_pages_answer(web, ids)        # queued, not read by a worker yet
 
-        worker = processes.worker("default")
+        # a record whose outcome Redis refuses stays started until the reaper takes it
+        # back, three times (then abandoned): a short lease, not three of 10 s
+        worker = processes.worker("default", env={"FUSIONWORKER_LEASE": "1.5"})
         ended = ("finished", "failed")
         wait_for(lambda: all(client.hget(keys.queue("default").job(i), "status") in ended
                              for i in ids), timeout=60, what="every record to end")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -137,6 +138,17 @@ def test_dead_workers_pruned_from_registry(r, prefix, settings):
     r.sadd(keys.workers, "dead.1", "dead.2")
     assert sorted(prune_workers(r, settings)) == ["dead.1", "dead.2"]
     assert r.smembers(keys.workers) == {"alive.1"}
+
+
+def test_a_dead_worker_whose_name_is_no_utf8_is_pruned_once(r, prefix, settings, caplog):
+    keys = Keys(prefix)
+    fake_worker(r, prefix, "alive.1", "")
+    r.sadd(keys.workers, b"dead\xff")
+    with caplog.at_level(logging.INFO, logger="fusionworker"):
+        assert prune_workers(r, settings) == ["dead\\xff"]       # named, with an escape
+        assert prune_workers(r, settings) == []                   # and gone: not again
+    assert r.smembers(keys.workers) == {"alive.1"}
+    assert caplog.text.count("removed 1 dead worker") == 1
 
 
 def test_middleware_runs_on_tick_once_per_interval(queue, settings, r):

@@ -40,13 +40,16 @@ def _until(q, jobs, statuses=("finished",), timeout=30):
 ENDED = ("finished", "failed")
 
 
-def _running(processes, q, r, settings, n, seconds, env=None, **options):
+def _running(processes, q, r, settings, n, seconds, env=None, then=None, **options):
     """A worker with ``n`` slots and ``n`` jobs that each push their horse's pid to a list
-    and sleep ``seconds``; returns (worker, jobs, the list's key) once all ``n`` run."""
+    and sleep ``seconds`` (with ``then``: their reruns sleep ``then``); returns (worker,
+    jobs, the list's key) once all ``n`` run."""
     key = f"{settings.prefix}:pids"
     w = processes.worker("--customq", "default", "--concurrency", str(n), env=env)
-    jobs = [q.enqueue_call("tests.jobs:pid_then_sleep", args=[settings.redis_url, key, seconds],
-                           **options) for _ in range(n)]
+    func, args = "tests.jobs:pid_then_sleep", [settings.redis_url, key, seconds]
+    if then is not None:
+        func, args = "tests.jobs:pid_then_sleep_first", [settings.redis_url, key, n, seconds, then]
+    jobs = [q.enqueue_call(func, args=args, **options) for _ in range(n)]
     wait_for(lambda: r.llen(key) == n, timeout=20)
     return w, jobs, key
 
@@ -154,7 +157,9 @@ def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_jo
         processes, queue, r, settings):
     q = queue()
     env = {"FUSIONWORKER_LEASE": "1.5", "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
-    w, jobs, key = _running(processes, q, r, settings, 10, 2.0, env=env, max_retries=3)
+    # the first runs sleep until the kill (30 s), the reruns do not
+    w, jobs, key = _running(processes, q, r, settings, 10, 30.0, env=env, then=0.0,
+                            max_retries=3)
     horses = processes_of(r.lrange(key, 0, -1))
     os.kill(w.pid, signal.SIGKILL)
     w.wait(10)
@@ -162,7 +167,7 @@ def test_sigkill_of_the_parent_kills_every_horse_and_the_reaper_returns_every_jo
     assert all(_status(q, j.id) == "started" for j in jobs)   # nobody recorded them
     processes.worker("--customq", "default", "--concurrency", "10", env=env)
     # each is a suspect of that death now: it runs alone in its worker (solo.py), so
-    # the ten run one after another (10 x 2 s)
+    # the ten run one after another
     _until(q, jobs, timeout=60)
     assert r.llen(key) == 20                         # each ran exactly once more
     # the lost worker's attempt is not counted (only the culprit pays: design.md)
@@ -317,7 +322,7 @@ def test_a_frozen_parents_horses_each_die_at_their_own_lease(processes, queue, r
     # below are killed only if each watches an entry of its own
     short = q.enqueue_call("tests.jobs:add", args=[1, 2])
     jobs = [q.enqueue_call("tests.jobs:exclusive", max_retries=5,
-                           args=[settings.redis_url, key, str(tmp_path / f"m{i}"), 5.0])
+                           args=[settings.redis_url, key, str(tmp_path / f"m{i}"), 5.0, 0.5])
             for i, key in enumerate(keys)]
     a = processes.worker("--customq", "default", "--concurrency", "4", env=SHORT_LEASE)
     wait_for(lambda: all(r.llen(key) >= 1 for key in keys), timeout=20)
@@ -337,7 +342,7 @@ def test_after_sighup_the_horses_of_the_new_fork_server_die_at_their_lease_too(
     wait_for(lambda: "new fork server" in processes.output(a), timeout=20)
     keys = [f"{settings.prefix}:runs{i}" for i in range(2)]
     jobs = [q.enqueue_call("tests.jobs:exclusive", max_retries=5,
-                           args=[settings.redis_url, key, str(tmp_path / f"m{i}"), 5.0])
+                           args=[settings.redis_url, key, str(tmp_path / f"m{i}"), 5.0, 0.5])
             for i, key in enumerate(keys)]
     wait_for(lambda: all(r.llen(key) >= 1 for key in keys), timeout=20)
     _freeze_then_hand_on(processes, q, r, a, jobs, keys, 2)

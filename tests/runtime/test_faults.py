@@ -293,7 +293,7 @@ def test_a_frozen_parents_horse_dies_at_its_lease_before_the_job_is_handed_on(
         processes, queue, r, prefix, redis_url, tmp_path):
     q = queue()
     key, marker = f"{prefix}:runs", str(tmp_path / "marker")
-    job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
+    job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, 0.5, max_retries=5)
     a = processes.worker("-q", "default", env=LEASE_ENV)
     first = _frozen_then_handed_on(processes, q, r, job, key,
                                    lambda sig: os.kill(a.pid, sig))   # the parent alone
@@ -314,7 +314,7 @@ def test_a_stopped_workers_process_group_still_has_its_horse_die_at_its_lease(
 
     q = queue()
     key, marker = f"{prefix}:runs", str(tmp_path / "marker")
-    job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
+    job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, 0.5, max_retries=5)
     a = subprocess.Popen([sys.executable, str(ROOT / "run_worker.py"), "worker", "-q", "default"],
                          env=worker_env(settings, **LEASE_ENV), cwd=str(ROOT),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -335,7 +335,7 @@ def test_a_partitioned_workers_horse_dies_at_its_lease_before_the_job_is_handed_
     try:
         q = queue()
         key, marker = f"{prefix}:runs", str(tmp_path / "marker")
-        job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, max_retries=5)
+        job = q.enqueue("tests.jobs:exclusive", redis_url, key, marker, 5.0, 0.5, max_retries=5)
         a = processes.worker("-q", "default", env={**LEASE_ENV, "REDIS_URL": proxy.url})
         wait_for(lambda: r.llen(key) >= 1)
         first = _horse_pid(r, key)

@@ -175,7 +175,7 @@ def test_a_horse_ends_at_its_lease_with_its_worker_and_fork_server_both_stopped(
         processes, queue, r, prefix, redis_url):
     q = queue()
     key = f"{prefix}:ticks"
-    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, max_retries=5)
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 8.0, 0.5, max_retries=5)
     _both_stopped_then_handed_on(processes, q, r, job, key, ran=0.0)
 
 
@@ -186,7 +186,7 @@ def test_a_horse_renewed_past_its_first_deadline_still_ends_at_its_lease_when_bo
     renewed past it is watched by the thread from then on."""
     q = queue()
     key = f"{prefix}:ticks"
-    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 14.0, max_retries=5)
+    job = q.enqueue(f"{HOSTILE}:stamped", redis_url, key, "j", 14.0, 0.5, max_retries=5)
     # lease 3 s, heartbeat 0.5 s: its first deadline is 2.5 s after the claim
     _both_stopped_then_handed_on(processes, q, r, job, key, ran=4.0)
 

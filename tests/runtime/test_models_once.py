@@ -7,7 +7,6 @@ tells it what the module registers: runtime/imports.py)."""
 from __future__ import annotations
 
 import psutil
-import pytest
 
 from tests.waiting import wait_for
 
@@ -41,7 +40,7 @@ def _memory(root: int) -> tuple[float, dict[int, float]]:
     return pss, {pid: info.uss / MIB for pid, info in measured.items()}
 
 
-@pytest.mark.serial
+# not serial: four jobs, memory asserted (PSS/USS of one worker's processes), no deadline
 def test_four_fresh_horses_share_the_imported_model_and_never_import_it(
         processes, queue, r, settings, tmp_path):
     log = tmp_path / "imports.log"

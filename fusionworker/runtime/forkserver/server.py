@@ -13,7 +13,6 @@ forked), and horses are forked ahead for the next requests.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import select
@@ -589,12 +588,12 @@ class Server(AsyncHorses):
                 return                     # no child left
             self.reap()
 
-
     def _kill_now(self, pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            (os.killpg if self.kill_children else os.kill)(pid, signal.SIGKILL)
+        _kill_group(pid, os.killpg if self.kill_children else os.kill)
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+def _kill_group(pgid: int, kill: Callable[[int, int], None] = os.killpg) -> None:
+    try:                  # (no context manager: at every reap, cheap)
+        kill(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
