@@ -179,201 +179,26 @@ def _percent() -> dict[str, Any]:
     return {"min": 0, "max": 100}
 
 
-def _governed(resource: str, throttle: float, resume: float | None, use: str, *,
-              throttle_use: str | None = None, note: str = "") -> tuple[Setting, ...]:
-    """The resource governor's thresholds of ``resource``, percentages: workers stop
-    claiming at ``<RESOURCE>_THROTTLE_THRESHOLD`` and resume under
-    ``<RESOURCE>_RESUME_THRESHOLD`` (none when ``resume`` is None)."""
-    name = f"{resource}_throttle_threshold"
-    made = [Setting(name, name.upper(), throttle, float,
-                    f"{throttle_use or use} at which workers stop claiming{note}.", **_percent())]
-    if resume is not None:
-        name = f"{resource}_resume_threshold"
-        made.append(Setting(name, name.upper(), resume, float,
-                            f"{use} under which throttled workers resume.", **_percent()))
-    return tuple(made)
+def _setting(env: str, default: Any, parse: Callable[[str], Any], help: str,
+             flag: str = "", **limits: Any) -> Any:
+    """A field of :class:`Settings`: its default, and its row of the table (the name is
+    the field's)."""
+    return field(default=default,
+                 metadata={"setting": Setting("", env, default, parse, help, flag, **limits)})
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("redis_url", "REDIS_URL", DEFAULT_REDIS_URL, str,
-            "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
-            "redis+cluster://h:7000", "--redis-url"),
-    Setting("prefix", "FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix"),
-    Setting("job_timeout", "FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
-            "Default hard time limit of a job, seconds (at most 315360000: ten years).",
-            **_positive(max=315_360_000)),
-    Setting("kill_grace", "FUSIONWORKER_KILL_GRACE", 10.0, float,
-            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0),
-    Setting("result_ttl", "FUSIONWORKER_RESULT_TTL", 500, int,
-            "Seconds a finished job and its result are kept.", min=-1),
-    Setting("max_result_bytes", "FUSIONWORKER_MAX_RESULT_BYTES", 16 * 1024 * 1024, int,
-            "Largest return value a job may store, in bytes of its encoded JSON (0 = no "
-            "limit); over it the job fails as ResultTooLarge and nothing is stored.", min=0),
-    Setting("worker_ttl", "FUSIONWORKER_WORKER_TTL", 420, int,
-            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl", min=1),
-    Setting("heartbeat_interval", "FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
-            "Seconds between heartbeats (and job-deadline extensions) of a worker.", **_positive()),
-    Setting("lease", "FUSIONWORKER_LEASE", 30.0, float,
-            "Seconds a started job's lease lasts unless its live worker renews it (every "
-            "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
-            "At least 3 x the heartbeat interval.", **_positive()),
-    Setting("kill_job_children", "FUSIONWORKER_KILL_JOB_CHILDREN", True, _bool,
-            "After a job's horse exits, SIGKILL the processes the job left in the horse's "
-            "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
-            "if jobs start daemons that must outlive them."),
-    Setting("concurrency", "FUSIONWORKER_CONCURRENCY", 1, int,
-            "Jobs one worker runs at once, each in a fresh horse with its own timeout and "
-            "memory ceiling (one parent and one fork server for all of them).",
-            "--concurrency", min=1, max=10000),
-    Setting("horse_jobs", "FUSIONWORKER_HORSE_JOBS", 1, int,
-            "Jobs one horse runs one after another (1 = a fresh process per job). A warm "
-            "horse is retired after N jobs, a failure, a timeout or kill, past "
-            "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
-            "@job(horse_jobs=M) lowers it for a function.",
-            "--horse-jobs", min=1, max=1000000),
-    Setting("async_per_horse", "FUSIONWORKER_ASYNC_PER_HORSE", 1, int,
-            "async def jobs one warm horse runs at once on its event loop (1 = one job at a "
-            "time). Needs --horse-jobs > 1; sync jobs keep one horse each; the jobs of one "
-            "horse share its process (a job that blocks the loop stalls its mates).",
-            "--async-per-horse", min=1, max=10000),
-    Setting("queue_order", "FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
-            "How a worker given -q picks the queue of its next job: round-robin (weighted by "
-            "turns) or fair (the queue that used the least worker time lately, weighted: "
-            "sms:3,email:1 = 3:1 shares of the time, across every worker).", "--fair",
-            choices=("round-robin", "fair")),
-    Setting("fair_window", "FUSIONWORKER_FAIR_WINDOW", 60.0, float,
-            "Half-life in seconds of the worker time fair share remembers (--fair): time "
-            "used this long ago counts half.", **_positive()),
-    Setting("gpus", "FUSIONWORKER_GPUS", (), parse_gpus,
-            "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
-            "(every device NVML counts). A job sees only its slot's device "
-            "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
-            "governor judges these devices only, each for its own slots.", "--gpus"),
-    Setting("allowed_modules", "FUSIONWORKER_ALLOWED_MODULES", (), _csv,
-            "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
-            "components). Unset: only functions registered with @fusionworker.job (default "
-            "deny; a worker with neither refuses to start)."),
-    Setting("allow_callables", "FUSIONWORKER_ALLOW_CALLABLES", False, _bool,
-            "Also run classes, bound methods (instance or class) and callable objects that "
-            "the allowed modules define, not only their functions (off: a class, e.g. a "
-            "subprocess.Popen subclass, is refused)."),
-    Setting("imports", "FUSIONWORKER_IMPORTS", (), _csv,
-            "Comma-separated modules the worker imports at start, so that the functions they "
-            "register with @fusionworker.job may run.", "--import"),
-    Setting("path", "FUSIONWORKER_PATH", (), _paths,
-            "Directories (separated by ':') the worker puts at the front of sys.path before it "
-            "imports job modules; the current directory is always put there too, as with "
-            "`rq worker`.", "--path"),
-    Setting("log_level", "FUSIONWORKER_LOG_LEVEL", "INFO", str,
-            "Log level (also of `Worker(...).work()` in a program that configured no logging).",
-            "--log-level",
-            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
-    Setting("log_format", "FUSIONWORKER_LOG_FORMAT", "text", str,
-            "Log format: text (readable lines) or json.", "--log-format", choices=("text", "json")),
-    Setting("max_retries", "FUSIONWORKER_MAX_RETRIES", 10, int,
-            "Retries of a job that fails with a retryable error.", min=0),
-    Setting("retry_delay", "FUSIONWORKER_RETRY_DELAY", 5.0, float,
-            "First retry delay, seconds.", min=0),
-    Setting("retry_backoff", "FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
-            "Multiplier of the retry delay per attempt.", min=1),
-    Setting("retry_max_delay", "FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
-            "Cap of the retry delay, seconds.", min=0),
-    Setting("retry_jitter", "FUSIONWORKER_RETRY_JITTER", 0.1, float,
-            "Random jitter added to a retry delay, as a fraction of it.", min=0, max=10),
-    Setting("retryable", "FUSIONWORKER_RETRYABLE", DEFAULT_RETRYABLE, _csv,
-            "Exception classes (module.Class, subclasses too) that are retried."),
-    Setting("reaper_interval", "FUSIONWORKER_REAPER_INTERVAL", 30.0, float,
-            "Seconds between passes of the stuck-job reaper.", **_positive()),
-    Setting("failed_ttl", "FUSIONWORKER_FAILED_TTL", 604800, int,
-            "Seconds a failed job stays in the failed registry (dead-letter).", min=0),
-    Setting("dedup_window", "FUSIONWORKER_DEDUP_WINDOW", 30, int,
-            "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0),
-    Setting("max_args_bytes", "FUSIONWORKER_MAX_ARGS_BYTES", 10 * 1024 * 1024, int,
-            "Largest JSON text of a job's arguments (args and kwargs together, in bytes): enqueue "
-            "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
-            min=0),
-    Setting("failure_webhook_url", "FAILURE_WEBHOOK_URL", "", str,
-            "URL POSTed (JSON) after a job's final failure."),
-    Setting("poll_interval", "FUSIONWORKER_POLL_INTERVAL", 1.0, float,
-            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01),
-    Setting("progress_interval", "FUSIONWORKER_PROGRESS_INTERVAL", 1.0, float,
-            "At most one write per this many seconds of a running job's progress and meta "
-            "(current_job().set_progress / .meta); the last values are always written with "
-            "the job's outcome.", **_positive()),
-    Setting("memory_check_interval", "MEMORY_CHECK_INTERVAL", 5.0, float,
-            "Seconds between resource-governor samples.", **_positive()),
-    *_governed("memory", 90.0, 80.0, "RAM use (%)"),
-    *_governed("swap", 70.0, None, "Swap use (%)"),
-    *_governed("cpu", 100.0, 80.0, "CPU use (% of all cores)",
-               throttle_use="CPU use (% of all cores, averaged since the last sample)",
-               note="; 100 = never (a worker's own CPU-bound jobs would otherwise hold back "
-                    "its free slots)"),
-    *_governed("gpu", 85.0, 75.0, "GPU memory use (%)",
-               throttle_use="GPU memory use (%) of any device"),
-    Setting("max_horse_memory", "FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
-            "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
-            "--max-horse-memory", min=0),
-    Setting("elasticsearch_url", "ELASTICSEARCH_URL", "", str,
-            "Elasticsearch for the event log; unset: events go to a capped Redis stream."),
-    Setting("elasticsearch_index", "ELASTICSEARCH_INDEX", "active-fusion-logs", str,
-            "Elasticsearch index of the event log."),
-    Setting("elasticsearch_api_key", "ELASTICSEARCH_API_KEY", "", str, "Elasticsearch API key."),
-    Setting("elasticsearch_username", "ELASTICSEARCH_USERNAME", "", str, "Elasticsearch basic-auth user."),
-    Setting("elasticsearch_password", "ELASTICSEARCH_PASSWORD", "", str,
-            "Elasticsearch basic-auth password."),
-    Setting("event_buffer", "FUSIONWORKER_EVENT_BUFFER", 10000, int,
-            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted.", min=0),
-    Setting("event_stream_maxlen", "FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
-            "Approximate length cap of the Redis event stream.", min=0),
-    Setting("metrics_port", "FUSIONWORKER_METRICS_PORT", 0, int,
-            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port",
-            min=0, max=65535),
-    Setting("otel", "FUSIONWORKER_OTEL", False, _bool,
-            "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
-            "application's providers; the worker sets up SDK providers with the exporters the "
-            "standard OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER name (otlp by default, over "
-            "HTTP; console; none) and the other OTEL_* variables, records the queue.* metrics "
-            "and a consumer span per job in its horses."),
-    Setting("otel_setup", "FUSIONWORKER_OTEL_SETUP", "", str,
-            "module:function called (no arguments) in the worker and its fork server instead of "
-            "the built-in OTLP set-up; it installs the global tracer and meter providers."),
-    Setting("otel_flush_timeout", "FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
-            "Seconds a horse may spend exporting its spans after it reported the job's outcome "
-            "(and the worker its metrics at shutdown); an unreachable collector costs at most "
-            "this.", min=0),
-    Setting("metrics_bind", "FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
-            "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
-            "--metrics-bind", check=check_address),
-    Setting("embedded_dir", "FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
-            "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL)."),
-    Setting("web_token", "FUSIONWORKER_WEB_TOKEN", "", str,
-            "Bearer token of the web dashboard and its /api/v1 (`fusionworker web`)."),
-    Setting("web_user", "FUSIONWORKER_WEB_USER", "", str,
-            "User name of the web dashboard's basic auth / login (with the password hash)."),
-    Setting("web_password_hash", "FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
-            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`).",
-            check=_password_hash),
-    Setting("web_trusted_proxies", "FUSIONWORKER_WEB_TRUSTED_PROXIES", (), _csv,
-            "Addresses (IPs or CIDR networks, comma-separated) of the reverse proxies whose "
-            "X-Forwarded-Proto, X-Forwarded-Host and X-Forwarded-For the dashboard believes; "
-            "from anyone else they are ignored."),
-    Setting("web_secure_cookies", "FUSIONWORKER_WEB_SECURE_COOKIES", False, _bool,
-            "Mark the dashboard's cookies Secure even when the request did not arrive over "
-            "TLS (set it when TLS ends at a proxy that sends no X-Forwarded-Proto)."),
-    Setting("web_max_body", "FUSIONWORKER_WEB_MAX_BODY", 1_048_576, int,
-            "Largest request body (bytes) the dashboard reads; a bigger one gets 413.",
-            min=1024),
-    Setting("web_auth_failures", "FUSIONWORKER_WEB_AUTH_FAILURES", 10, int,
-            "Wrong credentials one client may send per minute; then 429 with Retry-After.",
-            min=1),
-)
-
-_BY_NAME = {s.name: s for s in SETTINGS}
+def _throttle(resource: str, default: float, use: str, note: str = "") -> Any:
+    """The resource governor's ``<RESOURCE>_THROTTLE_THRESHOLD``, a percentage: workers
+    stop claiming at it."""
+    return _setting(f"{resource}_throttle_threshold".upper(), default, float,
+                    f"{use} at which workers stop claiming{note}.", **_percent())
 
 
-def _default(name: str) -> Any:
-    """The table's default of setting ``name`` (the one place defaults are written)."""
-    return _BY_NAME[name].default
+def _resume(resource: str, default: float, use: str) -> Any:
+    """The resource governor's ``<RESOURCE>_RESUME_THRESHOLD``, a percentage: throttled
+    workers resume under it."""
+    return _setting(f"{resource}_resume_threshold".upper(), default, float,
+                    f"{use} under which throttled workers resume.", **_percent())
 
 
 #: settings whose value never appears in a repr (nor, through it, in a log or an error)
@@ -383,80 +208,189 @@ SECRETS = frozenset({"elasticsearch_api_key", "elasticsearch_password", "web_tok
 
 @dataclass(frozen=True, init=False, repr=False)
 class Settings:
-    """Resolved settings, one typed attribute per row of :data:`SETTINGS`, in its order.
+    """Resolved settings: one typed field per setting, declared with its default and its
+    row of the table (a :class:`Setting`: environment variable, parser, help, CLI flag,
+    range), which :data:`SETTINGS` lists in this order.
 
     Build with :func:`load_settings`, or ``Settings(values={name: value, ...})``
     (the rest default; ``Settings()`` is every default); never mutate
-    (:meth:`replace` makes a changed copy). The defaults are the table's; the
-    fields and the table are checked against each other at import.
+    (:meth:`replace` makes a changed copy).
     """
 
-    redis_url: str = _default("redis_url")
-    prefix: str = _default("prefix")
-    job_timeout: float = _default("job_timeout")
-    kill_grace: float = _default("kill_grace")
-    result_ttl: int = _default("result_ttl")
-    max_result_bytes: int = _default("max_result_bytes")
-    worker_ttl: int = _default("worker_ttl")
-    heartbeat_interval: float = _default("heartbeat_interval")
-    lease: float = _default("lease")
-    kill_job_children: bool = _default("kill_job_children")
-    concurrency: int = _default("concurrency")
-    horse_jobs: int = _default("horse_jobs")
-    async_per_horse: int = _default("async_per_horse")
-    queue_order: str = _default("queue_order")
-    fair_window: float = _default("fair_window")
-    gpus: tuple[str, ...] = _default("gpus")
-    allowed_modules: tuple[str, ...] = _default("allowed_modules")
-    allow_callables: bool = _default("allow_callables")
-    imports: tuple[str, ...] = _default("imports")
-    path: tuple[str, ...] = _default("path")
-    log_level: str = _default("log_level")
-    log_format: str = _default("log_format")
-    max_retries: int = _default("max_retries")
-    retry_delay: float = _default("retry_delay")
-    retry_backoff: float = _default("retry_backoff")
-    retry_max_delay: float = _default("retry_max_delay")
-    retry_jitter: float = _default("retry_jitter")
-    retryable: tuple[str, ...] = _default("retryable")
-    reaper_interval: float = _default("reaper_interval")
-    failed_ttl: int = _default("failed_ttl")
-    dedup_window: int = _default("dedup_window")
-    max_args_bytes: int = _default("max_args_bytes")
-    failure_webhook_url: str = _default("failure_webhook_url")
-    poll_interval: float = _default("poll_interval")
-    progress_interval: float = _default("progress_interval")
-    memory_check_interval: float = _default("memory_check_interval")
-    memory_throttle_threshold: float = _default("memory_throttle_threshold")
-    memory_resume_threshold: float = _default("memory_resume_threshold")
-    swap_throttle_threshold: float = _default("swap_throttle_threshold")
-    cpu_throttle_threshold: float = _default("cpu_throttle_threshold")
-    cpu_resume_threshold: float = _default("cpu_resume_threshold")
-    gpu_throttle_threshold: float = _default("gpu_throttle_threshold")
-    gpu_resume_threshold: float = _default("gpu_resume_threshold")
-    max_horse_memory: int = _default("max_horse_memory")
-    elasticsearch_url: str = _default("elasticsearch_url")
-    elasticsearch_index: str = _default("elasticsearch_index")
-    elasticsearch_api_key: str = _default("elasticsearch_api_key")
-    elasticsearch_username: str = _default("elasticsearch_username")
-    elasticsearch_password: str = _default("elasticsearch_password")
-    event_buffer: int = _default("event_buffer")
-    event_stream_maxlen: int = _default("event_stream_maxlen")
-    metrics_port: int = _default("metrics_port")
-    otel: bool = _default("otel")
-    otel_setup: str = _default("otel_setup")
-    otel_flush_timeout: float = _default("otel_flush_timeout")
-    metrics_bind: str = _default("metrics_bind")
-    embedded_dir: str = _default("embedded_dir")
-    web_token: str = _default("web_token")
-    web_user: str = _default("web_user")
-    web_password_hash: str = _default("web_password_hash")
-    web_trusted_proxies: tuple[str, ...] = _default("web_trusted_proxies")
-    web_secure_cookies: bool = _default("web_secure_cookies")
-    web_max_body: int = _default("web_max_body")
-    web_auth_failures: int = _default("web_auth_failures")
-    #: names whose value came from an override, the environment or the file
-    #: the values set (by name), as given; the others are the table's defaults
+    redis_url: str = _setting("REDIS_URL", DEFAULT_REDIS_URL, str,
+            "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
+            "redis+cluster://h:7000", "--redis-url")
+    prefix: str = _setting("FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix")
+    job_timeout: float = _setting("FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
+            "Default hard time limit of a job, seconds (at most 315360000: ten years).",
+            **_positive(max=315_360_000))
+    kill_grace: float = _setting("FUSIONWORKER_KILL_GRACE", 10.0, float,
+            "After timeout + this many seconds the parent SIGKILLs a horse that ignored SIGALRM.", min=0)
+    result_ttl: int = _setting("FUSIONWORKER_RESULT_TTL", 500, int,
+            "Seconds a finished job and its result are kept.", min=-1)
+    max_result_bytes: int = _setting("FUSIONWORKER_MAX_RESULT_BYTES", 16 * 1024 * 1024, int,
+            "Largest return value a job may store, in bytes of its encoded JSON (0 = no "
+            "limit); over it the job fails as ResultTooLarge and nothing is stored.", min=0)
+    worker_ttl: int = _setting("FUSIONWORKER_WORKER_TTL", 420, int,
+            "Seconds a worker's heartbeat key lives without renewal.", "--worker-ttl", min=1)
+    heartbeat_interval: float = _setting("FUSIONWORKER_HEARTBEAT_INTERVAL", 5.0, float,
+            "Seconds between heartbeats (and job-deadline extensions) of a worker.", **_positive())
+    lease: float = _setting("FUSIONWORKER_LEASE", 30.0, float,
+            "Seconds a started job's lease lasts unless its live worker renews it (every "
+            "heartbeat); once it ran out and the worker is gone, the reaper re-queues the job. "
+            "At least 3 x the heartbeat interval.", **_positive())
+    kill_job_children: bool = _setting("FUSIONWORKER_KILL_JOB_CHILDREN", True, _bool,
+            "After a job's horse exits, SIGKILL the processes the job left in the horse's "
+            "process group (its subprocesses). A child that called setsid() escapes. Set to 0 "
+            "if jobs start daemons that must outlive them.")
+    concurrency: int = _setting("FUSIONWORKER_CONCURRENCY", 1, int,
+            "Jobs one worker runs at once, each in a fresh horse with its own timeout and "
+            "memory ceiling (one parent and one fork server for all of them).",
+            "--concurrency", min=1, max=10000)
+    horse_jobs: int = _setting("FUSIONWORKER_HORSE_JOBS", 1, int,
+            "Jobs one horse runs one after another (1 = a fresh process per job). A warm "
+            "horse is retired after N jobs, a failure, a timeout or kill, past "
+            "--max-horse-memory, and on SIGHUP; state one job leaves is seen by the next. "
+            "@job(horse_jobs=M) lowers it for a function.",
+            "--horse-jobs", min=1, max=1000000)
+    async_per_horse: int = _setting("FUSIONWORKER_ASYNC_PER_HORSE", 1, int,
+            "async def jobs one warm horse runs at once on its event loop (1 = one job at a "
+            "time). Needs --horse-jobs > 1; sync jobs keep one horse each; the jobs of one "
+            "horse share its process (a job that blocks the loop stalls its mates).",
+            "--async-per-horse", min=1, max=10000)
+    queue_order: str = _setting("FUSIONWORKER_QUEUE_ORDER", "round-robin", str,
+            "How a worker given -q picks the queue of its next job: round-robin (weighted by "
+            "turns) or fair (the queue that used the least worker time lately, weighted: "
+            "sms:3,email:1 = 3:1 shares of the time, across every worker).", "--fair",
+            choices=("round-robin", "fair"))
+    fair_window: float = _setting("FUSIONWORKER_FAIR_WINDOW", 60.0, float,
+            "Half-life in seconds of the worker time fair share remembers (--fair): time "
+            "used this long ago counts half.", **_positive())
+    gpus: tuple[str, ...] = _setting("FUSIONWORKER_GPUS", (), parse_gpus,
+            "GPUs the worker's slots own, one each (slot i: the i-th, round): 0,1 or auto "
+            "(every device NVML counts). A job sees only its slot's device "
+            "(CUDA_VISIBLE_DEVICES); --concurrency defaults to their number; the GPU "
+            "governor judges these devices only, each for its own slots.", "--gpus")
+    allowed_modules: tuple[str, ...] = _setting("FUSIONWORKER_ALLOWED_MODULES", (), _csv,
+            "Comma-separated module prefixes whose own functions jobs may run (whole dotted "
+            "components). Unset: only functions registered with @fusionworker.job (default "
+            "deny; a worker with neither refuses to start).")
+    allow_callables: bool = _setting("FUSIONWORKER_ALLOW_CALLABLES", False, _bool,
+            "Also run classes, bound methods (instance or class) and callable objects that "
+            "the allowed modules define, not only their functions (off: a class, e.g. a "
+            "subprocess.Popen subclass, is refused).")
+    imports: tuple[str, ...] = _setting("FUSIONWORKER_IMPORTS", (), _csv,
+            "Comma-separated modules the worker imports at start, so that the functions they "
+            "register with @fusionworker.job may run.", "--import")
+    path: tuple[str, ...] = _setting("FUSIONWORKER_PATH", (), _paths,
+            "Directories (separated by ':') the worker puts at the front of sys.path before it "
+            "imports job modules; the current directory is always put there too, as with "
+            "`rq worker`.", "--path")
+    log_level: str = _setting("FUSIONWORKER_LOG_LEVEL", "INFO", str,
+            "Log level (also of `Worker(...).work()` in a program that configured no logging).",
+            "--log-level",
+            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+    log_format: str = _setting("FUSIONWORKER_LOG_FORMAT", "text", str,
+            "Log format: text (readable lines) or json.", "--log-format", choices=("text", "json"))
+    max_retries: int = _setting("FUSIONWORKER_MAX_RETRIES", 10, int,
+            "Retries of a job that fails with a retryable error.", min=0)
+    retry_delay: float = _setting("FUSIONWORKER_RETRY_DELAY", 5.0, float,
+            "First retry delay, seconds.", min=0)
+    retry_backoff: float = _setting("FUSIONWORKER_RETRY_BACKOFF", 2.0, float,
+            "Multiplier of the retry delay per attempt.", min=1)
+    retry_max_delay: float = _setting("FUSIONWORKER_RETRY_MAX_DELAY", 3600.0, float,
+            "Cap of the retry delay, seconds.", min=0)
+    retry_jitter: float = _setting("FUSIONWORKER_RETRY_JITTER", 0.1, float,
+            "Random jitter added to a retry delay, as a fraction of it.", min=0, max=10)
+    retryable: tuple[str, ...] = _setting("FUSIONWORKER_RETRYABLE", DEFAULT_RETRYABLE, _csv,
+            "Exception classes (module.Class, subclasses too) that are retried.")
+    reaper_interval: float = _setting("FUSIONWORKER_REAPER_INTERVAL", 30.0, float,
+            "Seconds between passes of the stuck-job reaper.", **_positive())
+    failed_ttl: int = _setting("FUSIONWORKER_FAILED_TTL", 604800, int,
+            "Seconds a failed job stays in the failed registry (dead-letter).", min=0)
+    dedup_window: int = _setting("FUSIONWORKER_DEDUP_WINDOW", 30, int,
+            "Seconds after finishing during which a job with the same job_id/unique_key is skipped.", min=0)
+    max_args_bytes: int = _setting("FUSIONWORKER_MAX_ARGS_BYTES", 10 * 1024 * 1024, int,
+            "Largest JSON text of a job's arguments (args and kwargs together, in bytes): enqueue "
+            "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
+            min=0)
+    failure_webhook_url: str = _setting("FAILURE_WEBHOOK_URL", "", str,
+            "URL POSTed (JSON) after a job's final failure.")
+    poll_interval: float = _setting("FUSIONWORKER_POLL_INTERVAL", 1.0, float,
+            "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01)
+    progress_interval: float = _setting("FUSIONWORKER_PROGRESS_INTERVAL", 1.0, float,
+            "At most one write per this many seconds of a running job's progress and meta "
+            "(current_job().set_progress / .meta); the last values are always written with "
+            "the job's outcome.", **_positive())
+    memory_check_interval: float = _setting("MEMORY_CHECK_INTERVAL", 5.0, float,
+            "Seconds between resource-governor samples.", **_positive())
+    memory_throttle_threshold: float = _throttle("memory", 90.0, "RAM use (%)")
+    memory_resume_threshold: float = _resume("memory", 80.0, "RAM use (%)")
+    swap_throttle_threshold: float = _throttle("swap", 70.0, "Swap use (%)")
+    cpu_throttle_threshold: float = _throttle(
+            "cpu", 100.0, "CPU use (% of all cores, averaged since the last sample)",
+            note="; 100 = never (a worker's own CPU-bound jobs would otherwise hold back its free "
+             "slots)")
+    cpu_resume_threshold: float = _resume("cpu", 80.0, "CPU use (% of all cores)")
+    gpu_throttle_threshold: float = _throttle("gpu", 85.0, "GPU memory use (%) of any device")
+    gpu_resume_threshold: float = _resume("gpu", 75.0, "GPU memory use (%)")
+    max_horse_memory: int = _setting("FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
+            "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
+            "--max-horse-memory", min=0)
+    elasticsearch_url: str = _setting("ELASTICSEARCH_URL", "", str,
+            "Elasticsearch for the event log; unset: events go to a capped Redis stream.")
+    elasticsearch_index: str = _setting("ELASTICSEARCH_INDEX", "active-fusion-logs", str,
+            "Elasticsearch index of the event log.")
+    elasticsearch_api_key: str = _setting("ELASTICSEARCH_API_KEY", "", str, "Elasticsearch API key.")
+    elasticsearch_username: str = _setting("ELASTICSEARCH_USERNAME", "", str, "Elasticsearch basic-auth user.")
+    elasticsearch_password: str = _setting("ELASTICSEARCH_PASSWORD", "", str,
+            "Elasticsearch basic-auth password.")
+    event_buffer: int = _setting("FUSIONWORKER_EVENT_BUFFER", 10000, int,
+            "Events buffered while the event sink is unreachable; beyond it they are dropped and counted.", min=0)
+    event_stream_maxlen: int = _setting("FUSIONWORKER_EVENT_STREAM_MAXLEN", 100000, int,
+            "Approximate length cap of the Redis event stream.", min=0)
+    metrics_port: int = _setting("FUSIONWORKER_METRICS_PORT", 0, int,
+            "Port of the worker's Prometheus /metrics endpoint (0 = off).", "--metrics-port",
+            min=0, max=65535)
+    otel: bool = _setting("FUSIONWORKER_OTEL", False, _bool,
+            "OpenTelemetry (extra [otel]): on = producers trace enqueue and count it through the "
+            "application's providers; the worker sets up SDK providers with the exporters the "
+            "standard OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER name (otlp by default, over "
+            "HTTP; console; none) and the other OTEL_* variables, records the queue.* metrics "
+            "and a consumer span per job in its horses.")
+    otel_setup: str = _setting("FUSIONWORKER_OTEL_SETUP", "", str,
+            "module:function called (no arguments) in the worker and its fork server instead of "
+            "the built-in OTLP set-up; it installs the global tracer and meter providers.")
+    otel_flush_timeout: float = _setting("FUSIONWORKER_OTEL_FLUSH_TIMEOUT", 2.0, float,
+            "Seconds a horse may spend exporting its spans after it reported the job's outcome "
+            "(and the worker its metrics at shutdown); an unreachable collector costs at most "
+            "this.", min=0)
+    metrics_bind: str = _setting("FUSIONWORKER_METRICS_BIND", "127.0.0.1", str,
+            "Address the worker's /metrics endpoint listens on (0.0.0.0 = every interface).",
+            "--metrics-bind", check=check_address)
+    embedded_dir: str = _setting("FUSIONWORKER_EMBEDDED_DIR", "~/.local/share/fusionworker", str,
+            "Folder of the embedded Redis (started only when REDIS_URL is unset and nothing answers at the default URL).")
+    web_token: str = _setting("FUSIONWORKER_WEB_TOKEN", "", str,
+            "Bearer token of the web dashboard and its /api/v1 (`fusionworker web`).")
+    web_user: str = _setting("FUSIONWORKER_WEB_USER", "", str,
+            "User name of the web dashboard's basic auth / login (with the password hash).")
+    web_password_hash: str = _setting("FUSIONWORKER_WEB_PASSWORD_HASH", "", str,
+            "pbkdf2_sha256 hash of the web user's password (`fusionworker web --hash-password`).",
+            check=_password_hash)
+    web_trusted_proxies: tuple[str, ...] = _setting("FUSIONWORKER_WEB_TRUSTED_PROXIES", (), _csv,
+            "Addresses (IPs or CIDR networks, comma-separated) of the reverse proxies whose "
+            "X-Forwarded-Proto, X-Forwarded-Host and X-Forwarded-For the dashboard believes; "
+            "from anyone else they are ignored.")
+    web_secure_cookies: bool = _setting("FUSIONWORKER_WEB_SECURE_COOKIES", False, _bool,
+            "Mark the dashboard's cookies Secure even when the request did not arrive over "
+            "TLS (set it when TLS ends at a proxy that sends no X-Forwarded-Proto).")
+    web_max_body: int = _setting("FUSIONWORKER_WEB_MAX_BODY", 1_048_576, int,
+            "Largest request body (bytes) the dashboard reads; a bigger one gets 413.",
+            min=1024)
+    web_auth_failures: int = _setting("FUSIONWORKER_WEB_AUTH_FAILURES", 10, int,
+            "Wrong credentials one client may send per minute; then 429 with Retry-After.",
+            min=1)
+    #: the values set (by name), as given; the others are the defaults
     values: Mapping[str, Any] = field(default_factory=dict)
     #: names whose value came from an override, the environment or the file
     explicit: frozenset[str] = frozenset()
@@ -495,15 +429,17 @@ class Settings:
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in sorted(shown.items()))})"
 
 
-def _check_fields() -> None:
-    """The dataclass declares exactly the table's settings, in its order."""
-    names = [f.name for f in dataclasses.fields(Settings) if f.name not in ("values", "explicit")]
-    if names != [s.name for s in SETTINGS]:
-        raise RuntimeError("config.Settings and config.SETTINGS disagree: "
-                           f"{sorted(set(names) ^ {s.name for s in SETTINGS})}")
+#: every setting, in the order of :class:`Settings`' fields
+SETTINGS: tuple[Setting, ...] = tuple(
+    dataclasses.replace(f.metadata["setting"], name=f.name)
+    for f in dataclasses.fields(Settings) if "setting" in f.metadata)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
 
 
-_check_fields()
+def _default(name: str) -> Any:
+    """The default of setting ``name``."""
+    return _BY_NAME[name].default
 
 
 def read_config_file(path: str) -> dict[str, str]:

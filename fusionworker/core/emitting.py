@@ -9,11 +9,27 @@ layer's port on the first event (``events/producer.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .redis_client import RedisClient
+
+
+class EventFields(TypedDict, total=False):
+    """What an event says beside its name and its job, each optional: the keywords of
+    ``events.schema.make_event`` and of everything that hands them on to it."""
+
+    worker: str | None
+    host: str | None            # default: this machine's name
+    duration: float | None
+    wait_time: float | None
+    error_type: str | None
+    error_message: str | None
+    reason: str | None          # the worker's outcome reason, where there is one
+    timestamp: float | None     # epoch seconds; default: now
+    progress: float | None
+    progress_message: str | None
 
 
 class EventsPort(Protocol):
@@ -25,8 +41,7 @@ class EventsPort(Protocol):
     def default_sink(self, settings: Settings, connection: RedisClient) -> Any:
         """The process-wide sink of producers for these settings."""
 
-    def document(self, event: str, job: Any, *, timestamp: float | None = None,
-                 **fields: Any) -> dict[str, Any]:
+    def document(self, event: str, job: Any, **fields: Unpack[EventFields]) -> dict[str, Any]:
         """The event document of ``event`` for ``job`` (a Job or a mapping)."""
 
 

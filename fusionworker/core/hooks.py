@@ -64,7 +64,18 @@ class Outcome:
         self.reason = OutcomeReason.read(self.reason)   # a middleware's own reason too
 
 
-class WorkerContext(Protocol):
+class Connected(Protocol):
+    """Something that reads one fusionworker Redis: its client and its settings (the
+    worker as a hook sees it, what ``info`` reads)."""
+
+    @property
+    def connection(self) -> RedisClient: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+class WorkerContext(Connected, Protocol):
     """The worker as a hook sees it (``fusionworker.worker.Worker`` implements it)."""
 
     @property
@@ -74,13 +85,7 @@ class WorkerContext(Protocol):
     def host(self) -> str: ...
 
     @property
-    def connection(self) -> RedisClient: ...
-
-    @property
     def keys(self) -> Keys: ...
-
-    @property
-    def settings(self) -> Settings: ...
 
     @property
     def queue_names(self) -> Sequence[str]: ...

@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol, overload
 
 from .vocabulary import JobStatus
 
@@ -110,6 +112,47 @@ def check_queue_name(name: str) -> str:
     return name
 
 
+class _Based(Protocol):
+    @property
+    def base(self) -> str: ...
+
+
+class _Key:
+    """A key: its owner's ``base`` + ``part`` (a descriptor of :class:`QueueKeys` and
+    :class:`Keys`)."""
+
+    __slots__ = ("part",)
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    @overload
+    def __get__(self, keys: None, owner: type) -> _Key: ...
+
+    @overload
+    def __get__(self, keys: _Based, owner: type) -> str: ...
+
+    def __get__(self, keys: _Based | None, owner: type) -> _Key | str:
+        return self if keys is None else keys.base + self.part
+
+
+#: the member keys' parts, by the function that makes them (:func:`script_suffixes`)
+_MEMBERS: dict[Callable[[Any, str], str], tuple[str, str]] = {}
+
+
+def _member(part: str, tail: str = "") -> Callable[[Any, str], str]:
+    """The key of one member (a job, a batch, a group, a worker), a method of
+    :class:`QueueKeys` and :class:`Keys`: ``base`` + ``part`` + its name + ``tail``."""
+    if tail:
+        def key(keys: _Based, name: str) -> str:
+            return keys.base + part + name + tail
+    else:
+        def key(keys: _Based, name: str) -> str:
+            return keys.base + part + name
+    _MEMBERS[key] = (part, tail)
+    return key
+
+
 @dataclass(frozen=True)
 class QueueKeys:
     """Keys of one queue; ``base`` is the hash-tagged prefix ``fw:{q}:``."""
@@ -129,160 +172,70 @@ class QueueKeys:
     def base(self) -> str:
         return f"{self.prefix}:{{{self.name}}}:"
 
-    @property
-    def match_all(self) -> str:
-        """A ``SCAN MATCH`` pattern of every key of the queue."""
-        return self.base + "*"
+    # the queue's own keys: its base + the part given
+    #: A ``SCAN MATCH`` pattern of every key of the queue.
+    match_all = _Key("*")
+    pending = _Key("pending")
+    started = _Key("started")
+    scheduled = _Key("scheduled")
+    failed = _Key("failed")
+    finished = _Key("finished")
+    canceled = _Key("canceled")
+    deferred = _Key("deferred")
+    #: The queue's decayed worker time (HASH: v, t; use.lua, ``worker --fair``).
+    use = _Key("use")
+    #: Jobs set aside by ``hold`` (ZSET, score = when held; hold.lua).
+    held = _Key("held")
+    seq = _Key("seq")
+    paused = _Key("paused")
+    max_active = _Key("max_active")
+    groups = _Key("groups")
+    cron = _Key("cron")
+    wake = _Key("wake")
+    #: The channel of stop requests (stop.lua publishes a started job's id).
+    stop = _Key("stop")
+    #: The queue's rate limit (HASH: limit, window, held totals).
+    rate = _Key("rate")
+    rate_log = _Key("rate:log")
+    #: Per-group rate limits (HASH: ``every`` / ``group:<g>`` -> "N W").
+    group_rate = _Key("group_rate")
+    group_rate_held = _Key("group_rate:held")
+    group_rate_parked = _Key("group_rate:parked")
+    #: Dependency and batch notes to replay to other queues (LIST).
+    outbox = _Key("outbox")
+    #: Batches not yet fired (ZSET, score = creation time).
+    batches = _Key("batches")
 
-    @property
-    def pending(self) -> str:
-        return self.base + "pending"
-
-    @property
-    def started(self) -> str:
-        return self.base + "started"
-
-    @property
-    def scheduled(self) -> str:
-        return self.base + "scheduled"
-
-    @property
-    def failed(self) -> str:
-        return self.base + "failed"
-
-    @property
-    def finished(self) -> str:
-        return self.base + "finished"
-
-    @property
-    def canceled(self) -> str:
-        return self.base + "canceled"
-
-    @property
-    def deferred(self) -> str:
-        return self.base + "deferred"
-
-    @property
-    def use(self) -> str:
-        """The queue's decayed worker time (HASH: v, t; use.lua, ``worker --fair``)."""
-        return self.base + "use"
-
-    @property
-    def held(self) -> str:
-        """Jobs set aside by ``hold`` (ZSET, score = when held; hold.lua)."""
-        return self.base + "held"
+    # the keys naming one member (a job, a batch, a group...): base + part + name (+ tail)
+    group_rate_log = _member("group_rate:log:")
+    batch = _member("batch:")
+    batch_ended = _member("batch:", ":ended")
+    #: The "queue:id" refs the job still waits on (SET).
+    deps = _member("deps:")
+    dependents = _member("dependents:")
+    job = _member("job:")
+    #: The job's events, oldest first (LIST of JSON ``[stream id, fields]``, capped;
+    #: lives as long as the job record: scripts/history.lua).
+    job_events = _member("job_events:")
+    #: Channel published on every outcome of the job (``Job.wait`` listens).
+    done = _member("done:")
+    unique = _member("unique:")
+    group = _member("group:")
+    cron_entry = _member("cron:")
 
     def registry(self, status: str) -> str:
         """The ZSET listing the jobs of ``status`` (a ``JobStatus``): ``pending`` for
         queued jobs, the status's own name for the others."""
         return self.pending if status == JobStatus.QUEUED else self.base + str(status)
 
-    @property
-    def seq(self) -> str:
-        return self.base + "seq"
-
-    @property
-    def paused(self) -> str:
-        return self.base + "paused"
-
-    @property
-    def max_active(self) -> str:
-        return self.base + "max_active"
-
-    @property
-    def groups(self) -> str:
-        return self.base + "groups"
-
-    @property
-    def cron(self) -> str:
-        return self.base + "cron"
-
-    @property
-    def wake(self) -> str:
-        return self.base + "wake"
-
-    @property
-    def stop(self) -> str:
-        """The channel of stop requests (stop.lua publishes a started job's id)."""
-        return self.base + "stop"
-
-    @property
-    def rate(self) -> str:
-        """The queue's rate limit (HASH: limit, window, held totals)."""
-        return self.base + "rate"
-
-    @property
-    def rate_log(self) -> str:
-        return self.base + "rate:log"
-
-    @property
-    def group_rate(self) -> str:
-        """Per-group rate limits (HASH: ``every`` / ``group:<g>`` -> "N W")."""
-        return self.base + "group_rate"
-
-    @property
-    def group_rate_held(self) -> str:
-        return self.base + "group_rate:held"
-
-    def group_rate_log(self, group: str) -> str:
-        return self.base + "group_rate:log:" + group
-
-    @property
-    def group_rate_parked(self) -> str:
-        return self.base + "group_rate:parked"
-
-    @property
-    def outbox(self) -> str:
-        """Dependency and batch notes to replay to other queues (LIST)."""
-        return self.base + "outbox"
-
-    @property
-    def batches(self) -> str:
-        """Batches not yet fired (ZSET, score = creation time)."""
-        return self.base + "batches"
-
-    def batch(self, batch_id: str) -> str:
-        return self.base + "batch:" + batch_id
-
-    def batch_ended(self, batch_id: str) -> str:
-        return self.base + "batch:" + batch_id + ":ended"
-
-    def history(self, resolution: int, bucket: int) -> str:
-        """The dashboard's chart counts of one time bucket (events/metrics_history.py)."""
-        return self.base + "hist:" + str(resolution) + ":" + str(bucket)
-
-    def deps(self, job_id: str) -> str:
-        """The "queue:id" refs job ``job_id`` still waits on (SET)."""
-        return self.base + "deps:" + job_id
-
-    def dependents(self, job_id: str) -> str:
-        return self.base + "dependents:" + job_id
-
-    def job(self, job_id: str) -> str:
-        return self.base + "job:" + job_id
-
-    def job_events(self, job_id: str) -> str:
-        """The job's events, oldest first (LIST of JSON ``[stream id, fields]``, capped;
-        lives as long as the job record: scripts/history.lua)."""
-        return self.base + "job_events:" + job_id
-
     def minute(self, minute: int) -> str:
         """Outcome counts (finished/retry/failed) of epoch minute ``minute`` (the workers'
         heartbeats write them: runtime/minutes.py, scripts/minutes.lua)."""
         return self.base + "minute:" + str(minute)
 
-    def done(self, job_id: str) -> str:
-        """Channel published on every outcome of the job (``Job.wait`` listens)."""
-        return self.base + "done:" + job_id
-
-    def unique(self, key: str) -> str:
-        return self.base + "unique:" + key
-
-    def group(self, group: str) -> str:
-        return self.base + "group:" + group
-
-    def cron_entry(self, name: str) -> str:
-        return self.base + "cron:" + name
+    def history(self, resolution: int, bucket: int) -> str:
+        """The dashboard's chart counts of one time bucket (events/metrics_history.py)."""
+        return self.base + "hist:" + str(resolution) + ":" + str(bucket)
 
 
 @dataclass(frozen=True)
@@ -295,36 +248,20 @@ class Keys:
         return QueueKeys(self.prefix, name)
 
     @property
-    def queues(self) -> str:
-        return f"{self.prefix}:queues"
+    def base(self) -> str:
+        """What every global key starts with: ``fw:``."""
+        return self.prefix + ":"
 
-    @property
-    def workers(self) -> str:
-        return f"{self.prefix}:workers"
-
-    @property
-    def cron_queues(self) -> str:
-        """The queues that have (or had) cron entries (SET): what a cron tick reads."""
-        return f"{self.prefix}:cron_queues"
-
-    def worker(self, name: str) -> str:
-        return f"{self.prefix}:worker:{name}"
-
-    @property
-    def suspended(self) -> str:
-        return f"{self.prefix}:suspended"
-
-    @property
-    def reaper_lock(self) -> str:
-        return f"{self.prefix}:reaper"
-
-    @property
-    def events(self) -> str:
-        return f"{self.prefix}:events"
-
-    @property
-    def control(self) -> str:
-        return f"{self.prefix}:control"
+    # the global keys: base + the part given
+    queues = _Key("queues")
+    workers = _Key("workers")
+    #: The queues that have (or had) cron entries (SET): what a cron tick reads.
+    cron_queues = _Key("cron_queues")
+    suspended = _Key("suspended")
+    reaper_lock = _Key("reaper")
+    events = _Key("events")
+    control = _Key("control")
+    worker = _member("worker:")
 
     def history_all(self, resolution: int, bucket: int) -> str:
         """The chart counts of one time bucket summed over every queue (the charts of
@@ -343,8 +280,13 @@ def script_suffixes() -> dict[str, str]:
     for name, member in vars(QueueKeys).items():
         if name.startswith("_") or name in ("base", "match_all"):
             continue
-        if isinstance(member, property):
-            key = getattr(keys, name)
+        if isinstance(member, _Key):
+            key = keys.base + member.part
+        elif member in _MEMBERS:
+            part, tail = _MEMBERS[member]
+            key = keys.base + part
+            if tail:
+                found[name + "_tail"] = tail
         elif inspect.isfunction(member) and member.__code__.co_argcount == 2:   # self, name
             key, _, tail = member(keys, mark).partition(mark)
             if tail:

@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from . import emitting
 from . import enqueue as _enqueue
@@ -34,6 +34,7 @@ from .scripts import scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .batch import Batch
+    from .emitting import EventFields
     from .redis_client import RedisClient
 
 log = logging.getLogger("fusionworker.queue")
@@ -292,7 +293,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
                 _known.setdefault(self.connection, {})[pair] = now
         self._registered = True
 
-    def _emit(self, event: str, job: Job[Any] | dict[str, Any], **fields: Any) -> None:
+    def _emit(self, event: str, job: Job[Any] | dict[str, Any],
+              **fields: Unpack[EventFields]) -> None:
         """Hand the event to the sink: ``events=None`` -> the process-wide default
         sink (made on first use), ``False`` -> no events, else the given sink."""
         port = emitting.port()
@@ -300,8 +302,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
             return
         if self._events is None:
             self._events = port.default_sink(self.settings, self.connection)
-        stamp = job.enqueued_at if event == "queued" and isinstance(job, Job) else None
-        self._events.emit(port.document(event, job, timestamp=stamp, **fields))
+        fields["timestamp"] = job.enqueued_at if event == "queued" and isinstance(job, Job) else None
+        self._events.emit(port.document(event, job, **fields))
 
     def _script_events(self) -> tuple[list[str], list[Any]] | None:
         """Extra KEYS and ARGV of ``enqueue_many.lua`` for it to XADD the "queued"

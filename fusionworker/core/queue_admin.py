@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..exceptions import InvalidOperation, NoSuchJob
 from . import job_reads
@@ -22,6 +22,7 @@ from .scripts import Scripts, replies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
+    from .emitting import EventFields
     from .redis_client import RedisClient
 
 
@@ -37,7 +38,8 @@ class QueueAdmin:
     if TYPE_CHECKING:  # pragma: no cover - Queue's other parts
         def _require(self, job_id: str) -> Job[Any]: ...
 
-        def _emit(self, event: str, job: Job[Any] | dict[str, Any], **fields: Any) -> None: ...
+        def _emit(self, event: str, job: Job[Any] | dict[str, Any],
+              **fields: Unpack[EventFields]) -> None: ...
 
         def job_ids(self, status: JobStatus | str = JobStatus.QUEUED,
                     limit: int = 100) -> list[str]: ...

@@ -7,7 +7,7 @@ admin tools).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.hooks import Middleware
 from .registry import default_sink
@@ -16,6 +16,7 @@ from .sinks import EventSink, RedisStreamSink, make_sink
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
+    from ..core.emitting import EventFields
     from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
 
@@ -102,7 +103,7 @@ def sink_of(source: Any, connection: RedisClient | None = None) -> EventSink:
 
 
 def emit_job_event(source: Any, event: str, job: Any, *, connection: RedisClient | None = None,
-                   **fields: Any) -> None:
+                   **fields: Unpack[EventFields]) -> None:
     """Emit one event from outside a worker's hooks (the reaper, admin tools).
 
     ``source`` is a worker, an :class:`EventSink` or ``Settings`` (then pass

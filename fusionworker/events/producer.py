@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from .registry import default_sink
 from .schema import _HOSTNAME, make_event
@@ -10,6 +10,7 @@ from .schema import _HOSTNAME, make_event
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
     from ..core.connection import RedisClient
+    from ..core.emitting import EventFields
 
 
 class ProducerPort:
@@ -20,9 +21,8 @@ class ProducerPort:
     def default_sink(self, settings: Settings, connection: RedisClient) -> Any:
         return default_sink(settings, connection)
 
-    def document(self, event: str, job: Any, *, timestamp: float | None = None,
-                 **fields: Any) -> dict[str, Any]:
-        return make_event(event, job, timestamp=timestamp, **fields)
+    def document(self, event: str, job: Any, **fields: Unpack[EventFields]) -> dict[str, Any]:
+        return make_event(event, job, **fields)
 
 
 PORT = ProducerPort()

@@ -11,8 +11,9 @@ import socket
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
+from ..core.emitting import EventFields
 from ..core.job import FailureReason
 
 EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
@@ -53,6 +54,9 @@ ES_MAPPINGS: dict[str, Any] = {
 
 _HOSTNAME = socket.gethostname()
 
+#: the keywords :func:`make_event` takes
+_EVENT_FIELDS = EventFields.__optional_keys__
+
 
 # --------------------------------------------------------------------------- documents
 
@@ -76,32 +80,23 @@ def _float_or_none(value: Any) -> float | None:
     return None if value is None or value == "" else float(value)
 
 
-def make_event(
-    event: str,
-    job: Any,
-    *,
-    worker: str | None = None,
-    host: str | None = None,
-    duration: float | None = None,
-    wait_time: float | None = None,
-    error_type: str | None = None,
-    error_message: str | None = None,
-    reason: str | None = None,
-    timestamp: float | None = None,
-    progress: float | None = None,
-    progress_message: str | None = None,
-) -> dict[str, Any]:
+def make_event(event: str, job: Any, **fields: Unpack[EventFields]) -> dict[str, Any]:
     """One flat event document for ``job`` (a Job, or a Mapping with the same keys).
 
     ``job`` provides ``id``, ``queue``, ``func``, ``priority`` and ``attempts``;
-    missing ones become ``None``. ``timestamp`` is epoch seconds (default: now).
-    ``reason`` is the worker's outcome reason (``exception``, ``timeout``,
-    ``segfault``, ``memory``, ``shutdown``, ...) where there is one.
-    ``progress`` / ``progress_message``: what a running job reported (``progress``).
+    missing ones become ``None``. ``fields`` are :class:`~fusionworker.core.emitting.
+    EventFields`: ``timestamp`` is epoch seconds (default: now); ``reason`` is the
+    worker's outcome reason (``exception``, ``timeout``, ``segfault``, ``memory``,
+    ``shutdown``, ...) where there is one; ``progress`` / ``progress_message``: what a
+    running job reported (``progress``).
     """
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
+    if not fields.keys() <= _EVENT_FIELDS:
+        unknown = next(name for name in fields if name not in _EVENT_FIELDS)
+        raise TypeError(f"make_event() got an unexpected keyword argument {unknown!r}")
     func = _job_field(job, "func")
+    timestamp, host = fields.get("timestamp"), fields.get("host")
     return {
         "@timestamp": _iso_utc(time.time() if timestamp is None else timestamp),
         "event": event,
@@ -110,15 +105,15 @@ def make_event(
         "function": None if func is None else str(func),
         "priority": _int_or_none(_job_field(job, "priority")),
         "attempt": _int_or_none(_job_field(job, "attempts")),
-        "worker": worker,
+        "worker": fields.get("worker"),
         "host": _HOSTNAME if host is None else host,
-        "duration": _float_or_none(duration),
-        "wait_time": _float_or_none(wait_time),
-        "error_type": error_type,
-        "error_message": error_message,
-        "reason": reason,
-        "progress": _float_or_none(progress),
-        "progress_message": progress_message,
+        "duration": _float_or_none(fields.get("duration")),
+        "wait_time": _float_or_none(fields.get("wait_time")),
+        "error_type": fields.get("error_type"),
+        "error_message": fields.get("error_message"),
+        "reason": fields.get("reason"),
+        "progress": _float_or_none(fields.get("progress")),
+        "progress_message": fields.get("progress_message"),
     }
 
 

@@ -315,7 +315,7 @@ class Governor(Middleware):
         self._clock = clock
         #: --gpus 0,1: the worker's own devices, the only ones it judges (auto: all)
         self._devices = {int(d) for d in settings.gpus if d.isdigit()}
-        self._throttled = False
+        #: why claiming is refused (None: it is not): the one state of the throttle
         self._reason: str | None = None
         self._last: Reading | None = None
         #: --gpus: each device judged for its own slots (:meth:`judge_per_slot`)
@@ -362,7 +362,7 @@ class Governor(Middleware):
     @property
     def throttled(self) -> bool:
         """True while claiming is refused (as of the last sample)."""
-        return self._throttled
+        return self._reason is not None
 
     @property
     def reason(self) -> str | None:
@@ -435,21 +435,19 @@ class Governor(Middleware):
         self._last = reading
         if self.per_slot:
             reading = self._judge_devices(reading)
-        if not self._throttled:
+        held = self._reason
+        if held is None:
             blocking = self._over_throttle(reading)
             if blocking:
-                self._throttled = True
                 self._log.warning("%s THROTTLE ACTIVE: %s (throttle %s)", _kind(blocking),
                                   reading.figures(), self._levels(reading, resume=False))
         else:
-            held = self._reason
             blocking = self._over_throttle(reading) or self._over_resume(reading)
             if not blocking:
-                self._throttled = False
                 self._log.info("%s THROTTLE RELEASED: %s (resume %s)",
-                               _kind((held or "").split("; ")), reading.figures(),
+                               _kind(held.split("; ")), reading.figures(),
                                self._levels(reading, resume=True))
-        self._reason = "; ".join(blocking) if self._throttled else None
+        self._reason = "; ".join(blocking) if blocking else None
 
     def _judge_devices(self, r: Reading) -> Reading:
         """Each device on its own, with hysteresis (:attr:`hot_devices`; a change is

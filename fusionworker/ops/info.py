@@ -8,8 +8,8 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from ..core import admin, cron
-from ..core.config import Settings
 from ..core.groups import describe_busy_groups
+from ..core.hooks import Connected
 from ..core.keys import Keys
 from ..core.queue import known_queues
 from ..core.queue_read import stats_many
@@ -17,14 +17,8 @@ from ..core.queue_read import stats_many
 __all__ = ["INFO_SCHEMA", "InfoSource", "collect_info", "fmt_age"]
 
 
-class InfoSource(Protocol):
+class InfoSource(Connected, Protocol):
     """What :func:`collect_info` reads (the CLI's ``App``, the web's dashboard)."""
-
-    @property
-    def connection(self) -> Any: ...
-
-    @property
-    def settings(self) -> Settings: ...
 
     @property
     def masked_url(self) -> str: ...

@@ -323,9 +323,7 @@ class ForkServerLauncher:
         slot = self.by_entry.get(entry)
         if slot is None:
             return
-        slot.pid = to
-        if slot.kill_at is not None:     # a kill was under way: it goes to the new horse
-            slot.signal_group(signal.SIGTERM)
+        slot.moved(to)
 
     def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                while_forking: Callable[[], None]) -> list[Slot]:

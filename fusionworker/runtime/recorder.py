@@ -160,18 +160,6 @@ class Recorder:
         #: the queues' per-minute outcome counts not written yet (the heartbeat too)
         self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
 
-    @property
-    def successful(self) -> int:
-        return self.counters.total.successful
-
-    @property
-    def failed(self) -> int:
-        return self.counters.total.failed
-
-    @property
-    def total_working_time(self) -> float:
-        return self.counters.total.working
-
     # -- the finish pipeline ----------------------------------------------------
 
     def record(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None = None,

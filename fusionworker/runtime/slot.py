@@ -22,11 +22,24 @@ Deadlines, all monotonic, set by the loop:
   which the fork server's lease watchdog enforces (or, for a horse the worker
   forked itself, the horse's own).
 
-A slot of the fork server exists from the request on, before its horse's pid
-is known (:attr:`Slot.launching`, :meth:`Slot.bind` when the answer is read):
-it is policed, renewed and listed like any running slot; a kill asked for
-meanwhile is remembered and its signal sent when the pid is known (pid 0 is
-never signalled: ``killpg(0)`` would be the worker's own group).
+A slot's life is one :class:`SlotState`, changed only by :meth:`Slot._enter` along
+these transitions (anything else raises :class:`SlotStateError`)::
+
+    born ASKED    (Slot.asked: sent to the fork server)
+    born RUNNING  (a horse the worker forked itself)
+    born ENDED    (Slot.ended: no horse: refused, or run in this process)
+    ASKED   -> RUNNING    bind (the server's answer: the pid) or adopt (the server
+                          died before it answered: the worker forked the horse)
+    RUNNING -> ENDED      exited (the server's exit notice) or poll_own (reaped)
+    RUNNING -> ORPHANED   origin_died (its fork server died: the horse with it)
+
+ENDED and ORPHANED are final (:attr:`Slot.done`). An ASKED slot is policed,
+renewed and listed like a running one; a kill asked for meanwhile is remembered
+(``kill_reason``, ``kill_at``) and its signal sent when the pid is known (pid 0 is
+never signalled: ``killpg(0)`` would be the worker's own group). A kill is not a
+state: the horse is signalled, the slot stays RUNNING until its end is known.
+``alone`` and ``blocking`` say who pays for a death (:meth:`Slot.outcome`), not
+where the slot is.
 
 An async horse (``--async-per-horse``) runs several jobs at once: their slots share
 its pid and a :class:`HorseMates`; killing one kills the horse, and a job that died
@@ -41,6 +54,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import FailureReason, Job
@@ -53,6 +67,32 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Seconds between SIGTERM and SIGKILL of a horse's process group.
 KILL_ESCALATION = 2.0
+
+
+class SlotState(Enum):
+    """Where a slot is in its life (the module docstring draws the transitions)."""
+
+    ASKED = "asked"          #: sent to the fork server; its horse's pid not known yet
+    RUNNING = "running"      #: its horse, pid known, runs the job (or ran it: not read yet)
+    ENDED = "ended"          #: its horse's end is known (exit, reaped), or it had none
+    ORPHANED = "orphaned"    #: its fork server died under it: the horse was killed with it
+
+
+#: the states a slot may go to from each (birth: ASKED, RUNNING or ENDED); checked in
+#: :meth:`Slot._enter`, the one place a slot's state changes
+_NEXT: dict[SlotState, frozenset[SlotState]] = {
+    SlotState.ASKED: frozenset({SlotState.RUNNING}),
+    SlotState.RUNNING: frozenset({SlotState.ENDED, SlotState.ORPHANED}),
+    SlotState.ENDED: frozenset(),
+    SlotState.ORPHANED: frozenset(),
+}
+
+_OVER = frozenset({SlotState.ENDED, SlotState.ORPHANED})
+
+
+class SlotStateError(RuntimeError):
+    """A slot was asked to go where its life cycle does not lead (a bug of the caller)."""
+
 
 _READ_CHUNK = 65536
 
@@ -81,10 +121,13 @@ class Slot:
     """One running horse: its job, its hard deadline, its lease, its kill, its end.
 
     ``origin``: what forked the horse (the fork server's handle), None for a horse
-    of the worker's own (``fd``: its report pipe) or a slot that ended at birth."""
+    of the worker's own (``fd``: its report pipe) or a slot that ended at birth.
+    ``state``: where it is born (a horse of the worker's own: RUNNING)."""
 
     def __init__(self, job: Job[Any], pid: int = 0, *, index: int = -1,
-                 origin: ForkServer | None = None, fd: int = -1) -> None:
+                 origin: ForkServer | None = None, fd: int = -1,
+                 state: SlotState = SlotState.RUNNING) -> None:
+        self._state = state
         self.job = job
         self.pid = pid
         self.origin = origin
@@ -100,13 +143,9 @@ class Slot:
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
         self.next_tick = self.started          # the horse tick (memory ceiling): set by the loop
         self.kill_reason: FailureReason | None = None
-        #: asked of the fork server, its answer (the horse's pid) not read yet
-        self.launching = False
         self.exit: HorseExit | None = None     # known at birth: ended without a horse
-        self.done = False
         self._buf = bytearray()                # the report pipe's data / the exit's report
         self._status: int | None = None
-        self._lost_origin = False
         #: its fork server ran this job only (a suspect: launch.py); its death is the job's
         self.alone = False
         #: an async horse's job: the other jobs of that horse (None: a horse of its own)
@@ -117,8 +156,8 @@ class Slot:
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
         """A job that ended without a horse of ours (refused, or run in this process)."""
-        slot = cls(job, index=index)
-        slot.exit, slot.done = exit_, True
+        slot = cls(job, index=index, state=SlotState.ENDED)
+        slot.exit = exit_
         slot.started -= exit_.duration     # it ran that long (in this process), or not at all
         slot.ran_from = slot.started
         return slot
@@ -126,23 +165,45 @@ class Slot:
     @classmethod
     def asked(cls, job: Job[Any], origin: ForkServer, index: int = -1) -> Slot:
         """A job sent to the fork server, its horse's pid not known yet (:meth:`bind`)."""
-        slot = cls(job, index=index, origin=origin)
-        slot.launching = True
-        return slot
+        return cls(job, index=index, origin=origin, state=SlotState.ASKED)
+
+    @property
+    def state(self) -> SlotState:
+        return self._state
+
+    def _enter(self, state: SlotState) -> None:
+        """The one place a slot's state changes, only along :data:`_NEXT`."""
+        if state not in _NEXT[self._state]:
+            raise SlotStateError(f"the slot of job {self.job.id} cannot go from "
+                                 f"{self._state.value} to {state.value}")
+        self._state = state
+
+    @property
+    def done(self) -> bool:
+        """Its horse's end is known, or it had none (ENDED or ORPHANED)."""
+        return self._state in _OVER
 
     def bind(self, pid: int) -> None:
-        """The fork server answered: ``pid`` runs the job. A kill asked for meanwhile
-        is sent now (its SIGKILL escalation keeps the time it was given)."""
+        """ASKED -> RUNNING: the fork server answered, ``pid`` runs the job. A kill asked
+        for meanwhile is sent now (its SIGKILL escalation keeps the time it was given)."""
+        self._enter(SlotState.RUNNING)
         self.pid = pid
-        self.launching = False
         self.ran_from = time.monotonic()
-        if self.kill_at is not None and not self.done:
+        if self.kill_at is not None:
             self.signal_group(signal.SIGTERM)
 
     def adopt(self, own: Slot) -> None:
-        """The fork server died before it answered: the worker forked ``own`` for the job
-        itself (launch.py), and this slot is that horse's from now on."""
-        self.pid, self.fd, self.origin, self.launching = own.pid, own.fd, None, False
+        """ASKED -> RUNNING: the fork server died before it answered; the worker forked
+        ``own`` for the job itself (launch.py), and this slot is that horse's from now on."""
+        self._enter(SlotState.RUNNING)
+        self.pid, self.fd, self.origin = own.pid, own.fd, None
+        if self.kill_at is not None:
+            self.signal_group(signal.SIGTERM)
+
+    def moved(self, pid: int) -> None:
+        """The job went to the horse ``pid`` instead (a warm horse died before it took
+        it): a kill under way goes to the new horse."""
+        self.pid = pid
         if self.kill_at is not None:
             self.signal_group(signal.SIGTERM)
 
@@ -150,7 +211,7 @@ class Slot:
     def forked(self) -> bool:
         """A horse runs (or ran, or is being started for) the job: it can be killed,
         its lease must be renewed."""
-        return self.pid > 0 or self.launching
+        return self.pid > 0 or self._state is SlotState.ASKED
 
     @property
     def killed(self) -> bool:
@@ -198,23 +259,24 @@ class Slot:
     # -- the horse's end --------------------------------------------------------------
 
     def exited(self, notice: ExitNotice) -> None:
-        """The fork server reported this horse's exit (status and report)."""
+        """RUNNING -> ENDED: the fork server reported this horse's exit (status, report)."""
+        self._enter(SlotState.ENDED)
         self._buf.extend(notice.report)
         self._status = notice.status
-        self.done = True
 
     def origin_died(self) -> None:
-        """The fork server died: its horses died with it (PDEATHSIG); make sure, say why."""
-        self._lost_origin = True
+        """RUNNING -> ORPHANED: the fork server died, its horses with it (PDEATHSIG);
+        make sure, say why."""
+        self._enter(SlotState.ORPHANED)
         if self.kill_reason is None:
             self.kill_reason = FailureReason.KILLED
         self.signal_group(signal.SIGKILL)
         self._status = signal.SIGKILL
-        self.done = True
 
     def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None) -> bool:
         """A horse forked by the worker itself: read its pipe (progress frames go to
-        ``deliver``), reap it once it is gone. True: it ended (now or before)."""
+        ``deliver``), reap it once it is gone (RUNNING -> ENDED). True: it ended (now or
+        before)."""
         if self.done or self.fd < 0:
             return self.done
         if self._read(deliver):
@@ -225,7 +287,7 @@ class Slot:
             self._read(deliver)    # a grandchild may hold the pipe open after the horse is gone
         os.close(self.fd)
         self.fd = -1
-        self.done = True
+        self._enter(SlotState.ENDED)
         return True
 
     def _read(self, deliver: Callable[[Job[Any], str], None] | None) -> bool:
@@ -259,7 +321,8 @@ class Slot:
         report = HorseReport.decode(self._buf)
         exit_ = horse_exit(report, self._status or 0,
                            time.monotonic() - self.started, kill_reason=self.kill_reason,
-                           timeout=self.job.timeout, lost_server=self._lost_origin,
+                           timeout=self.job.timeout,
+                           lost_server=self._state is SlotState.ORPHANED,
                            unread=len(self._buf) if report is None else 0)
         self._died_with_server(exit_)
         if self.mates is not None and report is None and not exit_.ok and not cold:
@@ -271,7 +334,8 @@ class Slot:
     def _died_with_server(self, exit_: HorseExit) -> None:
         """Killed because its fork server died: the job's fault if it ran there alone,
         else ``shared`` (any job beside it may have killed it: not counted)."""
-        if not self._lost_origin or exit_.ok or exit_.reason != FailureReason.KILLED:
+        if (self._state is not SlotState.ORPHANED or exit_.ok
+                or exit_.reason != FailureReason.KILLED):
             return
         if self.alone:      # nobody else ran there: this job killed it (or its memory)
             exit_.error_message = ("the fork server this job ran in alone died while "

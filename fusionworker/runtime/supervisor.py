@@ -114,6 +114,25 @@ class Place:
     last_code: int | None = None
 
 
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How often a place restarts: at most ``max_restarts`` starts per ``window``
+    seconds, each ``delay`` seconds after the one before (the first at once)."""
+
+    max_restarts: int = 5
+    window: float = 60.0
+    delay: float = 0.5
+
+    def next_start(self, restarts: deque[float], now: float) -> tuple[float, bool]:
+        """When a place whose recent (re)starts are ``restarts`` (monotonic times; those
+        out of the window are dropped) may start again; True: it waits for the window."""
+        while restarts and restarts[0] <= now - self.window:
+            restarts.popleft()
+        if len(restarts) >= self.max_restarts:
+            return restarts[0] + self.window, True
+        return now + (self.delay if restarts else 0.0), False
+
+
 class Supervisor:
     """Runs ``processes`` children built by ``command(place)`` until shut down."""
 
@@ -141,9 +160,7 @@ class Supervisor:
         self.burst = burst
         self.connection = connection
         self.prefix = prefix
-        self.max_restarts = max_restarts
-        self.restart_window = restart_window
-        self.restart_delay = restart_delay
+        self.restart_policy = RestartPolicy(max_restarts, restart_window, restart_delay)
         self.notifier = notifier if notifier is not None else SystemdNotifier.from_env()
         self.description = description
         self.places = [Place(i) for i in range(processes)]
@@ -301,15 +318,12 @@ class Supervisor:
 
     def _schedule_restart(self, place: Place, pid: int, code: int) -> None:
         now = time.monotonic()
-        while place.restarts and place.restarts[0] <= now - self.restart_window:
-            place.restarts.popleft()
-        if len(place.restarts) >= self.max_restarts:
-            at = place.restarts[0] + self.restart_window
+        at, capped = self.restart_policy.next_start(place.restarts, now)
+        if capped:
             log.error("Worker process %d (pid %d) %s; restarted %d times in %g s already: "
                       "next start in %.0f s", place.index, pid, describe_exit(code),
-                      len(place.restarts), self.restart_window, at - now)
+                      len(place.restarts), self.restart_policy.window, at - now)
         else:
-            at = now + (self.restart_delay if place.restarts else 0.0)
             log.warning("Worker process %d (pid %d) %s; restarting it", place.index, pid,
                         describe_exit(code))
         place.restarts.append(max(at, now))

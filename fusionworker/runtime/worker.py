@@ -193,16 +193,17 @@ class Worker:
     @property
     def successful(self) -> int:
         """Jobs this worker finished (recorded)."""
-        return self.recorder.successful
+        return self.recorder.counters.total.successful
 
     @property
     def failed(self) -> int:
         """Jobs this worker failed for good."""
-        return self.recorder.failed
+        return self.recorder.counters.total.failed
 
     @property
     def total_working_time(self) -> float:
-        return self.recorder.total_working_time
+        """Seconds its jobs' attempts took, together."""
+        return self.recorder.counters.total.working
 
     @property
     def queue_names(self) -> list[str]:

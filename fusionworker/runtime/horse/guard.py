@@ -22,26 +22,28 @@ from ...core import codec
 from .. import progress, protocol
 from . import run
 
-#: (owner, attribute, the name said in the error): what a warm horse's report relies on
-_GUARDED: tuple[tuple[Any, str, str], ...] = (
-    (codec, "dumps", "fusionworker.core.codec.dumps"),
-    (codec, "encode", "fusionworker.core.codec.encode"),
-    (codec, "_encode", "fusionworker.core.codec._encode"),
-    (run, "codec", "fusionworker.runtime.horse.run.codec"),
-    (run, "run_job", "fusionworker.runtime.horse.run.run_job"),
-    (run, "call", "fusionworker.runtime.horse.run.call"),
-    (run, "HorseReport", "fusionworker.runtime.horse.run.HorseReport"),
-    (protocol, "write_all", "fusionworker.runtime.protocol.write_all"),
-    (protocol, "HorseReport", "fusionworker.runtime.protocol.HorseReport"),
-    (protocol.HorseReport, "encode", "fusionworker.runtime.protocol.HorseReport.encode"),
-    (protocol.HorseReport, "as_dict", "fusionworker.runtime.protocol.HorseReport.as_dict"),
-    (progress, "begin", "fusionworker.runtime.progress.begin"),
-    (progress, "end", "fusionworker.runtime.progress.end"),
-    (json, "dumps", "json.dumps"),
-    (os, "write", "os.write"),
-    (os, "close", "os.close"),
-    (os, "_exit", "os._exit"),
+#: what a warm horse's report relies on: each owner (a module or a class) and its attributes
+_RELIED_ON: tuple[tuple[Any, tuple[str, ...]], ...] = (
+    (codec, ("dumps", "encode", "_encode")),
+    (run, ("codec", "run_job", "call", "HorseReport")),
+    (protocol, ("write_all", "HorseReport")),
+    (protocol.HorseReport, ("encode", "as_dict")),
+    (progress, ("begin", "end")),
+    (json, ("dumps",)),
+    (os, ("write", "close", "_exit")),
 )
+
+
+def _dotted(owner: Any) -> str:
+    """A module's or a class's dotted name, as an error names it."""
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}"
+    return str(owner.__name__)
+
+
+#: (owner, attribute, the name said in the error), in :data:`_RELIED_ON`'s order
+_GUARDED: tuple[tuple[Any, str, str], ...] = tuple(
+    (owner, name, f"{_dotted(owner)}.{name}") for owner, names in _RELIED_ON for name in names)
 
 Snapshot = tuple[Any, ...]
 
