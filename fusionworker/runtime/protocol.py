@@ -4,23 +4,30 @@ that writes and reads the wire.
 Two channels:
 
 * **the fork server's socket** (worker <-> fork server, forkserver/): messages
-  are 4-byte big-endian length + bytes (:func:`frame`). The worker sends a
-  :class:`RunRequest` per job as two frames: JSON ``{"func", "entry"}`` (what
-  the server needs itself: the module to preload, the deadline entry to
-  watch) and the job's own JSON, which the server hands to a waiting horse
-  unparsed. The server answers, per request and in order, a
-  :class:`StartNotice` (``{"pid", "e"}``, ``"a"``: an async horse); forwards each
-  progress frame of a horse as a :class:`ProgressNotice` (``{"pid", "update", "e"}``);
-  a :class:`MovedNotice` (``{"pid", "to", "e"}``) when a warm horse died before it
-  took its job; and, once a job ended (its report, or its horse exited without
-  one), an :class:`ExitNotice`: JSON ``{"pid", "status", "size", "e"}`` followed by
-  a frame of ``size`` bytes, the report as the horse wrote it (not JSON-escaped
-  again). ``"e"`` is the job's deadline board entry, unique among the worker's
-  running jobs: an async horse (``--async-per-horse``) runs several at once.
+  are 4-byte big-endian length + bytes (:func:`frame`). Headers are ``marshal``
+  data (:func:`head_frame`): the worker and its fork server write them for each
+  other, nothing a job or Redis sends is ever unmarshalled, and it is one C call
+  each way (JSON cost both processes Python code, and the fork server a
+  copy-on-write fault for each page that code touched after each fork). The
+  worker sends a :class:`RunRequest` per job as two frames: ``{"func",
+  "entry"}`` (what the server needs itself: the module to preload, the deadline
+  entry to watch) and the job's own body (marshal data too, :func:`job_of`),
+  which the server hands to a waiting horse unparsed. The server answers, per
+  request and in order, a :class:`StartNotice` (``{"pid", "e"}``, ``"a"``: an
+  async horse); forwards each progress frame of a horse as a
+  :class:`ProgressNotice` (``{"pid", "update", "e"}``); a :class:`MovedNotice`
+  (``{"pid", "to", "e"}``) when a warm horse died before it took its job; and,
+  once a job ended (its report, or its horse exited without one), an
+  :class:`ExitNotice`: ``{"pid", "status", "size", "e"}`` followed by a frame of
+  ``size`` bytes, the report as the horse wrote it, unparsed (the worker reads it
+  as untrusted JSON). ``"e"`` is the job's deadline board entry, unique among
+  the worker's running jobs: an async horse (``--async-per-horse``) runs several
+  at once.
 * **a horse's report pipe** (horse -> whoever forked it): zero or more
   progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
   progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
-  then EOF.
+  then EOF. A horse runs job code: what it writes is read as JSON, never
+  unmarshalled.
 
 Only the standard library and ``core.codec`` are imported here: the fork
 server and every horse load this module.
@@ -61,8 +68,9 @@ def frame(data: bytes) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-def json_frame(msg: dict[str, Any]) -> bytes:
-    return frame(json.dumps(msg).encode())
+def head_frame(msg: dict[str, Any]) -> bytes:
+    """A message header (module docstring) as one frame: ``marshal`` data."""
+    return frame(marshal.dumps(msg))
 
 
 def take_frames(buf: bytearray) -> list[bytes]:
@@ -130,7 +138,7 @@ class RunRequest:
         return cls(job.func, entry, marshal.dumps(msg))
 
     def encode(self) -> bytes:
-        return json_frame({"func": self.func, "entry": self.entry}) + frame(self.body)
+        return head_frame({"func": self.func, "entry": self.entry}) + frame(self.body)
 
     @staticmethod
     def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
@@ -138,7 +146,7 @@ class RunRequest:
         and the frame of a request whose body is still on its way (or None)."""
         requests = []
         for head, body in zip(frames[::2], frames[1::2]):
-            meta = json.loads(head)
+            meta = marshal.loads(head)
             requests.append(RunRequest(meta["func"], int(meta.get("entry", 0)), body))
         return requests, frames[-1] if len(frames) % 2 else None
 
@@ -195,8 +203,8 @@ class StartNotice:
 
     def encode(self) -> bytes:
         if self.shared:
-            return json_frame({"pid": self.pid, "e": self.entry, "a": 1})
-        return json_frame({"pid": self.pid, "e": self.entry})
+            return head_frame({"pid": self.pid, "e": self.entry, "a": 1})
+        return head_frame({"pid": self.pid, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +218,7 @@ class MovedNotice:
     entry: int = -1
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid, "to": self.to, "e": self.entry})
+        return head_frame({"pid": self.pid, "to": self.to, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +230,7 @@ class ProgressNotice:
     entry: int = -1
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid, "update": self.update, "e": self.entry})
+        return head_frame({"pid": self.pid, "update": self.update, "e": self.entry})
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +244,7 @@ class ExitNotice:
     entry: int = -1
 
     def encode(self) -> bytes:
-        return (json_frame({"pid": self.pid, "status": self.status, "size": len(self.report),
+        return (head_frame({"pid": self.pid, "status": self.status, "size": len(self.report),
                             "e": self.entry})
                 + frame(self.report))
 
@@ -251,7 +259,7 @@ class BlockedNotice:
     seconds: float
 
     def encode(self) -> bytes:
-        return json_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
+        return head_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
 
 
 Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
@@ -267,7 +275,7 @@ def take_notices(buf: bytearray) -> list[Notice]:
         body, end = _frame_at(buf, pos)
         if body is None:
             break
-        msg: dict[str, Any] = json.loads(body)
+        msg: dict[str, Any] = marshal.loads(body)
         pid, entry = int(msg["pid"]), int(msg.get("e", -1))
         if "size" in msg:
             report, end = _frame_at(buf, end)
