@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.keys import Keys, QueueKeys
+from ..core.keys import Keys, QueueKeys, check_queue_name
 
 __all__ = ["HISTORY_CAP", "HISTORY_CHUNK", "HISTORY_COPY_TTL", "HISTORY_GONE_TTL",
            "HISTORY_TTL", "HistoryRun", "queue_keys"]
@@ -32,8 +32,6 @@ HISTORY_CHUNK = 100
 
 def queue_keys(prefix: str, queue: str) -> QueueKeys | None:
     """The keys of ``queue``, or None when it is not a queue's name."""
-    from ..core.keys import check_queue_name
-
     try:
         return Keys(prefix).queue(check_queue_name(queue))
     except ValueError:

@@ -26,9 +26,9 @@ from typing import Any, NoReturn
 from ...core.functions import check_allowed
 from ...exceptions import FunctionNotAllowed, InvalidFunction
 from ..deadlines import DeadlineBoard, LeaseWatchdog
-from ..horse.hygiene import horse_keeps, oom_target, open_fds, raise_oom_score
+from ..horse.hygiene import close_others, horse_keeps, oom_target, open_fds, raise_oom_score
 from ..horse.lease import OwnLease
-from ..horse.main import set_pdeathsig, settle_in, waiting_horse
+from ..horse.main import set_pdeathsig, waiting_horse
 from ..horse.run import cap_results
 from ..horse.warm import STAY, cap_of, warm_horse
 from ..protocol import (
@@ -288,7 +288,8 @@ class Server(AsyncHorses):
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the horse
             signal.set_wakeup_fd(-1)
-            lease = settle_in(None, keep, own_lease=self.own_lease, oom=False)
+            close_others(keep)        # its OOM score: written from here; its lease: made here
+            lease = self.own_lease
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                            self.resolved, self.horse_jobs, self.max_rss, lease)
@@ -534,7 +535,7 @@ class Server(AsyncHorses):
                     if info is None or not info.si_pid:
                         return reaped
                     pid = info.si_pid
-                    _kill_group(pid)
+                    _sigkill(pid)
                     status = os.waitpid(pid, 0)[1]
                 else:
                     pid, status = os.waitpid(-1, os.WNOHANG)
@@ -589,11 +590,11 @@ class Server(AsyncHorses):
             self.reap()
 
     def _kill_now(self, pid: int) -> None:
-        _kill_group(pid, os.killpg if self.kill_children else os.kill)
+        _sigkill(pid, os.killpg if self.kill_children else os.kill)
 
 
-def _kill_group(pgid: int, kill: Callable[[int, int], None] = os.killpg) -> None:
-    try:                  # (no context manager: at every reap, cheap)
-        kill(pgid, signal.SIGKILL)
+def _sigkill(pid: int, kill: Callable[[int, int], None] = os.killpg) -> None:
+    try:          # its group (kill=os.kill: the process); a plain try: at every reap
+        kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass

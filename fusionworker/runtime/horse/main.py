@@ -61,19 +61,16 @@ def set_pdeathsig() -> None:
 
 
 def settle_in(board: DeadlineBoard | None, keep: tuple[int, ...],
-              view: BoardView | None = None, *, own_lease: OwnLease | None = None,
-              oom: bool = True) -> OwnLease | None:
-    """In a fresh fork that becomes a horse: the OOM killer's first pick (``oom``; the
-    fork server writes it from outside instead); its own lease: ``own_lease``, made by
-    the parent before the fork, else a read-only view of the board (lease.py):
-    ``board`` itself when its parent mapped it read-only
-    (:meth:`DeadlineBoard.reading`), else ``view`` (made once by the parent), the
-    writable mapping dropped; every descriptor closed but ``keep``
+              view: BoardView | None = None) -> OwnLease | None:
+    """In a fresh fork of the worker that becomes a horse (the fork server does its own
+    part from outside, forkserver/server.py): the OOM killer's first pick; a read-only
+    view of the board for its own lease (lease.py): ``board`` itself when the parent
+    mapped it read-only (:meth:`DeadlineBoard.reading`), else ``view`` (made once by the
+    parent), the writable mapping dropped; every descriptor closed but ``keep``
     (:func:`~.hygiene.horse_keeps`, worked out by the parent before the fork: the log's
     are in it). Never raises."""
-    if oom:
-        raise_oom_score()
-    lease = own_lease
+    raise_oom_score()
+    lease = None
     if board is not None:
         if board.read_only:
             lease = OwnLease(board)
@@ -104,7 +101,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         _csignal.signal(_csignal.SIGCHLD, _csignal.SIG_DFL)
         if lease is not None and entry >= 0:   # never outlives its lease, whatever freezes
             lease.defer(entry)
-        use_slot_device(entry)               # --gpus: this slot's device only (gpus.py)
+        use_slot_device(entry)               # --gpus: this slot's device only (slot_device.py)
         progress.begin(job, fd=write_fd)     # current_job() (progress.py)
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         if tracing is None:
