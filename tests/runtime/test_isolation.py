@@ -16,9 +16,11 @@ import textwrap
 
 import pytest
 
+from fusionworker import Worker
 from fusionworker.core.config import load_settings
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.exits import HorseExit
+from fusionworker.runtime.launch import OwnForkLauncher
 from fusionworker.runtime.recorder import SHARED_DEATHS_MAX, decide
 from tests.children import fork_servers_of
 from tests.conftest import ROOT
@@ -112,8 +114,18 @@ def test_horses_are_the_oom_killers_first_pick(queue, burst, settings):
     q = queue()
     job = q.enqueue(f"{HOSTILE}:oom_score")
     burst(settings=settings)
-    horse, server = q.fetch_job(job.id).result
+    horse, server = q.fetch_job(job.id).result      # the fork server writes it, from outside
     assert horse >= 800 and horse > server
+
+
+def test_a_horse_the_worker_forks_itself_raises_its_own_oom_score(queue, settings, r):
+    q = queue()
+    job = q.enqueue(f"{HOSTILE}:oom_score")
+    # as when its fork server cannot start: the horse writes its own score before its job
+    assert Worker(q.name, r, settings=settings, burst=True, defaults=False, middleware=[],
+                  launcher=OwnForkLauncher).work() == 0
+    horse, worker = q.fetch_job(job.id).result
+    assert horse >= 800 and horse > worker
 
 
 def test_a_warm_job_replacing_the_result_encoding_fails_and_its_horse_retires(
