@@ -18,9 +18,9 @@ has none; the horse H)::
 
 H never talks to Redis: everything it needs was in its parent's memory at
 fork time or came with its job, and everything it produces goes through the
-pipe. Before its job it drops whatever of its parent it holds
-(:func:`settle_in`, hygiene.py); its lease deadline is watched by F and by H
-itself (runtime/deadlines.py, lease.py).
+pipe. Before its job it drops whatever of its parent it holds (hygiene.py:
+``close_others`` in a fork of F, :func:`settle_in` in a fork of the worker's own);
+its lease deadline is watched by F and by H itself (runtime/deadlines.py, lease.py).
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
                lease: OwnLease | None = None, entry: int = -1) -> NoReturn:
     """Body of the child. Ends in ``os._exit``: no atexit, no parent cleanup code.
 
-    ``lease``: the horse's own lease watcher (lease.py), on board entry ``entry``
-    (:func:`settle_in` made it); ``resolved``: the fork server's resolved functions."""
+    ``lease``: the horse's own lease watcher (lease.py), on board entry ``entry`` (made
+    by the fork server before the fork, or by :func:`settle_in`); ``resolved``: the fork
+    server's resolved functions."""
     code = 0
     try:
         os.setpgid(0, 0)
