@@ -439,7 +439,7 @@ class Loop:
             now = time.monotonic()
             if st.published is self._publish_for and now < self._publish_due:
                 return      # nothing unlisted is old enough yet (the scan below said so)
-            listed = st.published.jobs if st.published is not None else ()
+            listed = st.published.listed if st.published is not None else frozenset()
             oldest = min((s.started for s in self.slots
                           if not (s.done or s.job.id in listed)), default=math.inf)
             if oldest > now - BUSY_AFTER:     # every running job listed, or young
