@@ -63,7 +63,6 @@ def default_middleware(settings: Settings) -> list[Middleware]:
     from .callbacks import FailureCallbacks
     from .cron import CronScheduler
     from .governor import build_governors
-    from .metrics import MetricsMiddleware
     from .notify import NotifyMiddleware
     from .reaper import ReaperMiddleware
     from .schedules import DeclaredSchedules
@@ -76,7 +75,9 @@ def default_middleware(settings: Settings) -> list[Middleware]:
         chain.append(FollowSentinelMaster())
     chain.append(EventsMiddleware())
     chain.append(WorkerVitals())
-    if settings.metrics_port:
+    if settings.metrics_port:   # (prometheus_client, ~10 MiB, only for a worker that serves it)
+        from .metrics import MetricsMiddleware
+
         chain.append(MetricsMiddleware(settings.metrics_port, addr=settings.metrics_bind))
     if settings.otel:
         from .otel import OtelMiddleware

@@ -29,13 +29,13 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
-import requests
-
 from ..core.config import Settings
 from ..core.hooks import Middleware
 from ..core.job import FailureReason
 
 if TYPE_CHECKING:  # pragma: no cover
+    import requests
+
     from ..core.hooks import Outcome, WorkerContext
     from ..core.job import Job
 
@@ -141,6 +141,11 @@ class FailureCallbacks(Middleware):
             self._thread.start()
 
     def _run(self) -> None:
+        # imported by the sender thread, at the first note: requests (with urllib3 and
+        # every codec charset_normalizer loads) is ~14 MiB a worker that never sends a
+        # note would carry for nothing
+        import requests
+
         session = requests.Session()
         try:
             while True:
@@ -152,6 +157,8 @@ class FailureCallbacks(Middleware):
             session.close()
 
     def _post(self, session: requests.Session, url: str, payload: dict[str, Any]) -> None:
+        import requests  # loaded already (_run)
+
         try:
             response = session.post(url, json=payload, timeout=self.timeout)
             response.raise_for_status()
