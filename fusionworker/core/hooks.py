@@ -60,7 +60,8 @@ class Outcome:
 
     def __post_init__(self) -> None:
         # text stays accepted (``Outcome(status="retry", reason="exception")``)
-        self.status = OutcomeStatus(self.status)
+        if type(self.status) is not OutcomeStatus:   # (a member: nothing to convert)
+            self.status = OutcomeStatus(self.status)
         self.reason = OutcomeReason.read(self.reason)   # a middleware's own reason too
 
 

@@ -21,6 +21,8 @@ class _Vocabulary(StrEnum):
         member of the class that compares, prints and serializes as its text.
         Use ``cls(value)`` where an unknown value is an error (user input).
         """
+        if type(value) is cls:      # a member already (the worker's own outcomes)
+            return value
         try:
             return cls(value)
         except ValueError:

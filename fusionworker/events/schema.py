@@ -7,10 +7,10 @@ package docstring (``events/__init__.py``).
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Unpack
 
 from ..core.emitting import EventFields
@@ -61,15 +61,35 @@ _EVENT_FIELDS = EventFields.__optional_keys__
 # --------------------------------------------------------------------------- documents
 
 
+#: (a whole second, its text): the last second :func:`_iso_utc` wrote (a worker writes
+#: many events a second; one tuple, swapped whole, so threads never see half of it)
+_second: tuple[int, str] = (-1, "")
+
+
 def _iso_utc(timestamp: float) -> str:
-    moment = datetime.fromtimestamp(timestamp, tz=UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """``timestamp`` (epoch seconds) as ISO 8601 in UTC to the millisecond, e.g.
+    ``2026-11-28T18:40:33.123Z``: what ``datetime.fromtimestamp(t, UTC).isoformat(
+    timespec="milliseconds")`` writes (microseconds rounded half to even, then cut),
+    the date part made once per second."""
+    global _second
+    whole = math.floor(timestamp)
+    micros = round((timestamp - whole) * 1_000_000)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    cached = _second
+    if cached[0] != whole:
+        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{cached[1]}.{micros // 1000:03d}Z"
 
 
-def _job_field(job: Any, name: str) -> Any:
+def _job_values(job: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """``func``, ``id``, ``queue``, ``priority``, ``attempts`` of a Job (or a Mapping
+    with those keys); missing ones None."""
     if isinstance(job, Mapping):
-        return job.get(name)
-    return getattr(job, name, None)
+        get = job.get
+        return get("func"), get("id"), get("queue"), get("priority"), get("attempts")
+    return (getattr(job, "func", None), getattr(job, "id", None), getattr(job, "queue", None),
+            getattr(job, "priority", None), getattr(job, "attempts", None))
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -95,16 +115,16 @@ def make_event(event: str, job: Any, **fields: Unpack[EventFields]) -> dict[str,
     if not fields.keys() <= _EVENT_FIELDS:
         unknown = next(name for name in fields if name not in _EVENT_FIELDS)
         raise TypeError(f"make_event() got an unexpected keyword argument {unknown!r}")
-    func = _job_field(job, "func")
+    func, job_id, queue, priority, attempts = _job_values(job)
     timestamp, host = fields.get("timestamp"), fields.get("host")
     return {
         "@timestamp": _iso_utc(time.time() if timestamp is None else timestamp),
         "event": event,
-        "job_id": _job_field(job, "id"),
-        "queue": _job_field(job, "queue"),
+        "job_id": job_id,
+        "queue": queue,
         "function": None if func is None else str(func),
-        "priority": _int_or_none(_job_field(job, "priority")),
-        "attempt": _int_or_none(_job_field(job, "attempts")),
+        "priority": _int_or_none(priority),
+        "attempt": _int_or_none(attempts),
         "worker": fields.get("worker"),
         "host": _HOSTNAME if host is None else host,
         "duration": _float_or_none(fields.get("duration")),

@@ -476,3 +476,30 @@ def test_process_hooks_are_installed_by_the_first_sink_not_by_the_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["0", "1", "1"]   # none at import, one with the first sink, once
+
+
+@pytest.mark.parametrize("stamp", [
+    0.0, 1.9995, 1.0000005, 1.0004995, 1.9999995, 1.9999994, 59.9999999,
+    1764355233.0004995, 1764355233.9999996, 1764355233.123456, 4102444799.9996])
+def test_an_events_timestamp_is_datetimes_iso_text_to_the_millisecond(stamp: float) -> None:
+    """make_event writes @timestamp from a per-second cache; the text is exactly what
+    datetime writes (microseconds rounded half to even, then cut to milliseconds), at
+    the edges of a second too, and the cache never answers for another second."""
+    from datetime import UTC
+
+    expected = datetime.fromtimestamp(stamp, tz=UTC).isoformat(timespec="milliseconds")
+    for first in (stamp, stamp - 1.0, stamp + 1.0):   # warm, stale and fresh cache
+        make_event("completed", {"id": "j"}, timestamp=first)
+        doc = make_event("completed", {"id": "j"}, timestamp=stamp)
+        assert doc["@timestamp"] == expected.replace("+00:00", "Z")
+
+
+def test_an_event_of_a_job_object_and_of_its_mapping_are_the_same() -> None:
+    job = SimpleNamespace(id="j1", queue="q", func="m:f", priority="7", attempts=2)
+    as_map = {"id": "j1", "queue": "q", "func": "m:f", "priority": "7", "attempts": 2}
+    one = make_event("processing", job, timestamp=5.0, worker="w")
+    two = make_event("processing", as_map, timestamp=5.0, worker="w")
+    assert one == two
+    assert (one["job_id"], one["queue"], one["function"], one["priority"],
+            one["attempt"]) == ("j1", "q", "m:f", 7, 2)
+    assert make_event("processing", {}, timestamp=5.0)["job_id"] is None
