@@ -24,7 +24,6 @@ from typing import Any
 import redis
 
 from ..core.connection import new_pubsub_connection, text
-from ..core.job import FailureReason
 from ..core.keys import Keys, QueueKeys
 from .errors import UNREACHABLE
 from .slot import Slot
@@ -33,16 +32,19 @@ log = logging.getLogger(__name__)
 
 
 def kill_asked(slots: list[Slot], asked: list[tuple[str, str]], worker: str) -> bool:
-    """Kill the horse of each running job of ``slots`` whose stop was ``asked`` (queue,
-    job id): SIGTERM now, SIGKILL after the escalation; the job ends ``stopped`` when
-    its end is recorded. True when one was killed."""
+    """Stop each running job of ``slots`` whose stop was ``asked`` (queue, job id): its
+    horse killed (SIGTERM now, SIGKILL after the escalation), or its task cancelled in
+    its async horse (killed after the escalation if it has not ended: Slot.stop); the
+    job ends ``stopped`` when its end is recorded. True when one was stopped."""
     killed = False
     for queue, job_id in asked:
         for slot in slots:
             if (slot.job.id == job_id and slot.job.queue == queue and slot.forked
                     and not slot.done and not slot.killed):
-                log.warning("Worker %s: stop of job %s asked; killing its horse", worker, job_id)
-                slot.kill(FailureReason.STOPPED)
+                slot.stop()
+                log.warning("Worker %s: stop of job %s asked; %s", worker, job_id,
+                            "cancelling its task in its async horse"
+                            if slot.cancel_at is not None else "killing its horse")
                 killed = True
     return killed
 

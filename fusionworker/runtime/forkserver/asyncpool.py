@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
     BlockedNotice,
+    CancelRequest,
     ExitNotice,
     ProgressNotice,
     RunRequest,
     StartNotice,
+    cancel_for_horse,
     for_horse,
     frame,
     read_available,
@@ -76,14 +78,23 @@ class AsyncHorse:
         self.handed = 0                     # jobs it was handed in all
         self.buf = bytearray()
         self.status: int | None = None      # its wait status, once reaped
+        #: it takes new jobs; once not (the cap, "-"), its job pipe stays open until its
+        #: last job reported: a stop of one of them is a cancel frame on that pipe
+        self.taking = True
         #: a job of it holds its loop (it said so; cleared at its next report): no new
         #: job goes to it (its job pipe would fill, and the server block writing to it)
         self.blocked = False
 
     @property
     def open(self) -> bool:
-        """It takes more jobs (its job pipe is open)."""
-        return self.job_w >= 0
+        """It takes more jobs (its job pipe is open, and it was not retired)."""
+        return self.taking and self.job_w >= 0
+
+    def retire(self) -> None:
+        """No new job for it: its job pipe closes once its last job reported."""
+        self.taking = False
+        if not self.jobs:
+            self.close_jobs()
 
     def close_jobs(self) -> None:
         """No more jobs for it: EOF on its job pipe (it exits after its last task)."""
@@ -154,7 +165,7 @@ class AsyncHorses:
         best.jobs[request.entry] = request.func
         best.handed += 1
         if best.handed >= cap:
-            best.close_jobs()
+            best.retire()
         if self.watchdog is not None:
             self.watchdog.watch(best.pid, request.entry)
         self.out.append(StartNotice(best.pid, request.entry, shared=True).encode())
@@ -211,7 +222,7 @@ class AsyncHorses:
     def async_line(self, horse: AsyncHorse, line: bytes) -> None:
         """One line of an async horse: a progress frame, a report, or ``-``."""
         if line == LEAVING:
-            horse.close_jobs()
+            horse.retire()
             return
         if line[:1] == BLOCKED:          # "!<entry> <seconds>": that job holds the loop
             self.async_blocked(horse, line[1:])
@@ -229,10 +240,29 @@ class AsyncHorses:
             return
         del horse.jobs[entry]
         horse.blocked = False             # its loop turns again
+        if not horse.taking and not horse.jobs:
+            horse.close_jobs()            # EOF: it exits (no task is left)
         if self.watchdog is not None:
             with self.watchdog.lock:
                 self.watchdog.forget(horse.pid, entry)
         self.out.append(ExitNotice(horse.pid, 0, rest, entry).encode())
+
+    def cancel(self, request: CancelRequest) -> None:
+        """A stop of the job on ``request.entry``: a cancel frame to the async horse that
+        runs it. Nothing when no horse runs it (it reported: its outcome is on its way;
+        a sync job's: the worker kills that horse), when the horse died (its exit notices
+        come), or when its job pipe cannot take the frame now (its loop is held: it could
+        not cancel anyway): the worker's kill escalation ends what a cancel does not."""
+        for horse in self.async_horses.values():
+            if request.entry not in horse.jobs or horse.job_w < 0:
+                continue
+            data = cancel_for_horse(request.entry)
+            if horse.pipe_size - unread(horse.job_w) >= len(data):
+                try:
+                    write_all(horse.job_w, data)
+                except BrokenPipeError:      # it died (not reaped yet)
+                    horse.close_jobs()
+            return
 
     def async_blocked(self, horse: AsyncHorse, rest: bytes) -> None:
         try:

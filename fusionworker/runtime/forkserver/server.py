@@ -268,10 +268,10 @@ class Server(AsyncHorses):
         return self.read_worker()
 
     def take_requests(self) -> None:
-        """Start every complete run request of the turn (a request is two frames)."""
+        """Start every complete run request of the turn, in order with its cancels."""
         requests, partial = RunRequest.split(take_frames(self.inbox))
-        for request in requests:
-            self.start(request)
+        for request in requests:   # a cancel: the task of an async horse's job (asyncpool)
+            self.start(request) if isinstance(request, RunRequest) else self.cancel(request)
         self.want = min(READY_MAX, max(self.want, len(requests)))
         if partial is not None:              # a request whose body is still on its way
             self.inbox[:0] = frame(partial)
