@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
@@ -216,3 +218,60 @@ def test_a_horse_dying_after_the_cancel_frame(queue, processes, settings, r):
     assert all(j.result[0] != horse for j in done)
     assert not _alive(horse)
     assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in done] == [None, None]
+
+
+def test_a_stop_asked_before_the_fork_server_answered_is_a_cancel_once_it_does(
+        queue, processes, settings, r):
+    """The stop comes while the job's slot waits for the server's answer (the server is
+    stopped): the worker remembers it, and once the answer says an async horse runs the
+    job, it asks for the cancel instead of killing that horse."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 4.0) for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="the mates running in their horse")
+    horse = _pids(r, key)[0]
+    server = _fork_server(proc.pid)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
+        wait_for(lambda: target.get_status() == JobStatus.STARTED, what="claimed, not answered")
+        q.stop(target.id)
+        wait_for(lambda: f"stop of job {target.id} asked" in processes.output(proc),
+                 what="the stop heard")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    target = _stopped(q, target)
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]
+    assert {j.result[0] for j in done} == {horse}     # the horse was never killed
+    assert set(_pids(r, key)) == {horse}
+
+
+def test_sync_jobs_and_the_workers_own_horses_are_still_killed(queue, processes, settings, r):
+    """A sync job of a worker with async horses (a warm horse of its own), and a horse the
+    worker forked itself (no fork server: no async horse, no mates): a stop kills it."""
+    from fusionworker.core.job import Job
+    from fusionworker.runtime.slot import Slot
+
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    proc = processes.worker("--customq", "default", *ASYNC)
+    job = q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, key, 60)
+    pid = int(wait_for(lambda: r.lindex(key, 0), what="the sync job's horse"))
+    q.stop(job.id)
+    _stopped(q, job)
+    assert "its horse was killed" in job.error_message and not _alive(pid)
+    assert f"stop of job {job.id} asked; killing its horse" in processes.output(proc)
+
+    own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                           start_new_session=True)
+    try:
+        slot = Slot(Job(id="own", queue="q", func="f", args=[], kwargs={}), own.pid)
+        slot.stop()
+        assert slot.cancel_at is None and slot.kill_at is not None
+        assert own.wait(10) == -signal.SIGTERM
+    finally:
+        if own.poll() is None:
+            own.kill()
+            own.wait()
