@@ -44,7 +44,9 @@ where the slot is.
 An async horse (``--async-per-horse``) runs several jobs at once: their slots share
 its pid and a :class:`HorseMates`; killing one kills the horse, and a job that died
 with it without a report of its own pays only if it is the culprit (design.md,
-"Async horses").
+"Async horses"). A stop of one (:meth:`Slot.stop`) kills nothing at first: its fork
+server is asked to cancel the job's task (``cancel_at``: the horse is killed then if
+the job has not ended; design.md, "A stop of one async job").
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 publishes its id on ``fw:{q}:stop``. Every worker listens on a connection of
 its own, pattern-subscribed to the ``stop`` channel of every queue of its
 prefix (stops are rare: one message per stop, to every worker; the worker that
-runs the job kills its horse, the others ignore it). Its socket is in the
+runs the job kills its horse, or cancels its task in its async horse: Slot.stop;
+the others ignore it). Its socket is in the
 loop's ``select()`` at all times, busy or not, so the kill comes within a
 millisecond of the request; the wake-ups' connection (wakeups.py) is only
 watched while a slot is free, and every enqueue publishes on it.

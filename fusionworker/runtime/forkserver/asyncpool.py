@@ -7,10 +7,17 @@ body starts with :data:`ASYNC` (the first one makes a ready horse an async horse
 it answers each job with its own notices (``"e"``: the job's board entry). What the
 horse writes is lines (:func:`take_lines`): ``<entry> <progress frame>``,
 ``<entry> <report>``, ``-`` (it takes no more jobs), ``!<entry> <seconds>`` (that
-job holds the loop). The server closes the horse's
-job pipe after the cap-th job it handed or at ``-``; the horse exits once its job
-pipe reached EOF and its last task ended. A horse that died: one exit notice per job
-it had not reported (its wait status, no report).
+job holds the loop). After the cap-th job it handed or at ``-`` the horse gets no new
+job, and the server closes its job pipe once its last job reported; the horse exits
+once its job pipe reached EOF and its last task ended. A horse that died: one exit
+notice per job it had not reported (its wait status, no report).
+
+A stop of one job (the worker's :class:`~..protocol.CancelRequest`, design.md, "A stop
+of one async job"): a cancel frame (:func:`~..protocol.cancel_for_horse`) down the job
+pipe of the horse that runs it, which cancels that task only. The request of a job no
+horse runs (it reported: its outcome is on its way), of a horse that died, or whose
+job pipe cannot take the frame now, is let be: the worker kills the horse if the job
+has not ended at its kill escalation.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ when a process dies). One :class:`Server` turn: one epoll wait over the worker's
 the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Server.receive`
 reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
 reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
-of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's:
-asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
+of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's, and a
+cancel of one: asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
 forked), and horses are forked ahead for the next requests.
 """
 

@@ -11,7 +11,26 @@ A ready horse of the fork server becomes one when its first frame is an async jo
        the report line "<entry> <report>", OwnLease.idle(entry)
     H: a job failed (a timeout too), replaced the framework, left a child, or the
        RSS passed --max-horse-memory: "-" (no more jobs for it); it runs on
-    H: its job pipe at EOF (S closed it: the cap, or "-") and no task left: exit 0
+    H: its job pipe at EOF (S closed it: the cap, or "-", and every job of it
+       reported) and no task left: exit 0
+
+A stop (``job stop``) of one job: S writes a cancel frame (its entry, then ``C``) to
+the job pipe; the loop reads it in order with the jobs' frames (design.md, "A stop of
+one async job")::
+
+    H: a cancel frame for an entry with no task (it reported): let be
+    H: its task not begun (both frames read in one turn): it never runs the job:
+       "stopped" ("before it started")
+    H: its task runs: its asyncio.timeout scope rescheduled to now (the path of its
+       timeout: this task only); the scope expired: "stopped", whatever the job then
+       did (raised, returned after swallowing the CancelledError); the job ended
+       before the scope fired (it was already returning): its own report
+    H: a job that swallows the CancelledError and runs on: W kills H at the kill
+       escalation (its mates are given back uncharged); one whose loop is held: the
+       same (a held loop cancels nothing)
+    H dies after the frame (the job's handler kills it): S reports every unreported
+       job of it as died with it; the stopped one ends "stopped", its mates
+       "neighbour"
 
 A job that blocks the loop (``time.sleep``, C code) is not cancelled at its
 timeout (cancellation needs the loop): the monitor thread names it once it held the
