@@ -132,3 +132,14 @@ async def die_on_cancel(url, key, seconds):
         redis.Redis.from_url(url).rpush(key, "dying")
         os.kill(os.getpid(), signal.SIGKILL)
     return os.getpid()
+
+
+async def swallow_and_return(url, key, seconds):
+    """Push the pid, then sleep; a cancel is caught and the job returns a value at once
+    (it swallowed the CancelledError, and ended)."""
+    _push(url, key)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        return "swallowed"
+    return "slept"

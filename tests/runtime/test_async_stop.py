@@ -100,6 +100,25 @@ def test_a_task_that_swallows_the_cancel_gets_its_horse_killed_and_the_mates_go_
         processes.output(proc))
 
 
+def test_a_task_that_swallows_the_cancel_and_returns_ends_stopped(queue, processes, settings,
+                                                                  r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "swallow_and_return", settings.redis_url, key, 60)
+    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0)
+    processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
+    horse = _pids(r, key)[0]
+    t0 = time.monotonic()
+    q.stop(target.id)
+    target = _stopped(q, target)
+    assert time.monotonic() - t0 < 1.5            # its own end, not the kill escalation
+    assert "the job caught it and returned" in target.error_message
+    assert target.result is None
+    done = _finished(q, [mate])[0]
+    assert done.attempts == 1 and done.result[0] == horse
+
+
 def test_a_cancel_racing_the_jobs_own_end_records_one_outcome(queue, processes, settings, r):
     """Each job asks for its own stop, then returns after 0 to 50 ms: its report and the
     cancel cross; whichever came first is its one outcome (finished or stopped)."""
