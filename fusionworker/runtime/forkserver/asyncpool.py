@@ -17,7 +17,13 @@ of one async job"): a cancel frame (:func:`~..protocol.cancel_for_horse`) down t
 pipe of the horse that runs it, which cancels that task only. The request of a job no
 horse runs (it reported: its outcome is on its way), of a horse that died, or whose
 job pipe cannot take the frame now, is let be: the worker kills the horse if the job
-has not ended at its kill escalation.
+has not ended at its kill escalation. Crash points: the server dies after the worker
+asked (before or after the frame): its horses die with it, the stopped job ends
+``stopped``, its mates as at any fork server's death (``shared``); the horse dies after
+the frame: one exit notice per unreported job (the stopped one ``stopped``, its mates
+``neighbour``); the job's report line came first: the request finds no horse running
+it; the frame came before the job's task began: the horse never starts it. Each has
+its test in tests/runtime/test_async_stop.py.
 """
 
 from __future__ import annotations
