@@ -57,7 +57,7 @@ def test_a_stop_cancels_only_its_own_task_and_the_mates_run_on(queue, processes,
     q = queue()
     key = f"{settings.prefix}:async:pids"
     target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
-    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0) for _ in range(2)]
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 4.0) for _ in range(2)]
     proc = processes.worker("--customq", "default", *ASYNC)
     wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
     horse = _pids(r, key)[0]
