@@ -87,3 +87,59 @@ async def big_stamp(data, seconds):
     start = time.time()
     await asyncio.sleep(seconds)
     return [os.getpid(), start, time.time(), len(data)]
+
+
+async def stubborn(url, key, seconds):
+    """Push the pid, then sleep; a cancel is caught (``cancelled`` pushed on ``key``)
+    and the job sleeps on: a task that swallows CancelledError."""
+    _push(url, key)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        import redis
+
+        redis.Redis.from_url(url).rpush(key, "cancelled")
+        await asyncio.sleep(seconds)
+    return os.getpid()
+
+
+async def stop_self(url, prefix, seconds):
+    """Ask for this job's own stop (``Queue.stop``), then return after ``seconds``: its
+    end races the cancel that stop sends to its task. [pid, whether it returned]."""
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
+    from tests.jobs import _redis
+
+    ctx = current_job()
+    settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
+    Queue(ctx.queue, _redis(url), settings=settings, events=False).stop(ctx.id)
+    if seconds:
+        await asyncio.sleep(seconds)
+    return os.getpid()
+
+
+async def die_on_cancel(url, key, seconds):
+    """Push the pid, then sleep; at a cancel, SIGKILL this horse (it dies after the
+    cancel frame came, before the job's report)."""
+    import signal
+
+    _push(url, key)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        import redis
+
+        redis.Redis.from_url(url).rpush(key, "dying")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return os.getpid()
+
+
+async def swallow_and_return(url, key, seconds):
+    """Push the pid, then sleep; a cancel is caught and the job returns a value at once
+    (it swallowed the CancelledError, and ended)."""
+    _push(url, key)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        return "swallowed"
+    return "slept"

@@ -109,7 +109,7 @@ def killed_exit(reason: FailureReason, timeout: float, duration: float,
         error_type, message = _KILLED.get(reason, ("HorseKilled", f"killed: {reason}"))
     if lost_server:
         error_type, message = "HorseKilled", "the fork server died while the job ran"
-    if report is not None and report.reason == FailureReason.TIMEOUT:
+    if report is not None and report.reason in (FailureReason.TIMEOUT, FailureReason.STOPPED):
         error_type, message = report.error_type, report.error_message
     return HorseExit(ok=False, reason=reason, error_type=_text(error_type),
                      error_message=_text(message),

@@ -12,7 +12,9 @@ Two channels:
   worker sends a :class:`RunRequest` per job as two frames: ``{"func",
   "entry"}`` (what the server needs itself: the module to preload, the deadline
   entry to watch) and the job's own body (marshal data too, :func:`job_of`),
-  which the server hands to a waiting horse unparsed. The server answers, per
+  which the server hands to a waiting horse unparsed; a :class:`CancelRequest`
+  (``{"cancel": entry}``, one frame) stops one job of an async horse (its task
+  is cancelled, the horse runs on). The server answers, per
   request and in order, a :class:`StartNotice` (``{"pid", "e"}``, ``"a"``: an
   async horse); forwards each progress frame of a horse as a
   :class:`ProgressNotice` (``{"pid", "update", "e"}``); a :class:`MovedNotice`
@@ -141,14 +143,36 @@ class RunRequest:
         return head_frame({"func": self.func, "entry": self.entry}) + frame(self.body)
 
     @staticmethod
-    def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
-        """The requests among the frames the server received (a request is two frames),
-        and the frame of a request whose body is still on its way (or None)."""
-        requests = []
-        for head, body in zip(frames[::2], frames[1::2]):
-            meta = marshal.loads(head)
-            requests.append(RunRequest(meta["func"], int(meta.get("entry", 0)), body))
-        return requests, frames[-1] if len(frames) % 2 else None
+    def split(frames: list[bytes]) -> tuple[list[RunRequest | CancelRequest], bytes | None]:
+        """The requests among the frames the server received, in order (a run request
+        is two frames, a cancel request one), and the frame of a run request whose body
+        is still on its way (or None)."""
+        requests: list[RunRequest | CancelRequest] = []
+        pos = 0
+        while pos < len(frames):
+            meta = marshal.loads(frames[pos])
+            if "cancel" in meta:
+                requests.append(CancelRequest(int(meta["cancel"])))
+                pos += 1
+                continue
+            if pos + 1 == len(frames):
+                return requests, frames[pos]
+            requests.append(RunRequest(meta["func"], int(meta.get("entry", 0)), frames[pos + 1]))
+            pos += 2
+        return requests, None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """Cancel the task of the job on board entry ``entry`` in its async horse (a stop of
+    that job: ``job stop``); one frame. The server writes :func:`cancel_for_horse` to
+    that horse's job pipe; a job it does not run there (ended, a sync job's) is left
+    alone: the worker's kill escalation covers what a cancel does not end."""
+
+    entry: int
+
+    def encode(self) -> bytes:
+        return head_frame({"cancel": self.entry})
 
 
 #: What a horse reads on its job pipe before the job: its deadline board entry (its own
@@ -159,6 +183,16 @@ ENTRY = struct.Struct(">i")
 def for_horse(request: RunRequest) -> bytes:
     """What the fork server writes to a horse's job pipe: the entry, then the body."""
     return ENTRY.pack(request.entry) + request.body
+
+
+#: The body of a frame on an async horse's job pipe that cancels the task of its entry
+CANCEL = b"C"
+
+
+def cancel_for_horse(entry: int) -> bytes:
+    """The frame the fork server writes to an async horse's job pipe to cancel the task
+    of the job on board entry ``entry`` (:class:`CancelRequest`)."""
+    return frame(ENTRY.pack(entry) + CANCEL)
 
 
 def from_server(data: bytes) -> tuple[int, bytes]:
@@ -424,8 +458,8 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ENTRY", "FRAME_START", "BlockedNotice", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "CANCEL", "ENTRY", "FRAME_START", "BlockedNotice", "CancelRequest", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
-    "StartNotice", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
+    "StartNotice", "cancel_for_horse", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",
 ]

@@ -44,11 +44,14 @@ where the slot is.
 An async horse (``--async-per-horse``) runs several jobs at once: their slots share
 its pid and a :class:`HorseMates`; killing one kills the horse, and a job that died
 with it without a report of its own pays only if it is the culprit (design.md,
-"Async horses").
+"Async horses"). A stop of one (:meth:`Slot.stop`) kills nothing at first: its fork
+server is asked to cancel the job's task (``cancel_at``: the horse is killed then if
+the job has not ended; design.md, "A stop of one async job").
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -65,7 +68,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .forkserver.client import ForkServer
     from .protocol import ExitNotice
 
-#: Seconds between SIGTERM and SIGKILL of a horse's process group.
+log = logging.getLogger(__name__)
+
+#: Seconds between SIGTERM and SIGKILL of a horse's process group (and between a stop's
+#: cancel of an async horse's task and the kill of that horse, if the job has not ended).
 KILL_ESCALATION = 2.0
 
 
@@ -141,6 +147,9 @@ class Slot:
         self.deadline = math.inf               # timeout + kill_grace (the loop sets it)
         self.lease_until = math.inf
         self.kill_at: float | None = None      # SIGKILL escalation after a SIGTERM
+        #: a stop of an async horse's job: its task's cancel was asked (:meth:`stop`); the
+        #: horse is killed at this time if the job has not ended by then
+        self.cancel_at: float | None = None
         self.next_tick = self.started          # the horse tick (memory ceiling): set by the loop
         self.kill_reason: FailureReason | None = None
         self.exit: HorseExit | None = None     # known at birth: ended without a horse
@@ -189,7 +198,7 @@ class Slot:
         self._enter(SlotState.RUNNING)
         self.pid = pid
         self.ran_from = time.monotonic()
-        if self.kill_at is not None:
+        if self.kill_at is not None and not self._cancel():
             self.signal_group(signal.SIGTERM)
 
     def adopt(self, own: Slot) -> None:
@@ -220,7 +229,7 @@ class Slot:
     def wakes_at(self) -> float:
         """The next time the loop must look at this slot (a tick, a kill, an escalation)."""
         return min(self.deadline if self.kill_at is None else self.kill_at, self.lease_until,
-                   self.next_tick)
+                   self.next_tick, math.inf if self.cancel_at is None else self.cancel_at)
 
     # -- killing (never blocks) -----------------------------------------------------
 
@@ -236,7 +245,39 @@ class Slot:
             self.signal_group(signal.SIGTERM)
             self.kill_at = time.monotonic() + KILL_ESCALATION
 
+    def stop(self) -> None:
+        """A stop request (``job stop``): the job's task is cancelled if it runs in an
+        async horse (its mates run on), and the horse killed at :attr:`cancel_at` if it
+        has not ended by then; any other horse is killed now (:meth:`kill`)."""
+        if self.kill_reason is None and self.pid > 0 and self._cancel(FailureReason.STOPPED):
+            return
+        self.kill(FailureReason.STOPPED)
+
+    def _cancel(self, reason: FailureReason | None = None) -> bool:
+        """Ask the fork server to cancel this job's task in its async horse (a stop, the
+        ``reason``, or one asked for before the pid was known: :meth:`bind`); the kill
+        waits until :attr:`cancel_at`. False: not an async horse's job, not a stop, or
+        the server could not be asked."""
+        if (self.mates is None or self.origin is None or self.pid <= 0
+                or (reason or self.kill_reason) != FailureReason.STOPPED
+                or not self.origin.cancel(self.index)):
+            return False
+        self.kill_reason = FailureReason.STOPPED
+        self.kill_at, self.cancel_at = None, time.monotonic() + KILL_ESCALATION
+        return True
+
     def escalate(self, now: float) -> None:
+        """A cancel that did not end the job in time: the horse is killed (SIGTERM); a
+        kill that lingers: SIGKILL."""
+        if self.cancel_at is not None and now >= self.cancel_at:
+            self.cancel_at = None
+            if self.kill_at is None and not self.done:
+                log.warning("Job %s did not end within %.0f s of its task's cancel (job "
+                            "stop): killing its async horse %d (its other jobs go back to "
+                            "their queue)", self.job.id, KILL_ESCALATION, self.pid)
+                self.signal_group(signal.SIGTERM)
+                self.kill_at = now + KILL_ESCALATION
+                return
         if self.forked and self.kill_at is not None and now >= self.kill_at:
             self.signal_group(signal.SIGKILL)
             self.kill_at = now + KILL_ESCALATION
@@ -316,8 +357,8 @@ class Slot:
         in a cold shutdown, which gives every job back anyway."""
         if self.exit is not None:
             return self.exit
-        if self.kill_reason is not None:   # a grandchild may keep the pipe of a killed horse
-            self.signal_group(signal.SIGKILL)
+        if self.kill_at is not None:   # a grandchild may keep the pipe of a killed horse
+            self.signal_group(signal.SIGKILL)     # (not a cancelled task's: its mates run)
         report = HorseReport.decode(self._buf)
         exit_ = horse_exit(report, self._status or 0,
                            time.monotonic() - self.started, kill_reason=self.kill_reason,

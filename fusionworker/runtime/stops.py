@@ -4,7 +4,8 @@
 publishes its id on ``fw:{q}:stop``. Every worker listens on a connection of
 its own, pattern-subscribed to the ``stop`` channel of every queue of its
 prefix (stops are rare: one message per stop, to every worker; the worker that
-runs the job kills its horse, the others ignore it). Its socket is in the
+runs the job kills its horse, or cancels its task in its async horse: Slot.stop;
+the others ignore it). Its socket is in the
 loop's ``select()`` at all times, busy or not, so the kill comes within a
 millisecond of the request; the wake-ups' connection (wakeups.py) is only
 watched while a slot is free, and every enqueue publishes on it.
@@ -24,7 +25,6 @@ from typing import Any
 import redis
 
 from ..core.connection import new_pubsub_connection, text
-from ..core.job import FailureReason
 from ..core.keys import Keys, QueueKeys
 from .errors import UNREACHABLE
 from .slot import Slot
@@ -33,16 +33,19 @@ log = logging.getLogger(__name__)
 
 
 def kill_asked(slots: list[Slot], asked: list[tuple[str, str]], worker: str) -> bool:
-    """Kill the horse of each running job of ``slots`` whose stop was ``asked`` (queue,
-    job id): SIGTERM now, SIGKILL after the escalation; the job ends ``stopped`` when
-    its end is recorded. True when one was killed."""
+    """Stop each running job of ``slots`` whose stop was ``asked`` (queue, job id): its
+    horse killed (SIGTERM now, SIGKILL after the escalation), or its task cancelled in
+    its async horse (killed after the escalation if it has not ended: Slot.stop); the
+    job ends ``stopped`` when its end is recorded. True when one was stopped."""
     killed = False
     for queue, job_id in asked:
         for slot in slots:
             if (slot.job.id == job_id and slot.job.queue == queue and slot.forked
                     and not slot.done and not slot.killed):
-                log.warning("Worker %s: stop of job %s asked; killing its horse", worker, job_id)
-                slot.kill(FailureReason.STOPPED)
+                slot.stop()
+                log.warning("Worker %s: stop of job %s asked; %s", worker, job_id,
+                            "cancelling its task in its async horse"
+                            if slot.cancel_at is not None else "killing its horse")
                 killed = True
     return killed
 

@@ -7,10 +7,23 @@ body starts with :data:`ASYNC` (the first one makes a ready horse an async horse
 it answers each job with its own notices (``"e"``: the job's board entry). What the
 horse writes is lines (:func:`take_lines`): ``<entry> <progress frame>``,
 ``<entry> <report>``, ``-`` (it takes no more jobs), ``!<entry> <seconds>`` (that
-job holds the loop). The server closes the horse's
-job pipe after the cap-th job it handed or at ``-``; the horse exits once its job
-pipe reached EOF and its last task ended. A horse that died: one exit notice per job
-it had not reported (its wait status, no report).
+job holds the loop). After the cap-th job it handed or at ``-`` the horse gets no new
+job, and the server closes its job pipe once its last job reported; the horse exits
+once its job pipe reached EOF and its last task ended. A horse that died: one exit
+notice per job it had not reported (its wait status, no report).
+
+A stop of one job (the worker's :class:`~..protocol.CancelRequest`, design.md, "A stop
+of one async job"): a cancel frame (:func:`~..protocol.cancel_for_horse`) down the job
+pipe of the horse that runs it, which cancels that task only. The request of a job no
+horse runs (it reported: its outcome is on its way), of a horse that died, or whose
+job pipe cannot take the frame now, is let be: the worker kills the horse if the job
+has not ended at its kill escalation. Crash points: the server dies after the worker
+asked (before or after the frame): its horses die with it, the stopped job ends
+``stopped``, its mates as at any fork server's death (``shared``); the horse dies after
+the frame: one exit notice per unreported job (the stopped one ``stopped``, its mates
+``neighbour``); the job's report line came first: the request finds no horse running
+it; the frame came before the job's task began: the horse never starts it. Each has
+its test in tests/runtime/test_async_stop.py.
 """
 
 from __future__ import annotations
@@ -24,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
     BlockedNotice,
+    CancelRequest,
     ExitNotice,
     ProgressNotice,
     RunRequest,
     StartNotice,
+    cancel_for_horse,
     for_horse,
     frame,
     read_available,
@@ -76,14 +91,23 @@ class AsyncHorse:
         self.handed = 0                     # jobs it was handed in all
         self.buf = bytearray()
         self.status: int | None = None      # its wait status, once reaped
+        #: it takes new jobs; once not (the cap, "-"), its job pipe stays open until its
+        #: last job reported: a stop of one of them is a cancel frame on that pipe
+        self.taking = True
         #: a job of it holds its loop (it said so; cleared at its next report): no new
         #: job goes to it (its job pipe would fill, and the server block writing to it)
         self.blocked = False
 
     @property
     def open(self) -> bool:
-        """It takes more jobs (its job pipe is open)."""
-        return self.job_w >= 0
+        """It takes more jobs (its job pipe is open, and it was not retired)."""
+        return self.taking and self.job_w >= 0
+
+    def retire(self) -> None:
+        """No new job for it: its job pipe closes once its last job reported."""
+        self.taking = False
+        if not self.jobs:
+            self.close_jobs()
 
     def close_jobs(self) -> None:
         """No more jobs for it: EOF on its job pipe (it exits after its last task)."""
@@ -154,7 +178,7 @@ class AsyncHorses:
         best.jobs[request.entry] = request.func
         best.handed += 1
         if best.handed >= cap:
-            best.close_jobs()
+            best.retire()
         if self.watchdog is not None:
             self.watchdog.watch(best.pid, request.entry)
         self.out.append(StartNotice(best.pid, request.entry, shared=True).encode())
@@ -211,7 +235,7 @@ class AsyncHorses:
     def async_line(self, horse: AsyncHorse, line: bytes) -> None:
         """One line of an async horse: a progress frame, a report, or ``-``."""
         if line == LEAVING:
-            horse.close_jobs()
+            horse.retire()
             return
         if line[:1] == BLOCKED:          # "!<entry> <seconds>": that job holds the loop
             self.async_blocked(horse, line[1:])
@@ -229,10 +253,29 @@ class AsyncHorses:
             return
         del horse.jobs[entry]
         horse.blocked = False             # its loop turns again
+        if not horse.taking and not horse.jobs:
+            horse.close_jobs()            # EOF: it exits (no task is left)
         if self.watchdog is not None:
             with self.watchdog.lock:
                 self.watchdog.forget(horse.pid, entry)
         self.out.append(ExitNotice(horse.pid, 0, rest, entry).encode())
+
+    def cancel(self, request: CancelRequest) -> None:
+        """A stop of the job on ``request.entry``: a cancel frame to the async horse that
+        runs it. Nothing when no horse runs it (it reported: its outcome is on its way;
+        a sync job's: the worker kills that horse), when the horse died (its exit notices
+        come), or when its job pipe cannot take the frame now (its loop is held: it could
+        not cancel anyway): the worker's kill escalation ends what a cancel does not."""
+        for horse in self.async_horses.values():
+            if request.entry not in horse.jobs or horse.job_w < 0:
+                continue
+            data = cancel_for_horse(request.entry)
+            if horse.pipe_size - unread(horse.job_w) >= len(data):
+                try:
+                    write_all(horse.job_w, data)
+                except BrokenPipeError:      # it died (not reaped yet)
+                    horse.close_jobs()
+            return
 
     def async_blocked(self, horse: AsyncHorse, rest: bytes) -> None:
         try:

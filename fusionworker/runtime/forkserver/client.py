@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
     BlockedNotice,
+    CancelRequest,
     ExitNotice,
     ProgressNotice,
     RunRequest,
@@ -131,6 +132,20 @@ class ForkServer:
                 raise
             self.close()
             raise ForkServerDied("the fork server went away") from None
+
+    def cancel(self, entry: int) -> bool:
+        """Ask the server to cancel the task of the job on board entry ``entry`` in its
+        async horse (a stop of that job; the horse and its other jobs run on). No answer:
+        the job's exit notice says how it ended. False: the server is gone (not started
+        again: the horse died with it) or the request could not be sent."""
+        if not self.alive:
+            return False
+        assert self.sock is not None
+        try:
+            self.sock.sendall(CancelRequest(entry).encode())
+        except OSError:
+            return False
+        return True
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
         """Every exit notice the server sent so far (read without blocking), by entry,

@@ -6,8 +6,8 @@ when a process dies). One :class:`Server` turn: one epoll wait over the worker's
 the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Server.receive`
 reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
 reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
-of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's:
-asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
+of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's, and a
+cancel of one: asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
 forked), and horses are forked ahead for the next requests.
 """
 
@@ -268,10 +268,10 @@ class Server(AsyncHorses):
         return self.read_worker()
 
     def take_requests(self) -> None:
-        """Start every complete run request of the turn (a request is two frames)."""
+        """Start every complete run request of the turn, in order with its cancels."""
         requests, partial = RunRequest.split(take_frames(self.inbox))
-        for request in requests:
-            self.start(request)
+        for request in requests:   # a cancel: the task of an async horse's job (asyncpool)
+            self.start(request) if isinstance(request, RunRequest) else self.cancel(request)
         self.want = min(READY_MAX, max(self.want, len(requests)))
         if partial is not None:              # a request whose body is still on its way
             self.inbox[:0] = frame(partial)

@@ -11,7 +11,26 @@ A ready horse of the fork server becomes one when its first frame is an async jo
        the report line "<entry> <report>", OwnLease.idle(entry)
     H: a job failed (a timeout too), replaced the framework, left a child, or the
        RSS passed --max-horse-memory: "-" (no more jobs for it); it runs on
-    H: its job pipe at EOF (S closed it: the cap, or "-") and no task left: exit 0
+    H: its job pipe at EOF (S closed it: the cap, or "-", and every job of it
+       reported) and no task left: exit 0
+
+A stop (``job stop``) of one job: S writes a cancel frame (its entry, then ``C``) to
+the job pipe; the loop reads it in order with the jobs' frames (design.md, "A stop of
+one async job")::
+
+    H: a cancel frame for an entry with no task (it reported): let be
+    H: its task not begun (both frames read in one turn): it never runs the job:
+       "stopped" ("before it started")
+    H: its task runs: its asyncio.timeout scope rescheduled to now (the path of its
+       timeout: this task only); the scope expired: "stopped", whatever the job then
+       did (raised, returned after swallowing the CancelledError); the job ended
+       before the scope fired (it was already returning): its own report
+    H: a job that swallows the CancelledError and runs on: W kills H at the kill
+       escalation (its mates are given back uncharged); one whose loop is held: the
+       same (a held loop cancels nothing)
+    H dies after the frame (the job's handler kills it): S reports every unreported
+       job of it as died with it; the stopped one ends "stopped", its mates
+       "neighbour"
 
 A job that blocks the loop (``time.sleep``, C code) is not cancelled at its
 timeout (cancellation needs the loop): the monitor thread names it once it held the
@@ -34,7 +53,7 @@ from ...core.functions import resolve
 from ...core.job import FailureReason, Job
 from ...exceptions import FunctionNotAllowed, InvalidFunction, JobTimeoutError, Retry
 from .. import progress
-from ..protocol import HorseReport, from_server, job_of, take_frames, write_all
+from ..protocol import CANCEL, HorseReport, from_server, job_of, take_frames, write_all
 from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events
@@ -43,6 +62,32 @@ from .stay import has_children, remember, rss
 
 #: seconds a job may hold the event loop before the monitor thread names it
 BLOCKED = 1.0
+
+
+class Stop:
+    """A job's stop (``job stop``) in its task: asked (the cancel frame came), and the
+    ``asyncio.timeout`` scope the job runs under while it runs (a stop reschedules it
+    to now: the task is cancelled as at its timeout, and only that task)."""
+
+    __slots__ = ("asked", "scope")
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.scope: asyncio.Timeout | None = None
+
+    def ask(self) -> None:
+        """Cancel the job's task now; before it started, it never starts; a scope that
+        expires or was left already (the job ended on its own) is let be."""
+        self.asked = True
+        if self.scope is not None:
+            try:
+                self.scope.reschedule(asyncio.get_running_loop().time())
+            except RuntimeError:
+                pass
+
+    def took(self, scope: asyncio.Timeout) -> bool:
+        """The job's scope, entered: True if the stop fired in it (the job is stopped)."""
+        return self.asked and scope.expired()
 
 
 class AsyncHorse:
@@ -57,6 +102,7 @@ class AsyncHorse:
         self.mine = dict(resolved)
         self.originals = guard.snapshot()
         self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.stops: dict[int, Stop] = {}      # each running job's, by entry
         self.inbox = bytearray()
         self.eof = False
         self.leaving = False
@@ -99,11 +145,19 @@ class AsyncHorse:
         self.maybe_done()
 
     def take(self, data: bytes) -> None:
+        """A job's frame (its task), or a cancel frame (a stop of a running job's task;
+        one that ended or is not here is let be)."""
         entry, body = from_server(data)
+        if body == CANCEL:
+            stop = self.stops.get(entry)
+            if stop is not None:
+                stop.ask()
+            return
         job = job_of(body[1:])           # the "A" the server put in front
         if self.lease is not None and entry >= 0:
             self.lease.watch(entry)
-        self.tasks[entry] = asyncio.get_running_loop().create_task(self.run(entry, job))
+        self.stops[entry] = stop = Stop()
+        self.tasks[entry] = asyncio.get_running_loop().create_task(self.run(entry, job, stop))
 
     def maybe_done(self) -> None:
         if self.eof and not self.tasks and self.done is not None and not self.done.done():
@@ -113,7 +167,7 @@ class AsyncHorse:
         with self.io:
             write_all(self.write_fd, line)
 
-    async def run(self, entry: int, job: Job[Any]) -> None:
+    async def run(self, entry: int, job: Job[Any], stop: Stop) -> None:
         """One job, in its task: its own current_job(), its report line."""
         prefix = b"%d " % entry
         holder = progress.begin_task(
@@ -121,9 +175,10 @@ class AsyncHorse:
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         try:
             if tracing is None:
-                report = await run_async(job, self.allowed, self.retryable, self.mine)
+                report = await run_async(job, self.allowed, self.retryable, self.mine, stop)
             else:   # its CONSUMER span, in this task's context only
-                report = HorseReport.from_dict(await tracing.run_async(job, lambda: self.as_dict(job)))
+                report = HorseReport.from_dict(
+                    await tracing.run_async(job, lambda: self.as_dict(job, stop)))
         finally:
             final = progress.end_task(holder)
             if self.lease is not None:
@@ -141,13 +196,13 @@ class AsyncHorse:
             self.leaving = True
             self.write(b"-\n")
         self.write(prefix + report.encode() + b"\n")
-        del self.tasks[entry]
+        del self.tasks[entry], self.stops[entry]    # a cancel from now on: let be
         if tracing is not None and not self.tasks:
             self.flush(tracing)
         self.maybe_done()
 
-    async def as_dict(self, job: Job[Any]) -> dict[str, Any]:
-        return (await run_async(job, self.allowed, self.retryable, self.mine)).as_dict()
+    async def as_dict(self, job: Job[Any], stop: Stop) -> dict[str, Any]:
+        return (await run_async(job, self.allowed, self.retryable, self.mine, stop)).as_dict()
 
     def flush(self, tracing: Any) -> None:
         """The horse is idle: export its spans off the loop (a slow collector must not
@@ -183,9 +238,14 @@ class AsyncHorse:
 
 
 async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
-                    resolved: Mapping[str, Callable[..., Any]]) -> HorseReport:
+                    resolved: Mapping[str, Callable[..., Any]],
+                    stop: Stop | None = None) -> HorseReport:
     """:func:`~.run.run_job` for a task: the job under ``asyncio.timeout`` (cancelled
-    at its timeout: ``timeout``); never raises."""
+    at its timeout: ``timeout``; at its ``stop``: ``stopped``, whatever it then did,
+    swallowed the cancel too); never raises."""
+    stop = stop or Stop()
+    if stop.asked:              # the cancel came before its task began: never started
+        return _stopped("before it started")
     if job.retry_on is not None:
         retryable = job.retry_on
     try:
@@ -194,13 +254,15 @@ async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
         return HorseReport(ok=False, reason=FailureReason.REFUSED,
                            error_type=type(exc).__name__, error_message=str(exc),
                            traceback="")
-    scope = asyncio.timeout(max(job.timeout, 0.001))
+    stop.scope = scope = asyncio.timeout(max(job.timeout, 0.001))
     try:
         async with scope:
             result = func(*job.args, **job.kwargs)
             if _awaitable(result):
                 result = await result
     except TimeoutError:
+        if stop.took(scope):
+            return _stopped("its task was cancelled")
         if not scope.expired():
             return _failed(retryable)
         return HorseReport(ok=False, reason=FailureReason.TIMEOUT, error_type="JobTimeoutError",
@@ -208,8 +270,17 @@ async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
                            traceback=_format_exc(),
                            retryable=is_retryable(JobTimeoutError(), retryable))
     except BaseException:  # noqa: BLE001 - the horse reports everything, even SystemExit
-        return _failed(retryable)
+        return _stopped("its task was cancelled") if stop.took(scope) else _failed(retryable)
+    if stop.took(scope):        # it swallowed the cancel and returned: stopped all the same
+        return _stopped("its task was cancelled (the job caught it and returned)")
     return _result_report(result)     # its JSON, or why not (FUSIONWORKER_MAX_RESULT_BYTES)
+
+
+def _stopped(how: str) -> HorseReport:
+    """The report of a job stopped on request (``job stop``): never retried."""
+    return HorseReport(ok=False, reason=FailureReason.STOPPED, error_type="JobStopped",
+                       error_message=f"stopped on request (job stop): {how}; its async "
+                                     "horse ran on", traceback="")
 
 
 def _failed(retryable: Any) -> HorseReport:

@@ -1,0 +1,296 @@
+"""A stop (``job stop``) of one job of an async horse (``worker --async-per-horse K``;
+design.md, "Async horses", "A stop of one async job"): its task is cancelled, its mates
+run on in the same horse; a task that does not end within the kill escalation gets its
+horse killed (the mates given back uncharged). Each crash point of that sequence here.
+
+Real Redis, real worker processes, a real fork server and real horses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from fusionworker.core.job import FailureReason, JobStatus
+from fusionworker.events.reader import job_history
+from tests.waiting import wait_for
+
+JOBS = "tests.async_horse_jobs"
+ASYNC = ("--concurrency", "10", "--horse-jobs", "100", "--async-per-horse", "10")
+
+
+def _enqueue(q, func, *args, **options):
+    return q.enqueue_call(f"{JOBS}:{func}", args=list(args), **options)
+
+
+def _pids(r, key):
+    return [int(p) for p in r.lrange(key, 0, -1) if p.isdigit()]
+
+
+def _stopped(q, job, timeout=30):
+    wait_for(lambda: job.get_status() == JobStatus.STOPPED, timeout=timeout,
+             what=f"job {job.id} stopped")
+    job.refresh()
+    assert job.failure_reason == FailureReason.STOPPED and job.attempts == 1
+    return job
+
+
+def _finished(q, jobs, timeout=60):
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in jobs),
+             timeout=timeout, what="the mates finished")
+    return [q.fetch_job(j.id) for j in jobs]
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_stop_cancels_only_its_own_task_and_the_mates_run_on(queue, processes, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 4.0) for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
+    horse = _pids(r, key)[0]
+    t0 = time.monotonic()
+    q.stop(target.id)
+    target = _stopped(q, target)
+    assert time.monotonic() - t0 < 1.5            # its cancel, not the kill escalation
+    assert "its task was cancelled" in target.error_message
+    assert _alive(horse)                          # the horse runs on with the mates
+    assert {q.fetch_job(j.id).status for j in mates} == {"started"}
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]
+    assert {j.result[0] for j in done} == {horse}  # the same horse, never killed
+    assert _pids(r, key) == [horse] * 3            # nobody ran twice
+    assert "cancelling its task in its async horse" in processes.output(proc)
+
+
+def test_a_task_that_swallows_the_cancel_gets_its_horse_killed_and_the_mates_go_back(
+        queue, processes, settings, r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "stubborn", settings.redis_url, key, 60)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 6.0) for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
+    horse = _pids(r, key)[0]
+    t0 = time.monotonic()
+    q.stop(target.id)
+    wait_for(lambda: "cancelled" in r.lrange(key, 0, -1), what="the cancel reached the task")
+    target = _stopped(q, target)
+    assert time.monotonic() - t0 >= 1.5           # killed at the escalation, not before
+    assert "its horse was killed" in target.error_message
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]   # given back uncharged, run again
+    assert all(j.result[0] != horse for j in done)
+    assert not _alive(horse)
+    pids = _pids(r, key)
+    assert pids.count(horse) == 3 and len(pids) == 5
+    assert f"Job {target.id} did not end within 2 s of its task's cancel" in (
+        processes.output(proc))
+
+
+def test_a_task_that_swallows_the_cancel_and_returns_ends_stopped(queue, processes, settings,
+                                                                  r):
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "swallow_and_return", settings.redis_url, key, 60)
+    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0)
+    processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
+    horse = _pids(r, key)[0]
+    t0 = time.monotonic()
+    q.stop(target.id)
+    target = _stopped(q, target)
+    assert time.monotonic() - t0 < 1.5            # its own end, not the kill escalation
+    assert "the job caught it and returned" in target.error_message
+    assert target.result is None
+    done = _finished(q, [mate])[0]
+    assert done.attempts == 1 and done.result[0] == horse
+
+
+def test_a_cancel_racing_the_jobs_own_end_records_one_outcome(queue, processes, settings, r):
+    """Each job asks for its own stop, then returns after 0 to 50 ms: its report and the
+    cancel cross; whichever came first is its one outcome (finished or stopped)."""
+    q = queue()
+    delays = [0, 0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05] * 2
+    jobs = [_enqueue(q, "stop_self", settings.redis_url, settings.prefix, d) for d in delays]
+    mate = _enqueue(q, "stamp", 3.0)
+    processes.worker("--customq", "default", "--concurrency", "20", "--horse-jobs", "100",
+                     "--async-per-horse", "20")
+    wait_for(lambda: all(q.fetch_job(j.id).status in ("finished", "stopped") for j in jobs),
+             timeout=30, what="every job ended")
+    time.sleep(1.0)                   # a second outcome, if any, would be recorded by now
+    statuses = []
+    for job in jobs:
+        job = q.fetch_job(job.id)
+        statuses.append(job.status)
+        assert job.attempts == 1
+        ends = [doc["event"] for _, doc in job_history(r, settings.prefix, q.name, job.id)
+                if doc["event"] in ("completed", "failed", "retry", "requeued")]
+        assert len(ends) == 1, ends
+        assert ends == (["completed"] if job.status == "finished" else ["failed"])
+        if job.status == "stopped":
+            assert job.failure_reason == FailureReason.STOPPED
+    assert "stopped" in statuses      # (the cancel did win some of the races)
+    done = _finished(q, [mate])[0]
+    assert done.attempts == 1
+
+
+def test_a_cancel_that_comes_before_the_task_began_stops_it_unstarted(tmp_path):
+    """The run request and its cancel reach the fork server together; the horse's loop is
+    held meanwhile (a mate's blocking call), so it reads both frames at once: the task is
+    stopped before it began. Driven through the worker's own fork server handle."""
+    from fusionworker.core.job import Job
+    from fusionworker.runtime.forkserver.client import ForkServer
+    from fusionworker.runtime.protocol import HorseReport
+
+    server = ForkServer(["tests"], [], warm={"horse_jobs": 100, "async_per_horse": 10})
+    starts = []
+    server.on_start = starts.append
+    exits = {}
+
+    def read():
+        got, died = server.exits()
+        assert not died
+        exits.update(got)
+
+    try:
+        hold = Job(id="hold", queue="q", func=f"{JOBS}:block", args=[1.0], kwargs={},
+                   timeout=30)
+        late = Job(id="late", queue="q", func=f"{JOBS}:stamp", args=[5.0], kwargs={},
+                   timeout=30)
+        server.submit([hold], [0])
+        wait_for(lambda: read() or starts, what="the first job's horse")
+        time.sleep(0.2)                        # its loop is held from now on, for 1 s
+        server.submit([late], [1])
+        assert server.cancel(1)
+        wait_for(lambda: read() or {0, 1} <= exits.keys(), timeout=30, what="both reports")
+        assert [s.pid for s in starts] == [starts[0].pid] * 2 and starts[1].shared
+        stopped = HorseReport.decode(exits[1].report)
+        assert stopped is not None and stopped.reason == FailureReason.STOPPED
+        assert "before it started" in stopped.error_message
+        held = HorseReport.decode(exits[0].report)
+        assert held is not None and held.ok and held.result == str(starts[0].pid)
+        assert exits[0].status == exits[1].status == 0
+    finally:
+        server.close()
+
+
+def _fork_server(worker_pid):
+    for child in psutil.Process(worker_pid).children():
+        if "fusionworker fork server" in " ".join(child.cmdline()):
+            return child
+    raise AssertionError("no fork server")
+
+
+def test_a_fork_server_dying_after_the_stop_was_asked(queue, processes, settings, r):
+    """Crash point: the worker asked for the cancel; the fork server (stopped, so it read
+    nothing) dies. Its horses die with it: the stopped job ends stopped, its mates are
+    given back (shared, as at any fork server's death) and run again."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 2.0) for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
+    horse = _pids(r, key)[0]
+    server = _fork_server(proc.pid)
+    os.kill(server.pid, signal.SIGSTOP)
+    q.stop(target.id)
+    wait_for(lambda: "cancelling its task" in processes.output(proc), what="the cancel asked")
+    os.kill(server.pid, signal.SIGKILL)
+    target = _stopped(q, target)
+    assert "fork server died" in target.error_message
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]
+    assert all(j.result[0] != horse for j in done)
+    assert _pids(r, key).count(horse) == 3 and len(_pids(r, key)) == 5   # target: once
+    assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in done] == ["1", "1"]
+
+
+def test_a_horse_dying_after_the_cancel_frame(queue, processes, settings, r):
+    """Crash point: the cancel reached the task, which kills its own horse. The stopped
+    job ends stopped; its mates died because of the stop: given back uncharged."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "die_on_cancel", settings.redis_url, key, 60)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0) for _ in range(2)]
+    processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
+    horse = _pids(r, key)[0]
+    q.stop(target.id)
+    target = _stopped(q, target)
+    assert "dying" in r.lrange(key, 0, -1)        # it died of the cancel, not of a kill
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]
+    assert all(j.result[0] != horse for j in done)
+    assert not _alive(horse)
+    assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in done] == [None, None]
+
+
+def test_a_stop_asked_before_the_fork_server_answered_is_a_cancel_once_it_does(
+        queue, processes, settings, r):
+    """The stop comes while the job's slot waits for the server's answer (the server is
+    stopped): the worker remembers it, and once the answer says an async horse runs the
+    job, it asks for the cancel instead of killing that horse."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 4.0) for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="the mates running in their horse")
+    horse = _pids(r, key)[0]
+    server = _fork_server(proc.pid)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
+        wait_for(lambda: target.get_status() == JobStatus.STARTED, what="claimed, not answered")
+        q.stop(target.id)
+        wait_for(lambda: f"stop of job {target.id} asked" in processes.output(proc),
+                 what="the stop heard")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    target = _stopped(q, target)
+    done = _finished(q, mates)
+    assert [j.attempts for j in done] == [1, 1]
+    assert {j.result[0] for j in done} == {horse}     # the horse was never killed
+    assert set(_pids(r, key)) == {horse}
+
+
+def test_sync_jobs_and_the_workers_own_horses_are_still_killed(queue, processes, settings, r):
+    """A sync job of a worker with async horses (a warm horse of its own), and a horse the
+    worker forked itself (no fork server: no async horse, no mates): a stop kills it."""
+    from fusionworker.core.job import Job
+    from fusionworker.runtime.slot import Slot
+
+    q = queue()
+    key = f"{settings.prefix}:pids"
+    proc = processes.worker("--customq", "default", *ASYNC)
+    job = q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, key, 60)
+    pid = int(wait_for(lambda: r.lindex(key, 0), what="the sync job's horse"))
+    q.stop(job.id)
+    _stopped(q, job)
+    assert "its horse was killed" in job.error_message and not _alive(pid)
+    assert f"stop of job {job.id} asked; killing its horse" in processes.output(proc)
+
+    own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                           start_new_session=True)
+    try:
+        slot = Slot(Job(id="own", queue="q", func="f", args=[], kwargs={}), own.pid)
+        slot.stop()
+        assert slot.cancel_at is None and slot.kill_at is not None
+        assert own.wait(10) == -signal.SIGTERM
+    finally:
+        if own.poll() is None:
+            own.kill()
+            own.wait()
