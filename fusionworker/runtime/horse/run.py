@@ -79,6 +79,8 @@ def result_too_large(limit: int, result: str | None) -> str | None:
 
 def _result_report(result: Any) -> HorseReport:
     """The report of a job that returned ``result``: its JSON, or why it cannot be sent."""
+    if result is None:      # what most jobs return (an SMS sent): no encoder to run
+        return HorseReport(ok=True, reason="ok", result="null")
     try:
         encoded = codec.dumps(result, where="the job's return value")
     except (TypeError, ValueError) as exc:   # codec.UnsupportedType is a TypeError
