@@ -46,6 +46,18 @@ def _finished(q, jobs, timeout=60):
     return [q.fetch_job(j.id) for j in jobs]
 
 
+def _three_in_one_horse(q, processes, settings, r, func, mate_seconds):
+    """A job of ``func`` and two mates of ``mate_seconds`` running in one async horse of
+    a worker started for them: (pids key, target, mates, worker process, the horse)."""
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, func, settings.redis_url, key, 60)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, mate_seconds)
+             for _ in range(2)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
+    return key, target, mates, proc, _pids(r, key)[0]
+
+
 def _alive(pid):
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -55,12 +67,8 @@ def _alive(pid):
 
 def test_a_stop_cancels_only_its_own_task_and_the_mates_run_on(queue, processes, settings, r):
     q = queue()
-    key = f"{settings.prefix}:async:pids"
-    target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
-    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 4.0) for _ in range(2)]
-    proc = processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
-    horse = _pids(r, key)[0]
+    key, target, mates, proc, horse = _three_in_one_horse(
+        q, processes, settings, r, "pushed_stamp", 4.0)
     t0 = time.monotonic()
     q.stop(target.id)
     target = _stopped(q, target)
@@ -78,12 +86,8 @@ def test_a_stop_cancels_only_its_own_task_and_the_mates_run_on(queue, processes,
 def test_a_task_that_swallows_the_cancel_gets_its_horse_killed_and_the_mates_go_back(
         queue, processes, settings, r):
     q = queue()
-    key = f"{settings.prefix}:async:pids"
-    target = _enqueue(q, "stubborn", settings.redis_url, key, 60)
-    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 6.0) for _ in range(2)]
-    proc = processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
-    horse = _pids(r, key)[0]
+    key, target, mates, proc, horse = _three_in_one_horse(
+        q, processes, settings, r, "stubborn", 6.0)
     t0 = time.monotonic()
     q.stop(target.id)
     wait_for(lambda: "cancelled" in r.lrange(key, 0, -1), what="the cancel reached the task")
@@ -199,12 +203,8 @@ def test_a_fork_server_dying_after_the_stop_was_asked(queue, processes, settings
     nothing) dies. Its horses die with it: the stopped job ends stopped, its mates are
     given back (shared, as at any fork server's death) and run again."""
     q = queue()
-    key = f"{settings.prefix}:async:pids"
-    target = _enqueue(q, "pushed_stamp", settings.redis_url, key, 60)
-    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 2.0) for _ in range(2)]
-    proc = processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
-    horse = _pids(r, key)[0]
+    key, target, mates, proc, horse = _three_in_one_horse(
+        q, processes, settings, r, "pushed_stamp", 2.0)
     server = _fork_server(proc.pid)
     os.kill(server.pid, signal.SIGSTOP)
     q.stop(target.id)
@@ -223,12 +223,8 @@ def test_a_horse_dying_after_the_cancel_frame(queue, processes, settings, r):
     """Crash point: the cancel reached the task, which kills its own horse. The stopped
     job ends stopped; its mates died because of the stop: given back uncharged."""
     q = queue()
-    key = f"{settings.prefix}:async:pids"
-    target = _enqueue(q, "die_on_cancel", settings.redis_url, key, 60)
-    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0) for _ in range(2)]
-    processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 3, what="the three jobs running in their horse")
-    horse = _pids(r, key)[0]
+    key, target, mates, proc, horse = _three_in_one_horse(
+        q, processes, settings, r, "die_on_cancel", 3.0)
     q.stop(target.id)
     target = _stopped(q, target)
     assert "dying" in r.lrange(key, 0, -1)        # it died of the cancel, not of a kill
