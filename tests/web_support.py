@@ -84,6 +84,21 @@ def chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def fresh_state(driver: Any, width: int = 1280, height: int = 900) -> None:
+    """Put a Chromium that served earlier tests back to how :func:`chromium` started it:
+    a blank page, no cookies, no storage of any origin, the window size, no emulated
+    media, no open window but one."""
+    for handle in driver.window_handles[1:]:
+        driver.switch_to.window(handle)
+        driver.close()
+    driver.switch_to.window(driver.window_handles[0])
+    driver.get("about:blank")
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": "*", "storageTypes": "all"})
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "", "features": []})
+    driver.set_window_size(width, height)
+
+
 def login(driver: Any, base: str, token: str) -> None:
     from selenium.webdriver.common.by import By
 
