@@ -49,3 +49,16 @@ def test_a_deleted_attribute_counts_as_replaced() -> None:
         assert guard.replaced(originals) == ["fusionworker.runtime.protocol.write_all"]
     finally:
         guard.protocol.write_all = write_all
+
+
+def test_a_job_that_rebinds_operator_is_does_not_blind_the_guard() -> None:
+    import operator
+
+    originals = guard.snapshot()
+    is_, dumps = operator.is_, codec.dumps
+    try:
+        operator.is_ = lambda a, b: True     # type: ignore[assignment]
+        codec.dumps = _EqualToAll()          # type: ignore[assignment]
+        assert guard.replaced(originals) == ["fusionworker.core.codec.dumps"]
+    finally:
+        operator.is_, codec.dumps = is_, dumps

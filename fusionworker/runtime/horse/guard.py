@@ -15,9 +15,9 @@ back (so its last report is written by them), fails that job with
 from __future__ import annotations
 
 import json
-import operator
 import os
 from itertools import repeat
+from operator import is_ as _is
 from typing import Any
 
 from ...core import codec
@@ -62,9 +62,10 @@ _NAMES = tuple(name for _, name, _ in _GUARDED)
 def replaced(originals: Snapshot) -> list[str]:
     """The names whose object is no longer the original (empty: all intact). The check
     after each job is identity only (``is``, never ``==``, which a replacement could
-    answer), made in C calls without a Python frame per name; the names are worked out
-    only when one changed."""
-    if all(map(operator.is_, map(getattr, _OWNERS, _NAMES, repeat(None)), originals)):
+    answer), made in C calls without a Python frame per name (``_is`` bound here: a job
+    that rebinds ``operator.is_`` does not reach it); the names are worked out only when
+    one changed."""
+    if all(map(_is, map(getattr, _OWNERS, _NAMES, repeat(None)), originals)):
         return []
     return [said for (owner, name, said), orig in zip(_GUARDED, originals)
             if getattr(owner, name, None) is not orig]
