@@ -332,9 +332,9 @@ def take_notices(buf: bytearray) -> list[Notice]:
 # -- a horse's report pipe ---------------------------------------------------------------
 
 
-
 #: a str as a JSON string literal, as ``json.dumps`` writes it (ASCII, escapes): one C call
 _quoted: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
 
 @dataclass(slots=True)
 class HorseReport:

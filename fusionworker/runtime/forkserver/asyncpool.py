@@ -55,7 +55,8 @@ from .modules import REMEMBER_MAX, remember
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
 
-#: the first byte of the body of an async job's frame (a body is a marshalled dict: "{")
+#: the first byte of the body of an async job's frame (a body is a marshalled dict: its
+#: first byte is "{", or 0xFB with marshal's reference flag, never "A")
 ASYNC = b"A"
 #: what an async horse writes when it takes no more jobs (a line of its own)
 LEAVING = b"-"

@@ -7,12 +7,13 @@ the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Serv
 reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
 reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
 of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's, and a
-cancel of one: asyncpool.py), the answers of the turn go out at once (outcomes before the next horse is
-forked), and horses are forked ahead for the next requests.
+cancel of one: asyncpool.py), the answers of the turn go out at once (outcomes before the
+next horse is forked), and horses are forked ahead for the next requests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
@@ -56,9 +57,8 @@ from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, res
 #: turn brought, e.g. the claims a worker with many slots sends at once).
 READY_MAX = 16
 
-#: Seconds the server, told to exit, waits for horses that reported and are still
-#: exiting (e.g. flushing their spans), reaping them and their leftovers; below the
-#: 2 s ForkServer.close() gives it.
+#: Seconds the server, told to exit, waits for horses that reported and are still exiting
+#: (flushing their spans), reaping them and their leftovers; below ForkServer.close()'s 2 s
 LAST_REAPS = 1.5
 
 #: How many times a job whose warm horse died before taking it is handed on, at most.
@@ -111,10 +111,8 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     set_pdeathsig()
     if os.getppid() != worker_pid:          # the worker died before PDEATHSIG was armed
         os._exit(0)
-    try:       # a group of its own: a stop signal to the worker's group leaves it running
-        os.setpgid(0, 0)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):   # a group of its own: the worker's stop signal
+        os.setpgid(0, 0)                 # to its group leaves it running
     # read-only here (it only reads): its horses inherit that mapping as their own view
     watchdog = LeaseWatchdog(DeadlineBoard.reading(board_fd)) if board_fd >= 0 else None
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
@@ -270,8 +268,11 @@ class Server(AsyncHorses):
     def take_requests(self) -> None:
         """Start every complete run request of the turn, in order with its cancels."""
         requests, partial = RunRequest.split(take_frames(self.inbox))
-        for request in requests:   # a cancel: the task of an async horse's job (asyncpool)
-            self.start(request) if isinstance(request, RunRequest) else self.cancel(request)
+        for request in requests:
+            if isinstance(request, RunRequest):
+                self.start(request)
+            else:                  # a cancel: the task of an async horse's job (asyncpool)
+                self.cancel(request)
         self.want = min(READY_MAX, max(self.want, len(requests)))
         if partial is not None:              # a request whose body is still on its way
             self.inbox[:0] = frame(partial)
@@ -507,8 +508,7 @@ class Server(AsyncHorses):
             self.tried.add(run.func)
             remember(self.resolved, run.func, self.allowed)
             gc.freeze()
-        # release the report (a 100 MB result) before forking the next horse: the
-        # server would otherwise keep that size for good
+        # release the report (a 100 MB result) before the next fork: else kept for good
         run.buf = bytearray()
 
     # -- reaping -------------------------------------------------------------------------
