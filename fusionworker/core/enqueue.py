@@ -358,16 +358,16 @@ def write_one(q: QueueParts, prepared: PreparedJob) -> Job[Any]:
     p = prepared
     # registration (fw:queues, which the reaper, info and health walk) happens inside
     # enqueue.lua, so it survives a data loss (FLUSHALL, a restart without persistence);
-    # on a Cluster the global set lives on another slot: SADD before every enqueue
-    # instead (a registered empty queue is harmless; an unregistered job would be lost)
+    # on a Cluster the set is on another slot: SADD first (an unregistered job is lost)
     cluster = is_cluster(q.connection)
     if cluster:
         q.connection.sadd(q.keys.queues, q.name)
-    placed = replies.enqueue(q.scripts.enqueue(
-        keys=[q.qkeys.base] if cluster else [q.qkeys.base, q.keys.queues],
-        args=[p.id, p.priority, p.mode, p.when, p.unique_key, q.settings.dedup_window,
-              *p.fields],
-    ))
+    # a stream: the script writes the "queued" event, never after a worker's "processing"
+    stream = q._script_events() or ([], ["", ""])    # none: the producer's sink does
+    keys = [q.qkeys.base] if cluster else [q.qkeys.base, q.keys.queues, *stream[0]]
+    placed = replies.enqueue(q.scripts.enqueue(keys=keys, args=[
+        p.id, p.priority, p.mode, p.when, p.unique_key, q.settings.dedup_window,
+        *stream[1][:2], *p.fields]))
     actual_id = placed.job_id
     # written: from here on nothing may raise
     job: Job[Any] | None = None
@@ -387,7 +387,7 @@ def write_one(q: QueueParts, prepared: PreparedJob) -> Job[Any]:
     if job.deduplicated:
         log.info("Skipped duplicate of job %s on %s (%s, status %s)",
                  actual_id, q.name, p.func, placed.status)
-    else:
+    elif not stream[0]:
         _emit_queued(q, job)
     return job
 

@@ -107,6 +107,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         self.qkeys: QueueKeys = self.keys.queue(name)
         self.scripts = scripts_for(connection)
         self._events = events
+        #: (the sink it was worked out for, ``_script_events()``'s answer)
+        self._script_stream: tuple[Any, tuple[list[str], list[Any]] | None] | None = None
         self._registered = False
         self._made_defaults: tuple[Any, ...] | None = None
         if self.settings.otel:   # FUSIONWORKER_OTEL=on
@@ -306,14 +308,23 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         self._events.emit(port.document(event, job, **fields))
 
     def _script_events(self) -> tuple[list[str], list[Any]] | None:
-        """Extra KEYS and ARGV of ``enqueue_many.lua`` for it to XADD the "queued"
-        events itself, or None (the producer emits them to the sink).
+        """Extra KEYS and ARGV of ``enqueue.lua`` and ``enqueue_many.lua`` for them to
+        XADD the "queued" events themselves, or None (the producer emits them to the
+        sink). Worked out once per sink.
 
         Only where the sink would write exactly that: the default (or a plain)
         :class:`~fusionworker.events.RedisStreamSink` (its ``script_stream()``)
         of this prefix on this Redis, which is never a Cluster (the stream is on
         another slot).
         """
+        cached = self._script_stream
+        if cached is not None and cached[0] is self._events:   # the same sink: the same answer
+            return cached[1]
+        answer = self._stream_of_sink()
+        self._script_stream = (self._events, answer)
+        return answer
+
+    def _stream_of_sink(self) -> tuple[list[str], list[Any]] | None:
         port = emitting.port()
         if self._events is False or port is None or is_cluster(self.connection):
             return None

@@ -176,32 +176,53 @@ def test_a_bulk_larger_than_the_event_buffer_drops_no_event(r, settings):
     sink.close()
 
 
-def test_the_script_writes_the_events_enqueue_emits(queue, r, settings):
-    """With the default sink (the Redis stream) the chunk's script XADDs the "queued"
-    events itself: the same documents the producer's sink writes for ``enqueue``."""
+def test_the_scripts_write_the_events_the_sink_writes(queue, r, settings):
+    """With the default sink (the Redis stream) ``enqueue.lua`` and each chunk of
+    ``enqueue_many.lua`` XADD the "queued" events themselves: the same documents, and
+    the same job histories, that the producer's sink writes (a sink of another class)."""
     from fusionworker.core.keys import Keys
-    from fusionworker.events import default_sink, flush_default_sinks
+    from fusionworker.core.queue import Queue
+    from fusionworker.events import RedisStreamSink, default_sink
     from fusionworker.events.schema import _iso_utc
 
+    class OwnSink(RedisStreamSink):  # not the plain stream sink: the producer emits
+        pass
+
+    own = OwnSink(r, settings.prefix)
+    via_sink = Queue("bulk", r, settings=settings, events=own)
     q = queue("bulk")
     specs = [(("tests.jobs:add", 1, 2), {"priority": -7, "group": "g"}),
-             (("tests.jobs:noop",), {"priority": 1000})]
-    ones = [q.enqueue(*a, **k) for a, k in specs]
-    assert flush_default_sinks(5.0)
+             (("tests.jobs:noop",), {"priority": 1000}),
+             (("tests.jobs:noop",), {"at_front": True})]
+    sunk = [via_sink.enqueue(*a, **k) for a, k in specs]
+    assert own.flush(5.0) and own.stats()["delivered"] == 3
+    own.close()
     sink = default_sink(settings, r)
     delivered = sink.stats()["delivered"]
-    jobs = q.enqueue_many([q.prepare(*a, **k) for a, k in specs]
-                          + [q.prepare_call("tests.jobs:noop", _when=("in", 60))])
+    ones = [q.enqueue(*a, **k) for a, k in specs]
+    jobs = q.enqueue_many([q.prepare(*a, **k) for a, k in specs])
+    later = [q.enqueue_in(60, "tests.jobs:noop"),
+             *q.enqueue_many([q.prepare_call("tests.jobs:noop", _when=("in", 60))])]
     assert sink.stats()["delivered"] == delivered and sink.stats()["buffered"] == 0
-    docs = {f["job_id"]: f for _, f in r.xrange(Keys(settings.prefix).events)}
-    assert len(docs) == 5
-    for one, bulk in zip(ones, jobs):
-        a, b = dict(docs[one.id]), dict(docs[bulk.id])
-        assert b.pop("@timestamp") == _iso_utc(bulk.enqueued_at)
-        a.pop("@timestamp")
-        assert b.pop("job_id") == bulk.id and a.pop("job_id") == one.id
-        assert a == b and b["event"] == "queued" and b["queue"] == "bulk"
-    assert docs[jobs[2].id]["event"] == "queued"
+    stream = r.xrange(Keys(settings.prefix).events)
+    docs = {f["job_id"]: (sid, f) for sid, f in stream}
+    assert len(docs) == len(stream) == 11
+    for made in zip(sunk, ones, jobs):
+        found = []
+        for job in made:
+            sid, doc = docs[job.id]
+            assert [json.loads(h) for h in r.lrange(q.qkeys.job_events(job.id), 0, -1)] \
+                == [[sid, doc]]
+            doc = dict(doc)
+            assert doc.pop("@timestamp") == _iso_utc(job.enqueued_at)
+            assert doc.pop("job_id") == job.id
+            found.append(doc)
+        assert found[0] == found[1] == found[2] and found[0]["event"] == "queued"
+        assert found[0]["queue"] == "bulk"
+    assert [docs[j.id][1]["event"] for j in later] == ["queued", "queued"]
+    assert 0 < r.ttl(q.qkeys.job_events(ones[0].id)) <= 30 * 86400
+    assert q.enqueue("tests.jobs:noop", job_id=ones[1].id).deduplicated   # no event
+    assert r.xlen(Keys(settings.prefix).events) == 11
 
 
 def test_the_scripts_timestamps_are_the_event_timestamps(r):
@@ -212,11 +233,11 @@ def test_the_scripts_timestamps_are_the_event_timestamps(r):
     from fusionworker.core.scripts import source
     from fusionworker.events.schema import _iso_utc
 
-    code = re.search(r"local function iso_utc\(.*?\nend\n", source("enqueue_many"), re.S)
+    code = re.search(r"\nfunction iso_utc\(.*?\nend\n", source("enqueue_many"), re.S)
     stamps = [(0, 0), (951782400, 0), (951868799, 999999), (946684799, 999000),
               (1709164800, 123456), (4107542399, 500), (4102444800, 1), (1700000000, 999)]
     stamps += [(1000000000 + 86400 * 37 * k + 3607 * k, 1000 * k) for k in range(300)]
-    got = r.eval(code.group(0) + "local out = {}\nfor i = 1, #ARGV, 2 do\n"
+    got = r.eval("local" + code.group(0) + "local out = {}\nfor i = 1, #ARGV, 2 do\n"
                  "  out[#out + 1] = iso_utc(tonumber(ARGV[i]), tonumber(ARGV[i + 1]))\nend\n"
                  "return out", 0, *[v for pair in stamps for v in pair])
     assert got == [_iso_utc(s + u / 1e6) for s, u in stamps]
@@ -232,6 +253,15 @@ def test_keys_of_the_wrong_type_refuse_the_chunk_before_any_write(queue, r, sett
             q.enqueue_many([q.prepare("tests.jobs:noop") for _ in range(3)])
         assert _written(r, q) == (1 if key.startswith(q.qkeys.base) else 0)
         r.delete(key)
+    events = Keys(settings.prefix).events   # enqueue.lua writes the stream too
+    r.set(events, "not a stream")
+    for when in (None, 60):
+        with pytest.raises(redis.ResponseError, match=f"WRONGTYPE {events} holds a string"):
+            if when is None:
+                q.enqueue("tests.jobs:noop")
+            else:
+                q.enqueue_in(when, "tests.jobs:noop", group="g")
+        assert _written(r, q) == 0 and r.get(events) == "not a stream"
 
 
 def test_one_wake_up_per_chunk(queue, r):

@@ -17,8 +17,8 @@ ERROR = ["error_type", "ValueError", "error_message", "bad", "traceback", "Trace
 
 
 def _enqueue(q, job_id):
-    q.scripts.enqueue(keys=[q.qkeys.base, q.keys.queues], args=[job_id, 0, "now", 0, "", 0,
-                                                                 *FIELDS])
+    q.scripts.enqueue(keys=[q.qkeys.base, q.keys.queues],
+                      args=[job_id, 0, "now", 0, "", 0, "", "", *FIELDS])
 
 
 def _claim(q, token):

@@ -17,7 +17,7 @@ FIELDS = ["func", "tests.jobs:noop", "args", "[]", "kwargs", "{}", "queue", "lea
 
 def _enqueue(q, job_id, mode="now", when=0):
     return q.scripts.enqueue(keys=[q.qkeys.base, q.keys.queues],
-                             args=[job_id, 0, mode, when, "", 0, *FIELDS])
+                             args=[job_id, 0, mode, when, "", 0, "", "", *FIELDS])
 
 
 def _claim(q, token="tok", count=None):

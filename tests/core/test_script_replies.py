@@ -25,7 +25,7 @@ def test_enqueue_and_claim_single_and_count_forms(queue, r):
     assert _claim(q).kind == "empty" and _claim(q).next_due is None
     a = q.enqueue("tests.jobs:noop", job_id="a", priority=5)
     dup = replies.enqueue(q.scripts.enqueue(
-        keys=[q.qkeys.base, q.keys.queues], args=["a", 0, "now", 0, "", 30, "func", "x"]))
+        keys=[q.qkeys.base, q.keys.queues], args=["a", 0, "now", 0, "", 30, "", "", "func", "x"]))
     assert dup == replies.Enqueued("duplicate", "a", JobStatus.QUEUED) and dup.duplicate
     q.enqueue("tests.jobs:noop", job_id="b")
     q.enqueue("tests.jobs:noop", job_id="c")

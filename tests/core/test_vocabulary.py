@@ -82,7 +82,7 @@ NOT_VOCABULARY = {
     ("cancel.lua", "canceled"): 1, ("cron_tick.lua", "queued"): 2,
     ("dep_done.lua", "canceled"): 1, ("dep_done.lua", "queued"): 1,
     ("enqueue.lua", "scheduled"): 2, ("enqueue.lua", "queued"): 2,
-    ("enqueue_many.lua", "deferred"): 1, ("enqueue_many.lua", "queued"): 1,
+    ("enqueue_many.lua", "deferred"): 1, ("_lib.lua", "queued"): 1,
     ("hold.lua", "held"): 2, ("requeue.lua", "failed"): 1,
     ("claim.lua", "refused"): 5, ("cancel.lua", "refused"): 1, ("hold.lua", "refused"): 1,
     ("release.lua", "refused"): 1, ("reprioritize.lua", "refused"): 1,

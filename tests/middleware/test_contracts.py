@@ -86,13 +86,17 @@ def test_describe_that_raises_does_not_end_the_worker(burst, queue, r, settings)
 
 def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
         r, settings, prefix, cli):  # noqa: F811 - the fixture
-    """The producer's buffered sink delivers ``queued`` after the worker's ``completed``."""
+    """The producer's buffered sink delivers ``queued`` after the worker's ``completed``
+    (a sink of its own class: the plain stream sink's "queued" is the script's, below)."""
     import json
 
     from fusionworker.core.queue import Queue
     from fusionworker.events import RedisStreamSink, last_events
 
-    producer_sink = RedisStreamSink(r, prefix, flush_interval=3600)   # holds its events
+    class Buffered(RedisStreamSink):
+        pass
+
+    producer_sink = Buffered(r, prefix, flush_interval=3600)   # holds its events
     q = Queue("default", r, settings=settings, events=producer_sink)
     job = q.enqueue("tests.jobs:noop")
     time.sleep(0.005)                      # the worker's events happen later
@@ -110,6 +114,28 @@ def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
         "queued", "processing", "completed"]
     out = cli("events", "--job", job.id, "--json").output.splitlines()
     assert [json.loads(line)["event"] for line in out] == ["queued", "processing", "completed"]
+
+
+def test_the_queued_event_is_in_the_stream_before_the_job_can_start(r, settings, prefix):
+    """With the plain stream sink, ``enqueue.lua`` XADDs "queued" with the job: it is in
+    the stream though the producer's sink never flushed, ahead of the worker's events."""
+    from fusionworker.core.queue import Queue
+    from fusionworker.events import RedisStreamSink
+
+    producer_sink = RedisStreamSink(r, prefix, flush_interval=3600)   # would hold its events
+    q = Queue("default", r, settings=settings, events=producer_sink)
+    job = q.enqueue("tests.jobs:noop")
+    assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == ["queued"]
+    assert producer_sink.stats()["buffered"] == 0
+    worker_sink = RedisStreamSink(r, prefix, flush_interval=0.01)
+    w = Worker("default", r, settings=settings, burst=True,
+               defaults=False, middleware=[EventsMiddleware(worker_sink)])
+    assert w.work() == 0
+    assert worker_sink.flush()
+    worker_sink.close()
+    producer_sink.close()
+    assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == [
+        "queued", "processing", "completed"]
 
 
 def test_admin_state_changes_are_events(r, settings):

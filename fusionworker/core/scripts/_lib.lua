@@ -248,3 +248,38 @@ function live_status(base, jid, t, window)
   end
   return nil
 end
+
+-- "2024-05-01T12:00:00.123Z" of the server clock: events.make_event's @timestamp
+-- (UTC, milliseconds truncated), by the days-to-civil-date algorithm
+function iso_utc(secs, usecs)
+  local days = math.floor(secs / 86400)
+  local rest = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
+end
+
+-- The "queued" event of a new job, as the producer's sink would write it: XADDed to the
+-- event stream (approximate MAXLEN) and RPUSHed to the job's own history as history.lua
+-- writes it ({stream id, document} in JSON; a new history lives 30 days, the sink's
+-- HISTORY_TTL). `stamp` is iso_utc of the enqueue time (events.make_event's @timestamp).
+function queued_event(base, stream, maxlen, stamp, jid, qname, func, prio, host)
+  local ev = {'@timestamp', stamp, 'event', 'queued', 'job_id', jid, 'queue', qname,
+    'function', func, 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
+  local doc = {}
+  for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
+  local hist = base .. K.job_events .. jid
+  if redis.call('RPUSH', hist, cjson.encode({id, doc})) == 1 then
+    redis.call('EXPIRE', hist, 30 * 86400)
+  end
+end

@@ -3,7 +3,12 @@
 -- KEYS[1] base ; KEYS[2] (optional) the queue registry SET fw:queues: registered here,
 --   with the job, so a queue emptied by a data loss is registered again by its next job.
 --   A Redis Cluster passes no KEYS[2] (another slot): the producer SADDs before the script.
--- ARGV: job_id, priority, mode (now|in|at), when, unique_key, dedup_window, field, value, ...
+-- KEYS[3] (optional, with KEYS[2]) the event stream <prefix>:events: the new job's
+--   "queued" event is XADDed to it and to the job's history in this same step, as
+--   enqueue_many.lua does (Queue passes it on a single Redis when its events go to that
+--   stream; without it the producer emits the event to its sink).
+-- ARGV: job_id, priority, mode (now|in|at), when, unique_key, dedup_window, the stream's
+--   approximate MAXLEN and the events' host name ('' without KEYS[3]), field, value, ...
 -- Returns {placement, job_id, status}: placement is queued | scheduled | duplicate;
 -- a new job's answer goes on with {seq, enqueued_at[, scheduled_for]}, so the producer
 -- builds its Job from what it sent and needs no read back.
@@ -16,12 +21,19 @@
 local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
-local t = now()
+local clock = redis.call('TIME')
+local t = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local stream = KEYS[3]
 local jkey = base .. K.job .. jid
 local jtype = key_type(jkey)
 if jtype ~= 'none' and jtype ~= 'hash' then
   return redis.error_reply('WRONGTYPE ' .. jkey .. ' holds a ' .. jtype ..
     ', not a hash: refused before any write')
+end
+local stype = stream and key_type(stream) or 'none'
+if stype ~= 'none' and stype ~= 'stream' then
+  return redis.error_reply('WRONGTYPE ' .. stream .. ' holds a ' .. stype ..
+    ', not a stream: refused before any write')
 end
 if jtype == 'hash' then
   local st = live_status(base, jid, t, window)
@@ -42,9 +54,18 @@ if mode ~= 'now' then
   if at <= t then at = nil end
 end
 local group, front   -- front: at_front, placed by push_pending (_lib.lua)
-for i = 7, #ARGV - 1, 2 do
-  if ARGV[i] == F.group and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
-  if ARGV[i] == F.at_front then front = true end
+local qname, func    -- the event's
+for i = 9, #ARGV - 1, 2 do
+  local name = ARGV[i]
+  if name == F.group and ARGV[i + 1] ~= '' then group = ARGV[i + 1] end
+  if name == F.at_front then front = true end
+  if name == F.queue then qname = ARGV[i + 1] elseif name == F.func then func = ARGV[i + 1] end
+end
+local function event()   -- the new job's "queued" event (nothing when no stream is given)
+  if stream then
+    queued_event(base, stream, ARGV[7], iso_utc(tonumber(clock[1]), tonumber(clock[2])), jid,
+      qname, func, prio, ARGV[8])
+  end
 end
 
 if jtype == 'none' and not group and not front then
@@ -64,7 +85,7 @@ if jtype == 'none' and not group and not front then
   local placed = redis.pcall('ZADD', base .. (at and K.scheduled or K.pending),
     at and fmt_time(at) or fmt_int(prio * SEQ_LIMIT - seq), jid)
   if type(placed) == 'table' then return undo(placed.err, added) end
-  local rec = {unpack(ARGV, 7)}   -- the caller's fields, then ours (the later one wins)
+  local rec = {unpack(ARGV, 9)}   -- the caller's fields, then ours (the later one wins)
   for _, v in ipairs({F.id, jid, F.seq, seq, F.priority, prio, F.attempts, 0,
                       F.enqueued_at, fmt_time(t), F.status, at and S.scheduled or S.queued}) do
     rec[#rec + 1] = v
@@ -77,6 +98,7 @@ if jtype == 'none' and not group and not front then
   if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   -- a scheduled job wakes too: an idle worker learns when it is due (claim.py, quiet)
   redis.call('PUBLISH', base .. K.wake, jid)
+  event()
   if at then return {'scheduled', jid, S.scheduled, fmt_int(seq), fmt_time(t), fmt_time(at)} end
   return {'queued', jid, S.queued, fmt_int(seq), fmt_time(t)}
 end
@@ -94,7 +116,7 @@ if jtype == 'hash' then
   redis.call('DEL', jkey)
 end
 
-local ok, err = new_job(base, jid, prio, t, ARGV, 7)
+local ok, err = new_job(base, jid, prio, t, ARGV, 9)
 if not ok then return redis.error_reply(err) end
 local seq = redis.call('HGET', jkey, F.seq)
 if KEYS[2] then redis.call('SADD', KEYS[2], string.match(base, '{(.*)}:$')) end
@@ -104,7 +126,9 @@ if at then
   redis.call('HSET', jkey, F.status, S.scheduled, F.scheduled_for, fmt_time(at))
   redis.call('ZADD', base .. K.scheduled, fmt_time(at), jid)
   redis.call('PUBLISH', base .. K.wake, jid)   -- an idle worker learns when it is due
+  event()
   return {'scheduled', jid, S.scheduled, seq, fmt_time(t), fmt_time(at)}
 end
 make_ready(base, jid)
+event()
 return {'queued', jid, S.queued, seq, fmt_time(t)}

@@ -51,24 +51,6 @@ if seq0 + n >= SEQ_LIMIT then
   return redis.error_reply('queue sequence exhausted (2^42 enqueues)')
 end
 
--- "2024-05-01T12:00:00.123Z" of the server clock: events.make_event's @timestamp
--- (UTC, milliseconds truncated), by the days-to-civil-date algorithm
-local function iso_utc(secs, usecs)
-  local days = math.floor(secs / 86400)
-  local rest = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
-  local month = mp < 10 and mp + 3 or mp - 9
-  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
-    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
-end
 local event_time, maxlen, host, qname
 if stream then
   event_time = iso_utc(tonumber(clock[1]), tonumber(clock[2]))
@@ -156,14 +138,7 @@ for i = 1, n do
     out[#out + 1] = status; out[#out + 1] = jid; out[#out + 1] = status
     out[#out + 1] = fmt_int(seq); out[#out + 1] = sched
     if stream then
-      local ev = {'@timestamp', event_time, 'event', 'queued', 'job_id', jid, 'queue', qname,
-        'function', fields[4], 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
-      local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
-      local doc = {}   -- and the job's own history, as history.lua writes it
-      for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
-      if redis.call('RPUSH', base .. K.job_events .. jid, cjson.encode({id, doc})) == 1 then
-        redis.call('EXPIRE', base .. K.job_events .. jid, 30 * 86400)  -- sinks.HISTORY_TTL
-      end
+      queued_event(base, stream, maxlen, event_time, jid, qname, fields[4], prio, host)
     end
   end
 end
