@@ -136,6 +136,20 @@ class Run:
 
     def command(self, system: str) -> tuple[list[str], dict[str, str], int]:
         """argv, extra env, and the least number of processes in the ready tree."""
+        argv, env, least = self._command(system)
+        n = self.args.worker_processes
+        if n > 1 and system in ("fw-c", "fw-w", "fw-wi", "fw-a", "fw-a1"):
+            # --worker-processes P: P worker processes under the supervisor, C / P each
+            at = argv.index("--concurrency") + 1
+            argv[at] = str(max(1, self.args.concurrency // n))
+            return argv + ["--processes", str(n)], env, 1 + 2 * n
+        if n > 1 and system == "dramatiq":
+            at = argv.index("-p") + 1
+            argv[at] = str(n)
+            return argv, env, 1 + n
+        return argv, env, least
+
+    def _command(self, system: str) -> tuple[list[str], dict[str, str], int]:
         a, py = self.args, sys.executable
         if system == "fw-c":
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
@@ -321,7 +335,7 @@ LABEL = {"fw-c": "fusionworker --concurrency {c}",
          "fw-a1": "fusionworker async -c {c} --horse-jobs {h} (K=1)",
          "fw-p": "fusionworker --processes {p} x{pc}",
          "rq": "RQ worker-pool -n {rq}", "celery": "Celery prefork -c {c}",
-         "dramatiq": "Dramatiq 1 proc x {d} threads", "arq": "arq max_jobs={c}"}
+         "dramatiq": "Dramatiq {wp} proc x {d} threads", "arq": "arq max_jobs={c}"}
 
 
 def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -333,7 +347,12 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         label = LABEL[res["system"]].format(c=args.concurrency, p=args.fw_processes,
                                             h=args.horse_jobs, k=args.async_per_horse,
                                             pc=args.fw_concurrency, rq=args.rq_workers,
-                                            d=args.dramatiq_threads or args.concurrency)
+                                            d=args.dramatiq_threads or args.concurrency,
+                                            wp=args.worker_processes)
+        if args.worker_processes > 1 and res["system"] in ("fw-c", "fw-w", "fw-wi", "fw-a",
+                                                           "fw-a1"):
+            n = args.worker_processes
+            label += f" (--processes {n}, -c {max(1, args.concurrency // n)} each)"
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
                      f"{res['from_enqueue_jobs_per_s']:.0f}", f"{res['first_wave_ms']:.0f}",
                      f"{res['wave_gap_ms']:.1f}", f"{res['start_p50_ms']:.0f}", f"{res['start_p99_ms']:.0f}",
@@ -392,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-per-horse", type=int, default=100,
                    help="fw-a: async def jobs one warm horse runs at once")
     p.add_argument("--rq-workers", type=int, default=100)
+    p.add_argument("--worker-processes", type=int, default=1,
+                   help="fw-c/fw-w/fw-wi/fw-a/fw-a1 as P worker processes (--processes P, "
+                        "--concurrency C/P each) and Dramatiq as P processes (-p P): "
+                        "e.g. one per core")
     p.add_argument("--dramatiq-threads", type=int, default=0,
                    help="Dramatiq's threads (default: --concurrency); at --concurrency 1000 "
                         "its best here is 100")
