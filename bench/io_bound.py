@@ -23,6 +23,9 @@ holds keys of its own it did not write, unless --force-flush):
 * ``rq``: ``rq worker-pool -n 100`` (``--rq-workers``);
 * ``celery``: Celery prefork ``-c 100``, Redis broker;
 * ``dramatiq``: Dramatiq, 1 process x 100 threads;
+* ``--worker-processes P`` (default 1): ``fw-c``/``fw-w``/``fw-wi``/``fw-a``/``fw-a1``
+  as P worker processes under one supervisor (``--processes P``, ``--concurrency C/P``
+  each) and Dramatiq as P processes (``-p P``): one per core, as an operator would;
 * ``arq``: arq with ``max_jobs=100``, run from its own virtualenv: arq pins
   ``redis<6``, which the rest of the bench environment must not get. Without
   ``--arq-python`` (or ``BENCH_ARQ_PYTHON``) the bench makes that virtualenv
