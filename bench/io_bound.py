@@ -38,7 +38,10 @@ burst is the worker's first work, e.g. ``--systems fw-w,fw-wi --cold`` for warm
 horses whose module was or was not named with ``--import``); once the number of its
 processes stopped changing for a second (a pool forked after the warm-up job, or at
 start), the jobs are enqueued as fast as the system's client goes, each carrying ``time.time()`` taken just
-before its enqueue call. Figures, from the lines the jobs append to a file:
+before its enqueue call. ``--backlog``: every job is enqueued first, then the worker
+is started (no warm-up): its own pace draining a backlog, the producer off the clock
+(a worker that keeps pace with its producer is measured at the producer's pace
+otherwise). Figures, from the lines the jobs append to a file:
 
 * jobs/s = jobs / (last end - first start); it can never pass the ceiling
   ``concurrency / seconds`` (1,000 by default): the jobs run in waves;
@@ -241,37 +244,23 @@ class Run:
         self.runs += 1
         tag = f"{system}.{self.runs}"
         argv, extra, least = self.command(system)
+        path = str(self.workdir / f"{tag}.lines")
+        enqueue_s = 0.0
+        if self.args.backlog:      # every job waits before the worker starts
+            t0 = time.time()
+            self.enqueue(system, path, self.args.jobs)
+            enqueue_s = time.time() - t0
         log = open(self.workdir / f"{tag}.log", "w")  # noqa: SIM115
         proc = subprocess.Popen(argv, env={**self.env, **extra}, cwd=str(ROOT), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            warm = str(self.workdir / f"{tag}.warm")
-            if self.args.cold:         # no job before the burst: ready once its processes are
-                Path(warm).touch()     # there and their number settled (a pool forked at start)
+            if self.args.backlog:
+                idle_pss, nprocs = 0, 0
+                sampler = Sampler(proc.pid)
+                sampler.start()
             else:
-                self.enqueue(system, warm, 1)
-            deadline = time.monotonic() + self.args.start_timeout
-            while True:
-                ready = os.path.exists(warm) and tree_pss_kib(proc.pid)[1] >= least
-                if ready or time.monotonic() > deadline or proc.poll() is not None:
-                    break
-                time.sleep(0.2)
-            if not ready:
-                raise RuntimeError(f"{system} did not start (see {log.name})")
-            time.sleep(2.0)                  # let the start-up settle
-            settle = time.monotonic() + 60
-            while time.monotonic() < settle:     # e.g. a pool forked after the warm-up job
-                before = tree_pss_kib(proc.pid)[1]
-                time.sleep(1.0)
-                if tree_pss_kib(proc.pid)[1] == before:
-                    break
-            idle_pss, nprocs = tree_pss_kib(proc.pid)
-            sampler = Sampler(proc.pid)
-            sampler.start()
-            path = str(self.workdir / f"{tag}.lines")
-            t0 = time.time()
-            self.enqueue(system, path, self.args.jobs)
-            enqueue_s = time.time() - t0
+                idle_pss, nprocs, sampler, enqueue_s = self._warm_then_enqueue(
+                    system, tag, proc, least, log.name, path)
             deadline = time.monotonic() + self.args.run_timeout
             lines: list[str] = []
             while time.monotonic() < deadline:
@@ -290,6 +279,42 @@ class Run:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
             log.close()
+        return self._figures(system, argv, lines, enqueue_s, idle_pss, nprocs, peak_pss,
+                             peak_procs)
+
+    def _warm_then_enqueue(self, system: str, tag: str, proc: subprocess.Popen[bytes],
+                           least: int, log: str, path: str) -> tuple[int, int, Sampler, float]:
+        """Warm the worker (or, ``--cold``, wait for its processes), then enqueue the
+        jobs: (idle PSS, processes, the running PSS sampler, enqueue seconds)."""
+        warm = str(self.workdir / f"{tag}.warm")
+        if self.args.cold:         # no job before the burst: ready once its processes are
+            Path(warm).touch()     # there and their number settled (a pool forked at start)
+        else:
+            self.enqueue(system, warm, 1)
+        deadline = time.monotonic() + self.args.start_timeout
+        while True:
+            ready = os.path.exists(warm) and tree_pss_kib(proc.pid)[1] >= least
+            if ready or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        if not ready:
+            raise RuntimeError(f"{system} did not start (see {log})")
+        time.sleep(2.0)                  # let the start-up settle
+        settle = time.monotonic() + 60
+        while time.monotonic() < settle:     # e.g. a pool forked after the warm-up job
+            before = tree_pss_kib(proc.pid)[1]
+            time.sleep(1.0)
+            if tree_pss_kib(proc.pid)[1] == before:
+                break
+        idle_pss, nprocs = tree_pss_kib(proc.pid)
+        sampler = Sampler(proc.pid)
+        sampler.start()
+        t0 = time.time()
+        self.enqueue(system, path, self.args.jobs)
+        return idle_pss, nprocs, sampler, time.time() - t0
+
+    def _figures(self, system: str, argv: list[str], lines: list[str], enqueue_s: float,
+                 idle_pss: int, nprocs: int, peak_pss: int, peak_procs: int) -> dict[str, Any]:
         rows = [tuple(map(float, line.split())) for line in lines if line.count(" ") == 2]
         done = len(rows)
         first, last = min(s for _, s, _ in rows), max(e for _, _, e in rows)
@@ -414,6 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--async-per-horse", type=int, default=100,
                    help="fw-a: async def jobs one warm horse runs at once")
     p.add_argument("--rq-workers", type=int, default=100)
+    p.add_argument("--backlog", action="store_true",
+                   help="enqueue every job before the worker starts (no warm-up): the "
+                        "worker's own pace draining a backlog, its producer off the clock "
+                        "(jobs/s counts from the first start; 'from enqueue' includes the "
+                        "enqueue and the start-up)")
     p.add_argument("--worker-processes", type=int, default=1,
                    help="fw-c/fw-w/fw-wi/fw-a/fw-a1 as P worker processes (--processes P, "
                         "--concurrency C/P each) and Dramatiq as P processes (-p P): "

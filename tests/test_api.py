@@ -135,15 +135,17 @@ def test_elasticsearch_url_without_the_client_does_not_fail_enqueue(settings, r)
         "import sys; sys.modules['elasticsearch'] = None\n"
         "from fusionworker import Queue\n"
         "job = Queue('es').enqueue('tests.jobs:noop', job_id='only-once')\n"
-        "print(job.id)\n"
+        "q = Queue('es')\n"
+        "many = q.enqueue_many([q.prepare('tests.jobs:noop') for _ in range(3)])\n"
+        "print(job.id, len(many))\n"
     )
     env = worker_env(settings, ELASTICSEARCH_URL="http://127.0.0.1:9")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60, cwd=str(ROOT))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "only-once"
+    assert proc.stdout.strip() == "only-once 3"
     assert "elasticsearch client is not installed" in proc.stderr
-    assert Queue("es", r, settings=settings).count == 1
+    assert Queue("es", r, settings=settings).count == 4
 
 
 def test_validation_happens_before_the_write(r, settings, prefix):

@@ -320,7 +320,10 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         cached = self._script_stream
         if cached is not None and cached[0] is self._events:   # the same sink: the same answer
             return cached[1]
-        answer = self._stream_of_sink()
+        try:
+            answer = self._stream_of_sink()
+        except Exception:  # noqa: BLE001 - no sink (e.g. its client is missing): the job
+            return None    # is written all the same, and emitting its event logs why
         self._script_stream = (self._events, answer)
         return answer
 
