@@ -24,6 +24,15 @@ process (``Worker(q, settings=..., burst=True).work()``) and reads, around
 * a second table: the system (kernel) time of parent, fork server and horses, and
   the minor page faults (copy-on-write, mostly) of a horse (the server's cminflt).
 
+``--steady`` measures each fusionworker tree the way Dramatiq is measured: a running
+worker (the CLI, ``--sleep`` or ``--async-per-horse`` jobs), warmed with one job, its
+pool settled, then the CPU (user + system) of its whole tree (parent, fork server,
+live horses and the horses the fork server reaped) over the jobs sent one by one:
+the fork server's start, the pool's first forks and the shutdown fall outside the
+window, as Dramatiq's start does. Without it, the window is ``work()`` of a burst
+worker, start-up and teardown included (over 3,000 jobs at ``--concurrency 100`` that
+is 100 forks and 100 exits: a horse runs 30 jobs, not ``--horse-jobs``).
+
 With ``--tree``, the runs alternate between this tree and each other tree
 (A B A B ...), so drift of a loaded machine hits every tree alike; medians are
 printed. ``/proc`` figures are in clock ticks (10 ms): over 1,000 jobs that is
@@ -54,10 +63,12 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -263,6 +274,116 @@ def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:
             "horse_faults": nan}
 
 
+def _run_time(pid: int) -> float:
+    """CPU seconds of the live threads of ``pid``, to the nanosecond (``schedstat``):
+    ``/proc/<pid>/stat`` rounds each process down to a clock tick (10 ms), which over a
+    hundred horses that each ran a few ms loses most of it."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/schedstat", encoding="ascii") as fh:
+            total += int(fh.read().split()[0])
+    return total / 1e9
+
+
+def _tree_split(pid: int) -> tuple[float, float, float]:
+    """CPU seconds of a running worker's tree: its parent, its fork server, and its
+    horses (the live ones to the nanosecond, and those the fork server reaped)."""
+    import psutil
+
+    parent = server = horses = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return parent, server, horses
+    for proc in procs:
+        try:
+            own = _run_time(proc.pid)
+            if proc.pid == pid:
+                parent += own
+            elif proc.ppid() == pid:      # the fork server: its reaped horses are horses
+                times = proc.cpu_times()
+                server += own
+                horses += times.children_user + times.children_system
+            else:
+                horses += own
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            continue
+    return parent, server, horses
+
+
+def steady_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of a running worker (``--steady``), measured as Dramatiq's is: started
+    and warmed with one job, its pool settled, then the CPU of its whole tree while it
+    runs ``--jobs`` jobs sent one by one (start-up, the pool's first forks and the
+    shutdown are outside the window, as Dramatiq's threads' start is)."""
+    import psutil
+    import redis
+
+    if str(ROOT) not in sys.path:      # the producer is this tree's (the worker: ``tree``'s)
+        sys.path.insert(0, str(ROOT))
+    from fusionworker.core.config import load_settings
+    from fusionworker.core.queue import Queue
+
+    prefix = f"fwcpus{uuid.uuid4().hex[:8]}"
+    lines = Path(tempfile.mkdtemp(prefix="fwcpu")) / "lines"
+    env = {**os.environ, "PYTHONPATH": str(tree), "FUSIONWORKER_PREFIX": prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "bench", "FUSIONWORKER_LOG_LEVEL": "WARNING"}
+    argv = [sys.executable, "-m", "fusionworker", "--redis-url", REDIS_URL, "worker", "cpu",
+            "--concurrency", str(args.concurrency), "--horse-jobs", str(args.horse_jobs)]
+    func = "bench.io_jobs:io_sleep"
+    if args.async_per_horse:
+        argv += ["--async-per-horse", str(args.async_per_horse)]
+        func = "bench.io_jobs:io_sleep_aio"
+    r = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    q = Queue("cpu", r, settings=load_settings(environ={}, redis_url=REDIS_URL, prefix=prefix,
+                                              allowed_modules=("bench",)), events=False)
+
+    def ran(n: int, limit: float) -> None:
+        give_up = time.monotonic() + limit
+        while not lines.exists() or lines.read_text().count("\n") < n:
+            if time.monotonic() > give_up or proc.poll() is not None:
+                raise SystemExit(f"the worker did not run its jobs (exit {proc.poll()})")
+            time.sleep(0.01)
+
+    proc = subprocess.Popen(argv, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        q.enqueue_call(func, args=[str(lines), time.time(), args.sleep])
+        ran(1, 120)
+        count = -1
+        while count != len(psutil.Process(proc.pid).children(recursive=True)):
+            count = len(psutil.Process(proc.pid).children(recursive=True))
+            time.sleep(1.0)       # the pool forked after the warm-up job has settled
+        redis0, cpu0, wall0 = _redis_cpu(r), _tree_split(proc.pid), time.perf_counter()
+        for _ in range(args.jobs):
+            q.enqueue_call(func, args=[str(lines), time.time(), args.sleep])
+        ran(1 + args.jobs, 600)
+        wall = time.perf_counter() - wall0
+        cpu1, redis_cpu = _tree_split(proc.pid), _redis_cpu(r) - redis0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            r.delete(*keys[i:i + 500])
+        shutil.rmtree(lines.parent, ignore_errors=True)
+    n = args.jobs
+    parent, server, horses = (b - a for a, b in zip(cpu0, cpu1))
+    nan = float("nan")
+    return {"jobs": n, "failed": 0, "parent_ms": parent * 1000 / n,
+            "server_ms": server * 1000 / n, "horses_ms": horses * 1000 / n,
+            "children_ms": (server + horses) * 1000 / n,
+            "total_ms": (parent + server + horses) * 1000 / n,
+            "redis_ms": redis_cpu * 1000 / n, "jobs_per_s": n / wall,
+            "parent_sys_ms": nan, "server_sys_ms": nan, "horses_sys_ms": nan,
+            "horse_faults": nan}
+
+
 def run_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child",
            "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
@@ -296,6 +417,10 @@ def main() -> int:
                         help="another checkout to measure alternately (repeatable)")
     parser.add_argument("--dramatiq", action="store_true",
                         help="also Dramatiq's worker, 1 process x --concurrency threads")
+    parser.add_argument("--steady", action="store_true",
+                        help="measure each fusionworker tree as Dramatiq is: a running "
+                             "worker, warmed, its pool settled, the CPU of its whole tree "
+                             "over the jobs only (needs --sleep or --async-per-horse)")
     parser.add_argument("--json", help="write every run's figures here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -310,6 +435,7 @@ def main() -> int:
         order = trees if i % 2 == 0 else trees[::-1]
         for tree in order:
             fig = (dramatiq_once(args) if tree == DRAMATIQ
+                   else steady_once(Path(tree), args) if args.steady
                    else run_once(Path(tree), args))
             results[str(tree)].append(fig)
             print(f"run {i + 1} {tree}: " + " ".join(f"{k}={fig[k]:.3f}" for k in FIGURES),
