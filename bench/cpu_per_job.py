@@ -216,6 +216,16 @@ def _tree_cpu(pid: int) -> float:
     return total
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the worker's process group, SIGKILL 20 s later."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
 def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:
     """One Dramatiq run (module docstring): its worker's CPU per job and jobs/s."""
     import dramatiq
@@ -256,12 +266,7 @@ def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - wall0
         cpu, redis_cpu = _tree_cpu(proc.pid) - cpu0, _redis_cpu(r) - redis0
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        _stop(proc)
         keys = list(r.scan_iter(match=f"{ns}:*", count=1000))
         if keys:
             r.delete(*keys)
@@ -362,12 +367,7 @@ def steady_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - wall0
         cpu1, redis_cpu = _tree_split(proc.pid), _redis_cpu(r) - redis0
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        _stop(proc)
         keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
         for i in range(0, len(keys), 500):
             r.delete(*keys[i:i + 500])

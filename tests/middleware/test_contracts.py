@@ -84,6 +84,18 @@ def test_describe_that_raises_does_not_end_the_worker(burst, queue, r, settings)
     assert r.hget(w.key, "last_heartbeat")
 
 
+def _burst_with_events(r, settings, prefix) -> None:
+    """A burst worker on "default" whose events go to the stream, delivered when it ends."""
+    from fusionworker.events import RedisStreamSink
+
+    worker_sink = RedisStreamSink(r, prefix, flush_interval=0.01)
+    w = Worker("default", r, settings=settings, burst=True,
+               defaults=False, middleware=[EventsMiddleware(worker_sink)])
+    assert w.work() == 0
+    assert worker_sink.flush()
+    worker_sink.close()
+
+
 def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
         r, settings, prefix, cli):  # noqa: F811 - the fixture
     """The producer's buffered sink delivers ``queued`` after the worker's ``completed``
@@ -100,12 +112,7 @@ def test_events_of_one_job_are_in_time_order_though_the_producer_flushed_late(
     q = Queue("default", r, settings=settings, events=producer_sink)
     job = q.enqueue("tests.jobs:noop")
     time.sleep(0.005)                      # the worker's events happen later
-    worker_sink = RedisStreamSink(r, prefix, flush_interval=0.01)
-    w = Worker("default", r, settings=settings, burst=True,
-               defaults=False, middleware=[EventsMiddleware(worker_sink)])
-    assert w.work() == 0
-    assert worker_sink.flush()
-    worker_sink.close()
+    _burst_with_events(r, settings, prefix)
     assert producer_sink.flush()           # now, late
     producer_sink.close()
     arrival = [d["event"] for _, d in read_events(r, prefix, job_id=job.id)]
@@ -127,12 +134,7 @@ def test_the_queued_event_is_in_the_stream_before_the_job_can_start(r, settings,
     job = q.enqueue("tests.jobs:noop")
     assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == ["queued"]
     assert producer_sink.stats()["buffered"] == 0
-    worker_sink = RedisStreamSink(r, prefix, flush_interval=0.01)
-    w = Worker("default", r, settings=settings, burst=True,
-               defaults=False, middleware=[EventsMiddleware(worker_sink)])
-    assert w.work() == 0
-    assert worker_sink.flush()
-    worker_sink.close()
+    _burst_with_events(r, settings, prefix)
     producer_sink.close()
     assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == [
         "queued", "processing", "completed"]
