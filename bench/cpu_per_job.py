@@ -64,7 +64,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -217,13 +216,13 @@ def _tree_cpu(pid: int) -> float:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the worker's process group, SIGKILL 20 s later."""
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+    """bench/procs.py's ``stop_group``, imported here: a child (``--child``) runs with
+    the measured tree's ``bench`` first on its path, which an older tree may lack."""
+    if str(ROOT) not in sys.path:
+        sys.path.append(str(ROOT))
+    from bench.procs import stop_group
+
+    stop_group(proc)
 
 
 def dramatiq_once(args: argparse.Namespace) -> dict[str, Any]:

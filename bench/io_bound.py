@@ -64,7 +64,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import stop_group  # noqa: E402
 from bench.run import percentile  # noqa: E402
 
 SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-a", "fw-a1", "fw-p", "rq", "celery", "dramatiq", "arq")
@@ -272,12 +272,7 @@ class Run:
                 time.sleep(0.1)
             peak_pss, peak_procs = sampler.stop()
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            stop_group(proc)
             log.close()
         return self._figures(system, argv, lines, enqueue_s, idle_pss, nprocs, peak_pss,
                              peak_procs)

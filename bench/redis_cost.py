@@ -66,7 +66,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import stop_group  # noqa: E402
 from bench.run import Monitor as RunMonitor  # noqa: E402
 
 SYSTEMS = ("fw", "fw-noevents", "fw-warm", "rq-simple", "celery", "dramatiq")
@@ -300,7 +300,7 @@ class Run:
             time.sleep(SETTLE)      # the events a worker's sink sends from its thread
             worked = meter.read()
         finally:
-            _stop(proc)
+            stop_group(proc)
             log.close()
         return enq, worked
 
@@ -379,7 +379,7 @@ class Run:
                 if monitor is None:
                     usec.update(_slowlog_us(r, names, "work"))
             finally:
-                _stop(proc)
+                stop_group(proc)
                 log.close()
         finally:
             if monitor is None:
@@ -478,18 +478,6 @@ def _lines(path: str) -> int:
             return fh.read().count(b"\n")
     except FileNotFoundError:
         return 0
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        except ProcessLookupError:
-            pass
 
 
 # -- the report ----------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import stop_group  # noqa: E402
 from fusionworker.core.config import load_settings  # noqa: E402
 from fusionworker.core.queue import Queue  # noqa: E402
 
@@ -87,8 +87,7 @@ def one(args: argparse.Namespace, named: bool, workdir: Path) -> dict[str, float
                 raise SystemExit("the jobs did not finish")
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        stop_group(proc, grace=30)
         keys = list(r.scan_iter(match=f"{prefix}:*", count=1000))
         for i in range(0, len(keys), 500):
             r.delete(*keys[i:i + 500])
