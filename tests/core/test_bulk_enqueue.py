@@ -183,6 +183,7 @@ def test_the_scripts_write_the_events_the_sink_writes(queue, r, settings):
     from fusionworker.core.keys import Keys
     from fusionworker.core.queue import Queue
     from fusionworker.events import RedisStreamSink, default_sink
+    from fusionworker.events.history import HISTORY_TTL
     from fusionworker.events.schema import _iso_utc
 
     class OwnSink(RedisStreamSink):  # not the plain stream sink: the producer emits
@@ -220,7 +221,7 @@ def test_the_scripts_write_the_events_the_sink_writes(queue, r, settings):
         assert found[0] == found[1] == found[2] and found[0]["event"] == "queued"
         assert found[0]["queue"] == "bulk"
     assert [docs[j.id][1]["event"] for j in later] == ["queued", "queued"]
-    assert 0 < r.ttl(q.qkeys.job_events(ones[0].id)) <= 30 * 86400
+    assert HISTORY_TTL - 60 < r.ttl(q.qkeys.job_events(ones[0].id)) <= HISTORY_TTL
     assert q.enqueue("tests.jobs:noop", job_id=ones[1].id).deduplicated   # no event
     assert r.xlen(Keys(settings.prefix).events) == 11
 

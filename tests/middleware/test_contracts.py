@@ -140,6 +140,40 @@ def test_the_queued_event_is_in_the_stream_before_the_job_can_start(r, settings,
         "queued", "processing", "completed"]
 
 
+def test_a_producer_that_dies_right_after_enqueue_loses_no_queued_event(r, settings, prefix):
+    """The crash point the script closes: the producer (a horse, a web process) ends with
+    ``os._exit`` the moment ``enqueue`` returned, before its sink's thread could deliver
+    anything; the plain stream sink's "queued" was written with the job. A sink of
+    another class still buffers it, and it dies with the process."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, worker_env
+
+    code = (
+        "import os\n"
+        "from fusionworker import Queue\n"
+        "from fusionworker.events import RedisStreamSink\n"
+        "class Own(RedisStreamSink):\n"
+        "    pass\n"
+        "plain = Queue('default').enqueue('tests.jobs:noop')\n"
+        "q = Queue('default')\n"
+        "own = Queue('default', events=Own(q.connection, q.settings.prefix, flush_interval=60))\n"
+        "print(plain.id, own.enqueue('tests.jobs:noop').id, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=worker_env(settings),
+                          capture_output=True, text=True, timeout=60, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr
+    plain, own = proc.stdout.split()
+    assert [d["event"] for _, d in read_events(r, prefix, job_id=plain)] == ["queued"]
+    history = r.lrange(f"{prefix}:{{default}}:job_events:{plain}", 0, -1)
+    assert [json.loads(h)[1]["event"] for h in history] == ["queued"]
+    assert read_events(r, prefix, job_id=own) == []        # the buffered one died with it
+    assert r.exists(f"{prefix}:{{default}}:job:{own}")    # its job did not
+
+
 def test_admin_state_changes_are_events(r, settings):
     """requeue (one and all), delete, empty and reprioritize each emit an event."""
     from fusionworker.core.queue import Queue

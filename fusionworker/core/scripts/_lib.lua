@@ -270,8 +270,8 @@ end
 
 -- The "queued" event of a new job, as the producer's sink would write it: XADDed to the
 -- event stream (approximate MAXLEN) and RPUSHed to the job's own history as history.lua
--- writes it ({stream id, document} in JSON; a new history lives 30 days, the sink's
--- HISTORY_TTL). `stamp` is iso_utc of the enqueue time (events.make_event's @timestamp).
+-- writes it ({stream id, document} in JSON; a new history lives 30 days: HISTORY_TTL of
+-- events/history.py). `stamp` is iso_utc of the enqueue time (make_event's @timestamp).
 function queued_event(base, stream, maxlen, stamp, jid, qname, func, prio, host)
   local ev = {'@timestamp', stamp, 'event', 'queued', 'job_id', jid, 'queue', qname,
     'function', func, 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
