@@ -20,7 +20,10 @@ some entries when re-sent.
 
 Who emits what: :class:`EventsMiddleware` in the worker parent (``processing``,
 ``progress`` with each rate-limited progress write of a running job, and the
-outcome: ``completed``, ``retry``, ``failed``, ``timeout``, ``requeued``), ``Queue`` through the process-wide :func:`default_sink`
+outcome: ``completed``, ``retry``, ``failed``, ``timeout``, ``requeued``; with the
+plain Redis stream sink of its own prefix on its own Redis, ``claim.lua``,
+``progress.lua`` and ``finish.lua`` write all but ``requeued`` themselves:
+:class:`~.middleware.ScriptEvents`), ``Queue`` through the process-wide :func:`default_sink`
 (``queued``, ``canceled``, ``deleted``, ``reprioritized``, ``held``, ``released``, ``requeued`` with
 reason ``manual``), the reaper (``abandoned``, ``requeued`` with reason
 ``worker died``) and the cron scheduler (``queued`` of each run) through

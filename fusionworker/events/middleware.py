@@ -2,17 +2,29 @@
 ``processing``, ``progress`` (rate-limited) and every outcome from the worker
 parent; :func:`emit_job_event` emits from outside the hooks (the reaper, cron,
 admin tools).
+
+Where the sink is the plain Redis stream sink of the worker's own prefix on the
+worker's own Redis (not a Cluster), the worker's scripts write those events
+themselves, in the step that makes each true (:class:`ScriptEvents`:
+``claim.lua`` the ``processing`` event, ``finish.lua`` the outcome,
+``progress.lua`` the ``progress`` event), and the middleware's hooks emit
+none of them. The documents are the same; the stream then holds them in the
+order the steps ran, and a worker killed after a step has written its event.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack
 
-from ..core.hooks import Middleware
+from ..core.connection import is_cluster
+from ..core.hooks import Middleware, OutcomeStatus
+from ..core.queue import same_server
+from .history import HISTORY_COPY_TTL
 from .registry import default_sink
 from .schema import make_event, outcome_event
-from .sinks import EventSink, RedisStreamSink, make_sink
+from .sinks import EventSink, RedisStreamSink, make_sink, stream_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -37,6 +49,9 @@ class EventsMiddleware(Middleware):
     def __init__(self, sink: EventSink | None = None, *, close_timeout: float = 5.0) -> None:
         self.sink = sink
         self.close_timeout = close_timeout
+        #: the worker's scripts write processing, progress and the outcomes of
+        #: finish.lua (:meth:`script_events`): the hooks emit none of them
+        self.scripted = False
 
     def on_start(self, worker: WorkerContext) -> None:
         if self.sink is None:
@@ -49,13 +64,34 @@ class EventsMiddleware(Middleware):
                                             buffer_size=worker.settings.event_buffer)
             log.info("Worker %s: event log to %s", worker.name, self.sink.name)
 
+    def script_events(self, worker: WorkerContext) -> ScriptEvents | None:
+        """Where the worker's scripts may write this middleware's job events, or None.
+
+        Only for this very class (a subclass may emit differently) with a sink that
+        writes exactly what a script would (``script_stream()``: the plain
+        :class:`RedisStreamSink`) to the worker's own stream on the worker's own
+        Redis, which is not a Cluster (the stream is on another slot). From then on
+        the hooks leave those events to the scripts (:attr:`scripted`)."""
+        target = getattr(self.sink, "script_stream", lambda: None)()
+        if (type(self) is not EventsMiddleware or target is None
+                or target[1] != worker.keys.events or is_cluster(worker.connection)
+                or not same_server(target[0], worker.connection)):
+            return None
+        self.scripted = True
+        return ScriptEvents(target[1], int(target[2]), worker.name, worker.host)
+
     def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
-        if self.sink is not None:
+        if self.sink is not None and self.scripted:   # claim.lua wrote it
+            self.sink.written_by_script()
+        elif self.sink is not None:
             self.sink.emit(make_event("processing", job, worker=worker.name, host=worker.host,
                                       wait_time=job.wait_time))
 
     def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
         if self.sink is None or not outcome.recorded:
+            return
+        if self.scripted and outcome.status != OutcomeStatus.REQUEUED:
+            self.sink.written_by_script()   # finish.lua wrote it (a give-back: emitted here)
             return
         event = outcome_event(outcome.status, outcome.reason)
         self.sink.emit(make_event(
@@ -67,7 +103,9 @@ class EventsMiddleware(Middleware):
     def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:
         """A ``progress`` event per progress write (rate-limited like the writes)."""
-        if self.sink is not None:
+        if self.sink is not None and self.scripted:   # progress.lua wrote it
+            self.sink.written_by_script()
+        elif self.sink is not None:
             self.sink.emit(make_event("progress", job, worker=worker.name, host=worker.host,
                                       progress=progress, progress_message=message))
 
@@ -82,6 +120,31 @@ class EventsMiddleware(Middleware):
         stats = self.sink.stats()
         return {"events_buffered": stats["buffered"], "events_dropped": stats["dropped"],
                 "events_errors": stats["errors"]}
+
+
+@dataclass(frozen=True)
+class ScriptEvents:
+    """The worker's scripts write its job events to ``stream`` (MAXLEN ``maxlen``)
+    as ``worker`` on ``host`` (:meth:`EventsMiddleware.script_events`)."""
+
+    stream: str
+    maxlen: int
+    worker: str
+    host: str
+
+    def block(self, event: str, job: Job[Any], **fields: Unpack[EventFields]) -> list[Any]:
+        """The event block of ``finish.lua`` / ``progress.lua`` (``event_block`` of
+        ``_lib.lua``): the stream's MAXLEN, ``copy`` | ``keep`` (the history's TTL, as
+        the sink's), the number of items, then the document's pairs after
+        ``@timestamp`` (the script's clock) as the sink writes them (no None, text)."""
+        fields["worker"], fields["host"] = self.worker, self.host
+        doc = make_event(event, job, **fields)
+        items: list[Any] = []
+        for name, value in doc.items():
+            if value is not None and name != "@timestamp":
+                items += (name, stream_value(value))
+        return [self.maxlen, "copy" if event in HISTORY_COPY_TTL else "keep", len(items),
+                *items]
 
 
 def sink_of(source: Any, connection: RedisClient | None = None) -> EventSink:

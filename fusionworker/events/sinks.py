@@ -133,6 +133,12 @@ class EventSink:
             elif size == self.batch_size:
                 self._cond.notify()
 
+    def written_by_script(self) -> None:
+        """Count an event a script wrote in this sink's place (the worker's job events on
+        the plain stream sink, events/middleware.py) as delivered."""
+        with self._cond:
+            self._delivered += 1
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything buffered was delivered; False if ``timeout`` ran out first."""
         deadline = time.monotonic() + timeout
@@ -387,7 +393,7 @@ class RedisStreamSink(EventSink):
         run = HistoryRun(pipe, scripts.history, self.key if own_stream else None, self.maxlen)
         for _event_id, doc in entries:
             fields: dict[EncodableT, EncodableT] = {
-                k: _stream_value(v) for k, v in doc.items() if v is not None}
+                k: stream_value(v) for k, v in doc.items() if v is not None}
             keys = self._history_keys(doc)
             if keys is None or not own_stream:
                 run.send()                  # the stream keeps the events' order
@@ -427,7 +433,8 @@ class RedisStreamSink(EventSink):
         return self.connection, self.key, self.maxlen
 
 
-def _stream_value(value: Any) -> str:
+def stream_value(value: Any) -> str:
+    """A document's value as the stream holds it (text; booleans as JSON writes them)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)

@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -54,6 +54,9 @@ from ..core.queue import known_queues
 from ..core.scripts import replies
 from .errors import UNREACHABLE, is_refusal
 from .fairshare import FairShare
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..events.middleware import ScriptEvents
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +211,8 @@ class Claimer:
                              "place: give the queues with -q to serve them fairly")
         #: fair share by use (``--fair``): the queue with the least recent worker time
         self.fair = fair
+        #: claim.lua writes each job's "processing" event (events/middleware.py), or None
+        self.events: ScriptEvents | None = None
         self.weights: dict[str, int] = {}
         self.queue_names: list[str] = []
         self.cycle: list[str] = []
@@ -460,13 +465,21 @@ class Claimer:
     def queue_calls(self, pipe: Any, plan: Plan) -> None:
         """Queue the round's claim.lua calls on ``pipe`` (sent by the caller)."""
         for queue, count in plan.calls:
-            self.scripts.claim.queue_by_sha(pipe, [self.keys.queue(queue).base],
-                                            self._args(count))
+            self.scripts.claim.queue_by_sha(pipe, self._keys(queue), self._args(count, queue))
 
-    def _args(self, count: int) -> list[Any]:
+    def _keys(self, queue: str) -> list[str]:
+        """claim.lua's keys: the queue's base, and the event stream when it writes there."""
+        base = self.keys.queue(queue).base
+        return [base] if self.events is None else [base, self.events.stream]
+
+    def _args(self, count: int, queue: str) -> list[Any]:
         """claim.lua's arguments: who claims, the attempt's fresh token, the lease, the
-        dead-letter's retention, and the count form's count (a single claim without)."""
+        dead-letter's retention, and the count form's count (a single claim without);
+        with the event stream, what the "processing" events say of the worker."""
         args: list[Any] = [self.name, uuid.uuid4().hex, self.lease, self.failed_ttl]
+        if self.events is not None:
+            return [*args, count if count > 1 else "", self.events.maxlen, self.events.host,
+                    queue]
         if count > 1:
             args.append(count)
         return args
@@ -476,7 +489,7 @@ class Claimer:
         script and runs that claim once more, on its own (with a fresh token)."""
         if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in answers):
             self.scripts.reload_missing(
-                answers, [("claim", [self.keys.queue(queue).base], self._args(count))
+                answers, [("claim", self._keys(queue), self._args(count, queue))
                           for queue, count in plan.calls], catch=redis.RedisError)
 
     def take(self, plan: Plan, answers: list[Any], dry: set[str]) -> list[Job[Any]]:

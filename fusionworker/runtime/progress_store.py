@@ -41,6 +41,7 @@ from .progress import FRAME_LIMIT, MESSAGE_LIMIT, META_LIMIT
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.job import Job
+    from ..events.middleware import ScriptEvents
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class ProgressRelay:
         self.interval = float(interval)
         #: each written progress value (the middleware hook ``on_progress``)
         self.on_progress = on_progress
+        #: progress.lua writes each ``progress`` event (events/middleware.py), or None
+        self.events: ScriptEvents | None = None
         self._tracks: dict[tuple[str, str], _Track] = {}
 
     def received(self, job: Job[Any], text: str) -> None:
@@ -156,9 +159,13 @@ class ProgressRelay:
         track.pending = {}
         track.next_write = time.monotonic() + self.interval
         try:
+            keys, block = [self.keys.queue(job.queue).base], [""]
+            if self.events is not None and "p" in changes:   # progress.lua writes the event
+                keys.append(self.events.stream)
+                block = self.events.block("progress", job, progress=changes["p"],
+                                          progress_message=changes.get("m"))
             written = replies.progress(self.scripts.progress(
-                keys=[self.keys.queue(job.queue).base],
-                args=[job.id, job.token or "", *fields_of(changes)]))
+                keys=keys, args=[job.id, job.token or "", *block, *fields_of(changes)]))
         except _WRITE_ERRORS as exc:
             track.pending = {**changes, **track.pending}   # next due time, or the outcome
             log.warning("Worker %s: could not write the progress of job %s (%s); trying "

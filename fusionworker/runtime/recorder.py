@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.typing import EncodableT
@@ -37,6 +37,7 @@ from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus
 from ..core.job import FailureReason, Job, encode_fields
 from ..core.keys import Keys
 from ..core.scripts import replies
+from ..events.schema import outcome_event
 from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
 from .errors import REFUSED, UNREACHABLE, is_oom, wait_reachable
@@ -44,6 +45,9 @@ from .exits import HorseExit
 from .horse.run import result_too_large
 from .minutes import MinuteCounts
 from .state import View
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..events.middleware import ScriptEvents
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +163,8 @@ class Recorder:
         self.counters = Counters()
         #: the queues' per-minute outcome counts not written yet (the heartbeat too)
         self.minutes = MinuteCounts(scripts, keys, settings.result_ttl)
+        #: finish.lua writes each outcome's event (events/middleware.py), or None
+        self.events: ScriptEvents | None = None
 
     # -- the finish pipeline ----------------------------------------------------
 
@@ -284,9 +290,21 @@ class Recorder:
             args = [job.id, job.token or "", "stopped" if stopped else outcome.status,
                     self.settings.result_ttl,
                     self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
-                    *fields]
+                    *self._event_block(job, outcome, keys), *fields]
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
         return name, keys, args
+
+    def _event_block(self, job: Job[Any], outcome: Outcome, keys: list[Any]) -> list[Any]:
+        """finish.lua's event block: the outcome's event, as the event log's hook would
+        emit it, with the stream added to ``keys``; [''] when the scripts write none."""
+        if self.events is None:
+            return [""]
+        keys.append(self.events.stream)
+        event = outcome_event(outcome.status, outcome.reason)
+        return self.events.block(
+            event, job, duration=outcome.duration, error_type=outcome.error_type,
+            error_message=outcome.error_message,
+            reason=None if event == "completed" else outcome.reason)
 
     # -- one outcome on its own, until Redis takes it ----------------------------
 
@@ -371,6 +389,9 @@ class Recorder:
         its job (token fence); ``at`` the server time finish.lua recorded the outcome."""
         if script == "finish":
             done = replies.finish(reply)
+            if done.event_lost:
+                log.warning("The outcome's event was not written (%s); the outcome was",
+                            done.event_lost)
             return done.stale, done.at
         return replies.requeue(reply).outcome == "skipped", None
 

@@ -36,6 +36,7 @@ from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
+from ..events.middleware import EventsMiddleware
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
 from .errors import PROBE_INTERVAL, REFUSED, UNREACHABLE, is_oom, wait_reachable
@@ -368,9 +369,20 @@ class Worker:
                 log.warning("Worker %s: %s", self.name, hint)
             self.launcher.start()
             self.hooks("on_start")
+            self._script_events()
             return self.loop.run()
         finally:
             self._shutdown()
+
+    def _script_events(self) -> None:
+        """The job events the worker's scripts write themselves, when its event log
+        allows (events/middleware.py): claim.lua's, finish.lua's and progress.lua's."""
+        found = [mw for mw in self.middleware if isinstance(mw, EventsMiddleware)]
+        events = found[0].script_events(self) if len(found) == 1 else None
+        self.claimer.events = self.recorder.events = self.progress.events = events
+        if events is not None:
+            log.info("Worker %s: its claims, progress and outcomes write their events to %s "
+                     "themselves", self.name, events.stream)
 
     def _register_when_reachable(self) -> bool:
         """:meth:`register`, retried while Redis is unreachable or refuses for a passing

@@ -28,7 +28,7 @@ def _claim(q, token):
 
 def _finish(q, job_id, token, outcome="finished", fields=("result", "1")):
     return replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
-        job_id, token, outcome, 500, 60, 0, 0, *fields]))
+        job_id, token, outcome, 500, 60, 0, 0, "", *fields]))
 
 
 def _state(r, q):
@@ -120,7 +120,7 @@ def test_the_other_fences_refuse_an_ended_attempt(queue, r):
             30, "a", token])) == [False]
         assert not replies.touch(q.scripts.touch(keys=[q.qkeys.base], args=["a", token, 30]))
         assert not replies.progress(q.scripts.progress(keys=[q.qkeys.base], args=[
-            "a", token, "progress", "0.5"]))
+            "a", token, "", "progress", "0.5"]))
     assert replies.requeue(q.scripts.requeue(keys=[q.qkeys.base], args=[
         "a", "return", "tok", 60])).outcome == "skipped"
     assert _state(r, q) == before

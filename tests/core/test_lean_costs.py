@@ -69,7 +69,7 @@ def test_a_claim_reads_scheduled_only_when_the_queue_has_it(redis_single):  # no
 
 def _finish(q: Queue, job_id: str, token: str) -> Any:
     return replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
-        job_id, token, "finished", 500, 60, 0, 0, "result", "1"]))
+        job_id, token, "finished", 500, 60, 0, 0, "", "result", "1"]))
 
 
 def test_a_finish_reads_waiting_jobs_and_publishes_only_when_the_record_says_so(
@@ -127,7 +127,7 @@ def test_a_finish_deletes_fields_only_when_the_record_has_error_fields(redis_sin
     q.enqueue("tests.jobs:noop", job_id="a")
     _claim(q, "t1")
     done, sent = _sent(r, lambda: replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
-        "a", "t1", "retry", 500, 60, 0, 0, "error_type", "ValueError"])))
+        "a", "t1", "retry", 500, 60, 0, 0, "", "error_type", "ValueError"])))
     assert done.outcome == "retry" and "hdel" not in sent      # the token blanked by HSET
     r.zadd(q.qkeys.scheduled, {"a": 1.0})
     _claim(q, "t2")

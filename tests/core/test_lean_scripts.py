@@ -81,7 +81,7 @@ def test_an_outcome_meeting_a_registry_of_the_wrong_type_writes_nothing(
     before = _state(r, q)
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         q.scripts.finish(keys=[q.qkeys.base], args=["a", "tok", outcome, 500, 60, 5, 0,
-                                                    "result", "1"])
+                                                    "", "result", "1"])
     assert _state(r, q) == before
     assert r.hget(q.qkeys.job("a"), "token") == "tok"
 
@@ -251,7 +251,7 @@ def test_a_scheduled_key_of_the_wrong_type_refuses_the_claim_with_nothing_writte
 
 def _finish(q, job_id, token="tok", outcome="finished"):
     return replies.finish(q.scripts.finish(keys=[q.qkeys.base], args=[
-        job_id, token, outcome, 500, 60, 5, 0, "result", "1"]))
+        job_id, token, outcome, 500, 60, 5, 0, "", "result", "1"]))
 
 
 def _subscribed(r, channel):

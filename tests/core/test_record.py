@@ -148,6 +148,8 @@ def hash_names(text: str) -> set[str]:
 #: counted, so one more fails. No job, batch or cron entry field is spelled by hand
 NOT_FIELDS = {
     ("_lib.lua", "queue"): 1, ("_lib.lua", "priority"): 1,     # queued_event()
+    ("claim.lua", "queue"): 1, ("claim.lua", "priority"): 1,   # processing_event(): the
+    ("claim.lua", "worker"): 1,                                  # event's names, not fields
     ("hold.lua", "group"): 1,                                    # reply words
     ("batch_done.lua", "fired"): 1, ("cron_tick.lua", "paused"): 1,
     ("cron_tick.lua", "catch_up"): 1,                            # the reason argued

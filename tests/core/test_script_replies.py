@@ -70,11 +70,11 @@ def test_finish_touch_requeue_replies(queue):
     _claim(q)
     assert replies.touch(q.scripts.touch(keys=base, args=["j", "tok", 30])) is True
     assert replies.touch(q.scripts.touch(keys=base, args=["j", "other", 30])) is False
-    assert replies.progress(q.scripts.progress(keys=base, args=["j", "tok", "progress", "0.5"]))
-    assert not replies.progress(q.scripts.progress(keys=base, args=["j", "old", "meta", "{}"]))
+    assert replies.progress(q.scripts.progress(keys=base, args=["j", "tok", "", "progress", "0.5"]))
+    assert not replies.progress(q.scripts.progress(keys=base, args=["j", "old", "", "meta", "{}"]))
     assert replies.touch_many(q.scripts.touch_many(
         keys=base, args=[30, "j", "tok", "j", "nope"])) == [True, False]
-    finish_args = [500, 60, 0, 30, "failure_reason", "exception"]
+    finish_args = [500, 60, 0, 30, "", "failure_reason", "exception"]
     assert replies.finish(q.scripts.finish(keys=base, args=["j", "old", "failed", *finish_args])
                           ) == replies.Finished(stale=True)
     done = replies.finish(q.scripts.finish(keys=base, args=["j", "tok", "failed", *finish_args]))

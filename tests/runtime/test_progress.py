@@ -254,8 +254,8 @@ def test_progress_lua_and_the_give_back_are_fenced_by_the_token(queue, r):
     base, jkey = q.qkeys.base, q.qkeys.job(job.id)
     scripts = scripts_for(r)
     scripts.claim(keys=[base], args=["w.1", "tok", 60, 3600])
-    assert scripts.progress(keys=[base], args=[job.id, "old", "progress", "0.9"]) == 0
-    assert scripts.progress(keys=[base], args=[job.id, "tok", "progress", "0.4"]) == 1
+    assert scripts.progress(keys=[base], args=[job.id, "old", "", "progress", "0.9"]) == 0
+    assert scripts.progress(keys=[base], args=[job.id, "tok", "", "progress", "0.4"]) == 1
     assert scripts.requeue(keys=[base], args=[job.id, "return", "old", 3600,
                                               "progress", "0.9"]) == ["skipped", "attempt changed"]
     assert scripts.requeue(keys=[base], args=[job.id, "return", "tok", 3600,
@@ -263,9 +263,9 @@ def test_progress_lua_and_the_give_back_are_fenced_by_the_token(queue, r):
     back = q.fetch_job(job.id)
     assert (back.status, back.progress, back.meta, back.progress_writes) == (
         "queued", 0.5, {"a": 1}, 1)
-    assert scripts.progress(keys=[base], args=[job.id, "tok", "progress", "0.6"]) == 0
+    assert scripts.progress(keys=[base], args=[job.id, "tok", "", "progress", "0.6"]) == 0
     q.delete(job.id)
-    assert scripts.progress(keys=[base], args=[job.id, "", "progress", "0.7"]) == 0
+    assert scripts.progress(keys=[base], args=[job.id, "", "", "progress", "0.7"]) == 0
     assert not r.exists(jkey)                     # a deleted job is not re-created
 
 

@@ -219,7 +219,7 @@ def test_finish_with_an_old_token_is_refused(queue, settings, r):
     scripts.claim(keys=[q.qkeys.base], args=["dead.1", "old", -1, 3600])
     assert reap_once(r, settings)["requeued"] == 1
     scripts.claim(keys=[q.qkeys.base], args=["live.1", "new", 60, 3600])
-    args = [job.id, "old", "finished", 500, 3600, 0, 30, "result", "1"]
+    args = [job.id, "old", "finished", 500, 3600, 0, 30, "", "result", "1"]
     assert scripts.finish(keys=[q.qkeys.base], args=args) == ["stale"]
     assert scripts.touch(keys=[q.qkeys.base], args=[job.id, "old", 60]) == 0
     current = q.fetch_job(job.id)

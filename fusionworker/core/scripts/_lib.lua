@@ -268,18 +268,92 @@ function iso_utc(secs, usecs)
     math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
 end
 
--- The "queued" event of a new job, as the producer's sink would write it: XADDed to the
--- event stream (approximate MAXLEN) and RPUSHed to the job's own history as history.lua
--- writes it ({stream id, document} in JSON; a new history lives 30 days: HISTORY_TTL of
--- events/history.py). `stamp` is iso_utc of the enqueue time (make_event's @timestamp).
-function queued_event(base, stream, maxlen, stamp, jid, qname, func, prio, host)
-  local ev = {'@timestamp', stamp, 'event', 'queued', 'job_id', jid, 'queue', qname,
-    'function', func, 'priority', fmt_int(prio), 'attempt', '0', 'host', host}
+-- A job's history (history.lua's layout: {stream id, document} in JSON, the newest
+-- HISTORY_CAP kept): push `entry`; `copy` (an event that ends or revives the job) gives
+-- the history the record's TTL, which the writing script set before (none while the
+-- record has none, `gone` seconds once it is gone); a new history lives `ttl` seconds.
+-- The constants are HISTORY_CAP, HISTORY_TTL and HISTORY_GONE_TTL of events/history.py.
+HISTORY_CAP = 200
+HISTORY_TTL = 30 * 86400
+HISTORY_GONE_TTL = 600
+function history_push(hist, jkey, entry, copy, cap, ttl, gone)
+  local n = redis.call('RPUSH', hist, entry)
+  if n > cap then redis.call('LTRIM', hist, -cap, -1) end
+  if copy then
+    local left = redis.call('TTL', jkey)
+    if left == -2 then
+      redis.call('EXPIRE', hist, gone)
+    elseif left == -1 then
+      redis.call('PERSIST', hist)
+    else
+      redis.call('EXPIRE', hist, left)
+    end
+  elseif n == 1 then
+    redis.call('EXPIRE', hist, ttl)
+  end
+end
+
+-- One event document: XADDed to `stream` (approximate MAXLEN) and pushed, with its
+-- stream id, to the job's history. `ev` is the document's name/value pairs in order,
+-- @timestamp first, each value text, none nil (as the sink writes them).
+function put_event(base, jid, stream, maxlen, ev, copy)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
   local doc = {}
   for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
-  local hist = base .. K.job_events .. jid
-  if redis.call('RPUSH', hist, cjson.encode({id, doc})) == 1 then
-    redis.call('EXPIRE', hist, 30 * 86400)
+  history_push(base .. K.job_events .. jid, base .. K.job .. jid, cjson.encode({id, doc}),
+    copy, HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL)
+end
+
+-- The "queued" event of a new job, as the producer's sink would write it. `stamp` is
+-- iso_utc of the enqueue time (make_event's @timestamp). The caller checked the
+-- stream's type before its first write; the history of a new job is new.
+function queued_event(base, stream, maxlen, stamp, jid, qname, func, prio, host)
+  put_event(base, jid, stream, maxlen, {'@timestamp', stamp, 'event', 'queued', 'job_id', jid,
+    'queue', qname, 'function', func, 'priority', fmt_int(prio), 'attempt', '0', 'host', host},
+    false)
+end
+
+-- An event the worker's scripts write in the step that makes it true (claim.lua:
+-- processing, finish.lua: the outcome, progress.lua: progress), when the worker's event
+-- log is the plain stream sink on this Redis (docs/design.md, "Events written by the
+-- scripts"). `ev`: the document's pairs after @timestamp, which is iso_utc of `t` (this
+-- server's clock, as the step's own times). Under pcall: a stream or history key of
+-- another type loses the event (the error is returned), never the step's writes.
+function job_event(base, jid, stream, maxlen, t, ev, copy)
+  local secs = math.floor(t)
+  local doc = {'@timestamp', iso_utc(secs, math.floor((t - secs) * 1000000 + 0.5))}
+  for _, v in ipairs(ev) do doc[#doc + 1] = v end
+  local ok, err = pcall(put_event, base, jid, stream, maxlen, doc, copy)
+  if not ok then
+    local why = type(err) == 'table' and err.err or tostring(err)
+    redis.log(redis.LOG_WARNING, 'fusionworker: the ' .. ev[2] .. ' event of job ' .. jid ..
+      ' was not written: ' .. why)
+    return why
   end
+  return nil
+end
+
+-- The event block of finish.lua and progress.lua, in ARGV from `at`: '' (no event), or
+-- the stream's MAXLEN, 'copy' | 'keep' (history_push's `copy`), the count k of items,
+-- then k items (the document's pairs after @timestamp). Returns the block (nil: none)
+-- and the index of the first ARGV after it.
+function event_block(at)
+  if (ARGV[at] or '') == '' then return nil, at + 1 end
+  local k = tonumber(ARGV[at + 2])
+  return {maxlen = ARGV[at], copy = ARGV[at + 1] == 'copy', ev = {unpack(ARGV, at + 3, at + 2 + k)}},
+    at + 3 + k
+end
+
+-- A float as Python's repr writes it (the shortest text that reads back as the same
+-- number, ".0" on a whole one): what the sink writes of make_event's float fields.
+-- Exact below 1e15 (%g writes an exponent from there, repr from 1e16): the waits it
+-- writes are seconds.
+function py_float(x)
+  local s
+  for _, p in ipairs({'%.15g', '%.16g', '%.17g'}) do
+    s = string.format(p, x)
+    if tonumber(s) == x then break end
+  end
+  if not string.find(s, '[%.eni]') then s = s .. '.0' end
+  return s
 end

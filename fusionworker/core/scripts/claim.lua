@@ -2,8 +2,10 @@
 -- pause and the concurrency cap, pops the best pending job and records it as
 -- started with a lease deadline and a fresh attempt token, in one round trip.
 -- There is no moment when a claimed job is in no structure.
--- KEYS[1] base
--- ARGV: worker_name, token, lease_seconds, failed_ttl[, count]
+-- KEYS[1] base; KEYS[2] (optional) the event stream <prefix>:events
+-- ARGV: worker_name, token, lease_seconds, failed_ttl[, count ('' for one)[, the stream's
+--       MAXLEN, the worker's host, the queue's name]] (the last three with KEYS[2])
+-- With KEYS[2] each job taken gets its "processing" event here (processing_event).
 -- Returns {'job', now, {hash...}, job_id} | {'empty', next_scheduled_score, now} |
 --         {'paused'} | {'capped'} | {'missing', job_id} | {'limited', next_allowed_time, now}
 -- (now: this server's clock, so the worker can sleep until the next time without a TIME)
@@ -143,6 +145,35 @@ local function dead_letter(jid, jkey, rec, restore)
   return {'missing', jid}
 end
 
+-- The job's "processing" event, as the worker's event log would emit it after the claim
+-- (events/middleware.py), written in the step that starts the job (job_event, _lib.lua:
+-- under pcall, it never refuses the claim). `rec`: the record as started.
+local function processing_event(jid, rec, stamp)
+  local f = {}
+  for i = 1, #rec - 1, 2 do f[rec[i]] = rec[i + 1] end
+  local ev = {'event', 'processing', 'job_id', jid, 'queue', ARGV[8]}
+  local function put(name, value)
+    if value then
+      ev[#ev + 1] = name
+      ev[#ev + 1] = value
+    end
+  end
+  put('function', f[F.func])
+  local prio = tonumber(f[F.priority] or '')
+  put('priority', prio and fmt_int(prio))
+  put('attempt', f[F.attempts])
+  put('worker', ARGV[1])
+  put('host', ARGV[7])
+  local since = tonumber(f[F.enqueued_at] or '')   -- Job.wait_time: from enqueue or due
+  if since then
+    local due = tonumber(f[F.scheduled_for] or '')
+    if due and due > since then since = due end
+    local wait = tonumber(stamp) - since
+    put('wait_time', py_float(wait > 0 and wait or 0))
+  end
+  job_event(base, jid, KEYS[2], ARGV[6], t, ev, false)
+end
+
 -- The job's record says it started: one HSET; the answer is the record as HGETALL
 -- would read it after that write (one read, not two).
 local function mark_started(jid, jkey, rec, token, stamp)
@@ -168,6 +199,7 @@ local function mark_started(jid, jkey, rec, token, stamp)
   end
   redis.call('HSET', jkey, F.attempts, attempts, F.status, S.started,
     F.started_at, stamp, F.worker_name, ARGV[1], F.token, token)
+  if KEYS[2] then processing_event(jid, rec, stamp) end
   return {'job', stamp, rec, jid}
 end
 

@@ -1,12 +1,15 @@
 -- finish: record an attempt's outcome, fenced by its token (invariant 7): a late
 -- outcome of an attempt the reaper already took back is refused ('stale').
--- KEYS[1] base
+-- KEYS[1] base; KEYS[2] (optional) the event stream <prefix>:events
 -- ARGV: job_id, token, outcome (finished|retry|failed|stopped), result_ttl, failed_ttl (the
 --       worker's settings: `failed` is pruned by failed_ttl here, `finished` by
 --       result_ttl in minutes.lua; the record's own result_ttl / failure_ttl fields,
 --       when set, say how long the record is kept),
---       retry_delay, dedup_window, field, value, ...
--- Returns {'ok', outcome, server time} | {'stale'}
+--       retry_delay, dedup_window, the outcome's event block (event_block, _lib.lua:
+--       '' without KEYS[2]), then field, value, ...
+-- Returns {'ok', outcome, server time[, why the event was lost]} | {'stale'}
+-- The outcome's event (completed, failed, retry...) is written last, after the record's
+-- TTL, under pcall (job_event): it never refuses or undoes the outcome.
 -- Nothing is half-written on a refusal: every read comes first (one HMGET for the
 -- fence and what the outcome needs, SMEMBERS of the waiting jobs when it has some). A job finished
 -- or retried without a group: the outcome's registry (`finished` or `scheduled`)
@@ -23,10 +26,11 @@ if stopped then outcome = S.failed end
 local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. K.job .. jid
+local event, fa = event_block(8)   -- fa: the first of the outcome's fields
 local ERROR_FIELDS = {F.error_type, F.error_message, F.traceback, F.failure_reason}
--- the outcome's fields (ARGV[8..], name/value pairs) name an error field
+-- the outcome's fields (ARGV[fa..], name/value pairs) name an error field
 local function gives_error_fields()
-  for i = 8, #ARGV - 1, 2 do
+  for i = fa, #ARGV - 1, 2 do
     for _, name in ipairs(ERROR_FIELDS) do
       if ARGV[i] == name then return true end
     end
@@ -100,7 +104,7 @@ if outcome == S.finished then
     -- wants status 'started'); the error fields of an earlier attempt, or given here,
     -- go only when there are some (the HMGET read them): the record reads as before
     redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, S.finished, F.token, '',
-      unpack(ARGV, 8))
+      unpack(ARGV, fa))
     if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
       redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
     end
@@ -110,16 +114,19 @@ if outcome == S.finished then
 elseif outcome == 'retry' then
   -- keeps its group (if any), so the group's order holds across retries
   redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, S.scheduled,
-    F.scheduled_for, fmt_time(t + delay), F.token, '', unpack(ARGV, 8))
+    F.scheduled_for, fmt_time(t + delay), F.token, '', unpack(ARGV, fa))
   if not registry then redis.call('ZADD', base .. K.scheduled, fmt_time(t + delay), jid) end
   redis.call('PUBLISH', base .. K.wake, jid)   -- idle workers learn when the retry is due
 else
-  if #ARGV > 7 then redis.call('HSET', jkey, unpack(ARGV, 8)) end
+  if #ARGV >= fa then redis.call('HSET', jkey, unpack(ARGV, fa)) end
   to_failed(base, jid, t, failed_ttl, stopped and S.stopped or nil)   -- publishes done:<id>
 end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
 if outcome ~= S.failed and rec[9] then redis.call('PUBLISH', base .. K.done .. jid, outcome) end
+local lost = event and KEYS[2] and job_event(base, jid, KEYS[2], event.maxlen, t, event.ev,
+  event.copy)
+if lost then return {'ok', outcome, fmt_time(t), lost} end
 -- the server time of the outcome: the worker counts it in that minute's outcome counts
 -- (the dashboard's chart), written with its heartbeat by minutes.lua
 return {'ok', outcome, fmt_time(t)}

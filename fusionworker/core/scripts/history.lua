@@ -9,11 +9,11 @@
 --       the stream's approximate MAXLEN; then per event: 'copy' or 'keep', the number
 --       of its field/value pairs, the pairs
 -- Returns the events' stream ids, in order ('' each without the stream).
--- TTL: a new history gets ARGV[2] (a job that lives longer loses its first events); an
--- event that ends (or revives) the job ('copy': completed, failed, canceled...) gives it
--- the record's TTL, which the script that ended the job set before the event was
--- emitted: none while the record has none, ARGV[3] seconds when it is gone.
-local cap = tonumber(ARGV[1])
+-- TTL: history_push (_lib.lua): a new history gets ARGV[2] (a job that lives longer loses
+-- its first events); an event that ends (or revives) the job ('copy': completed, failed,
+-- canceled...) gives it the record's TTL, which the script that ended the job set before
+-- the event was emitted: none while the record has none, ARGV[3] seconds when it is gone.
+local cap, ttl, gone = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local events = 0
 local at = 5
 while at <= #ARGV do
@@ -24,7 +24,6 @@ local stream = KEYS[2 * events + 1]
 local ids = {}
 at = 5
 for e = 1, events do
-  local hist, jkey = KEYS[2 * e - 1], KEYS[2 * e]
   local first, last = at + 2, at + 1 + 2 * tonumber(ARGV[at + 1])
   local id = ''
   if stream then
@@ -32,20 +31,8 @@ for e = 1, events do
   end
   local doc = {}
   for i = first, last, 2 do doc[ARGV[i]] = ARGV[i + 1] end
-  local n = redis.call('RPUSH', hist, cjson.encode({id, doc}))
-  if n > cap then redis.call('LTRIM', hist, -cap, -1) end
-  if ARGV[at] == 'copy' then
-    local ttl = redis.call('TTL', jkey)
-    if ttl == -2 then
-      redis.call('EXPIRE', hist, ARGV[3])
-    elseif ttl == -1 then
-      redis.call('PERSIST', hist)
-    else
-      redis.call('EXPIRE', hist, ttl)
-    end
-  elseif n == 1 then
-    redis.call('EXPIRE', hist, ARGV[2])
-  end
+  history_push(KEYS[2 * e - 1], KEYS[2 * e], cjson.encode({id, doc}), ARGV[at] == 'copy',
+    cap, ttl, gone)
   ids[e] = id
   at = last + 1
 end

@@ -187,11 +187,14 @@ def _claimed_many(items: list[Raw]) -> Claim:
 class Finished:
     """``finish.lua``: ``stale`` when the attempt no longer owned the job (nothing
     written); else ``outcome`` is what was recorded (finished, failed, retry) and ``at``
-    the server time it was recorded (the minute the worker counts it in)."""
+    the server time it was recorded (the minute the worker counts it in); ``event_lost``
+    why the script could not write the outcome's event (a key of another type)."""
 
     stale: bool
     outcome: str | None = None
     at: float | None = None
+    #: why the outcome's event (written by the script) was lost, when it was
+    event_lost: str | None = None
 
 
 def finish(reply: Raw) -> Finished:
@@ -199,7 +202,8 @@ def finish(reply: Raw) -> Finished:
     if _text(items[0]) == "stale":
         return Finished(stale=True)
     return Finished(stale=False, outcome=_text(items[1]) if len(items) > 1 else None,
-                    at=float(_text(items[2])) if len(items) > 2 else None)
+                    at=float(_text(items[2])) if len(items) > 2 else None,
+                    event_lost=_text(items[3]) if len(items) > 3 else None)
 
 
 def touch(reply: Raw) -> bool:

@@ -1,0 +1,201 @@
+"""The worker's job events written by its scripts (events/middleware.py, ``ScriptEvents``):
+claim.lua writes ``processing``, progress.lua ``progress``, finish.lua the outcome, when the
+event log is the plain Redis stream sink of the worker's own prefix on its own Redis.
+
+They must be the documents the hooks would emit, in the order the steps ran, and an event
+that cannot be written must never cost the step its write."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+
+import pytest
+
+from fusionworker.core.queue import Queue
+from fusionworker.core.scripts import _lib
+from fusionworker.events import FIELDS, EventsMiddleware, MemorySink, read_events
+from fusionworker.events.middleware import ScriptEvents
+
+pytestmark = pytest.mark.timeout(60)
+
+#: what differs between two runs of the same jobs
+_VOLATILE = ("@timestamp", "job_id", "worker", "wait_time", "duration")
+
+
+def _workload(q: Queue) -> dict[str, str]:
+    """One job of each way to end (and one that reports progress): role -> id."""
+    refused = Queue(q.name, q.connection, events=False,
+                    settings=q.settings.replace(allowed_modules=("json",)))
+    return {
+        "ok": q.enqueue("tests.jobs:add", 1, 2, priority=10).id,
+        "boom": q.enqueue("tests.jobs:boom", "no luck").id,
+        "slow": q.enqueue("tests.jobs:sleep", 5, timeout=0.3).id,
+        "flaky": q.enqueue("tests.jobs:conn_error", max_retries=1, retry_delay=60).id,
+        "refused": refused.enqueue("json:dumps", 1).id,
+        "progress": q.enqueue("tests.progress_jobs:async_report", 0.25).id,
+    }
+
+
+def _shape(docs: list[dict], roles: dict[str, str], worker: str) -> dict[str, list[dict]]:
+    """Each role's documents in order, what differs between runs taken out (checked)."""
+    role_of = {job_id: role for role, job_id in roles.items()}
+    out: dict[str, list[dict]] = {}
+    for doc in docs:     # the stream leaves None out; in FIELDS' order, as the sink writes
+        assert list(doc) == [name for name in FIELDS if name in doc]
+        doc = {name: doc.get(name) for name in FIELDS}
+        assert doc["worker"] == worker
+        for name in ("wait_time", "duration"):
+            assert doc[name] is None or doc[name] >= 0
+        shaped = {k: v for k, v in doc.items() if k not in _VOLATILE}
+        shaped["has"] = [k for k in ("wait_time", "duration") if doc[k] is not None]
+        out.setdefault(role_of[doc["job_id"]], []).append(shaped)
+    return out
+
+
+def test_the_scripts_write_the_documents_the_hooks_would(r, settings, burst, prefix):
+    hooked_q = Queue("hooked", r, settings=settings, events=False)
+    hooked_roles = _workload(hooked_q)
+    sink = MemorySink()
+    hooked_mw = EventsMiddleware(sink)
+    hooked = burst("hooked", middleware=[hooked_mw])
+    assert not hooked_mw.scripted                    # a memory sink: the hooks emit
+
+    scripted_q = Queue("scripted", r, settings=settings, events=False)
+    scripted_roles = _workload(scripted_q)
+    scripted_mw = EventsMiddleware()
+    scripted = burst("scripted", middleware=[scripted_mw])
+    assert scripted_mw.scripted                      # the plain stream sink: the scripts write
+
+    written = [doc for _, doc in read_events(r, prefix, queue="scripted")]
+    want = _shape(sink.docs, hooked_roles, hooked.name)
+    for docs in want.values():
+        for doc in docs:
+            doc["queue"] = "scripted"
+    assert _shape(written, scripted_roles, scripted.name) == want
+    # the sink counts what the scripts wrote in its place (its metric, the heartbeat's)
+    assert scripted_mw.sink is not None
+    assert scripted_mw.sink.stats()["delivered"] == len(written) == len(sink.docs) == 13
+    assert [d["event"] for d in want["progress"]] == ["processing", "progress", "completed"]
+    assert [d["event"] for d in want["slow"]] == ["processing", "timeout"]
+
+
+def test_the_processing_event_says_the_wait_as_python_reads_the_record(r, settings, burst,
+                                                                      prefix):
+    q = Queue("wait", r, settings=settings, events=False)
+    plain = q.enqueue("tests.jobs:noop")
+    due = q.enqueue("tests.jobs:noop")
+    # a job that became due after its enqueue (as a delayed one does): the wait runs from then
+    enqueued = float(r.hget(q.qkeys.job(due.id), "enqueued_at"))
+    r.hset(q.qkeys.job(due.id), "scheduled_for", f"{enqueued + 0.001234:.6f}")
+    burst("wait", middleware=[EventsMiddleware()])
+    for job_id in (plain.id, due.id):
+        raw = [f for _, f in r.xrange(f"{prefix}:events")
+               if f["job_id"] == job_id and f["event"] == "processing"]
+        job = q.fetch_job(job_id)
+        assert job is not None and job.wait_time is not None
+        assert raw[0]["wait_time"] == repr(job.wait_time)     # Python's text, exactly
+        assert raw[0]["attempt"] == "1" and raw[0]["priority"] == "0"
+
+
+def test_py_float_writes_what_python_repr_writes(r):
+    """``py_float`` of _lib.lua against ``repr`` for floats like the waits it writes and
+    for the edges (whole, tiny, huge)."""
+    local, lib = _lib()
+    script = r.register_script(
+        f"{local}\n{lib}\nlocal out = {{}}\n"
+        "for i, a in ipairs(ARGV) do out[i] = py_float(tonumber(a)) end\nreturn out\n")
+    rng = random.Random(7)
+    values = [0.0, 1.0, 2.0, 0.5, 0.1, 1e-05, 1.5e-07, 123.456, 1e14, 2.0 ** 49,
+              math.nextafter(0.1, 1.0)]
+    for _ in range(400):
+        start = 1_795_900_000 + rng.random() * 1e6
+        values.append(float(f"{start + rng.random() * 3:.6f}") - float(f"{start:.6f}"))
+        values.append(rng.random() * 10 ** rng.randint(-6, 6))
+    assert script(args=[repr(v) for v in values]) == [repr(v) for v in values]
+
+
+def test_an_event_that_cannot_be_written_costs_the_step_nothing(r, settings, burst, prefix,
+                                                                caplog):
+    q = Queue("lost", r, settings=settings, events=False)
+    ok, bad = q.enqueue("tests.jobs:add", 1, 2), q.enqueue("tests.jobs:boom")
+    r.set(q.qkeys.job_events(bad.id), "not a list")     # its history: another type
+    mw = EventsMiddleware()
+    with caplog.at_level(logging.WARNING):
+        burst("lost", middleware=[mw])
+    assert mw.scripted
+    assert q.fetch_job(ok.id).status == "finished"
+    assert q.fetch_job(bad.id).status == "failed"       # recorded, its events lost
+    assert "The outcome's event was not written" in caplog.text
+    assert [e["event"] for _, e in read_events(r, prefix, job_id=ok.id)] == [
+        "processing", "completed"]
+    r.delete(f"{prefix}:events")
+    r.set(f"{prefix}:events", "not a stream")           # the stream: another type
+    again = q.enqueue("tests.jobs:add", 2, 3)
+    burst("lost", middleware=[EventsMiddleware()])
+    assert q.fetch_job(again.id).status == "finished" and q.fetch_job(again.id).result == 5
+    assert r.get(f"{prefix}:events") == "not a stream"
+
+
+def test_the_scripts_write_only_for_the_plain_sink_of_this_prefix(r, settings, burst):
+    from fusionworker.events import RedisStreamSink
+
+    class Mine(RedisStreamSink):
+        pass
+
+    q = Queue("which", r, settings=settings, events=False)
+    cases = [(EventsMiddleware(RedisStreamSink(r, settings.prefix)), True),
+             (EventsMiddleware(RedisStreamSink(r, settings.prefix + "-other")), False),
+             (EventsMiddleware(Mine(r, settings.prefix)), False),
+             (EventsMiddleware(MemorySink()), False)]
+    for mw, scripted in cases:
+        job = q.enqueue("tests.jobs:noop")
+        burst("which", middleware=[mw])
+        assert mw.scripted is scripted
+        assert q.fetch_job(job.id).status == "finished"
+
+
+def test_script_events_block_is_the_documents_pairs():
+    events = ScriptEvents("fw:events", 1000, "w.1", "box")
+    job = {"id": "j", "queue": "q", "func": "m:f", "priority": 3, "attempts": 2}
+    block = events.block("completed", job, duration=0.25)
+    assert block[:3] == [1000, "copy", len(block) - 3]
+    pairs = dict(zip(block[3::2], block[4::2]))
+    assert pairs == {"event": "completed", "job_id": "j", "queue": "q", "function": "m:f",
+                     "priority": "3", "attempt": "2", "worker": "w.1", "host": "box",
+                     "duration": "0.25"}
+    assert events.block("progress", job, progress=0.5)[1] == "keep"
+
+
+def test_a_worker_killed_right_after_the_outcome_keeps_its_events(r, settings, prefix):
+    """The crash point the scripts close: SIGKILL the worker the moment the job's record
+    says finished. Through the sink (a buffer its thread delivers within a second) the
+    processing and completed events died with it; written by claim.lua and finish.lua,
+    they are in the stream and in the job's history."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT, worker_env
+
+    q = Queue("default", r, settings=settings, events=False)
+    proc = subprocess.Popen([sys.executable, "-m", "fusionworker", "worker", "default"],
+                            env=worker_env(settings), cwd=str(ROOT), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        job = q.enqueue("tests.jobs:noop")
+        deadline = time.monotonic() + 30
+        while r.hget(q.qkeys.job(job.id), "status") != "finished":
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.002)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == [
+        "processing", "completed"]
+    history = r.lrange(q.qkeys.job_events(job.id), 0, -1)
+    assert [json.loads(h)[1]["event"] for h in history] == ["processing", "completed"]
