@@ -199,3 +199,19 @@ def test_a_worker_killed_right_after_the_outcome_keeps_its_events(r, settings, p
         "processing", "completed"]
     history = r.lrange(q.qkeys.job_events(job.id), 0, -1)
     assert [json.loads(h)[1]["event"] for h in history] == ["processing", "completed"]
+
+
+def test_a_record_with_garbage_where_the_event_reads_reads_as_python_does(r, settings, burst,
+                                                                         prefix):
+    """claim.lua builds the processing event from the record: a hand-written record whose
+    priority is not a number and whose times are not finite reads as ``Job.from_hash``
+    reads it (priority 0, no enqueue time: no wait), in both of its events; it runs."""
+    q = Queue("junk", r, settings=settings, events=False)
+    junk = q.enqueue("tests.jobs:add", 1, 1)
+    r.hset(q.qkeys.job(junk.id), mapping={"priority": "high", "enqueued_at": "-inf",
+                                          "scheduled_for": "nan"})
+    burst("junk", middleware=[EventsMiddleware()])
+    assert q.fetch_job(junk.id).result == 2
+    raw = [f for _, f in r.xrange(f"{prefix}:events") if f["job_id"] == junk.id]
+    assert [f["event"] for f in raw] == ["processing", "completed"]
+    assert raw[0]["priority"] == raw[1]["priority"] == "0" and "wait_time" not in raw[0]

@@ -159,14 +159,20 @@ local function processing_event(jid, rec, stamp)
     end
   end
   put('function', f[F.func])
-  local prio = tonumber(f[F.priority] or '')
-  put('priority', prio and fmt_int(prio))
+  -- read as Job.from_hash reads them (record.py): an integer or 0, a finite number or none
+  local prio = string.match(f[F.priority] or '', '^%s*([-+]?%d+)%s*$')
+  put('priority', prio and fmt_int(tonumber(prio)) or '0')
   put('attempt', f[F.attempts])
   put('worker', ARGV[1])
   put('host', ARGV[7])
-  local since = tonumber(f[F.enqueued_at] or '')   -- Job.wait_time: from enqueue or due
+  local function finite(v)
+    local n = tonumber(v or '')
+    if n and n == n and n ~= math.huge and n ~= -math.huge then return n end
+    return nil
+  end
+  local since = finite(f[F.enqueued_at])   -- Job.wait_time: from enqueue or due
   if since then
-    local due = tonumber(f[F.scheduled_for] or '')
+    local due = finite(f[F.scheduled_for])
     if due and due > since then since = due end
     local wait = tonumber(stamp) - since
     put('wait_time', py_float(wait > 0 and wait or 0))
