@@ -123,3 +123,21 @@ def test_a_middleware_list_of_ones_own_keeps_the_dependency_middleware(make_queu
     q = make_queue()
     w = InProcessWorker(q.name, q.connection, settings=q.settings, middleware=[])
     assert [type(mw) for mw in w.middleware] == [DependencyMiddleware]
+
+
+def test_a_worker_with_the_event_log_on_has_its_scripts_write_the_events(make_queue):
+    """A test suite that adds the event log to its in-process worker (fakeredis with Lua
+    too): claim.lua and finish.lua write the job's events, as in a real worker."""
+    from fusionworker.events import EventsMiddleware, read_events
+    from fusionworker.testing import InProcessWorker
+
+    q = make_queue()
+    job = q.enqueue("tests.jobs:add", 1, 2, priority=3)
+    events = EventsMiddleware()
+    InProcessWorker(q.name, q.connection, settings=q.settings, burst=True,
+                    middleware=[events]).work()
+    assert events.scripted and q.fetch_job(job.id).result == 3
+    docs = [doc for _, doc in read_events(q.connection, q.settings.prefix, job_id=job.id)]
+    assert [d["event"] for d in docs] == ["queued", "processing", "completed"]
+    assert [d["attempt"] for d in docs] == [0, 1, 1] and docs[1]["priority"] == 3
+    assert docs[1]["wait_time"] >= 0 and docs[2]["duration"] >= 0
