@@ -249,9 +249,12 @@ function live_status(base, jid, t, window)
   return nil
 end
 
--- "2024-05-01T12:00:00.123Z" of the server clock: events.make_event's @timestamp
--- (UTC, milliseconds truncated), by the days-to-civil-date algorithm
-function iso_utc(secs, usecs)
+-- "2024-05-01T12:00:00.123Z" of `t` (now()'s seconds): events.make_event's @timestamp
+-- (UTC, milliseconds truncated), by the days-to-civil-date algorithm. TIME's
+-- microseconds come back whole from the float (its error is under a nanosecond).
+function iso_utc(t)
+  local secs = math.floor(t)
+  local usecs = math.floor((t - secs) * 1000000 + 0.5)
   local days = math.floor(secs / 86400)
   local rest = secs - days * 86400
   local z = days + 719468
@@ -320,8 +323,7 @@ end
 -- server's clock, as the step's own times). Under pcall: a stream or history key of
 -- another type loses the event (the error is returned), never the step's writes.
 function job_event(base, jid, stream, maxlen, t, ev, copy)
-  local secs = math.floor(t)
-  local doc = {'@timestamp', iso_utc(secs, math.floor((t - secs) * 1000000 + 0.5))}
+  local doc = {'@timestamp', iso_utc(t)}
   for _, v in ipairs(ev) do doc[#doc + 1] = v end
   local ok, err = pcall(put_event, base, jid, stream, maxlen, doc, copy)
   if not ok then

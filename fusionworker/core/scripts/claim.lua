@@ -148,6 +148,13 @@ end
 -- The job's "processing" event, as the worker's event log would emit it after the claim
 -- (events/middleware.py), written in the step that starts the job (job_event, _lib.lua:
 -- under pcall, it never refuses the claim). `rec`: the record as started.
+-- a number a record's time field holds as Job.from_hash reads it (record.py): finite, or nil
+local function finite(v)
+  local n = tonumber(v or '')
+  if n and n == n and n ~= math.huge and n ~= -math.huge then return n end
+  return nil
+end
+
 local function processing_event(jid, rec, stamp)
   local f = {}
   for i = 1, #rec - 1, 2 do f[rec[i]] = rec[i + 1] end
@@ -165,11 +172,6 @@ local function processing_event(jid, rec, stamp)
   put('attempt', f[F.attempts])
   put('worker', ARGV[1])
   put('host', ARGV[7])
-  local function finite(v)
-    local n = tonumber(v or '')
-    if n and n == n and n ~= math.huge and n ~= -math.huge then return n end
-    return nil
-  end
   local since = finite(f[F.enqueued_at])   -- Job.wait_time: from enqueue or due
   if since then
     local due = finite(f[F.scheduled_for])

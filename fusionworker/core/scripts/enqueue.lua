@@ -21,8 +21,7 @@
 local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
-local clock = redis.call('TIME')
-local t = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local t = now()
 local stream = KEYS[3]
 local jkey = base .. K.job .. jid
 local jtype = key_type(jkey)
@@ -63,7 +62,7 @@ for i = 9, #ARGV - 1, 2 do
 end
 local function event()   -- the new job's "queued" event (nothing when no stream is given)
   if stream then
-    queued_event(base, stream, ARGV[7], iso_utc(tonumber(clock[1]), tonumber(clock[2])), jid,
+    queued_event(base, stream, ARGV[7], iso_utc(t), jid,
       qname, func, prio, ARGV[8])
   end
 end

@@ -33,8 +33,7 @@ local stream = KEYS[2]
 local window = tonumber(ARGV[1]) or 0
 local jobs = cjson.decode(ARGV[2])
 local n = #jobs
-local clock = redis.call('TIME')
-local t = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local t = now()
 local stamp = fmt_time(t)
 
 -- the checks: nothing is written before they all pass
@@ -53,7 +52,7 @@ end
 
 local event_time, maxlen, host, qname
 if stream then
-  event_time = iso_utc(tonumber(clock[1]), tonumber(clock[2]))
+  event_time = iso_utc(t)
   maxlen, host, qname = ARGV[3], ARGV[4], ARGV[5]
 end
 
