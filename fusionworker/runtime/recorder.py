@@ -227,7 +227,7 @@ class Recorder:
             if isinstance(reply, Exception):
                 unknown |= self._failed(job, outcome, reply)
             else:
-                self._recorded(job, outcome, *self._answer(call[0], reply))
+                self._recorded(job, outcome, *self._answer(job, call[0], reply))
         return HashState.UNKNOWN if unknown else HashState.KEPT
 
     def _queue_use(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]
@@ -290,16 +290,17 @@ class Recorder:
             args = [job.id, job.token or "", "stopped" if stopped else outcome.status,
                     self.settings.result_ttl,
                     self.settings.failed_ttl, outcome.retry_delay or 0, self.settings.dedup_window,
-                    *self._event_block(job, outcome, keys), *fields]
+                    *self._event_block(job, outcome), *fields]
+            if self.events is not None:     # finish.lua writes the outcome's event there
+                keys.append(self.events.stream)
         getattr(self.scripts, name).queue_by_sha(pipe, keys, args)
         return name, keys, args
 
-    def _event_block(self, job: Job[Any], outcome: Outcome, keys: list[Any]) -> list[Any]:
+    def _event_block(self, job: Job[Any], outcome: Outcome) -> list[Any]:
         """finish.lua's event block: the outcome's event, as the event log's hook would
-        emit it, with the stream added to ``keys``; [''] when the scripts write none."""
+        emit it; [''] when the scripts write none."""
         if self.events is None:
             return [""]
-        keys.append(self.events.stream)
         event = outcome_event(outcome.status, outcome.reason)
         return self.events.block(
             event, job, duration=outcome.duration, error_type=outcome.error_type,
@@ -327,7 +328,7 @@ class Recorder:
                 for value in answers:
                     if isinstance(value, Exception):
                         raise value
-                stale, at = self._answer(call[0], answers[0])
+                stale, at = self._answer(job, call[0], answers[0])
                 break
             except UNREACHABLE as exc:
                 if self.is_cold():
@@ -383,15 +384,14 @@ class Recorder:
 
     # -- after the write --------------------------------------------------------
 
-    @staticmethod
-    def _answer(script: str, reply: Any) -> tuple[bool, float | None]:
+    def _answer(self, job: Job[Any], script: str, reply: Any) -> tuple[bool, float | None]:
         """(stale, at): stale when the script wrote nothing, the attempt no longer owning
         its job (token fence); ``at`` the server time finish.lua recorded the outcome."""
         if script == "finish":
             done = replies.finish(reply)
             if done.event_lost:
-                log.warning("The outcome's event was not written (%s); the outcome was",
-                            done.event_lost)
+                log.warning("Worker %s: the outcome of job %s was recorded, its event was "
+                            "not (%s)", self.name, job.id, done.event_lost)
             return done.stale, done.at
         return replies.requeue(reply).outcome == "skipped", None
 

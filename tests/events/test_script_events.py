@@ -127,7 +127,7 @@ def test_an_event_that_cannot_be_written_costs_the_step_nothing(r, settings, bur
     assert mw.scripted
     assert q.fetch_job(ok.id).status == "finished"
     assert q.fetch_job(bad.id).status == "failed"       # recorded, its events lost
-    assert "The outcome's event was not written" in caplog.text
+    assert f"the outcome of job {bad.id} was recorded, its event was not" in caplog.text
     assert [e["event"] for _, e in read_events(r, prefix, job_id=ok.id)] == [
         "processing", "completed"]
     r.delete(f"{prefix}:events")
