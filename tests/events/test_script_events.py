@@ -168,12 +168,9 @@ def test_script_events_block_is_the_documents_pairs():
     assert events.block("progress", job, progress=0.5)[1] == "keep"
 
 
-def test_a_worker_killed_right_after_the_outcome_keeps_its_events(r, settings, prefix):
-    """The crash point the scripts close: SIGKILL the worker the moment the job's record
-    says finished. Through the sink (a buffer its thread delivers within a second) the
-    processing and completed events died with it; written by claim.lua and finish.lua,
-    they are in the stream and in the job's history."""
-    import json
+def _kill_worker_when(r, settings, until) -> None:
+    """Start a CLI worker on ``default``, SIGKILL its process group the moment
+    ``until()`` holds (polled every 2 ms, 30 s at most)."""
     import os
     import signal
     import subprocess
@@ -182,23 +179,59 @@ def test_a_worker_killed_right_after_the_outcome_keeps_its_events(r, settings, p
 
     from tests.conftest import ROOT, worker_env
 
-    q = Queue("default", r, settings=settings, events=False)
     proc = subprocess.Popen([sys.executable, "-m", "fusionworker", "worker", "default"],
                             env=worker_env(settings), cwd=str(ROOT), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        job = q.enqueue("tests.jobs:noop")
         deadline = time.monotonic() + 30
-        while r.hget(q.qkeys.job(job.id), "status") != "finished":
+        while not until():
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.002)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def _history(r, q: Queue, job_id: str) -> list[str]:
+    import json
+
+    return [json.loads(h)[1]["event"] for h in r.lrange(q.qkeys.job_events(job_id), 0, -1)]
+
+
+def test_a_worker_killed_right_after_the_outcome_keeps_its_events(r, settings, prefix):
+    """The crash point the scripts close: SIGKILL the worker the moment the job's record
+    says finished. Through the sink (a buffer its thread delivers within a second) the
+    processing and completed events died with it; written by claim.lua and finish.lua,
+    they are in the stream and in the job's history."""
+    q = Queue("default", r, settings=settings, events=False)
+    job = q.enqueue("tests.jobs:noop")
+    _kill_worker_when(r, settings,
+                      lambda: r.hget(q.qkeys.job(job.id), "status") == "finished")
     assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == [
         "processing", "completed"]
-    history = r.lrange(q.qkeys.job_events(job.id), 0, -1)
-    assert [json.loads(h)[1]["event"] for h in history] == ["processing", "completed"]
+    assert _history(r, q, job.id) == ["processing", "completed"]
+
+
+def test_a_worker_killed_while_its_job_runs_keeps_the_processing_event(r, settings, prefix):
+    """The claim's crash point: SIGKILL the worker the moment the record says started.
+    claim.lua wrote the processing event with the start; no outcome follows (the reaper
+    takes the job back once its lease is over, and says so with its own event)."""
+    q = Queue("default", r, settings=settings, events=False)
+    job = q.enqueue("tests.jobs:sleep", 30)
+    _kill_worker_when(r, settings,
+                      lambda: r.hget(q.qkeys.job(job.id), "status") == "started")
+    assert [d["event"] for _, d in read_events(r, prefix, job_id=job.id)] == ["processing"]
+    assert _history(r, q, job.id) == ["processing"]
+
+
+def test_the_history_constants_of_the_scripts_are_the_sinks(r):
+    """_lib.lua's HISTORY_* (the worker's scripts) and events/history.py's (the sink's
+    history.lua calls) are one cap and one pair of TTLs."""
+    from fusionworker.events.history import HISTORY_CAP, HISTORY_GONE_TTL, HISTORY_TTL
+
+    local, lib = _lib()
+    got = r.eval(f"{local}\n{lib}\nreturn {{HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL}}", 0)
+    assert got == [HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL]
 
 
 def test_a_record_with_garbage_where_the_event_reads_reads_as_python_does(r, settings, burst,
