@@ -7,7 +7,7 @@ every Lua script touches one Redis Cluster slot only:
 key                            type     meaning
 =============================  =======  ==============================================
 ``fw:{q}:pending``             ZSET     job ids ready to run, score = priority/FIFO
-``fw:{q}:started``             ZSET     claimed job ids, score = deadline (server time)
+``fw:{q}:started``             ZSET     claimed job ids, score = deadline (whole s)
 ``fw:{q}:scheduled``           ZSET     delayed jobs and retries, score = run-at
 ``fw:{q}:failed``              ZSET     dead-letter, score = failure time
 ``fw:{q}:finished``            ZSET     finished job ids, score = end time (pruned)

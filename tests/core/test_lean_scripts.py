@@ -170,6 +170,25 @@ def test_the_claimed_record_is_the_record_redis_holds(queue, r):
     assert again.jobs[0].data["token"] == "t2:1"
 
 
+@pytest.mark.parametrize("capped", [False, True])
+def test_a_lease_deadline_is_the_next_whole_second_after_now_plus_the_lease(queue, r, capped):
+    """claim.lua (both of its paths) and touch_many.lua score `started` by now + lease
+    rounded up to a whole second, so Redis keeps the scores of a small ZSET as integers
+    (docs/design.md): never sooner than the lease, less than a second later."""
+    q = queue("lean")
+    _enqueue(q, "a")
+    if capped:      # a queue with a setting takes the claim's other path
+        r.set(q.qkeys.base + "max_active", "10")
+    before = float(replies.claim(_claim(q, token="t1")).now)
+    score = r.zscore(q.qkeys.started, "a")
+    assert score == int(score) and before + 30 <= score < before + 31
+    r.zadd(q.qkeys.started, {"a": 1.5})
+    t0 = r.time()
+    assert q.scripts.touch_many(keys=[q.qkeys.base], args=[45, "a", "t1"]) == [1]
+    score = r.zscore(q.qkeys.started, "a")
+    assert score == int(score) and t0[0] + t0[1] / 1e6 + 45 <= score < t0[0] + 47
+
+
 @pytest.mark.parametrize("where", ["started", "failed"])
 def test_a_popped_job_is_put_back_at_its_place_when_the_claim_is_refused(queue, r, where):
     q = queue("lean")

@@ -17,6 +17,13 @@ end
 
 function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
 function fmt_time(t) return string.format('%.6f', t) end
+-- A lease deadline, the score of a job in `started`: `t` + `lease` seconds rounded up
+-- to a whole second. Redis keeps a small ZSET (up to zset-max-listpack-entries, 128) as
+-- a listpack, where a whole score is an integer and any other is text that every
+-- ZADD parses again, member by member, to find its place: at 100 started jobs an
+-- insertion and a removal took 53k instructions instead of 166k. A lease that ends up
+-- to a second later only makes the reaper wait that much longer (docs/design.md).
+function lease_end(t, lease) return fmt_int(math.ceil(t + lease)) end
 
 -- A field of a hash, or nil (no key, no field, or a key that is not a hash:
 -- a record of the wrong type reads as missing instead of failing the script

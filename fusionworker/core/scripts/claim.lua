@@ -264,7 +264,7 @@ local function take_plain(token)
   local gone = drop_expired(jid, jkey, rec, restore)
   if gone == true then return take_plain(token) elseif gone then return gone end
   local stamp = fmt_time(t)
-  local added = redis.pcall('ZADD', base .. K.started, fmt_time(t + tonumber(ARGV[3])), jid)
+  local added = redis.pcall('ZADD', base .. K.started, lease_end(t, tonumber(ARGV[3])), jid)
   if type(added) == 'table' then
     restore()
     return {'refused', wrong_type(base .. K.started, 'zset') or added.err}
@@ -308,7 +308,7 @@ local function take(token)
   local gone = drop_expired(jid, jkey, rec)
   if gone == true then return take(token) elseif gone then return gone end
   local stamp = fmt_time(t)
-  redis.call('ZADD', base .. K.started, fmt_time(t + tonumber(ARGV[3])), jid)
+  redis.call('ZADD', base .. K.started, lease_end(t, tonumber(ARGV[3])), jid)
   redis.call('ZREM', base .. K.pending, jid)
   if rate[1] then  -- this start takes a place in the rate window
     local window = tonumber(rate[2])

@@ -5,7 +5,7 @@
 -- (reaped, canceled): the parent then kills that horse; 2 when it owns it and its stop
 -- was asked (stop.lua): the parent kills it as stopped. Scripts.touch sends it for one job.
 local base = KEYS[1]
-local until_ = fmt_time(now() + tonumber(ARGV[1]))
+local until_ = lease_end(now(), tonumber(ARGV[1]))
 local out = {}
 for i = 2, #ARGV - 1, 2 do
   local jid, token = ARGV[i], ARGV[i + 1]
