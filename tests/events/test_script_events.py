@@ -248,3 +248,23 @@ def test_a_record_with_garbage_where_the_event_reads_reads_as_python_does(r, set
     raw = [f for _, f in r.xrange(f"{prefix}:events") if f["job_id"] == junk.id]
     assert [f["event"] for f in raw] == ["processing", "completed"]
     assert raw[0]["priority"] == raw[1]["priority"] == "0" and "wait_time" not in raw[0]
+
+
+def test_a_record_without_a_function_or_an_enqueue_time_gives_an_event_without_them(r, settings,
+                                                                                   prefix):
+    """The processing event names only what the record has: no ``function`` field (a
+    hand-written record), no ``wait_time`` without a usable enqueue time; the fields it
+    has keep their order."""
+    q = Queue("bare", r, settings=settings, events=False)
+    job = q.enqueue("tests.jobs:add", 1, 1)
+    r.hdel(q.qkeys.job(job.id), "func")
+    r.hset(q.qkeys.job(job.id), "enqueued_at", "soon")
+    stream = f"{prefix}:events"
+    q.scripts.claim(keys=[q.qkeys.base, stream],
+                    args=["w1", "tok", 30, 60, "", 1000, "host-1", "bare"])
+    ((_, doc),) = r.xrange(stream)
+    assert list(doc) == ["@timestamp", "event", "job_id", "queue", "priority", "attempt",
+                         "worker", "host"]
+    assert (doc["event"], doc["job_id"], doc["queue"], doc["priority"], doc["attempt"],
+            doc["worker"], doc["host"]) == ("processing", job.id, "bare", "0", "1", "w1",
+                                            "host-1")

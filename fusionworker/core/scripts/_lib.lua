@@ -330,8 +330,7 @@ end
 -- server's clock, as the step's own times). Under pcall: a stream or history key of
 -- another type loses the event (the error is returned), never the step's writes.
 function job_event(base, jid, stream, maxlen, t, ev, copy)
-  local doc = {'@timestamp', iso_utc(t)}
-  for _, v in ipairs(ev) do doc[#doc + 1] = v end
+  local doc = {'@timestamp', iso_utc(t), unpack(ev)}
   local ok, err = pcall(put_event, base, jid, stream, maxlen, doc, copy)
   if not ok then
     local why = type(err) == 'table' and err.err or tostring(err)

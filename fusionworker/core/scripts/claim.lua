@@ -156,28 +156,33 @@ local function finite(v)
 end
 
 local function processing_event(jid, rec, stamp)
-  local f = {}
-  for i = 1, #rec - 1, 2 do f[rec[i]] = rec[i + 1] end
-  local ev = {'event', 'processing', 'job_id', jid, 'queue', ARGV[8]}
-  local function put(name, value)
-    if value then
-      ev[#ev + 1] = name
-      ev[#ev + 1] = value
-    end
+  local func, prio, attempt, since, due
+  for i = 1, #rec - 1, 2 do   -- one pass over the record for the five fields read
+    local k = rec[i]
+    if k == F.func then func = rec[i + 1]
+    elseif k == F.priority then prio = rec[i + 1]
+    elseif k == F.attempts then attempt = rec[i + 1]
+    elseif k == F.enqueued_at then since = rec[i + 1]
+    elseif k == F.scheduled_for then due = rec[i + 1] end
   end
-  put('function', f[F.func])
   -- read as Job.from_hash reads them (record.py): an integer or 0, a finite number or none
-  local prio = string.match(f[F.priority] or '', '^%s*([-+]?%d+)%s*$')
-  put('priority', prio and fmt_int(tonumber(prio)) or '0')
-  put('attempt', f[F.attempts])
-  put('worker', ARGV[1])
-  put('host', ARGV[7])
-  local since = finite(f[F.enqueued_at])   -- Job.wait_time: from enqueue or due
+  prio = string.match(prio or '', '^%s*([-+]?%d+)%s*$')
+  local wait   -- Job.wait_time: from enqueue or due
+  since = finite(since)
   if since then
-    local due = finite(f[F.scheduled_for])
+    due = finite(due)
     if due and due > since then since = due end
-    local wait = tonumber(stamp) - since
-    put('wait_time', py_float(wait > 0 and wait or 0))
+    wait = tonumber(stamp) - since
+    wait = py_float(wait > 0 and wait or 0)
+  end
+  -- one table, made at its size (the attempt is always there: mark_started wrote it)
+  local ev = {'event', 'processing', 'job_id', jid, 'queue', ARGV[8], 'function', func or '',
+    'priority', prio and fmt_int(tonumber(prio)) or '0', 'attempt', attempt, 'worker', ARGV[1],
+    'host', ARGV[7], 'wait_time', wait or ''}
+  if not wait then ev[18], ev[17] = nil, nil end
+  if not func then
+    table.remove(ev, 8)
+    table.remove(ev, 7)
   end
   job_event(base, jid, KEYS[2], ARGV[6], t, ev, false)
 end
