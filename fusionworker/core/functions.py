@@ -192,8 +192,10 @@ _WALKED: set[tuple[str, tuple[str, ...]]] = set()
 _WALKED_MAX = 4096
 
 
-#: modules this process must not import to check a name (:func:`keep_out`)
+#: modules this process must not import to check a name (:func:`keep_out`), and those
+#: it could not import (:func:`verify`: not tried again, each try searches sys.path)
 _KEPT_OUT: set[str] = set()
+_KEPT_OUT_MAX = 4096
 
 
 def keep_out(modules: Iterable[str]) -> None:
@@ -211,7 +213,9 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
     producer cannot import it (the job code is deployed on the workers
     only), only the name is checked here and the worker checks the rest.
     A walk that passed is remembered for the same ``allowed`` (a module's
-    functions do not move once imported); the worker checks every job again.
+    functions do not move once imported), and so is a module that could not be
+    imported (its references are checked by name from then on, without searching
+    ``sys.path`` again at every enqueue); the worker checks every job again.
     """
     allowed = tuple(allowed)
     if (ref, allowed) in _WALKED:
@@ -224,6 +228,8 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
         try:
             module_obj = importlib.import_module(module_name)
         except ImportError:
+            if len(_KEPT_OUT) < _KEPT_OUT_MAX:
+                _KEPT_OUT.add(module_name)
             return
     _walk(ref, module_obj, attr, allowed)
     if len(_WALKED) < _WALKED_MAX:
