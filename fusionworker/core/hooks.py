@@ -57,6 +57,9 @@ class Outcome:
     progress_fields: list[str] = field(default_factory=list)
     #: a final failure: why it was not retried, in words (the worker logs it)
     not_retried: str | None = None
+    #: the outcome was recorded and its event, which finish.lua writes, was not: why
+    #: (a stream or history key of another type); the event log counts it dropped
+    event_lost: str | None = None
 
     def __post_init__(self) -> None:
         # text stays accepted (``Outcome(status="retry", reason="exception")``)

@@ -91,7 +91,8 @@ class EventsMiddleware(Middleware):
         if self.sink is None or not outcome.recorded:
             return
         if self.scripted and outcome.status != OutcomeStatus.REQUEUED:
-            self.sink.written_by_script()   # finish.lua wrote it (a give-back: emitted here)
+            # finish.lua wrote it, or says why not (a give-back: emitted here)
+            self.sink.written_by_script(lost=outcome.event_lost is not None)
             return
         event = outcome_event(outcome.status, outcome.reason)
         self.sink.emit(make_event(

@@ -133,11 +133,15 @@ class EventSink:
             elif size == self.batch_size:
                 self._cond.notify()
 
-    def written_by_script(self) -> None:
+    def written_by_script(self, lost: bool = False) -> None:
         """Count an event a script wrote in this sink's place (the worker's job events on
-        the plain stream sink, events/middleware.py) as delivered."""
+        the plain stream sink, events/middleware.py) as delivered, or as dropped when the
+        script says it could not write it (``lost``)."""
         with self._cond:
-            self._delivered += 1
+            if lost:
+                self._dropped += 1
+            else:
+                self._delivered += 1
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything buffered was delivered; False if ``timeout`` ran out first."""

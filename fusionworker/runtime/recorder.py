@@ -227,7 +227,7 @@ class Recorder:
             if isinstance(reply, Exception):
                 unknown |= self._failed(job, outcome, reply)
             else:
-                self._recorded(job, outcome, *self._answer(job, call[0], reply))
+                self._recorded(job, outcome, *self._answer(job, outcome, call[0], reply))
         return HashState.UNKNOWN if unknown else HashState.KEPT
 
     def _queue_use(self, pipe: Any, ended: list[tuple[Job[Any], Outcome]]
@@ -328,7 +328,7 @@ class Recorder:
                 for value in answers:
                     if isinstance(value, Exception):
                         raise value
-                stale, at = self._answer(job, call[0], answers[0])
+                stale, at = self._answer(job, outcome, call[0], answers[0])
                 break
             except UNREACHABLE as exc:
                 if self.is_cold():
@@ -384,11 +384,14 @@ class Recorder:
 
     # -- after the write --------------------------------------------------------
 
-    def _answer(self, job: Job[Any], script: str, reply: Any) -> tuple[bool, float | None]:
+    def _answer(self, job: Job[Any], outcome: Outcome, script: str,
+                reply: Any) -> tuple[bool, float | None]:
         """(stale, at): stale when the script wrote nothing, the attempt no longer owning
-        its job (token fence); ``at`` the server time finish.lua recorded the outcome."""
+        its job (token fence); ``at`` the server time finish.lua recorded the outcome. An
+        outcome event finish.lua could not write is logged and said on ``outcome``."""
         if script == "finish":
             done = replies.finish(reply)
+            outcome.event_lost = done.event_lost
             if done.event_lost:
                 log.warning("Worker %s: the outcome of job %s was recorded, its event was "
                             "not (%s)", self.name, job.id, done.event_lost)

@@ -128,6 +128,8 @@ def test_an_event_that_cannot_be_written_costs_the_step_nothing(r, settings, bur
     assert q.fetch_job(ok.id).status == "finished"
     assert q.fetch_job(bad.id).status == "failed"       # recorded, its events lost
     assert f"the outcome of job {bad.id} was recorded, its event was not" in caplog.text
+    stats = mw.sink.stats()    # the outcome's is counted dropped (finish.lua said so); the
+    assert (stats["delivered"], stats["dropped"]) == (3, 1)   # claim's is logged by Redis
     assert [e["event"] for _, e in read_events(r, prefix, job_id=ok.id)] == [
         "processing", "completed"]
     r.delete(f"{prefix}:events")
