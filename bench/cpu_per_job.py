@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -446,12 +447,7 @@ def main() -> int:
     for tree, figs in results.items():
         meds = {k: statistics.median(f[k] for f in figs) for k in FIGURES}
         print(f"{tree[-40:]:40} " + " ".join(f"{meds[k]:11.3f}" for k in FIGURES))
-    print("of which system time (kernel: fork, page faults, exit), ms per job; page faults "
-          "per horse")
-    print(f"{'tree':40} " + " ".join(f"{k:>13}" for k in SYSTEM))
-    for tree, figs in results.items():
-        print(f"{tree[-40:]:40} "
-              + " ".join(f"{statistics.median(f[k] for f in figs):13.3f}" for k in SYSTEM))
+    system_time(results, args.steady)
     if args.dramatiq:
         ours = statistics.median(f["total_ms"] for f in results[str(ROOT)])
         theirs = statistics.median(f["total_ms"] for f in results[DRAMATIQ])
@@ -463,6 +459,24 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def system_time(results: dict[str, list[dict[str, Any]]], steady: bool) -> None:
+    """The second table: the kernel's share, for the runs that measured it (a burst
+    worker's; ``--steady`` reads ``schedstat``, which does not split it, nor does
+    Dramatiq's figure)."""
+    rows = {tree: figs for tree, figs in results.items()
+            if not any(math.isnan(f[SYSTEM[0]]) for f in figs)}
+    if not rows:
+        print("(no system-time table: " + ("--steady reads schedstat, which does not "
+              "split user from system time)" if steady else "no run measured it)"))
+        return
+    print("of which system time (kernel: fork, page faults, exit), ms per job; page faults "
+          "per horse")
+    print(f"{'tree':40} " + " ".join(f"{k:>13}" for k in SYSTEM))
+    for tree, figs in rows.items():
+        print(f"{tree[-40:]:40} "
+              + " ".join(f"{statistics.median(f[k] for f in figs):13.3f}" for k in SYSTEM))
 
 
 if __name__ == "__main__":
