@@ -18,6 +18,9 @@ with one small argument, and both systems return their Job objects.
 * ``rq``: ``[Queue.prepare_data(...) for ...]`` then one
   ``rq_queue.enqueue_many(...)`` call (RQ writes them in one pipeline).
 * ``fw-single``: ``q.enqueue(...)`` N/10 times, a reference line.
+* ``fw-byname``: the same for a job of an allowed module this producer cannot
+  import (``bench_workers_only.sms:send``: the job code deployed on the workers
+  only), checked by name.
 
 Only this run's keys are deleted afterwards (its fusionworker prefix, its RQ
 queue and jobs); nothing is flushed.
@@ -42,7 +45,7 @@ from fusionworker.core.config import load_settings  # noqa: E402
 from fusionworker.core.queue import Queue  # noqa: E402
 from fusionworker.events import flush_default_sinks  # noqa: E402
 
-SYSTEMS = ("fw", "fw-noevents", "rq", "fw-single")
+SYSTEMS = ("fw", "fw-noevents", "rq", "fw-single", "fw-byname")
 
 
 def run_fw(url: str, prefix: str, n: int, events: bool = True) -> float:
@@ -61,14 +64,15 @@ def run_fw(url: str, prefix: str, n: int, events: bool = True) -> float:
     return n / elapsed
 
 
-def run_fw_single(url: str, prefix: str, n: int) -> float:
+def run_fw_single(url: str, prefix: str, n: int, func: str = "bench.jobs:noop") -> float:
     r = redis.Redis.from_url(url, decode_responses=True)
-    q = Queue("single", r, settings=load_settings(environ={}, redis_url=url, prefix=prefix,
-                                                          allowed_modules=("bench",)))
+    q = Queue("single", r, settings=load_settings(
+        environ={}, redis_url=url, prefix=prefix,
+        allowed_modules=("bench", "bench_workers_only")))
     n = max(1, n // 10)
     start = time.perf_counter()
     for i in range(n):
-        q.enqueue("bench.jobs:noop", i)
+        q.enqueue(func, i)
     elapsed = time.perf_counter() - start
     assert q.count == n
     flush_default_sinks(30.0)  # the sink thread's events land before the clean-up
@@ -108,8 +112,12 @@ def run_fw_noevents(url: str, prefix: str, n: int) -> float:
     return run_fw(url, prefix, n, events=False)
 
 
+def run_fw_byname(url: str, prefix: str, n: int) -> float:
+    return run_fw_single(url, prefix, n, func="bench_workers_only.sms:send")
+
+
 RUNNERS = {"fw": run_fw, "fw-noevents": run_fw_noevents, "rq": run_rq,
-           "fw-single": run_fw_single}
+           "fw-single": run_fw_single, "fw-byname": run_fw_byname}
 
 
 def main() -> None:
