@@ -63,7 +63,7 @@ class HistoryRun:
         if not self.keys:
             return
         keys = self.keys + [self.stream] if self.stream is not None else self.keys
-        args = [HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL, self.maxlen, *self.args]
+        args = [self.maxlen, *self.args]     # the cap and TTLs: _lib.lua's, the same
         self.script.queue_by_sha(self.pipe, keys, args)
         self.calls.append(("history", keys, args))
         self.keys, self.args = [], []

@@ -226,9 +226,10 @@ def test_a_worker_killed_while_its_job_runs_keeps_the_processing_event(r, settin
     assert _history(r, q, job.id) == ["processing"]
 
 
-def test_the_history_constants_of_the_scripts_are_the_sinks(r):
-    """_lib.lua's HISTORY_* (the worker's scripts) and events/history.py's (the sink's
-    history.lua calls) are one cap and one pair of TTLs."""
+def test_the_history_constants_of_the_scripts_are_pythons(r):
+    """_lib.lua's HISTORY_* (every script that writes a history, history.lua included)
+    and events/history.py's (what the docs, the reader and the tests say) are one cap
+    and one pair of TTLs."""
     from fusionworker.events.history import HISTORY_CAP, HISTORY_GONE_TTL, HISTORY_TTL
 
     local, lib = _lib()

@@ -278,47 +278,47 @@ function iso_utc(t)
     math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
 end
 
--- A job's history (history.lua's layout: {stream id, document} in JSON, the newest
--- HISTORY_CAP kept): push `entry`; `copy` (an event that ends or revives the job) gives
--- the history the record's TTL, which the writing script set before (none while the
--- record has none, `gone` seconds once it is gone); a new history lives `ttl` seconds.
--- The constants are HISTORY_CAP, HISTORY_TTL and HISTORY_GONE_TTL of events/history.py.
+-- A job's history: its events as {stream id, document} in JSON, the newest HISTORY_CAP
+-- kept. A new history lives HISTORY_TTL seconds; an event that ends or revives the job
+-- (`copy`) gives it the record's TTL, which the writing script set before (none while
+-- the record has none, HISTORY_GONE_TTL seconds once it is gone). The constants are
+-- those of events/history.py (a test holds them equal).
 HISTORY_CAP = 200
 HISTORY_TTL = 30 * 86400
 HISTORY_GONE_TTL = 600
-function history_push(hist, jkey, entry, copy, cap, ttl, gone)
-  local n = redis.call('RPUSH', hist, entry)
-  if n > cap then redis.call('LTRIM', hist, -cap, -1) end
+
+-- One event document: XADDed to `stream` (approximate MAXLEN; nil: no stream, a
+-- Cluster's history.lua) and pushed, with its stream id ('' without), to the job's
+-- history `hist` (`jkey`: the job's record). `ev` is the document's name/value pairs in
+-- order, @timestamp first, each value text, none nil (as the sink writes them).
+-- Returns the stream id.
+function put_event(stream, maxlen, hist, jkey, ev, copy)
+  local id = stream and redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev)) or ''
+  local doc = {}
+  for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
+  local n = redis.call('RPUSH', hist, cjson.encode({id, doc}))
+  if n > HISTORY_CAP then redis.call('LTRIM', hist, -HISTORY_CAP, -1) end
   if copy then
     local left = redis.call('TTL', jkey)
     if left == -2 then
-      redis.call('EXPIRE', hist, gone)
+      redis.call('EXPIRE', hist, HISTORY_GONE_TTL)
     elseif left == -1 then
       redis.call('PERSIST', hist)
     else
       redis.call('EXPIRE', hist, left)
     end
   elseif n == 1 then
-    redis.call('EXPIRE', hist, ttl)
+    redis.call('EXPIRE', hist, HISTORY_TTL)
   end
-end
-
--- One event document: XADDed to `stream` (approximate MAXLEN) and pushed, with its
--- stream id, to the job's history. `ev` is the document's name/value pairs in order,
--- @timestamp first, each value text, none nil (as the sink writes them).
-function put_event(base, jid, stream, maxlen, ev, copy)
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(ev))
-  local doc = {}
-  for k = 1, #ev, 2 do doc[ev[k]] = ev[k + 1] end
-  history_push(base .. K.job_events .. jid, base .. K.job .. jid, cjson.encode({id, doc}),
-    copy, HISTORY_CAP, HISTORY_TTL, HISTORY_GONE_TTL)
+  return id
 end
 
 -- The "queued" event of a new job, as the producer's sink would write it. `stamp` is
 -- iso_utc of the enqueue time (make_event's @timestamp). The caller checked the
 -- stream's type before its first write; the history of a new job is new.
 function queued_event(base, stream, maxlen, stamp, jid, qname, func, prio, host)
-  put_event(base, jid, stream, maxlen, {'@timestamp', stamp, 'event', 'queued', 'job_id', jid,
+  put_event(stream, maxlen, base .. K.job_events .. jid, base .. K.job .. jid,
+    {'@timestamp', stamp, 'event', 'queued', 'job_id', jid,
     'queue', qname, 'function', func, 'priority', fmt_int(prio), 'attempt', '0', 'host', host},
     false)
 end
@@ -331,7 +331,8 @@ end
 -- another type loses the event (the error is returned), never the step's writes.
 function job_event(base, jid, stream, maxlen, t, ev, copy)
   local doc = {'@timestamp', iso_utc(t), unpack(ev)}
-  local ok, err = pcall(put_event, base, jid, stream, maxlen, doc, copy)
+  local ok, err = pcall(put_event, stream, maxlen, base .. K.job_events .. jid,
+    base .. K.job .. jid, doc, copy)
   if not ok then
     local why = type(err) == 'table' and err.err or tostring(err)
     redis.log(redis.LOG_WARNING, 'fusionworker: the ' .. ev[2] .. ' event of job ' .. jid ..
@@ -342,7 +343,7 @@ function job_event(base, jid, stream, maxlen, t, ev, copy)
 end
 
 -- The event block of finish.lua and progress.lua, in ARGV from `at`: '' (no event), or
--- the stream's MAXLEN, 'copy' | 'keep' (history_push's `copy`), the count k of items,
+-- the stream's MAXLEN, 'copy' | 'keep' (put_event's `copy`), the count k of items,
 -- then k items (the document's pairs after @timestamp). Returns the block (nil: none)
 -- and the index of the first ARGV after it.
 function event_block(at)
