@@ -23,7 +23,7 @@ from ..core.hooks import Middleware, OutcomeStatus
 from ..core.queue import same_server
 from .history import HISTORY_COPY_TTL
 from .registry import default_sink
-from .schema import make_event, outcome_event
+from .schema import make_event, outcome_fields
 from .sinks import EventSink, RedisStreamSink, make_sink, stream_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -94,12 +94,9 @@ class EventsMiddleware(Middleware):
             # finish.lua wrote it, or says why not (a give-back: emitted here)
             self.sink.written_by_script(lost=outcome.event_lost is not None)
             return
-        event = outcome_event(outcome.status, outcome.reason)
-        self.sink.emit(make_event(
-            event, job, worker=worker.name, host=worker.host, duration=outcome.duration,
-            error_type=outcome.error_type, error_message=outcome.error_message,
-            reason=None if event == "completed" else outcome.reason,
-        ))
+        event, fields = outcome_fields(outcome)
+        fields["worker"], fields["host"] = worker.name, worker.host
+        self.sink.emit(make_event(event, job, **fields))
 
     def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:

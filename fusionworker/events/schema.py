@@ -11,10 +11,13 @@ import math
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.emitting import EventFields
 from ..core.job import FailureReason
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..core.hooks import Outcome
 
 EVENTS = ("queued", "processing", "completed", "failed", "retry", "timeout", "abandoned",
           "canceled", "requeued", "deleted", "reprioritized", "held", "released",
@@ -158,3 +161,12 @@ def outcome_event(status: str, reason: str | None) -> str:
     if reason in (FailureReason.TIMEOUT, FailureReason.ABANDONED):
         return reason
     return "failed"
+
+
+def outcome_fields(outcome: Outcome) -> tuple[str, EventFields]:
+    """The event of a recorded outcome and its fields: what the worker's event hook emits
+    and what ``finish.lua`` writes in its place (recorder.py), one spelling for both."""
+    event = outcome_event(outcome.status, outcome.reason)
+    return event, {"duration": outcome.duration, "error_type": outcome.error_type,
+                   "error_message": outcome.error_message,
+                   "reason": None if event == "completed" else outcome.reason}

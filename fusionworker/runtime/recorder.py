@@ -37,7 +37,7 @@ from ..core.hooks import Outcome, OutcomeReason, OutcomeStatus
 from ..core.job import FailureReason, Job, encode_fields
 from ..core.keys import Keys
 from ..core.scripts import replies
-from ..events.schema import outcome_event
+from ..events.schema import outcome_fields
 from .claim import Claimer, ClaimRound, Plan
 from .counters import Counters
 from .errors import REFUSED, UNREACHABLE, is_oom, wait_reachable
@@ -301,11 +301,8 @@ class Recorder:
         emit it; [''] when the scripts write none."""
         if self.events is None:
             return [""]
-        event = outcome_event(outcome.status, outcome.reason)
-        return self.events.block(
-            event, job, duration=outcome.duration, error_type=outcome.error_type,
-            error_message=outcome.error_message,
-            reason=None if event == "completed" else outcome.reason)
+        event, fields = outcome_fields(outcome)
+        return self.events.block(event, job, **fields)
 
     # -- one outcome on its own, until Redis takes it ----------------------------
 
