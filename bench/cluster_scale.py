@@ -46,6 +46,8 @@ from redis.crc import key_slot
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.procs import lines_in  # noqa: E402
+
 PREFIX = "fwcl"
 GLOBAL_KEYS = ("events", "queues", "workers")
 
@@ -145,9 +147,9 @@ def run_k(args: argparse.Namespace, cluster: Cluster, queues: list[tuple[str, in
                 start_new_session=True), log))
     try:
         deadline = time.monotonic() + args.timeout
-        while sum(_lines(p) for p in paths) < k * args.jobs:
+        while sum(lines_in(p) for p in paths) < k * args.jobs:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"k={k}: {sum(_lines(p) for p in paths)} of "
+                raise RuntimeError(f"k={k}: {sum(lines_in(p) for p in paths)} of "
                                    f"{k * args.jobs} jobs ran (logs in {workdir})")
             time.sleep(0.02)
         cpu1 = cluster.cpu()
@@ -172,14 +174,6 @@ def run_k(args: argparse.Namespace, cluster: Cluster, queues: list[tuple[str, in
                         "us_per_job": used * 1e6 / per_queue[port] if per_queue[port] else None}
     return {"k": k, "jobs": len(rows), "jobs_per_s": len(rows) / span, "span_s": span,
             "wall_s": wall, "shards": shards}
-
-
-def _lines(path: str) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
 
 
 def report(results: list[dict[str, Any]], queues: list[tuple[str, int]],

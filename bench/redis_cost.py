@@ -80,7 +80,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.procs import stop_group  # noqa: E402
+from bench.procs import lines_in, stop_group  # noqa: E402
 from bench.run import Monitor as RunMonitor  # noqa: E402
 
 SYSTEMS = ("fw", "fw-noevents", "fw-warm", "rq-simple", "celery", "dramatiq")
@@ -290,11 +290,11 @@ class Run:
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + self.args.timeout
-            while _lines(path) < n:
+            while lines_in(path) < n:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     log.flush()
                     tail = Path(log.name).read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"{system}: {_lines(path)} of {n} jobs ran; its log:\n"
+                    raise RuntimeError(f"{system}: {lines_in(path)} of {n} jobs ran; its log:\n"
                                        f"{tail}")
                 time.sleep(0.01)
             time.sleep(SETTLE)      # the events a worker's sink sends from its thread
@@ -371,9 +371,9 @@ class Run:
                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 deadline = time.monotonic() + self.args.timeout * 3
-                while _lines(path) < n:
+                while lines_in(path) < n:
                     if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError(f"{system} (split): {_lines(path)} of {n} jobs ran")
+                        raise RuntimeError(f"{system} (split): {lines_in(path)} of {n} jobs ran")
                     time.sleep(0.02)
                 time.sleep(SETTLE)
                 if monitor is None:
@@ -470,14 +470,6 @@ class Monitor(RunMonitor):
             script = kind
             counts[(phase, kind)] += 1
         return counts
-
-
-def _lines(path: str) -> int:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().count(b"\n")
-    except FileNotFoundError:
-        return 0
 
 
 # -- the report ----------------------------------------------------------------------------

@@ -48,15 +48,13 @@ from typing import Any
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.procs import lines_in  # noqa: E402
+from bench.redis_server import _free_port, binary  # noqa: E402
+
 QUEUE = "instr"
 PREFIX = "fwinstr"
-
-
-def _lines(path: Path) -> int:
-    try:
-        return sum(1 for _ in path.open())
-    except FileNotFoundError:
-        return 0
 
 
 class Counted:
@@ -64,9 +62,6 @@ class Counted:
     last dump and returns their count."""
 
     def __init__(self, workdir: Path) -> None:
-        sys.path.insert(0, str(ROOT))
-        from bench.redis_server import _free_port, binary
-
         self.workdir = workdir
         self.port = _free_port()
         self.proc = subprocess.Popen(
@@ -134,8 +129,8 @@ def one_run(tree: Path, server: Counted, args: argparse.Namespace, workdir: Path
              "FUSIONWORKER_IMPORTS": "bench.io_jobs"},
         capture_output=True, text=True, timeout=args.timeout)
     worked = server.take()
-    if _lines(path) != args.jobs:
-        raise SystemExit(f"{tree}: {_lines(path)} of {args.jobs} jobs ran "
+    if lines_in(path) != args.jobs:
+        raise SystemExit(f"{tree}: {lines_in(path)} of {args.jobs} jobs ran "
                          f"(worker exit {worker.returncode}):\n{worker.stderr[-2000:]}")
     return {"enqueue": enqueued / args.jobs, "work": worked / args.jobs,
             "total": (enqueued + worked) / args.jobs}
