@@ -41,6 +41,7 @@ import base64
 import json
 from datetime import date, datetime
 from decimal import Decimal
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 from uuid import UUID
 
@@ -80,8 +81,37 @@ def _tagged(kind: str, value: Any) -> dict[str, Any]:
     return {TAG: kind, "v": value}
 
 
+#: the exact types a flat list's or dict's items are returned as (finite floats too);
+#: a subclass (an ``IntEnum`` member, say) takes the general path, which keeps it as it is
+_AS_IS = frozenset({str, int, bool, type(None)})
+
+
+def _flat(items: Any) -> bool:
+    """Whether every item is of an :data:`_AS_IS` type or a finite float: a flat list
+    of them (most jobs' arguments) encodes to a copy of itself, item for item."""
+    for v in items:
+        cls = v.__class__
+        if cls not in _AS_IS and not (cls is float and v - v == 0.0):   # inf - inf is NaN
+            return False
+    return True
+
+
+def _unnested(items: Any) -> bool:
+    """Whether no item is a list or a dict: such a list (or dict without the tag)
+    decodes to a copy of itself."""
+    for v in items:
+        if v.__class__ is list or v.__class__ is dict:
+            return False
+    return True
+
+
 def encode(value: Any, where: str = "value") -> Any:
     """``value`` as plain JSON-able data (tags added); ``where`` names it in errors."""
+    cls = value.__class__     # the common flat cases, without a call per item
+    if (cls is list or cls is tuple) and _flat(value):
+        return list(value)
+    if cls is dict and TAG not in value and _flat(value.values()) and _flat_keys(value):
+        return dict(value)
     try:
         return _encode(value, None, 0)
     except UnsupportedType:   # again, naming where the value sits (not built for every item)
@@ -89,6 +119,13 @@ def encode(value: Any, where: str = "value") -> Any:
 
 
 _INFINITIES = (float("inf"), float("-inf"))
+
+
+def _flat_keys(value: dict[Any, Any]) -> bool:
+    for k in value:
+        if k.__class__ is not str:
+            return False
+    return True
 
 
 def _encode(value: Any, where: str | None, depth: int) -> Any:
@@ -183,6 +220,11 @@ def decode(value: Any) -> Any:
     """The inverse of :func:`encode`. A value nested deeper than :data:`MAX_DEPTH` is
     :class:`Unreadable`; a tag whose value does not parse raises what its parser does
     (:func:`loads` turns every failure into :class:`Unreadable`)."""
+    cls = value.__class__     # the common flat cases, without a call per item
+    if cls is list and _unnested(value):
+        return list(value)
+    if cls is dict and TAG not in value and _unnested(value.values()):
+        return dict(value)
     return _decode(value, 0)
 
 
@@ -200,13 +242,23 @@ def _decode(value: Any, depth: int) -> Any:
     return value
 
 
-#: compact JSON text, without making an encoder per call (json.dumps with arguments does)
-_compact = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+_json_text = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+#: json's C encoder, made once: ``JSONEncoder.encode`` makes one per call (a third of the
+#: cost of a job's arguments). No markers: what :func:`encode` gives holds no cycle.
+_c_encoder = c_make_encoder and c_make_encoder(
+    None, None, encode_basestring_ascii, None, ":", ",", False, False, False)
+
+
+def compact(value: Any) -> str:
+    """Compact JSON text (ASCII, no NaN) of an encoded value (what :func:`encode` gives)."""
+    if _c_encoder is None:      # a Python without json's C accelerator
+        return _json_text(value)
+    return "".join(_c_encoder(value, 0))
 
 
 def dumps(value: Any, where: str = "value") -> str:
     """Compact tagged JSON text of ``value``."""
-    return _compact(encode(value, where))
+    return compact(encode(value, where))
 
 
 def loads(text: str) -> Any:
