@@ -23,6 +23,9 @@ class _Vocabulary(StrEnum):
         """
         if type(value) is cls:      # a member already (the worker's own outcomes)
             return value
+        known = cls._value2member_map_.get(value)   # what cls(value) looks up first
+        if known is not None:
+            return known  # type: ignore[return-value]
         try:
             return cls(value)
         except ValueError:
