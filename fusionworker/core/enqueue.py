@@ -16,9 +16,8 @@ import math
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -33,12 +32,10 @@ from .functions import func_ref, verify
 from .job import Job, JobStatus, encode_fields, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
+from .prepared import PreparedJob, prepared
 from .queue_view import QueueView
 from .redis_client import is_cluster, text_hash
 from .scripts import replies
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .batch import Batch
 
 log = logging.getLogger("fusionworker.queue")
 
@@ -47,11 +44,8 @@ BULK_CHUNK = 500
 #: ``enqueue_many.lua`` calls in flight on one connection (single Redis, Sentinel)
 BULK_INFLIGHT = 2
 
-#: ``codec.dumps``'s JSON text of an encoded value, without making an encoder per call
-_tagged_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-#: compact JSON keeping non-ASCII text as UTF-8 (a job's entry for ``enqueue_many.lua``),
-#: without making an encoder per call
-_payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: ``codec.dumps``'s JSON text of an encoded value
+_tagged_json = codec.compact
 
 #: function references (strings) that passed ``func_ref``'s check in this process
 _CHECKED_REFS: set[str] = set()
@@ -76,31 +70,6 @@ class QueueParts(QueueView, Protocol):
     def _emit(self, event: str, job: Job[Any]) -> None: ...
 
     def _script_events(self) -> tuple[list[str], list[Any]] | None: ...
-
-
-@dataclass(frozen=True)
-class PreparedJob:
-    """A validated, encoded job that is not written yet (``Queue.prepare``)."""
-
-    queue: str
-    id: str
-    func: str
-    priority: int
-    mode: str
-    when: float
-    unique_key: str
-    #: hash fields as ``[name, value, ...]`` strings (``job.encode_fields``)
-    fields: list[str] = field(repr=False)
-    #: this job's entry of ``enqueue_many.lua``'s JSON argument
-    payload: str = field(repr=False, default="")
-    #: dependencies as ``(queue, job_id)`` (``depends_on``; then ``mode`` is deferred)
-    deps: tuple[tuple[str, str], ...] = ()
-    #: the ``Batch`` the job joins (``batch=``), counted once written
-    batch: Batch | None = field(default=None, repr=False, compare=False)
-    #: the arguments as encoded (``codec.encode``; their JSON is in ``fields``): the
-    #: returned Job decodes them instead of parsing that JSON again
-    encoded_args: Any = field(default=None, repr=False, compare=False)
-    encoded_kwargs: Any = field(default=None, repr=False, compare=False)
 
 
 # -- prepare -------------------------------------------------------------------------------
@@ -133,10 +102,10 @@ def prepare(q: QueueParts, func: str | Callable[..., Any], args: list[Any] | tup
                         "" if opts.group is None else safe_text(str(opts.group)), fields]
     if refs:
         entry.append(refs)
-    return PreparedJob(
+    return prepared(
         queue=q.name, id=opts.job_id, func=ref, priority=opts.priority, mode=mode,
         when=at_time, unique_key=opts.unique_key or "", fields=fields,
-        payload=_payload(entry), deps=deps, batch=opts.batch, encoded_args=args_enc,
+        entry=entry, deps=deps, batch=opts.batch, encoded_args=args_enc,
         encoded_kwargs=kwargs_enc,
     )
 

@@ -115,6 +115,12 @@ class JobOptions(NamedTuple):
         ``ValueError``/``TypeError`` (one line, naming the option) on a bad value.
         The messages are made only on failure (a bulk producer checks every job).
         """
+        for value in self:     # by identity: no option's own __eq__ is called
+            if value is not None:
+                break
+        else:        # none given (a plain job): the defaults, nothing to check
+            return _make((0, default_timeout, default_retries, None, new_job_id(),
+                          None, None, None, None, False, *_UNSET_TAIL))
         # config.check_value holds the ranges: NaN, infinity, negatives are refused here,
         # before anything is written (a NaN timeout would make every run fail obscurely)
         if any(isinstance(v, str) for v in (self.timeout, self.result_ttl, self.failure_ttl,
@@ -218,6 +224,8 @@ NAMES: tuple[str, ...] = JobOptions._fields
 #: the same names as a set, to tell options from a job's keyword arguments
 OPTIONS: frozenset[str] = frozenset(NAMES)
 _make = JobOptions._make
+#: what :meth:`JobOptions.checked` gives from ``batch`` on when no option is given
+_UNSET_TAIL = (None,) * (len(NAMES) - 10)
 
 
 #: RQ's duration strings: "30s", "10m", "1h", "2d"

@@ -21,11 +21,12 @@ from . import emitting
 from . import enqueue as _enqueue
 from . import tracing as _otel
 from .config import Settings, settings_from_env
-from .enqueue import BULK_CHUNK, BULK_INFLIGHT, PreparedJob
+from .enqueue import BULK_CHUNK, BULK_INFLIGHT
 from .enqueue import at as _at
 from .job import Job
 from .keys import Keys, QueueKeys, check_queue_name
 from .options import NAMES, OPTIONS, JobOptions, option_like, split, takes_options_of
+from .prepared import PreparedJob
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -38,6 +39,21 @@ def test_prepare_validates_like_enqueue_and_writes_nothing(queue, r):
         with pytest.raises(error):
             q.enqueue(*args, **kwargs)
     assert _written(r, q) == 0
+
+
+def test_a_prepared_job_holds_every_field_is_frozen_and_makes_its_payload_when_sent(queue):
+    """prepare() makes the PreparedJob by one update of its __dict__ (a frozen dataclass's
+    __init__ costs three times that): every field is set, it stays frozen, equal to one
+    made by its __init__, and its enqueue_many entry is made only when a bulk write asks."""
+    q = queue("bulk")
+    p = q.prepare("tests.jobs:add", 1, 2, priority=3, job_id="j", depends_on=["a"])
+    assert set(vars(p)) == {f.name for f in dataclasses.fields(PreparedJob)}
+    assert p == PreparedJob(**vars(p))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.priority = 4  # type: ignore[misc]
+    entry = json.loads(p.payload)
+    assert entry[:3] == ["j", 3, "deferred"] and entry[6] == p.fields
+    assert entry[7] == [f"{q.name}:a"]
 
 
 def test_enqueue_many_writes_the_same_records_as_enqueue(queue, r):

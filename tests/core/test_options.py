@@ -90,6 +90,19 @@ def test_no_key_name_is_built_outside_keys_py():
     assert found == []
 
 
+def test_a_script_called_by_sha_after_a_script_flush_is_loaded_and_run(redis_single,  # noqa: F811
+                                                                      settings):
+    """A script is called by its SHA (EVALSHA, no copy of its arguments): after Redis
+    lost its scripts (a restart, a failover) the call loads the script and runs it once."""
+    client = redis.Redis(port=redis_single, decode_responses=True)
+    q = Queue("default", client, settings=settings, events=False)
+    first = q.enqueue(jobs.add, 1, 2)
+    client.script_flush()
+    second = q.enqueue(jobs.add, 3, 4)
+    assert q.get_job_ids() == [first.id, second.id]
+    assert client.script_exists(scripts_for(client).enqueue.script.sha) == [True]
+
+
 def test_a_noscript_answer_is_made_again_directly(redis_single, settings):  # noqa: F811
     client = redis.Redis(port=redis_single, decode_responses=True)
     q = Queue("default", client, settings=settings, events=False)
@@ -106,3 +119,13 @@ def test_a_noscript_answer_is_made_again_directly(redis_single, settings):  # no
     assert not isinstance(answers[0], Exception) and answers[1] == 1
     stored = q.fetch_job(job.id)
     assert stored is not None and stored.priority == 7
+
+
+def test_no_option_given_checks_to_what_the_general_path_gives():
+    """A plain job (no option given) takes a short path in ``checked``: the same
+    options as the general path's for the same defaults, a new job id each."""
+    plain = options.JobOptions().checked(42.0, 3)
+    general = options.JobOptions(priority=0).checked(42.0, 3)    # one given: every check
+    assert plain._replace(job_id="x") == general._replace(job_id="x")
+    assert len(plain.job_id) == 32 and plain.job_id != general.job_id
+    assert options.JobOptions().checked(42.0, 3).job_id != plain.job_id

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from redis.client import Pipeline
 from redis.cluster import ClusterPipeline
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -166,8 +167,14 @@ class _Script:
     def __call__(self, keys: list[Any], args: list[Any], client: RedisClient | None = None) -> Any:
         if isinstance(client, ClusterPipeline):
             return client.execute_command("EVAL", self.script.script, len(keys), *keys, *args)
+        target = self.script.registered_client if client is None else client
         try:
-            return self.script(keys=keys, args=args, client=client)
+            if isinstance(target, Pipeline):    # redis-py's Script has it load the script
+                return self.script(keys=keys, args=args, client=client)
+            try:    # by SHA, as redis-py's Script does, without its copies of the arguments
+                return target.evalsha(self.script.sha, len(keys), *keys, *args)
+            except NoScriptError:     # Redis restarted or failed over: Script loads it
+                return self.script(keys=keys, args=args, client=client)
         except ResponseError as exc:
             text = str(exc)
             named = explain(self.name, text) if self.name else text
