@@ -62,3 +62,19 @@ def test_a_job_that_rebinds_operator_is_does_not_blind_the_guard() -> None:
         assert guard.replaced(originals) == ["fusionworker.core.codec.dumps"]
     finally:
         operator.is_, codec.dumps = is_, dumps
+
+
+def test_the_codec_s_fast_path_and_json_text_are_guarded_too() -> None:
+    """A result's text goes through ``codec.compact`` and a flat value through
+    ``codec._flat``: a job that rebinds either is named like one that rebinds dumps."""
+    originals = guard.snapshot()
+    compact, flat = codec.compact, codec._flat
+    try:
+        codec.compact = _EqualToAll()          # type: ignore[assignment]
+        codec._flat = lambda items: True       # type: ignore[assignment]
+        assert guard.replaced(originals) == ["fusionworker.core.codec._flat",
+                                             "fusionworker.core.codec.compact"]
+        guard.restore(originals)
+        assert codec.compact is compact and codec._flat is flat
+    finally:
+        codec.compact, codec._flat = compact, flat

@@ -26,7 +26,7 @@ from . import run
 
 #: what a warm horse's report relies on: each owner (a module or a class) and its attributes
 _RELIED_ON: tuple[tuple[Any, tuple[str, ...]], ...] = (
-    (codec, ("dumps", "encode", "_encode")),
+    (codec, ("dumps", "encode", "_encode", "_flat", "_flat_keys", "compact", "_c_encoder")),
     (run, ("codec", "run_job", "call", "HorseReport")),
     (protocol, ("write_all", "HorseReport")),
     (protocol.HorseReport, ("encode", "as_dict")),
