@@ -49,14 +49,15 @@ def test_the_overview_shows_a_rate_limited_queues_rate(base, driver, queue):
     free.enqueue("tests.jobs:add", 1, 2)
     login(driver, base, TOKEN)
     polled(driver)
-    header = [th.text for th in driver.find_elements(By.CSS_SELECTOR, "#queues thead th")]
-    assert "Rate" in header
+    # each read asked again when the page's script redrew the table under it
+    wait(driver, lambda d: "Rate" in [th.text for th in d.find_elements(
+        By.CSS_SELECTOR, "#queues thead th")])
 
     def rate(name):
         return driver.find_element(
             By.CSS_SELECTOR, f'#queues tr[data-queue="{name}"] [data-label="rate"]').text
 
-    assert rate("limited") == "10/s" and rate("free") == "-"
+    wait(driver, lambda d: rate("limited") == "10/s" and rate("free") == "-")
     free.set_rate_limit("5/m")              # set while the page is open: shown live
     driver.execute_script("window.__notReloaded = true;")
     wait(driver, lambda d: rate("free") == "5/m")
@@ -73,9 +74,10 @@ def test_a_two_slot_worker_shows_both_running_job_ids(base, driver, processes, q
     login(driver, base, TOKEN)
     driver.get(base + "/workers")
     polled(driver)            # the table as the page's script redraws it
-    links = driver.find_elements(By.CSS_SELECTOR, '#workers [data-label="job"] a')
-    shown = {a.text for a in links}
-    assert shown == {j.id for j in jobs}
+    ids = {j.id for j in jobs}
+    # read again when a redraw replaced a link between finding it and reading its text
+    wait(driver, lambda d: {a.text for a in d.find_elements(
+        By.CSS_SELECTOR, '#workers [data-label="job"] a')} == ids)
 
 
 def test_cron_next_run_in_its_own_zone_with_a_label(base, driver, r, settings):
