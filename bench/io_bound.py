@@ -55,6 +55,9 @@ otherwise). Figures, from the lines the jobs append to a file:
   0.5 s during the run; the peak is reported, and the idle figure before the
   jobs were enqueued;
 * jobs/s per GiB of peak PSS.
+
+The lines after the table compare each fusionworker system with each peer by the
+medians of their runs.
 """
 
 from __future__ import annotations
@@ -384,7 +387,8 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     out = ["  ".join(c.ljust(w) for c, w in zip(head, widths))]
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows]
-    by = {res["system"]: res for res in results}
+    by = {system: _medians([res for res in results if res["system"] == system])
+          for system in dict.fromkeys(res["system"] for res in results)}
     plain = [res["jobs_per_s"] for res in results if res["system"] == "fw-w"]
     named = [res["jobs_per_s"] for res in results if res["system"] == "fw-wi"]
     if plain and named:
@@ -404,6 +408,12 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                            f"peak PSS x{fw['pss_peak_mib'] / o['pss_peak_mib']:.3f}, "
                            f"jobs/s per GiB x{fw['jobs_per_s_per_gib'] / o['jobs_per_s_per_gib']:.1f}")
     return "\n".join(out)
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """One system's runs as the median of each figure the summary compares."""
+    keys = ("jobs_per_s", "from_enqueue_jobs_per_s", "pss_peak_mib", "jobs_per_s_per_gib")
+    return {k: statistics.median(run[k] for run in runs) for k in keys}
 
 
 def arq_python() -> str:
