@@ -96,6 +96,14 @@ def _flat(items: Any) -> bool:
     return True
 
 
+def _flat_keys(value: dict[Any, Any]) -> bool:
+    """Whether every key is exactly a ``str`` (any other is refused, by the general path)."""
+    for k in value:
+        if k.__class__ is not str:
+            return False
+    return True
+
+
 def _unnested(items: Any) -> bool:
     """Whether no item is a list or a dict: such a list (or dict without the tag)
     decodes to a copy of itself."""
@@ -119,13 +127,6 @@ def encode(value: Any, where: str = "value") -> Any:
 
 
 _INFINITIES = (float("inf"), float("-inf"))
-
-
-def _flat_keys(value: dict[Any, Any]) -> bool:
-    for k in value:
-        if k.__class__ is not str:
-            return False
-    return True
 
 
 def _encode(value: Any, where: str | None, depth: int) -> Any:
