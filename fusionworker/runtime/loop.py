@@ -485,9 +485,10 @@ class Loop:
         self._set_suspended(renewal.suspended)
         lost = False
         for slot, owned in renewal.owned:
-            if owned:     # this renewal reached Redis: the horse may live on
-                slot.lease_until = renewal.sent + self.lease - self.margin
-                self.launcher.set_deadline(slot.index, slot.lease_until)
+            if owned:     # this renewal reached Redis: the horse may live on (Slot.renew)
+                if not slot.renew(renewal.sent + self.lease - self.margin,
+                                  self.launcher.set_deadline):
+                    self._police_due = 0.0     # its deadline had passed: it dies of it
                 if owned == STOP_ASKED and self.stops.kill([slot], self.ctx.name, missed=True):
                     self._police_due = 0.0
             elif not slot.killed:

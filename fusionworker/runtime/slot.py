@@ -245,6 +245,23 @@ class Slot:
             self.signal_group(signal.SIGTERM)
             self.kill_at = time.monotonic() + KILL_ESCALATION
 
+    def renew(self, until: float, write: Callable[[int, float], None]) -> bool:
+        """A renewal of the job's lease reached Redis: its horse may live until ``until``,
+        written on the board by ``write`` (the launcher's ``set_deadline``). False: the
+        deadline it moves had passed before the new one was written (a parent frozen or
+        starved past it): the fork server's watchdog or the horse's own thread may have
+        killed it there, so the old deadline stays (the police kill it, and its death
+        reads as ``lease``, not as a kill from outside). Checked after the write: a
+        watcher that reads the clock, then the board, at or after the old deadline read
+        the new one."""
+        old = self.lease_until
+        write(self.index, until)
+        if time.monotonic() < old:
+            self.lease_until = until
+            return True
+        write(self.index, old)
+        return False
+
     def stop(self) -> None:
         """A stop request (``job stop``): the job's task is cancelled if it runs in an
         async horse (its mates run on), and the horse killed at :attr:`cancel_at` if it

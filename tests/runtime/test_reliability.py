@@ -252,6 +252,32 @@ def test_frozen_parent_is_reaped_then_kills_its_horse_and_is_refused(
     assert "outcome of job" in log and "refused" in log
 
 
+@pytest.mark.slow
+def test_a_parent_that_wakes_past_the_deadline_and_renews_gives_the_job_back(
+        processes, queue, r, prefix, redis_url):
+    """The parent alone frozen past its horse's deadline, not reaped (no reaper runs):
+    its fork server killed the horse at the deadline; the parent wakes, its first
+    heartbeat still renews the lease (nobody took it back), then it reads the death.
+    The renewal came after the deadline it moves: the horse died of the lease (given
+    back, not counted), not "killed from outside" (failed: max_retries is 0)."""
+    q = queue()
+    job = q.enqueue("tests.jobs:record", redis_url, f"{prefix}:out", "x", 6, max_retries=0)
+    proc = worker_proc.start(processes, lease=3, FUSIONWORKER_REAPER_INTERVAL="600")
+    wait_for(lambda: q.fetch_job(job.id).status == "started")
+    horse = horse_of(proc)
+    os.kill(proc.pid, signal.SIGSTOP)              # the parent only: its fork server runs
+    try:
+        wait_for(lambda: gone(horse.pid), timeout=10, interval=0.05)  # its lease watchdog
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    done = wait_for(lambda: q.fetch_job(job.id).status in ("finished", "failed")
+                    and q.fetch_job(job.id), timeout=30)
+    assert done.status == "finished", (done.error_type, done.error_message)
+    assert done.attempts == 1
+    assert r.lrange(f"{prefix}:out", 0, -1) == ["x"]
+    assert "interrupted by its lease could not be renewed" in worker_proc.output(proc)
+
+
 # -- crashes of the worker's processes -----------------------------------------------------
 
 

@@ -155,9 +155,9 @@ class OwnLease:
         return entry, deadline
 
     def _run(self) -> None:  # pragma: no cover - a thread of the horse
-        while True:
-            entry, deadline = self.nearest()
+        while True:     # the clock first: a deadline moved since is read (Slot.renew)
             now = time.monotonic()
+            entry, deadline = self.nearest()
             if deadline > 0 and now >= deadline and (entry == self.entry or entry in self.more):
                 expire()
             time.sleep(self.CHECK if deadline <= 0 else max(0.001, min(self.CHECK, deadline - now)))
