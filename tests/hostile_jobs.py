@@ -113,3 +113,8 @@ def oom_score():
 def pid():
     """The horse's pid (a list: a result of its own shape, never a patched one)."""
     return [os.getpid()]
+
+
+def parent():
+    """The pid of the process that forked this horse (a list: a result of its own shape)."""
+    return [os.getppid()]

@@ -467,7 +467,7 @@ class ForkServerLauncher:
 
     def _origin_died(self, server: ForkServer) -> None:
         """A fork server is gone: its horses died with it (PDEATHSIG). The requests it
-        did not answer get a horse the worker forks itself (:meth:`_fork_own`)."""
+        did not answer are asked again (:meth:`_ask_again`)."""
         exits, _ = server.exits()          # what it reported (and answered) before it went
         for slot in self.by_entry.values():
             if slot.origin is server and not slot.done:
@@ -477,7 +477,28 @@ class ForkServerLauncher:
                     slot.origin_died()
         unanswered = self.asked.pop(id(server), None)
         if unanswered:
-            self._fork_own(list(unanswered))
+            self._ask_again(list(unanswered))
+
+    def _ask_again(self, slots: list[Slot]) -> None:
+        """Requests a dead fork server never answered go once more to the worker's fork
+        server (started again if it is the one that died): their horses are a fork
+        server's, not the worker's, so a job there that kills its parent kills a fork
+        server (its neighbours are given back uncounted), not the worker. A request
+        asked twice already (it may be what kills a server), a suspect's, or one no
+        server takes: a horse of the worker's own (:meth:`_fork_own`)."""
+        server = self.server
+        again = [s for s in slots if not (s.asked_again or s.alone)] if server else []
+        if server is not None and again:
+            try:
+                server.submit([s.job for s in again], [s.index for s in again])
+            except ForkServerDied:
+                again = []
+            for slot in again:
+                slot.ask_again(server)
+                self.asked.setdefault(id(server), deque()).append(slot)
+        rest = [s for s in slots if not any(s is a for a in again)]
+        if rest:
+            self._fork_own(rest)
 
     def _fork_own(self, slots: list[Slot]) -> None:
         """Jobs a fork server took but never answered for (it died): the worker forks

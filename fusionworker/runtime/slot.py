@@ -28,6 +28,8 @@ these transitions (anything else raises :class:`SlotStateError`)::
     born ASKED    (Slot.asked: sent to the fork server)
     born RUNNING  (a horse the worker forked itself)
     born ENDED    (Slot.ended: no horse: refused, or run in this process)
+    ASKED   -> ASKED      ask_again (the server died before it answered: the request
+                          went to another, once)
     ASKED   -> RUNNING    bind (the server's answer: the pid) or adopt (the server
                           died before it answered: the worker forked the horse)
     RUNNING -> ENDED      exited (the server's exit notice) or poll_own (reaped)
@@ -161,6 +163,8 @@ class Slot:
         self.mates: HorseMates | None = None
         #: its async horse said this job holds its event loop (horse/asyncloop.py)
         self.blocking = False
+        #: its request went to a second fork server, the first died before answering
+        self.asked_again = False
 
     @classmethod
     def ended(cls, job: Job[Any], exit_: HorseExit, index: int = -1) -> Slot:
@@ -200,6 +204,11 @@ class Slot:
         self.ran_from = time.monotonic()
         if self.kill_at is not None and not self._cancel():
             self.signal_group(signal.SIGTERM)
+
+    def ask_again(self, origin: ForkServer) -> None:
+        """ASKED still: the fork server first asked died before it answered, and the
+        request went to ``origin`` (launch.py); the wait for an answer starts again."""
+        self.origin, self.started, self.asked_again = origin, time.monotonic(), True
 
     def adopt(self, own: Slot) -> None:
         """ASKED -> RUNNING: the fork server died before it answered; the worker forked

@@ -80,8 +80,8 @@ def test_hostile_jobs_and_lost_workers_cost_ordinary_jobs_nothing(
                        and _children(sup.pid, False), what="two worker processes")
     wait_for(lambda: r.llen(key) >= 3, what="ordinary jobs running")
     with contextlib.suppress(ProcessLookupError):  # a hostile job was first: a fork server's
-        os.kill(workers[0], signal.SIGKILL)        # killer its worker forked (the server
-    # died before answering for it) kills the worker; else an operator's kill -9, the OOM killer
+        os.kill(workers[0], signal.SIGKILL)        # killer that two servers in a row died
+    # without starting runs in a horse of its worker and kills it; else an operator's kill -9
     frozen = wait_for(lambda: _one_to_freeze(sup.pid, workers), ignore=(psutil.Error,),
                       what="a worker and its fork server")
     for pid in frozen:                 # the other worker and its fork server, past the lease

@@ -314,27 +314,58 @@ def _one(ln: ForkServerLauncher, func: str, *args: object, timeout: float = 10.0
     return slot
 
 
-def test_requests_a_dead_server_never_answered_run_in_horses_of_the_worker(
+def test_requests_a_dead_server_never_answered_go_to_a_new_fork_server(
         launcher: ForkServerLauncher) -> None:
     # crash point: the request is sent, the server dies before it answers (stopped,
-    # then SIGKILLed). The worker forks the job's horse itself; the job runs once
+    # then SIGKILLed). The request goes to a new fork server, whose horse runs the job
+    # once: its parent is a fork server, not the worker (a job that kills its parent
+    # kills a fork server, never the worker: design.md, "Only the culprit pays")
     server_pid = _stop_server(launcher)
     try:
-        slot = _one(launcher, "tests.jobs:add", 2, 2)
+        slot = _one(launcher, "tests.hostile_jobs:parent")
         assert slot.pid == 0
     finally:
         os.kill(server_pid, signal.SIGKILL)
     until_done(launcher, [slot])
     exit_ = slot.outcome(cold=False)
-    assert exit_.ok and exit_.result_json == "4"
-    assert slot.origin is None and slot.pid > 0        # the worker's own horse
-    assert run(launcher, "tests.jobs:add", 1, 1)[1].result_json == "2"   # a new server
+    assert launcher.server is not None and launcher.server.proc is not None
+    assert exit_.ok and exit_.result_json == f"[{launcher.server.proc.pid}]"
+    assert launcher.server.proc.pid != server_pid and os.getpid() != launcher.server.proc.pid
+    assert slot.origin is launcher.server and slot.asked_again
+
+
+def test_a_request_two_servers_died_without_answering_runs_in_a_horse_of_the_worker(
+        launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a request that may be what kills a server is asked again once only: the second
+    # server dies before answering too (stopped as soon as it was sent the request,
+    # then SIGKILLed), and the worker forks the job's horse itself
+    server = launcher.server
+    assert server is not None
+    submit = server.submit
+
+    def submit_then_stop(jobs: Any, entries: Any = None) -> None:
+        submit(jobs, entries)
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)     # the request unread in its socket
+
+    first = _stop_server(launcher)
+    slot = _one(launcher, "tests.hostile_jobs:parent")
+    monkeypatch.setattr(server, "submit", submit_then_stop)
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: (launcher.poll(None), slot.asked_again)[1], what="asked again")
+    assert server.proc is not None and server.proc.pid != first
+    os.kill(server.proc.pid, signal.SIGKILL)
+    monkeypatch.undo()
+    until_done(launcher, [slot])
+    exit_ = slot.outcome(cold=False)
+    assert exit_.ok and exit_.result_json == f"[{os.getpid()}]"     # the worker's own horse
+    assert slot.origin is None
 
 
 def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(
         launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch) -> None:
     # a stopped (wedged) fork server: past ANSWER_TIMEOUT the worker kills it, and the
-    # job it never answered for runs in a horse of the worker's own
+    # job it never answered for runs in a new fork server
     from fusionworker.runtime import launch
 
     monkeypatch.setattr(launch, "ANSWER_TIMEOUT", 0.5)
@@ -342,7 +373,7 @@ def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(
     slot = _one(launcher, "tests.jobs:add", 3, 4)
     until_done(launcher, [slot])
     assert slot.outcome(cold=False).result_json == "7"
-    assert slot.origin is None
+    assert slot.origin is launcher.server and slot.asked_again    # in a new fork server
     wait_for(lambda: _gone(server_pid), timeout=5, what="the stopped server killed")
 
 
