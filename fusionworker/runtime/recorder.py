@@ -125,6 +125,16 @@ def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
             f"retry_on=..., or retry=Retry(max=N) to retry any exception)")
 
 
+#: why a job was given back (not counted), by its outcome's reason: the recorder's log
+_GIVEN_BACK = {
+    OutcomeReason.SHUTDOWN: "cold shutdown",
+    OutcomeReason.NEIGHBOUR: "the kill of a job beside it in its async horse",
+    OutcomeReason.LEASE: "its lease could not be renewed",
+    # recorder.decide: `shared`, the only way a kill is given back
+    OutcomeReason.KILLED: "the death of the fork server (or async horse) it shared with "
+                          "other jobs, one of which may have caused it",
+}
+
 #: the job's status once an outcome of this status was recorded
 _EXPECTED = {OutcomeStatus.FINISHED: "finished", OutcomeStatus.RETRY: "scheduled",
              OutcomeStatus.FAILED: "failed", OutcomeStatus.REQUEUED: "queued"}
@@ -413,10 +423,7 @@ class Recorder:
                         self.name, job.id, outcome.error_type, outcome.error_message,
                         job.attempts, job.max_retries, outcome.retry_delay or 0)
         elif outcome.status == OutcomeStatus.REQUEUED:
-            why = ("cold shutdown" if outcome.reason == OutcomeReason.SHUTDOWN
-                   else "the kill of a job beside it in its async horse"
-                   if outcome.reason == OutcomeReason.NEIGHBOUR
-                   else "its lease could not be renewed")
+            why = _GIVEN_BACK.get(outcome.reason, f"a failure of kind {outcome.reason}")
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
         else:

@@ -52,7 +52,7 @@ def test_a_job_scribbling_on_every_descriptor_harms_no_sibling(
 
 @pytest.mark.parametrize("horse_jobs", [1, 10])
 def test_a_job_killing_its_fork_server_costs_its_neighbours_nothing(
-        queue, burst, settings, r, horse_jobs):
+        queue, burst, settings, r, horse_jobs, caplog):
     q = queue()
     started, pids = f"{settings.prefix}:started", f"{settings.prefix}:servers"
     neighbours = [q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 2.0,
@@ -69,6 +69,8 @@ def test_a_job_killing_its_fork_server_costs_its_neighbours_nothing(
     assert (culprit.status, culprit.failure_reason) == ("failed", FailureReason.KILLED)
     assert "ran in alone died" in culprit.error_message
     assert culprit.attempts == 1      # the shared death was not counted, its own was
+    # each of the four given back says why (not "its lease could not be renewed")
+    assert caplog.text.count("interrupted by the death of the fork server") == 4, caplog.text
 
 
 @pytest.mark.slow
