@@ -481,14 +481,15 @@ class ForkServerLauncher:
 
     def _ask_again(self, slots: list[Slot]) -> None:
         """Requests a dead fork server never answered go once more to the worker's fork
-        server (started again if it is the one that died): their horses are a fork
-        server's, not the worker's, so a job there that kills its parent kills a fork
-        server (its neighbours are given back uncounted), not the worker. A request
-        asked twice already (it may be what kills a server), a suspect's, or one no
-        server takes: a horse of the worker's own (:meth:`_fork_own`)."""
+        server (started again if it is the one that died): a job there that kills its
+        parent kills a fork server (its neighbours are given back uncounted), never the
+        worker. Asked twice already (it may be what kills a server), a suspect's, or
+        no server takes it: a horse of the worker's own (:meth:`_fork_own`)."""
         server = self.server
         again = [s for s in slots if not (s.asked_again or s.alone)] if server else []
         if server is not None and again:
+            log.warning("Worker %s: the fork server died before starting %d job(s): "
+                        "asking a new one", self.spec.name, len(again))
             try:
                 server.submit([s.job for s in again], [s.index for s in again])
             except ForkServerDied:

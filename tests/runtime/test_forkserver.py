@@ -315,7 +315,7 @@ def _one(ln: ForkServerLauncher, func: str, *args: object, timeout: float = 10.0
 
 
 def test_requests_a_dead_server_never_answered_go_to_a_new_fork_server(
-        launcher: ForkServerLauncher) -> None:
+        launcher: ForkServerLauncher, caplog: pytest.LogCaptureFixture) -> None:
     # crash point: the request is sent, the server dies before it answers (stopped,
     # then SIGKILLed). The request goes to a new fork server, whose horse runs the job
     # once: its parent is a fork server, not the worker (a job that kills its parent
@@ -332,6 +332,7 @@ def test_requests_a_dead_server_never_answered_go_to_a_new_fork_server(
     assert exit_.ok and exit_.result_json == f"[{launcher.server.proc.pid}]"
     assert launcher.server.proc.pid != server_pid and os.getpid() != launcher.server.proc.pid
     assert slot.origin is launcher.server and slot.asked_again
+    assert "the fork server died before starting 1 job(s): asking a new one" in caplog.text
 
 
 def test_a_request_two_servers_died_without_answering_runs_in_a_horse_of_the_worker(
