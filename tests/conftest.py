@@ -96,13 +96,14 @@ def _drop_sinks_of(prefix: str) -> None:
 
 @pytest.fixture
 def prefix(redis_url: str) -> Iterator[str]:
-    """A fresh key prefix; every key under it is deleted after the test."""
+    """A fresh key prefix; every key that starts with it is deleted after the test (a
+    test's own keys beside the deployment's too: ``<prefix>order``, ``<prefix>-other:*``)."""
     value = f"t{uuid.uuid4().hex[:10]}"
     yield value
     flush_default_sinks(2.0)  # producers' "queued" events land before the clean-up
     _drop_sinks_of(value)
     client = redis.Redis.from_url(redis_url)
-    for pattern in (f"{value}:*",):
+    for pattern in (f"{value}*",):
         batch = list(client.scan_iter(match=pattern, count=1000))
         for i in range(0, len(batch), 500):
             client.delete(*batch[i:i + 500])
