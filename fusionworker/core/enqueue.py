@@ -44,9 +44,6 @@ BULK_CHUNK = 500
 #: ``enqueue_many.lua`` calls in flight on one connection (single Redis, Sentinel)
 BULK_INFLIGHT = 2
 
-#: ``codec.dumps``'s JSON text of an encoded value
-_tagged_json = codec.compact
-
 #: function references (strings) that passed ``func_ref``'s check in this process
 _CHECKED_REFS: set[str] = set()
 
@@ -233,8 +230,8 @@ def _fields(q: QueueParts, ref: str, opts: JobOptions, args_enc: Any, kwargs_enc
 
 def _args_text(q: QueueParts, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple[str, str]:
     """The arguments' JSON text; TooLarge beyond ``max_args_bytes``."""
-    args_text = _tagged_json(args_enc)
-    kwargs_text = _tagged_json(kwargs_enc) if kwargs_enc else "{}"
+    args_text = codec.compact(args_enc)
+    kwargs_text = codec.compact(kwargs_enc) if kwargs_enc else "{}"
     limit = q.settings.max_args_bytes
     if limit and len(args_text) + len(kwargs_text) > limit:    # ASCII JSON: chars are bytes
         raise codec.TooLarge(
@@ -246,7 +243,7 @@ def _args_text(q: QueueParts, ref: str, args_enc: Any, kwargs_enc: Any) -> tuple
 
 def _meta_text(ref: str, meta: dict[str, Any]) -> str:
     """The meta's tagged JSON; MetaTooLarge beyond the limit a job's own meta has."""
-    text = _tagged_json(codec.encode(meta, "meta"))
+    text = codec.compact(codec.encode(meta, "meta"))
     if len(text.encode("utf-8")) > META_LIMIT:
         raise MetaTooLarge(
             f"cannot enqueue {ref}: its meta is {len(text.encode('utf-8'))} bytes of JSON, "

@@ -17,7 +17,8 @@ a process other than P: S, which forked H (and by H itself)::
        under, so the pid is still H's)
     P: every heartbeat: t1 = monotonic(); send touch_many.lua; only on its reply 1
        for the job (the renewal reached Redis: lease until T1 + lease, T1 >= t1):
-       board[entry] = t1 + lease - margin
+       board[entry] = t1 + lease - margin, unless board[entry] had passed by then (S or
+       H may have killed H there: it stays, P kills H, ``lease``; Slot.renew)
     P: its own police also kills H once monotonic() >= board[entry] (it cannot renew)
 
 Every deadline is computed from the time a renewal was SENT, so it is never

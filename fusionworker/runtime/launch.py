@@ -481,10 +481,9 @@ class ForkServerLauncher:
 
     def _ask_again(self, slots: list[Slot]) -> None:
         """Requests a dead fork server never answered go once more to the worker's fork
-        server (started again if it is the one that died): a job there that kills its
-        parent kills a fork server (its neighbours are given back uncounted), never the
-        worker. Asked twice already (it may be what kills a server), a suspect's, or
-        no server takes it: a horse of the worker's own (:meth:`_fork_own`)."""
+        server (started again if it died), never to a horse of the worker (a job killing
+        its parent must not kill the worker); unless asked twice already (it may be what
+        kills a server), a suspect's, or no server takes them: :meth:`_fork_own`."""
         server = self.server
         again = [s for s in slots if not (s.asked_again or s.alone)] if server else []
         if server is not None and again:
@@ -497,7 +496,8 @@ class ForkServerLauncher:
             for slot in again:
                 slot.ask_again(server)
                 self.asked.setdefault(id(server), deque()).append(slot)
-        rest = [s for s in slots if not any(s is a for a in again)]
+        sent = {id(slot) for slot in again}
+        rest = [s for s in slots if id(s) not in sent]
         if rest:
             self._fork_own(rest)
 

@@ -16,8 +16,9 @@ Deadlines, all monotonic, set by the loop:
   on a kill);
 * ``lease_until``: a horse never outlives its lease (deadlines.py): the time
   the last claim or renewal of this job that reached Redis was SENT, + lease -
-  margin; past it the loop kills the horse and the job is given back
-  (``lease``, attempt not counted). The same deadline is on the worker's
+  margin (a renewal that comes after it passed moves nothing: :meth:`Slot.renew`);
+  past it the loop kills the horse and the job is given back (``lease``, attempt
+  not counted). The same deadline is on the worker's
   :class:`~fusionworker.runtime.deadlines.DeadlineBoard`, entry :attr:`index`,
   which the fork server's lease watchdog enforces (or, for a horse the worker
   forked itself, the horse's own).
