@@ -278,6 +278,39 @@ def test_a_parent_that_wakes_past_the_deadline_and_renews_gives_the_job_back(
     assert "interrupted by its lease could not be renewed" in worker_proc.output(proc)
 
 
+@pytest.mark.slow
+def test_an_async_horse_whose_parent_wakes_past_the_deadline_charges_none_of_its_jobs(
+        processes, queue, r, prefix, redis_url):
+    """The same with one async horse running two jobs (``--async-per-horse 2``): the
+    fork server kills the horse at the first deadline while the parent is frozen; the
+    parent's late renewal moves nothing. Each job is given back as ``lease`` (not as an
+    unexplained death of the horse it shared, which would count toward its bound of
+    shared deaths) and runs again: none is charged (max_retries 0)."""
+    q = queue()
+    pids = f"{prefix}:pids"
+    jobs = [q.enqueue("tests.async_horse_jobs:pushed_stamp", redis_url, pids, 6, max_retries=0)
+            for _ in range(2)]
+    proc = worker_proc.start(processes, lease=3, FUSIONWORKER_REAPER_INTERVAL="600",
+                             FUSIONWORKER_CONCURRENCY="2", FUSIONWORKER_HORSE_JOBS="10",
+                             FUSIONWORKER_ASYNC_PER_HORSE="2")
+    wait_for(lambda: r.llen(pids) == 2)
+    (horse,) = {int(pid) for pid in r.lrange(pids, 0, -1)}     # one horse runs both
+    os.kill(proc.pid, signal.SIGSTOP)              # the parent only: its fork server runs
+    try:
+        wait_for(lambda: gone(horse), timeout=10, interval=0.05)  # its lease watchdog
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    for job in jobs:
+        done = wait_for(lambda j=job: q.fetch_job(j.id).status in ("finished", "failed")
+                        and q.fetch_job(j.id), timeout=30)
+        assert done.status == "finished", (done.error_type, done.error_message)
+        assert done.attempts == 1
+        assert done.result[0] != horse                 # it ran again, in another horse
+        assert done.shared_deaths == 0      # not "shared": the horse died of their leases
+    log = worker_proc.output(proc)
+    assert log.count("interrupted by its lease could not be renewed") == 2, log
+
+
 # -- crashes of the worker's processes -----------------------------------------------------
 
 
