@@ -29,7 +29,7 @@ from . import tracing as _otel
 from .catalog import learnt_options, lookup, producer_allowed, registered
 from .config import check_value
 from .functions import func_ref, verify
-from .job import Job, JobStatus, encode_fields, safe_text
+from .job import Job, JobStatus, encode_fields, made_job, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
 from .prepared import PreparedJob, prepared
@@ -290,28 +290,25 @@ def local_job(q: QueueParts, p: PreparedJob, job_id: str, status: JobStatus, *, 
             else codec.loads(f["args"]))
     kwargs = (codec.decode(p.encoded_kwargs) if p.encoded_kwargs is not None
               else codec.loads(f["kwargs"]))
-    job: Job[Any] = Job(
-        id=job_id, queue=q.name, func=p.func, args=args,
-        kwargs=kwargs, priority=p.priority, seq=seq,
-        timeout=float(f["timeout"]), status=status, enqueued_at=stamp,
-        scheduled_for=sched, max_retries=int(f["max_retries"]),
-        retry_delay=float(delay) if delay else None, group=f.get("group"),
-        unique_key=f.get("unique_key"), on_failure_url=f.get("on_failure_url"),
-        depends_on=json.loads(f["depends_on"]) if "depends_on" in f else None,
-        allow_dependency_failure=f.get("allow_dependency_failure") == "1",
-        batch=f.get("batch"), traceparent=f.get("traceparent"),
-        tracestate=f.get("tracestate"), _description=f.get("description"),
-        meta=codec.loads(f["meta"]) if "meta" in f else {},
-        result_ttl=int(f["result_ttl"]) if "result_ttl" in f else None,
-        failure_ttl=int(f["failure_ttl"]) if "failure_ttl" in f else None,
-        ttl=float(f["ttl"]) if "ttl" in f else None,
-        retry_intervals=json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
-        on_success=f.get("on_success"), on_failure=f.get("on_failure"),
-        retry_on=json.loads(f["retry_on"]) if "retry_on" in f else None,
-        on_stopped=f.get("on_stopped"),
-    )
-    job._queue = q
-    return job
+    return made_job({
+        "id": job_id, "queue": q.name, "func": p.func, "args": args, "kwargs": kwargs,
+        "priority": p.priority, "seq": seq, "timeout": float(f["timeout"]), "status": status,
+        "enqueued_at": stamp, "scheduled_for": sched,
+        "max_retries": int(f["max_retries"]), "retry_delay": float(delay) if delay else None,
+        "group": f.get("group"), "unique_key": f.get("unique_key"),
+        "on_failure_url": f.get("on_failure_url"),
+        "depends_on": json.loads(f["depends_on"]) if "depends_on" in f else None,
+        "allow_dependency_failure": f.get("allow_dependency_failure") == "1",
+        "batch": f.get("batch"), "traceparent": f.get("traceparent"),
+        "tracestate": f.get("tracestate"), "_description": f.get("description"),
+        "meta": codec.loads(f["meta"]) if "meta" in f else {},
+        "result_ttl": int(f["result_ttl"]) if "result_ttl" in f else None,
+        "failure_ttl": int(f["failure_ttl"]) if "failure_ttl" in f else None,
+        "ttl": float(f["ttl"]) if "ttl" in f else None,
+        "retry_intervals": json.loads(f["retry_intervals"]) if "retry_intervals" in f else None,
+        "on_success": f.get("on_success"), "on_failure": f.get("on_failure"),
+        "retry_on": json.loads(f["retry_on"]) if "retry_on" in f else None,
+        "on_stopped": f.get("on_stopped"), "_queue": q})
 
 
 # -- the single writer ---------------------------------------------------------------------

@@ -31,8 +31,8 @@ Two channels:
   then EOF. A horse runs job code: what it writes is read as JSON, never
   unmarshalled.
 
-Only the standard library and ``core.codec`` are imported here: the fork
-server and every horse load this module.
+Only the standard library, ``core.codec`` and ``core.job`` (which the fork server
+loads anyway) are imported here: the fork server and every horse load this module.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.codec import decode, encode  # a job's arguments travel as tagged JSON
+from ..core.job import made_job
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.job import Job
@@ -208,13 +209,12 @@ def job_of(body: bytes) -> Job[Any]:
     read it; nothing a horse or Redis sends is ever unmarshalled. One C call: a fresh
     horse's first ``json.loads`` touches ~60 pages of the fork server's heap (each a
     copy-on-write fault, ~150 us of its CPU)."""
-    from ..core.job import Job
-
     msg = marshal.loads(body)
-    job: Job[Any] = Job(
-        id=msg["id"], queue=msg["queue"], func=msg["func"], args=decode(msg["args"]),
-        kwargs=decode(msg["kwargs"]), timeout=msg["timeout"],
-        attempts=msg.get("attempt", 0), max_retries=msg.get("max_retries", 0))
+    job = made_job({
+        "id": msg["id"], "queue": msg["queue"], "func": msg["func"],
+        "args": decode(msg["args"]), "kwargs": decode(msg["kwargs"]),
+        "timeout": msg["timeout"], "attempts": msg.get("attempt", 0),
+        "max_retries": msg.get("max_retries", 0)})
     if "retry_on" in msg:
         job.retry_on = [str(name) for name in msg["retry_on"]]
     if "meta" in msg:   # what the job's record holds (progress.py): current_job().meta

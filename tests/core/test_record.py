@@ -269,6 +269,33 @@ def test_from_hash_and_to_dict_are_generated_from_the_schema():
     assert own == {"deduplicated", "_queue"}
 
 
+def test_made_job_is_the_job_the_constructor_makes():
+    """made_job (every job's path: an enqueue, a claim, a horse's job) gives the object
+    Job(**given) gives: the same fields, in the same order, and fresh lists and dicts."""
+    from fusionworker.core.job import made_job
+    from fusionworker.runtime.protocol import RunRequest, job_of
+
+    data = {"id": "j", "queue": "q", "func": "m:f", "args": "[1]", "kwargs": '{"a": 2}',
+            "priority": "7", "status": "failed", "meta": '{"k": "v"}', "description": "d"}
+    read = record.read_fields(data, {"args": [1], "kwargs": {"a": 2}, "result": None})
+    for given in ({"id": "j", "queue": "q", "func": "m:f"}, read,
+                  {"id": "j", "queue": "q", "func": "m:f", "args": [1], "timeout": 3.0,
+                   "attempts": 2, "max_retries": 1, "_queue": object()}):
+        made, built = made_job(dict(given)), Job(**given)
+        assert type(made) is Job and list(vars(made).items()) == list(vars(built).items())
+    first, second = made_job({"id": "a", "queue": "q", "func": "m:f"}), made_job(
+        {"id": "b", "queue": "q", "func": "m:f"})
+    first.args.append(1)
+    first.kwargs["a"] = first.meta["k"] = 1
+    assert (second.args, second.kwargs, second.meta) == ([], {}, {})
+    assert vars(Job.from_hash(data)) == vars(Job(**read))
+    sent = Job("j", "q", "m:f", args=[1, "x"], kwargs={"a": [2]}, timeout=5.0, attempts=1,
+               max_retries=3, meta={"k": 1})
+    assert vars(job_of(RunRequest.of(sent).body)) == vars(Job(
+        "j", "q", "m:f", args=[1, "x"], kwargs={"a": [2]}, timeout=5.0, attempts=1,
+        max_retries=3, meta={"k": 1}))
+
+
 def test_the_timeout_default_is_the_settings():
     default = next(s.default for s in SETTINGS if s.name == "job_timeout")
     assert record.DEFAULT_TIMEOUT == default
