@@ -86,6 +86,10 @@ class SlotState(Enum):
     ENDED = "ended"          #: its horse's end is known (exit, reaped), or it had none
     ORPHANED = "orphaned"    #: its fork server died under it: the horse was killed with it
 
+    #: equality is identity (a plain Enum), so is the hash: one C call, where Enum's own
+    #: ``__hash__`` is Python code (a slot's state is looked up about 15 times a job)
+    __hash__ = object.__hash__
+
 
 #: the states a slot may go to from each (birth: ASKED, RUNNING or ENDED); checked in
 #: :meth:`Slot._enter`, the one place a slot's state changes

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Literal, NamedTuple, cast
 
 from ..redis_client import text as _text
@@ -38,6 +39,8 @@ def _items(reply: Raw) -> list[Any]:
 
 def _hash(flat: Sequence[Any]) -> dict[str, str]:
     """``{k: v}`` of an ``HGETALL`` reply passed through a script (``[k, v, k, v...]``)."""
+    if all(map(isinstance, flat, repeat(str))):   # a decoding client's: C calls only
+        return dict(zip(flat[::2], flat[1::2]))
     return {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2])}
 
 
