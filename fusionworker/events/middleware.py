@@ -23,8 +23,8 @@ from ..core.hooks import Middleware, OutcomeStatus
 from ..core.queue import same_server
 from .history import HISTORY_COPY_TTL
 from .registry import default_sink
-from .schema import make_event, outcome_fields
-from .sinks import EventSink, RedisStreamSink, make_sink, stream_value
+from .schema import make_event, outcome_fields, stream_pairs
+from .sinks import EventSink, RedisStreamSink, make_sink
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -136,11 +136,7 @@ class ScriptEvents:
         the sink's), the number of items, then the document's pairs after
         ``@timestamp`` (the script's clock) as the sink writes them (no None, text)."""
         fields["worker"], fields["host"] = self.worker, self.host
-        doc = make_event(event, job, **fields)
-        items: list[Any] = []
-        for name, value in doc.items():
-            if value is not None and name != "@timestamp":
-                items += (name, stream_value(value))
+        items = stream_pairs(event, job, fields)
         return [self.maxlen, "copy" if event in HISTORY_COPY_TTL else "keep", len(items),
                 *items]
 

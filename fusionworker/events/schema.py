@@ -113,31 +113,57 @@ def make_event(event: str, job: Any, **fields: Unpack[EventFields]) -> dict[str,
     ``shutdown``, ...) where there is one; ``progress`` / ``progress_message``: what a
     running job reported (``progress``).
     """
+    _check(event, fields)
+    timestamp = fields.get("timestamp")
+    return {"@timestamp": _iso_utc(time.time() if timestamp is None else timestamp),
+            **dict(_values(event, job, fields))}
+
+
+def stream_pairs(event: str, job: Any, fields: EventFields) -> list[str]:
+    """The pairs of ``make_event(event, job, **fields)`` after ``@timestamp``, as a stream
+    holds them (``sinks.stream_value``: text, booleans as JSON writes them; a None left
+    out), without making the document: the event block each job's end sends its script
+    (events/middleware.py, ``ScriptEvents``), which writes ``@timestamp`` itself."""
+    _check(event, fields)
+    out: list[str] = []
+    for name, value in _values(event, job, fields):
+        if value is not None:
+            out += (name, "true" if value is True else "false" if value is False
+                    else str(value))
+    return out
+
+
+def _check(event: str, fields: EventFields) -> None:
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
     if not fields.keys() <= _EVENT_FIELDS:
         unknown = next(name for name in fields if name not in _EVENT_FIELDS)
         raise TypeError(f"make_event() got an unexpected keyword argument {unknown!r}")
+
+
+def _values(event: str, job: Any, fields: EventFields) -> tuple[tuple[str, Any], ...]:
+    """An event document's fields after ``@timestamp``, in order: the one spelling of
+    :func:`make_event` and :func:`stream_pairs`."""
     func, job_id, queue, priority, attempts = _job_values(job)
-    timestamp, host = fields.get("timestamp"), fields.get("host")
-    return {
-        "@timestamp": _iso_utc(time.time() if timestamp is None else timestamp),
-        "event": event,
-        "job_id": job_id,
-        "queue": queue,
-        "function": None if func is None else str(func),
-        "priority": _int_or_none(priority),
-        "attempt": _int_or_none(attempts),
-        "worker": fields.get("worker"),
-        "host": _HOSTNAME if host is None else host,
-        "duration": _float_or_none(fields.get("duration")),
-        "wait_time": _float_or_none(fields.get("wait_time")),
-        "error_type": fields.get("error_type"),
-        "error_message": fields.get("error_message"),
-        "reason": fields.get("reason"),
-        "progress": _float_or_none(fields.get("progress")),
-        "progress_message": fields.get("progress_message"),
-    }
+    get = fields.get
+    host = get("host")
+    return (
+        ("event", event),
+        ("job_id", job_id),
+        ("queue", queue),
+        ("function", None if func is None else str(func)),
+        ("priority", _int_or_none(priority)),
+        ("attempt", _int_or_none(attempts)),
+        ("worker", get("worker")),
+        ("host", _HOSTNAME if host is None else host),
+        ("duration", _float_or_none(get("duration"))),
+        ("wait_time", _float_or_none(get("wait_time"))),
+        ("error_type", get("error_type")),
+        ("error_message", get("error_message")),
+        ("reason", get("reason")),
+        ("progress", _float_or_none(get("progress"))),
+        ("progress_message", get("progress_message")),
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -170,6 +170,33 @@ def test_script_events_block_is_the_documents_pairs():
     assert events.block("progress", job, progress=0.5)[1] == "keep"
 
 
+def test_script_events_block_is_what_the_sink_writes_of_the_document():
+    """The block is made without the document (each job's end pays it): it must hold what
+    the sink writes of make_event's document, pair for pair, whatever the fields."""
+    from fusionworker.core.job import Job
+    from fusionworker.events.schema import make_event
+    from fusionworker.events.sinks import stream_value
+
+    events = ScriptEvents("fw:events", 1000, "w.1", "box")
+    jobs = [{"id": "j", "queue": "q", "func": "m:f", "priority": 3, "attempts": 2},
+            {"id": "j"}, Job("j2", "q", "m:g", priority=-5, attempts=0)]
+    cases = [("completed", {"duration": 0.25}),
+             ("failed", {"duration": 1, "error_type": "E", "error_message": "caf\u00e9",
+                         "reason": "exception", "wait_time": 0.5}),
+             ("progress", {"progress": 0.5, "progress_message": ""}),
+             ("timeout", {"duration": 1e-7, "reason": "timeout", "error_message": None})]
+    for job in jobs:
+        for event, fields in cases:
+            doc = make_event(event, job, worker="w.1", host="box", **fields)
+            want = [x for k, v in doc.items() if v is not None and k != "@timestamp"
+                    for x in (k, stream_value(v))]
+            assert events.block(event, job, **fields)[3:] == want
+    with pytest.raises(ValueError, match="unknown event"):
+        events.block("nope", jobs[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        events.block("completed", jobs[0], bogus=1)
+
+
 def _kill_worker_when(r, settings, until) -> None:
     """Start a CLI worker on ``default``, SIGKILL its process group the moment
     ``until()`` holds (polled every 2 ms, 30 s at most)."""
