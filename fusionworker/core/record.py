@@ -170,10 +170,12 @@ CRON_FIELDS = (*CRON_DEFINITION, "paused", "next_run", "last_due", "last_run", "
 # -- reading the hash's text -----------------------------------------------------------
 
 
-def _float(value: str | None) -> float | None:
-    """A number field; None when absent or no finite number (NaN, infinity)."""
-    if value in (None, ""):
-        return None
+# Each reader below is given a field's text, never an absent or empty one: the written
+# code (:data:`READERS`) answers those itself, without a call.
+
+
+def _float(value: str) -> float | None:
+    """A number field; None when no finite number (NaN, infinity, not a number)."""
     try:
         found = float(value)
     except ValueError:
@@ -181,23 +183,21 @@ def _float(value: str | None) -> float | None:
     return found if math.isfinite(found) else None
 
 
-def _int(value: str | None, default: int = 0) -> int:
+def _int(value: str) -> int:
     try:
-        return int(value) if value not in (None, "") else default
+        return int(value)
     except ValueError:
-        return default
+        return 0
 
 
-def _ttl(value: str | None) -> int | None:
+def _ttl(value: str) -> int | None:
     try:
-        return int(value) if value not in (None, "") else None
+        return int(value)
     except ValueError:
         return None
 
 
-def _meta(value: str | None) -> dict[str, Any]:
-    if not value:
-        return {}
+def _meta(value: str) -> dict[str, Any]:
     try:
         found = codec.loads(value)
     except (ValueError, TypeError):
@@ -205,10 +205,10 @@ def _meta(value: str | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> list[Any] | None:
+def _json_list(value: str, item: type | tuple[type, ...] = object) -> list[Any] | None:
     """A JSON list field whose items are all ``item``s (numbers: finite), else None."""
     try:
-        found = json.loads(value) if value else None
+        found = json.loads(value)
     except (ValueError, RecursionError):    # a field of a record that is not ours
         return None
     if not isinstance(found, list):
@@ -220,14 +220,10 @@ def _json_list(value: str | None, item: type | tuple[type, ...] = object) -> lis
     return found
 
 
-def _reason(value: str | None) -> FailureReason | None:
-    return FailureReason.read(value) if value else None
-
-
 #: how each ``kind`` of field is read from its text ``v`` (None: absent); ``payload``
 #: fields (args, kwargs, result) are read by ``Job.from_hash``, which knows ``strict``.
-#: An absent or empty field gets its reader's answer to one (0, None, ``{}``...) without
-#: the call: a record holds about 15 of its 50 fields, and every claim reads one
+#: An absent or empty field is answered here (0, None, ``{}``...), a text is given to
+#: its reader: a record holds about 15 of its 50 fields, and every claim reads one
 READERS: dict[str, str] = {
     "str": '{v} or ""',
     "text": "{v} or None",
@@ -236,7 +232,7 @@ READERS: dict[str, str] = {
     "ttl": "_ttl(x) if (x := {v}) else None",
     "timeout": "(_float(x) if (x := {v}) else None) or DEFAULT_TIMEOUT",
     "status": "JobStatus.read({v} or JobStatus.QUEUED)",
-    "reason": "_reason(x) if (x := {v}) else None",
+    "reason": "FailureReason.read(x) if (x := {v}) else None",
     "flag": '{v} == "1"',
     "meta": "_meta(x) if (x := {v}) else {{}}",
     "str_list": "_json_list(x, str) if (x := {v}) else None",
@@ -249,8 +245,9 @@ def _written(source: str, name: str) -> dict[str, Any]:
     """The names ``source`` defines: code written from the schema's own names (repr)
     and the templates of :data:`READERS`, no data."""
     namespace: dict[str, Any] = {
-        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta, "_reason": _reason,
-        "_json_list": _json_list, "JobStatus": JobStatus, "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
+        "_int": _int, "_float": _float, "_ttl": _ttl, "_meta": _meta,
+        "_json_list": _json_list, "FailureReason": FailureReason, "JobStatus": JobStatus,
+        "DEFAULT_TIMEOUT": DEFAULT_TIMEOUT}
     exec(compile(source, f"<record.{name}>", "exec"), namespace)
     return namespace
 
