@@ -66,3 +66,23 @@ def test_the_library_declares_nothing_local_at_its_top():
     head = scripts.source("claim").split(" local function main()", 1)[0]
     for name in ("now", "hget", "to_failed", "SEQ_LIMIT", "KEY_TYPES"):
         assert re.search(rf"\b{name}\b", head)
+
+
+def test_a_script_carries_only_the_helpers_it_uses_on_the_library_lines():
+    """A helper no script line reaches (directly or through another helper) is left
+    out of that script's chunk, as empty lines: the chunk has as many lines as the
+    script and the whole library, so ``_lib.lua:L`` still names the helper's line."""
+    lib = scripts._lib()[1]     # its text with the names written in
+    for name in scripts.NAMES:
+        chunk = scripts.source(name)
+        tail = chunk.split("\n")[scripts.script_lines(name) + 1:]
+        assert len(tail) == len(lib.rstrip("\n").split("\n")) + 3, name
+        for kept, line in zip(tail, lib.split("\n")):
+            assert kept in ("", line), (name, line)
+    touch = scripts.source("touch_many")
+    assert "function lease_end(" in touch and "function hmget(" in touch
+    assert "function notify_dependents(" not in touch and "function put_event(" not in touch
+    # cancel reaches put_event nowhere, but notify_dependents and what it calls
+    cancel = scripts.source("cancel")
+    assert "function notify_dependents(" in cancel and "function hget(" in cancel
+    assert "function put_event(" not in cancel
