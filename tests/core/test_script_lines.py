@@ -86,3 +86,26 @@ def test_a_script_carries_only_the_helpers_it_uses_on_the_library_lines():
     cancel = scripts.source("cancel")
     assert "function notify_dependents(" in cancel and "function hget(" in cancel
     assert "function put_event(" not in cancel
+
+
+def test_the_library_formats_numbers_as_the_c_library_would(r):
+    """``fmt_int``'s fast path ('%d') writes what '%.0f' writes, for every kind of
+    number it may meet (whole or not, either side of 2^53, zero of either sign), and
+    ``fmt_time`` keeps its last answer only for the same time."""
+    local, lib = scripts._lib()
+    values = [0, 1, -1, 7, 2 ** 42, -(2 ** 42) * 5 - 3, 2 ** 53 - 1, 2 ** 53, -(2 ** 53),
+              2 ** 53 + 2, 1e20, -1e20, 0.5, 1.5, 2.5, -2.5, 1e-9, 123456789012.75]
+    got = r.eval(
+        f"{local}\n{lib}\nlocal out = {{}}\n"
+        "for i = 1, #ARGV do\n"
+        "  local n = tonumber(ARGV[i])\n"
+        "  out[#out + 1] = fmt_int(n) .. ' ' .. string.format('%.0f', n)\n"
+        "end\n"
+        "local z = 1 / (-1 / 0)\n"      # -0, at run time
+        "out[#out + 1] = fmt_int(z) .. ' ' .. string.format('%.0f', z)\n"
+        "out[#out + 1] = fmt_time(10.25) .. ' ' .. fmt_time(10.5) .. ' ' .. fmt_time(10.25)\n"
+        "return out", 0, *[repr(float(v)) for v in values])
+    for line in got[:-1]:
+        fast, slow = line.split(" ")
+        assert fast == slow, line
+    assert got[-1] == "10.250000 10.500000 10.250000"

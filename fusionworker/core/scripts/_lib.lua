@@ -15,8 +15,22 @@ function now()
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 
-function fmt_int(n) return string.format('%.0f', n) end   -- exact integer scores
-function fmt_time(t) return string.format('%.6f', t) end
+-- An exact integer score. '%.0f' formats through the C library's floating-point path,
+-- several times the instructions of '%d', which writes the same text for a whole
+-- number that a C long holds exactly (below 2^53 here; -0 keeps its sign as '%.0f' does).
+function fmt_int(n)
+  if n ~= 0 and n > -9007199254740992 and n < 9007199254740992 and n == math.floor(n) then
+    return string.format('%d', n)
+  end
+  return string.format('%.0f', n)
+end
+-- A time as the records hold it. A script formats its own clock `t` several times (a
+-- claim once per job it takes): the last answer is kept, {t, text}.
+FMT_LAST = {}
+function fmt_time(t)
+  if FMT_LAST[1] ~= t then FMT_LAST[1], FMT_LAST[2] = t, string.format('%.6f', t) end
+  return FMT_LAST[2]
+end
 -- A lease deadline, the score of a job in `started`: `t` + `lease` seconds rounded up
 -- to a whole second. Redis keeps a small ZSET (up to zset-max-listpack-entries, 128) as
 -- a listpack, where a whole score is an integer and any other is text that every
