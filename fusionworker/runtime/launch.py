@@ -38,9 +38,8 @@ from .slot import HorseMates, Slot
 log = logging.getLogger(__name__)
 
 #: Seconds a fork server may leave a request unanswered before it is taken for hung and
-#: SIGKILLed (its unanswered jobs then get horses of the worker, the next ones a new
-#: server). It answers in milliseconds, but with warm horses it imports the worker's
-#: --import modules before its first answer: generous.
+#: SIGKILLed (its requests are asked again: _ask_again). It answers in milliseconds, but
+#: with warm horses it imports the --import modules before its first answer: generous.
 ANSWER_TIMEOUT = 120.0
 
 
@@ -222,13 +221,11 @@ class ForkServerLauncher:
         self.server: ForkServer | None = None
         #: old fork servers (SIGHUP) still running horses: closed after their last one
         self.retiring: list[ForkServer] = []
-        #: the running slots of the fork servers' horses, by board entry (whose notice is
-        #: whose: an async horse's pid runs several jobs)
+        #: the running slots of the fork servers' horses, by board entry (an async horse's pid runs several)
         self.by_entry: dict[int, Slot] = {}
         #: the jobs of each async horse, by (fork server, pid): who is to blame for its death
         self.mates: dict[tuple[int, int], HorseMates] = {}
-        #: the slots of requests each fork server (by id) has not answered yet, in order:
-        #: its answers come in that order (:meth:`_answered`)
+        #: each fork server's (by id) unanswered requests, in the order its answers come
         self.asked: dict[int, deque[Slot]] = {}
         #: modules whose first job was launched (warm horses: said once, :meth:`_say_loads`)
         self.launched_modules: set[str] = set()
@@ -482,23 +479,25 @@ class ForkServerLauncher:
     def _ask_again(self, slots: list[Slot]) -> None:
         """Requests a dead fork server never answered go once more to the worker's fork
         server (started again if it died), never to a horse of the worker (a job killing
-        its parent must not kill the worker); unless asked twice already (it may be what
-        kills a server), a suspect's, or no server takes them: :meth:`_fork_own`."""
-        server = self.server
-        again = [s for s in slots if not (s.asked_again or s.alone)] if server else []
-        if server is not None and again:
+        its parent must not kill the worker); one asked twice already or a suspect's
+        (it may be what kills servers) ends as that death (:meth:`Slot.unanswered`); the
+        rest, when no server takes them, get horses the worker forks (:meth:`_fork_own`)."""
+        for slot in slots:
+            if slot.asked_again or slot.alone:
+                slot.unanswered(self.spec.name)
+        rest, server = [s for s in slots if not s.done], self.server
+        if server is not None and rest:
             log.warning("Worker %s: the fork server died before starting %d job(s): "
-                        "asking a new one", self.spec.name, len(again))
+                        "asking a new one", self.spec.name, len(rest))
             try:
-                server.submit([s.job for s in again], [s.index for s in again])
+                server.submit([s.job for s in rest], [s.index for s in rest])
             except ForkServerDied:
-                again = []
-            for slot in again:
+                self._fork_own(rest)
+                return
+            for slot in rest:
                 slot.ask_again(server)
                 self.asked.setdefault(id(server), deque()).append(slot)
-        sent = {id(slot) for slot in again}
-        rest = [s for s in slots if id(s) not in sent]
-        if rest:
+        elif rest:
             self._fork_own(rest)
 
     def _fork_own(self, slots: list[Slot]) -> None:

@@ -33,6 +33,8 @@ these transitions (anything else raises :class:`SlotStateError`)::
                           went to another, once)
     ASKED   -> RUNNING    bind (the server's answer: the pid) or adopt (the server
                           died before it answered: the worker forked the horse)
+    ASKED   -> ORPHANED   unanswered (the server died before it answered, and the request
+                          goes to no other: a suspect's, or one asked twice)
     RUNNING -> ENDED      exited (the server's exit notice) or poll_own (reaped)
     RUNNING -> ORPHANED   origin_died (its fork server died: the horse with it)
 
@@ -94,7 +96,7 @@ class SlotState(Enum):
 #: the states a slot may go to from each (birth: ASKED, RUNNING or ENDED); checked in
 #: :meth:`Slot._enter`, the one place a slot's state changes
 _NEXT: dict[SlotState, frozenset[SlotState]] = {
-    SlotState.ASKED: frozenset({SlotState.RUNNING}),
+    SlotState.ASKED: frozenset({SlotState.RUNNING, SlotState.ORPHANED}),
     SlotState.RUNNING: frozenset({SlotState.ENDED, SlotState.ORPHANED}),
     SlotState.ENDED: frozenset(),
     SlotState.ORPHANED: frozenset(),
@@ -189,9 +191,12 @@ class Slot:
     def state(self) -> SlotState:
         return self._state
 
-    def _enter(self, state: SlotState) -> None:
-        """The one place a slot's state changes, only along :data:`_NEXT`."""
-        if state not in _NEXT[self._state]:
+    def _enter(self, state: SlotState, *, unanswered: bool = False) -> None:
+        """The one place a slot's state changes, only along :data:`_NEXT` (ASKED ->
+        ORPHANED only by :meth:`unanswered`: a death of the server it was asked of)."""
+        if state not in _NEXT[self._state] or (
+                self._state is SlotState.ASKED and state is SlotState.ORPHANED
+                and not unanswered):
             raise SlotStateError(f"the slot of job {self.job.id} cannot go from "
                                  f"{self._state.value} to {state.value}")
         self._state = state
@@ -345,6 +350,18 @@ class Slot:
         self.signal_group(signal.SIGKILL)
         self._status = signal.SIGKILL
 
+    def unanswered(self, worker: str) -> None:
+        """ASKED -> ORPHANED: its fork server died before it said the job's horse started,
+        and the request goes to no other (launch.py): a horse it forked for the job died
+        with it (PDEATHSIG). Its pid is not known, so nothing is signalled."""
+        log.warning("Worker %s: job %s (%s): %s died before starting it; it is started "
+                    "nowhere else (it may be what kills them)", worker, self.job.id,
+                    self.job.func, "its own fork server" if self.alone else "a second one")
+        self._enter(SlotState.ORPHANED, unanswered=True)
+        if self.kill_reason is None:
+            self.kill_reason = FailureReason.KILLED
+        self._status = signal.SIGKILL
+
     def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None) -> bool:
         """A horse forked by the worker itself: read its pipe (progress frames go to
         ``deliver``), reap it once it is gone (RUNNING -> ENDED). True: it ended (now or
@@ -409,7 +426,11 @@ class Slot:
         if (self._state is not SlotState.ORPHANED or exit_.ok
                 or exit_.reason != FailureReason.KILLED):
             return
-        if self.alone:      # nobody else ran there: this job killed it (or its memory)
+        if self.alone and self.pid <= 0:     # it died before it answered for this job
+            exit_.error_message = ("the fork server started for this job alone died "
+                                   "before it said the job's horse started (the job "
+                                   "killed it, or its memory use got it killed)")
+        elif self.alone:    # nobody else ran there: this job killed it (or its memory)
             exit_.error_message = ("the fork server this job ran in alone died while "
                                    "it ran (the job killed it, or its memory use got "
                                    "it killed)")

@@ -335,23 +335,32 @@ def test_requests_a_dead_server_never_answered_go_to_a_new_fork_server(
     assert "the fork server died before starting 1 job(s): asking a new one" in caplog.text
 
 
-def test_a_request_two_servers_died_without_answering_runs_in_a_horse_of_the_worker(
-        launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a request that may be what kills a server is asked again once only: the second
-    # server dies before answering too (stopped as soon as it was sent the request,
-    # then SIGKILLed), and the worker forks the job's horse itself
-    server = launcher.server
-    assert server is not None
+def _stop_on_submit(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
+    """``server`` is SIGSTOPped as soon as it was sent a request (left unread in its
+    socket): it dies unanswered when the test SIGKILLs it."""
     submit = server.submit
 
     def submit_then_stop(jobs: Any, entries: Any = None) -> None:
         submit(jobs, entries)
         assert server.proc is not None
-        os.kill(server.proc.pid, signal.SIGSTOP)     # the request unread in its socket
+        os.kill(server.proc.pid, signal.SIGSTOP)
 
+    monkeypatch.setattr(server, "submit", submit_then_stop)
+
+
+def test_a_request_two_servers_died_without_answering_runs_nowhere_else(
+        launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # a request that may be what kills a server is asked again once only: the second
+    # server dies before answering too (stopped as soon as it was sent the request,
+    # then SIGKILLed). The job is started nowhere else, above all not in a horse of the
+    # worker (a job that kills its parent would kill the worker): it ends as a death of
+    # a fork server it shared (given back, shared_deaths + 1), so it runs alone next
+    server = launcher.server
+    assert server is not None
     first = _stop_server(launcher)
     slot = _one(launcher, "tests.hostile_jobs:parent")
-    monkeypatch.setattr(server, "submit", submit_then_stop)
+    _stop_on_submit(monkeypatch, server)
     os.kill(first, signal.SIGKILL)
     wait_for(lambda: (launcher.poll(None), slot.asked_again)[1], what="asked again")
     assert server.proc is not None and server.proc.pid != first
@@ -359,8 +368,42 @@ def test_a_request_two_servers_died_without_answering_runs_in_a_horse_of_the_wor
     monkeypatch.undo()
     until_done(launcher, [slot])
     exit_ = slot.outcome(cold=False)
-    assert exit_.ok and exit_.result_json == f"[{os.getpid()}]"     # the worker's own horse
-    assert slot.origin is None
+    assert not exit_.ok and exit_.shared and exit_.reason == FailureReason.KILLED
+    assert slot.pid == 0 and not launcher.own.running        # no horse of the worker
+    assert "a second one died before starting it; it is started nowhere else" in caplog.text
+    assert run(launcher, "tests.jobs:add", 2, 2)[1].result_json == "4"   # the next job runs
+
+
+def test_a_suspect_whose_own_server_dies_before_answering_pays_for_it_alone(
+        launcher: ForkServerLauncher, monkeypatch: pytest.MonkeyPatch) -> None:
+    # crash point: a suspect (shared_deaths > 0) is sent to a fork server of its own,
+    # which dies before it answers (stopped as soon as it was sent the request, then
+    # SIGKILLed). Nothing else ran there: the death is the job's (`killed`, an attempt),
+    # and the job is not asked of another server nor forked by the worker
+    new_server = launcher._new_server
+
+    def stopping(warm: bool) -> Any:
+        made = new_server(warm)
+        if not warm:                    # the suspect's own server
+            _stop_on_submit(monkeypatch, made)
+        return made
+
+    monkeypatch.setattr(launcher, "_new_server", stopping)
+    shared = launcher.server
+    assert shared is not None and shared.proc is not None
+    shared_pid = shared.proc.pid
+    job = Job(id="sus", queue="q", func="tests.hostile_jobs:parent", args=[], timeout=10,
+              shared_deaths=1)
+    [slot] = launcher.launch([job], [0], lambda: None)
+    assert slot.alone and slot.origin is not shared and slot.origin is not None
+    assert slot.origin.proc is not None
+    os.kill(slot.origin.proc.pid, signal.SIGKILL)
+    until_done(launcher, [slot])
+    exit_ = slot.outcome(cold=False)
+    assert not exit_.ok and not exit_.shared and exit_.reason == FailureReason.KILLED
+    assert "started for this job alone died before it said" in exit_.error_message
+    assert slot.pid == 0 and not slot.asked_again and not launcher.own.running
+    assert launcher.server is shared and shared.proc.pid == shared_pid   # not asked there
 
 
 def test_a_server_that_leaves_a_request_unanswered_is_killed_and_the_job_runs(

@@ -43,6 +43,17 @@ def test_a_slot_not_answered_yet_cannot_end(step):
     assert slot.state is SlotState.ASKED      # a refused move changes nothing
 
 
+def test_a_slot_whose_server_died_unanswered_is_orphaned_without_a_signal():
+    # its pid is not known: nothing is signalled (pid 0 would be the worker's own group)
+    slot = Slot.asked(_job(), origin=None)  # type: ignore[arg-type]
+    slot.unanswered("w")
+    assert (slot.state, slot.done, slot.pid) == (SlotState.ORPHANED, True, 0)
+    exit_ = slot.outcome(cold=False)
+    assert not exit_.ok and exit_.shared      # not alone: a shared death, given back
+    with pytest.raises(SlotStateError, match="from orphaned to orphaned"):
+        slot.unanswered("w")
+
+
 def test_a_slot_that_ended_at_birth_takes_no_horse():
     slot = Slot.ended(_job(), HorseExit(ok=True, reason="ok"))
     assert (slot.state, slot.done, slot.forked) == (SlotState.ENDED, True, False)
