@@ -215,13 +215,16 @@ def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_
     burst(settings=_async(settings))
     killer = q.fetch_job(killer.id)
     assert killer.status == "failed" and killer.failure_reason == FailureReason.KILLED
-    assert "SIGKILL" in killer.error_message   # on its next run, in a horse of its own
+    # on its next run, in a horse of its own; or on its first already when its (blocking)
+    # push to Redis held the loop a second on a loaded machine: named, it paid there
+    again = "SIGKILL" in killer.error_message
+    assert again or "blocked the event loop" in killer.error_message, killer.error_message
     done = [q.fetch_job(j.id) for j in mates]
     assert [j.status for j in done] == ["finished"] * 3
     assert [j.attempts for j in done] == [1, 1, 1]      # not charged for the crash
     pids = [int(p) for p in r.lrange(key, 0, -1)]
     assert pids.count(pids[0]) == 4                     # all four began in one horse
-    assert len(pids) == 8                               # and each ran once more, apart
+    assert len(pids) == 7 + again                       # and each ran once more, apart
 
 
 def test_every_notice_names_its_jobs_board_entry():

@@ -130,7 +130,8 @@ def test_a_job_started_beside_a_long_one_gets_its_own_deadline_and_hard_kill(
     long = q.enqueue_call("tests.jobs:sleep", args=[30], timeout=60)
     wait_for(lambda: _status(q, long.id) == "started", timeout=20)
     time.sleep(0.3)     # policed with the long job alone: its due is a second away
-    short = q.enqueue_call("tests.jobs:ignore_alarm_and_sleep", args=[30], timeout=1.5)
+    # (3 s: a horse starved that long before its job ignores SIGALRM ends at the alarm)
+    short = q.enqueue_call("tests.jobs:ignore_alarm_and_sleep", args=[30], timeout=3)
     _until(q, [short], ENDED, timeout=20)
     job = q.fetch_job(short.id)
     assert job.status == "failed" and job.failure_reason == "timeout"
