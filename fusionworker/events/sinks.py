@@ -26,11 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.keys import Keys, QueueKeys
-from .history import HISTORY_CAP as HISTORY_CAP  # where they were defined: still here
-from .history import HISTORY_CHUNK as HISTORY_CHUNK
 from .history import HISTORY_COPY_TTL, HistoryRun, queue_keys
-from .history import HISTORY_GONE_TTL as HISTORY_GONE_TTL
-from .history import HISTORY_TTL as HISTORY_TTL
 from .schema import ES_MAPPINGS, _plain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -386,7 +382,7 @@ class RedisStreamSink(EventSink):
 
     def _deliver(self, entries: list[Entry]) -> Delivery:
         """One pipeline: the events of jobs go to their jobs' histories too (history.lua,
-        a run of up to :data:`HISTORY_CHUNK` events per call, which XADDs them to the
+        a run of up to :data:`~.history.HISTORY_CHUNK` events per call, which XADDs them to the
         stream itself on a single Redis); other events XADD, in their place."""
         from ..core.connection import is_cluster
         from ..core.queue import scripts_for
