@@ -15,7 +15,7 @@ order the steps ran, and a worker killed after a step has written its event.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Unpack
 
 from ..core.connection import is_cluster
@@ -52,6 +52,8 @@ class EventsMiddleware(Middleware):
         #: the worker's scripts write processing, progress and the outcomes of
         #: finish.lua (:meth:`script_events`): the hooks emit none of them
         self.scripted = False
+        #: what :meth:`script_events` gave the worker (the events its scripts lost)
+        self.written: ScriptEvents | None = None
 
     def on_start(self, worker: WorkerContext) -> None:
         if self.sink is None:
@@ -78,11 +80,12 @@ class EventsMiddleware(Middleware):
                 or not same_server(target[0], worker.connection)):
             return None
         self.scripted = True
-        return ScriptEvents(target[1], int(target[2]), worker.name, worker.host)
+        self.written = ScriptEvents(target[1], int(target[2]), worker.name, worker.host)
+        return self.written
 
     def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
-        if self.sink is not None and self.scripted:   # claim.lua wrote it
-            self.sink.written_by_script()
+        if self.sink is not None and self.scripted:   # claim.lua wrote it (or said why not)
+            self.sink.written_by_script(lost=_taken(self.written, "lost_claims", job.id))
         elif self.sink is not None:
             self.sink.emit(make_event("processing", job, worker=worker.name, host=worker.host,
                                       wait_time=job.wait_time))
@@ -101,8 +104,8 @@ class EventsMiddleware(Middleware):
     def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:
         """A ``progress`` event per progress write (rate-limited like the writes)."""
-        if self.sink is not None and self.scripted:   # progress.lua wrote it
-            self.sink.written_by_script()
+        if self.sink is not None and self.scripted:   # progress.lua wrote it (or said why not)
+            self.sink.written_by_script(lost=_taken(self.written, "lost_progress", job.id))
         elif self.sink is not None:
             self.sink.emit(make_event("progress", job, worker=worker.name, host=worker.host,
                                       progress=progress, progress_message=message))
@@ -123,12 +126,20 @@ class EventsMiddleware(Middleware):
 @dataclass(frozen=True)
 class ScriptEvents:
     """The worker's scripts write its job events to ``stream`` (MAXLEN ``maxlen``)
-    as ``worker`` on ``host`` (:meth:`EventsMiddleware.script_events`)."""
+    as ``worker`` on ``host`` (:meth:`EventsMiddleware.script_events`).
+
+    ``lost_claims`` and ``lost_progress``: ids of the jobs whose "processing" event, or
+    whose last progress event, the script could not write whole (it said why: a key of
+    another type; the stream may hold it, the job's history not); the worker adds them
+    before the hook that counts the event runs, which takes them out and counts the
+    event dropped, not delivered, as ``finish.lua``'s lost outcome event."""
 
     stream: str
     maxlen: int
     worker: str
     host: str
+    lost_claims: set[str] = field(default_factory=set, compare=False, repr=False)
+    lost_progress: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def block(self, event: str, job: Job[Any], **fields: Unpack[EventFields]) -> list[Any]:
         """The event block of ``finish.lua`` / ``progress.lua`` (``event_block`` of
@@ -139,6 +150,15 @@ class ScriptEvents:
         items = stream_pairs(event, job, fields)
         return [self.maxlen, "copy" if event in HISTORY_COPY_TTL else "keep", len(items),
                 *items]
+
+
+def _taken(written: ScriptEvents | None, which: str, job_id: str) -> bool:
+    """Whether ``job_id`` was in ``written``'s set ``which`` (it is not any more)."""
+    found: set[str] | None = getattr(written, which, None)
+    if not found or job_id not in found:
+        return False
+    found.discard(job_id)
+    return True
 
 
 def sink_of(source: Any, connection: RedisClient | None = None) -> EventSink:

@@ -574,6 +574,9 @@ class Claimer:
             self.server_clock = (answer.now, time.monotonic())
         jobs = [job_from(queue, taken.data, taken.job_id, self.max_args_bytes)
                 for taken in answer.jobs]
+        if self.events is not None:       # counted dropped by the event log's hook
+            self.events.lost_claims.update(
+                job.id for job, taken in zip(jobs, answer.jobs) if taken.event_lost)
         return jobs, len(answer.jobs) + len(answer.missing)
 
     @staticmethod

@@ -164,7 +164,7 @@ class ProgressRelay:
                 keys.append(self.events.stream)
                 block = self.events.block("progress", job, progress=changes["p"],
                                           progress_message=changes.get("m"))
-            written = replies.progress(self.scripts.progress(
+            written, lost = replies.progress(self.scripts.progress(
                 keys=keys, args=[job.id, job.token or "", *block, *fields_of(changes)]))
         except _WRITE_ERRORS as exc:
             track.pending = {**changes, **track.pending}   # next due time, or the outcome
@@ -177,4 +177,6 @@ class ProgressRelay:
                         "meanwhile (attempt token no longer current)", self.name, job.id)
             return
         if "p" in changes:
+            if lost and self.events is not None:     # counted dropped by the event log's hook
+                self.events.lost_progress.add(job.id)
             self.on_progress(job, changes["p"], changes.get("m"))

@@ -119,8 +119,8 @@ def test_the_other_fences_refuse_an_ended_attempt(queue, r):
         assert replies.touch_many(q.scripts.touch_many(keys=[q.qkeys.base], args=[
             30, "a", token])) == [False]
         assert not replies.touch(q.scripts.touch(keys=[q.qkeys.base], args=["a", token, 30]))
-        assert not replies.progress(q.scripts.progress(keys=[q.qkeys.base], args=[
-            "a", token, "", "progress", "0.5"]))
+        assert replies.progress(q.scripts.progress(keys=[q.qkeys.base], args=[
+            "a", token, "", "progress", "0.5"])) == (False, None)
     assert replies.requeue(q.scripts.requeue(keys=[q.qkeys.base], args=[
         "a", "return", "tok", 60])).outcome == "skipped"
     assert _state(r, q) == before

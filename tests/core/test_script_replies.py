@@ -7,6 +7,7 @@ import redis
 
 from fusionworker.core.job import JobStatus
 from fusionworker.core.scripts import NAMES, Scripts, replies
+from fusionworker.events import read_events
 
 
 def test_every_script_has_its_parser():
@@ -46,6 +47,32 @@ def test_enqueue_and_claim_single_and_count_forms(queue, r):
     assert _claim(q) == replies.Claim("paused")
 
 
+def test_a_claim_says_which_jobs_processing_event_it_could_not_write(queue, r):
+    # a job's history key of another type: the claim takes it and names why its event
+    # was not written whole (single and count forms): the event log counts it dropped
+    q = queue()
+    for jid in ("a", "b", "c"):
+        q.enqueue("tests.jobs:noop", job_id=jid)
+    r.set(q.qkeys.job_events("a"), "not a list")
+    r.set(q.qkeys.job_events("c"), "not a list")
+    stream = f"{q.settings.prefix}:events"
+
+    def claim(token, count=None):
+        args = ["w1", token, 30, 60, "" if count is None else count, 100, "host", q.name]
+        return replies.claim(q.scripts.claim(keys=[q.qkeys.base, stream], args=args))
+
+    [one] = claim("t1").jobs
+    assert one.job_id == "a" and one.event_lost is not None and "WRONGTYPE" in one.event_lost
+    two = claim("t2", count=5).jobs
+    assert [(c.job_id, c.event_lost is None) for c in two] == [("b", True), ("c", False)]
+    # b's history has its queued and processing events; a's and c's keys are untouched
+    assert r.llen(q.qkeys.job_events("b")) == 2
+    assert r.get(q.qkeys.job_events("a")) == r.get(q.qkeys.job_events("c")) == "not a list"
+    processing = [e["job_id"] for _, e in read_events(r, q.settings.prefix)
+                  if e["event"] == "processing"]
+    assert sorted(processing) == ["a", "b", "c"]    # the stream took each (XADD first)
+
+
 def test_enqueue_many_reply(queue):
     q = queue()
     q.enqueue("tests.jobs:noop", job_id="x")
@@ -70,8 +97,18 @@ def test_finish_touch_requeue_replies(queue):
     _claim(q)
     assert replies.touch(q.scripts.touch(keys=base, args=["j", "tok", 30])) is True
     assert replies.touch(q.scripts.touch(keys=base, args=["j", "other", 30])) is False
-    assert replies.progress(q.scripts.progress(keys=base, args=["j", "tok", "", "progress", "0.5"]))
-    assert not replies.progress(q.scripts.progress(keys=base, args=["j", "old", "", "meta", "{}"]))
+    assert replies.progress(q.scripts.progress(
+        keys=base, args=["j", "tok", "", "progress", "0.5"])) == (True, None)
+    assert replies.progress(q.scripts.progress(
+        keys=base, args=["j", "old", "", "meta", "{}"])) == (False, None)
+    # an event block whose history key holds another type: written, the event lost (why)
+    q.connection.set(q.qkeys.job_events("j"), "not a list")
+    written, why = replies.progress(q.scripts.progress(
+        keys=[*base, f"{q.settings.prefix}:events"],
+        args=["j", "tok", 100, "keep", 2, "event", "progress", "progress", "0.75"]))
+    assert written and why is not None and "WRONGTYPE" in why
+    assert q.connection.hget(q.qkeys.job("j"), "progress") == "0.75"
+    q.connection.delete(q.qkeys.job_events("j"))
     assert replies.touch_many(q.scripts.touch_many(
         keys=base, args=[30, "j", "tok", "j", "nope"])) == [True, False]
     finish_args = [500, 60, 0, 30, "", "failure_reason", "exception"]

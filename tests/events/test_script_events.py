@@ -128,8 +128,8 @@ def test_an_event_that_cannot_be_written_costs_the_step_nothing(r, settings, bur
     assert q.fetch_job(ok.id).status == "finished"
     assert q.fetch_job(bad.id).status == "failed"       # recorded, its events lost
     assert f"the outcome of job {bad.id} was recorded, its event was not" in caplog.text
-    stats = mw.sink.stats()    # the outcome's is counted dropped (finish.lua said so); the
-    assert (stats["delivered"], stats["dropped"]) == (3, 1)   # claim's is logged by Redis
+    stats = mw.sink.stats()    # the failed job's processing and outcome events are counted
+    assert (stats["delivered"], stats["dropped"]) == (2, 2)   # dropped: the scripts said so
     assert [e["event"] for _, e in read_events(r, prefix, job_id=ok.id)] == [
         "processing", "completed"]
     r.delete(f"{prefix}:events")
@@ -298,3 +298,35 @@ def test_a_record_without_a_function_or_an_enqueue_time_gives_an_event_without_t
     assert (doc["event"], doc["job_id"], doc["queue"], doc["priority"], doc["attempt"],
             doc["worker"], doc["host"]) == ("processing", job.id, "bare", "0", "1", "w1",
                                             "host-1")
+
+
+def test_a_progress_event_that_cannot_be_written_is_counted_dropped(r, settings, burst,
+                                                                   prefix):
+    """progress.lua writes the fields and says why the event was not written: the event
+    log counts it dropped, as it does the lost processing and outcome events."""
+    import threading
+
+    q = Queue("lostp", r, settings=settings, events=False)
+    key = f"{prefix}:go"
+    job = q.enqueue("tests.progress_jobs:report_then_wait", settings.redis_url, key, 0.25,
+                    "half")
+    r.set(q.qkeys.job_events(job.id), "not a list")     # its history: another type
+
+    def release() -> None:      # once the running job's progress is written
+        for _ in range(400):
+            if r.hget(q.qkeys.job(job.id), "progress") is not None:
+                break
+            threading.Event().wait(0.05)
+        r.rpush(key, "go")
+
+    helper = threading.Thread(target=release, daemon=True)
+    helper.start()
+    mw = EventsMiddleware()
+    burst("lostp", middleware=[mw])
+    helper.join(5)
+    done = q.fetch_job(job.id)
+    assert done.status == "finished" and done.progress == 1.0   # every write made
+    assert mw.scripted
+    stats = mw.sink.stats()     # processing, progress and completed: none written
+    assert (stats["delivered"], stats["dropped"]) == (0, 3)
+    assert r.get(q.qkeys.job_events(job.id)) == "not a list"

@@ -6,13 +6,14 @@
 -- ARGV: worker_name, token, lease_seconds, failed_ttl[, count ('' for one)[, the stream's
 --       MAXLEN, the worker's host, the queue's name]] (the last three with KEYS[2])
 -- With KEYS[2] each job taken gets its "processing" event here (processing_event).
--- Returns {'job', now, {hash...}, job_id} | {'empty', next_scheduled_score, now} |
+-- Returns {'job', now, {hash...}, job_id[, why its event was lost]} |
+--         {'empty', next_scheduled_score, now} |
 --         {'paused'} | {'capped'} | {'missing', job_id} | {'limited', next_allowed_time, now}
 -- (now: this server's clock, so the worker can sleep until the next time without a TIME)
 -- With count (a worker with free slots, --concurrency): up to count jobs, each
 -- taken exactly as a single claim would (priority/FIFO order, the cap and the
 -- rate limit checked before each one); their tokens are token .. ':' .. i
--- (i = 1, 2, ...). Returns {'job', now, {{hash...}, job_id} | missing_id, ...}
+-- (i = 1, 2, ...). Returns {'job', now, {{hash...}, job_id[, why]} | missing_id, ...}
 -- when it took at least one, else the single claim's answers (a queue entry
 -- without a record is dead-lettered and named by its id in place of a pair).
 -- When it took fewer than count because the rate limit refused (or only jobs
@@ -184,7 +185,7 @@ local function processing_event(jid, rec, stamp)
     table.remove(ev, 8)
     table.remove(ev, 7)
   end
-  job_event(base, jid, KEYS[2], ARGV[6], t, ev, false)
+  return job_event(base, jid, KEYS[2], ARGV[6], t, ev, false)
 end
 
 -- The job's record says it started: one HSET; the answer is the record as HGETALL
@@ -212,8 +213,8 @@ local function mark_started(jid, jkey, rec, token, stamp)
   end
   redis.call('HSET', jkey, F.attempts, attempts, F.status, S.started,
     F.started_at, stamp, F.worker_name, ARGV[1], F.token, token)
-  if KEYS[2] then processing_event(jid, rec, stamp) end
-  return {'job', stamp, rec, jid}
+  -- why the processing event was not written (a key of another type), last: nil, none
+  return {'job', stamp, rec, jid, KEYS[2] and processing_event(jid, rec, stamp) or nil}
 end
 
 -- A job with a `ttl` field not started within ttl seconds of becoming ready (enqueue,
@@ -346,7 +347,7 @@ for i = 1, count do
     if #out == 2 then return redis.error_reply(last[2]) end
     break
   elseif last[1] == 'job' then
-    out[#out + 1] = {last[3], last[4]}
+    out[#out + 1] = {last[3], last[4], last[5]}
   elseif last[1] == 'missing' then
     out[#out + 1] = last[2]
   else

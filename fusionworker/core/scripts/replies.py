@@ -119,10 +119,12 @@ ClaimKind = Literal["job", "empty", "paused", "capped", "missing", "limited"]
 
 @dataclass(frozen=True)
 class Claimed:
-    """One job taken by ``claim.lua``: its record, and its id as the queue held it."""
+    """One job taken by ``claim.lua``: its record, its id as the queue held it, and why
+    its "processing" event was not written (None: written, or none to write)."""
 
     data: dict[str, str]
     job_id: str | None
+    event_lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,9 @@ def claim(reply: Raw) -> Claim:
     items = _items(reply)
     kind = cast(ClaimKind, _text(items[0]))
     if kind == "job":
-        if len(items) == 4 and _is_hash(items[2]):               # single: now, hash, id
-            return Claim(kind, jobs=(Claimed(_hash(items[2]), _text(items[3])),),
+        if len(items) in (4, 5) and _is_hash(items[2]):   # single: now, hash, id[, why]
+            lost = _text(items[4]) if len(items) == 5 else None
+            return Claim(kind, jobs=(Claimed(_hash(items[2]), _text(items[3]), lost),),
                          now=_time(items[1]))
         return _claimed_many(items)
     if kind == "missing":
@@ -176,7 +179,8 @@ def _claimed_many(items: list[Raw]) -> Claim:
         elif not isinstance(item, list):
             missing.append(_text(item))
         elif item and isinstance(item[0], list):
-            jobs.append(Claimed(_hash(item[0]), _text(item[1])))
+            jobs.append(Claimed(_hash(item[0]), _text(item[1]),
+                                _text(item[2]) if len(item) > 2 else None))
         else:
             jobs.append(Claimed(_hash(item), None))
     return Claim("job", jobs=tuple(jobs), missing=tuple(missing), now=_time(items[1]),
@@ -238,9 +242,12 @@ def stop(reply: Raw) -> Stopped:
     return Stopped(_text(items[0]), _text(items[1]) if len(items) > 1 else "")
 
 
-def progress(reply: Raw) -> bool:
-    """``progress.lua``: whether it was written (False: not this attempt's job any more)."""
-    return bool(int(reply))
+def progress(reply: Raw) -> tuple[bool, str | None]:
+    """``progress.lua``: whether it was written (False: not this attempt's job any more),
+    and why its event was not (None: written, or none to write)."""
+    if isinstance(reply, (bytes, str)):      # a text: written, the event was not
+        return True, _text(reply)
+    return bool(int(reply)), None
 
 
 def alone(reply: Raw) -> bool:
