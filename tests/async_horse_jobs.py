@@ -143,3 +143,21 @@ async def swallow_and_return(url, key, seconds):
     except asyncio.CancelledError:
         return "swallowed"
     return "slept"
+
+
+async def block_then_sleep(url, key, block_seconds, seconds):
+    """Push the pid, hold the event loop ``block_seconds`` (the horse names this job as
+    blocking it), then sleep on the loop like any other job: the pid."""
+    _push(url, key)
+    time.sleep(block_seconds)
+    await asyncio.sleep(seconds)
+    return os.getpid()
+
+
+async def kill_own_horse_after(url, key, seconds):
+    """Push the pid, sleep on the loop, then SIGKILL this horse."""
+    import signal
+
+    _push(url, key)
+    await asyncio.sleep(seconds)
+    os.kill(os.getpid(), signal.SIGKILL)

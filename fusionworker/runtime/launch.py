@@ -437,7 +437,7 @@ class ForkServerLauncher:
             if slot is not None and slot.origin is server:
                 slot.exited(notice)
                 if slot.mates is not None and notice.status == 0:
-                    slot.mates.slots.remove(slot)   # it reported: never a culprit
+                    slot.mates.reported(slot)       # never a culprit; the loop turned
         if died:
             self._origin_died(server)
 

@@ -131,6 +131,14 @@ class HorseMates:
         """A job of the horse held its event loop (the horse said so)."""
         return any(other.blocking for other in self.slots)
 
+    def reported(self, slot: Slot) -> None:
+        """``slot``'s job reported: it is never a culprit, and the horse's loop turned
+        since any hold it named before (its notices come in the order it wrote them), so
+        none of those holders is the culprit of a later death either."""
+        self.slots.remove(slot)
+        for other in self.slots:
+            other.blocking = False
+
 
 class Slot:
     """One running horse: its job, its hard deadline, its lease, its kill, its end.

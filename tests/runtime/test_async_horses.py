@@ -227,6 +227,27 @@ def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_
     assert len(pids) == 7 + again                       # and each ran once more, apart
 
 
+def test_a_job_that_blocked_the_loop_once_is_not_blamed_once_the_loop_turned_again(
+        queue, burst, settings, r):
+    # the blocker holds the loop 1.5 s (named as blocking), then sleeps on it; a quick
+    # mate reports after the block (the loop turned again); then the killer SIGKILLs
+    # the horse. Nobody is known to have killed it now: the blocker is not the culprit
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    blocker = _enqueue(q, "block_then_sleep", settings.redis_url, key, 1.5, 1.5)
+    quick = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.2)
+    killer = _enqueue(q, "kill_own_horse_after", settings.redis_url, key, 1.0)
+    burst(settings=_async(settings))
+    done = {name: q.fetch_job(j.id) for name, j in
+            (("blocker", blocker), ("quick", quick), ("killer", killer))}
+    assert (done["blocker"].status, done["blocker"].attempts) == ("finished", 1), \
+        done["blocker"].error_message
+    assert (done["quick"].status, done["quick"].attempts) == ("finished", 1)
+    assert done["killer"].status == "failed" and "SIGKILL" in done["killer"].error_message
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert pids.count(pids[0]) == 3                     # all three began in one horse
+
+
 def test_every_notice_names_its_jobs_board_entry():
     from fusionworker.runtime.protocol import (
         BlockedNotice,
