@@ -205,6 +205,40 @@ def test_real_connect_to_local_redis() -> None:
         pubsub.close()
 
 
+def test_the_clients_made_here_pack_commands_as_redis_py_does_in_one_step(r) -> None:
+    """``connect()`` and the decoding twin of a bytes client pack with ``_Packer``:
+    hiredis at once, the same bytes as redis-py's own serializer, the same errors, and
+    redis-py's way for what hiredis refuses (a bytearray) or a two-word command."""
+    from redis.connection import HiredisRespSerializer
+    from redis.exceptions import DataError
+
+    from fusionworker.core.redis_client import _PACKER, _Packer, decoding
+
+    ref = HiredisRespSerializer()
+    for args in [("EVALSHA", "a" * 40, 2, "k1", "k2", 1, 2.5, -0.0, 10**20, b"raw", "é"),
+                 ("SET", memoryview(b"mv"), bytearray(b"ba")), ("CLIENT SETNAME", "x"),
+                 (b"CLIENT SETNAME", "x"), (b"GET", "k")]:
+        assert _PACKER.pack(*args) == ref.pack(*args), args
+    for bad in (None, True, object()):
+        with pytest.raises(DataError):
+            _PACKER.pack("SET", "k", bad)
+    made = connect("redis://127.0.0.1:6379/0")
+    twin = decoding(redis.Redis(connection_pool=redis.ConnectionPool(
+        **{**r.connection_pool.connection_kwargs, "decode_responses": False})))
+    for client in (made, twin):
+        conn = client.connection_pool.get_connection()
+        try:
+            assert isinstance(conn._command_packer, _Packer)
+        finally:
+            client.connection_pool.release(conn)
+        key = f"fw-test:{uuid.uuid4().hex}"
+        try:     # a round trip: a script call with every kind of argument
+            assert client.eval("return {ARGV[1], ARGV[2], ARGV[3], ARGV[4]}", 1, key,
+                               "é", 7, 2.5, memoryview(b"mv")) == ["é", "7", "2.5", "mv"]
+        finally:
+            client.delete(key)
+
+
 def _next_message(pubsub: redis.client.PubSub, timeout: float = 5.0) -> dict:
     def message() -> dict | None:
         got = pubsub.get_message(timeout=0.2)
