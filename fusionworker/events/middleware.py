@@ -49,11 +49,14 @@ class EventsMiddleware(Middleware):
     def __init__(self, sink: EventSink | None = None, *, close_timeout: float = 5.0) -> None:
         self.sink = sink
         self.close_timeout = close_timeout
-        #: the worker's scripts write processing, progress and the outcomes of
-        #: finish.lua (:meth:`script_events`): the hooks emit none of them
-        self.scripted = False
-        #: what :meth:`script_events` gave the worker (the events its scripts lost)
+        #: what :meth:`script_events` gave the worker: its scripts write processing,
+        #: progress and the outcomes of finish.lua, the hooks emit none of them
         self.written: ScriptEvents | None = None
+
+    @property
+    def scripted(self) -> bool:
+        """The worker's scripts write this middleware's job events (:meth:`script_events`)."""
+        return self.written is not None
 
     def on_start(self, worker: WorkerContext) -> None:
         if self.sink is None:
@@ -79,13 +82,12 @@ class EventsMiddleware(Middleware):
                 or target[1] != worker.keys.events or is_cluster(worker.connection)
                 or not same_server(target[0], worker.connection)):
             return None
-        self.scripted = True
         self.written = ScriptEvents(target[1], int(target[2]), worker.name, worker.host)
         return self.written
 
     def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
-        if self.sink is not None and self.scripted:   # claim.lua wrote it (or said why not)
-            self.sink.written_by_script(lost=_taken(self.written, "lost_claims", job.id))
+        if self.sink is not None and self.written:   # claim.lua wrote it (or said why not)
+            self.sink.written_by_script(lost=_taken(self.written.lost_claims, job.id))
         elif self.sink is not None:
             self.sink.emit(make_event("processing", job, worker=worker.name, host=worker.host,
                                       wait_time=job.wait_time))
@@ -104,8 +106,8 @@ class EventsMiddleware(Middleware):
     def on_progress(self, worker: WorkerContext, job: Job[Any], progress: float,
                     message: str | None) -> None:
         """A ``progress`` event per progress write (rate-limited like the writes)."""
-        if self.sink is not None and self.scripted:   # progress.lua wrote it (or said why not)
-            self.sink.written_by_script(lost=_taken(self.written, "lost_progress", job.id))
+        if self.sink is not None and self.written:   # progress.lua wrote it (or said why not)
+            self.sink.written_by_script(lost=_taken(self.written.lost_progress, job.id))
         elif self.sink is not None:
             self.sink.emit(make_event("progress", job, worker=worker.name, host=worker.host,
                                       progress=progress, progress_message=message))
@@ -152,10 +154,9 @@ class ScriptEvents:
                 *items]
 
 
-def _taken(written: ScriptEvents | None, which: str, job_id: str) -> bool:
-    """Whether ``job_id`` was in ``written``'s set ``which`` (it is not any more)."""
-    found: set[str] | None = getattr(written, which, None)
-    if not found or job_id not in found:
+def _taken(found: set[str], job_id: str) -> bool:
+    """Whether ``job_id`` was in ``found`` (it is not any more)."""
+    if job_id not in found:
         return False
     found.discard(job_id)
     return True

@@ -307,7 +307,7 @@ class ForkServerLauncher:
         slot = self.by_entry.get(entry)
         if slot is None or slot.done:
             return
-        slot.blocking = True
+        slot.held_loop()
         mates = len(slot.mates.slots) - 1 if slot.mates is not None else 0
         log.warning("Worker %s: job %s (%s) blocks the event loop of its async horse %d for "
                     "%.1f s (%d other job(s) of the horse wait; it is killed at the first "

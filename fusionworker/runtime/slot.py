@@ -115,10 +115,12 @@ _READ_CHUNK = 65536
 class HorseMates:
     """The slots of one async horse (they share its pid): who is to blame for its death."""
 
-    __slots__ = ("slots",)
+    __slots__ = ("slots", "loop_held")
 
     def __init__(self) -> None:
         self.slots: list[Slot] = []
+        #: a job of the horse was named as holding its loop since the last report
+        self.loop_held = False
 
     def culprit(self, slot: Slot, now: float) -> bool:
         """Another job of the horse is known to have caused its death: it held the event
@@ -136,8 +138,10 @@ class HorseMates:
         since any hold it named before (its notices come in the order it wrote them), so
         none of those holders is the culprit of a later death either."""
         self.slots.remove(slot)
-        for other in self.slots:
-            other.blocking = False
+        if self.loop_held:     # (most reports: none named, no walk over the K mates)
+            self.loop_held = False
+            for other in self.slots:
+                other.blocking = False
 
 
 class Slot:
@@ -201,7 +205,8 @@ class Slot:
 
     def _enter(self, state: SlotState, *, unanswered: bool = False) -> None:
         """The one place a slot's state changes, only along :data:`_NEXT` (ASKED ->
-        ORPHANED only by :meth:`unanswered`: a death of the server it was asked of)."""
+        ORPHANED only by :meth:`unanswered`: an unanswered request is asked again, never
+        taken for a dead horse by mistake)."""
         if state not in _NEXT[self._state] or (
                 self._state is SlotState.ASKED and state is SlotState.ORPHANED
                 and not unanswered):
@@ -341,6 +346,13 @@ class Slot:
             except ProcessLookupError:
                 pass
 
+    def held_loop(self) -> None:
+        """Its async horse named this job as holding its event loop: the culprit if the
+        horse dies before a report of any of its jobs (:meth:`HorseMates.reported`)."""
+        self.blocking = True
+        if self.mates is not None:
+            self.mates.loop_held = True
+
     # -- the horse's end --------------------------------------------------------------
 
     def exited(self, notice: ExitNotice) -> None:
@@ -349,10 +361,10 @@ class Slot:
         self._buf.extend(notice.report)
         self._status = notice.status
 
-    def origin_died(self) -> None:
+    def origin_died(self, *, unanswered: bool = False) -> None:
         """RUNNING -> ORPHANED: the fork server died, its horses with it (PDEATHSIG);
-        make sure, say why."""
-        self._enter(SlotState.ORPHANED)
+        make sure (nothing is signalled while the pid is not known), say why."""
+        self._enter(SlotState.ORPHANED, unanswered=unanswered)
         if self.kill_reason is None:
             self.kill_reason = FailureReason.KILLED
         self.signal_group(signal.SIGKILL)
@@ -365,10 +377,7 @@ class Slot:
         log.warning("Worker %s: job %s (%s): %s died before starting it; it is started "
                     "nowhere else (it may be what kills them)", worker, self.job.id,
                     self.job.func, "its own fork server" if self.alone else "a second one")
-        self._enter(SlotState.ORPHANED, unanswered=True)
-        if self.kill_reason is None:
-            self.kill_reason = FailureReason.KILLED
-        self._status = signal.SIGKILL
+        self.origin_died(unanswered=True)
 
     def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None) -> bool:
         """A horse forked by the worker itself: read its pipe (progress frames go to
