@@ -161,3 +161,11 @@ async def kill_own_horse_after(url, key, seconds):
     _push(url, key)
     await asyncio.sleep(seconds)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def sleep_then_block(url, key, seconds, block_seconds):
+    """Push the pid, sleep on the loop, then hold it ``block_seconds``."""
+    _push(url, key)
+    await asyncio.sleep(seconds)
+    time.sleep(block_seconds)
+    return os.getpid()

@@ -122,12 +122,20 @@ class HorseMates:
         #: a job of the horse was named as holding its loop since the last report
         self.loop_held = False
 
-    def culprit(self, slot: Slot, now: float) -> bool:
+    def culprit(self, slot: Slot, now: float, asked: bool) -> bool:
         """Another job of the horse is known to have caused its death: it held the event
-        loop, the worker killed the horse for it, or its lease was over."""
-        return any(other is not slot and (other.blocking or other.kill_reason is not None
+        loop and the worker killed the horse (``asked``), the worker killed the horse for
+        it, or its lease was over."""
+        return any(other is not slot and ((other.blocking and asked)
+                                          or other.kill_reason is not None
                                           or now >= other.lease_until)
                    for other in self.slots)
+
+    def asked(self) -> bool:
+        """The worker killed the horse for one of its jobs (a timeout, the memory
+        ceiling, a stop...): only then does a held loop explain its death. A horse that
+        died unasked (its own SIGKILL, a segfault, the OOM killer) died of no hold."""
+        return any(other.kill_reason is not None for other in self.slots)
 
     def blocked(self) -> bool:
         """A job of the horse held its event loop (the horse said so)."""
@@ -469,7 +477,8 @@ class Slot:
         now = time.monotonic()
         if self.mates is None or now >= self.lease_until:
             return
-        if self.blocking:        # the culprit: its own timeout, or the mates' deadlines
+        asked = self.mates.asked()
+        if self.blocking and asked:    # the culprit: its own timeout, or the mates' deadlines
             if exit_.reason != FailureReason.TIMEOUT:
                 exit_.reason, exit_.error_type = FailureReason.KILLED, "EventLoopBlocked"
             exit_.error_message = ("the job blocked the event loop of its async horse "
@@ -478,7 +487,7 @@ class Slot:
         if self.kill_reason not in (None, FailureReason.TIMEOUT, FailureReason.MEMORY) or (
                 self.kill_reason is not None and not self.mates.blocked()):
             return               # its own kill (stop, lease, shutdown), or nobody blocked
-        if self.mates.culprit(self, now):
+        if self.mates.culprit(self, now, asked):
             exit_.reason, exit_.error_type = FailureReason.NEIGHBOUR, "NeighbourKilled"
             exit_.error_message = ("another job of its async horse was killed (it blocked "
                                    "the event loop past its timeout, or was stopped): the "

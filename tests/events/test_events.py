@@ -390,7 +390,7 @@ def test_read_events_blocks_for_new_events_and_follow_keeps_its_place(r, prefix,
 
 def test_redis_outage_keeps_emit_fast_and_close_counts_the_loss(sinks, caplog):
     with HungServer() as hung:
-        client = redis.Redis(port=hung.port, socket_timeout=30, decode_responses=True,
+        client = redis.Redis(port=hung.port, socket_timeout=3, decode_responses=True,
                              retry=Retry(NoBackoff(), 0))
         sink = RedisStreamSink(client, "unused", **FAST)
         sinks.append(sink)

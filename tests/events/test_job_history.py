@@ -93,7 +93,7 @@ def test_after_a_burst_of_400_jobs_every_job_shows_all_its_events(
             cli = runner.invoke(main, ["events", "--job", job_id, "--json", "-n", "1000"],
                                 env=env)
             cli_events = [(d["id"], d["event"]) for d in map(json.loads,
-                                                               cli.output.splitlines())]
+                                                               cli.stdout.splitlines())]
             if (sorted(api_events) != sorted(want) or sorted(cli_events) != sorted(want)
                     or Counter(page_events) != Counter(e for _, e in want)):
                 short.append(job_id)
