@@ -227,20 +227,27 @@ def test_a_horse_dying_with_no_culprit_known_gives_its_jobs_back_and_the_killer_
     assert len(pids) == 8                               # and each ran once more, apart
 
 
+def _one_horse(queue, burst, settings, r, *calls):
+    """Enqueue ``(func, *args[, options])`` calls, each given the Redis URL and a key for
+    its pid first, run a burst worker of async horses: the jobs as they ended, the pids."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    jobs = [_enqueue(q, func, settings.redis_url, key, *args, **options)
+            for func, args, options in calls]
+    burst(settings=_async(settings))
+    return [q.fetch_job(j.id) for j in jobs], [int(p) for p in r.lrange(key, 0, -1)]
+
+
 def test_a_job_named_as_holding_the_loop_is_not_blamed_for_a_death_nobody_asked(
         queue, burst, settings, r):
     # the blocker holds the loop 1.5 s (named), then sleeps on it; the killer SIGKILLs
     # the horse meanwhile: the worker asked no kill, so no hold explains the death and
     # nobody is known to have caused it: both are given back, the killer pays alone
-    q = queue()
-    key = f"{settings.prefix}:async:pids"
-    blocker = _enqueue(q, "block_then_sleep", settings.redis_url, key, 1.5, 2.0)
-    killer = _enqueue(q, "kill_own_horse_after", settings.redis_url, key, 0.5)
-    burst(settings=_async(settings))
-    done = q.fetch_job(blocker.id)
-    assert (done.status, done.attempts) == ("finished", 1), done.error_message
-    assert "SIGKILL" in q.fetch_job(killer.id).error_message
-    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    (blocker, killer), pids = _one_horse(
+        queue, burst, settings, r, ("block_then_sleep", (1.5, 2.0), {}),
+        ("kill_own_horse_after", (0.5,), {}))
+    assert (blocker.status, blocker.attempts) == ("finished", 1), blocker.error_message
+    assert "SIGKILL" in killer.error_message
     assert pids.count(pids[0]) == 2 and len(pids) == 4     # one horse, then each alone
 
 
@@ -249,19 +256,12 @@ def test_a_job_that_blocked_the_loop_once_is_not_blamed_once_the_loop_turned_aga
     # the blocker holds the loop 1.5 s (named), then sleeps on it; a quick mate reports
     # after the block (the loop turned again); then the hog holds the loop past its
     # timeout and the worker kills the horse: the hog pays, the blocker is given back
-    q = queue()
-    key = f"{settings.prefix}:async:pids"
-    blocker = _enqueue(q, "block_then_sleep", settings.redis_url, key, 1.5, 3.0)
-    quick = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.2)
-    hog = _enqueue(q, "sleep_then_block", settings.redis_url, key, 0.5, 10.0, timeout=2)
-    burst(settings=_async(settings))
-    done = {name: q.fetch_job(j.id) for name, j in
-            (("blocker", blocker), ("quick", quick), ("hog", hog))}
-    assert (done["blocker"].status, done["blocker"].attempts) == ("finished", 1), \
-        done["blocker"].error_message
-    assert (done["quick"].status, done["quick"].attempts) == ("finished", 1)
-    assert done["hog"].status == "failed" and done["hog"].failure_reason == "timeout"
-    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    (blocker, quick, hog), pids = _one_horse(
+        queue, burst, settings, r, ("block_then_sleep", (1.5, 3.0), {}),
+        ("pushed_stamp", (0.2,), {}), ("sleep_then_block", (0.5, 10.0), {"timeout": 2}))
+    assert (blocker.status, blocker.attempts) == ("finished", 1), blocker.error_message
+    assert (quick.status, quick.attempts) == ("finished", 1)
+    assert hog.status == "failed" and hog.failure_reason == "timeout"
     assert pids.count(pids[0]) == 3                     # all three began in one horse
 
 
