@@ -20,25 +20,39 @@ def _time_shares(queues: dict, ids: dict[str, list[str]]) -> dict[str, float]:
             for name, js in jobs.items()}
 
 
-def _run(queue, burst, settings, fair: bool, tag: str) -> dict[str, float]:
+def _started_by_turns(queues: dict, ids: dict[str, list[str]]) -> list[str]:
+    """The queue of each job in the order the jobs started."""
+    starts = sorted((queues[name].fetch_job(i).started_at, name)
+                    for name in ids for i in ids[name])
+    return [name for _, name in starts]
+
+
+def _run(queue, burst, settings, fair: bool, tag: str
+         ) -> tuple[dict[str, float], list[str]]:
     slow, fast = queue(f"slow{tag}"), queue(f"fast{tag}")
     ids = {f"slow{tag}": [slow.enqueue("tests.jobs:sleep", 0.3).id for _ in range(12)],
            f"fast{tag}": [fast.enqueue("tests.jobs:sleep", 0.03).id for _ in range(120)]}
     order = "fair" if fair else "round-robin"
     burst(f"slow{tag},fast{tag}", settings=settings.replace(queue_order=order))
-    return _time_shares({f"slow{tag}": slow, f"fast{tag}": fast}, ids)
+    queues = {f"slow{tag}": slow, f"fast{tag}": fast}
+    return _time_shares(queues, ids), _started_by_turns(queues, ids)
 
 
 @pytest.mark.slow
 def test_two_saturated_queues_of_equal_weight_get_equal_worker_time_under_fair(
         queue, burst, settings):
-    fair = _run(queue, burst, settings, fair=True, tag="f")
+    fair, _ = _run(queue, burst, settings, fair=True, tag="f")
     ratio = max(fair.values()) / min(fair.values())
     print(f"fair: {fair} ratio {ratio:.2f}")
     assert ratio <= 1.5, fair
-    rr = _run(queue, burst, settings, fair=False, tag="r")
+    rr, order = _run(queue, burst, settings, fair=False, tag="r")
     print(f"round-robin: {rr} ratio {rr['slowr'] / rr['fastr']:.2f}")
-    assert rr["slowr"] / rr["fastr"] >= 3.0, rr       # round-robin: by turns (~10x here)
+    # round-robin takes the queues by turns, whatever their jobs cost: one slot runs a
+    # slow job, a fast one, a slow one... until the slow queue runs dry, so the slow
+    # queue gets its jobs' cost over the fast one's (10x; the claim-to-outcome time of
+    # a fresh horse, ~0.1 s on a loaded machine, brings it near 3x)
+    assert order[:24] == ["slowr", "fastr"] * 12 or order[:24] == ["fastr", "slowr"] * 12
+    assert rr["slowr"] / rr["fastr"] >= 2.0, rr
 
 
 def test_weights_are_shares_of_the_use_read_from_redis(queue, burst, settings, r):
