@@ -245,19 +245,32 @@ def test_the_scripts_write_the_events_the_sink_writes(queue, r, settings):
 def test_the_scripts_timestamps_are_the_event_timestamps(r):
     """The script's own ISO-8601 formatting (events.make_event's @timestamp) over leap
     days, year ends and centuries, against Python's."""
+    import datetime
     import re
 
     from fusionworker.core.scripts import source
     from fusionworker.events.schema import _iso_utc
 
-    code = re.search(r"\nfunction iso_utc\(.*?\nend\n", source("enqueue_many"), re.S)
+    code = re.search(r"\nISO_LAST = .*?\nfunction iso_utc\(.*?\nend\n", source("enqueue_many"),
+                     re.S)
     stamps = [(0, 0), (951782400, 0), (951868799, 999999), (946684799, 999000),
-              (1709164800, 123456), (4107542399, 500), (4102444800, 1), (1700000000, 999)]
+              (1709164800, 123456), (4107542399, 500), (4102444800, 1), (1700000000, 999),
+              (253402300799, 999999), (-30610224000, 5000)]  # years 9999 and 1000
     stamps += [(1000000000 + 86400 * 37 * k + 3607 * k, 1000 * k) for k in range(300)]
-    got = r.eval("local" + code.group(0) + "local out = {}\nfor i = 1, #ARGV do\n"
-                 "  out[#out + 1] = iso_utc(tonumber(ARGV[i]))\nend\n"
-                 "return out", 0, *[repr(s + u / 1e6) for s, u in stamps])
-    assert got == [_iso_utc(s + u / 1e6) for s, u in stamps]
+    # before the year 1000 the script writes four digits through string.format, as ISO
+    # does (datetime's isoformat; the events never carry such a time)
+    early = [(-62135596800, 0), (-31000000000, 7), (-30610224001, 999999)]
+    texts = [repr(s + u / 1e6) for s, u in stamps + early]
+    got = r.eval("local ISO_LAST, iso_utc" + code.group(0) + "local out = {}\n"
+                 "for i = 1, #ARGV do\n"
+                 "  out[#out + 1] = iso_utc(tonumber(ARGV[i]))\n"
+                 "  out[#out + 1] = iso_utc(tonumber(ARGV[i]))\n"   # the kept answer
+                 "end\nreturn out", 0, *texts)
+    want = [_iso_utc(s + u / 1e6) for s, u in stamps]
+    want += [datetime.datetime.fromtimestamp(s + u / 1e6, datetime.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z") for s, u in early]
+    assert got == [text for text in want for _ in range(2)]
+    assert got[-6:-4] == ["0001-01-01T00:00:00.000Z"] * 2
 
 
 def test_keys_of_the_wrong_type_refuse_the_chunk_before_any_write(queue, r, settings):

@@ -273,23 +273,51 @@ end
 -- "2024-05-01T12:00:00.123Z" of `t` (now()'s seconds): events.make_event's @timestamp
 -- (UTC, milliseconds truncated), by the days-to-civil-date algorithm. TIME's
 -- microseconds come back whole from the float (its error is under a nanosecond).
+-- Integer division spelled (a - a % b) / b, exact on whole numbers: Lua's arithmetic,
+-- where math.floor is a C call; the text written by one string.char of its 24 bytes,
+-- where string.format with 7 integers costs as much as the rest (a 4-digit year; any
+-- other goes through string.format). A script formats its own clock once per step
+-- (a claim's events share it): the last answer is kept, {t, text}.
+ISO_LAST = {}
 function iso_utc(t)
-  local secs = math.floor(t)
-  local usecs = math.floor((t - secs) * 1000000 + 0.5)
-  local days = math.floor(secs / 86400)
-  local rest = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  if ISO_LAST[1] == t then return ISO_LAST[2] end
+  local secs = t - t % 1
+  local us = (t - secs) * 1000000 + 0.5
+  us = us - us % 1
+  if us >= 1000000 then secs, us = secs + 1, us - 1000000 end
+  local ms = (us - us % 1000) / 1000
+  local rest = secs % 86400
+  local z = (secs - rest) / 86400 + 719468
+  local doe = z % 146097
+  local era = (z - doe) / 146097
+  local yoe = doe - (doe - doe % 1460) / 1460 + (doe - doe % 36524) / 36524
+    - (doe - doe % 146096) / 146096
+  yoe = (yoe - yoe % 365) / 365
+  local doy = doe - (365 * yoe + (yoe - yoe % 4) / 4 - (yoe - yoe % 100) / 100)
+  local mp = 5 * doy + 2
+  mp = (mp - mp % 153) / 153
+  local day = 153 * mp + 2
+  day = doy - (day - day % 5) / 5 + 1
   local month = mp < 10 and mp + 3 or mp - 9
   local year = yoe + era * 400 + (month <= 2 and 1 or 0)
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day,
-    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, math.floor(usecs / 1000))
+  local s = rest % 60
+  local m = (rest - s) % 3600 / 60
+  local h = (rest - rest % 3600) / 3600
+  local text
+  if year < 1000 or year > 9999 then
+    text = string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', year, month, day, h, m, s, ms)
+  else
+    local y, mo, d, hh, mi, ss, ml = year % 10, month % 10, day % 10, h % 10, m % 10,
+      s % 10, ms % 10
+    local y2, m2 = year % 100, ms % 100
+    local y3 = year % 1000
+    text = string.char(48 + (year - y3) / 1000, 48 + (y3 - y2) / 100, 48 + (y2 - y) / 10,
+      48 + y, 45, 48 + (month - mo) / 10, 48 + mo, 45, 48 + (day - d) / 10, 48 + d, 84,
+      48 + (h - hh) / 10, 48 + hh, 58, 48 + (m - mi) / 10, 48 + mi, 58,
+      48 + (s - ss) / 10, 48 + ss, 46, 48 + (ms - m2) / 100, 48 + (m2 - ml) / 10, 48 + ml, 90)
+  end
+  ISO_LAST[1], ISO_LAST[2] = t, text
+  return text
 end
 
 -- A job's history: its events as {stream id, document} in JSON, the newest HISTORY_CAP
