@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-import hiredis
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.connection import HiredisRespSerializer
 from redis.sentinel import Sentinel, SentinelConnectionPool
+
+from .redis_wire import PACKER, LeanPool
 
 log = logging.getLogger("fusionworker.connection")   # the name before the layers (logging configs use it)
 
@@ -317,28 +317,6 @@ def _check_cluster(options: dict[str, Any], segments: list[str], path: str, url:
         raise ValueError(f"a Redis Cluster has only database 0; got path {path!r} in {mask_url(url)}")
 
 
-class _Packer(HiredisRespSerializer):
-    """redis-py's hiredis serializer, without its pass over the arguments that copies
-    any ``bytearray`` or ``memoryview`` to ``bytes`` (a generator step per argument:
-    a script call of 35 arguments packed in about 7 µs instead of 16). ``hiredis`` refuses
-    what it cannot write (``TypeError``): that command goes the usual way, which copies
-    those, or raises redis-py's own error. The same bytes either way."""
-
-    def pack(self, *args: Any) -> Any:
-        first = args[0]
-        space = " " if isinstance(first, str) else b" "
-        if space in first:
-            return super().pack(*args)       # a command of two words: split there
-        try:
-            return [hiredis.pack_command(args)]
-        except TypeError:
-            return super().pack(*args)
-
-
-#: one serializer for every connection of the clients made here (it keeps no state)
-_PACKER = _Packer()
-
-
 def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
     """A client for ``url`` (see the module docstring for the forms).
 
@@ -357,8 +335,12 @@ def connect(url: str, **kwargs: Any) -> redis.Redis | RedisCluster:
 
     if parsed.kind == "redis":
         kwargs.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)  # the URL's option wins
-        kwargs.setdefault("command_packer", _PACKER)
-        return redis.Redis.from_url(url, **kwargs)
+        kwargs.setdefault("command_packer", PACKER)
+        single = kwargs.pop("single_connection_client", False)   # as Redis.from_url does
+        client = redis.Redis(connection_pool=LeanPool.from_url(url, **kwargs),
+                             single_connection_client=single)
+        client.auto_close_connection_pool = True
+        return client
 
     options = {**parsed.options, **kwargs}
     options.setdefault("socket_timeout", DEFAULT_SOCKET_TIMEOUT)
@@ -521,8 +503,9 @@ def _decoding_twin(client: RedisClient) -> RedisClient:
         twin: redis.Redis = make(pool.service_name, redis_class=type(client),
                                  decode_responses=True, **kwargs)
         return twin
-    kwargs.setdefault("command_packer", _PACKER)
-    new_pool = type(pool)(connection_class=pool.connection_class,
+    kwargs.setdefault("command_packer", PACKER)
+    pool_class = LeanPool if type(pool) is redis.ConnectionPool else type(pool)
+    new_pool = pool_class(connection_class=pool.connection_class,
                           max_connections=pool.max_connections, decode_responses=True, **kwargs)
     return type(client)(connection_pool=new_pool)
 

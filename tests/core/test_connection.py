@@ -206,29 +206,30 @@ def test_real_connect_to_local_redis() -> None:
 
 
 def test_the_clients_made_here_pack_commands_as_redis_py_does_in_one_step(r) -> None:
-    """``connect()`` and the decoding twin of a bytes client pack with ``_Packer``:
+    """``connect()`` and the decoding twin of a bytes client pack with ``Packer``:
     hiredis at once, the same bytes as redis-py's own serializer, the same errors, and
     redis-py's way for what hiredis refuses (a bytearray) or a two-word command."""
     from redis.connection import HiredisRespSerializer
     from redis.exceptions import DataError
 
-    from fusionworker.core.redis_client import _PACKER, _Packer, decoding
+    from fusionworker.core.redis_client import decoding
+    from fusionworker.core.redis_wire import PACKER, Packer
 
     ref = HiredisRespSerializer()
     for args in [("EVALSHA", "a" * 40, 2, "k1", "k2", 1, 2.5, -0.0, 10**20, b"raw", "é"),
                  ("SET", memoryview(b"mv"), bytearray(b"ba")), ("CLIENT SETNAME", "x"),
                  (b"CLIENT SETNAME", "x"), (b"GET", "k")]:
-        assert _PACKER.pack(*args) == ref.pack(*args), args
+        assert PACKER.pack(*args) == ref.pack(*args), args
     for bad in (None, True, object()):
         with pytest.raises(DataError):
-            _PACKER.pack("SET", "k", bad)
+            PACKER.pack("SET", "k", bad)
     made = connect("redis://127.0.0.1:6379/0")
     twin = decoding(redis.Redis(connection_pool=redis.ConnectionPool(
         **{**r.connection_pool.connection_kwargs, "decode_responses": False})))
     for client in (made, twin):
         conn = client.connection_pool.get_connection()
         try:
-            assert isinstance(conn._command_packer, _Packer)
+            assert isinstance(conn._command_packer, Packer)
         finally:
             client.connection_pool.release(conn)
         key = f"fw-test:{uuid.uuid4().hex}"
@@ -237,6 +238,53 @@ def test_the_clients_made_here_pack_commands_as_redis_py_does_in_one_step(r) -> 
                                "é", 7, 2.5, memoryview(b"mv")) == ["é", "7", "2.5", "mv"]
         finally:
             client.delete(key)
+
+
+def test_the_pool_of_the_clients_made_here_keeps_redis_pys_checks(r, monkeypatch) -> None:
+    """``LeanPool`` (the clients of ``connect()`` and the decoding twin of a bytes client)
+    checks a connection out and back in one step each, and keeps what redis-py's pool
+    checks: one connection for one caller at a time, a connection returned with a reply
+    unread is not handed out as it is, a forked child makes its own. Where something
+    listens to the steps it leaves out, the pool is redis-py's own (``lean`` false)."""
+    import os
+
+    from fusionworker.core import redis_wire
+    from fusionworker.core.redis_client import decoding
+    from fusionworker.core.redis_wire import LeanPool
+
+    made = connect("redis://127.0.0.1:6379/0")
+    twin = decoding(redis.Redis(connection_pool=redis.ConnectionPool(
+        **{**r.connection_pool.connection_kwargs, "decode_responses": False})))
+    for client in (made, twin):
+        pool = client.connection_pool
+        assert type(pool) is LeanPool and pool.lean
+        ids = {client.client_id() for _ in range(3)}
+        assert len(ids) == 1 and pool._created_connections == 1      # reused
+        (old,) = ids
+        with client.pipeline() as pipe:
+            assert pipe.ping().client_id().execute() == [True, old]
+        left = pool.get_connection()
+        left.send_command("CLIENT", "ID")           # its reply (old) is never read
+        assert left.can_read(timeout=5)             # it has come
+        pool.release(left)
+        assert not pool._in_use_connections
+        # redis-py 8.1's own pool skips this check ("auto" maintenance notifications
+        # read as on) and answers the next command with the unread reply
+        first = client.client_id()
+        assert first != old and client.client_id() == first        # a new connection
+        assert client.execute_command("ECHO", "after") == "after"
+        pid = os.fork()
+        if pid == 0:                                # the child's own connection
+            code = 0 if client.client_id() != first else 1
+            os._exit(code)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert client.client_id() == first          # the parent's is untouched
+    assert not LeanPool(protocol=3).lean
+    assert not LeanPool(credential_provider=redis.UsernamePasswordCredentialProvider("u")).lean
+    monkeypatch.setattr(redis_wire, "_telemetry_off", lambda: False)
+    plain = connect("redis://127.0.0.1:6379/0")       # redis-py's metrics on: its way
+    assert not plain.connection_pool.lean and plain.ping()
+    assert plain.connection_pool._in_use_connections == set()
 
 
 def _next_message(pubsub: redis.client.PubSub, timeout: float = 5.0) -> dict:
