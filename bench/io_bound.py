@@ -202,7 +202,8 @@ class Run:
             from fusionworker.core.config import load_settings
             from fusionworker.core.queue import Queue
 
-            q = Queue("ioq", self.r, settings=load_settings(
+            # the client the README's producer gets: none given, the settings' REDIS_URL
+            q = Queue("ioq", settings=load_settings(
                 environ={}, redis_url=self.url, prefix=self.prefix, allowed_modules=("bench",)))
             func = "io_sleep_aio" if system in ("fw-a", "fw-a1") else "io_sleep"
             for _ in range(n):
