@@ -8,8 +8,9 @@ Redis holds"):
 
 ``redis://[[user]:password@]host[:6379][/db]``, ``rediss://…`` (TLS),
 ``unix://[[user]:password@]/path/to/redis.sock[?db=N]``
-    Handed to :meth:`redis.Redis.from_url`, so its query options
-    (``socket_timeout``, ``ssl_cert_reqs``, …) work as documented there.
+    Parsed as :meth:`redis.Redis.from_url` parses them (its pool's ``from_url``, here
+    the pool of ``core/redis_wire.py``), so its query options (``socket_timeout``,
+    ``ssl_cert_reqs``, …) work as documented there.
 
 ``redis+sentinel://[[user]:password@]host:26379[,host2:26379…]/<master>[/<db>]``
     A :class:`redis.sentinel.Sentinel` over the listed sentinels and

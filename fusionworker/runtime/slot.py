@@ -370,8 +370,9 @@ class Slot:
         self._status = notice.status
 
     def origin_died(self, *, unanswered: bool = False) -> None:
-        """RUNNING -> ORPHANED: the fork server died, its horses with it (PDEATHSIG);
-        make sure (nothing is signalled while the pid is not known), say why."""
+        """RUNNING (or, ``unanswered``, ASKED) -> ORPHANED: the fork server died, its
+        horses with it (PDEATHSIG); make sure (nothing is signalled while the pid is not
+        known), say why."""
         self._enter(SlotState.ORPHANED, unanswered=unanswered)
         if self.kill_reason is None:
             self.kill_reason = FailureReason.KILLED
