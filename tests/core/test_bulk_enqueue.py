@@ -255,7 +255,8 @@ def test_the_scripts_timestamps_are_the_event_timestamps(r):
                      re.S)
     stamps = [(0, 0), (951782400, 0), (951868799, 999999), (946684799, 999000),
               (1709164800, 123456), (4107542399, 500), (4102444800, 1), (1700000000, 999),
-              (253402300799, 999999), (-30610224000, 5000)]  # years 9999 and 1000
+              (253402300799, 999999), (-30610224000, 5000),  # years 9999 and 1000
+              (1700000000, 999999.6)]    # rounds to the next second, as Python's does
     stamps += [(1000000000 + 86400 * 37 * k + 3607 * k, 1000 * k) for k in range(300)]
     # before the year 1000 the script writes four digits through string.format, as ISO
     # does (datetime's isoformat; the events never carry such a time)

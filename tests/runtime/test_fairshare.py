@@ -10,21 +10,19 @@ from fusionworker.core.config import ConfigError, load_settings
 from fusionworker.runtime.worker import Worker
 
 
-def _time_shares(queues: dict, ids: dict[str, list[str]]) -> dict[str, float]:
+def _time_shares(jobs: dict[str, list]) -> dict[str, float]:
     """Worker seconds each queue got until the first of them ran dry (claim to outcome,
     the jobs' own stamps), so both were saturated over the whole window."""
-    jobs = {name: [queues[name].fetch_job(i) for i in ids[name]] for name in ids}
     end = min(max(j.ended_at for j in js) for js in jobs.values())
     return {name: sum(max(0.0, min(j.ended_at, end) - j.started_at)
                       for j in js if j.started_at < end)
             for name, js in jobs.items()}
 
 
-def _started_by_turns(queues: dict, ids: dict[str, list[str]]) -> list[str]:
+def _started_by_turns(jobs: dict[str, list]) -> list[str]:
     """The queue of each job in the order the jobs started."""
-    starts = sorted((queues[name].fetch_job(i).started_at, name)
-                    for name in ids for i in ids[name])
-    return [name for _, name in starts]
+    return [name for _, name in sorted((j.started_at, name)
+                                       for name, js in jobs.items() for j in js)]
 
 
 def _run(queue, burst, settings, fair: bool, tag: str
@@ -35,7 +33,8 @@ def _run(queue, burst, settings, fair: bool, tag: str
     order = "fair" if fair else "round-robin"
     burst(f"slow{tag},fast{tag}", settings=settings.replace(queue_order=order))
     queues = {f"slow{tag}": slow, f"fast{tag}": fast}
-    return _time_shares(queues, ids), _started_by_turns(queues, ids)
+    jobs = {name: [queues[name].fetch_job(i) for i in ids[name]] for name in ids}
+    return _time_shares(jobs), _started_by_turns(jobs)
 
 
 @pytest.mark.slow
