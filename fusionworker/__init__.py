@@ -151,6 +151,8 @@ _MODULE_ALIASES = {
     "fusionworker.registries": "fusionworker.core.registries",
     # RQ's ``rq.command``: ``from fusionworker.command import send_stop_job_command``
     "fusionworker.command": "fusionworker.core.command",
+    # the package's modules (_SUBMODULES) by their path too: ``import fusionworker.health``
+    **{f"fusionworker.{name}": path for name, path in _SUBMODULES.items()},
 }
 
 

@@ -297,6 +297,27 @@ def test_a_type_checker_sees_the_handle_and_job_types(tmp_path):
 # -- 8. docs/api.md --------------------------------------------------------------------------
 
 
+def test_the_documented_modules_import_by_their_path_as_the_same_module():
+    """docs/api.md writes ``fusionworker.health.check`` and ``fusionworker.otel.instrument``:
+    ``import fusionworker.health`` works as ``from fusionworker import health`` does, and
+    gives the one module (no second copy with state of its own)."""
+    code = ("import importlib, fusionworker\n"
+            "for name in ('admin', 'codec', 'health', 'otel', 'command', 'registries'):\n"
+            "    by_path = importlib.import_module('fusionworker.' + name)\n"
+            "    assert by_path is getattr(fusionworker, name), name\n"
+            "    assert by_path.__name__.startswith('fusionworker.'), by_path.__name__\n"
+            "    assert not by_path.__name__ == 'fusionworker.' + name, by_path.__name__\n"
+            "import fusionworker.health as h, fusionworker.ops.health as real\n"
+            "assert h is real\n"
+            "try:\n"
+            "    importlib.import_module('fusionworker.nothing')\n"
+            "except ModuleNotFoundError:\n"
+            "    print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_api_reference_covers_every_public_name_with_an_example():
     text = (ROOT / "docs" / "api.md").read_text()
     for name in fusionworker.__all__:

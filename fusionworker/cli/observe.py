@@ -95,7 +95,8 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
     """Print job events from the Redis event stream, oldest first.
 
     Events are queued, processing, progress, completed, failed, retry,
-    timeout, abandoned, canceled, requeued, deleted and reprioritized; `--job ID`
+    timeout, abandoned, canceled, requeued, deleted, reprioritized, held,
+    released, and admin (a dashboard action); `--job ID`
     lists one job's events in the order they happened. When ELASTICSEARCH_URL
     is set, workers and producers send events to Elasticsearch (index ELASTICSEARCH_INDEX)
     instead and this stream stays empty: query the index there.

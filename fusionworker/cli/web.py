@@ -39,7 +39,8 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
 
     Pages and API calls need the bearer token FUSIONWORKER_WEB_TOKEN, or basic
     auth / a login with FUSIONWORKER_WEB_USER and its password hash. Without any
-    of them, only a loopback bind is allowed (anyone on this machine can use it).
+    of them, only a loopback bind is allowed, and a token made for this run (printed
+    at start) is required.
     It speaks plain HTTP: beyond loopback, put it behind a TLS proxy named in
     FUSIONWORKER_WEB_TRUSTED_PROXIES (docs/operations.md, "Security").
     """

@@ -145,7 +145,9 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     are shares of the time).
 
     SIGHUP re-reads the -c CONFIG_FILE and applies the resource-governor
-    thresholds, --max-horse-memory and the log level without a restart.
+    thresholds, --max-horse-memory, --horse-jobs and the log level without a
+    restart; it also starts a new fork server, so the next jobs import their code
+    afresh (a deploy: new code, then SIGHUP).
     """
     name = _name(name, short_n)
     queues = _checked_flags(ordered, queues, metrics_bind, name, processes)
