@@ -20,6 +20,11 @@ heartbeat hash), a full queue drops the note and counts it
 If the worker process dies with notes still queued, those notes are lost
 (the job's failure itself is already recorded in Redis). A note is sent
 once: there is no retry of the webhook.
+
+A webhook's URL often carries its secret: a user and password, a token in the
+query, or the path itself (Slack's ``/services/T/B/XXXX``). The log names the
+scheme, host and port only (:func:`shown_url`), and an error's message is logged
+without any part of the URL's user, password, path or query (:func:`scrubbed`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import logging
 import queue
 import threading
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ..core.config import Settings
 from ..core.hooks import Middleware
@@ -166,8 +172,42 @@ class FailureCallbacks(Middleware):
             with self._lock:
                 self.failed += 1
             log.warning("Failure callback for job %s to %s failed: %s",
-                        payload.get("job_id"), url, exc)
+                        payload.get("job_id"), shown_url(url), scrubbed(str(exc), url))
             return
         with self._lock:
             self.sent += 1
-        log.info("Failure callback for job %s sent to %s", payload.get("job_id"), url)
+        log.info("Failure callback for job %s sent to %s", payload.get("job_id"),
+                 shown_url(url))
+
+
+def shown_url(url: str) -> str:
+    """What a log may show of a webhook's ``url``: its scheme, host and port; its
+    user, password, path and query (any of which may be its secret) as ``***``."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "(a URL that does not parse)"
+    host = f"[{host}]" if ":" in host else host
+    return (f"{parts.scheme}://{'***@' if '@' in parts.netloc else ''}{host}"
+            f"{f':{port}' if port else ''}{'/***' if parts.path.strip('/') else ''}"
+            f"{'?***' if parts.query else ''}")
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` (an HTTP library's error, which may repeat the URL or a part of it)
+    with every part of ``url`` that may be a secret replaced by ``***``: the user
+    and password, the path and each of its segments, the query and each value."""
+    try:
+        parts = urlsplit(url)
+        secrets = {parts.netloc.rpartition("@")[0], parts.username, parts.password,
+                   parts.path, parts.query, parts.fragment}
+        secrets.update(segment for segment in parts.path.split("/"))
+        secrets.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
+    except ValueError:
+        return "(not shown: its URL does not parse)"
+    secrets.update([unquote(s) for s in secrets if s])
+    secrets.discard("/")
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import os
 import signal
 import socket
@@ -379,7 +380,7 @@ class Hook(http.server.BaseHTTPRequestHandler):
         if self.gate is not None:
             self.gate.wait(30)
         self.received.append((self.path, json.loads(body)))
-        self.send_response(500 if self.path == "/broken" else 200)
+        self.send_response(500 if self.path.startswith("/broken") else 200)
         self.end_headers()
 
     def log_message(self, *args: object) -> None:
@@ -445,6 +446,32 @@ def test_failure_callback_errors_are_counted_and_never_block(queue, burst, setti
     tiny._ensure_thread = lambda: None                # nobody drains: the buffer fills
     assert tiny.submit(webhook, {"job_id": "a"}) and not tiny.submit(webhook, {"job_id": "b"})
     assert tiny.dropped == 1
+
+
+def test_a_webhooks_secrets_never_reach_the_log(settings, webhook, caplog):
+    """A webhook URL's user and password, path and query may each be its secret: the
+    log of a refused connection and of an HTTP error names only scheme, host and port."""
+    host = webhook.removeprefix("http://")
+    secrets = ("pw-s3cret", "path-s3cret", "tok-s3cret")
+    mw = FailureCallbacks(settings, timeout=5)
+    caplog.set_level(logging.INFO, logger="fusionworker")
+    try:
+        mw.submit("http://alerts:pw-s3cret@127.0.0.1:9/hook/path-s3cret?token=tok-s3cret",
+                  {"job_id": "refused"})
+        mw.submit(f"http://alerts:pw-s3cret@{host}/broken/path-s3cret?token=tok-s3cret",
+                  {"job_id": "answered-500"})
+        mw.submit(f"http://alerts:pw-s3cret@{host}/ok/path-s3cret?token=tok-s3cret",
+                  {"job_id": "sent"})
+        wait_for(lambda: mw.failed == 2 and mw.sent == 1, timeout=10)
+    finally:
+        mw.close()
+    lines = [r.getMessage() for r in caplog.records if "callback" in r.getMessage()]
+    assert len(lines) == 3, lines
+    assert any("127.0.0.1:9" in line and "refused" in line for line in lines), lines
+    assert any(host in line and "500" in line for line in lines), lines
+    for line in lines:
+        assert not any(secret in line for secret in secrets), line
+        assert "alerts" not in line, line
 
 
 # -- Redis down ----------------------------------------------------------------------------
