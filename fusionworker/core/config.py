@@ -420,11 +420,13 @@ class Settings:
         return name in self.explicit
 
     def __repr__(self) -> str:
-        """The values set only, secrets and the Redis URL's password masked."""
+        """The values set only, secrets and the URLs' passwords masked (a webhook's URL
+        whole: its path or query may be its secret)."""
         from .redis_client import mask_url
 
-        shown = {name: "***" if name in SECRETS and value else
-                 mask_url(value) if name == "redis_url" else value
+        shown = {name: "***" if (name in SECRETS or name == "failure_webhook_url") and value
+                 else mask_url(value) if name in ("redis_url", "elasticsearch_url") and value
+                 else value
                  for name, value in self.values.items()}
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in sorted(shown.items()))})"
 

@@ -73,9 +73,12 @@ def test_repr_never_shows_a_secret():
     s = load_settings(environ={
         "REDIS_URL": "redis://user:hunter2@db:6379/0", "FUSIONWORKER_WEB_TOKEN": "tok-secret",
         "ELASTICSEARCH_PASSWORD": "es-secret", "ELASTICSEARCH_API_KEY": "key-secret",
-        "FUSIONWORKER_WEB_PASSWORD_HASH": "pbkdf2_sha256$1$hash-secret$" + "A" * 43 + "="})
+        "FUSIONWORKER_WEB_PASSWORD_HASH": "pbkdf2_sha256$1$hash-secret$" + "A" * 43 + "=",
+        "ELASTICSEARCH_URL": "https://elastic:url-secret@es:9200",
+        "FAILURE_WEBHOOK_URL": "https://hooks.example.org/services/T0/B0/path-secret?t=q-secret"})
     text = repr(s)
-    for secret in ("hunter2", "tok-secret", "es-secret", "key-secret", "hash-secret"):
+    for secret in ("hunter2", "tok-secret", "es-secret", "key-secret", "hash-secret",
+                   "url-secret", "path-secret", "q-secret"):
         assert secret not in text
-    assert "redis://user:***@db:6379/0" in text
+    assert "redis://user:***@db:6379/0" in text and "https://elastic:***@es:9200" in text
     assert config.SECRETS <= {s.name for s in SETTINGS}
