@@ -27,6 +27,7 @@ on the spring-forward day runs at 03:00). Wildcard hours follow real time.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -116,6 +117,7 @@ class CronEntry:
             return float(value) if value not in (None, "") else None
 
         max_retries = data.get("max_retries")
+        _check_stored(int(data.get("priority") or 0), num("timeout"), max_retries)
         return cls(
             name=data.get("name", ""), queue=data.get("queue", ""),
             schedule=data.get("schedule", ""), func=data.get("func", ""),
@@ -141,10 +143,7 @@ class CronEntry:
         try:
             return cls.from_hash(data, next_score)
         except Exception as exc:  # noqa: BLE001 - a record from Redis: skipped, never fatal
-            if where not in _UNREADABLE and len(_UNREADABLE) < 1000:   # once, not per tick
-                _UNREADABLE.add(where)
-                log.error("Cron entry %s cannot be read (%s: %s); skipped", where[:200],
-                          type(exc).__name__, str(exc)[:200])
+            _once(where, "cannot be read", exc)
             return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,6 +152,25 @@ class CronEntry:
 
 #: cron entries (``"name on queue"``) this process logged as unreadable
 _UNREADABLE: set[str] = set()
+
+
+def _once(where: str, what: str, exc: BaseException | str) -> None:
+    """Log a cron entry (or queue) Redis holds that cannot be used, once per process
+    and entry, not once per tick: it is skipped, the others run."""
+    if where not in _UNREADABLE and len(_UNREADABLE) < 1000:
+        _UNREADABLE.add(where)
+        shown = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        log.error("Cron entry %s %s (%s); skipped", where[:200], what, str(shown)[:200])
+
+
+def _check_stored(priority: int, timeout: float | None, max_retries: str | None) -> None:
+    """The options of an entry read from Redis are what ``register`` would take:
+    ValueError otherwise (a priority a job cannot have, a timeout that is no time)."""
+    check_priority(priority)
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout {timeout!r} is not a positive number of seconds")
+    if max_retries not in (None, "") and int(max_retries) < 0:
+        raise ValueError(f"max_retries {max_retries!r} is negative")
 
 
 # -- schedule arithmetic (pure, no Redis) -----------------------------------------
@@ -457,11 +475,14 @@ def run_due(connection: RedisClient, prefix: str,
     pipe = connection.pipeline(transaction=False)
     for q, member, _ in due:
         pipe.hgetall(keys.queue(q).cron_entry(member))
-    definitions = pipe.execute()
+    definitions = pipe.execute(raise_on_error=False)     # a key of another type: skipped
     scripts = scripts_for(connection)
     calls = []
     pipe = connection.pipeline(transaction=False)
     for (q, member, score), data in zip(due, definitions):
+        if isinstance(data, Exception):
+            _once(f"{member} on {q}", "cannot be read", data)
+            continue
         entry = CronEntry.read(data or {"name": member, "queue": q}, score, f"{member} on {q}")
         step = None if entry is None else _step(entry, bool(data), score, now)
         if entry is None or step is None:
@@ -494,8 +515,16 @@ def _due(connection: RedisClient, keys: Keys, names: list[str]
     for q in names:
         pipe.zrangebyscore(keys.queue(q).cron, "-inf", horizon, start=0, num=TICK_BATCH,
                            withscores=True)
-    candidates = [(q, member, score) for q, rows in zip(names, pipe.execute())
-                  for member, score in rows]
+    candidates = []
+    for q, rows in zip(names, pipe.execute(raise_on_error=False)):
+        if isinstance(rows, Exception):          # its cron key is of another type
+            _once(f"index of queue {q}", "cannot be read", rows)
+            continue
+        for member, score in rows:
+            if math.isfinite(score):
+                candidates.append((q, member, score))
+            else:                                # no time: never due, said once
+                _once(f"{member} on {q}", "has no next run", f"score {score}")
     if not candidates:
         return [], 0.0
     now = server_time(connection)
@@ -510,8 +539,8 @@ def _step(entry: CronEntry, defined: bool, score: float, now: float
         return "skip", score + 1, "missed"
     try:
         return plan(entry, score, now)
-    except (ValueError, InvalidSchedule) as exc:
-        log.error("Cron entry %s on %s cannot be scheduled: %s", entry.name, entry.queue, exc)
+    except (ValueError, OverflowError, InvalidSchedule) as exc:
+        _once(f"{entry.name} on {entry.queue}", "cannot be scheduled", exc)
         return None
 
 

@@ -76,15 +76,25 @@ class CronScheduler(Middleware):
 
     def __init__(self) -> None:
         self._rescan_at = 0.0
+        self._index_refused = False
 
     def _queues(self, worker: WorkerContext) -> list[str]:
+        """The served queues that have entries; every served queue while the index
+        cannot be read (a key of another type: said once, and cron still runs)."""
         served = list(worker.queue_names)
         now = time.monotonic()
-        if now >= self._rescan_at:
-            index_queues(worker.connection, worker.settings.prefix, served)
-            self._rescan_at = now + CRON_RESCAN
-        indexed = {q if isinstance(q, str) else q.decode() for q in
-                   worker.connection.smembers(Keys(worker.settings.prefix).cron_queues)}
+        try:
+            if now >= self._rescan_at:
+                self._rescan_at = now + CRON_RESCAN
+                index_queues(worker.connection, worker.settings.prefix, served)
+            indexed = {q if isinstance(q, str) else q.decode() for q in
+                       worker.connection.smembers(Keys(worker.settings.prefix).cron_queues)}
+        except redis.ResponseError as exc:
+            if not self._index_refused:
+                self._index_refused = True
+                log.error("Cron: the index of queues with entries cannot be read (%s); "
+                          "every served queue is looked at instead", str(exc)[:200])
+            return served
         return [q for q in served if q in indexed]
 
     def on_tick(self, worker: WorkerContext) -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import signal
 import threading
+import types
+import uuid
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -164,6 +167,60 @@ def test_one_due_time_is_enqueued_once_by_racing_callers(r, settings):
     assert len(cron_jobs(r, settings)) == 1
     entry = cron.get_entry(r, settings, "race")
     assert entry.runs == 1 and entry.next_run > entry.last_run
+
+
+def test_a_broken_entry_of_any_kind_is_said_once_and_the_others_run(r, settings, caplog):
+    """An entry Redis holds that cannot be used (its hash of another type, a due time that
+    is no time, a priority or a zone no entry can have) is skipped and said once, in one
+    line; the other entries, of its queue and of others, run on every tick."""
+    tag = uuid.uuid4().hex[:6]
+    bad = {kind: f"{kind}-{tag}" for kind in ("string", "neginf", "priority", "zone")}
+    other = Keys(settings.prefix).queue("other")
+    cron.register(r, settings, "good", EVERY_SECOND, "tests.jobs:noop", allow_overlap=True)
+    cron.register(r, settings, "good", EVERY_SECOND, "tests.jobs:noop", queue="other",
+                  allow_overlap=True)
+    for name in bad.values():
+        cron.register(r, settings, name, EVERY_SECOND, "tests.jobs:noop", queue="other")
+    r.delete(other.cron_entry(bad["string"]))
+    r.set(other.cron_entry(bad["string"]), "x")
+    r.hset(other.cron_entry(bad["priority"]), "priority", "99999999999999999999")
+    r.hset(other.cron_entry(bad["zone"]), "timezone", "../../etc/passwd")
+    caplog.set_level(logging.ERROR, logger="fusionworker.cron")
+    for tick in (1, 2):
+        now = server_now(r)
+        for queue, name in [("default", "good"), ("other", "good"),
+                            *(("other", n) for n in bad.values())]:
+            set_due(r, settings, name, now - 1, queue=queue)
+        r.zadd(other.cron, {bad["neginf"]: float("-inf")})
+        ran = cron.run_due(r, settings.prefix, ["default", "other"])
+        assert sorted((q, n, t.outcome) for q, n, t in ran) == [
+            ("default", "good", "queued"), ("other", "good", "queued")], ran
+        said = [rec.getMessage() for rec in caplog.records if rec.name == "fusionworker.cron"]
+        if tick == 1:     # one line each, naming the entry and its queue
+            for name in bad.values():
+                assert sum(f"{name} on other" in line for line in said) == 1, (name, said)
+            caplog.clear()
+        else:             # said once: not again at the next tick
+            assert not any(tag in line for line in said), said
+    assert len(cron_jobs(r, settings)) == 2 and len(cron_jobs(r, settings, "other")) == 2
+
+
+def test_an_index_of_another_type_leaves_cron_running_and_is_said_once(r, settings, caplog):
+    """``<prefix>:cron_queues`` of another type: every served queue is looked at instead."""
+    cron.register(r, settings, "good", EVERY_SECOND, "tests.jobs:noop", allow_overlap=True)
+    index = Keys(settings.prefix).cron_queues
+    r.delete(index)
+    r.set(index, "x")
+    scheduler = cron.CronScheduler()
+    worker = types.SimpleNamespace(queue_names=["default"], settings=settings, connection=r,
+                                   name="w", middleware=[])
+    caplog.set_level(logging.ERROR, logger="fusionworker.cron")
+    for _ in range(2):
+        set_due(r, settings, "good", server_now(r) - 1)
+        scheduler.on_tick(worker)
+    assert len(cron_jobs(r, settings)) == 2
+    said = [rec.getMessage() for rec in caplog.records if "index" in rec.getMessage()]
+    assert len(said) == 1 and "every served queue" in said[0], said
 
 
 def test_job_record_carries_the_definition(r, settings, queue):
