@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import operator
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -71,6 +72,19 @@ class QueueParts(QueueView, Protocol):
 
 # -- prepare -------------------------------------------------------------------------------
 
+#: the times a job may be scheduled for, in epoch seconds: those a date can say (the
+#: years 1 to 9999), as every page, listing and event shows them
+EARLIEST, LATEST = -62135596800.0, 253402300799.0
+
+
+def _check_when(mode: str, value: float) -> None:
+    """A delay (``in``) or a time (``at``) whose moment no date can say is refused."""
+    moment = time.time() + float(value) if mode == "in" else float(value)
+    if not EARLIEST <= moment <= LATEST:
+        raise ValueError(f"the {'delay' if mode == 'in' else 'time'} {value!r} puts the job "
+                         "past the year 9999 (or before the year 1): no date can say when")
+
+
 def prepare(q: QueueParts, func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None,
             kwargs: Mapping[str, Any] | None, options: JobOptions,
             when: tuple[str, Any] | None = None) -> PreparedJob:
@@ -83,6 +97,7 @@ def prepare(q: QueueParts, func: str | Callable[..., Any], args: list[Any] | tup
         when = (when[0], seconds_of(when[1], "the delay"))
         if not math.isfinite(float(when[1])):
             raise ValueError(f"the delay or time must be a finite number, got {when[1]!r}")
+        _check_when(*when)
     args_enc, kwargs_enc = _encode_arguments(ref, args, kwargs)
     mode, at_time = when or ("now", 0.0)
     deps: tuple[tuple[str, str], ...] = ()

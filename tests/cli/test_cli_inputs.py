@@ -71,6 +71,8 @@ def run(settings, r, prefix):
      "cron entry name 'reports/daily' cannot be addressed by URL"),
     (["enqueue", "default", "tests.jobs:echo", "[" * 150 + "]" * 150],
      "nested deeper than 100"),
+    (["enqueue", "default", "tests.jobs:add", "1", "2", "--in", "1e12"],
+     "past the year 9999"),
 ])
 def test_a_value_that_succeeded_wrongly_is_refused_in_one_line(run, args, said):
     code, output = run(*args)
