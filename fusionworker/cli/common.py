@@ -129,6 +129,23 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
+#: every control character but newline and tab, as ``\xNN``: text a job wrote (its error,
+#: its progress message, its traceback) never drives the operator's terminal (an OSC
+#: sequence can retitle it, or write to the clipboard on some)
+_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))
+           if c not in (0x09, 0x0a)}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with :data:`_UNSAFE` characters shown, not obeyed."""
+    return text.translate(_UNSAFE)
+
+
+def say(text: str) -> None:
+    """``click.echo`` of a line that holds what Redis holds (a job's own text)."""
+    click.echo(terminal_safe(text))
+
+
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 

@@ -12,6 +12,7 @@ import click
 
 from ..core.admin import server_time
 from ..core.job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job, JobStatus
+from ..core.keys import InvalidQueueName
 from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
 from ..core.registry import import_configured
 from ..exceptions import FusionWorkerError, NoSuchJob, PartialEnqueue
@@ -27,6 +28,7 @@ from .common import (
     pass_app,
     progress,
     require_queue,
+    say,
     search_queue_option,
     table,
 )
@@ -243,18 +245,20 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
             doc["batch_status"] = _batch_of(app, found.batch)[2]
         echo_json(doc)
         return
-    click.echo(f"job       {found.id}")
-    click.echo(f"queue     {found.queue}    priority {found.priority}")
-    click.echo(f"function  {found.func}")
-    click.echo(f"status    {found.status}    attempts {found.attempts}/{found.max_retries + 1}")
+    say(f"job       {found.id}")
+    say(f"queue     {found.queue}    priority {found.priority}")
+    say(f"function  {found.func}")
+    say(f"status    {found.status}    attempts {found.attempts}/{found.max_retries + 1}")
     if found.depends_on:
         extra = " (runs even if one fails)" if found.allow_dependency_failure else ""
-        click.echo(f"after     {', '.join(found.depends_on)}{extra}")
+        say(f"after     {', '.join(found.depends_on)}{extra}")
     if found.batch:
         bq, bid, st = _batch_of(app, found.batch)
         if st.get("exists"):
-            click.echo(f"batch     {bid} on {bq}: {st['ended']}/{st['total']} ended, "
-                       f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
+            say(f"batch     {bid} on {bq}: {st['ended']}/{st['total']} ended, "
+                f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
+        elif st.get("unreadable"):
+            say(f"batch     {st['unreadable']!r} (names no queue: no counts)")
     _show_outcome(found)
 
 
@@ -263,24 +267,28 @@ def _batch_of(app: App, batch: str) -> tuple[str, str, dict[str, Any]]:
     from ..core.batch import batch_status
 
     bq, _, bid = batch.partition(":")
-    return bq, bid, batch_status(app.connection, _queue(app, bq).qkeys.base, bid)
+    try:
+        where = _queue(app, bq).qkeys.base
+    except InvalidQueueName:    # a reference Redis holds that names no queue: no counts
+        return bq, bid, {"exists": False, "unreadable": batch[:200]}
+    return bq, bid, batch_status(app.connection, where, bid)
 
 
 def _show_outcome(found: Job[Any]) -> None:
     """``job show``'s lines after the batch: worker, progress, meta, result, error."""
     if found.worker_name:
-        click.echo(f"worker    {found.worker_name}")
+        say(f"worker    {found.worker_name}")
     if found.progress is not None:    # what the job reported (current_job().set_progress)
         message = f"  {found.progress_message}" if found.progress_message else ""
-        click.echo(f"progress  {found.progress * 100:.0f}%{message}")
+        say(f"progress  {found.progress * 100:.0f}%{message}")
     if found.meta:
-        click.echo(f"meta      {json.dumps(found.to_dict()['meta'])}")
+        say(f"meta      {json.dumps(found.to_dict()['meta'])}")
     if found.status == JobStatus.FINISHED:
-        click.echo(f"result    {json.dumps(found.to_dict()['result'])}")
+        say(f"result    {json.dumps(found.to_dict()['result'])}")
     if found.error:
-        click.echo(f"error     {found.error}  [{found.failure_reason}]")
+        say(f"error     {found.error}  [{found.failure_reason}]")
     if found.traceback:
-        click.echo(found.traceback.rstrip())
+        say(found.traceback.rstrip())
 
 
 @job.command("list")
@@ -307,9 +315,9 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
              _short(j.error)] for j in found]
     for line in table(["ID", "QUEUE", "STATUS", "PRIO", "FUNCTION", "TRIES", "WHEN", "ERROR"],
                       rows, right=(3, 5)):
-        click.echo(line)
+        say(line)
     more = f" (more not shown: raise --limit {limit})" if truncated else ""
-    click.echo(f"{len(found)} job(s){more}")
+    say(f"{len(found)} job(s){more}")
 
 
 def _listed_jobs(app: App, names: list[str], wanted: tuple[str, ...] | Any,

@@ -12,7 +12,8 @@ import click
 
 from .. import events as ev
 from ..core.queue import find_queue_of
-from .common import App, checked_address, pass_app
+from ..core.redis_client import stored_number
+from .common import App, checked_address, pass_app, say
 
 #: Width of the event column: the longest event name plus two spaces.
 _EVENT_WIDTH = max(len(e) for e in ev.EVENTS) + 1
@@ -40,12 +41,18 @@ def format_event(doc: dict[str, Any]) -> str:
         parts.append(f"attempt {doc['attempt']}")
     if doc.get("worker"):
         parts.append(f"worker {doc['worker']}")
-    if doc.get("wait_time") is not None:
-        parts.append(f"waited {doc['wait_time'] * 1000:.1f} ms")
-    if doc.get("duration") is not None:
-        parts.append(f"in {doc['duration'] * 1000:.1f} ms")
+    # an event's numbers as the stream holds them: one that holds none there ("x",
+    # "inf") is shown as it is, and the other events still print
+    for name, said, scale, unit in (("wait_time", "waited ", 1000, " ms"),
+                                    ("duration", "in ", 1000, " ms")):
+        if doc.get(name) is not None:
+            number = stored_number(doc[name])
+            parts.append(f"{said}{number * scale:.1f}{unit}" if number is not None
+                         else f"{said}{str(doc[name])[:40]!r}")
     if doc.get("progress") is not None:
-        parts.append(f"{float(doc['progress']) * 100:.0f}%")
+        share = stored_number(doc["progress"])
+        parts.append(f"{share * 100:.0f}%" if share is not None
+                     else f"progress {str(doc['progress'])[:40]!r}")
         if doc.get("progress_message"):
             parts.append(str(doc["progress_message"]))
     if doc.get("reason") and doc.get("event") != doc.get("reason"):
@@ -59,7 +66,7 @@ def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"id": stream_id, **doc}, default=str))
     else:
-        click.echo(format_event(doc))
+        say(format_event(doc))
 
 
 def _stream_order(stream_id: str) -> tuple[int, int]:

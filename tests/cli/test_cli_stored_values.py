@@ -1,0 +1,67 @@
+"""What Redis holds reaches the operator's terminal as text, never as its commands, and
+one value no listing can show costs that value only: ``events``, ``job show``, ``job
+list`` and ``info`` over records a job or another program wrote."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from fusionworker.cli import main
+from fusionworker.core.keys import Keys
+from fusionworker.core.queue import Queue
+
+#: an error text that would retitle a terminal (OSC), clear it and colour it (CSI)
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[31mfake: all jobs finished\x9b"
+
+
+@pytest.fixture
+def run(settings, prefix):
+    def invoke(*args: str) -> tuple[int, str]:
+        env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": prefix,
+               "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_LEVEL": "WARNING"}
+        result = CliRunner().invoke(main, list(args), env=env)
+        assert "Traceback" not in result.output and "unexpected error" not in result.output
+        return result.exit_code, result.output
+    return invoke
+
+
+def test_a_jobs_own_text_is_shown_never_obeyed(run, r, settings, prefix, redis_url):
+    job = Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
+    raw = redis.Redis.from_url(redis_url)
+    keys = Keys(prefix)
+    raw.hset(keys.queue("default").job(job.id), mapping={
+        "status": "failed", "error_type": "ValueError", "error_message": HOSTILE,
+        "traceback": f"In the job:\n  {HOSTILE}\n", "progress_message": HOSTILE,
+        "progress": "0.5", "failure_reason": "exception"})
+    raw.zadd(keys.queue("default").failed, {job.id: time.time()})
+    raw.xadd(keys.events, {"event": "failed", "job_id": job.id, "queue": "default",
+                           "function": "tests.jobs:add", "error_type": "ValueError",
+                           "error_message": HOSTILE, "@timestamp": "2026-01-01T00:00:00Z"})
+    for args in (["job", "show", job.id], ["job", "list", "-s", "failed"],
+                 ["events", "-q", "default"]):
+        code, output = run(*args)
+        assert code == 0, (args, output)
+        assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output, args
+        assert "\\x1b]0;owned\\x07" in output, (args, output)    # shown, as text
+
+
+def test_one_unreadable_event_or_batch_reference_costs_that_value_only(run, r, settings,
+                                                                       prefix, redis_url):
+    job = Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
+    raw = redis.Redis.from_url(redis_url)
+    keys = Keys(prefix)
+    raw.xadd(keys.events, {"event": "completed", "job_id": job.id, "queue": "default",
+                           "duration": "x", "wait_time": "inf", "progress": "half"})
+    raw.hset(keys.queue("default").job(job.id), "batch", ":")
+    raw.set(keys.queue("default").base + "max_active", "x")
+    code, output = run("events", "-q", "default")
+    assert code == 0 and "queued" in output and "in 'x'" in output, output
+    code, output = run("job", "show", job.id)
+    assert code == 0 and "batch     ':' (names no queue" in output, output
+    for args in (["info"], ["info", "--json"], ["queue", "list"]):
+        code, output = run(*args)
+        assert code == 0, (args, output)
