@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .keys import Keys
-from .redis_client import decoding, texts
+from .redis_client import decoding, stored_count, stored_number, texts
 from .redis_client import server_time as server_time  # its home is redis_client.py
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,12 +81,12 @@ def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]
 
 
 def _num(value: str | None, kind: type = float) -> Any:
-    if value in (None, ""):
+    """A heartbeat field as a number (``kind``); None for none a page can show (not a
+    number, ``inf``, ``nan``, 5,000 digits)."""
+    number = stored_number(value)
+    if number is None or (kind is int and abs(number) >= 1e18):
         return None
-    try:
-        return kind(float(value)) if kind is int else kind(value)
-    except ValueError:
-        return None
+    return int(number) if kind is int else number
 
 
 def _listed(value: str | None) -> list[str]:
@@ -201,6 +201,6 @@ def minute_counts(connection: RedisClient, queues: list[str], prefix: str = "fw"
     rows = [{"minute": m, "finished": 0, "failed": 0} for m in span]
     for i, data in enumerate(replies):
         row = rows[i % len(span)]
-        row["finished"] += int(data.get("finished") or 0)
-        row["failed"] += int(data.get("failed") or 0)
+        row["finished"] += stored_count(data.get("finished"))
+        row["failed"] += stored_count(data.get("failed"))
     return rows

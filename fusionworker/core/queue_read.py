@@ -14,7 +14,7 @@ from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 from .queue_names import find_queue_of as find_queue_of
 from .queue_names import known_queues as known_queues
-from .redis_client import decoding, server_time, text_hash, texts
+from .redis_client import decoding, server_time, stored_number, text_hash, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -225,7 +225,8 @@ def _depths_read(doc: dict[str, Any], n: int, reply: list[Any]) -> list[tuple[in
 
 def _settings_read(doc: dict[str, Any], reply: list[Any]) -> None:
     paused, cap, rate, group_rate, group_held = reply
-    doc.update(paused=bool(paused), max_active=int(cap) if cap is not None else None,
+    cap_n = stored_number(cap)      # a cap Redis holds that is no number: shown as none
+    doc.update(paused=bool(paused), max_active=int(cap_n) if cap_n is not None else None,
                rate_limit=_rate_doc(rate), group_rate_limit=_group_rate_doc(group_rate, group_held))
 
 
@@ -370,10 +371,11 @@ def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[st
 
 def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:
     data = text_hash(data or {})
-    if "limit" not in data:
+    limit, window = stored_number(data.get("limit")), stored_number(data.get("window"))
+    if limit is None or window is None:     # none, or none a page can show
         return None
-    return {"limit": int(data["limit"]), "window": float(data["window"]),
-            "held_seconds": round(float(data.get("held_seconds") or 0.0), 6)}
+    return {"limit": int(limit), "window": window,
+            "held_seconds": round(stored_number(data.get("held_seconds")) or 0.0, 6)}
 
 
 def _group_rate_doc(limits: dict[str, Any], held: dict[str, Any]) -> dict[str, Any] | None:

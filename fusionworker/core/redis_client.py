@@ -38,6 +38,7 @@ for that reason (see :mod:`fusionworker.keys`).
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import weakref
@@ -413,6 +414,26 @@ def texts(values: Iterable[Any]) -> list[str]:
 def text_hash(data: Mapping[Any, Any]) -> dict[str, str]:
     """An ``HGETALL`` reply as text (empty when the hash does not exist)."""
     return {text(k): text(v) for k, v in data.items()}
+
+
+def stored_count(value: Any) -> int:
+    """A count Redis holds (a hash field, a key's value) as an int; 0 for what is no
+    whole number a page can show (``x``, ``nan``, ``inf``, ``1e20``, 5,000 digits):
+    one bad value read from Redis costs a figure, never the page around it."""
+    number = stored_number(value)
+    return int(number) if number is not None and abs(number) < 1e18 else 0
+
+
+def stored_number(value: Any) -> float | None:
+    """A number Redis holds as a finite float; None when it holds none (absent, empty,
+    not a number, ``inf``, ``nan``, past a float's range)."""
+    if value is None or value == "" or value == b"":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def seconds(reply: Any) -> float:

@@ -36,6 +36,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ..core.keys import InvalidQueueName, Keys, check_queue_name
+from ..core.redis_client import stored_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -203,12 +204,7 @@ def history(r: RedisClient, prefix: str, queues: list[str] | None, span: str = "
         hist: dict[int, int] = defaultdict(int)
         row: dict[str, Any] = {"t": bucket * resolution, "finished": 0, "failed": 0, "retry": 0}
         for q in range(len(queues)):
-            data = {_text(k): int(v) for k, v in answers[q * n + i].items()}
-            for field, value in data.items():
-                if field.startswith("d"):
-                    hist[int(field[1:])] += value
-                elif field in row:
-                    row[field] += value
+            _add_bucket(answers[q * n + i], row, hist)
         for field in totals:
             totals[field] += row[field]
         for k, v in hist.items():
@@ -219,6 +215,18 @@ def history(r: RedisClient, prefix: str, queues: list[str] | None, span: str = "
     total = {**totals, "p50": percentile(whole, 0.5), "p95": percentile(whole, 0.95),
              "p99": percentile(whole, 0.99)}
     return {"range": span, "bucket_seconds": resolution, "rows": rows, "total": total}
+
+
+def _add_bucket(data: dict[Any, Any], row: dict[str, Any], hist: dict[int, int]) -> None:
+    """One bucket hash added to ``row`` (its counts) and ``hist`` (its ``d<N>`` duration
+    buckets); a field or count that is no number (written by another program) adds 0."""
+    for key, raw in data.items():
+        field, value = _text(key), stored_count(raw)
+        if field.startswith("d"):
+            if field[1:].isdigit():
+                hist[int(field[1:])] += value
+        elif field in row:
+            row[field] += value
 
 
 class HistoryRecorder:

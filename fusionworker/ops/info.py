@@ -13,6 +13,7 @@ from ..core.hooks import Connected
 from ..core.keys import Keys
 from ..core.queue import known_queues
 from ..core.queue_read import stats_many
+from ..core.redis_client import stored_count
 
 __all__ = ["INFO_SCHEMA", "InfoSource", "collect_info", "fmt_age"]
 
@@ -128,8 +129,8 @@ def _summed_hours(r: Any, key_rows: list[list[str]]) -> list[dict[str, int]]:
     out = []
     for row in key_rows:
         pairs = [next(replies) for _ in row]
-        out.append({"finished": sum(int(f or 0) for f, _ in pairs),
-                    "failed": sum(int(x or 0) for _, x in pairs)})
+        out.append({"finished": sum(stored_count(f) for f, _ in pairs),
+                    "failed": sum(stored_count(x) for _, x in pairs)})
     return out
 
 

@@ -11,6 +11,7 @@ from ..core import job_reads
 from ..core.batch import batch_status
 from ..core.connection import texts
 from ..core.keys import Keys
+from ..core.redis_client import stored_number
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -130,8 +131,9 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
         return None
     now = admin.server_time(r)
     doc = admin.describe_worker(data, now)
-    doc["rss_mib"] = float(data["rss_mib"]) if data.get("rss_mib") else None
-    doc["processes"] = int(data["processes"]) if data.get("processes") else None
+    doc["rss_mib"] = stored_number(data.get("rss_mib"))
+    processes = stored_number(data.get("processes"))
+    doc["processes"] = int(processes) if processes is not None and processes < 1e9 else None
     doc["extra"] = {k: v for k, v in sorted(data.items()) if k.startswith(("events_",
                                                                          "callbacks_"))}
     doc["slots"] = _slots(r, prefix, doc["current_jobs"][:MAX_REFS], doc["queues"] or [], now)
@@ -195,6 +197,25 @@ def stream_order(entry_id: str) -> tuple[int, int]:
         return int(ms), int(seq or 0)
     except ValueError:
         return 0, 0
+
+
+#: an event's fields the timeline computes with: numbers, whatever the history holds
+_NUMBERS = ("duration", "progress", "wait_time", "attempt")
+
+
+def event_row(entry_id: str, event: dict[str, Any]) -> dict[str, Any]:
+    """One event of the timeline: its documented fields, the ones it computes with
+    read as numbers (None when the history holds none there: ``"x"``, ``inf``)."""
+    from ..events import FIELDS
+
+    row: dict[str, Any] = {"id": entry_id, **{f: event.get(f) for f in FIELDS}}
+    for name in _NUMBERS:
+        if row.get(name) is not None:
+            row[name] = stored_number(row[name])
+    attempt = row.get("attempt")
+    if attempt is not None:
+        row["attempt"] = int(attempt) if abs(attempt) < 1e18 else None
+    return row
 
 
 def bounded_progress(events: list[dict[str, Any]],

@@ -48,6 +48,16 @@ async def on_redis(request: Request, exc: Exception) -> Response:
     return error_page(request, 503, f"cannot reach Redis at {state(request).masked}")
 
 
+async def on_refused(request: Request, exc: Exception) -> Response:
+    """Redis answered a command with an error: most often a key under the prefix that
+    holds another type than fusionworker writes there (written by another program or
+    by hand); the answer says which command, and so which key."""
+    said = str(exc)[:300]
+    log.error("web: Redis refused a command on %s: %s", request.url.path, said)
+    return error_page(request, 500, f"Redis refused a command ({said}): a key under this "
+                                    "prefix may hold another type than fusionworker writes")
+
+
 async def on_error(request: Request, exc: Exception) -> Response:
     log.error("web: error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_page(request, 500, "internal error (see the dashboard's log)")
@@ -56,5 +66,5 @@ async def on_error(request: Request, exc: Exception) -> Response:
 HANDLERS: dict[Any, ExceptionHandler] = {
     ApiError: on_api_error, HTTPException: on_http,
     redis.ConnectionError: on_redis, redis.TimeoutError: on_redis,
-    Exception: on_error,
+    redis.ResponseError: on_refused, Exception: on_error,
 }

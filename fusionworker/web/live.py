@@ -9,12 +9,12 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..core.job import JobStatus
 from .auth import safe_next
-from .state import state
+from .state import JsonAnswer, state
 
 
 def api_job_live(request: Request) -> Response:
@@ -26,10 +26,10 @@ def api_job_live(request: Request) -> Response:
     job_id = request.path_params["id"]
     name, seen = board.job_fingerprint(job_id, request.query_params.get("queue"))
     if seen == request.query_params.get("seen"):
-        return JSONResponse({"changed": False, "seen": seen})
+        return JsonAnswer({"changed": False, "seen": seen})
     job = board.job(job_id, name)
     here = f"/jobs/{quote(job_id)}?" + urlencode({"queue": name})
-    return JSONResponse({"changed": True, "seen": job["fingerprint"],
+    return JsonAnswer({"changed": True, "seen": job["fingerprint"],
                          "status": job["status"],
                          "html": st.fragment("job_body.html", request, who, here, job=job)})
 
@@ -58,7 +58,7 @@ def api_queue_live(request: Request) -> Response:
                    "failed_page": False}
             out["rows"] = st.fragment("queue_rows.html", request, who, here, **ctx)
             out["pager"] = st.fragment("queue_pager.html", request, who, here, **ctx)
-    return JSONResponse(out)
+    return JsonAnswer(out)
 
 
 #: matched before the API's ``/api/v1/jobs/{id}/{action}`` and ``/queues/{q}/{action}``

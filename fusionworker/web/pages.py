@@ -10,13 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..events import metrics_history
 from . import auth, details, listings
 from .service import QUEUES_PER_PAGE, ApiError, Dashboard, parse_int, shown
-from .state import WebState, api_read, signed_in
+from .state import JsonAnswer, WebState, api_read, signed_in
 
 #: the charts of all queues read the recorder's sums above this many queues (below,
 #: the queues' own counts are added up: the same figures, and the ones recorded before
@@ -74,7 +74,7 @@ def failed_view(request: Request, st: WebState, who: auth.Identity) -> Response:
 
 @api_read
 def api_failed(request: Request, st: WebState) -> Response:
-    return JSONResponse(failed_query(st.board, request.query_params))
+    return JsonAnswer(failed_query(st.board, request.query_params))
 
 
 def _scheduled_kind(board: Dashboard, retries: bool) -> dict[str, Any]:
@@ -91,7 +91,7 @@ def api_scheduled(request: Request, st: WebState) -> Response:
     kind = request.query_params.get("kind") or "delayed"
     if kind not in ("delayed", "retries"):
         raise ApiError(400, "kind is delayed or retries")
-    return JSONResponse(_scheduled_kind(st.board, kind == "retries"))
+    return JsonAnswer(_scheduled_kind(st.board, kind == "retries"))
 
 
 def _batches_query(board: Dashboard, request: Request) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def page_and_api(name: str, template: str, as_name: str,
         return st.page(request, template, who, **{as_name: query(st.board, request)})
 
     def api(request: Request, st: WebState) -> Response:
-        return JSONResponse(query(st.board, request))
+        return JsonAnswer(query(st.board, request))
     page.__name__ = page.__qualname__ = f"{name}_view"
     api.__name__ = api.__qualname__ = f"api_{name}"
     return signed_in(page), api_read(api)
@@ -184,7 +184,7 @@ def charts_view(request: Request, st: WebState, who: auth.Identity) -> Response:
 
 @api_read
 def api_history(request: Request, st: WebState) -> Response:
-    return JSONResponse(_history_query(st.board, request))
+    return JsonAnswer(_history_query(st.board, request))
 
 
 #: in the order they are matched (first of all the routes)

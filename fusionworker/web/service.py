@@ -356,7 +356,7 @@ class Dashboard:
         doc["batch_status"] = details.batch_of(self.r, self.prefix, job.batch)
         doc["traceback_short"], doc["traceback_hidden_frames"] = details.trim_traceback(
             job.traceback)
-        doc["events"] = sorted(({"id": i, **{f: e.get(f) for f in ev.FIELDS}} for i, e in found),
+        doc["events"] = sorted((details.event_row(i, e) for i, e in found),
                                key=lambda e: (str(e.get("@timestamp") or ""), details.stream_order(e["id"])))
         doc["timeline_rows"] = details.bounded_progress(doc["events"])
         return doc
@@ -479,6 +479,11 @@ class Dashboard:
                 where = cron.remove(self.r, self.settings, name, queue or None)
         except cron.NoSuchCronEntry as exc:
             raise ApiError(404, str(exc)) from None
+        except InvalidQueueName as exc:
+            raise ApiError(400, str(exc)) from None
+        except (cron.InvalidSchedule, ValueError) as exc:   # the entry Redis holds: unusable
+            raise ApiError(409, f"cron entry {name!r} cannot be {action}d as Redis holds it: "
+                                f"{str(exc)[:200]}") from None
         self._audit(who, f"cron-{action}", where, detail=name)
         return {"cron": name, "queue": where, "action": action}
 
@@ -551,6 +556,11 @@ class Dashboard:
             entry = cron.get_entry(self.r, self.settings, name, queue or None)
         except cron.NoSuchCronEntry as exc:
             raise ApiError(404, str(exc)) from None
+        except InvalidQueueName as exc:
+            raise ApiError(400, str(exc)) from None
+        except ValueError as exc:        # the entry Redis holds cannot be read
+            raise ApiError(409, f"cron entry {name!r} cannot be run as Redis holds it: "
+                                f"{str(exc)[:200]}") from None
         q = Queue(entry.queue, self.r, settings=self.settings)
         try:
             job = q.enqueue_call(entry.func, entry.args, entry.kwargs, priority=entry.priority,

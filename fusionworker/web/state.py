@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,9 +37,14 @@ HERE = resources.files(__package__)
 
 
 def _fmt_time(ts: float | None) -> str:
+    """``ts`` (epoch seconds) as UTC text; a value read from Redis that is no time a
+    date can show (``1e20``, ``inf``, ``nan``) as itself, never an error."""
     if not ts:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"{ts!r} (no time)"
 
 
 def _fmt_time_in(ts: float | None, zone: str | None) -> str:
@@ -50,7 +56,10 @@ def _fmt_time_in(ts: float | None, zone: str | None) -> str:
         tz: Any = ZoneInfo(zone or "UTC")
     except (ValueError, ZoneInfoNotFoundError):
         tz, zone = UTC, "UTC"
-    return f"{datetime.fromtimestamp(ts, tz).strftime('%Y-%m-%d %H:%M:%S')} {zone or 'UTC'}"
+    try:
+        return f"{datetime.fromtimestamp(ts, tz).strftime('%Y-%m-%d %H:%M:%S')} {zone or 'UTC'}"
+    except (OverflowError, ValueError, OSError, TypeError):
+        return f"{ts!r} (no time)"
 
 
 def _fmt_window(seconds: float) -> str:
@@ -244,8 +253,29 @@ def _depth(raw: bytes) -> int:
     return deepest
 
 
+class JsonAnswer(JSONResponse):
+    """Starlette's JSON answer; a float read from Redis that JSON cannot say (``inf``,
+    ``nan``: a last run, a lease) goes out as ``null`` instead of failing the answer."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:          # allow_nan=False met one: the rare path walks it
+            return super().render(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def ok(data: Any, status: int = 200) -> JSONResponse:
-    return JSONResponse(data, status_code=status)
+    return JsonAnswer(data, status_code=status)
 
 
 async def run(func: Any, *args: Any) -> Any:

@@ -1,0 +1,141 @@
+"""A value Redis holds that no page can show as it is (a time past the year 9999, ``inf``,
+``nan``, ``x`` where a count belongs, a key of another type) costs that figure, never
+the page or the answer around it; an action on a queue name that is none answers 400.
+Starlette's TestClient on the real Redis, one bad value at a time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+pytest.importorskip("starlette")
+
+from starlette.testclient import TestClient
+
+from fusionworker.core import cron
+from fusionworker.core.keys import Keys
+from fusionworker.core.queue import Queue
+from fusionworker.web import create_app
+from tests.integration.test_poison_records import pages
+from tests.web_support import SAME_SITE
+
+TOKEN = "stored-values-token"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+Corrupt = Callable[[redis.Redis, Keys, str], Any]
+
+
+def _worker(raw: redis.Redis, k: Keys, fields: dict[str, str]) -> None:
+    raw.sadd(k.workers, "w1")
+    raw.hset(k.worker("w1"), mapping={"name": "w1", "state": "idle", **fields})
+
+
+def _buckets(raw: redis.Redis, k: Keys, value: str) -> None:
+    for resolution in (1, 10, 60, 300, 3600):
+        bucket = int(time.time() // resolution)
+        raw.hset(k.queue("default").history(resolution, bucket),
+                 mapping={"finished": value, "dX": "1"})
+
+
+#: one bad value each, written where fusionworker writes that value
+CASES: dict[str, Corrupt] = {
+    "enqueued_at past 9999": lambda raw, k, j: raw.hset(
+        k.queue("default").job(j), mapping={"enqueued_at": "1e20", "ended_at": "inf"}),
+    "started_at before year 1": lambda raw, k, j: raw.hset(
+        k.queue("default").job(j), mapping={"started_at": "-99999999999999",
+                                            "scheduled_for": "nan"}),
+    "scheduled score 1e308": lambda raw, k, j: raw.zadd(k.queue("default").scheduled,
+                                                        {j: 1e308}),
+    "batch created 1e300": lambda raw, k, j: raw.zadd(k.queue("default").batches,
+                                                      {"b1": 1e300}),
+    "cron due -inf": lambda raw, k, j: raw.zadd(k.queue("default").cron,
+                                                {"c1": float("-inf")}),
+    "cron last_run inf": lambda raw, k, j: raw.hset(k.queue("default").cron_entry("c1"),
+                                                    "last_run", "inf"),
+    "cron runs of 5000 digits": lambda raw, k, j: raw.hset(k.queue("default").cron_entry("c1"),
+                                                           "runs", "9" * 5000),
+    "max_active x": lambda raw, k, j: raw.set(k.queue("default").base + "max_active", "x"),
+    "rate window x": lambda raw, k, j: raw.hset(k.queue("default").base + "rate",
+                                                mapping={"limit": "5", "window": "x"}),
+    "worker pid inf": lambda raw, k, j: _worker(raw, k, {"pid": "inf", "concurrency": "nan"}),
+    "worker counts of 5000 digits": lambda raw, k, j: _worker(
+        raw, k, {"successful": "9" * 5000, "failed": "x", "total_working_time": "nan",
+                 "lease": "nan", "processes": "[", "rss_mib": "1e20"}),
+    "minute count nan": lambda raw, k, j: raw.hset(
+        k.queue("default").minute(int(time.time() // 60)), "finished", "nan"),
+    "chart buckets x": lambda raw, k, j: _buckets(raw, k, "x"),
+    "event of text numbers": lambda raw, k, j: raw.rpush(
+        k.queue("default").base + "job_events:" + j,
+        '["1-0",{"event":"completed","@timestamp":"x","duration":"x","progress":"inf",'
+        '"attempt":"1e300"}]'),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_value_no_page_can_show_costs_that_value_only(r, settings, prefix, redis_url, case):
+    raw = redis.Redis.from_url(redis_url)
+    keys = Keys(prefix)
+    job = Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
+    cron.register(r, settings, "c1", "@hourly", "tests.jobs:add", args=[1, 2])
+    CASES[case](raw, keys, job.id)
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=True) as web:
+        for url in pages([job.id]) + [f"/api/v1/jobs/{job.id}/live", "/workers/w1",
+                                      "/api/v1/workers/w1"]:
+            answer = web.get(url, follow_redirects=True)
+            assert answer.status_code < 500, (case, url, answer.status_code, answer.text[:200])
+        if case == "enqueued_at past 9999":
+            page = web.get(f"/jobs/{job.id}").text
+            assert "1e+20 (no time)" in page
+        if case == "cron last_run inf":      # JSON cannot say inf: null
+            listed = web.get("/api/v1/cron").json()
+            entries = listed["cron"] if isinstance(listed, dict) else listed
+            assert [e["last_run"] for e in entries] == [None], listed
+
+
+def test_a_key_of_another_type_is_said_plainly_without_a_traceback(r, settings, prefix,
+                                                                 redis_url, caplog):
+    raw = redis.Redis.from_url(redis_url)
+    Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
+    pending = Keys(prefix).queue("default").pending
+    raw.delete(pending)
+    raw.set(pending, "x")
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
+        answer = web.get("/api/v1/queues")
+        page = web.get("/")
+    assert answer.status_code == 500 and "Redis refused a command" in answer.json()["error"]
+    assert "WRONGTYPE" in answer.json()["error"], answer.text
+    assert page.status_code == 500 and "Redis refused a command" in page.text
+    assert not any(rec.exc_info for rec in caplog.records), "a traceback was logged"
+
+
+@pytest.mark.parametrize("where", ["all", "../x", "x" * 201, "é"])
+def test_a_cron_action_on_a_queue_name_that_is_none_answers_400(r, settings, where):
+    cron.register(r, settings, "c1", "@hourly", "tests.jobs:add", args=[1, 2])
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
+        for method, path in (("POST", "/api/v1/cron/c1/pause"), ("POST", "/api/v1/cron/c1/resume"),
+                             ("POST", "/api/v1/cron/c1/run"), ("DELETE", "/api/v1/cron/c1")):
+            answer = web.request(method, path, params={"queue": where})
+            assert answer.status_code == 400, (method, path, answer.status_code, answer.text)
+            assert "queue" in answer.json()["error"], answer.text
+
+
+def test_a_cron_entry_redis_holds_unusable_answers_409_naming_it(r, settings, prefix,
+                                                                redis_url):
+    cron.register(r, settings, "c1", "@hourly", "tests.jobs:add", args=[1, 2])
+    cron.pause(r, settings, "c1")
+    raw = redis.Redis.from_url(redis_url)
+    raw.hset(Keys(prefix).queue("default").cron_entry("c1"),
+             mapping={"timezone": "Nowhere/City", "priority": "9" * 5000})
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
+        for path in ("/api/v1/cron/c1/resume", "/api/v1/cron/c1/run"):
+            answer = web.post(path)
+            assert answer.status_code == 409, (path, answer.status_code, answer.text)
+            assert "'c1'" in answer.json()["error"], answer.text
