@@ -105,8 +105,25 @@ def decide(settings: Settings, job: Job[Any], exit_: HorseExit) -> Outcome:
             delay = job.retry_intervals[min(job.attempts, len(job.retry_intervals)) - 1]
         else:
             delay = backoff_delay(settings, job.attempts, job.retry_delay)
-        return Outcome(status=OutcomeStatus.RETRY, retry_delay=max(0.0, float(delay)), **common)
+        return Outcome(status=OutcomeStatus.RETRY, retry_delay=bounded_delay(delay), **common)
     return Outcome(status=OutcomeStatus.FAILED, not_retried=why_not_retried(job, exit_), **common)
+
+
+#: the longest wait before a retry, as the longest timeout: ten years
+RETRY_DELAY_MAX = 315_360_000.0
+
+
+def bounded_delay(delay: Any) -> float:
+    """A retry's delay as given (a record's ``retry_intervals``, a job's ``Retry(delay=)``)
+    within 0 to :data:`RETRY_DELAY_MAX`: one no date can follow (``1e308``, ``inf``)
+    waits ten years, one that is no number (``nan``) none."""
+    try:
+        seconds = float(delay)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    if seconds != seconds:      # nan
+        return 0.0
+    return min(max(0.0, seconds), RETRY_DELAY_MAX)
 
 
 def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
