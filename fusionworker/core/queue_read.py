@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, cast
 
+import redis
+
 from ..exceptions import NoSuchJob
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
@@ -124,7 +126,35 @@ def stats_many(connection: RedisClient, settings: Settings, names: list[str],
     4. one ``TIME``, then the ``enqueued_at`` of the heads and tails (the oldest
        pending job's age) and the due count of the queues with scheduled jobs.
 
-    Then the workers' ``heartbeats`` (read here when not given)."""
+    Then the workers' ``heartbeats`` (read here when not given). A queue whose keys
+    Redis refuses to read (a key of another type, written by another program) does not
+    cost the others theirs: they are read again one queue at a time, and its stats are
+    empty with ``unreadable`` saying what Redis answered (one queue asked: the error)."""
+    try:
+        return _stats_all(connection, settings, names, heartbeats)
+    except redis.ResponseError:
+        if len(names) <= 1:
+            raise
+    if heartbeats is None:
+        heartbeats = read_heartbeats(decoding(connection), settings.prefix)
+    return [_stats_alone(connection, settings, name, heartbeats) for name in names]
+
+
+def _stats_alone(connection: RedisClient, settings: Settings, name: str,
+                 heartbeats: list[dict[str, str]]) -> dict[str, Any]:
+    try:
+        return _stats_all(connection, settings, [name], heartbeats)[0]
+    except redis.ResponseError as exc:
+        doc = _empty_doc(name)
+        del doc["_ids"]
+        doc["awaiting_compute"] = 0
+        doc["unreadable"] = f"Redis refused a command: {str(exc)[:200]}"
+        return doc
+
+
+def _stats_all(connection: RedisClient, settings: Settings, names: list[str],
+               heartbeats: list[dict[str, str]] | None) -> list[dict[str, Any]]:
+    """:func:`stats_many`'s pipelines, every queue at once."""
     connection = decoding(connection)
     keys = Keys(settings.prefix)
     qkeys = [keys.queue(name) for name in names]
