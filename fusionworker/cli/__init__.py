@@ -20,7 +20,7 @@ from ..core.keys import InvalidQueueName
 from ..exceptions import FusionWorkerError
 from ..ops.embedded import RedisUnavailable
 from . import admin, cron, demo, jobs, observe, queues, web, worker_cmd
-from .common import App, pass_app, same_metavars
+from .common import App, pass_app, same_metavars, terminal_safe
 
 #: Global options that take a value; also accepted after the subcommand.
 _GLOBAL_WITH_VALUE = ("-c", "--config", "--redis-url", "-u", "--url", "--prefix", "--log-level",
@@ -79,6 +79,13 @@ class _Main(click.Group):
         return head[:-1] + moved + head[-1:] + kept
 
     def invoke(self, ctx: click.Context) -> object:
+        try:
+            return self._invoke(ctx)
+        except click.ClickException as exc:  # its text may quote what Redis holds
+            exc.message = terminal_safe(exc.message)
+            raise
+
+    def _invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except (RedisUnavailable, ConfigError, FusionWorkerError, InvalidQueueName,

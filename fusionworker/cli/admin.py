@@ -27,6 +27,7 @@ from .common import (
     pass_app,
     progress,
     require_queue,
+    say,
     table,
 )
 
@@ -220,15 +221,15 @@ def _show_info(doc: dict[str, Any], as_json: bool, interval: float | None,
     cleared first and the refresh said under it)."""
     if as_json:
         if interval:
-            click.echo(json.dumps(doc, sort_keys=True, default=str))
+            say(json.dumps(doc, sort_keys=True, default=str))
         else:
             echo_json(doc)
         return
     if interval and sys.stdout.isatty():
         click.clear()
-    click.echo(render_info(doc, first_page=first_page and "page" in doc))
+    say(render_info(doc, first_page=first_page and "page" in doc))
     if interval:
-        click.echo(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
+        say(f"\n(refreshing every {interval:g} s; Ctrl-C to stop)")
 
 
 @click.command()
@@ -238,7 +239,7 @@ def _show_info(doc: dict[str, Any], as_json: bool, interval: float | None,
 def suspend(app: App, duration: float | None) -> None:
     """Suspend all workers: they finish the current job, then claim nothing."""
     admin.suspend(app.connection, app.settings.prefix, duration)
-    click.echo("Suspended all workers" + (f" for {duration:g} s" if duration else
+    say("Suspended all workers" + (f" for {duration:g} s" if duration else
                                           " (until `resume`)"))
 
 
@@ -247,13 +248,13 @@ def suspend(app: App, duration: float | None) -> None:
 def resume(app: App) -> None:
     """Resume suspended workers."""
     admin.resume(app.connection, app.settings.prefix)
-    click.echo("Resumed all workers")
+    say("Resumed all workers")
 
 
 def _warn_unknown(app: App, queue: str) -> Queue:
     q = Queue(queue, app.connection, settings=app.settings)
     if queue not in known_queues(app.connection, app.settings.prefix):
-        click.echo(f"Note: no job was ever enqueued to {queue!r} (typo?); "
+        say(f"Note: no job was ever enqueued to {queue!r} (typo?); "
                    "the setting applies when one is", err=True)
     return q
 
@@ -262,14 +263,14 @@ def _warn_unknown(app: App, queue: str) -> Queue:
 def pause(app: App, queue: str) -> None:
     """Pause QUEUE: no worker anywhere claims from it (running jobs finish)."""
     _warn_unknown(app, queue).pause()
-    click.echo(f"Paused {queue}")
+    say(f"Paused {queue}")
 
 
 @on_queue(click.command())
 def unpause(app: App, queue: str) -> None:
     """Let workers claim from QUEUE again."""
     _warn_unknown(app, queue).unpause()
-    click.echo(f"Unpaused {queue}")
+    say(f"Unpaused {queue}")
 
 
 @click.command("set-max-active")
@@ -285,7 +286,7 @@ def set_max_active(app: App, queue: str, limit: int | None, no_cap: bool) -> Non
     if (limit is None) == (not no_cap):
         raise click.UsageError("give N (at least 1) or --none")
     _warn_unknown(app, queue).set_max_active(None if no_cap else limit)
-    click.echo(f"{queue}: no cap on running jobs" if no_cap
+    say(f"{queue}: no cap on running jobs" if no_cap
                else f"{queue}: at most {limit} job(s) running at once")
 
 
@@ -328,9 +329,9 @@ def set_rate_limit(app: App, queue: str, rate: str | None, no_limit: bool, per_g
     scope = (f"{queue}, every group" if per_group
              else f"{queue}, group {group}" if group is not None else queue)
     if no_limit and group is not None:
-        click.echo(f"{scope}: no rate limit of its own (the per-group one applies, if any)")
+        say(f"{scope}: no rate limit of its own (the per-group one applies, if any)")
     else:
-        click.echo(f"{scope}: no rate limit" if no_limit
+        say(f"{scope}: no rate limit" if no_limit
                    else f"{scope}: at most {rate} job starts")
 
 
@@ -353,14 +354,14 @@ def requeue(app: App, job_ids: tuple[str, ...], all_: bool, queue: str | None) -
         count = sum(int(r.zcard(q.qkeys.failed)) for q in queues)
         with progress(count, "Requeueing") as advance:
             total = sum(q.requeue_all_failed(progress=advance) for q in queues)
-        click.echo(f"Requeued {total} job(s)")
+        say(f"Requeued {total} job(s)")
         return
     total, errors = _requeue_each(app, job_ids, queue)
     if total or not errors:     # a lone unknown id prints its error only
-        click.echo(f"Requeued {total} job(s)")
+        say(f"Requeued {total} job(s)")
     if errors:
         for line in errors:
-            click.echo(f"Error: {line}", err=True)
+            say(f"Error: {line}", err=True)
         sys.exit(1)
 
 
@@ -415,14 +416,14 @@ def health(app: App, queues: tuple[str, ...], timeout: float) -> None:
         message = str(exc)
         if app.masked_url not in message:
             message = f"cannot reach Redis at {app.masked_url}: {message}"
-        click.echo(f"unhealthy: {message}", err=True)
+        say(f"unhealthy: {message}", err=True)
         sys.exit(1)
     if unknown:
         known = known_queues(app.connection, app.settings.prefix)
-        click.echo(f"unhealthy: unknown queue {', '.join(map(repr, unknown))} (known: "
+        say(f"unhealthy: unknown queue {', '.join(map(repr, unknown))} (known: "
                    f"{', '.join(known) or 'none'})", err=True)
         sys.exit(1)
     if not result.ok:
-        click.echo(result.message, err=True)
+        say(result.message, err=True)
         sys.exit(1)
-    click.echo(result.message)
+    say(result.message)

@@ -141,9 +141,10 @@ def terminal_safe(text: str) -> str:
     return text.translate(_UNSAFE)
 
 
-def say(text: str) -> None:
-    """``click.echo`` of a line that holds what Redis holds (a job's own text)."""
-    click.echo(terminal_safe(text))
+def say(message: Any = "", *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of a line that may hold what Redis holds (a job's own text, a
+    worker's name, a cron entry's fields): every command's output but JSON goes here."""
+    click.echo(terminal_safe(str(message)), err=err, nl=nl)
 
 
 def echo_json(data: Any) -> None:

@@ -18,6 +18,7 @@ from .common import (
     parse_arg,
     parse_kwargs,
     pass_app,
+    say,
 )
 from .jobs import producer_imports
 
@@ -80,9 +81,9 @@ def cron_add(app: App, name: str, schedule: str, func: str, args: tuple[str, ...
         allow_overlap=allow_overlap, timeout=timeout, max_retries=max_retries,
     )
     state = "paused" if entry.paused else f"next run {_when(entry.next_run, entry.timezone)}"
-    click.echo(f"cron entry {entry.name} on {entry.queue}: {state}")
+    say(f"cron entry {entry.name} on {entry.queue}: {state}")
     if not _served(app, entry.queue):
-        click.echo(f"warning: no live worker serves queue {entry.queue!r}: the entry runs only "
+        say(f"warning: no live worker serves queue {entry.queue!r}: the entry runs only "
                    f"while a worker does (start one with `worker -q {entry.queue}`; workers "
                    "on 'all' take it up at their next heartbeat)", err=True)
 
@@ -116,28 +117,28 @@ def cron_list(app: App, queue: str | None, as_json: bool) -> None:
                 f" (job {e.last_job} {e.last_job_status or 'gone'})" if e.last_job
                 else f"last {e.last_status or '-'}")
         nxt = "paused" if e.paused else f"next {_when(e.next_run, e.timezone)}"
-        click.echo(f"{e.name} [{e.queue}] '{e.schedule}' {e.timezone} -> {e.func}  {nxt}  {last}"
+        say(f"{e.name} [{e.queue}] '{e.schedule}' {e.timezone} -> {e.func}  {nxt}  {last}"
                    f"  runs={e.runs} skips={e.skips} misses={e.misses}")
-    click.echo(f"{len(entries)} cron entr{'y' if len(entries) == 1 else 'ies'}")
+    say(f"{len(entries)} cron entr{'y' if len(entries) == 1 else 'ies'}")
 
 
 @on_one(cron, "remove", "name", "entry")
 def cron_remove(app: App, name: str, queue: str | None) -> None:
     """Delete entry NAME (a run already enqueued still runs)."""
     found = cron_api.remove(app.connection, app.settings, name, queue)
-    click.echo(f"cron entry {name} on {found} removed")
+    say(f"cron entry {name} on {found} removed")
 
 
 @on_one(cron, "pause", "name", "entry")
 def cron_pause(app: App, name: str, queue: str | None) -> None:
     """Enqueue no runs of NAME until resumed."""
     found = cron_api.pause(app.connection, app.settings, name, queue)
-    click.echo(f"cron entry {name} on {found} paused")
+    say(f"cron entry {name} on {found} paused")
 
 
 @on_one(cron, "resume", "name", "entry")
 def cron_resume(app: App, name: str, queue: str | None) -> None:
     """Resume NAME from its next scheduled time (runs missed while paused are not made up)."""
     entry = cron_api.resume(app.connection, app.settings, name, queue)
-    click.echo(f"cron entry {name} on {entry.queue} resumed, "
+    say(f"cron entry {name} on {entry.queue} resumed, "
                f"next run {_when(entry.next_run, entry.timezone)}")

@@ -12,7 +12,7 @@ import click
 
 from ..core.job import LIVE_STATUSES, Job, JobStatus
 from ..core.queue import Queue
-from .common import WEB_EXTRA, App, pass_app
+from .common import WEB_EXTRA, App, pass_app, say
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
@@ -50,7 +50,7 @@ def demo(app: App, ctx: click.Context, workers: int, count: int, with_web: bool,
     settings = app.settings.replace(max_retries=3)
     queues = {name: Queue(name, r, settings=settings) for name in QUEUES}
     ids = _enqueue_samples(queues, count)
-    click.echo(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url} "
+    say(f"Enqueued {len(ids)} jobs on {', '.join(QUEUES)} at {app.masked_url} "
                f"(key prefix {settings.prefix}, emptied first)")
     procs = _start_workers(app, settings.prefix, workers)
     try:
@@ -111,12 +111,12 @@ def _watch(queues: dict[str, Queue], ids: list[Job[Any]]) -> None:
         if sum(states[s] for s in LIVE_STATUSES) == 0:
             break
         time.sleep(0.5)
-    click.echo("")
+    say("")
 
 
 def _keep_serving(server: Any, port: int) -> None:
     """The dashboard stays up after the demo until Ctrl-C."""
-    click.echo(f"\nDashboard still on http://127.0.0.1:{port}/ ; Ctrl-C to stop")
+    say(f"\nDashboard still on http://127.0.0.1:{port}/ ; Ctrl-C to stop")
     try:
         while server.thread.is_alive():
             server.thread.join(0.5)
@@ -143,7 +143,7 @@ def _start_web(app: App, connection: RedisClient, port: int) -> Any:
         server = serve_in_thread(create_app(settings, connection), "127.0.0.1", port)
     except OSError as exc:
         raise click.ClickException(f"cannot serve the dashboard: {exc} (try --web-port)") from None
-    click.echo(f"Dashboard: http://127.0.0.1:{port}/  (log in with "
+    say(f"Dashboard: http://127.0.0.1:{port}/  (log in with "
                + ("your FUSIONWORKER_WEB_TOKEN or user)" if configured
                   else f"this run's token {settings.web_token})"))
     return server

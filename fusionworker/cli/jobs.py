@@ -115,9 +115,9 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
                          unique_key=unique_key, group=group,
                          _when=("in", delay) if delay else None)
     if job.deduplicated:
-        click.echo(f"{job.id} (duplicate: existing job is {job.status})")
+        say(f"{job.id} (duplicate: existing job is {job.status})")
     else:
-        click.echo(job.id)
+        say(job.id)
 
 
 def producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...]) -> None:
@@ -142,7 +142,7 @@ def _warn_unimportable(func: str) -> None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        click.echo(f"warning: module {module!r} cannot be imported here (current directory: "
+        say(f"warning: module {module!r} cannot be imported here (current directory: "
                    f"{os.getcwd()}); only the name {func!r} was checked, the worker checks "
                    "the rest", err=True)
 
@@ -221,7 +221,7 @@ def _enqueue_file(app: App, queue: str, source: Any) -> None:
                 f"{BULK_CHUNK} may have been") from None
     dups = sum(1 for j in jobs if j.deduplicated)
     tail = f", {dups} duplicate{'s' if dups != 1 else ''} skipped" if dups else ""
-    click.echo(f"{len(jobs) - dups} jobs enqueued on {queue}{tail}")
+    say(f"{len(jobs) - dups} jobs enqueued on {queue}{tail}")
 
 
 @click.group()
@@ -364,9 +364,9 @@ def job_stop(app: App, job_id: str, queue: str | None) -> None:
     q = _find(app, job_id, queue)
     found = q.stop(job_id)
     if found.status == JobStatus.CANCELED:
-        click.echo(f"Canceled {job_id} on {q.name} (it had not started)")
+        say(f"Canceled {job_id} on {q.name} (it had not started)")
     else:
-        click.echo(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
+        say(f"Stopping {job_id} on {q.name} (worker {found.worker_name or '?'})")
 
 
 def _job_change(name: str, method: str, said: str, help_text: str) -> click.Command:
@@ -375,7 +375,7 @@ def _job_change(name: str, method: str, said: str, help_text: str) -> click.Comm
     def change(app: App, job_id: str, queue: str | None) -> None:
         q = _find(app, job_id, queue)
         getattr(q, method)(job_id)
-        click.echo(said.format(id=job_id, queue=q.name))
+        say(said.format(id=job_id, queue=q.name))
     change.__doc__ = help_text
     return on_one(job, name, "job_id", "job")(change)
 
@@ -398,7 +398,7 @@ def job_release(app: App, job_id: str, queue: str | None) -> None:
     """Give held JOB_ID back its place in its queue: workers claim it again."""
     q = _find(app, job_id, queue)
     found = q.release(job_id)
-    click.echo(f"Released {job_id} on {q.name} ({found.status})")
+    say(f"Released {job_id} on {q.name} ({found.status})")
 
 
 @job.command("priority")
@@ -413,4 +413,4 @@ def job_priority(app: App, job_id: str, priority: int, queue: str | None) -> Non
     """
     q = _find(app, job_id, queue)
     found = q.reprioritize(job_id, priority)
-    click.echo(f"{job_id} on {q.name}: priority {found.priority}")
+    say(f"{job_id} on {q.name}: priority {found.priority}")

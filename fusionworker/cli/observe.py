@@ -64,7 +64,7 @@ def format_event(doc: dict[str, Any]) -> str:
 
 def _print(stream_id: str, doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps({"id": stream_id, **doc}, default=str))
+        say(json.dumps({"id": stream_id, **doc}, default=str))
     else:
         say(format_event(doc))
 
@@ -110,7 +110,7 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
     """
     settings = app.settings
     if settings.elasticsearch_url:
-        click.echo("note: ELASTICSEARCH_URL is set: events go to Elasticsearch index "
+        say("note: ELASTICSEARCH_URL is set: events go to Elasticsearch index "
                    f"{settings.elasticsearch_index!r}, not to this Redis stream", err=True)
     r = app.connection
     # pin the end first: history is <= it, following is > it; nothing shown twice or missed
@@ -123,7 +123,7 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
         message = f"no job {job_id!r}: no queue holds it and no event names it"
         if not follow:
             raise click.ClickException(message)
-        click.echo(f"note: {message} (yet); waiting for its events", err=True)
+        say(f"note: {message} (yet); waiting for its events", err=True)
     if not follow:
         return
     stop = threading.Event()
@@ -169,7 +169,7 @@ def exporter(app: App, port: int, addr: str, queues: str | None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    click.echo(f"Exporter serving http://{addr}:{port}/metrics "
+    say(f"Exporter serving http://{addr}:{port}/metrics "
                f"({', '.join(names) if names else 'all queues'}); Ctrl-C to stop", err=True)
     while not stop.wait(1.0):
         pass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..core.queue import Queue, forget_queue, known_queues
-from .common import App, echo_json, fmt_age, on_queue, pass_app, progress, require_queue, table
+from .common import App, echo_json, fmt_age, on_queue, pass_app, progress, require_queue, say, table
 
 
 @click.group("queue")
@@ -29,8 +29,8 @@ def queue_list(app: App, as_json: bool) -> None:
             for s in stats]
     for line in table(["QUEUE", "PENDING", "SCHED", "STARTED", "FAILED", "MAX", "OLDEST",
                        "STATE"], rows, right=range(1, 7)):
-        click.echo(line)
-    click.echo(f"{len(stats)} queue(s)")
+        say(line)
+    say(f"{len(stats)} queue(s)")
 
 
 @on_queue(queue_group.command("empty"), asks=True)
@@ -39,14 +39,14 @@ def queue_empty(app: App, queue: str, yes: bool) -> None:
     q = Queue(require_queue(app, queue), app.connection, settings=app.settings)
     count = q.count + int(app.connection.zcard(q.qkeys.scheduled))
     if count == 0:
-        click.echo(f"{queue} is empty already")
+        say(f"{queue} is empty already")
         return
     if not yes:
         click.confirm(f"Delete {count} pending and scheduled job(s) of {queue}?", abort=True,
                       err=True)
     with progress(count, f"Emptying {queue}") as advance:
         removed = q.empty(progress=advance)
-    click.echo(f"Deleted {removed} job(s) from {queue}")
+    say(f"Deleted {removed} job(s) from {queue}")
 
 
 @on_queue(queue_group.command("delete"), asks=True)
@@ -64,4 +64,4 @@ def queue_delete(app: App, queue: str, yes: bool) -> None:
                       f"{s['scheduled']}, failed {s['failed']}, finished {s['finished']}). "
                       "Delete them and forget the queue?", abort=True, err=True)
     deleted = forget_queue(app.connection, queue, app.settings.prefix)
-    click.echo(f"Forgot queue {queue} ({deleted} key(s) deleted)")
+    say(f"Forgot queue {queue} ({deleted} key(s) deleted)")

@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from .common import WEB_EXTRA, App, checked_address, pass_app
+from .common import WEB_EXTRA, App, checked_address, pass_app, say
 
 
 def is_loopback(host: str) -> bool:
@@ -57,7 +57,7 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
                                 err=True)
         if not password:
             raise click.ClickException("empty password")
-        click.echo(make_hash(password))
+        say(make_hash(password))
         return
     settings = app.settings
     configured = bool(settings.web_token or (settings.web_user and settings.web_password_hash))
@@ -72,13 +72,13 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
         from ..web.auth import ephemeral_token
 
         settings = settings.replace(web_token=ephemeral_token())
-        click.echo("No FUSIONWORKER_WEB_TOKEN set: this run's token (log in with it) is "
+        say("No FUSIONWORKER_WEB_TOKEN set: this run's token (log in with it) is "
                    f"{settings.web_token}", err=True)
     connection = app.connection
     connection.ping()
     application = create_app(settings, connection, read_only=read_only)
     host = f"[{bind}]" if ":" in bind else bind
-    click.echo(f"Dashboard on http://{host}:{port}/ (Redis {app.masked_url}"
+    say(f"Dashboard on http://{host}:{port}/ (Redis {app.masked_url}"
                f"{', read-only' if read_only else ''}"
                f"{'' if configured else ', one-run token: loopback only'}); Ctrl-C to stop",
                err=True)

@@ -24,7 +24,7 @@ from ..ops.embedded import RedisUnavailable
 from ..runtime.imports import worker_allowed
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
-from .common import App, FiniteFloat, import_options, pass_app
+from .common import App, FiniteFloat, import_options, pass_app, say
 
 
 def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -40,7 +40,7 @@ def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 
 def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        click.echo("note: --with-scheduler is not needed: every worker runs due scheduled "
+        say("note: --with-scheduler is not needed: every worker runs due scheduled "
                    "jobs and retries", err=True)
 
 
@@ -231,7 +231,7 @@ def _connect(app: App, burst: bool) -> RedisClient:
     except RedisUnavailable as exc:
         if burst or exc.refused:
             raise
-        click.echo(f"warning: {str(exc).rstrip('.')}; the worker waits for it", err=True)
+        say(f"warning: {str(exc).rstrip('.')}; the worker waits for it", err=True)
         return connect(app.url)
 
 

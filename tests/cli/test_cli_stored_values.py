@@ -65,3 +65,27 @@ def test_one_unreadable_event_or_batch_reference_costs_that_value_only(run, r, s
     for args in (["info"], ["info", "--json"], ["queue", "list"]):
         code, output = run(*args)
         assert code == 0, (args, output)
+
+
+def test_what_any_program_wrote_into_redis_is_shown_never_obeyed(run, r, settings, prefix,
+                                                                  redis_url):
+    """A worker's heartbeat and a cron entry's fields, as another program may write
+    them: every listing shows their control characters as text."""
+    from fusionworker.core import cron
+
+    raw = redis.Redis.from_url(redis_url)
+    keys = Keys(prefix)
+    now = int(time.time())
+    raw.sadd(keys.workers, "w1")
+    raw.hset(keys.worker("w1"), mapping={
+        "name": "w1" + HOSTILE, "host": "vm" + HOSTILE, "pid": "1", "state": "busy",
+        "queues": "default" + HOSTILE, "last_heartbeat": now, "birth": now,
+        "throttle": "memory" + HOSTILE})
+    raw.expire(keys.worker("w1"), 600)
+    cron.register(r, settings, "c1", "@hourly", "tests.jobs:add")
+    raw.hset(keys.queue("default").cron_entry("c1"),
+             mapping={"func": "tests.jobs:add" + HOSTILE, "last_status": "queued" + HOSTILE})
+    for args in (["info"], ["info", "-W"], ["cron", "list"], ["queue", "list"]):
+        code, output = run(*args)
+        assert code == 0, (args, output)
+        assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output, args
