@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 from ..core.config import Settings
 from ..core.hooks import Middleware
@@ -163,16 +163,18 @@ class FailureCallbacks(Middleware):
             session.close()
 
     def _post(self, session: requests.Session, url: str, payload: dict[str, Any]) -> None:
-        import requests  # loaded already (_run)
-
         try:
             response = session.post(url, json=payload, timeout=self.timeout)
             response.raise_for_status()
-        except requests.RequestException as exc:
+        except Exception as exc:  # noqa: BLE001 - requests' own, or urllib3's for a bad host
             with self._lock:
                 self.failed += 1
+            try:
+                said = scrubbed(str(exc), url)
+            except Exception:  # noqa: BLE001 - the sender thread outlives any URL
+                said = type(exc).__name__
             log.warning("Failure callback for job %s to %s failed: %s",
-                        payload.get("job_id"), shown_url(url), scrubbed(str(exc), url))
+                        payload.get("job_id"), shown_url(url), said)
             return
         with self._lock:
             self.sent += 1
@@ -188,6 +190,8 @@ def shown_url(url: str) -> str:
         host, port = parts.hostname or "", parts.port
     except ValueError:
         return "(a URL that does not parse)"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "(a URL that is not http or https)"
     host = f"[{host}]" if ":" in host else host
     return (f"{parts.scheme}://{'***@' if '@' in parts.netloc else ''}{host}"
             f"{f':{port}' if port else ''}{'/***' if parts.path.strip('/') else ''}"
@@ -197,17 +201,41 @@ def shown_url(url: str) -> str:
 def scrubbed(text: str, url: str) -> str:
     """``text`` (an HTTP library's error, which may repeat the URL or a part of it)
     with every part of ``url`` that may be a secret replaced by ``***``: the user
-    and password, the path and each of its segments, the query and each value."""
+    and password, the path and each of its segments, the query and each value, as
+    written and as the library writes them (percent-encoded)."""
     try:
         parts = urlsplit(url)
-        secrets = {parts.netloc.rpartition("@")[0], parts.username, parts.password,
-                   parts.path, parts.query, parts.fragment}
-        secrets.update(segment for segment in parts.path.split("/"))
-        secrets.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
     except ValueError:
         return "(not shown: its URL does not parse)"
-    secrets.update([unquote(s) for s in secrets if s])
-    secrets.discard("/")
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+    if parts.scheme.lower() not in ("http", "https"):   # "user:pw@host" parses as a scheme
+        return "(not shown: its URL is not http or https)"
+    secrets = _spelled(_parts_of(url, parts))
+    # (a part of one or two characters is no secret, and would blot out the message)
+    for secret in sorted((s for s in secrets if len(s) >= 3 and s != "/"), key=len,
+                         reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def _parts_of(url: str, parts: Any) -> set[str]:
+    """The parts of ``url`` that may be its secret, as parsed and as written (the
+    parser drops tabs and line ends, which the HTTP library keeps)."""
+    found = {parts.netloc.rpartition("@")[0], parts.username or "", parts.password or "",
+             parts.path, parts.query, parts.fragment, *parts.path.split("/")}
+    found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
+    after = url.split("://", 1)[-1]
+    cuts = [i for i in (after.find("/"), after.find("?"), after.find("#")) if i >= 0]
+    if cuts:
+        cut = min(cuts)
+        found.update({after[cut:], after[cut:].partition("?")[2],
+                      after[:cut].rpartition("@")[0]})
+    return {s for s in found if s}
+
+
+def _spelled(secrets: set[str]) -> set[str]:
+    """Each secret, decoded and percent-encoded the ways an HTTP library writes it."""
+    spelled = secrets | {unquote(s) for s in secrets}
+    spelled |= {quote(s, safe=safe) for s in list(spelled)
+                for safe in ("/", "/:@", "", "/?=&:@")}
+    spelled |= {quote_plus(s) for s in list(spelled)}
+    return spelled
