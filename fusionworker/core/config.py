@@ -136,8 +136,20 @@ def _check_text(setting: Setting, value: Any, name: str | None) -> None:
         try:
             setting.check(value)
         except ValueError as exc:
-            shown = "***" if setting.name in SECRETS else repr(value)
-            raise ConfigError(f"{name or setting.env}={shown}: {exc}") from None
+            raise ConfigError(f"{name or setting.env}={_shown(setting.name, value)}: {exc}"
+                              ) from None
+
+
+def _shown(name: str, value: str) -> str:
+    """A setting's value as an error may show it: secrets and a webhook's URL as
+    ``***``, a URL with its password masked."""
+    if name in SECRETS or name == "failure_webhook_url":
+        return "***"
+    if name.endswith("_url"):
+        from .redis_client import mask_url
+
+        return repr(mask_url(value))
+    return repr(value)
 
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -154,6 +166,21 @@ def check_address(value: str) -> None:
         pass
     if not _HOSTNAME.match(value):
         raise ValueError("not an IP address nor a host name (e.g. 127.0.0.1, ::1, 0.0.0.0)")
+
+
+def _http_url(value: str) -> None:
+    """An ``http://`` or ``https://`` URL with a host, and a port in range when given:
+    what the HTTP clients take (refused here, once, in one line, not by each event or
+    callback later, with the URL and its password in the error)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port     # noqa: B018 - raises for a port out of range or no number
+    except ValueError:
+        raise ValueError("not a URL an HTTP client can use (its port or host)") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
 
 
 def _password_hash(value: str) -> None:
@@ -315,7 +342,7 @@ class Settings:
             "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
             min=0)
     failure_webhook_url: str = _setting("FAILURE_WEBHOOK_URL", "", str,
-            "URL POSTed (JSON) after a job's final failure.")
+            "URL POSTed (JSON) after a job's final failure.", check=_http_url)
     poll_interval: float = _setting("FUSIONWORKER_POLL_INTERVAL", 1.0, float,
             "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01)
     progress_interval: float = _setting("FUSIONWORKER_PROGRESS_INTERVAL", 1.0, float,
@@ -338,7 +365,8 @@ class Settings:
             "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
             "--max-horse-memory", min=0)
     elasticsearch_url: str = _setting("ELASTICSEARCH_URL", "", str,
-            "Elasticsearch for the event log; unset: events go to a capped Redis stream.")
+            "Elasticsearch for the event log; unset: events go to a capped Redis stream.",
+            check=_http_url)
     elasticsearch_index: str = _setting("ELASTICSEARCH_INDEX", "active-fusion-logs", str,
             "Elasticsearch index of the event log.")
     elasticsearch_api_key: str = _setting("ELASTICSEARCH_API_KEY", "", str, "Elasticsearch API key.")

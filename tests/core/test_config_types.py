@@ -82,3 +82,18 @@ def test_repr_never_shows_a_secret():
         assert secret not in text
     assert "redis://user:***@db:6379/0" in text and "https://elastic:***@es:9200" in text
     assert config.SECRETS <= {s.name for s in SETTINGS}
+
+
+@pytest.mark.parametrize(("env", "value", "said"), [
+    ("ELASTICSEARCH_URL", "http://esuser:es-s3cret@127.0.0.1:99999/path",
+     "'http://esuser:***@127.0.0.1:99999/path': not a URL an HTTP client can use"),
+    ("ELASTICSEARCH_URL", "es.example:9200", "must be an http:// or https:// URL"),
+    ("FAILURE_WEBHOOK_URL", "ftp://hook:hook-s3cret@example.org/x?t=tok-s3cret",
+     "FAILURE_WEBHOOK_URL=***: must be an http:// or https:// URL"),
+    ("FAILURE_WEBHOOK_URL", "https://example.org:0x50/hook-s3cret", "FAILURE_WEBHOOK_URL=***"),
+])
+def test_a_url_no_http_client_can_use_is_refused_at_load_its_secrets_masked(env, value, said):
+    with pytest.raises(ConfigError) as refused:
+        load_settings(environ={env: value})
+    assert said in str(refused.value), str(refused.value)
+    assert "s3cret" not in str(refused.value)
