@@ -25,7 +25,7 @@ def _clock(timestamp: str | None) -> str:
         return "--:--:--.---"
     try:
         moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone()
-    except ValueError:
+    except (ValueError, OverflowError):     # no time this clock can say: as it is
         return timestamp
     return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 

@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
@@ -25,6 +26,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+#: in a text log line, every control character but tab as ``\xNN``: text a job wrote
+#: (its error message) neither drives the terminal that shows the log nor forges a line
+_IN_LINE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0)) if c != 0x09}
+#: in a traceback (lines of its own), newlines stay
+_IN_BLOCK = {c: text for c, text in _IN_LINE.items() if c != 0x0A}
+
+
+class TextFormatter(logging.Formatter):
+    """The readable line: ``12:00:01 WARNING message``; the message on one line, its
+    traceback below it, control characters of either shown, not obeyed."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = record.message.translate(_IN_LINE)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return super().formatException(ei).translate(_IN_BLOCK)
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Configure the ``fusionworker`` loggers (idempotent)."""
     if fmt not in ("text", "json"):
@@ -33,8 +56,7 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s",
-                                               datefmt="%H:%M:%S"))
+        handler.setFormatter(TextFormatter())
     root = logging.getLogger("fusionworker")
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -4,6 +4,7 @@ list`` and ``info`` over records a job or another program wrote."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -55,11 +56,14 @@ def test_one_unreadable_event_or_batch_reference_costs_that_value_only(run, r, s
     raw = redis.Redis.from_url(redis_url)
     keys = Keys(prefix)
     raw.xadd(keys.events, {"event": "completed", "job_id": job.id, "queue": "default",
+                           "@timestamp": "0001-01-01T00:00:00+14:00"})   # no local clock
+    raw.xadd(keys.events, {"event": "completed", "job_id": job.id, "queue": "default",
                            "duration": "x", "wait_time": "inf", "progress": "half"})
     raw.hset(keys.queue("default").job(job.id), "batch", ":")
     raw.set(keys.queue("default").base + "max_active", "x")
     code, output = run("events", "-q", "default")
     assert code == 0 and "queued" in output and "in 'x'" in output, output
+    assert "0001-01-01T00:00:00+14:00" in output, output
     code, output = run("job", "show", job.id)
     assert code == 0 and "batch     ':' (names no queue" in output, output
     for args in (["info"], ["info", "--json"], ["queue", "list"]):
@@ -89,3 +93,28 @@ def test_what_any_program_wrote_into_redis_is_shown_never_obeyed(run, r, setting
         code, output = run(*args)
         assert code == 0, (args, output)
         assert "\x1b" not in output and "\x07" not in output and "\x9b" not in output, args
+
+
+def test_a_jobs_error_neither_drives_the_terminal_nor_forges_a_line_of_the_worker_log(
+        r, settings, prefix):
+    """The worker's text log writes a job's error message with its control characters
+    as text: no escape sequence reaches the terminal, and a newline in it cannot make
+    a line of its own that reads like the worker's."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    forged = "12:00:00 INFO    all jobs finished"
+    Queue("default", r, settings=settings).enqueue(
+        "tests.jobs:boom", HOSTILE + "\n" + forged, max_retries=0)
+    env = {**os.environ, "REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": prefix,
+           "FUSIONWORKER_ALLOWED_MODULES": "tests", "FUSIONWORKER_LOG_FORMAT": "text"}
+    done = subprocess.run([sys.executable, "-m", "fusionworker", "worker", "-q", "default",
+                           "--burst"], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    log = done.stdout + done.stderr
+    assert "failed" in log and "\\x1b]0;owned\\x07" in log, log
+    assert "\x1b" not in log and "\x07" not in log and "\x9b" not in log
+    assert not any(line.startswith(forged) for line in log.splitlines()), log
