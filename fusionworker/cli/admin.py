@@ -59,7 +59,7 @@ def _queue_row(q: dict[str, Any], band_names: list[str], cron: bool, rated: bool
     row = [q["queue"], q["pending"], *(q["bands"].get(b, 0) for b in band_names),
            q.get("awaiting_compute", 0), q["scheduled"], q.get("held", 0), q["started"], q["failed"], q.get("finished", 0),
            q["max_active"], q.get("busy_groups", 0), fmt_age(q["oldest_age"]),
-           "paused" if q["paused"] else "active"]
+           "cannot be read" if q.get("unreadable") else "paused" if q["paused"] else "active"]
     if cron:
         value = q.get("cron")
         row.insert(-1, len(value) if isinstance(value, (list, dict)) else value)

@@ -77,7 +77,9 @@ def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]
     pipe = connection.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(keys.worker(name))
-    return [data for data in pipe.execute() if data]
+    # a heartbeat key of another type (another program's) is no worker: left out
+    return [data for data in pipe.execute(raise_on_error=False)
+            if data and not isinstance(data, Exception)]
 
 
 def _num(value: str | None, kind: type = float) -> Any:

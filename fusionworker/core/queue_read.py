@@ -16,7 +16,7 @@ from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 from .queue_names import find_queue_of as find_queue_of
 from .queue_names import known_queues as known_queues
-from .redis_client import decoding, server_time, stored_number, text_hash, texts
+from .redis_client import decoding, server_time, stored_count, stored_number, text_hash, texts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -98,7 +98,10 @@ class QueueReads:
         """Depths of every registry and band, pause state, cap, age of the oldest job,
         and ``awaiting_compute`` (:func:`awaiting_compute`)
         from the workers' ``heartbeats`` (read here when not given)."""
-        return stats_many(self.connection, self.settings, [self.name], heartbeats)[0]
+        doc = stats_many(self.connection, self.settings, [self.name], heartbeats)[0]
+        if "unreadable" in doc:          # asked of this queue alone: Redis's answer
+            raise redis.ResponseError(doc["unreadable"])
+        return doc
 
 
 def kept_since(settings: Settings, status: JobStatus) -> str:
@@ -129,12 +132,11 @@ def stats_many(connection: RedisClient, settings: Settings, names: list[str],
     Then the workers' ``heartbeats`` (read here when not given). A queue whose keys
     Redis refuses to read (a key of another type, written by another program) does not
     cost the others theirs: they are read again one queue at a time, and its stats are
-    empty with ``unreadable`` saying what Redis answered (one queue asked: the error)."""
+    empty with ``unreadable`` saying what Redis answered (``Queue.stats()`` raises it)."""
     try:
         return _stats_all(connection, settings, names, heartbeats)
     except redis.ResponseError:
-        if len(names) <= 1:
-            raise
+        pass
     if heartbeats is None:
         heartbeats = read_heartbeats(decoding(connection), settings.prefix)
     return [_stats_alone(connection, settings, name, heartbeats) for name in names]
@@ -396,13 +398,15 @@ def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[st
     pipe = connection.pipeline(transaction=False)
     for name in sorted(texts(connection.smembers(keys.workers))):
         pipe.hgetall(keys.worker(name))
-    return [text_hash(data) for data in pipe.execute() if data]
+    # a heartbeat key of another type (another program's) is no worker: left out
+    return [text_hash(data) for data in pipe.execute(raise_on_error=False)
+            if data and not isinstance(data, Exception)]
 
 
 def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:
     data = text_hash(data or {})
     limit, window = stored_number(data.get("limit")), stored_number(data.get("window"))
-    if limit is None or window is None:     # none, or none a page can show
+    if limit is None or window is None or window <= 0:    # none, or none a page can show
         return None
     return {"limit": int(limit), "window": window,
             "held_seconds": round(stored_number(data.get("held_seconds")) or 0.0, 6)}
@@ -414,16 +418,20 @@ def _group_rate_doc(limits: dict[str, Any], held: dict[str, Any]) -> dict[str, A
         return None
     held = text_hash(held or {})
 
-    def spec(value: str) -> dict[str, Any]:
+    def spec(value: str) -> dict[str, Any] | None:
         count, _, window = value.partition(" ")
-        return {"limit": int(count), "window": float(window)}
+        limit, seconds = stored_number(count), stored_number(window)
+        if limit is None or seconds is None or seconds <= 0:   # none a page can show
+            return None
+        return {"limit": int(limit), "window": seconds}
 
+    groups = {k[len("group:"):]: spec(v) for k, v in sorted(limits.items())
+              if k.startswith("group:")}
     return {
         "every": spec(limits["every"]) if "every" in limits else None,
-        "groups": {k[len("group:"):]: spec(v) for k, v in sorted(limits.items())
-                   if k.startswith("group:")},
-        "held_seconds": round(float(held.get("held_seconds") or 0.0), 6),
-        "held_jobs": int(held.get("held_jobs") or 0),
+        "groups": {name: given for name, given in groups.items() if given is not None},
+        "held_seconds": round(stored_number(held.get("held_seconds")) or 0.0, 6),
+        "held_jobs": stored_count(held.get("held_jobs")),
     }
 
 

@@ -28,7 +28,8 @@ from prometheus_client.registry import Collector
 from ..core import admin
 from ..core.hooks import Middleware, OutcomeReason
 from ..core.job import STATES, WorkerState
-from ..core.queue import BANDS, Queue, known_queues
+from ..core.queue import BANDS, known_queues
+from ..core.queue_read import stats_many
 from ..events.middleware import EventsMiddleware
 from ..events.sinks import EventSink
 from .governor import RESOURCES, blocking_resources
@@ -249,9 +250,12 @@ class QueueCollector(Collector):
             "Seconds jobs were set aside until their group's next rate-limit slot "
             "(summed over jobs)", labels=["queue"])
         heartbeats = admin.workers(self.connection, self.settings.prefix)
-        for name in names:
-            stats = Queue(name, self.connection, settings=self.settings,
-                          events=False).stats(heartbeats)
+        for stats in stats_many(self.connection, self.settings, list(names), heartbeats):
+            name = stats["queue"]
+            if "unreadable" in stats:    # a key of another type: this queue's series only
+                log.warning("Exporter: queue %s left out of this scrape: %s", name,
+                            stats["unreadable"])
+                continue
             _add_rates(name, stats, rate_limit, rate_held, group_limit, group_held)
             for band, _, _ in BANDS:
                 pending.add_metric([name, band], stats["bands"].get(band, 0))

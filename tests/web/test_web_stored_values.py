@@ -61,6 +61,13 @@ CASES: dict[str, Corrupt] = {
     "max_active x": lambda raw, k, j: raw.set(k.queue("default").base + "max_active", "x"),
     "rate window x": lambda raw, k, j: raw.hset(k.queue("default").base + "rate",
                                                 mapping={"limit": "5", "window": "x"}),
+    "rate window 0": lambda raw, k, j: raw.hset(k.queue("default").base + "rate",
+                                                mapping={"limit": "5", "window": "0"}),
+    "group rate x": lambda raw, k, j: (
+        raw.hset(k.queue("default").base + "group_rate", mapping={"every": "x", "group:a": "1e300 nan"}),
+        raw.hset(k.queue("default").base + "group_rate:held", "held_seconds", "x")),
+    "a heartbeat key of another type": lambda raw, k, j: (raw.sadd(k.workers, "w2"),
+                                                          raw.set(k.worker("w2"), "x")),
     "worker pid inf": lambda raw, k, j: _worker(raw, k, {"pid": "inf", "concurrency": "nan"}),
     "worker counts of 5000 digits": lambda raw, k, j: _worker(
         raw, k, {"successful": "9" * 5000, "failed": "x", "total_working_time": "nan",
@@ -120,6 +127,22 @@ def test_a_key_of_another_type_costs_its_queue_only_and_is_said_plainly(r, setti
     assert alone.status_code == 500 and "Redis refused a command" in alone.text
     assert "WRONGTYPE" in alone.text, alone.text[:300]
     assert not any(rec.exc_info for rec in caplog.records), "a traceback was logged"
+
+
+def test_the_one_queue_of_a_deployment_that_cannot_be_read_is_listed_as_such(
+        r, settings, prefix, redis_url):
+    raw = redis.Redis.from_url(redis_url)
+    Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
+    pending = Keys(prefix).queue("default").pending
+    raw.delete(pending)
+    raw.set(pending, "x")
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
+        page, listed = web.get("/"), web.get("/api/v1/queues")
+    assert page.status_code == 200 and "cannot be read" in page.text
+    assert listed.status_code == 200 and "WRONGTYPE" in listed.json()["queues"][0]["unreadable"]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):   # asked alone: raised
+        Queue("default", r, settings=settings).stats()
 
 
 @pytest.mark.parametrize("where", ["all", "../x", "x" * 201, "é"])
