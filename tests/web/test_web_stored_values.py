@@ -104,15 +104,22 @@ def test_one_value_no_page_can_show_costs_that_value_only(r, settings, prefix, r
             assert [e["last_run"] for e in entries] == [None], listed
 
 
-def test_a_key_of_another_type_costs_its_queue_only_and_is_said_plainly(r, settings, prefix,
-                                                                 redis_url, caplog):
+def pending_of_another_type(r: Any, settings: Any, prefix: str, redis_url: str,
+                            *queues: str) -> Any:
+    """A job on each of ``queues``, the first one's ``pending`` made a string (another
+    program's key): the dashboard's app over them."""
+    for name in queues:
+        Queue(name, r, settings=settings).enqueue("tests.jobs:add", 1, 2)
     raw = redis.Redis.from_url(redis_url)
-    Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
-    Queue("other", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
-    pending = Keys(prefix).queue("default").pending
+    pending = Keys(prefix).queue(queues[0]).pending
     raw.delete(pending)
     raw.set(pending, "x")
-    app = create_app(settings.replace(web_token=TOKEN), r)
+    return create_app(settings.replace(web_token=TOKEN), r)
+
+
+def test_a_key_of_another_type_costs_its_queue_only_and_is_said_plainly(r, settings, prefix,
+                                                                 redis_url, caplog):
+    app = pending_of_another_type(r, settings, prefix, redis_url, "default", "other")
     with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
         answer = web.get("/api/v1/queues")
         page = web.get("/")
@@ -131,12 +138,7 @@ def test_a_key_of_another_type_costs_its_queue_only_and_is_said_plainly(r, setti
 
 def test_the_one_queue_of_a_deployment_that_cannot_be_read_is_listed_as_such(
         r, settings, prefix, redis_url):
-    raw = redis.Redis.from_url(redis_url)
-    Queue("default", r, settings=settings).enqueue("tests.jobs:add", 1, 2)
-    pending = Keys(prefix).queue("default").pending
-    raw.delete(pending)
-    raw.set(pending, "x")
-    app = create_app(settings.replace(web_token=TOKEN), r)
+    app = pending_of_another_type(r, settings, prefix, redis_url, "default")
     with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=False) as web:
         page, listed = web.get("/"), web.get("/api/v1/queues")
     assert page.status_code == 200 and "cannot be read" in page.text
