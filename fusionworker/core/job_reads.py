@@ -28,9 +28,11 @@ def job_hashes(r: RedisClient, prefix: str, refs: Sequence[Ref]) -> list[dict[st
     pipe = r.pipeline(transaction=False)
     for queue, job_id in refs:
         pipe.hgetall(keys.queue(queue).job(job_id))
-    # a client that decodes answers text already: converted only when it is bytes
-    return [d if not d or isinstance(next(iter(d)), str) else text_hash(d)
-            for d in pipe.execute()]
+    # a client that decodes answers text already: converted only when it is bytes; a
+    # key of another type there (another program's) holds no record: {}
+    return [{} if isinstance(d, Exception) else
+            d if not d or isinstance(next(iter(d)), str) else text_hash(d)
+            for d in pipe.execute(raise_on_error=False)]
 
 
 def keyed(data: dict[str, str], queue: str, job_id: str) -> Job[Any]:
@@ -58,7 +60,10 @@ def job_fields(r: RedisClient, prefix: str, refs: Sequence[Ref],
         field = fields[0]
         for queue, job_id in refs:
             pipe.hget(keys.queue(queue).job(job_id), field)
-        return [read((value,)) for value in pipe.execute()]
+        return [read((None if isinstance(value, Exception) else value,))
+                for value in pipe.execute(raise_on_error=False)]
     for queue, job_id in refs:
         pipe.hmget(keys.queue(queue).job(job_id), fields)
-    return [read(values) for values in pipe.execute()]
+    none = [None] * len(fields)      # a key of another type holds no record: no fields
+    return [read(none if isinstance(values, Exception) else values)
+            for values in pipe.execute(raise_on_error=False)]

@@ -89,7 +89,9 @@ class QueueReads:
         pipe = self.connection.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.qkeys.job(job_id))
-        found = [Job.from_hash(d) for d in pipe.execute() if d]
+        # a job key of another type (another program's) holds no record: left out
+        found = [Job.from_hash(d) for d in pipe.execute(raise_on_error=False)
+                 if d and not isinstance(d, Exception)]
         for job in found:
             job._queue = self
         return found
@@ -334,17 +336,22 @@ def _waiting(connection: RedisClient, qkeys: list[QueueKeys], docs: list[dict[st
     for n in busy:
         for job_id in docs[n]["_ids"]:
             pipe.hget(qkeys[n].job(job_id), "enqueued_at")
-    replies = iter(pipe.execute() if timed or busy else [])
+    replies = iter(pipe.execute(raise_on_error=False) if timed or busy else [])
     for n in timed:
-        docs[n]["due"] = int(next(replies))
+        due = next(replies)
+        if isinstance(due, Exception):    # the queue's own key: the queue cannot be read
+            raise due
+        docs[n]["due"] = int(due)
     for n in busy:
         stamps = [next(replies) for _ in docs[n]["_ids"]]
         docs[n]["oldest_age"] = _oldest_age(stamps, server_now)
 
 
-def _oldest_age(stamps: list[str | None], server_now: float) -> float | None:
-    """The age of the oldest of ``stamps`` (``enqueued_at`` values; None: record gone)."""
-    found = [float(x) for x in stamps if x]
+def _oldest_age(stamps: list[Any], server_now: float) -> float | None:
+    """The age of the oldest of ``stamps`` (``enqueued_at`` values; None: record gone,
+    an error: a job key of another type, which holds no record either)."""
+    found = [number for x in stamps
+             if not isinstance(x, Exception) and (number := stored_number(x)) is not None]
     return max(0.0, server_now - min(found)) if found else None
 
 

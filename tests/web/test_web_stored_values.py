@@ -172,3 +172,27 @@ def test_a_cron_entry_redis_holds_unusable_answers_409_naming_it(r, settings, pr
             answer = web.post(path)
             assert answer.status_code == 409, (path, answer.status_code, answer.text)
             assert "'c1'" in answer.json()["error"], answer.text
+
+
+def test_a_job_key_of_another_type_is_left_out_of_every_listing(r, settings, prefix,
+                                                                redis_url):
+    """A job's key holding another type (another program's) holds no record: the
+    listings that name it (the queue's page, search, ``job list``) show the others."""
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+
+    q = Queue("default", r, settings=settings)
+    gone, kept = (q.enqueue("tests.jobs:add", 1, 2) for _ in range(2))
+    raw = redis.Redis.from_url(redis_url)
+    key = Keys(prefix).queue("default").job(gone.id)
+    raw.delete(key)
+    raw.set(key, "x")
+    app = create_app(settings.replace(web_token=TOKEN), r)
+    with TestClient(app, headers={**SAME_SITE, **BEARER}, raise_server_exceptions=True) as web:
+        for url in ("/queues/default", "/search?q=add", "/api/v1/jobs?queue=default"):
+            answer = web.get(url)
+            assert answer.status_code == 200 and kept.id in answer.text, (url, answer.text[:300])
+    env = {"REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": prefix}
+    listed = CliRunner().invoke(main, ["job", "list", "-q", "default"], env=env)
+    assert listed.exit_code == 0 and kept.id in listed.output, listed.output
