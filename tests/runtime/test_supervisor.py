@@ -17,7 +17,6 @@ import pytest
 from fusionworker.core import admin
 from fusionworker.middleware.notify import SystemdNotifier
 from fusionworker.runtime.supervisor import Supervisor, child_env
-from tests.redis_servers import free_port
 from tests.waiting import wait_for
 
 
@@ -170,18 +169,30 @@ def test_workers_shut_down_when_the_supervisor_is_killed(processes: Any, r: Any,
         wait_for(lambda s=status: not s.exists() or "zombie" in s.read_text(), timeout=5)
 
 
+def _two_free_ports() -> int:
+    """PORT with PORT+1, both free, below the kernel's ephemeral range: a port that
+    range gave (``free_port``) may be taken meanwhile by any client's connection of the
+    tests running beside this one, before the pool's processes bind it."""
+    import random
+
+    low, _ = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low - 2)
+        try:
+            for candidate in (port, port + 1):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no two free ports below the ephemeral range")
+
+
 def test_each_process_of_a_pool_serves_its_own_metrics_port(
         processes: Any, r: Any, prefix: str) -> None:
     import urllib.request
 
-    port = free_port()
-    while True:  # PORT and PORT+1 both free
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            break
-        except OSError:
-            port = free_port()
+    port = _two_free_ports()
     sup = processes.worker("--customq", "default", "--processes", "2", "--name", "m",
                            "--metrics-port", str(port))
     wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
