@@ -16,7 +16,7 @@ import redis
 from ..core.config import ConfigError, Settings, check_address, load_settings
 from ..core.connection import connect, mask_url
 from ..core.keys import check_queue_name
-from ..core.logs import setup_logging
+from ..core.logs import IN_BLOCK, setup_logging
 from ..core.queue import known_queues
 from ..ops.embedded import RedisUnavailable, connect_or_embed
 from ..ops.info import fmt_age as fmt_age  # the CLI's age format (re-exported)
@@ -129,16 +129,11 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
-#: every control character but newline and tab, as ``\xNN``: text a job wrote (its error,
-#: its progress message, its traceback) never drives the operator's terminal (an OSC
-#: sequence can retitle it, or write to the clipboard on some)
-_UNSAFE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))
-           if c not in (0x09, 0x0a)}
-
-
 def terminal_safe(text: str) -> str:
-    """``text`` with :data:`_UNSAFE` characters shown, not obeyed."""
-    return text.translate(_UNSAFE)
+    """``text`` with every control character but newline and tab shown as ``\\xNN``, as
+    the text log shows them (``core/logs.py``): text a job wrote never drives the
+    operator's terminal (an OSC sequence can retitle it, or write to its clipboard)."""
+    return text.translate(IN_BLOCK)
 
 
 def say(message: Any = "", *, err: bool = False, nl: bool = True) -> None:

@@ -29,8 +29,8 @@ class JsonFormatter(logging.Formatter):
 #: in a text log line, every control character but tab as ``\xNN``: text a job wrote
 #: (its error message) neither drives the terminal that shows the log nor forges a line
 _IN_LINE = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0)) if c != 0x09}
-#: in a traceback (lines of its own), newlines stay
-_IN_BLOCK = {c: text for c, text in _IN_LINE.items() if c != 0x0A}
+#: in lines of their own (a traceback, the CLI's output: cli/common.py), newlines stay
+IN_BLOCK = {c: text for c, text in _IN_LINE.items() if c != 0x0A}
 
 
 class TextFormatter(logging.Formatter):
@@ -45,7 +45,7 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        return super().formatException(ei).translate(_IN_BLOCK)
+        return super().formatException(ei).translate(IN_BLOCK)
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
