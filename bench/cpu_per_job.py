@@ -351,7 +351,7 @@ def steady_once(tree: Path, args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"the worker did not run its jobs (exit {proc.poll()})")
             time.sleep(0.01)
 
-    proc = subprocess.Popen(argv, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(argv, env=env, cwd=str(tree), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         q.enqueue_call(func, args=[str(lines), time.time(), args.sleep])

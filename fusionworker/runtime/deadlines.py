@@ -70,17 +70,23 @@ class DeadlineBoard:
     """
 
     _ENTRY = struct.Struct("d")
+    #: after the deadlines, one per entry: the pid of the horse the worker handed that
+    #: entry's job to itself (the direct path: the fork server did not see the job), 0:
+    #: none; the fork server's watchdog kills that horse at the entry's deadline
+    _OWNER = struct.Struct("q")
+    #: bytes per entry (its deadline, then, in the second half, its owner)
+    SIZE = 16
 
     def __init__(self, entries: int = 1, fd: int | None = None,
                  read_only: bool = False) -> None:
         if fd is None:
             fd = os.memfd_create("fusionworker-deadlines", 0)
-            os.ftruncate(fd, self._ENTRY.size * entries)
+            os.ftruncate(fd, self.SIZE * entries)
         elif entries <= 0:    # the fork server: as many entries as the memfd holds
-            entries = max(1, os.fstat(fd).st_size // self._ENTRY.size)
+            entries = max(1, os.fstat(fd).st_size // self.SIZE)
         self.fd = fd
         self.entries = entries
-        self._map = mmap.mmap(fd, self._ENTRY.size * entries,
+        self._map = mmap.mmap(fd, self.SIZE * entries,
                               access=mmap.ACCESS_READ if read_only else mmap.ACCESS_DEFAULT)
         self._reader = fd if read_only else -1
         #: mapped read-only from a read-only descriptor (:meth:`reading`): a horse forked
@@ -109,6 +115,16 @@ class DeadlineBoard:
 
     def get(self, entry: int = 0) -> float:
         return float(self._ENTRY.unpack_from(self._map, self._ENTRY.size * entry)[0])
+
+    def set_owner(self, entry: int, pid: int) -> None:
+        """Entry ``entry``'s job went to horse ``pid`` straight from the worker (0: none)."""
+        if 0 <= entry < self.entries:
+            self._OWNER.pack_into(self._map, self._ENTRY.size * self.entries
+                                  + self._OWNER.size * entry, pid)
+
+    def owner(self, entry: int) -> int:
+        return int(self._OWNER.unpack_from(self._map, self._ENTRY.size * self.entries
+                                           + self._OWNER.size * entry)[0])
 
     def close(self) -> None:
         self._map.close()
@@ -156,6 +172,9 @@ class LeaseWatchdog:
         self.lock = threading.RLock()
         self._horses: dict[int, int] = {}      # pid -> board entry
         self._more: dict[int, set[int]] = {}   # pid -> its other entries (async horses)
+        #: horses handed to the worker (the direct path): their entry is the one whose
+        #: board owner names them (the worker writes it), looked at every CHECK at most
+        self._handed: set[int] = set()
         self._wake = threading.Event()
         self._until = math.inf                 # when the thread wakes by itself
         threading.Thread(target=self._run, daemon=True,
@@ -172,9 +191,18 @@ class LeaseWatchdog:
         if early:
             self._wake.set()
 
+    def hand(self, pid: int) -> None:
+        """The horse ``pid`` was handed to the worker: the entries whose owner is ``pid``
+        are its (under :attr:`lock`)."""
+        self._handed.add(pid)
+        if self._until == math.inf:
+            self._wake.set()
+
     def forget(self, pid: int, entry: int | None = None) -> None:
         """The horse was reaped, or (``entry``) one job of an async horse ended (call with
         :attr:`lock` held, around the waitpid)."""
+        if entry is None:
+            self._handed.discard(pid)
         more = self._more.get(pid)
         if entry is None or (more is None and self._horses.get(pid) == entry):
             self._horses.pop(pid, None)
@@ -197,7 +225,7 @@ class LeaseWatchdog:
     def _check(self, now: float) -> float | None:
         """Kill the horses past their deadline; seconds until the next check (None: no
         horse to watch)."""
-        if not self._horses:
+        if not self._horses and not self._handed:
             return None
         nearest = now + self.CHECK
         for pid, entry in list(self._horses.items()):
@@ -207,16 +235,30 @@ class LeaseWatchdog:
             if now < deadline:
                 nearest = min(nearest, deadline)
                 continue
-            try:                  # its own group (and the job's children in it)
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):   # not in its own group yet
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            _kill(pid)
             del self._horses[pid]
             self._more.pop(pid, None)
+        if self._handed:
+            nearest = min(nearest, self._check_handed(now))
         return max(nearest - now, 0.0)
+
+    def _check_handed(self, now: float) -> float:
+        """The horses handed to the worker: each entry whose owner is one of them, past
+        its deadline, kills it; the nearest deadline to come (inf: none)."""
+        nearest = math.inf
+        for entry in range(self.board.entries):
+            pid = self.board.owner(entry)
+            if pid <= 0 or pid not in self._handed:
+                continue
+            deadline = self.board.get(entry)
+            if deadline <= 0:
+                continue
+            if now < deadline:
+                nearest = min(nearest, deadline)
+                continue
+            _kill(pid)
+            self._handed.discard(pid)       # reaped soon; killed once
+        return nearest
 
     def _nearest(self, pid: int, entry: int) -> float:
         """The nearest deadline of the horse's entries (0: none)."""
@@ -226,3 +268,15 @@ class LeaseWatchdog:
             if value > 0 and (deadline <= 0 or value < deadline):
                 deadline = value
         return deadline
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a horse's own group (and the job's children in it), or the horse alone
+    when it has no group of its own yet."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

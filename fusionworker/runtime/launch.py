@@ -21,18 +21,19 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.job import Job
 from .deadlines import DeadlineBoard
-from .exits import HorseExit, exit_from_report
+from .direct import DirectHorses
 from .forkserver.client import ForkServer, ForkServerDied
 from .horse.hygiene import horse_keeps, oom_target
 from .horse.lease import BoardView
 from .horse.main import horse_main, settle_in
 from .horse.run import cap_results
-from .protocol import HorseReport, StartNotice
+from .inprocess import InProcessLauncher
+from .launchspec import LaunchSpec
+from .protocol import StartNotice
 from .slot import HorseMates, Slot
 
 log = logging.getLogger(__name__)
@@ -41,29 +42,6 @@ log = logging.getLogger(__name__)
 #: SIGKILLed (its requests are asked again: _ask_again). It answers in milliseconds, but
 #: with warm horses it imports the --import modules before its first answer: generous.
 ANSWER_TIMEOUT = 120.0
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What every launcher needs to know, given once by the worker."""
-
-    allowed: tuple[str, ...]                 # the functions jobs may run (functions.py)
-    retryable: tuple[str, ...]               # exception classes that retry
-    entries: int                             # the worker's slots: one board entry each
-    #: a progress frame of a running job (progress_store.ProgressRelay.received)
-    deliver: Callable[[Job[Any], str], None]
-    kill_children: bool = True               # FUSIONWORKER_KILL_JOB_CHILDREN
-    #: OpenTelemetry for the horses (``otel.setup_horses`` arguments), asked at start
-    tracing: Callable[[], dict[str, Any] | None] = field(default=lambda: None)
-    name: str = ""                           # the worker's, for the logs
-    #: warm horses of the fork server, asked at its start: ``{"horse_jobs": N,
-    #: "max_rss_mib": M}`` (N <= 1 or empty: a fresh horse per job)
-    warm: Callable[[], dict[str, int]] = field(default=dict)
-    #: modules the fork server imports before its first horse (the worker's --import):
-    #: asked at its start, so a reload's new server imports the code on disk then
-    imports: Callable[[], tuple[str, ...]] = field(default=tuple)
-    #: FUSIONWORKER_MAX_RESULT_BYTES: a horse refuses a larger result (horse/run.py)
-    result_cap: Callable[[], int] = field(default=lambda: 0)
 
 
 class Launcher(Protocol):
@@ -229,6 +207,10 @@ class ForkServerLauncher:
         self.asked: dict[int, deque[Slot]] = {}
         #: modules whose first job was launched (warm horses: said once, :meth:`_say_loads`)
         self.launched_modules: set[str] = set()
+        #: the warm horses each fork server (by id) handed over: the direct path (direct.py)
+        self.pools: dict[int, DirectHorses] = {}
+        #: jobs whose handed horse died before reading them, to hand on (:meth:`_hand_on`)
+        self.moved: list[tuple[ForkServer, Slot]] = []
 
     def start(self) -> None:
         """Start a fork server (with the board, made once: every server maps the same)."""
@@ -255,7 +237,45 @@ class ForkServerLauncher:
         server.on_move = self._moved
         server.on_start = lambda notice: self._answered(server, notice)
         server.on_blocked = self._blocked
+        server.on_handover = lambda notice, job_w, fd: self._pool(server).adopt(
+            notice, job_w, fd)
+        server.on_gone = lambda pid, status: self.moved.extend(
+            (server, slot) for slot in self._pool(server).gone(pid, status))
         return server
+
+    def _pool(self, server: ForkServer) -> DirectHorses:
+        """The horses ``server`` handed over (made at its first; made again when the
+        server was started again in place: the old one's horses died with it)."""
+        pool = self.pools.get(id(server))
+        if pool is not None and pool.pid != (server.proc.pid if server.proc else 0):
+            self._drop_pool(server)
+            pool = None
+        if pool is None:
+            pool = self.pools[id(server)] = DirectHorses(server, self.own.board,
+                                                         self.spec.deliver)
+        return pool
+
+    def _drop_pool(self, server: ForkServer) -> None:
+        pool = self.pools.pop(id(server), None)
+        if pool is not None:
+            pool.close()
+
+    def _hand_on(self, server: ForkServer, slots: list[Slot]) -> None:
+        """Jobs a handed horse of ``server`` did not run (it died before reading them,
+        or refused them): each goes to the fork server as a new request; its slot waits
+        for the answer's pid (a kill asked for meanwhile is sent then, Slot.bind)."""
+        if not slots:
+            return
+        if self.server is not None:     # after a reload: the new server, as any new job
+            server = self.server
+        for slot in slots:      # an asked slot, not a running one, until the answer
+            slot.hand_on(server)
+            self.by_entry.pop(slot.index, None)
+        self.asked.setdefault(id(server), deque()).extend(slots)
+        try:
+            server.submit([slot.job for slot in slots], [slot.index for slot in slots])
+        except ForkServerDied:
+            self._origin_died(server)
 
     def _alone(self, job: Job[Any], entry: int) -> Slot | None:
         """A suspect (its fork server died under it before, beside other jobs): it runs
@@ -292,6 +312,10 @@ class ForkServerLauncher:
         slot = asked.popleft()
         if not asked:
             del self.asked[id(server)]
+        if server.warm:         # its later jobs may go to a handed horse (direct.py)
+            pool = self._pool(server)
+            pool.modules.add(slot.job.func.partition(":")[0])
+            pool.caps[slot.job.func] = max(1, notice.cap)
         if notice.shared:
             mates = self.mates.get((id(server), notice.pid))
             if mates is None:
@@ -337,24 +361,51 @@ class ForkServerLauncher:
                        while_forking: Callable[[], None]) -> list[Slot]:
         """:meth:`launch` on the worker's fork server (or its own forks)."""
         server = self.server
+        direct: list[Slot] = []
         if server is not None:
             if (self.by_entry or id(server) in self.asked) and not server.alive:
                 self._origin_died(server)   # died unnoticed (before submit() starts a new one)
+            direct, jobs, entries = self._direct(server, jobs, entries)
             try:
-                server.submit(jobs, entries)
+                if jobs:
+                    server.submit(jobs, entries)
             except ForkServerDied as exc:
                 log.warning("Worker %s: fork server unavailable (%s): forking from the worker",
                             self.spec.name, exc)
                 self._origin_died(server)
                 server = None
         if server is None:
-            return self.own.launch(jobs, entries, while_forking)
+            return direct + self.own.launch(jobs, entries, while_forking)
         if server.warm:
             self._say_loads(jobs)
         slots = [Slot.asked(job, server, index=entry) for job, entry in zip(jobs, entries)]
-        self.asked.setdefault(id(server), deque()).extend(slots)
+        if slots:
+            self.asked.setdefault(id(server), deque()).extend(slots)
         while_forking()
-        return slots
+        return direct + slots
+
+    def _direct(self, server: ForkServer, jobs: Sequence[Job[Any]], entries: Sequence[int]
+                ) -> tuple[list[Slot], Sequence[Job[Any]], Sequence[int]]:
+        """The jobs an idle horse ``server`` handed over takes (their slots, bound), and
+        the rest, for the server."""
+        pool = self.pools.get(id(server))
+        if pool is None or not pool.idle:
+            return [], jobs, entries
+        if pool.pid != (server.proc.pid if server.proc else 0):   # it died idle, unnoticed
+            self._drop_pool(server)
+            return [], jobs, entries
+        direct: list[Slot] = []
+        rest: list[Job[Any]] = []
+        rest_entries: list[int] = []
+        for job, entry in zip(jobs, entries):
+            slot = pool.take(job, entry)
+            if slot is None:
+                rest.append(job)
+                rest_entries.append(entry)
+            else:
+                direct.append(slot)
+                self.by_entry[entry] = slot
+        return direct, rest, rest_entries
 
     def _launch_suspects(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
                          while_forking: Callable[[], None]) -> list[Slot]:
@@ -410,6 +461,9 @@ class ForkServerLauncher:
 
     def waitables(self) -> list[Any]:
         socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
+        for pool in self.pools.values():
+            if pool.running:
+                socks.extend(pool.waitables())
         return socks + self.own.waitables()
 
     def poll(self, readable: Collection[Any] | None) -> None:
@@ -424,6 +478,12 @@ class ForkServerLauncher:
                         and server.sock not in readable):
                     continue
                 self._read_exits(server)
+            for pool in list(self.pools.values()):
+                if pool.running:
+                    self.moved.extend((pool.origin, slot) for slot in pool.poll(readable))
+            while self.moved:
+                server, slot = self.moved.pop(0)
+                self._hand_on(server, [slot])
             ended = [entry for entry, slot in self.by_entry.items() if slot.done]
             for entry in ended:
                 self._ended(self.by_entry.pop(entry))
@@ -466,6 +526,7 @@ class ForkServerLauncher:
         """A fork server is gone: its horses died with it (PDEATHSIG). The requests it
         did not answer are asked again (:meth:`_ask_again`)."""
         exits, _ = server.exits()          # what it reported (and answered) before it went
+        self._drop_pool(server)            # its handed horses died with it (PDEATHSIG)
         for slot in self.by_entry.values():
             if slot.origin is server and not slot.done:
                 if slot.index in exits:
@@ -517,6 +578,7 @@ class ForkServerLauncher:
             in_use = {id(server) for server in self._servers()}
             for old in [o for o in self.retiring if id(o) not in in_use]:
                 self.retiring.remove(old)
+                self._drop_pool(old)
                 old.close()
 
     def renew(self) -> None:
@@ -526,9 +588,12 @@ class ForkServerLauncher:
         old, self.server = self.server, None
         if old is None:
             return
+        if id(old) in self.pools:          # its handed horses: idle ones retire now
+            self.pools[id(old)].retire_idle()
         if id(old) in self.asked or any(slot.origin is old for slot in self.by_entry.values()):
             self.retiring.append(old)
         else:
+            self._drop_pool(old)
             old.close()
         self.start()
         log.info("Worker %s: new fork server; the next job imports its code afresh",
@@ -537,62 +602,10 @@ class ForkServerLauncher:
     def close(self) -> None:
         self.own.close()
         for server in [*self.retiring, *([self.server] if self.server else [])]:
+            self._drop_pool(server)
             server.close()
         self.retiring.clear()
         self.server = None
-
-
-class InProcessLauncher:
-    """Each job runs in this process (``fusionworker.testing``): no fork, no isolation,
-    one at a time; the same report, crossing the same JSON encoding as a horse's pipe."""
-
-    def __init__(self, spec: LaunchSpec) -> None:
-        self.spec = spec
-
-    def start(self) -> None:
-        """Nothing is forked."""
-
-    def launch(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
-               while_forking: Callable[[], None]) -> list[Slot]:
-        while_forking()          # the after_claim hooks, before the job runs
-        return [Slot.ended(job, self.run_here(job), entry) for job, entry in zip(jobs, entries)]
-
-    def run_here(self, job: Job[Any]) -> HorseExit:
-        from . import progress
-        from .horse.run import run_job
-
-        started = time.monotonic()
-        previous = signal.getsignal(signal.SIGALRM)
-        # current_job() works here too: its changes go straight to the worker's relay
-        progress.begin(job, deliver=lambda frame: self.spec.deliver(job, frame))
-        try:
-            report = run_job(job, self.spec.allowed, self.spec.retryable)
-        finally:
-            signal.signal(signal.SIGALRM, previous)
-            final = progress.end()
-        if final is not None:
-            report.progress = final
-        # the report crosses the same JSON encoding as a horse's pipe
-        again = HorseReport.decode(report.encode()) or report
-        return exit_from_report(again, time.monotonic() - started)
-
-    def set_deadline(self, entry: int, deadline: float) -> None:
-        """No horse to kill."""
-
-    def waitables(self) -> list[Any]:
-        return []
-
-    def poll(self, readable: Collection[Any] | None) -> None:
-        """Every slot ended at birth."""
-
-    def tidy(self) -> None:
-        """Nothing is left behind."""
-
-    def renew(self) -> None:
-        """Job code is this process's."""
-
-    def close(self) -> None:
-        """Nothing to stop."""
 
 
 __all__ = ["ForkServerLauncher", "InProcessLauncher", "LaunchSpec", "Launcher",

@@ -24,11 +24,19 @@ Two channels:
   ``size`` bytes, the report as the horse wrote it, unparsed (the worker reads it
   as untrusted JSON). ``"e"`` is the job's deadline board entry, unique among
   the worker's running jobs: an async horse (``--async-per-horse``) runs several
-  at once.
+  at once. With warm horses the server hands a sync horse that reported its
+  first job to the worker: a :class:`HandoverNotice` (``{"pid", "e", "h"}``)
+  whose write carries the horse's job pipe write end and report pipe read end
+  (SCM_RIGHTS); the worker writes that horse's job frames and reads its reports
+  itself from then on (design.md, "The direct path"), and the server says a
+  handed horse's wait status once it reaped it (:class:`GoneNotice`, ``{"pid",
+  "gone"}``). A :class:`StartNotice` of a warm sync job says its function's cap
+  (``"c"``).
 * **a horse's report pipe** (horse -> whoever forked it): zero or more
   progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
   progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
-  then EOF. A horse runs job code: what it writes is read as JSON, never
+  then EOF (a warm horse that stays: :data:`STAY` instead of EOF; one that
+  refuses a job the worker wrote it: :data:`REFUSED` then :data:`STAY`). A horse runs job code: what it writes is read as JSON, never
   unmarshalled.
 
 Only the standard library, ``core.codec`` and ``core.job`` (which the fork server
@@ -60,6 +68,19 @@ HEADER = struct.Struct(">I")
 
 #: A progress frame on a report pipe starts with ASCII RS (RFC 7464); a report with ``{``.
 FRAME_START = 0x1E
+
+#: What a warm horse writes after its report when it stays for another job (a report
+#: never holds a raw newline).
+STAY = b"\n"
+
+#: What a warm horse writes (then STAY) instead of a report when the worker wrote it a
+#: job it may not run (the direct path: its function's cap, or an ``async def`` job
+#: that belongs to an async horse): nothing ran, the job goes to the fork server.
+REFUSED = b"\x15"
+
+#: How many times a job whose warm horse died before taking it is handed on, at most
+#: (by the fork server, or by the worker on the direct path).
+MOVES_MAX = 3
 
 
 
@@ -234,11 +255,43 @@ class StartNotice:
     pid: int
     entry: int = -1          #: the job's board entry (unique among the running jobs)
     shared: bool = False     #: an async horse: it runs other jobs at the same time
+    #: a warm sync horse: how many jobs a horse running this function may run in all
+    #: (the worker hands the function's later jobs to the horses it was handed itself)
+    cap: int = 0
 
     def encode(self) -> bytes:
         if self.shared:
             return head_frame({"pid": self.pid, "e": self.entry, "a": 1})
+        if self.cap:
+            return head_frame({"pid": self.pid, "e": self.entry, "c": self.cap})
         return head_frame({"pid": self.pid, "e": self.entry})
+
+
+@dataclass(frozen=True, slots=True)
+class HandoverNotice:
+    """A warm horse that reported its first job and stays, handed to the worker: its
+    job pipe's write end and its report pipe's read end travel with this notice
+    (SCM_RIGHTS, in that order); the worker writes its jobs and reads its reports from
+    now on (design.md, "The direct path"). ``entry``: the board entry of the job it
+    ran (its GPU device), ``done``: the jobs it ran."""
+
+    pid: int
+    entry: int
+    done: int
+
+    def encode(self) -> bytes:
+        return head_frame({"pid": self.pid, "e": self.entry, "h": self.done})
+
+
+@dataclass(frozen=True, slots=True)
+class GoneNotice:
+    """A horse handed to the worker was reaped: its wait status."""
+
+    pid: int
+    status: int
+
+    def encode(self) -> bytes:
+        return head_frame({"pid": self.pid, "gone": self.status})
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +349,8 @@ class BlockedNotice:
         return head_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
 
 
-Notice = StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
+Notice = (StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
+          | HandoverNotice | GoneNotice)
 
 
 def take_notices(buf: bytearray) -> list[Notice]:
@@ -322,8 +376,12 @@ def take_notices(buf: bytearray) -> list[Notice]:
             out.append(MovedNotice(pid, int(msg["to"]), entry))
         elif "blocked" in msg:
             out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
+        elif "h" in msg:
+            out.append(HandoverNotice(pid, entry, int(msg["h"])))
+        elif "gone" in msg:
+            out.append(GoneNotice(pid, int(msg["gone"])))
         else:
-            out.append(StartNotice(pid, entry, bool(msg.get("a"))))
+            out.append(StartNotice(pid, entry, bool(msg.get("a")), int(msg.get("c", 0))))
         pos = end
     del buf[:pos]
     return out
@@ -469,7 +527,8 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "CANCEL", "ENTRY", "FRAME_START", "BlockedNotice", "CancelRequest", "ExitNotice", "HorseReport", "MovedNotice", "Notice",
+    "CANCEL", "ENTRY", "FRAME_START", "MOVES_MAX", "REFUSED", "STAY", "BlockedNotice", "CancelRequest", "ExitNotice",
+    "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "cancel_for_horse", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
     "take_frames", "take_progress", "unread", "write_all",

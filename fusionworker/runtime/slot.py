@@ -35,6 +35,8 @@ these transitions (anything else raises :class:`SlotStateError`)::
                           died before it answered: the worker forked the horse)
     ASKED   -> ORPHANED   unanswered (the server died before it answered, and the request
                           goes to no other: a suspect's, or one asked twice)
+    RUNNING -> ASKED      hand_on (a horse handed to the worker never read the job: it
+                          died first, or refused it; the job went to the fork server)
     RUNNING -> ENDED      exited (the server's exit notice) or poll_own (reaped)
     RUNNING -> ORPHANED   origin_died (its fork server died: the horse with it)
 
@@ -97,7 +99,7 @@ class SlotState(Enum):
 #: :meth:`Slot._enter`, the one place a slot's state changes
 _NEXT: dict[SlotState, frozenset[SlotState]] = {
     SlotState.ASKED: frozenset({SlotState.RUNNING, SlotState.ORPHANED}),
-    SlotState.RUNNING: frozenset({SlotState.ENDED, SlotState.ORPHANED}),
+    SlotState.RUNNING: frozenset({SlotState.ENDED, SlotState.ORPHANED, SlotState.ASKED}),
     SlotState.ENDED: frozenset(),
     SlotState.ORPHANED: frozenset(),
 }
@@ -211,13 +213,17 @@ class Slot:
     def state(self) -> SlotState:
         return self._state
 
-    def _enter(self, state: SlotState, *, unanswered: bool = False) -> None:
+    def _enter(self, state: SlotState, *, unanswered: bool = False,
+               unread: bool = False) -> None:
         """The one place a slot's state changes, only along :data:`_NEXT` (ASKED ->
         ORPHANED only by :meth:`unanswered`: an unanswered request is asked again, never
-        taken for a dead horse by mistake)."""
+        taken for a dead horse by mistake; RUNNING -> ASKED only by :meth:`hand_on`: a job
+        its horse never read)."""
         if state not in _NEXT[self._state] or (
                 self._state is SlotState.ASKED and state is SlotState.ORPHANED
-                and not unanswered):
+                and not unanswered) or (
+                self._state is SlotState.RUNNING and state is SlotState.ASKED
+                and not unread):
             raise SlotStateError(f"the slot of job {self.job.id} cannot go from "
                                  f"{self._state.value} to {state.value}")
         self._state = state
@@ -240,6 +246,14 @@ class Slot:
         """ASKED still: the fork server first asked died before it answered, and the
         request went to ``origin`` (launch.py); the wait for an answer starts again."""
         self.origin, self.started, self.asked_again = origin, time.monotonic(), True
+
+    def hand_on(self, origin: ForkServer) -> None:
+        """RUNNING -> ASKED: the horse the worker wrote the job to itself (the direct
+        path, direct.py) never ran it (it died before reading it, or refused it); the job
+        went to ``origin`` as a new request, whose answer binds the new pid (:meth:`bind`
+        sends a kill asked for meanwhile)."""
+        self._enter(SlotState.ASKED, unread=True)
+        self.pid, self.origin, self.started = 0, origin, time.monotonic()
 
     def adopt(self, own: Slot) -> None:
         """ASKED -> RUNNING: the fork server died before it answered; the worker forked

@@ -21,6 +21,7 @@ resolved (resolved again after each later preload, whose import may rebind it).
 | ``client.py`` | the worker | :class:`ForkServer`, the worker's handle: start, requests, notices |
 | ``server.py`` | the fork server | its turn: requests, ready horses, reports, reaping |
 | ``modules.py`` | the fork server | job code it imports and resolves for its horses |
+| ``handover.py`` | the fork server | warm horses handed to the worker (the direct path), its sends |
 
 The wire (requests and notices) is ``runtime/protocol.py``.
 
@@ -35,6 +36,9 @@ Processes and what happens when one dies::
                       and a new server is started for the next job.
     * horse dies   -> the server reaps it and sends its wait status and
                       whatever report it wrote; the worker decides as before.
+                      A warm horse handed to the worker (design.md, "The
+                      direct path"): the worker reads its report pipe, the
+                      server reaps it and sends its wait status (GoneNotice).
     * timeouts and kills: the worker signals the horse's process group itself
       (same user), exactly as with a horse of its own.
 

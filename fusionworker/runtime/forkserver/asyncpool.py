@@ -50,6 +50,7 @@ from ..protocol import (
     write_all,
 )
 from ..slot_device import device_of
+from .handover import Outgoing
 from .modules import REMEMBER_MAX, remember
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,7 +123,7 @@ class AsyncHorses:
     attributes declared below)."""
 
     # provided by Server
-    out: list[bytes]
+    out: list[Outgoing]
     ep: select.epoll
     watchdog: LeaseWatchdog | None
     resolved: dict[str, Callable[..., Any]]

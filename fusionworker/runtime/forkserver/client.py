@@ -9,12 +9,14 @@ exit notices; progress notices go to :attr:`ForkServer.on_update` as they are re
 
 from __future__ import annotations
 
+import array
 import errno
 import json
 import os
 import socket
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,9 @@ from ..protocol import (
     BlockedNotice,
     CancelRequest,
     ExitNotice,
+    GoneNotice,
+    HandoverNotice,
+    Notice,
     ProgressNotice,
     RunRequest,
     StartNotice,
@@ -43,6 +48,11 @@ sys.path[:] = path
 from fusionworker.runtime.forkserver.server import serve
 serve(**args)
 """
+
+
+#: ancillary space for the descriptors one read may bring (each handover brings two; the
+#: kernel ends a read after the data that carried descriptors)
+_FDS_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
 
 
 class ForkServerDied(RuntimeError):
@@ -80,6 +90,12 @@ class ForkServer:
         self.on_start: Callable[[StartNotice], None] | None = None
         #: gets (entry, seconds): that job holds its async horse's event loop
         self.on_blocked: Callable[[int, float], None] | None = None
+        #: gets (notice, job pipe's write end, report pipe's read end): a warm horse the
+        #: server handed over (the direct path); None: its descriptors are closed
+        self.on_handover: Callable[[HandoverNotice, int, int], None] | None = None
+        #: gets (pid, wait status): a handed horse was reaped
+        self.on_gone: Callable[[int, int], None] | None = None
+        self._fds: deque[int] = deque()    # descriptors received, not taken by a notice
 
     def start(self) -> None:
         """Start the server process (a fresh interpreter; about 30 ms, once)."""
@@ -169,30 +185,63 @@ class ForkServer:
         a socket error (the server is gone)."""
         assert self.sock is not None
         try:
-            chunk = self.sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            chunk, ancillary, _, _ = self.sock.recvmsg(
+                1 << 16, _FDS_SPACE, socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
-            chunk = b""
+            chunk, ancillary = b"", []
+        if ancillary:
+            self._take_fds(ancillary)
         if not chunk:
             self.close()
             raise ForkServerDied("the fork server went away")
         self._inbox.extend(chunk)
         for notice in take_notices(self._inbox):
-            if isinstance(notice, StartNotice):
-                if self.on_start is not None:
-                    self.on_start(notice)
-            elif isinstance(notice, ExitNotice):
-                self._exits[notice.entry] = notice
-            elif isinstance(notice, ProgressNotice):
-                if self.on_update is not None:
-                    self.on_update(notice.entry, notice.update)
-            elif isinstance(notice, BlockedNotice):
-                if self.on_blocked is not None:
-                    self.on_blocked(notice.entry, notice.seconds)
-            elif self.on_move is not None:     # MovedNotice
-                self.on_move(notice.entry, notice.to)
+            self._dispatch(notice)
         return True
+
+    def _dispatch(self, notice: Notice) -> None:
+        """One notice to whom it concerns (:meth:`_read`)."""
+        if isinstance(notice, HandoverNotice | GoneNotice):
+            self._direct(notice)
+        elif isinstance(notice, StartNotice):
+            if self.on_start is not None:
+                self.on_start(notice)
+        elif isinstance(notice, ExitNotice):
+            self._exits[notice.entry] = notice
+        elif isinstance(notice, ProgressNotice):
+            if self.on_update is not None:
+                self.on_update(notice.entry, notice.update)
+        elif isinstance(notice, BlockedNotice):
+            if self.on_blocked is not None:
+                self.on_blocked(notice.entry, notice.seconds)
+        elif self.on_move is not None:     # MovedNotice
+            self.on_move(notice.entry, notice.to)
+
+    def _take_fds(self, ancillary: list[tuple[int, int, bytes]]) -> None:
+        """Descriptors that came with a read (a handed horse's pipes, close-on-exec)."""
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                self._fds.extend(fds)
+
+    def _direct(self, notice: HandoverNotice | GoneNotice) -> None:
+        """A horse handed over (its two descriptors came before or with its notice, in
+        order) or a handed horse reaped."""
+        if isinstance(notice, GoneNotice):
+            if self.on_gone is not None:
+                self.on_gone(notice.pid, notice.status)
+            return
+        if len(self._fds) < 2:     # cannot be: they come with the notice's first byte
+            return
+        job_w, report_r = self._fds.popleft(), self._fds.popleft()
+        if self.on_handover is None:
+            os.close(job_w)        # EOF: the horse exits (the server reaps it)
+            os.close(report_r)
+            return
+        self.on_handover(notice, job_w, report_r)
 
     def close(self) -> None:
         """Stop the server (closing the socket is its signal to exit)."""
@@ -200,6 +249,8 @@ class ForkServer:
             self.sock.close()
             self.sock = None
         self._inbox.clear()          # a server started again answers from the start
+        while self._fds:
+            os.close(self._fds.popleft())
         if self.proc is not None:
             try:
                 self.proc.wait(2)

@@ -31,8 +31,10 @@ from ..horse.hygiene import close_others, horse_keeps, oom_target, open_fds, rai
 from ..horse.lease import OwnLease
 from ..horse.main import set_pdeathsig, waiting_horse
 from ..horse.run import cap_results
-from ..horse.warm import STAY, cap_of, warm_horse
+from ..horse.warm import cap_of, warm_horse
 from ..protocol import (
+    MOVES_MAX,
+    STAY,
     ExitNotice,
     MovedNotice,
     ProgressNotice,
@@ -43,7 +45,6 @@ from ..protocol import (
     frame,
     has_report,
     read_available,
-    send_reading,
     take_frames,
     take_progress,
     unread,
@@ -51,6 +52,7 @@ from ..protocol import (
 )
 from ..slot_device import device_of
 from .asyncpool import AsyncHorses
+from .handover import Handover, Outgoing
 from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 
 #: Horses the server forks ahead at most (as many as the largest batch of requests one
@@ -60,9 +62,6 @@ READY_MAX = 16
 #: Seconds the server, told to exit, waits for horses that reported and are still exiting
 #: (flushing their spans), reaping them and their leftovers; below ForkServer.close()'s 2 s
 LAST_REAPS = 1.5
-
-#: How many times a job whose warm horse died before taking it is handed on, at most.
-MOVES_MAX = 3
 
 
 class _Running:
@@ -121,6 +120,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
+    server.init_handover(server.horse_jobs > 1)       # the direct path (handover.py)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once: the worker process never imports them)
             server.preloaded.add(module)
@@ -130,7 +130,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.run()
 
 
-class Server(AsyncHorses):
+class Server(AsyncHorses, Handover):
     """The fork server's state and its turn (module docstring)."""
 
     def __init__(self, fd: int, allowed: tuple[str, ...], retryable: tuple[str, ...], *,
@@ -159,7 +159,7 @@ class Server(AsyncHorses):
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
-        self.out: list[bytes] = []               # notices for the worker, sent once per turn
+        self.out: list[Outgoing] = []            # notices for the worker, sent once per turn
         self.read_ahead = False                      # send() read requests into the inbox
         self.horses_own: tuple[int, ...] = ()    # a horse's besides its pipes (OpenTelemetry's)
         signal.signal(signal.SIGINT, signal.SIG_IGN)    # shutdown is the worker's business
@@ -182,7 +182,7 @@ class Server(AsyncHorses):
             # requests read while sending are in the inbox already: no event will say so
             eof, ended = self.receive(self.ep.poll(0 if self.read_ahead else -1))
             self.read_ahead = False
-            if self.running or self.exiting or self.async_horses:
+            if self.reaps_due():
                 ended += [self.running[pid] for pid in self.reap() if pid in self.running]
             for run in ended:
                 self.settle(run)
@@ -202,7 +202,7 @@ class Server(AsyncHorses):
         as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
         worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
         while (len(self.ready) + len(self.idle) + len(self.running) + len(self.async_horses)
-               < self.slots
+               + len(self.handed) < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
@@ -253,15 +253,7 @@ class Server(AsyncHorses):
             self.inbox.extend(chunk)
             flags = socket.MSG_DONTWAIT
 
-    def send(self) -> bool:
-        """Send this turn's notices; False: the worker is gone (it died or closed the
-        socket): the server ends as at an EOF, without a traceback. While the socket is
-        full it reads the worker's requests (design.md, "Both ends full")."""
-        data = b"".join(self.out)
-        self.out.clear()
-        return send_reading(self.sock, data, self._read_more)
-
-    def _read_more(self) -> bool:
+    def _read_more(self) -> bool:    # the send, while the socket is full (handover.py)
         self.read_ahead = True       # taken at the next turn, which does not wait for them
         return self.read_worker()
 
@@ -293,7 +285,7 @@ class Server(AsyncHorses):
             lease = self.own_lease
             if self.horse_jobs > 1:
                 warm_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
-                           self.resolved, self.horse_jobs, self.max_rss, lease)
+                           self.resolved, self.horse_jobs, self.max_rss, lease, self.async_k)
             waiting_horse(job_r, write_fd, self.pid, self.allowed, self.retryable,
                           self.resolved, lease)
         raise_oom_score(pid=pid)      # before it has a job (hygiene.py)
@@ -322,9 +314,11 @@ class Server(AsyncHorses):
             read_fd = -1
         self.started(_Running(pid, read_fd, request.func), request)
 
-    def started(self, new: _Running, request: RunRequest, moved_from: int = 0) -> None:
+    def started(self, new: _Running, request: RunRequest, moved_from: int = 0,
+                cap: int = 0) -> None:
         """The job went to the horse ``new`` (read_fd -1: it died on the way);
-        ``moved_from``: the horse that died before it took the job."""
+        ``moved_from``: the horse that died before it took the job; ``cap`` > 1: a warm
+        sync horse's job (said to the worker: the direct path)."""
         read_fd, pid = new.fd, new.pid
         new.request = request
         if read_fd >= 0:
@@ -336,7 +330,8 @@ class Server(AsyncHorses):
                 self.watchdog.watch(pid, request.entry)
         self.running[pid] = new
         self.out.append((MovedNotice(moved_from, pid, request.entry) if moved_from
-                         else StartNotice(pid, request.entry)).encode())
+                         else StartNotice(pid, request.entry,
+                                          cap=cap if self.direct and cap > 1 else 0)).encode())
 
     # -- warm horses (horse/warm.py) -------------------------------------------------------
 
@@ -418,7 +413,7 @@ class Server(AsyncHorses):
                 continue
             del self.idle[run.pid]
             run.idle, run.func, run.status, run.moves = False, request.func, None, moves
-            self.started(run, request, moved_from)
+            self.started(run, request, moved_from, cap)
             return
         for _ in range(2):
             horse = self.ready.pop(0) if self.ready else self.spawn()
@@ -429,7 +424,7 @@ class Server(AsyncHorses):
                 continue
             new = _Running(horse.pid, horse.report_r, request.func, horse.job_w)
             new.moves = moves
-            self.started(new, request, moved_from)
+            self.started(new, request, moved_from, cap)
             return
         self.started(_Running(horse.pid, -1, request.func), request, moved_from)
 
@@ -442,6 +437,8 @@ class Server(AsyncHorses):
         run.status = 0
         self.finish(run)
         run.done += 1
+        if self.direct:         # the worker runs its next jobs itself (handover.py)
+            return self.hand_over(run)
         run.idle, run.status = True, None
         self.idle[run.pid] = run
 
@@ -550,7 +547,7 @@ class Server(AsyncHorses):
                 found.status = status
             elif pid in self.idle:        # died between jobs: nothing was running
                 self.drop_idle(self.idle[pid])
-            else:
+            elif not self.handed_reaped(pid, status):
                 self.async_reaped(pid, status)
             self.exiting.discard(pid)
             reaped.append(pid)
@@ -565,6 +562,8 @@ class Server(AsyncHorses):
             if self.watchdog is not None:
                 self.watchdog.forget(run.pid)
         self.exiting.clear()
+        for pid in list(self.handed):
+            self.handed_reaped(pid, 0)
         self.async_none_left()
         return reaped
 
@@ -576,7 +575,8 @@ class Server(AsyncHorses):
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        for pid in self.running:                 # not reported: a job still runs
+        # not reported: a job still runs (a handed horse's: the worker is gone)
+        for pid in [*self.running, *self.handed]:
             self._kill_now(pid)
         self.async_kill_all(self._kill_now)      # an idle one gets EOF: it exits (its spans)
         deadline = time.monotonic() + LAST_REAPS

@@ -73,7 +73,7 @@ class BoardView:
 
     def __init__(self, fd: int) -> None:
         size = os.fstat(fd).st_size
-        self.entries = size // _ENTRY
+        self.entries = size // (2 * _ENTRY)   # deadlines, then owners (deadlines.py)
         addr = _libc.mmap(None, max(size, 1), _PROT_READ, _MAP_SHARED, fd, 0)
         if addr is None or addr == ctypes.c_void_p(-1).value:
             raise OSError(ctypes.get_errno(), "cannot map the deadline board")

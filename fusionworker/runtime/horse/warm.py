@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..protocol import HEADER, HorseReport, from_server, job_of, write_all
+from ..protocol import HEADER, REFUSED, STAY, HorseReport, from_server, job_of, write_all
 from ..slot_device import use_slot_device
 from . import guard
 from .lease import OwnLease
@@ -40,16 +40,15 @@ from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
 from .stay import has_children, remember, rss
 
-#: what a staying horse writes after its report
-STAY = b"\n"
-
 
 def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
                retryable: tuple[str, ...], resolved: Mapping[str, Callable[..., Any]],
-               horse_jobs: int, max_rss: int,
-               lease: OwnLease | None = None) -> NoReturn:  # pragma: no cover - a child
+               horse_jobs: int, max_rss: int, lease: OwnLease | None = None,
+               async_k: int = 1) -> NoReturn:  # pragma: no cover - a child
     """Run jobs from ``job_r`` until one says leave (or EOF); ``max_rss`` in bytes (0:
-    no ceiling); ``lease``: its own lease watcher (lease.py). Ends in ``os._exit``."""
+    no ceiling); ``lease``: its own lease watcher (lease.py); ``async_k`` > 1: an
+    ``async def`` job belongs to an async horse (refused here once a sync horse).
+    Ends in ``os._exit``."""
     code = 0
     done = 0
     mine = dict(resolved)       # what this horse resolved too: each function once
@@ -68,6 +67,9 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                     async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
                                 lease)
             job = job_of(body)
+            if _refuses(job.func, done, horse_jobs, mine, allowed, async_k):
+                write_all(write_fd, REFUSED + STAY)     # nothing ran: it stays idle
+                continue
             done += 1
             if lease is not None and entry >= 0:
                 lease.defer(entry)
@@ -88,6 +90,30 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
         code = 70
     finally:
         os._exit(code)
+
+
+def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[..., Any]],
+             allowed: tuple[str, ...], async_k: int) -> bool:
+    """A job the worker wrote here itself (the direct path) that this horse may not
+    run: its function's cap is reached (``@job(horse_jobs=M)``), or it is ``async def``
+    and async horses run those. Its function is resolved first (once per horse: its
+    module imported, every check of ``functions.resolve``); one that does not resolve
+    is run, and fails as it would anywhere. Its first job (``done`` 0) came from the
+    fork server, which decided."""
+    if not done:
+        return False
+    if func not in mine:
+        remember(mine, func, allowed)
+    if done >= cap_of(func, horse_jobs, mine):
+        return True
+    if async_k > 1 and func in mine:
+        import inspect
+
+        try:
+            return inspect.iscoroutinefunction(inspect.unwrap(mine[func]))
+        except ValueError:      # a __wrapped__ cycle
+            return False
+    return False
 
 
 def _guarded(report: HorseReport, func: str, originals: guard.Snapshot,

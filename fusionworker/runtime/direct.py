@@ -1,0 +1,316 @@
+"""The direct path (design.md, "The direct path"): the warm horses a fork server
+handed to the worker. The worker writes their jobs on their job pipes and reads
+their reports in its own ``select()``; the fork server only forks them, reaps
+them (a :class:`~.protocol.GoneNotice` says a handed horse's wait status) and
+keeps its lease watchdog on them (the board's owner of each entry, written here).
+
+One :class:`DirectHorses` per fork server (launch.py). A horse is idle (its
+report pipe read to its last report, nothing in its job pipe) or runs one job
+(its slot); an async job never comes here (it stays on the fork server's relay).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from ..core.job import Job
+from .gpus import device_of
+from .protocol import (
+    MOVES_MAX,
+    REFUSED,
+    STAY,
+    ExitNotice,
+    HandoverNotice,
+    RunRequest,
+    for_horse,
+    frame,
+    has_report,
+    read_available,
+    take_progress,
+    unread,
+)
+from .slot import Slot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .deadlines import DeadlineBoard
+    from .forkserver.client import ForkServer
+
+#: A job frame longer than this goes through the fork server: an idle horse's empty
+#: pipe takes it whole without blocking the worker (a pipe holds 64 KiB).
+DIRECT_MAX = 60000
+
+
+class DirectHorse:
+    """A horse handed to the worker: its pipe ends, its jobs so far, its job now."""
+
+    __slots__ = ("buf", "device", "done", "fd", "job_w", "moves", "pid", "slot", "status")
+
+    def __init__(self, pid: int, job_w: int, fd: int, done: int, device: str | None) -> None:
+        self.pid, self.job_w, self.fd, self.done, self.device = pid, job_w, fd, done, device
+        self.buf = bytearray()
+        self.slot: Slot | None = None       # the job it runs (None: idle)
+        self.status: int | None = None      # its wait status, once reaped (GoneNotice)
+        self.moves = 0                      # horses the job was handed to before
+
+
+class DirectHorses:
+    """The horses one fork server handed over (module docstring)."""
+
+    def __init__(self, origin: ForkServer, board: DeadlineBoard | None,
+                 deliver: Callable[[Job[Any], str], None]) -> None:
+        self.origin, self.board, self.deliver = origin, board, deliver
+        self.trace = bool(origin.otel)
+        #: the server process that handed them (a server started again in place is
+        #: another: these died with the first)
+        self.pid = origin.proc.pid if origin.proc is not None else 0
+        self.idle: list[DirectHorse] = []            # the most recently used last
+        self.by_pid: dict[int, DirectHorse] = {}
+        self.running: dict[int, DirectHorse] = {}    # by report pipe, until its EOF
+        #: the running horses' report pipes: the loop's select() waits on this one
+        #: descriptor, and a turn reads only the pipes that have something (not every one)
+        self.ep = select.epoll()
+        #: by function: jobs a warm sync horse running it may run (the server's answer;
+        #: 1: its jobs go to the server: async, or fresh horses); unknown: --horse-jobs
+        self.caps: dict[str, int] = {}
+        self.horse_jobs = (origin.warm or {}).get("horse_jobs", 1)
+        #: modules a job of which went through the server (which imported the module
+        #: then, so the horses it forks from then on have it): only their jobs come here
+        self.modules: set[str] = set()
+        #: its fork server was replaced (SIGHUP): no horse comes back to ``idle``
+        self.retiring = False
+
+    def adopt(self, notice: HandoverNotice, job_w: int, fd: int) -> None:
+        """A horse the server handed over (idle, its first job reported)."""
+        if self.retiring:
+            os.close(job_w)
+            os.close(fd)
+            return
+        os.set_blocking(fd, False)
+        os.set_blocking(job_w, False)
+        horse = DirectHorse(notice.pid, job_w, fd, notice.done, device_of(notice.entry))
+        self.by_pid[horse.pid] = horse
+        self.idle.append(horse)
+
+    # -- a job goes to a horse ---------------------------------------------------------
+
+    def take(self, job: Job[Any], entry: int) -> Slot | None:
+        """Write ``job`` to an idle horse that may run it (fewer jobs than the function's
+        cap, the slot's device): its slot, bound to that pid. None: none may (the job goes
+        to the fork server)."""
+        cap = self.caps.get(job.func, self.horse_jobs)
+        if cap <= 1 or not self.idle or job.func.partition(":")[0] not in self.modules:
+            return None
+        data = frame(for_horse(RunRequest.of(job, entry, self.trace)))
+        if len(data) > DIRECT_MAX:
+            return None
+        device = device_of(entry)
+        for i in range(len(self.idle) - 1, -1, -1):     # the most recently used first
+            horse = self.idle[i]
+            if horse.done >= cap or horse.device != device:
+                continue
+            if not (self._quiet(horse) and self._write(horse, data)):
+                self.retire(horse)         # it died idle, or wrote when it should not
+                continue
+            del self.idle[i]
+            slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
+            horse.moves, horse.buf = 0, bytearray()
+            self.running[horse.fd] = horse
+            self.ep.register(horse.fd, select.EPOLLIN)
+            if self.board is not None:     # the fork server's watchdog: whose entry
+                self.board.set_owner(entry, horse.pid)
+            return slot
+        return None
+
+    @staticmethod
+    def _quiet(horse: DirectHorse) -> bool:
+        """An idle horse wrote nothing since its last report and is alive (no EOF)."""
+        try:
+            os.read(horse.fd, 1)           # a byte, or EOF: either way it is not idle
+        except BlockingIOError:
+            return True
+        except OSError:
+            pass
+        return False
+
+    @staticmethod
+    def _write(horse: DirectHorse, data: bytes) -> bool:
+        """The whole frame into the horse's empty job pipe; False: it is gone (EPIPE)."""
+        try:
+            written = os.write(horse.job_w, data)
+            if written < len(data):        # a pipe smaller than the frame: the rest waits
+                os.set_blocking(horse.job_w, True)
+                try:
+                    view = memoryview(data)[written:]
+                    while view:
+                        view = view[os.write(horse.job_w, view):]
+                finally:
+                    os.set_blocking(horse.job_w, False)
+        except (BrokenPipeError, BlockingIOError):
+            return False
+        return True
+
+    # -- reports and deaths ------------------------------------------------------------
+
+    def waitables(self) -> list[Any]:
+        return [self.ep] if self.running else []
+
+    def _unwatch(self, horse: DirectHorse) -> None:
+        """Its report pipe is no longer read (its job ended, or its pipe reached EOF)."""
+        if self.running.pop(horse.fd, None) is not None:
+            self.ep.unregister(horse.fd)
+
+    def poll(self, readable: Collection[Any] | None) -> list[Slot]:
+        """Read the running horses' report pipes (``readable``: what select() found; None:
+        all): progress goes to its job, a report ends its slot. Returns the slots whose
+        horse died with their job unread in its job pipe: to be handed on."""
+        moved: list[Slot] = []
+        if readable is not None and self.ep not in readable:
+            return moved
+        for fd, _ in self.ep.poll(0):
+            horse = self.running.get(fd)
+            if horse is None:
+                continue
+            eof = _read(fd, horse.buf)
+            self._progress(horse)
+            if horse.buf == REFUSED + STAY and horse.slot is not None:   # nothing ran
+                moved.append(self._refused(horse, eof))
+            elif has_report(horse.buf) and horse.buf.endswith(STAY):
+                self._finish(horse, 0, bytes(horse.buf[:-len(STAY)]))
+                if eof:
+                    self.retire(horse)
+                else:
+                    self._rest(horse)
+            elif eof:
+                self._unwatch(horse)
+                moved += self._ended(horse)
+        return moved
+
+    def _progress(self, horse: DirectHorse) -> None:
+        if horse.slot is not None and horse.buf[:1] == b"\x1e":
+            for update in take_progress(horse.buf):
+                self.deliver(horse.slot.job, update)
+
+    def _refused(self, horse: DirectHorse, eof: bool) -> Slot:
+        """The horse may not run the job (its function's cap, or async): the job goes to
+        the server, and so do the function's next jobs until its answer says the cap."""
+        slot = horse.slot
+        assert slot is not None
+        self.caps[slot.job.func] = 1
+        self._release(horse)
+        horse.done -= 1                   # (_rest counts a job: none ran)
+        if eof:
+            self.retire(horse)
+        else:
+            self._rest(horse)
+        return slot
+
+    def _rest(self, horse: DirectHorse) -> None:
+        """It reported and stays: idle again (retired if its server was replaced)."""
+        self._unwatch(horse)
+        horse.done += 1
+        horse.buf = bytearray()
+        if self.retiring:
+            self.retire(horse)
+        else:
+            self.idle.append(horse)
+
+    def _ended(self, horse: DirectHorse) -> list[Slot]:
+        """Its report pipe reached EOF (no stay): it left after its report (status 0, the
+        server reaps it), or it died: the job unread in its pipe is handed on; else its
+        slot ends with its wait status (now, or once the server's notice says it)."""
+        slot = horse.slot
+        if has_report(horse.buf):
+            self._finish(horse, 0, bytes(horse.buf))
+        elif (slot is not None and not horse.buf and horse.moves < MOVES_MAX
+              and unread(horse.job_w)):
+            self._release(horse)
+            self.retire(horse)
+            return [slot]
+        elif horse.status is not None:
+            self._finish(horse, horse.status, bytes(horse.buf))
+        else:
+            return []           # its status comes (gone)
+        self.retire(horse)
+        return []
+
+    def gone(self, pid: int, status: int) -> list[Slot]:
+        """The server reaped a handed horse: an idle one is dropped; a running one's slot
+        ends with its status once its pipe was read (or its job is handed on)."""
+        horse = self.by_pid.get(pid)
+        if horse is None:
+            return []
+        horse.status = status
+        if horse.slot is None:
+            self.retire(horse)
+            return []
+        if horse.fd in self.running:     # dead: what it wrote is in the pipe already
+            self._unwatch(horse)
+            read_available(horse.fd, horse.buf)
+            self._progress(horse)
+            if has_report(horse.buf) and horse.buf.endswith(STAY):
+                del horse.buf[-len(STAY):]
+        return self._ended(horse)
+
+    def _finish(self, horse: DirectHorse, status: int, report: bytes) -> None:
+        """The job's outcome is known: its slot ends as a relayed one would."""
+        slot = horse.slot
+        if slot is None:
+            return
+        self._release(horse)
+        slot.exited(ExitNotice(horse.pid, status, report, slot.index))
+
+    def _release(self, horse: DirectHorse) -> None:
+        slot, horse.slot = horse.slot, None
+        if slot is not None and self.board is not None:
+            self.board.set_owner(slot.index, 0)
+
+    def retire(self, horse: DirectHorse) -> None:
+        """Close the worker's ends: an idle horse reads EOF and exits (its server reaps
+        it); one that runs a job is dying with it (close) or dead already."""
+        if horse in self.idle:
+            self.idle.remove(horse)
+        self._unwatch(horse)
+        if self.by_pid.get(horse.pid) is horse:
+            del self.by_pid[horse.pid]
+        self._release(horse)
+        if horse.job_w >= 0:
+            os.close(horse.job_w)
+            os.close(horse.fd)
+            horse.job_w = horse.fd = -1
+
+    def retire_idle(self) -> None:
+        """SIGHUP: the idle horses go now, the running ones after their job."""
+        self.retiring = True
+        for horse in list(self.idle):
+            self.retire(horse)
+
+    def close(self) -> None:
+        """Every horse goes (the worker stops, or their server died with them)."""
+        self.retiring = True
+        for horse in list(self.by_pid.values()):
+            self.retire(horse)
+        self.ep.close()
+
+
+def _read(fd: int, buf: bytearray, chunk: int = 65536) -> bool:
+    """What the report pipe ``fd`` holds now, appended to ``buf``; True at EOF. One read
+    when it returns less than ``chunk`` (the pipe is drained: a report and its STAY
+    come in one write): the per-job read that would only say "nothing more" is
+    saved; an EOF after it is seen at the next select()."""
+    while True:
+        try:
+            data = os.read(fd, chunk)
+        except BlockingIOError:
+            return False
+        except InterruptedError:
+            continue
+        except OSError:
+            return True
+        if not data:
+            return True
+        buf.extend(data)
+        if len(data) < chunk:
+            return False

@@ -1,0 +1,177 @@
+"""The direct path (design.md, "The direct path"): once a warm horse exists, the
+worker writes its jobs and reads its reports itself; the fork server forks, reaps and
+keeps its lease watchdog. Each crash point of the design, with real processes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fusionworker.core.job import FailureReason, Job
+from fusionworker.runtime.launch import ForkServerLauncher
+from fusionworker.runtime.slot import Slot, SlotState
+from tests.runtime.test_forkserver import spec, until_done
+from tests.waiting import gone, processes_of, wait_for
+
+JOBS = "tests.jobs"
+
+
+def _warm(**extra: int) -> dict[str, int]:
+    return {"horse_jobs": 10, "max_rss_mib": 0, **extra}
+
+
+@pytest.fixture
+def warm() -> Iterator[ForkServerLauncher]:
+    ln = ForkServerLauncher(spec(warm=_warm))
+    ln.start()
+    yield ln
+    ln.close()
+
+
+def _launch(ln: ForkServerLauncher, func: str, *args: Any, entries: tuple[int, ...] = (0,),
+            timeout: float = 30) -> list[Slot]:
+    jobs = [Job(id=f"j{entry}-{time.monotonic_ns()}", queue="q", func=f"{JOBS}:{func}",
+                args=list(args), timeout=timeout) for entry in entries]
+    return ln.launch(jobs, list(entries), lambda: None)
+
+
+def _handed(ln: ForkServerLauncher, count: int = 1) -> list[int]:
+    """Run ``count`` jobs at once until their horses are handed to the worker: their pids."""
+    slots = _launch(ln, "noop", entries=tuple(range(count)))
+    until_done(ln, slots)
+    assert all(s.outcome(cold=False).ok for s in slots)
+    pool = ln.pools[id(ln.server)]
+    wait_for(lambda: len(pool.idle) == count, what="the handed horses")
+    return [s.pid for s in slots]
+
+
+def test_a_warm_horses_later_jobs_go_from_the_worker_to_the_horse(warm) -> None:
+    [horse] = _handed(warm)
+    [slot] = _launch(warm, "identity", 5)
+    # bound at once: no request went to the fork server, no answer is awaited
+    assert slot.pid == horse and slot.state is SlotState.RUNNING and not warm.asked
+    until_done(warm, [slot])
+    exit_ = slot.outcome(cold=False)
+    assert exit_.ok and exit_.result_json == "5"
+    assert warm.pools[id(warm.server)].idle[0].pid == horse     # it stays, idle in the worker
+
+
+def test_the_handed_pipes_are_close_on_exec(warm) -> None:
+    _handed(warm, 2)
+    for horse in warm.pools[id(warm.server)].idle:
+        for fd in (horse.job_w, horse.fd):
+            assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+
+
+@pytest.mark.parametrize(("func", "args", "reason"), [
+    ("segfault", (), "segfault"), ("hard_exit", (3,), "exit"), ("kill_self", (), None)])
+def test_a_handed_horse_that_dies_in_its_job_keeps_the_reason(warm, func, args, reason) -> None:
+    [horse] = _handed(warm)
+    [slot] = _launch(warm, func, *args)
+    assert slot.pid == horse
+    until_done(warm, [slot])          # its status comes from the server (GoneNotice)
+    exit_ = slot.outcome(cold=False)
+    assert not exit_.ok
+    if reason is not None:
+        assert exit_.reason == reason
+    else:
+        assert "SIGKILL" in (exit_.error_message or "")
+    assert not warm.pools[id(warm.server)].by_pid      # dropped, never reused
+
+
+def test_a_fork_server_death_under_direct_jobs_costs_them_nothing(warm) -> None:
+    horses = _handed(warm, 2)
+    slots = _launch(warm, "sleep", 30, entries=(0, 1))
+    assert sorted(s.pid for s in slots) == sorted(horses)
+    procs = processes_of(horses)
+    assert warm.server is not None and warm.server.proc is not None
+    warm.server.proc.kill()
+    until_done(warm, slots, timeout=20)
+    for slot in slots:
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED and exit_.shared   # given back, uncharged
+    wait_for(lambda: gone(procs), what="the horses died with their fork server")
+    assert not warm.pools        # their pipes are closed
+    [after] = _launch(warm, "identity", 1)       # a new fork server serves
+    until_done(warm, [after])
+    assert after.outcome(cold=False).ok
+
+
+def test_the_fork_server_kills_a_handed_horse_at_its_board_deadline() -> None:
+    """The board says whose entry it is (the worker writes the owner): the server's
+    watchdog kills the handed horse at the deadline; the horse is stopped (its own
+    lease cannot act) and the worker's side here polices nothing."""
+    ln = ForkServerLauncher(spec(warm=_warm))
+    ln.start()
+    try:
+        [horse] = _handed(ln)
+        ln.set_deadline(0, time.monotonic() + 60)
+        [slot] = _launch(ln, "sleep", 30)
+        assert slot.pid == horse
+        os.kill(horse, signal.SIGSTOP)
+        ln.set_deadline(0, time.monotonic() + 0.3)
+        until_done(ln, [slot], timeout=10)
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED and "SIGKILL" in (exit_.error_message or "")
+    finally:
+        ln.close()
+
+
+def test_an_async_job_a_handed_horse_gets_goes_to_an_async_horse() -> None:
+    ln = ForkServerLauncher(spec(warm=lambda: _warm(async_per_horse=2)))
+    ln.start()
+    try:
+        [horse] = _handed(ln)
+        [slot] = _launch(ln, "async_add", 1, 2)
+        assert slot.pid == horse           # written to the sync horse, which refuses it
+        until_done(ln, [slot])
+        exit_ = slot.outcome(cold=False)
+        assert exit_.ok and exit_.result_json == "3"
+        assert slot.pid != horse and slot.mates is not None     # an async horse's job
+        pool = ln.pools[id(ln.server)]
+        assert [h.pid for h in pool.idle] == [horse]     # nothing ran in it: still idle
+        [again] = _launch(ln, "async_add", 2, 2)         # now known: straight to the server
+        assert again.state is SlotState.ASKED
+        until_done(ln, [again])
+        assert again.outcome(cold=False).result_json == "4"
+    finally:
+        ln.close()
+
+
+def test_a_reload_lets_a_direct_job_finish_then_retires_its_horse(warm) -> None:
+    [horse] = _handed(warm)
+    [slot] = _launch(warm, "sleep", 1)
+    assert slot.pid == horse
+    procs = processes_of([horse])
+    old = warm.server
+    warm.renew()                                   # SIGHUP
+    until_done(warm, [slot])
+    assert slot.outcome(cold=False).ok             # it finished in its horse
+    wait_for(lambda: gone(procs), what="the old server's horse retired")
+    warm.tidy()
+    assert old not in warm.retiring and id(old) not in warm.pools
+    [after] = _launch(warm, "noop")
+    until_done(warm, [after])
+    assert after.pid != horse
+
+
+def test_a_handed_horse_dies_with_its_worker(processes, queue, r, settings) -> None:
+    q = queue()
+    key = f"{settings.prefix}:direct:pids"
+    w = processes.worker("--customq", "default", "--horse-jobs", "10")
+    first = q.enqueue_call("tests.warm_jobs:pid")
+    wait_for(lambda: q.fetch_job(first.id).status == "finished", timeout=30)
+    horse = q.fetch_job(first.id).result[0]
+    q.enqueue_call("tests.warm_jobs:sleep", args=[settings.redis_url, key, 60])
+    wait_for(lambda: r.llen(key) == 1, timeout=20)
+    assert int(r.lpop(key)) == horse               # the direct path: the same horse
+    procs = processes_of([horse])
+    w.kill()
+    wait_for(lambda: gone(procs), timeout=20, what="the horse died with its worker")
