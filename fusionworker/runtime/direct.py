@@ -7,6 +7,12 @@ keeps its lease watchdog on them (the board's owner of each entry, written here)
 One :class:`DirectHorses` per fork server (launch.py). A horse is idle (its
 report pipe read to its last report, nothing in its job pipe) or runs one job
 (its slot); an async job never comes here (it stays on the fork server's relay).
+Every handed horse's report pipe is in one epoll from its handover to its
+retirement, idle or not: no system call per job to watch it or stop, and an idle
+horse that writes or dies wakes the worker's ``select()`` like a running one,
+and is retired (:meth:`DirectHorses.poll`); one that dies between that look and
+its next job fails the job's write (EPIPE) or leaves the job unread in its pipe,
+which is handed on.
 """
 
 from __future__ import annotations
@@ -68,8 +74,9 @@ class DirectHorses:
         self.pid = origin.proc.pid if origin.proc is not None else 0
         self.idle: list[DirectHorse] = []            # the most recently used last
         self.by_pid: dict[int, DirectHorse] = {}
-        self.running: dict[int, DirectHorse] = {}    # by report pipe, until its EOF
-        #: the running horses' report pipes: the loop's select() waits on this one
+        self.by_fd: dict[int, DirectHorse] = {}      # by report pipe, until retired
+        self.busy = 0                                # horses that run a job
+        #: every handed horse's report pipe: the loop's select() waits on this one
         #: descriptor, and a turn reads only the pipes that have something (not every one)
         self.ep = select.epoll()
         #: by function: jobs a warm sync horse running it may run (the server's answer;
@@ -92,6 +99,8 @@ class DirectHorses:
         os.set_blocking(job_w, False)
         horse = DirectHorse(notice.pid, job_w, fd, notice.done, device_of(notice.entry))
         self.by_pid[horse.pid] = horse
+        self.by_fd[fd] = horse
+        self.ep.register(fd, select.EPOLLIN)
         self.idle.append(horse)
 
     # -- a job goes to a horse ---------------------------------------------------------
@@ -111,29 +120,17 @@ class DirectHorses:
             horse = self.idle[i]
             if horse.done >= cap or horse.device != device:
                 continue
-            if not (self._quiet(horse) and self._write(horse, data)):
-                self.retire(horse)         # it died idle, or wrote when it should not
+            if not self._write(horse, data):
+                self.retire(horse)         # it died idle
                 continue
             del self.idle[i]
             slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
             horse.moves, horse.buf = 0, bytearray()
-            self.running[horse.fd] = horse
-            self.ep.register(horse.fd, select.EPOLLIN)
+            self.busy += 1
             if self.board is not None:     # the fork server's watchdog: whose entry
                 self.board.set_owner(entry, horse.pid)
             return slot
         return None
-
-    @staticmethod
-    def _quiet(horse: DirectHorse) -> bool:
-        """An idle horse wrote nothing since its last report and is alive (no EOF)."""
-        try:
-            os.read(horse.fd, 1)           # a byte, or EOF: either way it is not idle
-        except BlockingIOError:
-            return True
-        except OSError:
-            pass
-        return False
 
     @staticmethod
     def _write(horse: DirectHorse, data: bytes) -> bool:
@@ -155,11 +152,11 @@ class DirectHorses:
     # -- reports and deaths ------------------------------------------------------------
 
     def waitables(self) -> list[Any]:
-        return [self.ep] if self.running else []
+        return [self.ep] if self.by_fd else []
 
     def _unwatch(self, horse: DirectHorse) -> None:
-        """Its report pipe is no longer read (its job ended, or its pipe reached EOF)."""
-        if self.running.pop(horse.fd, None) is not None:
+        """Its report pipe is no longer read (it reached EOF, or the horse is retired)."""
+        if self.by_fd.pop(horse.fd, None) is not None:
             self.ep.unregister(horse.fd)
 
     def poll(self, readable: Collection[Any] | None) -> list[Slot]:
@@ -170,8 +167,11 @@ class DirectHorses:
         if readable is not None and self.ep not in readable:
             return moved
         for fd, _ in self.ep.poll(0):
-            horse = self.running.get(fd)
+            horse = self.by_fd.get(fd)
             if horse is None:
+                continue
+            if horse.slot is None:        # idle: it wrote when it should not, or died
+                self.retire(horse)
                 continue
             eof = _read(fd, horse.buf)
             self._progress(horse)
@@ -209,7 +209,6 @@ class DirectHorses:
 
     def _rest(self, horse: DirectHorse) -> None:
         """It reported and stays: idle again (retired if its server was replaced)."""
-        self._unwatch(horse)
         horse.done += 1
         horse.buf = bytearray()
         if self.retiring:
@@ -246,7 +245,7 @@ class DirectHorses:
         if horse.slot is None:
             self.retire(horse)
             return []
-        if horse.fd in self.running:     # dead: what it wrote is in the pipe already
+        if horse.fd in self.by_fd:      # dead: what it wrote is in the pipe already
             self._unwatch(horse)
             read_available(horse.fd, horse.buf)
             self._progress(horse)
@@ -264,8 +263,10 @@ class DirectHorses:
 
     def _release(self, horse: DirectHorse) -> None:
         slot, horse.slot = horse.slot, None
-        if slot is not None and self.board is not None:
-            self.board.set_owner(slot.index, 0)
+        if slot is not None:
+            self.busy -= 1
+            if self.board is not None:
+                self.board.set_owner(slot.index, 0)
 
     def retire(self, horse: DirectHorse) -> None:
         """Close the worker's ends: an idle horse reads EOF and exits (its server reaps

@@ -264,10 +264,16 @@ class ForkServerLauncher:
         """Jobs a handed horse of ``server`` did not run (it died before reading them,
         or refused them): each goes to the fork server as a new request; its slot waits
         for the answer's pid (a kill asked for meanwhile is sent then, Slot.bind)."""
-        if not slots:
-            return
         if self.server is not None:     # after a reload: the new server, as any new job
             server = self.server
+        if not server.alive:
+            # submit() would start it again in place, and the slots of the dead one (the
+            # running jobs of its handed horses too) would wait for notices that never
+            # come: its death first (every slot of it ends, these too, given back)
+            self._origin_died(server)
+        slots = [slot for slot in slots if not slot.done]
+        if not slots:
+            return
         for slot in slots:      # an asked slot, not a running one, until the answer
             slot.hand_on(server)
             self.by_entry.pop(slot.index, None)
@@ -462,8 +468,7 @@ class ForkServerLauncher:
     def waitables(self) -> list[Any]:
         socks: list[Any] = [s.sock for s in self._servers() if s.sock is not None]
         for pool in self.pools.values():
-            if pool.running:
-                socks.extend(pool.waitables())
+            socks.extend(pool.waitables())
         return socks + self.own.waitables()
 
     def poll(self, readable: Collection[Any] | None) -> None:
@@ -478,9 +483,10 @@ class ForkServerLauncher:
                         and server.sock not in readable):
                     continue
                 self._read_exits(server)
-            for pool in list(self.pools.values()):
-                if pool.running:
-                    self.moved.extend((pool.origin, slot) for slot in pool.poll(readable))
+        for pool in list(self.pools.values()):     # (an idle horse's death or write too)
+            if pool.by_fd:
+                self.moved.extend((pool.origin, slot) for slot in pool.poll(readable))
+        if self.by_entry or self.asked:
             while self.moved:
                 server, slot = self.moved.pop(0)
                 self._hand_on(server, [slot])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import termios
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -102,6 +103,31 @@ def test_a_fork_server_death_under_direct_jobs_costs_them_nothing(warm) -> None:
     [after] = _launch(warm, "identity", 1)       # a new fork server serves
     until_done(warm, [after])
     assert after.outcome(cold=False).ok
+
+
+def test_a_job_handed_on_after_its_fork_server_died_ends_with_that_death(warm) -> None:
+    """A handed horse killed with its job unread in its pipe, its fork server dead too,
+    and the turn reads the horses' pipes before the server's socket (a select() that
+    saw them first): the job is not asked of a server started again in place, under
+    which the slots of the dead one would wait for notices that never come; every job
+    of the dead server ends as its death (given back, uncharged)."""
+    horses = _handed(warm, 2)
+    os.kill(horses[0], signal.SIGSTOP)           # it cannot read the job written to it
+    slots = _launch(warm, "sleep", 30, entries=(0, 1))
+    assert sorted(s.pid for s in slots) == sorted(horses)
+    pool = warm.pools[id(warm.server)]
+    running = pool.by_pid[horses[1]]
+    wait_for(lambda: not fcntl.ioctl(running.job_w, termios.FIONREAD, b"\0\0\0\0")
+             .strip(b"\0"), what="the running horse took its job")
+    procs = processes_of(horses)
+    assert warm.server is not None and warm.server.proc is not None
+    warm.server.proc.kill()
+    wait_for(lambda: gone(procs), what="the horses died with their fork server")
+    warm.poll([pool.ep])                         # the pool first: the server's EOF unread
+    until_done(warm, slots, timeout=20)
+    for slot in slots:
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED and exit_.shared   # given back, uncharged
 
 
 def test_the_fork_server_kills_a_handed_horse_at_its_board_deadline() -> None:
