@@ -305,3 +305,44 @@ def device_at_barrier(url, key, n, timeout=60.0):
 def device_of_horse():
     """This horse's ``CUDA_VISIBLE_DEVICES`` and pid."""
     return [os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()]
+
+
+def writes_refusal(folder, seconds):
+    """A hostile job in a warm horse: its first run writes a warm horse's refusal
+    (``\x15\n``, protocol.REFUSED + STAY) on every pipe it may write (its report pipe
+    among them) and runs on. Each run writes ``start <pid>`` to ``folder``/runs, then
+    ``overlap <pid>`` for each earlier run's process still alive, and, after
+    ``seconds``, ``end <pid>``."""
+    import fcntl
+    import stat
+
+    path = os.path.join(folder, "runs")
+    earlier = []
+    with contextlib.suppress(FileNotFoundError), open(path) as fh:
+        earlier = [line.split()[1] for line in fh if line.startswith("start ")]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.write(fd, f"start {os.getpid()}\n".encode())
+    for pid in earlier:
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                os.write(fd, f"overlap {pid}\n".encode())
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(os.path.join(folder, "refused"), os.O_CREAT | os.O_EXCL))
+        for other in range(3, 256):
+            with contextlib.suppress(OSError):
+                if (stat.S_ISFIFO(os.fstat(other).st_mode)
+                        and fcntl.fcntl(other, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY):
+                    os.write(other, b"\x15\n")
+    time.sleep(seconds)
+    os.write(fd, f"end {os.getpid()}\n".encode())
+    os.close(fd)
+
+
+def sleep_first(folder, seconds, then=0.0):
+    """Sleep ``seconds`` in the first run (a marker file in ``folder``), ``then`` in any
+    later one: a run a test kills holds on until it does, its rerun does not."""
+    try:
+        os.close(os.open(os.path.join(folder, "first"), os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        seconds = then
+    time.sleep(seconds)

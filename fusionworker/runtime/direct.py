@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,8 @@ DIRECT_MAX = 60000
 class DirectHorse:
     """A horse handed to the worker: its pipe ends, its jobs so far, its job now."""
 
-    __slots__ = ("buf", "device", "done", "fd", "job_w", "moves", "pid", "slot", "status")
+    __slots__ = ("buf", "device", "done", "fd", "job_w", "moves", "pid", "refused", "slot",
+                 "status")
 
     def __init__(self, pid: int, job_w: int, fd: int, done: int, device: str | None) -> None:
         self.pid, self.job_w, self.fd, self.done, self.device = pid, job_w, fd, done, device
@@ -60,6 +62,8 @@ class DirectHorse:
         self.slot: Slot | None = None       # the job it runs (None: idle)
         self.status: int | None = None      # its wait status, once reaped (GoneNotice)
         self.moves = 0                      # horses the job was handed to before
+        #: it said it refuses its job: killed, the job handed on once it is gone
+        self.refused = False
 
 
 class DirectHorses:
@@ -175,8 +179,16 @@ class DirectHorses:
                 continue
             eof = _read(fd, horse.buf)
             self._progress(horse)
-            if horse.buf == REFUSED + STAY and horse.slot is not None:   # nothing ran
-                moved.append(self._refused(horse, eof))
+            if horse.refused:
+                horse.buf.clear()         # what a refusing horse writes: never a report
+                if eof:
+                    self._unwatch(horse)
+                    moved += self._ended(horse)
+            elif horse.buf == REFUSED + STAY and horse.slot is not None:
+                self._refuse(horse)
+                if eof:
+                    self._unwatch(horse)
+                    moved += self._ended(horse)
             elif has_report(horse.buf) and horse.buf.endswith(STAY):
                 self._finish(horse, 0, bytes(horse.buf[:-len(STAY)]))
                 if eof:
@@ -193,19 +205,16 @@ class DirectHorses:
             for update in take_progress(horse.buf):
                 self.deliver(horse.slot.job, update)
 
-    def _refused(self, horse: DirectHorse, eof: bool) -> Slot:
-        """The horse may not run the job (its function's cap, or async): the job goes to
-        the server, and so do the function's next jobs until its answer says the cap."""
+    def _refuse(self, horse: DirectHorse) -> None:
+        """The horse says it may not run the job (its function's cap, or async): the
+        function's next jobs go to the server until its answer says the cap. The horse
+        is killed, and the job handed on only once the server reaped it (:meth:`gone`):
+        a job that wrote those bytes itself, and runs on, must not run twice at once."""
         slot = horse.slot
         assert slot is not None
         self.caps[slot.job.func] = 1
-        self._release(horse)
-        horse.done -= 1                   # (_rest counts a job: none ran)
-        if eof:
-            self.retire(horse)
-        else:
-            self._rest(horse)
-        return slot
+        horse.refused = True
+        slot.signal_group(signal.SIGKILL)
 
     def _rest(self, horse: DirectHorse) -> None:
         """It reported and stays: idle again (retired if its server was replaced)."""
@@ -221,6 +230,12 @@ class DirectHorses:
         server reaps it), or it died: the job unread in its pipe is handed on; else its
         slot ends with its wait status (now, or once the server's notice says it)."""
         slot = horse.slot
+        if horse.refused and slot is not None:
+            if horse.status is None:
+                return []      # its pipe's end is not its death: wait for the reap (gone)
+            self._release(horse)          # reaped: its job goes to the server
+            self.retire(horse)
+            return [slot]
         if has_report(horse.buf):
             self._finish(horse, 0, bytes(horse.buf))
         elif (slot is not None and not horse.buf and horse.moves < MOVES_MAX

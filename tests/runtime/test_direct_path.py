@@ -87,10 +87,17 @@ def test_a_handed_horse_that_dies_in_its_job_keeps_the_reason(warm, func, args, 
     assert not warm.pools[id(warm.server)].by_pid      # dropped, never reused
 
 
+def _took_job(ln: ForkServerLauncher, pid: int) -> bool:
+    """The handed horse ``pid`` read the job the worker wrote on its job pipe."""
+    job_w = ln.pools[id(ln.server)].by_pid[pid].job_w
+    return not fcntl.ioctl(job_w, termios.FIONREAD, b"\0\0\0\0").strip(b"\0")
+
+
 def test_a_fork_server_death_under_direct_jobs_costs_them_nothing(warm) -> None:
     horses = _handed(warm, 2)
     slots = _launch(warm, "sleep", 30, entries=(0, 1))
     assert sorted(s.pid for s in slots) == sorted(horses)
+    wait_for(lambda: all(_took_job(warm, pid) for pid in horses), what="both took their job")
     procs = processes_of(horses)
     assert warm.server is not None and warm.server.proc is not None
     warm.server.proc.kill()
@@ -105,28 +112,34 @@ def test_a_fork_server_death_under_direct_jobs_costs_them_nothing(warm) -> None:
     assert after.outcome(cold=False).ok
 
 
-def test_a_job_handed_on_after_its_fork_server_died_ends_with_that_death(warm) -> None:
+def test_a_job_handed_on_after_its_fork_server_died_ends_with_that_death(
+        warm, tmp_path) -> None:
     """A handed horse killed with its job unread in its pipe, its fork server dead too,
     and the turn reads the horses' pipes before the server's socket (a select() that
     saw them first): the job is not asked of a server started again in place, under
     which the slots of the dead one would wait for notices that never come; every job
-    of the dead server ends as its death (given back, uncharged)."""
+    of the dead server ends as its death (given back, uncharged); or, while the server
+    is still dying (its main thread gone, and its horses with it, a thread of it still
+    holding its socket), the job that never ran is asked of it, and once more of a new
+    server when its end is read, as any unanswered request: it runs there, once."""
     horses = _handed(warm, 2)
     os.kill(horses[0], signal.SIGSTOP)           # it cannot read the job written to it
-    slots = _launch(warm, "sleep", 30, entries=(0, 1))
+    slots = _launch(warm, "sleep_first", str(tmp_path), 30, entries=(0, 1))
     assert sorted(s.pid for s in slots) == sorted(horses)
     pool = warm.pools[id(warm.server)]
-    running = pool.by_pid[horses[1]]
-    wait_for(lambda: not fcntl.ioctl(running.job_w, termios.FIONREAD, b"\0\0\0\0")
-             .strip(b"\0"), what="the running horse took its job")
+    wait_for(lambda: _took_job(warm, horses[1]), what="the running horse took its job")
     procs = processes_of(horses)
     assert warm.server is not None and warm.server.proc is not None
     warm.server.proc.kill()
     wait_for(lambda: gone(procs), what="the horses died with their fork server")
+    unread = next(s for s in slots if s.pid == horses[0])
     warm.poll([pool.ep])                         # the pool first: the server's EOF unread
     until_done(warm, slots, timeout=20)
     for slot in slots:
         exit_ = slot.outcome(cold=False)
+        if slot is unread and exit_.ok:          # asked again: it ran once, elsewhere
+            assert slot.pid not in horses and slot.asked_again
+            continue
         assert exit_.reason == FailureReason.KILLED and exit_.shared   # given back, uncharged
 
 
@@ -162,13 +175,28 @@ def test_an_async_job_a_handed_horse_gets_goes_to_an_async_horse() -> None:
         assert exit_.ok and exit_.result_json == "3"
         assert slot.pid != horse and slot.mates is not None     # an async horse's job
         pool = ln.pools[id(ln.server)]
-        assert [h.pid for h in pool.idle] == [horse]     # nothing ran in it: still idle
+        assert horse not in pool.by_pid          # a refusing horse is killed, not reused
         [again] = _launch(ln, "async_add", 2, 2)         # now known: straight to the server
         assert again.state is SlotState.ASKED
         until_done(ln, [again])
         assert again.outcome(cold=False).result_json == "4"
     finally:
         ln.close()
+
+
+def test_a_job_that_writes_a_refusal_itself_never_runs_twice_at_once(warm, tmp_path) -> None:
+    """The hostile job writes the bytes of a warm horse's refusal on its own report
+    pipe and runs on: the worker kills that horse and hands the job on only once the
+    horse is gone, so the job's two runs never overlap (the first never ends)."""
+    [horse] = _handed(warm)
+    [slot] = _launch(warm, "writes_refusal", str(tmp_path), 1.5)
+    assert slot.pid == horse
+    until_done(warm, [slot])
+    assert slot.outcome(cold=False).ok and slot.pid != horse    # it ran again, elsewhere
+    time.sleep(1.5)                                  # the first run would have ended by now
+    runs = (tmp_path / "runs").read_text().split("\n")[:-1]
+    assert runs == [f"start {horse}", f"start {slot.pid}", f"end {slot.pid}"]
+    assert horse not in warm.pools[id(warm.server)].by_pid    # the refusing horse is gone
 
 
 def test_a_reload_lets_a_direct_job_finish_then_retires_its_horse(warm) -> None:
