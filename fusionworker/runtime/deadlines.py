@@ -229,15 +229,12 @@ class LeaseWatchdog:
             return None
         nearest = now + self.CHECK
         for pid, entry in list(self._horses.items()):
-            deadline = self._nearest(pid, entry)
-            if deadline <= 0:
-                continue
-            if now < deadline:
-                nearest = min(nearest, deadline)
-                continue
-            _kill(pid)
-            del self._horses[pid]
-            self._more.pop(pid, None)
+            until = _enforce(pid, self._nearest(pid, entry), now)
+            if until is None:
+                del self._horses[pid]
+                self._more.pop(pid, None)
+            else:
+                nearest = min(nearest, until)
         if self._handed:
             nearest = min(nearest, self._check_handed(now))
         return max(nearest - now, 0.0)
@@ -250,14 +247,11 @@ class LeaseWatchdog:
             pid = self.board.owner(entry)
             if pid <= 0 or pid not in self._handed:
                 continue
-            deadline = self.board.get(entry)
-            if deadline <= 0:
-                continue
-            if now < deadline:
-                nearest = min(nearest, deadline)
-                continue
-            _kill(pid)
-            self._handed.discard(pid)       # reaped soon; killed once
+            until = _enforce(pid, self.board.get(entry), now)
+            if until is None:
+                self._handed.discard(pid)       # reaped soon; killed once
+            else:
+                nearest = min(nearest, until)
         return nearest
 
     def _nearest(self, pid: int, entry: int) -> float:
@@ -268,6 +262,17 @@ class LeaseWatchdog:
             if value > 0 and (deadline <= 0 or value < deadline):
                 deadline = value
         return deadline
+
+
+def _enforce(pid: int, deadline: float, now: float) -> float | None:
+    """The horse ``pid``'s ``deadline`` (0 or less: none) at ``now``: None when it passed
+    (the horse is killed now), else when to look again (inf: never)."""
+    if deadline <= 0:
+        return math.inf
+    if now < deadline:
+        return deadline
+    _kill(pid)
+    return None
 
 
 def _kill(pid: int) -> None:

@@ -177,7 +177,7 @@ class DirectHorses:
             if horse.slot is None:        # idle: it wrote when it should not, or died
                 self.retire(horse)
                 continue
-            eof = _read(fd, horse.buf)
+            eof = read_available(fd, horse.buf, drained=True)   # report + STAY: one write
             self._progress(horse)
             if horse.refused:
                 horse.buf.clear()         # what a refusing horse writes: never a report
@@ -309,24 +309,3 @@ class DirectHorses:
         for horse in list(self.by_pid.values()):
             self.retire(horse)
         self.ep.close()
-
-
-def _read(fd: int, buf: bytearray, chunk: int = 65536) -> bool:
-    """What the report pipe ``fd`` holds now, appended to ``buf``; True at EOF. One read
-    when it returns less than ``chunk`` (the pipe is drained: a report and its STAY
-    come in one write): the per-job read that would only say "nothing more" is
-    saved; an EOF after it is seen at the next select()."""
-    while True:
-        try:
-            data = os.read(fd, chunk)
-        except BlockingIOError:
-            return False
-        except InterruptedError:
-            continue
-        except OSError:
-            return True
-        if not data:
-            return True
-        buf.extend(data)
-        if len(data) < chunk:
-            return False

@@ -494,10 +494,14 @@ def take_progress(buffer: bytearray) -> Iterator[str]:
         yield text
 
 
-def read_available(fd: int, buffer: bytearray, chunk: int = 65536) -> bool:
+def read_available(fd: int, buffer: bytearray, chunk: int = 65536,
+                   drained: bool = False) -> bool:
     """Append what the non-blocking report pipe ``fd`` holds now to ``buffer``; True at
     EOF (or a read error: the writer is gone either way), False when it would block.
-    The worker (a horse of its own) and the fork server (its horses) read alike."""
+    The worker (a horse of its own) and the fork server (its horses) read alike.
+    ``drained``: one read is enough when it returns less than ``chunk`` (the pipe is
+    empty now: the read that would only say "nothing more" is saved; an EOF after it
+    is seen at the next poll)."""
     while True:
         try:
             data = os.read(fd, chunk)
@@ -510,6 +514,8 @@ def read_available(fd: int, buffer: bytearray, chunk: int = 65536) -> bool:
         if not data:
             return True
         buffer.extend(data)
+        if drained and len(data) < chunk:
+            return False
 
 
 def has_report(buf: bytes | bytearray) -> bool:
