@@ -11,7 +11,7 @@ import time
 
 import redis
 
-from fusionworker import Retry
+from fusionworker import Retry, job
 
 
 def add(a, b):
@@ -346,3 +346,9 @@ def sleep_first(folder, seconds, then=0.0):
     except FileExistsError:
         seconds = then
     time.sleep(seconds)
+
+
+@job(horse_jobs=1)
+def fresh_pid():
+    """Always in a fresh horse, whatever --horse-jobs says: its pid."""
+    return os.getpid()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.job import Job
 from .gpus import device_of
 from .protocol import (
+    ACCEPT,
     MOVES_MAX,
     REFUSED,
     STAY,
@@ -53,8 +54,8 @@ DIRECT_MAX = 60000
 class DirectHorse:
     """A horse handed to the worker: its pipe ends, its jobs so far, its job now."""
 
-    __slots__ = ("buf", "device", "done", "fd", "job_w", "moves", "pid", "refused", "slot",
-                 "status")
+    __slots__ = ("buf", "device", "done", "fd", "funcs", "job_w", "moves", "pid", "refused",
+                 "slot", "status", "verdict")
 
     def __init__(self, pid: int, job_w: int, fd: int, done: int, device: str | None) -> None:
         self.pid, self.job_w, self.fd, self.done, self.device = pid, job_w, fd, done, device
@@ -62,8 +63,13 @@ class DirectHorse:
         self.slot: Slot | None = None       # the job it runs (None: idle)
         self.status: int | None = None      # its wait status, once reaped (GoneNotice)
         self.moves = 0                      # horses the job was handed to before
-        #: it said it refuses its job: killed, the job handed on once it is gone
+        #: it wrote a refusal where none was owed: killed, the job handed on once gone
         self.refused = False
+        #: the functions it ran (no verdict owed for their jobs: horse/warm.py)
+        self.funcs: set[str] = set()
+        #: its job now is of a function it has not run: its first bytes are its verdict,
+        #: ACCEPT (and the cap) or REFUSED, written before any of the job's code ran
+        self.verdict = False
 
 
 class DirectHorses:
@@ -83,8 +89,9 @@ class DirectHorses:
         #: every handed horse's report pipe: the loop's select() waits on this one
         #: descriptor, and a turn reads only the pipes that have something (not every one)
         self.ep = select.epoll()
-        #: by function: jobs a warm sync horse running it may run (the server's answer;
-        #: 1: its jobs go to the server: async, or fresh horses); unknown: --horse-jobs
+        #: by function: jobs a warm sync horse running it may run, as the server's answer
+        #: or a handed horse's verdict said (1: its jobs go to the server: async, or fresh
+        #: horses); unknown: --horse-jobs, and the horse says (verdict)
         self.caps: dict[str, int] = {}
         self.horse_jobs = (origin.warm or {}).get("horse_jobs", 1)
         #: modules a job of which went through the server (which imported the module
@@ -102,6 +109,8 @@ class DirectHorses:
         os.set_blocking(fd, False)
         os.set_blocking(job_w, False)
         horse = DirectHorse(notice.pid, job_w, fd, notice.done, device_of(notice.entry))
+        if notice.func:
+            horse.funcs.add(notice.func)
         self.by_pid[horse.pid] = horse
         self.by_fd[fd] = horse
         self.ep.register(fd, select.EPOLLIN)
@@ -130,6 +139,7 @@ class DirectHorses:
             del self.idle[i]
             slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
             horse.moves, horse.buf = 0, bytearray()
+            horse.verdict = job.func not in horse.funcs
             self.busy += 1
             if self.board is not None:     # the fork server's watchdog: whose entry
                 self.board.set_owner(entry, horse.pid)
@@ -177,27 +187,37 @@ class DirectHorses:
             if horse.slot is None:        # idle: it wrote when it should not, or died
                 self.retire(horse)
                 continue
-            eof = read_available(fd, horse.buf, drained=True)   # report + STAY: one write
-            self._progress(horse)
-            if horse.refused:
-                horse.buf.clear()         # what a refusing horse writes: never a report
-                if eof:
-                    self._unwatch(horse)
-                    moved += self._ended(horse)
-            elif horse.buf == REFUSED + STAY and horse.slot is not None:
-                self._refuse(horse)
-                if eof:
-                    self._unwatch(horse)
-                    moved += self._ended(horse)
-            elif has_report(horse.buf) and horse.buf.endswith(STAY):
-                self._finish(horse, 0, bytes(horse.buf[:-len(STAY)]))
-                if eof:
-                    self.retire(horse)
-                else:
-                    self._rest(horse)
-            elif eof:
+            moved += self._read(horse, fd)
+        return moved
+
+    def _read(self, horse: DirectHorse, fd: int) -> list[Slot]:
+        """What a running horse wrote: its verdict, progress, its report, its end."""
+        moved: list[Slot] = []
+        eof = read_available(fd, horse.buf, drained=True)   # report + STAY: one write
+        if horse.verdict and not self._verdict(horse, eof):
+            if horse.slot is not None:          # it declined: nothing of the job ran
+                moved.append(self._declined(horse, eof))
+            return moved
+        self._progress(horse)
+        if horse.refused:
+            horse.buf.clear()         # what a refusing horse writes: never a report
+            if eof:
                 self._unwatch(horse)
                 moved += self._ended(horse)
+        elif horse.buf == REFUSED + STAY and horse.slot is not None:
+            self._refuse(horse)
+            if eof:
+                self._unwatch(horse)
+                moved += self._ended(horse)
+        elif has_report(horse.buf) and horse.buf.endswith(STAY):
+            self._finish(horse, 0, bytes(horse.buf[:-len(STAY)]))
+            if eof:
+                self.retire(horse)
+            else:
+                self._rest(horse)
+        elif eof:
+            self._unwatch(horse)
+            moved += self._ended(horse)
         return moved
 
     def _progress(self, horse: DirectHorse) -> None:
@@ -205,11 +225,50 @@ class DirectHorses:
             for update in take_progress(horse.buf):
                 self.deliver(horse.slot.job, update)
 
+    def _verdict(self, horse: DirectHorse, eof: bool) -> bool:
+        """The horse's verdict on a function it has not run, at the front of what it
+        wrote: True once it may run it (the cap it said is learnt), or while the verdict
+        is still on its way; False: it declined (REFUSED). Anything else is no verdict,
+        and what follows is read as any report (a broken horse's job fails)."""
+        buf = horse.buf
+        if buf[:1] == ACCEPT:
+            end = buf.find(b"\n")
+            if end < 0 and not eof:
+                return True                 # the rest of the line comes
+            if end < 0:
+                end = len(buf) - 1          # cut off by its death
+            slot = horse.slot
+            if slot is not None and buf[1:end].isdigit():
+                self.caps[slot.job.func] = max(1, int(buf[1:end]))
+                horse.funcs.add(slot.job.func)
+            del buf[:end + 1]
+        elif buf.startswith(REFUSED + STAY):
+            return False
+        elif not buf and not eof:
+            return True                     # nothing yet
+        horse.verdict = False
+        return True
+
+    def _declined(self, horse: DirectHorse, eof: bool) -> Slot:
+        """The horse may not run the job it was written (its function's cap, or async),
+        and said so before any of the job's code ran: the function's next jobs go to the
+        server, the horse is idle again, the job goes to the server now."""
+        slot = horse.slot
+        assert slot is not None
+        self.caps[slot.job.func] = 1
+        self._release(horse)
+        horse.buf, horse.verdict = bytearray(), False
+        if eof or self.retiring:
+            self.retire(horse)
+        else:
+            self.idle.append(horse)
+        return slot
+
     def _refuse(self, horse: DirectHorse) -> None:
-        """The horse says it may not run the job (its function's cap, or async): the
-        function's next jobs go to the server until its answer says the cap. The horse
-        is killed, and the job handed on only once the server reaped it (:meth:`gone`):
-        a job that wrote those bytes itself, and runs on, must not run twice at once."""
+        """A refusal where no verdict was owed: the job wrote those bytes itself (its
+        horse never refuses a job whose verdict it gave). The horse is killed, and the
+        job handed on only once the server reaped it (:meth:`gone`): it must not run
+        twice at once."""
         slot = horse.slot
         assert slot is not None
         self.caps[slot.job.func] = 1
@@ -263,9 +322,11 @@ class DirectHorses:
         if horse.fd in self.by_fd:      # dead: what it wrote is in the pipe already
             self._unwatch(horse)
             read_available(horse.fd, horse.buf)
-            self._progress(horse)
-            if has_report(horse.buf) and horse.buf.endswith(STAY):
-                del horse.buf[-len(STAY):]
+        if horse.verdict and not self._verdict(horse, True):
+            return [self._declined(horse, True)]      # it declined, then died: none ran
+        self._progress(horse)
+        if has_report(horse.buf) and horse.buf.endswith(STAY):
+            del horse.buf[-len(STAY):]
         return self._ended(horse)
 
     def _finish(self, horse: DirectHorse, status: int, report: bytes) -> None:

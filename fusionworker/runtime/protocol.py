@@ -25,7 +25,7 @@ Two channels:
   as untrusted JSON). ``"e"`` is the job's deadline board entry, unique among
   the worker's running jobs: an async horse (``--async-per-horse``) runs several
   at once. With warm horses the server hands a sync horse that reported its
-  first job to the worker: a :class:`HandoverNotice` (``{"pid", "e", "h"}``)
+  first job to the worker: a :class:`HandoverNotice` (``{"pid", "e", "h", "f"}``)
   whose write carries the horse's job pipe write end and report pipe read end
   (SCM_RIGHTS); the worker writes that horse's job frames and reads its reports
   itself from then on (design.md, "The direct path"), and the server says a
@@ -77,6 +77,12 @@ STAY = b"\n"
 #: job it may not run (the direct path: its function's cap, or an ``async def`` job
 #: that belongs to an async horse): nothing ran, the job goes to the fork server.
 REFUSED = b"\x15"
+
+#: What a handed warm horse writes before it runs the first job of a function it has
+#: not run yet, once it decided it may run it (its function resolved, nothing of the
+#: job run): ACCEPT, the function's cap in digits, a newline. The worker takes a
+#: REFUSED as a refusal only in that place, before any of the job's code ran.
+ACCEPT = b"\x06"
 
 #: How many times a job whose warm horse died before taking it is handed on, at most
 #: (by the fork server, or by the worker on the direct path).
@@ -278,9 +284,11 @@ class HandoverNotice:
     pid: int
     entry: int
     done: int
+    func: str = ""     # the function of the job it ran (it has run it: no verdict owed)
 
     def encode(self) -> bytes:
-        return head_frame({"pid": self.pid, "e": self.entry, "h": self.done})
+        return head_frame({"pid": self.pid, "e": self.entry, "h": self.done,
+                           "f": self.func})
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +385,7 @@ def take_notices(buf: bytearray) -> list[Notice]:
         elif "blocked" in msg:
             out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
         elif "h" in msg:
-            out.append(HandoverNotice(pid, entry, int(msg["h"])))
+            out.append(HandoverNotice(pid, entry, int(msg["h"]), str(msg.get("f", ""))))
         elif "gone" in msg:
             out.append(GoneNotice(pid, int(msg["gone"])))
         else:
@@ -533,7 +541,7 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "CANCEL", "ENTRY", "FRAME_START", "MOVES_MAX", "REFUSED", "STAY", "BlockedNotice", "CancelRequest", "ExitNotice",
+    "ACCEPT", "CANCEL", "ENTRY", "FRAME_START", "MOVES_MAX", "REFUSED", "STAY", "BlockedNotice", "CancelRequest", "ExitNotice",
     "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
     "StartNotice", "cancel_for_horse", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",

@@ -163,23 +163,35 @@ def test_the_fork_server_kills_a_handed_horse_at_its_board_deadline() -> None:
         ln.close()
 
 
-def test_an_async_job_a_handed_horse_gets_goes_to_an_async_horse() -> None:
+def test_a_job_a_handed_horse_declines_goes_to_the_server_and_the_horse_stays() -> None:
+    """A handed horse written a job of a function it has not run says its verdict
+    before any of the job's code runs: an ``async def`` job (async horses run those)
+    or a ``@job(horse_jobs=1)`` one is declined and goes to the server (an async horse,
+    a fresh one), the horse stays idle; the function's next jobs go to the server
+    straight away. A function it may run: it says the cap and runs it."""
     ln = ForkServerLauncher(spec(warm=lambda: _warm(async_per_horse=2)))
     ln.start()
     try:
         [horse] = _handed(ln)
-        [slot] = _launch(ln, "async_add", 1, 2)
-        assert slot.pid == horse           # written to the sync horse, which refuses it
-        until_done(ln, [slot])
-        exit_ = slot.outcome(cold=False)
-        assert exit_.ok and exit_.result_json == "3"
-        assert slot.pid != horse and slot.mates is not None     # an async horse's job
         pool = ln.pools[id(ln.server)]
-        assert horse not in pool.by_pid          # a refusing horse is killed, not reused
-        [again] = _launch(ln, "async_add", 2, 2)         # now known: straight to the server
-        assert again.state is SlotState.ASKED
-        until_done(ln, [again])
-        assert again.outcome(cold=False).result_json == "4"
+        for func, args, result in (("async_add", (1, 2), "3"), ("fresh_pid", (), None)):
+            [slot] = _launch(ln, func, *args)
+            assert slot.pid == horse           # written to the handed horse, which declines
+            until_done(ln, [slot])
+            exit_ = slot.outcome(cold=False)
+            assert exit_.ok and slot.pid != horse and slot.asked_again is False
+            if result is not None:
+                assert exit_.result_json == result and slot.mates is not None  # async horse
+            assert [h.pid for h in pool.idle] == [horse]    # nothing ran in it: still idle
+            [again] = _launch(ln, func, *args)               # now known: to the server
+            assert again.state is SlotState.ASKED
+            until_done(ln, [again])
+            assert again.outcome(cold=False).ok and again.pid != horse
+        [direct] = _launch(ln, "identity", 7)
+        assert direct.pid == horse and direct.state is SlotState.RUNNING
+        until_done(ln, [direct])
+        assert direct.outcome(cold=False).result_json == "7"
+        assert pool.caps[f"{JOBS}:identity"] == 10 and f"{JOBS}:identity" in pool.idle[0].funcs
     finally:
         ln.close()
 

@@ -52,7 +52,7 @@ class Handover:
         entry = run.request.entry if run.request is not None else -1
         self.ep.unregister(report_r)
         del self.by_fd[report_r]
-        self.out.append((HandoverNotice(pid, entry, run.done).encode(), (job_w, report_r)))
+        self.out.append((HandoverNotice(pid, entry, run.done, run.func).encode(), (job_w, report_r)))
         self.handed.add(pid)
         if self.watchdog is not None:
             with self.watchdog.lock:

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from ...core import tracing as _tracing
 from .. import progress
-from ..protocol import HEADER, REFUSED, STAY, HorseReport, from_server, job_of, write_all
+from ..protocol import ACCEPT, HEADER, REFUSED, STAY, HorseReport, from_server, job_of, write_all
 from ..slot_device import use_slot_device
 from . import guard
 from .lease import OwnLease
@@ -52,6 +52,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
     code = 0
     done = 0
     mine = dict(resolved)       # what this horse resolved too: each function once
+    seen: set[str] = set()      # the functions it ran (direct path: a verdict for a new one)
     originals = guard.snapshot()    # what its reports rely on (guard.py)
     try:
         while True:
@@ -67,9 +68,8 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                     async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
                                 lease)
             job = job_of(body)
-            if _refuses(job.func, done, horse_jobs, mine, allowed, async_k):
-                write_all(write_fd, REFUSED + STAY)     # nothing ran: it stays idle
-                continue
+            if not _judged(write_fd, job.func, done, horse_jobs, mine, allowed, async_k, seen):
+                continue                          # refused: nothing ran, it stays idle
             done += 1
             if lease is not None and entry >= 0:
                 lease.defer(entry)
@@ -92,6 +92,22 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
         os._exit(code)
 
 
+def _judged(write_fd: int, func: str, done: int, horse_jobs: int,
+            mine: dict[str, Callable[..., Any]], allowed: tuple[str, ...], async_k: int,
+            seen: set[str]) -> bool:
+    """The verdict on a job the worker wrote (the direct path), before any of its code
+    runs: REFUSED + STAY and False when this horse may not run it (:func:`_refuses`);
+    else True, after ACCEPT, the function's cap and a newline if it is a function this
+    horse has not run (``seen``; the worker reads the verdict first, design.md)."""
+    if _refuses(func, done, horse_jobs, mine, allowed, async_k):
+        write_all(write_fd, REFUSED + STAY)
+        return False
+    if done and func not in seen:
+        write_all(write_fd, ACCEPT + b"%d\n" % cap_of(func, horse_jobs, mine))
+    seen.add(func)
+    return True
+
+
 def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[..., Any]],
              allowed: tuple[str, ...], async_k: int) -> bool:
     """A job the worker wrote here itself (the direct path) that this horse may not
@@ -99,7 +115,9 @@ def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[...
     and async horses run those. Its function is resolved first (once per horse: its
     module imported, every check of ``functions.resolve``); one that does not resolve
     is run, and fails as it would anywhere. Its first job (``done`` 0) came from the
-    fork server, which decided."""
+    fork server, which decided. The worker honours a refusal only as this horse's
+    verdict on a function it has not run yet (before ACCEPT would come): written by a
+    job, those bytes get its horse killed (direct.py)."""
     if not done:
         return False
     if func not in mine:
