@@ -150,6 +150,15 @@ def test_requests_followed_by_the_workers_end_start_no_job(launcher: ForkServerL
     assert said == b""          # no {"pid": ...}: no horse was given the job
 
 
+def _takes(pid: int, sig: int) -> bool:
+    """The process ``pid`` does not ignore ``sig`` (its SigIgn mask)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("SigIgn:"):
+                return not int(line.split()[1], 16) & (1 << (sig - 1))
+    return False
+
+
 def test_the_server_kills_a_horse_at_its_board_deadline_with_nobody_else_watching() -> None:
     """The lease watchdog is the server's (deadlines.LeaseWatchdog): the horses' parent
     side (this test) neither polices nor kills; the server alone enforces each entry."""
@@ -166,6 +175,9 @@ def test_the_server_kills_a_horse_at_its_board_deadline_with_nobody_else_watchin
         assert exit_.reason == "killed" and "SIGKILL" in (exit_.error_message or "")
         os.kill(spared.pid, 0)                           # the other entry's horse lives on
         ln.set_deadline(0, 0.0)                          # no deadline: nothing kills it either
+        # a horse ignores SIGTERM (its server's) until it set up its job's signals: on a
+        # loaded machine that can come after the answer and the other horse's death
+        wait_for(lambda: _takes(spared.pid, signal.SIGTERM), what="the horse's signals")
         os.kill(spared.pid, signal.SIGTERM)
         until_done(ln, [spared])
         assert "SIGTERM" in (spared.outcome(cold=False).error_message or "")
