@@ -27,7 +27,6 @@ from ..core.job import Job
 from .gpus import device_of
 from .protocol import (
     ACCEPT,
-    MOVES_MAX,
     REFUSED,
     STAY,
     ExitNotice,
@@ -54,15 +53,14 @@ DIRECT_MAX = 60000
 class DirectHorse:
     """A horse handed to the worker: its pipe ends, its jobs so far, its job now."""
 
-    __slots__ = ("buf", "device", "done", "fd", "funcs", "job_w", "moves", "pid", "refused",
-                 "slot", "status", "verdict")
+    __slots__ = ("buf", "device", "done", "fd", "funcs", "job_w", "pid", "refused", "slot",
+                 "status", "verdict")
 
     def __init__(self, pid: int, job_w: int, fd: int, done: int, device: str | None) -> None:
         self.pid, self.job_w, self.fd, self.done, self.device = pid, job_w, fd, done, device
         self.buf = bytearray()
         self.slot: Slot | None = None       # the job it runs (None: idle)
         self.status: int | None = None      # its wait status, once reaped (GoneNotice)
-        self.moves = 0                      # horses the job was handed to before
         #: it wrote a refusal where none was owed: killed, the job handed on once gone
         self.refused = False
         #: the functions it ran (no verdict owed for their jobs: horse/warm.py)
@@ -85,7 +83,6 @@ class DirectHorses:
         self.idle: list[DirectHorse] = []            # the most recently used last
         self.by_pid: dict[int, DirectHorse] = {}
         self.by_fd: dict[int, DirectHorse] = {}      # by report pipe, until retired
-        self.busy = 0                                # horses that run a job
         #: every handed horse's report pipe: the loop's select() waits on this one
         #: descriptor, and a turn reads only the pipes that have something (not every one)
         self.ep = select.epoll()
@@ -138,9 +135,8 @@ class DirectHorses:
                 continue
             del self.idle[i]
             slot = horse.slot = Slot(job, horse.pid, index=entry, origin=self.origin)
-            horse.moves, horse.buf = 0, bytearray()
+            horse.buf = bytearray()
             horse.verdict = job.func not in horse.funcs
-            self.busy += 1
             if self.board is not None:     # the fork server's watchdog: whose entry
                 self.board.set_owner(entry, horse.pid)
             return slot
@@ -257,11 +253,11 @@ class DirectHorses:
         assert slot is not None
         self.caps[slot.job.func] = 1
         self._release(horse)
-        horse.buf, horse.verdict = bytearray(), False
-        if eof or self.retiring:
+        horse.verdict = False
+        if eof:
             self.retire(horse)
         else:
-            self.idle.append(horse)
+            self._idle_again(horse)
         return slot
 
     def _refuse(self, horse: DirectHorse) -> None:
@@ -271,13 +267,16 @@ class DirectHorses:
         twice at once."""
         slot = horse.slot
         assert slot is not None
-        self.caps[slot.job.func] = 1
         horse.refused = True
         slot.signal_group(signal.SIGKILL)
 
     def _rest(self, horse: DirectHorse) -> None:
         """It reported and stays: idle again (retired if its server was replaced)."""
         horse.done += 1
+        self._idle_again(horse)
+
+    def _idle_again(self, horse: DirectHorse) -> None:
+        """Back in ``idle`` for its next job (retired if its server was replaced)."""
         horse.buf = bytearray()
         if self.retiring:
             self.retire(horse)
@@ -297,8 +296,7 @@ class DirectHorses:
             return [slot]
         if has_report(horse.buf):
             self._finish(horse, 0, bytes(horse.buf))
-        elif (slot is not None and not horse.buf and horse.moves < MOVES_MAX
-              and unread(horse.job_w)):
+        elif slot is not None and not horse.buf and unread(horse.job_w):
             self._release(horse)
             self.retire(horse)
             return [slot]
@@ -339,10 +337,8 @@ class DirectHorses:
 
     def _release(self, horse: DirectHorse) -> None:
         slot, horse.slot = horse.slot, None
-        if slot is not None:
-            self.busy -= 1
-            if self.board is not None:
-                self.board.set_owner(slot.index, 0)
+        if slot is not None and self.board is not None:
+            self.board.set_owner(slot.index, 0)
 
     def retire(self, horse: DirectHorse) -> None:
         """Close the worker's ends: an idle horse reads EOF and exits (its server reaps
