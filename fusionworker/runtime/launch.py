@@ -375,6 +375,8 @@ class ForkServerLauncher:
     def _poll_pools(self, readable: Collection[Any] | None) -> None:
         """Read the handed horses' pipes (direct.py; an idle horse's death or write too),
         then hand on the jobs a handed horse never read."""
+        if not self.pools and not self.moved:     # fresh horses: nothing handed
+            return
         for pool in list(self.pools.values()):
             if pool.by_fd:
                 self.moved.extend((pool.origin, slot) for slot in pool.poll(readable))

@@ -53,6 +53,9 @@ serve(**args)
 #: ancillary space for the descriptors one read may bring (each handover brings two; the
 #: kernel ends a read after the data that carried descriptors)
 _FDS_SPACE = socket.CMSG_SPACE(16 * array.array("i").itemsize)
+#: the read's flags, an int once (``|`` of two socket flags builds an enum member per call)
+_RECV_FLAGS = int(socket.MSG_DONTWAIT) | int(socket.MSG_CMSG_CLOEXEC)
+_DIRECT_NOTICES = (HandoverNotice, GoneNotice)
 
 
 class ForkServerDied(RuntimeError):
@@ -185,8 +188,7 @@ class ForkServer:
         a socket error (the server is gone)."""
         assert self.sock is not None
         try:
-            chunk, ancillary, _, _ = self.sock.recvmsg(
-                1 << 16, _FDS_SPACE, socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+            chunk, ancillary, _, _ = self.sock.recvmsg(1 << 16, _FDS_SPACE, _RECV_FLAGS)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -203,9 +205,7 @@ class ForkServer:
 
     def _dispatch(self, notice: Notice) -> None:
         """One notice to whom it concerns (:meth:`_read`)."""
-        if isinstance(notice, HandoverNotice | GoneNotice):
-            self._direct(notice)
-        elif isinstance(notice, StartNotice):
+        if isinstance(notice, StartNotice):     # the commonest first
             if self.on_start is not None:
                 self.on_start(notice)
         elif isinstance(notice, ExitNotice):
@@ -216,6 +216,8 @@ class ForkServer:
         elif isinstance(notice, BlockedNotice):
             if self.on_blocked is not None:
                 self.on_blocked(notice.entry, notice.seconds)
+        elif isinstance(notice, _DIRECT_NOTICES):
+            self._direct(notice)
         elif self.on_move is not None:     # MovedNotice
             self.on_move(notice.entry, notice.to)
 
