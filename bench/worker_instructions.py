@@ -3,6 +3,7 @@
 
     python bench/worker_instructions.py [--tree DIR ...] [--rounds 2]
                                         [--horse-jobs 1000] [--parent-jobs 1000]
+                                        [--fresh]
 
 CPU times on a shared 2-core virtual machine move by 5-10 % between runs of one
 command; instruction counts under ``valgrind --tool=callgrind`` repeat to well
@@ -20,6 +21,10 @@ the jobs between them (the interpreter's start, the imports and the fork cancel)
   claims, starts, ends, outcome scripts and events. Its fork server and horses run
   under valgrind too (they are not counted: a fork server is killed at the end, so
   callgrind writes no count for it).
+* ``--fresh``: the parent only, of a burst worker at ``--concurrency 1`` with
+  fresh horses (``--horse-jobs 1``, no ``--import``) draining ``bench.jobs:noop``
+  jobs: the path of ``bench/ab.py``'s concurrency-1 figures, whose wall-clock
+  differences of a few per cent drown in a shared machine's noise.
 
 The rounds alternate the trees. Needs ``valgrind`` (Debian's package); a round
 takes about two minutes.
@@ -105,13 +110,17 @@ def parent_count(tree: Path, n: int, args: argparse.Namespace, workdir: Path) ->
     q = Queue("wiq", client, settings=load_settings(
         environ={}, redis_url=args.redis_url, prefix=prefix, allowed_modules=("bench",)))
     try:
-        q.enqueue_many([q.prepare_call("bench.io_jobs:io_sleep",
-                                       args=[os.devnull, time.time(), 0.02])
-                        for _ in range(n)])
+        if args.fresh:
+            calls = [q.prepare_call("bench.jobs:noop") for _ in range(n)]
+            how = ["--concurrency", "1", "--horse-jobs", "1"]
+        else:
+            calls = [q.prepare_call("bench.io_jobs:io_sleep",
+                                    args=[os.devnull, time.time(), 0.02]) for _ in range(n)]
+            how = ["--concurrency", "20", "--horse-jobs", "100000", "--import", "bench.io_jobs"]
+        q.enqueue_many(calls)
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p",
-                        PYTHON, str(tree / "run_worker.py"), "worker", "-q", "wiq",
-                        "--concurrency", "20", "--horse-jobs", "100000", "--import",
-                        "bench.io_jobs", "--burst"], env=env, cwd=tree, check=True,
+                        PYTHON, str(tree / "run_worker.py"), "worker", "-q", "wiq", *how,
+                        "--burst"], env=env, cwd=tree, check=True,
                        capture_output=True, timeout=1800)
         left = q.count
     finally:
@@ -138,6 +147,8 @@ def main() -> int:
     parser.add_argument("--parent-jobs", type=int, default=1000,
                         help="jobs between the parent's two runs (after 300)")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--fresh", action="store_true",
+                        help="the parent of a concurrency-1 worker with fresh horses only")
     args = parser.parse_args()
     trees = [ROOT] + [t.resolve() for t in args.tree]
     counts: dict[tuple[str, Path], list[float]] = {}
@@ -145,8 +156,8 @@ def main() -> int:
         work = Path(tmp)
         for round_ in range(args.rounds):
             for tree in trees if round_ % 2 == 0 else trees[::-1]:
-                horse = (horse_count(tree, 200 + args.horse_jobs, work)
-                         - horse_count(tree, 200, work)) / args.horse_jobs
+                horse = 0.0 if args.fresh else (horse_count(tree, 200 + args.horse_jobs, work)
+                                                - horse_count(tree, 200, work)) / args.horse_jobs
                 parent = (parent_count(tree, 300 + args.parent_jobs, args, work)
                           - parent_count(tree, 300, args, work)) / args.parent_jobs
                 counts.setdefault(("horse", tree), []).append(horse)
@@ -154,7 +165,7 @@ def main() -> int:
                 print(f"... round {round_ + 1} {tree}: horse {horse:,.0f}, "
                       f"parent {parent:,.0f}", flush=True)
     print("\ninstructions per job (medians of the rounds)")
-    for what in ("horse", "parent"):
+    for what in ("parent",) if args.fresh else ("horse", "parent"):
         first = statistics.median(counts[(what, ROOT)])
         for tree in trees:
             mid = statistics.median(counts[(what, tree)])

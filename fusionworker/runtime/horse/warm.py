@@ -52,11 +52,14 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
     code = 0
     done = 0
     mine = dict(resolved)       # what this horse resolved too: each function once
-    seen: set[str] = set()      # the functions it ran (direct path: a verdict for a new one)
+    #: the functions it ran and stayed after, and their caps (learnt after the first run:
+    #: its module is loaded then); the direct path: a verdict for a function not in here
+    caps: dict[str, int] = {}
     originals = guard.snapshot()    # what its reports rely on (guard.py)
+    pending = bytearray()           # read past a frame (from the second frame on)
     try:
         while True:
-            frame = _read_frame(job_r)
+            frame = _read_frame(job_r, pending if done else None)
             if frame is None:
                 break
             entry, body = from_server(frame)
@@ -68,7 +71,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                     async_horse(frame, job_r, write_fd, allowed, retryable, mine, max_rss,
                                 lease)
             job = job_of(body)
-            if not _judged(write_fd, job.func, done, horse_jobs, mine, allowed, async_k, seen):
+            if not _judged(write_fd, job.func, done, horse_jobs, mine, allowed, async_k, caps):
                 continue                          # refused: nothing ran, it stays idle
             done += 1
             if lease is not None and entry >= 0:
@@ -78,7 +81,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
             if lease is not None:
                 lease.idle()
             report, intact = _guarded(report, job.func, originals, mine, allowed)
-            stay = intact and _may_stay(report, job.func, done, horse_jobs, mine, max_rss)
+            stay = intact and _may_stay(report, job.func, done, horse_jobs, mine, max_rss, caps)
             write_all(write_fd, report.encode() + (STAY if stay else b""))
             if not stay:
                 os.close(write_fd)     # EOF now: the server goes on while this exits
@@ -94,22 +97,21 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
 
 def _judged(write_fd: int, func: str, done: int, horse_jobs: int,
             mine: dict[str, Callable[..., Any]], allowed: tuple[str, ...], async_k: int,
-            seen: set[str]) -> bool:
+            caps: dict[str, int]) -> bool:
     """The verdict on a job the worker wrote (the direct path), before any of its code
     runs: REFUSED + STAY and False when this horse may not run it (:func:`_refuses`);
     else True, after ACCEPT, the function's cap and a newline if it is a function this
-    horse has not run (``seen``; the worker reads the verdict first, design.md)."""
-    if _refuses(func, done, horse_jobs, mine, allowed, async_k):
+    horse has not run (not in ``caps``; the worker reads the verdict first, design.md)."""
+    if _refuses(func, done, horse_jobs, mine, allowed, async_k, caps):
         write_all(write_fd, REFUSED + STAY)
         return False
-    if done and func not in seen:
+    if done and func not in caps:
         write_all(write_fd, ACCEPT + b"%d\n" % cap_of(func, horse_jobs, mine))
-    seen.add(func)
     return True
 
 
 def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[..., Any]],
-             allowed: tuple[str, ...], async_k: int) -> bool:
+             allowed: tuple[str, ...], async_k: int, caps: Mapping[str, int]) -> bool:
     """A job the worker wrote here itself (the direct path) that this horse may not
     run: its function's cap is reached (``@job(horse_jobs=M)``), or it is ``async def``
     and async horses run those. Its function is resolved first (once per horse: its
@@ -117,9 +119,13 @@ def _refuses(func: str, done: int, horse_jobs: int, mine: dict[str, Callable[...
     is run, and fails as it would anywhere. Its first job (``done`` 0) came from the
     fork server, which decided. The worker honours a refusal only as this horse's
     verdict on a function it has not run yet (before ACCEPT would come): written by a
-    job, those bytes get its horse killed (direct.py)."""
+    job, those bytes get its horse killed (direct.py). A function this horse ran
+    (``caps``) was a sync one: only its cap is looked at."""
     if not done:
         return False
+    known = caps.get(func)
+    if known is not None:
+        return done >= known
     if func not in mine:
         remember(mine, func, allowed)
     if done >= cap_of(func, horse_jobs, mine):
@@ -150,11 +156,17 @@ def _guarded(report: HorseReport, func: str, originals: guard.Snapshot,
 
 
 def _may_stay(report: HorseReport, func: str, done: int, horse_jobs: int,
-              resolved: Mapping[str, Callable[..., Any]], max_rss: int) -> bool:
+              resolved: Mapping[str, Callable[..., Any]], max_rss: int,
+              caps: dict[str, int]) -> bool:
     """The horse takes another job: this one went well, its cap is not reached, it is
-    under its memory ceiling and left no child process behind."""
-    return (report.ok and done < cap_of(func, horse_jobs, resolved)
-            and not (max_rss and rss() >= max_rss) and not has_children())
+    under its memory ceiling and left no child process behind. The function's cap is
+    worked out after its first run here (its module loaded) and kept in ``caps``."""
+    if not report.ok:
+        return False
+    cap = caps.get(func)
+    if cap is None:
+        cap = caps[func] = cap_of(func, horse_jobs, resolved)
+    return done < cap and not (max_rss and rss() >= max_rss) and not has_children()
 
 
 def _become_horse(server_pid: int) -> None:
@@ -205,12 +217,28 @@ def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]
     return horse_jobs
 
 
-def _read_frame(fd: int) -> bytes | None:
-    """One length-prefixed frame from the blocking pipe ``fd``; None at EOF."""
-    head = _read_exact(fd, HEADER.size)
-    if head is None:
-        return None
-    return _read_exact(fd, HEADER.unpack(head)[0])
+def _read_frame(fd: int, pending: bytearray | None = None) -> bytes | None:
+    """One length-prefixed frame from the blocking pipe ``fd``; None at EOF. With
+    ``pending``: one read a job, not two (what is read past the frame is kept there for
+    the next); without: exactly the frame's bytes, as for the first frame, after which an
+    async horse's loop reads the pipe on (asyncloop.py)."""
+    if pending is None:
+        head = _read_exact(fd, HEADER.size)
+        if head is None:
+            return None
+        return _read_exact(fd, HEADER.unpack(head)[0])
+    while True:
+        want = HEADER.size
+        if len(pending) >= HEADER.size:
+            want += HEADER.unpack_from(pending)[0]
+            if len(pending) >= want:
+                data = bytes(pending[HEADER.size:want])
+                del pending[:want]
+                return data
+        chunk = os.read(fd, min(max(want - len(pending), 1 << 16), 1 << 20))
+        if not chunk:
+            return None
+        pending += chunk
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
