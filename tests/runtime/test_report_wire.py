@@ -32,31 +32,3 @@ def test_every_other_report_is_json_dumps_of_its_dict(report: HorseReport) -> No
     assert report.encode() == json.dumps(report.as_dict()).encode()
     back = HorseReport.decode(report.encode())
     assert back is not None and back.as_dict() == report.as_dict()
-
-
-def test_a_warm_horse_reads_each_frame_whole_from_one_read_or_many() -> None:
-    """horse/warm.py's reader from its second frame on: one read a job, what was read
-    past a frame kept for the next; a frame larger than the pipe comes in pieces (a
-    child writes it while the horse reads); EOF inside a frame is EOF."""
-    import os
-
-    from fusionworker.runtime.horse.warm import _read_frame
-    from fusionworker.runtime.protocol import frame
-
-    small, big = [b"a" * 10, b"", b"b" * 300], os.urandom(3 << 20)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:        # pragma: no cover - the writer
-        os.close(r)
-        os.write(w, b"".join(frame(x) for x in small))      # three frames in one write
-        os.write(w, frame(big) + frame(b"last")[:6])          # then one cut off
-        os._exit(0)
-    os.close(w)
-    pending = bytearray()
-    try:
-        assert [_read_frame(r, pending) for _ in small] == small
-        assert _read_frame(r, pending) == big
-        assert _read_frame(r, pending) is None
-    finally:
-        os.close(r)
-        os.waitpid(pid, 0)

@@ -56,10 +56,9 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
     #: its module is loaded then); the direct path: a verdict for a function not in here
     caps: dict[str, int] = {}
     originals = guard.snapshot()    # what its reports rely on (guard.py)
-    pending = bytearray()           # read past a frame (from the second frame on)
     try:
         while True:
-            frame = _read_frame(job_r, pending if done else None)
+            frame = _read_frame(job_r)
             if frame is None:
                 break
             entry, body = from_server(frame)
@@ -217,28 +216,12 @@ def cap_of(func: str, horse_jobs: int, resolved: Mapping[str, Callable[..., Any]
     return horse_jobs
 
 
-def _read_frame(fd: int, pending: bytearray | None = None) -> bytes | None:
-    """One length-prefixed frame from the blocking pipe ``fd``; None at EOF. With
-    ``pending``: one read a job, not two (what is read past the frame is kept there for
-    the next); without: exactly the frame's bytes, as for the first frame, after which an
-    async horse's loop reads the pipe on (asyncloop.py)."""
-    if pending is None:
-        head = _read_exact(fd, HEADER.size)
-        if head is None:
-            return None
-        return _read_exact(fd, HEADER.unpack(head)[0])
-    while True:
-        want = HEADER.size
-        if len(pending) >= HEADER.size:
-            want += HEADER.unpack_from(pending)[0]
-            if len(pending) >= want:
-                data = bytes(pending[HEADER.size:want])
-                del pending[:want]
-                return data
-        chunk = os.read(fd, min(max(want - len(pending), 1 << 16), 1 << 20))
-        if not chunk:
-            return None
-        pending += chunk
+def _read_frame(fd: int) -> bytes | None:
+    """One length-prefixed frame from the blocking pipe ``fd``; None at EOF."""
+    head = _read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    return _read_exact(fd, HEADER.unpack(head)[0])
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
