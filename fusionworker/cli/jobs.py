@@ -254,7 +254,9 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
         say(f"after     {', '.join(found.depends_on)}{extra}")
     if found.batch:
         bq, bid, st = _batch_of(app, found.batch)
-        if st.get("exists"):
+        if st.get("exists") and "unreadable" in st:     # a key of another type
+            say(f"batch     {bid} on {bq}: cannot be read ({st['unreadable']})")
+        elif st.get("exists"):
             say(f"batch     {bid} on {bq}: {st['ended']}/{st['total']} ended, "
                 f"{st['failed']} failed{'' if st['sealed'] else ' (open)'}")
         elif st.get("unreadable"):

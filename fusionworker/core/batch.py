@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from redis.exceptions import ResponseError
+
 from .keys import QueueKeys
 from .queue_names import known_queues
 from .queue_port import queue_class
@@ -159,10 +161,25 @@ def batch_status(connection: RedisClient, keys: QueueKeys | str,
     """The batch's counts and progress; ``keys``: its queue's keys (or their ``base``)."""
     if isinstance(keys, str):
         keys = QueueKeys.from_base(keys)
-    data = text_hash(connection.hgetall(keys.batch(batch_id)))
-    if not data:
-        return {"id": batch_id, "exists": False}
-    return batch_doc(batch_id, data, int(connection.scard(keys.batch_ended(batch_id))))
+    try:
+        data = text_hash(connection.hgetall(keys.batch(batch_id)))
+        if not data:
+            return {"id": batch_id, "exists": False}
+        ended = int(connection.scard(keys.batch_ended(batch_id)))
+    except ResponseError as exc:      # a key of another type, written by another program
+        return unreadable_batch(batch_id, exc)
+    return batch_doc(batch_id, data, ended)
+
+
+def unreadable_batch(batch_id: str, error: Exception) -> dict[str, Any]:
+    """The document of a batch whose hash or set of ended jobs Redis refuses to read (a
+    key of another type): nothing counted, ``unreadable`` what Redis answered (and
+    ``malformed``, as a batch with unreadable fields). A listing or a job's page shows
+    it, never fails on it."""
+    doc = batch_doc(batch_id, {"total": "0"}, 0)
+    doc["unreadable"] = str(error)[:200]
+    doc["malformed"] = f"Redis refused to read it: {doc['unreadable']}"
+    return doc
 
 
 def batch_doc(batch_id: str, data: dict[str, str], ended: int) -> dict[str, Any]:

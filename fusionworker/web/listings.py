@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..core import job_reads
-from ..core.batch import batch_doc
+from ..core.batch import batch_doc, unreadable_batch
 from ..core.connection import text_hash, texts
 from ..core.job import Job, JobStatus
 from ..core.keys import Keys
@@ -191,29 +191,43 @@ def batches(r: RedisClient, prefix: str, queues: list[str], before: float | None
         pipe.zrevrangebyscore(keys.queue(queue).batches, top, "-inf", start=0,
                               num=size, withscores=True)
         pipe.zcard(keys.queue(queue).batches)
-    answers = pipe.execute()
+    answers = pipe.execute(raise_on_error=False)
     rows: list[tuple[float, str, str]] = []
     total = 0
+    unreadable: list[dict[str, str]] = []     # a queue's index of another type: said, skipped
     for n, queue in enumerate(queues):
-        total += int(answers[2 * n + 1])
+        listed, count = answers[2 * n], answers[2 * n + 1]
+        if isinstance(listed, Exception) or isinstance(count, Exception):
+            error = listed if isinstance(listed, Exception) else count
+            unreadable.append({"queue": queue, "error": str(error)[:200]})
+            continue
+        total += int(count)
         rows.extend((float(score), queue, member.decode() if isinstance(member, bytes)
-                     else member) for member, score in answers[2 * n])
+                     else member) for member, score in listed)
     rows.sort(key=lambda row: row[0], reverse=True)
     rows = rows[:size]
     docs = batch_docs(r, prefix, [(queue, batch_id) for _, queue, batch_id in rows])
     return {"batches": docs, "total": total, "before": before,
-            "next_before": rows[-1][0] if len(rows) == size else None}
+            "next_before": rows[-1][0] if len(rows) == size else None,
+            "unreadable": unreadable}
 
 
 def batch_docs(r: RedisClient, prefix: str, refs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """``batch_status`` of each batch, in one pipeline (HGETALL and SCARD each)."""
+    """``batch_status`` of each batch, in one pipeline (HGETALL and SCARD each); one whose
+    keys Redis refuses to read is shown as such (:func:`unreadable_batch`)."""
     keys = Keys(prefix)
     pipe = r.pipeline(transaction=False)
     for queue, batch_id in refs:
         qkeys = keys.queue(queue)
         pipe.hgetall(qkeys.batch(batch_id))
         pipe.scard(qkeys.batch_ended(batch_id))
-    answers = pipe.execute()
-    return [{"queue": queue, **batch_doc(batch_id, text_hash(answers[2 * n]),
-                                         int(answers[2 * n + 1]))}
-            for n, (queue, batch_id) in enumerate(refs)]
+    answers = pipe.execute(raise_on_error=False)
+    docs = []
+    for n, (queue, batch_id) in enumerate(refs):
+        data, ended = answers[2 * n], answers[2 * n + 1]
+        if isinstance(data, Exception) or (data and isinstance(ended, Exception)):
+            doc = unreadable_batch(batch_id, data if isinstance(data, Exception) else ended)
+        else:
+            doc = batch_doc(batch_id, text_hash(data), 0 if not data else int(ended))
+        docs.append({"queue": queue, **doc})
+    return docs

@@ -115,8 +115,10 @@ def batch_query(board: Dashboard, request: Request) -> dict[str, Any]:
     found = details.statuses(board.r, board.prefix,
                              [f"{q.name}:{doc['callbacks'][k]}" for k in kinds])
     doc["callback_jobs"] = [{"kind": kind, **ref} for kind, ref in zip(kinds, found, strict=True)]
-    ended_key = q.qkeys.batch_ended(batch_id)
-    refs = sorted(str(x) for x in board.r.srandmember(ended_key, details.MAX_REFS) or [])
+    refs: list[str] = []
+    if "unreadable" not in doc:       # (its set of ended jobs may be what Redis refused)
+        ended_key = q.qkeys.batch_ended(batch_id)
+        refs = sorted(str(x) for x in board.r.srandmember(ended_key, details.MAX_REFS) or [])
     doc["ended_jobs"] = details.statuses(board.r, board.prefix, refs)
     return doc
 

@@ -152,6 +152,47 @@ def test_batches_page_and_a_batch(client, queue, burst, r):
     assert client.get(f"/api/v1/batches/{sealed.id}", headers=BEARER).status_code == 400
 
 
+def test_a_batch_redis_refuses_to_read_costs_that_batch_not_the_listing(client, queue, r,
+                                                                        settings, prefix):
+    """Keys of another type, written by another program: one batch's hash, another's set
+    of ended jobs, a third queue's index of batches. The listing, each batch's page, a
+    job's page and ``job show`` answer; what cannot be read is said, once, where it is."""
+    from click.testing import CliRunner
+
+    from fusionworker.cli import main
+
+    q = queue("reports")
+    batches = []
+    for _ in range(3):
+        with Batch(queue="reports", connection=r, settings=q.settings) as batch:
+            job = q.enqueue("tests.jobs:add", 1, 1, batch=batch)
+        batches.append((batch.id, job.id))
+    (good, _), (bad_hash, in_bad), (bad_ended, _) = batches
+    r.delete(q.qkeys.batch(bad_hash))
+    r.set(q.qkeys.batch(bad_hash), "written by another program")
+    r.hset(q.qkeys.batch_ended(bad_ended), "not", "a set")
+    other = queue("other")
+    other.enqueue("tests.jobs:add", 1, 1)
+    r.set(other.qkeys.batches, "not a zset")
+
+    listing = get(client, "/api/v1/batches").json()
+    by_id = {b["id"]: b for b in listing["batches"]}
+    assert set(by_id) == {good, bad_hash, bad_ended}
+    assert "malformed" not in by_id[good] and by_id[good]["total"] == 1
+    for bad in (bad_hash, bad_ended):
+        assert "WRONGTYPE" in by_id[bad]["unreadable"] and by_id[bad]["total"] == 0
+    assert [u["queue"] for u in listing["unreadable"]] == ["other"]
+    page = get(client, "/batches").text
+    assert f'data-batch="{bad_hash}"' in page and 'data-unreadable="other"' in page
+    for bad in (bad_hash, bad_ended):
+        assert 'id="batch-unreadable"' in get(client, f"/batches/{bad}?queue=reports").text
+    assert "cannot be read" in get(client, f"/jobs/{in_bad}?queue=reports").text
+    shown = CliRunner().invoke(main, ["job", "show", in_bad], env={
+        "REDIS_URL": settings.redis_url, "FUSIONWORKER_PREFIX": prefix,
+        "FUSIONWORKER_LOG_LEVEL": "WARNING"})
+    assert shown.exit_code == 0, (shown.output, shown.exception)
+    assert f"batch     {bad_hash} on reports: cannot be read (WRONGTYPE" in shown.output
+
 def test_worker_page_shows_slots_memory_and_recent_outcomes(client, queue, processes,
                                                             settings, r):
     q = queue("default")
