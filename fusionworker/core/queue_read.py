@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 
 from ..exceptions import NoSuchJob
+from .admin import workers as read_heartbeats  # the live workers' heartbeat hashes
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 from .queue_names import find_queue_of as find_queue_of
@@ -395,19 +396,6 @@ def awaiting_compute(stats: dict[str, Any], heartbeats: list[dict[str, str]]) ->
     if cap is not None:
         free = min(free, max(0, int(cap) - int(stats.get("started") or 0)))
     return max(0, ready - free)
-
-
-def read_heartbeats(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]:
-    """The heartbeat hashes of the registered workers whose key lives (read-only; as
-    ``admin.workers``, which ``info`` uses)."""
-    connection = decoding(connection)
-    keys = Keys(prefix)
-    pipe = connection.pipeline(transaction=False)
-    for name in sorted(texts(connection.smembers(keys.workers))):
-        pipe.hgetall(keys.worker(name))
-    # a heartbeat key of another type (another program's) is no worker: left out
-    return [text_hash(data) for data in pipe.execute(raise_on_error=False)
-            if data and not isinstance(data, Exception)]
 
 
 def _rate_doc(data: dict[str, Any]) -> dict[str, Any] | None:
