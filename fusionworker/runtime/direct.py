@@ -122,14 +122,16 @@ class DirectHorses:
         cap = self.caps.get(job.func, self.horse_jobs)
         if cap <= 1 or not self.idle or job.func.partition(":")[0] not in self.modules:
             return None
-        data = frame(for_horse(RunRequest.of(job, entry, self.trace)))
-        if len(data) > DIRECT_MAX:
-            return None
         device = device_of(entry)
+        data = b""              # the frame, made once a horse fits (else the server's)
         for i in range(len(self.idle) - 1, -1, -1):     # the most recently used first
             horse = self.idle[i]
             if horse.done >= cap or horse.device != device:
                 continue
+            if not data:
+                data = frame(for_horse(RunRequest.of(job, entry, self.trace)))
+                if len(data) > DIRECT_MAX:
+                    return None
             if not self._write(horse, data):
                 self.retire(horse)         # it died idle
                 continue

@@ -64,6 +64,26 @@ def test_a_warm_horses_later_jobs_go_from_the_worker_to_the_horse(warm) -> None:
     assert warm.pools[id(warm.server)].idle[0].pid == horse     # it stays, idle in the worker
 
 
+def test_a_job_whose_frame_passes_the_direct_limit_goes_through_the_server(warm) -> None:
+    """A frame the horse's pipe might not take in one write (over DIRECT_MAX) is the
+    fork server's to hand (the worker never blocks on a pipe); the next small job goes
+    to the handed horse again."""
+    from fusionworker.runtime.direct import DIRECT_MAX
+
+    _handed(warm)
+    text = "x" * (DIRECT_MAX + 1000)
+    [big] = _launch(warm, "identity", text)
+    assert big.state is SlotState.ASKED and warm.asked       # a request to the server
+    until_done(warm, [big])
+    exit_ = big.outcome(cold=False)
+    assert exit_.ok and exit_.result_json == f'"{text}"'
+    pool = warm.pools[id(warm.server)]
+    wait_for(lambda: pool.idle, what="an idle handed horse")
+    [small] = _launch(warm, "identity", 7)
+    assert small.state is SlotState.RUNNING and small.pid in pool.by_pid
+    until_done(warm, [small])
+    assert small.outcome(cold=False).result_json == "7"
+
 def test_the_handed_pipes_are_close_on_exec(warm) -> None:
     _handed(warm, 2)
     for horse in warm.pools[id(warm.server)].idle:
