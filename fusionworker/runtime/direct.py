@@ -199,21 +199,16 @@ class DirectHorses:
         self._progress(horse)
         if horse.refused:
             horse.buf.clear()         # what a refusing horse writes: never a report
-            if eof:
-                self._unwatch(horse)
-                moved += self._ended(horse)
         elif horse.buf == REFUSED + STAY and horse.slot is not None:
             self._refuse(horse)
-            if eof:
-                self._unwatch(horse)
-                moved += self._ended(horse)
         elif has_report(horse.buf) and horse.buf.endswith(STAY):
             self._finish(horse, 0, bytes(horse.buf[:-len(STAY)]))
             if eof:
                 self.retire(horse)
             else:
                 self._rest(horse)
-        elif eof:
+            return moved
+        if eof:
             self._unwatch(horse)
             moved += self._ended(horse)
         return moved

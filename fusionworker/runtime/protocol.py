@@ -84,8 +84,8 @@ REFUSED = b"\x15"
 #: REFUSED as a refusal only in that place, before any of the job's code ran.
 ACCEPT = b"\x06"
 
-#: How many times a job whose warm horse died before taking it is handed on, at most
-#: (by the fork server, or by the worker on the direct path).
+#: How many times the fork server hands on a job whose warm horse died before taking it,
+#: at most (the worker hands a job its handed horse never read to the server once).
 MOVES_MAX = 3
 
 
