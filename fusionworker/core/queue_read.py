@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 
 from ..exceptions import NoSuchJob
-from .admin import workers as read_heartbeats  # the live workers' heartbeat hashes
+from . import admin
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
 from .queue_names import find_queue_of as find_queue_of
@@ -141,7 +141,7 @@ def stats_many(connection: RedisClient, settings: Settings, names: list[str],
     except redis.ResponseError:
         pass
     if heartbeats is None:
-        heartbeats = read_heartbeats(decoding(connection), settings.prefix)
+        heartbeats = admin.workers(connection, settings.prefix)
     return [_stats_alone(connection, settings, name, heartbeats) for name in names]
 
 
@@ -173,7 +173,7 @@ def _stats_all(connection: RedisClient, settings: Settings, names: list[str],
     for doc in docs:
         del doc["_ids"]
     if heartbeats is None and docs:
-        heartbeats = read_heartbeats(connection, settings.prefix)
+        heartbeats = admin.workers(connection, settings.prefix)
     for doc in docs:
         doc["awaiting_compute"] = awaiting_compute(doc, heartbeats or [])
     return docs
