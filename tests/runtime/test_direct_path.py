@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import termios
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.launch import ForkServerLauncher
+from fusionworker.runtime.protocol import unread
 from fusionworker.runtime.slot import Slot, SlotState
 from tests.runtime.test_forkserver import spec, until_done
 from tests.waiting import gone, processes_of, wait_for
@@ -84,6 +84,7 @@ def test_a_job_whose_frame_passes_the_direct_limit_goes_through_the_server(warm)
     until_done(warm, [small])
     assert small.outcome(cold=False).result_json == "7"
 
+
 def test_the_handed_pipes_are_close_on_exec(warm) -> None:
     _handed(warm, 2)
     for horse in warm.pools[id(warm.server)].idle:
@@ -109,8 +110,7 @@ def test_a_handed_horse_that_dies_in_its_job_keeps_the_reason(warm, func, args, 
 
 def _took_job(ln: ForkServerLauncher, pid: int) -> bool:
     """The handed horse ``pid`` read the job the worker wrote on its job pipe."""
-    job_w = ln.pools[id(ln.server)].by_pid[pid].job_w
-    return not fcntl.ioctl(job_w, termios.FIONREAD, b"\0\0\0\0").strip(b"\0")
+    return not unread(ln.pools[id(ln.server)].by_pid[pid].job_w)
 
 
 def test_a_fork_server_death_under_direct_jobs_costs_them_nothing(warm) -> None:
@@ -215,6 +215,29 @@ def test_a_job_a_handed_horse_declines_goes_to_the_server_and_the_horse_stays() 
     finally:
         ln.close()
 
+
+def test_a_horse_that_declines_then_dies_costs_the_job_nothing() -> None:
+    """Crash point: the handed horse wrote its verdict (it declines an ``async def``
+    job) and is killed before the worker read it. Whichever the worker reads first, the
+    pipe or the server's notice of the death, the job, of which nothing ran, goes to
+    the server and runs once; the dead horse is dropped."""
+    ln = ForkServerLauncher(spec(warm=lambda: _warm(async_per_horse=2)))
+    ln.start()
+    try:
+        [horse] = _handed(ln)
+        pool = ln.pools[id(ln.server)]
+        [slot] = _launch(ln, "async_add", 1, 2)
+        assert slot.pid == horse
+        wait_for(lambda: unread(pool.by_pid[horse].fd) > 0, what="the horse's verdict")
+        procs = processes_of([horse])
+        os.kill(horse, signal.SIGKILL)
+        wait_for(lambda: gone(procs), what="the horse's death")
+        until_done(ln, [slot])
+        exit_ = slot.outcome(cold=False)
+        assert exit_.ok and exit_.result_json == "3" and slot.pid != horse
+        assert horse not in pool.by_pid
+    finally:
+        ln.close()
 
 def test_a_job_that_writes_a_refusal_itself_never_runs_twice_at_once(warm, tmp_path) -> None:
     """The hostile job writes the bytes of a warm horse's refusal on its own report
