@@ -6,7 +6,7 @@ keeps its lease watchdog on them (the board's owner of each entry, written here)
 
 One :class:`DirectHorses` per fork server (launch.py). A horse is idle (its
 report pipe read to its last report, nothing in its job pipe) or runs one job
-(its slot); an async job never comes here (it stays on the fork server's relay).
+(its slot); the async horses are this class's too (directasync.py).
 Every handed horse's report pipe is in one epoll from its handover to its
 retirement, idle or not: no system call per job to watch it or stop, and an idle
 horse that writes or dies wakes the worker's ``select()`` like a running one,
@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import Job
+from .directasync import AsyncDirect, AsyncHanded
 from .gpus import device_of
 from .protocol import (
     ACCEPT,
@@ -70,7 +71,7 @@ class DirectHorse:
         self.verdict = False
 
 
-class DirectHorses:
+class DirectHorses(AsyncDirect):
     """The horses one fork server handed over (module docstring)."""
 
     def __init__(self, origin: ForkServer, board: DeadlineBoard | None,
@@ -82,7 +83,8 @@ class DirectHorses:
         self.pid = origin.proc.pid if origin.proc is not None else 0
         self.idle: list[DirectHorse] = []            # the most recently used last
         self.by_pid: dict[int, DirectHorse] = {}
-        self.by_fd: dict[int, DirectHorse] = {}      # by report pipe, until retired
+        #: by report pipe, until retired (an async horse's too: directasync.py)
+        self.by_fd: dict[int, Any] = {}
         #: every handed horse's report pipe: the loop's select() waits on this one
         #: descriptor, and a turn reads only the pipes that have something (not every one)
         self.ep = select.epoll()
@@ -96,9 +98,14 @@ class DirectHorses:
         self.modules: set[str] = set()
         #: its fork server was replaced (SIGHUP): no horse comes back to ``idle``
         self.retiring = False
+        self.init_async((origin.warm or {}).get("async_per_horse", 1))
 
     def adopt(self, notice: HandoverNotice, job_w: int, fd: int) -> None:
-        """A horse the server handed over (idle, its first job reported)."""
+        """A horse the server handed over (idle, its first job reported; an async one
+        with its first job: directasync.py)."""
+        if notice.shared:
+            self.adopt_async(notice, job_w, fd)
+            return
         if self.retiring:
             os.close(job_w)
             os.close(fd)
@@ -119,6 +126,8 @@ class DirectHorses:
         """Write ``job`` to an idle horse that may run it (fewer jobs than the function's
         cap, the slot's device): its slot, bound to that pid. None: none may (the job goes
         to the fork server)."""
+        if job.func in self.async_funcs:
+            return self.take_async(job, entry)
         cap = self.caps.get(job.func, self.horse_jobs)
         if cap <= 1 or not self.idle or job.func.partition(":")[0] not in self.modules:
             return None
@@ -181,6 +190,9 @@ class DirectHorses:
         for fd, _ in self.ep.poll(0):
             horse = self.by_fd.get(fd)
             if horse is None:
+                continue
+            if isinstance(horse, AsyncHanded):
+                self.read_async(horse)
                 continue
             if horse.slot is None:        # idle: it wrote when it should not, or died
                 self.retire(horse)
@@ -309,6 +321,7 @@ class DirectHorses:
         ends with its status once its pipe was read (or its job is handed on)."""
         horse = self.by_pid.get(pid)
         if horse is None:
+            self.gone_async(pid, status)
             return []
         horse.status = status
         if horse.slot is None:
@@ -356,10 +369,12 @@ class DirectHorses:
         self.retiring = True
         for horse in list(self.idle):
             self.retire(horse)
+        self.retire_async(closing=False)
 
     def close(self) -> None:
         """Every horse goes (the worker stops, or their server died with them)."""
         self.retiring = True
         for horse in list(self.by_pid.values()):
             self.retire(horse)
+        self.retire_async(closing=True)
         self.ep.close()

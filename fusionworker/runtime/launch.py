@@ -28,7 +28,7 @@ from .inprocess import InProcessLauncher
 from .launchspec import LaunchSpec
 from .ownfork import OwnForkLauncher, make_board
 from .protocol import StartNotice
-from .slot import HorseMates, Slot
+from .slot import Slot
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,6 @@ class ForkServerLauncher:
         self.retiring: list[ForkServer] = []
         #: the running slots of the fork servers' horses, by board entry (an async horse's pid runs several)
         self.by_entry: dict[int, Slot] = {}
-        #: the jobs of each async horse, by (fork server, pid): who is to blame for its death
-        self.mates: dict[tuple[int, int], HorseMates] = {}
         #: each fork server's (by id) unanswered requests, in the order its answers come
         self.asked: dict[int, deque[Slot]] = {}
         #: modules whose first job was launched (warm horses: said once, :meth:`_say_loads`)
@@ -118,7 +116,7 @@ class ForkServerLauncher:
         server.on_update = self._update
         server.on_move = self._moved
         server.on_start = lambda notice: self._answered(server, notice)
-        server.on_blocked = self._blocked
+        server.on_cancel = lambda entry: self._pool(server).cancel(entry)
         server.on_handover = lambda notice, job_w, fd: self._pool(server).adopt(
             notice, job_w, fd)
         server.on_gone = lambda pid, status: self.moved.extend(
@@ -135,6 +133,9 @@ class ForkServerLauncher:
         if pool is None:
             pool = self.pools[id(server)] = DirectHorses(server, self.own.board,
                                                          self.spec.deliver)
+            pool.on_blocked = self._blocked
+            pool.awaited = lambda entry: any(
+                slot.index == entry for slot in self.asked.get(id(server), ()))
         return pool
 
     def _drop_pool(self, server: ForkServer) -> None:
@@ -191,7 +192,7 @@ class ForkServerLauncher:
 
     def _answered(self, server: ForkServer, notice: StartNotice) -> None:
         """The answer to ``server``'s oldest open request: ``notice.pid`` runs that job
-        (an async horse's, ``shared``: with other jobs, its mates)."""
+        (an async horse's, ``shared``: with other jobs, its mates, directasync.py)."""
         asked = self.asked.get(id(server))
         if not asked:      # cannot be: one answer per request, in order
             log.warning("Worker %s: the fork server answered a request it was not sent "
@@ -203,15 +204,15 @@ class ForkServerLauncher:
         if server.warm:         # its later jobs may go to a handed horse (direct.py)
             pool = self._pool(server)
             pool.modules.add(slot.job.func.partition(":")[0])
-            pool.caps[slot.job.func] = max(1, notice.cap)
-        if notice.shared:
-            mates = self.mates.get((id(server), notice.pid))
-            if mates is None:
-                mates = self.mates[(id(server), notice.pid)] = HorseMates()
-            mates.slots.append(slot)
-            slot.mates = mates
+            pool.caps[slot.job.func] = 1 if notice.shared else max(1, notice.cap)
+            if notice.shared:   # an async horse, handed (before this notice)
+                pool.join(slot, notice.pid, notice.cap)
+            elif pool.async_horses:
+                pool.drop_early(slot.index)
         slot.bind(notice.pid)
         self.by_entry[slot.index] = slot
+        if notice.shared and server.warm:   # what its horse wrote for it meanwhile
+            self._pool(server).drop_early(slot.index, notice.pid)
 
     def _blocked(self, entry: int, seconds: float) -> None:
         """The job on ``entry`` holds its async horse's event loop: said, and it is the
@@ -277,7 +278,7 @@ class ForkServerLauncher:
         """The jobs an idle horse ``server`` handed over takes (their slots, bound), and
         the rest, for the server."""
         pool = self.pools.get(id(server))
-        if pool is None or not pool.idle:
+        if pool is None or not (pool.idle or pool.async_horses):
             return [], jobs, entries
         if pool.pid != (server.proc.pid if server.proc else 0):   # it died idle, unnoticed
             self._drop_pool(server)
@@ -369,7 +370,7 @@ class ForkServerLauncher:
         if self.by_entry or self.asked:
             ended = [entry for entry, slot in self.by_entry.items() if slot.done]
             for entry in ended:
-                self._ended(self.by_entry.pop(entry))
+                del self.by_entry[entry]
         self.own.poll(readable)
 
     def _poll_pools(self, readable: Collection[Any] | None) -> None:
@@ -391,18 +392,8 @@ class ForkServerLauncher:
             slot = self.by_entry.get(entry)
             if slot is not None and slot.origin is server:
                 slot.exited(notice)
-                if slot.mates is not None and notice.status == 0:
-                    slot.mates.reported(slot)       # never a culprit; the loop turned
         if died:
             self._origin_died(server)
-
-    def _ended(self, slot: Slot) -> None:
-        """An async horse whose every job ended is forgotten (its pid may come again)."""
-        mates = slot.mates
-        if mates is not None and all(mate.done for mate in mates.slots):
-            origin = slot.origin
-            if origin is not None and self.mates.get((id(origin), slot.pid)) is mates:
-                del self.mates[(id(origin), slot.pid)]
 
     def _hung(self, now: float) -> None:
         """SIGKILL a fork server whose oldest open request is ANSWER_TIMEOUT old (stopped,

@@ -12,26 +12,25 @@ Two channels:
   worker sends a :class:`RunRequest` per job as two frames: ``{"func",
   "entry"}`` (what the server needs itself: the module to preload, the deadline
   entry to watch) and the job's own body (marshal data too, :func:`job_of`),
-  which the server hands to a waiting horse unparsed; a :class:`CancelRequest`
-  (``{"cancel": entry}``, one frame) stops one job of an async horse (its task
-  is cancelled, the horse runs on). The server answers, per
-  request and in order, a :class:`StartNotice` (``{"pid", "e"}``, ``"a"``: an
-  async horse); forwards each progress frame of a horse as a
-  :class:`ProgressNotice` (``{"pid", "update", "e"}``); a :class:`MovedNotice`
-  (``{"pid", "to", "e"}``) when a warm horse died before it took its job; and,
-  once a job ended (its report, or its horse exited without one), an
-  :class:`ExitNotice`: ``{"pid", "status", "size", "e"}`` followed by a frame of
-  ``size`` bytes, the report as the horse wrote it, unparsed (the worker reads it
-  as untrusted JSON). ``"e"`` is the job's deadline board entry, unique among
-  the worker's running jobs: an async horse (``--async-per-horse``) runs several
-  at once. With warm horses the server hands a sync horse that reported its
-  first job to the worker: a :class:`HandoverNotice` (``{"pid", "e", "h", "f"}``)
-  whose write carries the horse's job pipe write end and report pipe read end
-  (SCM_RIGHTS); the worker writes that horse's job frames and reads its reports
-  itself from then on (design.md, "The direct path"), and the server says a
-  handed horse's wait status once it reaped it (:class:`GoneNotice`, ``{"pid",
-  "gone"}``). A :class:`StartNotice` of a warm sync job says its function's cap
-  (``"c"``).
+  which the server hands to a waiting horse unparsed. The server answers, per
+  request and in order, a :class:`StartNotice` (``{"pid", "e"}``); forwards each
+  progress frame of a horse as a :class:`ProgressNotice` (``{"pid", "update",
+  "e"}``); a :class:`MovedNotice` (``{"pid", "to", "e"}``) when a warm horse died
+  before it took its job; and, once a job ended (its report, or its horse exited
+  without one), an :class:`ExitNotice`: ``{"pid", "status", "size", "e"}``
+  followed by a frame of ``size`` bytes, the report as the horse wrote it,
+  unparsed (the worker reads it as untrusted JSON). ``"e"`` is the job's deadline
+  board entry, unique among the worker's running jobs. With warm horses the
+  server hands a sync horse that reported its first job to the worker: a
+  :class:`HandoverNotice` (``{"pid", "e", "h", "f"}``) whose write carries the
+  horse's job pipe write end and report pipe read end (SCM_RIGHTS); the worker
+  writes that horse's job frames and reads its reports itself from then on
+  (design.md, "The direct path"), and the server says a handed horse's wait
+  status once it reaped it (:class:`GoneNotice`, ``{"pid", "gone"}``). A
+  :class:`StartNotice` of a warm sync job says its function's cap (``"c"``). An
+  async horse (``--async-per-horse``) is handed over with its first job: its
+  :class:`HandoverNotice` (``"a"``, and the function's cap ``"c"``) is also the
+  answer to that job's request (design.md, "Async horses").
 * **a horse's report pipe** (horse -> whoever forked it): zero or more
   progress frames (``RS`` + JSON + ``\\n``, RFC 7464; at most one per 0.1 s,
   progress.py), then one :class:`HorseReport` as JSON (it starts with ``{``),
@@ -171,36 +170,19 @@ class RunRequest:
         return head_frame({"func": self.func, "entry": self.entry}) + frame(self.body)
 
     @staticmethod
-    def split(frames: list[bytes]) -> tuple[list[RunRequest | CancelRequest], bytes | None]:
-        """The requests among the frames the server received, in order (a run request
-        is two frames, a cancel request one), and the frame of a run request whose body
-        is still on its way (or None)."""
-        requests: list[RunRequest | CancelRequest] = []
+    def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
+        """The requests among the frames the server received, in order (a request is
+        two frames), and the frame of a request whose body is still on its way (or
+        None)."""
+        requests: list[RunRequest] = []
         pos = 0
         while pos < len(frames):
             meta = marshal.loads(frames[pos])
-            if "cancel" in meta:
-                requests.append(CancelRequest(int(meta["cancel"])))
-                pos += 1
-                continue
             if pos + 1 == len(frames):
                 return requests, frames[pos]
             requests.append(RunRequest(meta["func"], int(meta.get("entry", 0)), frames[pos + 1]))
             pos += 2
         return requests, None
-
-
-@dataclass(frozen=True, slots=True)
-class CancelRequest:
-    """Cancel the task of the job on board entry ``entry`` in its async horse (a stop of
-    that job: ``job stop``); one frame. The server writes :func:`cancel_for_horse` to
-    that horse's job pipe; a job it does not run there (ended, a sync job's) is left
-    alone: the worker's kill escalation covers what a cancel does not end."""
-
-    entry: int
-
-    def encode(self) -> bytes:
-        return head_frame({"cancel": self.entry})
 
 
 #: What a horse reads on its job pipe before the job: its deadline board entry (its own
@@ -218,9 +200,35 @@ CANCEL = b"C"
 
 
 def cancel_for_horse(entry: int) -> bytes:
-    """The frame the fork server writes to an async horse's job pipe to cancel the task
-    of the job on board entry ``entry`` (:class:`CancelRequest`)."""
+    """The frame the worker writes to an async horse's job pipe to cancel the task of
+    the job on board entry ``entry`` (a stop of that job: ``job stop``)."""
     return frame(ENTRY.pack(entry) + CANCEL)
+
+
+#: the first byte of the body of an async job's frame (a body is a marshalled dict: its
+#: first byte is "{", or 0xFB with marshal's reference flag, never "A")
+ASYNC = b"A"
+#: what an async horse writes when it takes no more jobs (a line of its own)
+LEAVING = b"-"
+#: the start of an async horse's line naming the job that holds its loop
+HOLDS_LOOP = b"!"
+
+
+def for_async_horse(entry: int, body: bytes) -> bytes:
+    """The frame of an ``async def`` job (the body of its :class:`RunRequest`) on an
+    async horse's job pipe (the first one makes a ready horse an async horse)."""
+    return frame(ENTRY.pack(entry) + ASYNC + body)
+
+
+def take_lines(buf: bytearray) -> list[bytes]:
+    """Cut every complete line off the front of ``buf`` (an async horse's report pipe:
+    ``<entry> <report>``, ``<entry> <RS-frame>``, ``-``, ``!<entry> <seconds>``)."""
+    end = buf.rfind(b"\n")
+    if end < 0:
+        return []
+    lines = bytes(buf[:end]).split(b"\n")
+    del buf[:end + 1]
+    return lines
 
 
 def from_server(data: bytes) -> tuple[int, bytes]:
@@ -256,18 +264,23 @@ def job_of(body: bytes) -> Job[Any]:
 
 @dataclass(frozen=True, slots=True)
 class StartNotice:
-    """The answer to a :class:`RunRequest`: the pid of the horse that got the job."""
+    """The answer to a :class:`RunRequest`: the pid of the horse that got the job.
+
+    ``shared``: an async horse's (it runs other jobs at the same time): the first job
+    of a new async horse is answered by the horse's :class:`HandoverNotice`, which the
+    worker's handle reads as this notice too (forkserver/client.py); a job the server
+    gave that horse in the same turn, by this notice (``"a"``), after it."""
 
     pid: int
     entry: int = -1          #: the job's board entry (unique among the running jobs)
-    shared: bool = False     #: an async horse: it runs other jobs at the same time
-    #: a warm sync horse: how many jobs a horse running this function may run in all
-    #: (the worker hands the function's later jobs to the horses it was handed itself)
+    shared: bool = False
+    #: how many jobs a horse running this function may run in all (warm horses: the
+    #: worker hands the function's later jobs to the horses it was handed itself)
     cap: int = 0
 
     def encode(self) -> bytes:
         if self.shared:
-            return head_frame({"pid": self.pid, "e": self.entry, "a": 1})
+            return head_frame({"pid": self.pid, "e": self.entry, "c": self.cap, "a": 1})
         if self.cap:
             return head_frame({"pid": self.pid, "e": self.entry, "c": self.cap})
         return head_frame({"pid": self.pid, "e": self.entry})
@@ -279,14 +292,23 @@ class HandoverNotice:
     job pipe's write end and its report pipe's read end travel with this notice
     (SCM_RIGHTS, in that order); the worker writes its jobs and reads its reports from
     now on (design.md, "The direct path"). ``entry``: the board entry of the job it
-    ran (its GPU device), ``done``: the jobs it ran."""
+    ran (its GPU device), ``done``: the jobs it ran.
+
+    ``shared``: an async horse, handed with its first job (``entry``, of ``func``)
+    as the answer to that job's request; ``cap``: the jobs a horse running ``func``
+    may be handed in all."""
 
     pid: int
     entry: int
     done: int
     func: str = ""     # the function of the job it ran (it has run it: no verdict owed)
+    shared: bool = False
+    cap: int = 0
 
     def encode(self) -> bytes:
+        if self.shared:
+            return head_frame({"pid": self.pid, "e": self.entry, "h": self.done,
+                               "f": self.func, "a": 1, "c": self.cap})
         return head_frame({"pid": self.pid, "e": self.entry, "h": self.done,
                            "f": self.func})
 
@@ -344,21 +366,8 @@ class ExitNotice:
                 + frame(self.report))
 
 
-@dataclass(frozen=True, slots=True)
-class BlockedNotice:
-    """The job on board entry ``entry`` holds the event loop of its async horse ``pid``
-    (horse/asyncloop.py's monitor thread): ``seconds`` so far."""
-
-    pid: int
-    entry: int
-    seconds: float
-
-    def encode(self) -> bytes:
-        return head_frame({"pid": self.pid, "e": self.entry, "blocked": self.seconds})
-
-
-Notice = (StartNotice | ProgressNotice | ExitNotice | MovedNotice | BlockedNotice
-          | HandoverNotice | GoneNotice)
+Notice = (StartNotice | ProgressNotice | ExitNotice | MovedNotice | HandoverNotice
+          | GoneNotice)
 
 
 def take_notices(buf: bytearray) -> list[Notice]:
@@ -382,10 +391,9 @@ def take_notices(buf: bytearray) -> list[Notice]:
             out.append(ProgressNotice(pid, msg["update"], entry))
         elif "to" in msg:
             out.append(MovedNotice(pid, int(msg["to"]), entry))
-        elif "blocked" in msg:
-            out.append(BlockedNotice(pid, entry, float(msg["blocked"])))
         elif "h" in msg:
-            out.append(HandoverNotice(pid, entry, int(msg["h"]), str(msg.get("f", ""))))
+            out.append(HandoverNotice(pid, entry, int(msg["h"]), str(msg.get("f", "")),
+                                      bool(msg.get("a")), int(msg.get("c", 0))))
         elif "gone" in msg:
             out.append(GoneNotice(pid, int(msg["gone"])))
         else:
@@ -541,9 +549,10 @@ def drain(fd: int) -> None:
 
 
 __all__ = [
-    "ACCEPT", "CANCEL", "ENTRY", "FRAME_START", "MOVES_MAX", "REFUSED", "STAY", "BlockedNotice", "CancelRequest", "ExitNotice",
+    "ACCEPT", "ASYNC", "CANCEL", "ENTRY", "FRAME_START", "HOLDS_LOOP", "LEAVING", "MOVES_MAX",
+    "REFUSED", "STAY", "ExitNotice",
     "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
-    "StartNotice", "cancel_for_horse", "drain", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_notices",
-    "take_frames", "take_progress", "unread", "write_all",
+    "StartNotice", "cancel_for_horse", "drain", "for_async_horse", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_lines",
+    "take_notices", "take_frames", "take_progress", "unread", "write_all",
 ]

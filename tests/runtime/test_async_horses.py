@@ -267,18 +267,18 @@ def test_a_job_that_blocked_the_loop_once_is_not_blamed_once_the_loop_turned_aga
 
 def test_every_notice_names_its_jobs_board_entry():
     from fusionworker.runtime.protocol import (
-        BlockedNotice,
         ExitNotice,
+        HandoverNotice,
         MovedNotice,
         ProgressNotice,
         StartNotice,
         take_notices,
     )
 
-    sent = [StartNotice(7, 3, shared=True), StartNotice(7, 4, shared=True),
-            ProgressNotice(7, '{"p":0.5}', 4), BlockedNotice(7, 3, 1.5),
+    sent = [HandoverNotice(7, 3, 1, "m:f", shared=True, cap=50),
+            StartNotice(7, 4, shared=True, cap=50), ProgressNotice(7, '{"p":0.5}', 4),
             ExitNotice(7, 0, b'{"ok": true, "result": 1}', 4), ExitNotice(7, 9, b"", 3),
-            MovedNotice(8, 9, 5), StartNotice(9, 6)]
+            MovedNotice(8, 9, 5), StartNotice(9, 6), HandoverNotice(9, 6, 1, "m:g")]
     buf = bytearray(b"".join(n.encode() for n in sent))
     assert take_notices(buf) == sent and not buf
 

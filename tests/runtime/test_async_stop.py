@@ -151,44 +151,41 @@ def test_a_cancel_racing_the_jobs_own_end_records_one_outcome(queue, processes, 
     assert done.attempts == 1
 
 
-def test_a_cancel_that_comes_before_the_task_began_stops_it_unstarted(tmp_path):
-    """The run request and its cancel reach the fork server together; the horse's loop is
-    held meanwhile (a mate's blocking call), so it reads both frames at once: the task is
-    stopped before it began. Driven through the worker's own fork server handle."""
+def test_a_cancel_that_comes_before_the_task_began_stops_it_unstarted():
+    """The job's frame and its cancel frame reach the horse together; its loop is held
+    meanwhile (a mate's blocking call), so it reads both at once: the task is stopped
+    before it began. Driven through the worker's launcher, which writes both frames."""
     from fusionworker.core.job import Job
-    from fusionworker.runtime.forkserver.client import ForkServer
-    from fusionworker.runtime.protocol import HorseReport
+    from fusionworker.runtime.launch import ForkServerLauncher
+    from fusionworker.runtime.slot import SlotState
+    from tests.runtime.test_forkserver import spec, until_done
 
-    server = ForkServer(["tests"], [], warm={"horse_jobs": 100, "async_per_horse": 10})
-    starts = []
-    server.on_start = starts.append
-    exits = {}
-
-    def read():
-        got, died = server.exits()
-        assert not died
-        exits.update(got)
-
+    ln = ForkServerLauncher(spec(warm=lambda: {"horse_jobs": 100, "async_per_horse": 10}))
+    ln.start()
     try:
         hold = Job(id="hold", queue="q", func=f"{JOBS}:block", args=[1.0], kwargs={},
                    timeout=30)
         late = Job(id="late", queue="q", func=f"{JOBS}:stamp", args=[5.0], kwargs={},
                    timeout=30)
-        server.submit([hold], [0])
-        wait_for(lambda: read() or starts, what="the first job's horse")
+        warm = [Job(id=f"w{i}", queue="q", func=f"{JOBS}:{func}", args=[0], kwargs={},
+                    timeout=30) for i, func in enumerate(("block", "stamp"))]
+        first = ln.launch(warm, [0, 1], lambda: None)     # both functions: async, one horse
+        until_done(ln, first)
+        [held] = ln.launch([hold], [2], lambda: None)
+        assert held.pid == first[0].pid == first[1].pid
         time.sleep(0.2)                        # its loop is held from now on, for 1 s
-        server.submit([late], [1])
-        assert server.cancel(1)
-        wait_for(lambda: read() or {0, 1} <= exits.keys(), timeout=30, what="both reports")
-        assert [s.pid for s in starts] == [starts[0].pid] * 2 and starts[1].shared
-        stopped = HorseReport.decode(exits[1].report)
-        assert stopped is not None and stopped.reason == FailureReason.STOPPED
-        assert "before it started" in stopped.error_message
-        held = HorseReport.decode(exits[0].report)
-        assert held is not None and held.ok and held.result == str(starts[0].pid)
-        assert exits[0].status == exits[1].status == 0
+        [stopped] = ln.launch([late], [3], lambda: None)
+        assert stopped.state is SlotState.RUNNING and stopped.pid == held.pid   # written
+        stopped.stop()
+        assert stopped.cancel_at is not None   # a cancel, not a kill
+        until_done(ln, [held, stopped])
+        exit_ = stopped.outcome(cold=False)
+        assert exit_.reason == FailureReason.STOPPED, exit_
+        assert "before it started" in (exit_.error_message or "")
+        ok = held.outcome(cold=False)
+        assert ok.ok and ok.result_json == str(held.pid)
     finally:
-        server.close()
+        ln.close()
 
 
 def _fork_server(worker_pid):
@@ -198,20 +195,23 @@ def _fork_server(worker_pid):
     raise AssertionError("no fork server")
 
 
-def test_a_fork_server_dying_after_the_stop_was_asked(queue, processes, settings, r):
-    """Crash point: the worker asked for the cancel; the fork server (stopped, so it read
-    nothing) dies. Its horses die with it: the stopped job ends stopped, its mates are
-    given back (shared, as at any fork server's death) and run again."""
+def test_a_stop_needs_no_fork_server_and_its_death_after_costs_the_mates_nothing(
+        queue, processes, settings, r):
+    """The worker writes the cancel frame to the horse itself: a stop works while the
+    fork server is frozen. Crash point: the fork server dies after the stop: the horse
+    dies with it; the stopped job stays stopped, its mates are given back (shared, as at
+    any fork server's death) and run again."""
     q = queue()
     key, target, mates, proc, horse = _three_in_one_horse(
-        q, processes, settings, r, "pushed_stamp", 2.0)
+        q, processes, settings, r, "pushed_stamp", 5.0)
     server = _fork_server(proc.pid)
     os.kill(server.pid, signal.SIGSTOP)
-    q.stop(target.id)
-    wait_for(lambda: "cancelling its task" in processes.output(proc), what="the cancel asked")
-    os.kill(server.pid, signal.SIGKILL)
-    target = _stopped(q, target)
-    assert "fork server died" in target.error_message
+    try:
+        q.stop(target.id)
+        target = _stopped(q, target)
+        assert "its task was cancelled" in target.error_message, target.error_message
+    finally:
+        os.kill(server.pid, signal.SIGKILL)
     done = _finished(q, mates)
     assert [j.attempts for j in done] == [1, 1]
     assert all(j.result[0] != horse for j in done)

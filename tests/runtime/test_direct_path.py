@@ -203,8 +203,11 @@ def test_a_job_a_handed_horse_declines_goes_to_the_server_and_the_horse_stays() 
             if result is not None:
                 assert exit_.result_json == result and slot.mates is not None  # async horse
             assert [h.pid for h in pool.idle] == [horse]    # nothing ran in it: still idle
-            [again] = _launch(ln, func, *args)               # now known: to the server
-            assert again.state is SlotState.ASKED
+            [again] = _launch(ln, func, *args)
+            if result is None:                 # now known: a fresh horse's, to the server
+                assert again.state is SlotState.ASKED
+            else:                              # the async horse the server handed over
+                assert again.state is SlotState.RUNNING and again.pid == slot.pid
             until_done(ln, [again])
             assert again.outcome(cold=False).ok and again.pid != horse
         [direct] = _launch(ln, "identity", 7)

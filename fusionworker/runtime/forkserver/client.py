@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import (
-    BlockedNotice,
-    CancelRequest,
     ExitNotice,
     GoneNotice,
     HandoverNotice,
@@ -91,8 +89,9 @@ class ForkServer:
         #: gets each answer as it is read, in the order of the requests (warm horses: a
         #: pid seen again; an async horse's, ``shared``: a pid running other jobs too)
         self.on_start: Callable[[StartNotice], None] | None = None
-        #: gets (entry, seconds): that job holds its async horse's event loop
-        self.on_blocked: Callable[[int, float], None] | None = None
+        #: gets a board entry: cancel the task of that job in its async horse (the worker
+        #: writes to the horses it was handed itself); False: no async horse runs it
+        self.on_cancel: Callable[[int], bool] | None = None
         #: gets (notice, job pipe's write end, report pipe's read end): a warm horse the
         #: server handed over (the direct path); None: its descriptors are closed
         self.on_handover: Callable[[HandoverNotice, int, int], None] | None = None
@@ -153,18 +152,13 @@ class ForkServer:
             raise ForkServerDied("the fork server went away") from None
 
     def cancel(self, entry: int) -> bool:
-        """Ask the server to cancel the task of the job on board entry ``entry`` in its
-        async horse (a stop of that job; the horse and its other jobs run on). No answer:
-        the job's exit notice says how it ended. False: the server is gone (not started
-        again: the horse died with it) or the request could not be sent."""
-        if not self.alive:
+        """Cancel the task of the job on board entry ``entry`` in its async horse (a stop
+        of that job; the horse and its other jobs run on): :attr:`on_cancel` writes the
+        horse's cancel frame. False: the server is gone (its horses died with it), or no
+        async horse of it runs that job."""
+        if not self.alive or self.on_cancel is None:
             return False
-        assert self.sock is not None
-        try:
-            self.sock.sendall(CancelRequest(entry).encode())
-        except OSError:
-            return False
-        return True
+        return self.on_cancel(entry)
 
     def exits(self) -> tuple[dict[int, ExitNotice], bool]:
         """Every exit notice the server sent so far (read without blocking), by entry,
@@ -213,9 +207,6 @@ class ForkServer:
         elif isinstance(notice, ProgressNotice):
             if self.on_update is not None:
                 self.on_update(notice.entry, notice.update)
-        elif isinstance(notice, BlockedNotice):
-            if self.on_blocked is not None:
-                self.on_blocked(notice.entry, notice.seconds)
         elif isinstance(notice, _DIRECT_NOTICES):
             self._direct(notice)
         elif self.on_move is not None:     # MovedNotice
@@ -231,7 +222,8 @@ class ForkServer:
 
     def _direct(self, notice: HandoverNotice | GoneNotice) -> None:
         """A horse handed over (its two descriptors came before or with its notice, in
-        order) or a handed horse reaped."""
+        order) or a handed horse reaped. An async horse's handover is also the answer to
+        its first job's request (:attr:`on_start`, once the horse was handed)."""
         if isinstance(notice, GoneNotice):
             if self.on_gone is not None:
                 self.on_gone(notice.pid, notice.status)
@@ -242,8 +234,10 @@ class ForkServer:
         if self.on_handover is None:
             os.close(job_w)        # EOF: the horse exits (the server reaps it)
             os.close(report_r)
-            return
-        self.on_handover(notice, job_w, report_r)
+        else:
+            self.on_handover(notice, job_w, report_r)
+        if notice.shared and self.on_start is not None:
+            self.on_start(StartNotice(notice.pid, notice.entry, shared=True, cap=notice.cap))
 
     def close(self) -> None:
         """Stop the server (closing the socket is its signal to exit)."""

@@ -1,8 +1,9 @@
 """The fork server's side of the direct path (design.md, "The direct path"): a warm
 sync horse that reported its first job and stays is handed to the worker, its pipes
 passed over the socket (SCM_RIGHTS); the worker writes its jobs and reads its reports
-from then on. The server keeps forking, reaping (a :class:`~..protocol.GoneNotice`
-per handed horse) and its lease watchdog (the board's owner of each entry).
+from then on. An async horse is handed with its first job (asyncpool.py). The server
+keeps forking, reaping (a :class:`~..protocol.GoneNotice` per handed horse) and its
+lease watchdog (the board's owner of each entry).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import select
 import socket
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import GoneNotice, HandoverNotice, send_reading
+from ..protocol import GoneNotice, HandoverNotice, RunRequest, send_reading
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..deadlines import LeaseWatchdog
@@ -32,7 +33,7 @@ class Handover:
     by_fd: dict[int, Any]
     running: dict[int, Any]
     exiting: set[int]
-    async_horses: dict[int, Any]
+    making: dict[str | None, Any]
 
     def init_handover(self, enabled: bool) -> None:
         #: hand warm sync horses to the worker (False: every job goes through here)
@@ -42,7 +43,7 @@ class Handover:
 
     def reaps_due(self) -> bool:
         """A horse of this server may have exited: the turn reaps."""
-        return bool(self.running or self.exiting or self.async_horses or self.handed)
+        return bool(self.running or self.exiting or self.handed)
 
     def hand_over(self, run: Any) -> None:
         """Send the horse of ``run`` (server._Running; idle: its report was read, nothing
@@ -57,6 +58,25 @@ class Handover:
         if self.watchdog is not None:
             with self.watchdog.lock:
                 self.watchdog.hand(pid)
+
+    def hand_async(self, pid: int, job_w: int, report_r: int, request: RunRequest,
+                   cap: int) -> None:
+        """Send a new async horse, its first job (``request``) written to it, to the
+        worker with its pipe ends: the answer to that request (closed here once sent)."""
+        self.out.append((HandoverNotice(pid, request.entry, 1, request.func, shared=True,
+                                        cap=cap).encode(), (job_w, report_r)))
+        self.handed.add(pid)
+        if self.watchdog is not None:
+            with self.watchdog.lock:
+                self.watchdog.hand(pid)
+
+    def busy_handed(self) -> set[int]:
+        """The handed horses that run a job now (the board names them owner of an entry:
+        the worker clears that once the job ended); without a board, every one."""
+        if self.watchdog is None:
+            return set(self.handed)
+        board = self.watchdog.board
+        return {pid for pid in map(board.owner, range(board.entries)) if pid in self.handed}
 
     def handed_reaped(self, pid: int, status: int) -> bool:
         """``pid`` was reaped: a handed horse's status goes to the worker (it may have
@@ -94,6 +114,7 @@ class Handover:
             return send_reading(self.sock, b"".join(pending), self._read_more)
         finally:
             self.out.clear()
+            self.making.clear()      # (asyncpool.py) their job pipes are the worker's now
             for fd in to_close:
                 os.close(fd)
 

@@ -6,8 +6,8 @@ when a process dies). One :class:`Server` turn: one epoll wait over the worker's
 the SIGCHLD wake-up pipe and the report pipes of the running horses; :meth:`Server.receive`
 reads what came, :meth:`Server.reap` reaps the horses that exited, :meth:`Server.finish`
 reports each ended horse, then every complete :class:`~fusionworker.runtime.protocol.RunRequest`
-of the turn is handed to a ready horse (:meth:`Server.start`; an async horse's, and a
-cancel of one: asyncpool.py), the answers of the turn go out at once (outcomes before the
+of the turn is handed to a ready horse (:meth:`Server.start`; an async job's makes an
+async horse: asyncpool.py), the answers of the turn go out at once (outcomes before the
 next horse is forked), and horses are forked ahead for the next requests.
 """
 
@@ -201,8 +201,8 @@ class Server(AsyncHorses, Handover):
         """Fork horses for the next requests, answering the worker first. Fresh horses:
         as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
         worker slot, ready, running or idle (a prefork pool; a retired one is replaced)."""
-        while (len(self.ready) + len(self.idle) + len(self.running) + len(self.async_horses)
-               + len(self.handed) < self.slots
+        while (len(self.ready) + len(self.idle) + len(self.running) + len(self.handed)
+               < self.slots
                if self.slots else len(self.ready) < self.want):
             self.ready.append(self.spawn())
             if self.ep.poll(0):
@@ -221,7 +221,6 @@ class Server(AsyncHorses, Handover):
             else:
                 run = self.by_fd.get(efd)
                 if run is None:
-                    self.async_read(efd)       # an async horse's (asyncpool.py), or none
                     continue
                 if run.idle:               # an idle warm horse wrote or died: retired
                     self.drop_idle(run)
@@ -261,10 +260,7 @@ class Server(AsyncHorses, Handover):
         """Start every complete run request of the turn, in order with its cancels."""
         requests, partial = RunRequest.split(take_frames(self.inbox))
         for request in requests:
-            if isinstance(request, RunRequest):
-                self.start(request)
-            else:                  # a cancel: the task of an async horse's job (asyncpool)
-                self.cancel(request)
+            self.start(request)
         self.want = min(READY_MAX, max(self.want, len(requests)))
         if partial is not None:              # a request whose body is still on its way
             self.inbox[:0] = frame(partial)
@@ -547,8 +543,8 @@ class Server(AsyncHorses, Handover):
                 found.status = status
             elif pid in self.idle:        # died between jobs: nothing was running
                 self.drop_idle(self.idle[pid])
-            elif not self.handed_reaped(pid, status):
-                self.async_reaped(pid, status)
+            else:
+                self.handed_reaped(pid, status)
             self.exiting.discard(pid)
             reaped.append(pid)
 
@@ -564,7 +560,6 @@ class Server(AsyncHorses, Handover):
         self.exiting.clear()
         for pid in list(self.handed):
             self.handed_reaped(pid, 0)
-        self.async_none_left()
         return reaped
 
     def last_reaps(self) -> None:
@@ -575,10 +570,11 @@ class Server(AsyncHorses, Handover):
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        # not reported: a job still runs (a handed horse's: the worker is gone)
-        for pid in [*self.running, *self.handed]:
+        # not reported: a job still runs (a handed horse that owns a board entry: the
+        # worker is gone); an idle handed horse read EOF (the worker's ends closed): it
+        # exits on its own, its spans exported, or dies with us after LAST_REAPS
+        for pid in [*self.running, *self.busy_handed()]:
             self._kill_now(pid)
-        self.async_kill_all(self._kill_now)      # an idle one gets EOF: it exits (its spans)
         deadline = time.monotonic() + LAST_REAPS
         while time.monotonic() < deadline:
             try:

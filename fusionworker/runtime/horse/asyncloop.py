@@ -2,7 +2,9 @@
 task of one event loop (``worker --async-per-horse K``; design.md, "Async horses").
 
 A ready horse of the fork server becomes one when its first frame is an async job's
-(the body starts with ``A``, forkserver/asyncpool.py). Sequence (S: the server, H)::
+(the body starts with ``A``, forkserver/asyncpool.py); the server then hands it to
+the worker (W), which writes its later jobs and reads its lines
+(runtime/directasync.py). Sequence::
 
     H: its own process group, PDEATHSIG, signals (as a warm horse), once
     H: the loop reads its job pipe (non-blocking); per frame a task:
@@ -11,10 +13,10 @@ A ready horse of the fork server becomes one when its first frame is an async jo
        the report line "<entry> <report>", OwnLease.idle(entry)
     H: a job failed (a timeout too), replaced the framework, left a child, or the
        RSS passed --max-horse-memory: "-" (no more jobs for it); it runs on
-    H: its job pipe at EOF (S closed it: the cap, or "-", and every job of it
+    H: its job pipe at EOF (W closed it: the cap, or "-", and every job of it
        reported) and no task left: exit 0
 
-A stop (``job stop``) of one job: S writes a cancel frame (its entry, then ``C``) to
+A stop (``job stop``) of one job: W writes a cancel frame (its entry, then ``C``) to
 the job pipe; the loop reads it in order with the jobs' frames (design.md, "A stop of
 one async job")::
 
@@ -28,9 +30,9 @@ one async job")::
     H: a job that swallows the CancelledError and runs on: W kills H at the kill
        escalation (its mates are given back uncharged); one whose loop is held: the
        same (a held loop cancels nothing)
-    H dies after the frame (the job's handler kills it): S reports every unreported
-       job of it as died with it; the stopped one ends "stopped", its mates
-       "neighbour"
+    H dies after the frame (the job's handler kills it): W ends every unreported
+       job of it once the server reaped it; the stopped one ends "stopped", its
+       mates "neighbour"
 
 A job that blocks the loop (``time.sleep``, C code) is not cancelled at its
 timeout (cancellation needs the loop): the monitor thread names it once it held the

@@ -1,0 +1,121 @@
+"""Async horses on the direct path (design.md, "Async horses"): the fork server makes an
+async horse with the first request of an ``async def`` job and hands it over; the
+worker writes the later jobs and reads every line itself. Real fork server, real horses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fusionworker.core.job import FailureReason, Job
+from fusionworker.runtime.launch import ForkServerLauncher
+from fusionworker.runtime.slot import Slot, SlotState
+from tests.runtime.test_forkserver import spec, until_done
+from tests.waiting import gone, processes_of, wait_for
+
+JOBS = "tests.async_horse_jobs"
+
+
+@pytest.fixture
+def aio() -> Iterator[ForkServerLauncher]:
+    ln = ForkServerLauncher(spec(warm=lambda: {"horse_jobs": 100, "async_per_horse": 10}))
+    ln.start()
+    yield ln
+    ln.close()
+
+
+def _launch(ln: ForkServerLauncher, func: str, *args: Any, entries: tuple[int, ...] = (0,),
+            timeout: float = 30) -> list[Slot]:
+    jobs = [Job(id=f"j{entry}-{time.monotonic_ns()}", queue="q", func=f"{JOBS}:{func}",
+                args=list(args), timeout=timeout) for entry in entries]
+    return ln.launch(jobs, list(entries), lambda: None)
+
+
+def _answered(ln: ForkServerLauncher, slots: list[Slot]) -> None:
+    wait_for(lambda: ln.poll(None) or all(s.pid > 0 for s in slots), what="the answers")
+
+
+def test_a_burst_before_the_first_answer_shares_one_horse_and_later_jobs_skip_the_server(
+        aio) -> None:
+    """The worker does not know the function is async before the server's first answer:
+    a burst of 4 goes to the server, which gives the horse it makes for the first the
+    other three too (not a horse each). Then the worker knows: the next jobs are written
+    to that horse at once (born running, nothing asked of the server)."""
+    burst = _launch(aio, "stamp", 0.5, entries=(0, 1, 2, 3))
+    _answered(aio, burst)
+    [horse] = {s.pid for s in burst}
+    assert all(s.mates is burst[0].mates for s in burst)
+    later = _launch(aio, "stamp", 0.2, entries=(4, 5))
+    assert [s.state for s in later] == [SlotState.RUNNING] * 2
+    assert {s.pid for s in later} == {horse} and id(aio.server) not in aio.asked
+    until_done(aio, burst + later)
+    for slot in burst + later:
+        exit_ = slot.outcome(cold=False)
+        assert exit_.ok and exit_.result_json is not None
+        assert exit_.result_json.startswith(f"[{horse},"), exit_
+
+
+def test_lines_a_horse_wrote_before_its_jobs_answers_were_read_are_not_lost(aio) -> None:
+    """Crash point of the wire: the server's answers for the jobs it gave a new async
+    horse can be read after the horse already reported them (the handover and the
+    answers are separate writes). Held back here on purpose: the horse's pipe is read
+    first, then the answers; each job still ends with its own report, once."""
+    held: list[Any] = []
+    server = aio.server
+    assert server is not None
+    answer = server.on_start
+    server.on_start = held.append
+    burst = _launch(aio, "stamp", 0.0, entries=(0, 1, 2))
+    wait_for(lambda: server.exits() and len(held) == 3, what="the answers, held back")
+    pool = aio.pools[id(server)]
+    [horse] = pool.async_horses.values()
+    wait_for(lambda: pool.poll(None) is not None and len(horse.early) == 3,
+             what="the three reports, read before their answers")
+    assert answer is not None
+    server.on_start = answer
+    for notice in held:
+        answer(notice)
+    until_done(aio, burst, timeout=10)
+    assert [s.outcome(cold=False).ok for s in burst] == [True] * 3
+    assert not horse.early
+
+
+def test_an_async_horse_killed_under_direct_jobs_ends_each_of_them(aio) -> None:
+    """Crash point: the horse dies (SIGKILL from outside) with jobs the worker wrote it
+    running: each slot ends with the death's status once the server reaped it (nobody
+    known to blame: each is given back as a shared death)."""
+    first = _launch(aio, "stamp", 30)
+    _answered(aio, first)
+    later = _launch(aio, "stamp", 30, entries=(1, 2))
+    assert {s.pid for s in later} == {first[0].pid}
+    procs = processes_of([first[0].pid])
+    os.kill(first[0].pid, signal.SIGKILL)
+    wait_for(lambda: gone(procs), what="the horse's death")
+    until_done(aio, first + later, timeout=20)
+    for slot in first + later:
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED and exit_.shared, exit_
+    assert not aio.pools[id(aio.server)].async_horses
+
+
+def test_a_reload_lets_the_async_jobs_finish_then_the_horse_exits(aio) -> None:
+    """SIGHUP (a new fork server): the old server's async horse takes no new job; the
+    jobs it runs finish with their own reports, then it exits (EOF on its job pipe); the
+    next async job goes to the new server."""
+    first = _launch(aio, "stamp", 1.0, entries=(0, 1))
+    _answered(aio, first)
+    old = first[0].pid
+    aio.renew()
+    [after] = _launch(aio, "stamp", 0.1, entries=(2,))
+    assert after.state is SlotState.ASKED          # to the new server
+    until_done(aio, first + [after])
+    assert all(s.outcome(cold=False).ok for s in first + [after])
+    assert after.pid != old
+    procs = processes_of([old])
+    wait_for(lambda: gone(procs), what="the old horse's exit")
