@@ -126,8 +126,6 @@ class DirectHorses(AsyncDirect):
         """Write ``job`` to an idle horse that may run it (fewer jobs than the function's
         cap, the slot's device): its slot, bound to that pid. None: none may (the job goes
         to the fork server)."""
-        if job.func in self.async_funcs:
-            return self.take_async(job, entry)
         cap = self.caps.get(job.func, self.horse_jobs)
         if cap <= 1 or not self.idle or job.func.partition(":")[0] not in self.modules:
             return None

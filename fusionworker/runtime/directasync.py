@@ -47,6 +47,26 @@ EARLY_MAX = 1024
 ASYNC_FRAME_MAX = 60000
 
 
+class _Batch:
+    """The frames on their way to one async horse in one launch, by index in its jobs."""
+
+    __slots__ = ("count", "frames", "rest", "sent", "size", "waiting")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.waiting: list[int] = []     # the frames' jobs, not written yet
+        self.sent: list[int] = []        # written
+        self.rest: list[int] = []        # not taken (no room, or the write failed)
+        self.size = 0
+        self.count = 0                   # frames given to it in all (its load)
+
+    def add(self, data: bytes, i: int) -> None:
+        self.frames.append(data)
+        self.waiting.append(i)
+        self.size += len(data)
+        self.count += 1
+
+
 class AsyncHanded:
     """An async horse handed to the worker: its pipes, the jobs it runs now by entry."""
 
@@ -70,12 +90,37 @@ class AsyncHanded:
         #: for it (its loop reads nothing: its job pipe would fill)
         self.blocked = False
 
-    def room(self, k: int, cap: int, device: str | None, size: int) -> bool:
-        """It takes a job of ``size`` bytes now: fewer than K jobs, fewer than ``cap``
-        handed, the slot's device, and room for the whole frame in its job pipe."""
-        return (self.taking and not self.blocked and len(self.jobs) < k and self.handed < cap
-                and self.device == device and self.job_w >= 0
-                and self.pipe_size - unread(self.job_w) >= size)
+    def room(self, k: int, cap: int, device: str | None, batch: _Batch | None) -> bool:
+        """It may take a job: fewer than K jobs, fewer than ``cap`` handed (``batch``: the
+        jobs on their way to it count), the slot's device, not closing, its loop not held
+        (its pipe's room: :meth:`write`)."""
+        more = batch.count if batch is not None else 0
+        return (self.taking and not self.blocked and len(self.jobs) + more < k
+                and self.handed + more < cap and self.device == device and self.job_w >= 0)
+
+    def load(self, batches: dict[int, _Batch]) -> int:
+        """Its jobs, with those on their way to it."""
+        batch = batches.get(self.pid)
+        return len(self.jobs) + (batch.count if batch is not None else 0)
+
+    def write(self, data: bytes) -> bool:
+        """``data`` (a frame) whole into its job pipe now, or nothing (False: no room, or
+        it died). A frame of PIPE_BUF bytes or fewer is written at once or not at all (the
+        pipe's own rule: no system call to ask first); a longer one only if the pipe has
+        room for all of it now (FIONREAD), so that the worker never blocks on it."""
+        if len(data) > select.PIPE_BUF and self.pipe_size - unread(self.job_w) < len(data):
+            return False
+        try:
+            written = os.write(self.job_w, data)
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:      # it died (its EOF and its GoneNotice come)
+            self.stop_taking()
+            return False
+        if written < len(data):      # (cannot be: the room was there) it is not used again
+            self.stop_taking()
+            return False
+        return True
 
     def stop_taking(self) -> None:
         """No new job for it: its job pipe closes once its last job reported."""
@@ -164,41 +209,63 @@ class AsyncDirect:
         if self.board is not None:
             self.board.set_owner(entry, pid)
 
-    def take_async(self, job: Job[Any], entry: int) -> Slot | None:
-        """Write ``job`` to the fullest async horse with room (the others may retire): its
-        slot, bound to that horse. None: none has room (the server makes a new horse)."""
-        cap, device = self.async_funcs[job.func], device_of(entry)
-        data = for_async_horse(entry, RunRequest.of(job, entry, self.trace).body)
-        if len(data) > ASYNC_FRAME_MAX:
-            return None
-        best: AsyncHanded | None = None
-        for horse in self.async_horses.values():
-            if (horse.room(self.async_k, cap, device, len(data))
-                    and (best is None or len(horse.jobs) > len(best.jobs))):
-                best = horse
-        if best is None:
-            return None
-        try:
-            if os.write(best.job_w, data) < len(data):   # (cannot be: the room was there)
-                raise BrokenPipeError
-        except (BrokenPipeError, BlockingIOError):
-            best.stop_taking()        # it died (its EOF comes) or its pipe misled us
-            return None
-        slot = Slot(job, best.pid, index=entry, origin=self.origin)
-        slot.mates = best.mates
-        best.mates.slots.append(slot)
-        best.jobs[entry] = slot
-        best.handed += 1
-        if best.handed >= cap:
-            best.stop_taking()
-        self._own(entry, best.pid)
+    def take_async(self, jobs: list[tuple[Job[Any], int]]) -> tuple[list[Slot], list[int]]:
+        """Write each (job, entry) of a function known as async to the fullest async horse
+        with room (the others may retire), the frames of one horse in as few writes as
+        PIPE_BUF allows (each wakes its loop once): their slots, bound to their horses,
+        and the indexes in ``jobs`` of those no horse took (the server makes a new one)."""
+        batches: dict[int, _Batch] = {}
+        for i, (job, entry) in enumerate(jobs):
+            cap, device = self.async_funcs[job.func], device_of(entry)
+            best: AsyncHanded | None = None
+            for horse in self.async_horses.values():
+                if (horse.room(self.async_k, cap, device, batches.get(horse.pid))
+                        and (best is None or horse.load(batches) > best.load(batches))):
+                    best = horse
+            data = for_async_horse(entry, RunRequest.of(job, entry, self.trace).body)
+            if best is None or len(data) > ASYNC_FRAME_MAX:
+                batches.setdefault(0, _Batch()).rest.append(i)
+                continue
+            batch = batches.setdefault(best.pid, _Batch())
+            if batch.size + len(data) > select.PIPE_BUF and batch.frames:
+                self._send(best, batch)        # this one's frames first: a batch is atomic
+            batch.add(data, i)
+        for pid, batch in batches.items():
+            if pid and batch.frames:
+                self._send(self.async_horses[pid], batch)
+        slots: list[Slot] = []
+        for pid, batch in batches.items():
+            owner = self.async_horses.get(pid)
+            slots += [self._bound(owner, *jobs[i]) for i in batch.sent] if owner else []
+        rest = [i for batch in batches.values() for i in batch.rest]
+        return slots, sorted(rest)
+
+    @staticmethod
+    def _send(horse: AsyncHanded, batch: _Batch) -> None:
+        """The batch's frames, written whole or not at all (not: their jobs are rest)."""
+        if horse.write(b"".join(batch.frames)):
+            batch.sent += batch.waiting
+        else:
+            batch.rest += batch.waiting
+        batch.frames, batch.waiting, batch.size = [], [], 0
+
+    def _bound(self, horse: AsyncHanded, job: Job[Any], entry: int) -> Slot:
+        """The slot of a job written to ``horse``."""
+        slot = Slot(job, horse.pid, index=entry, origin=self.origin)
+        slot.mates = horse.mates
+        horse.mates.slots.append(slot)
+        horse.jobs[entry] = slot
+        horse.handed += 1
+        if horse.handed >= self.async_funcs[job.func]:
+            horse.stop_taking()
+        self._own(entry, horse.pid)
         return slot
 
     # -- what the horses write ---------------------------------------------------------
 
     def read_async(self, horse: AsyncHanded) -> None:
         """The report pipe of an async horse is readable: its lines, then its end."""
-        eof = read_available(horse.fd, horse.buf)
+        eof = read_available(horse.fd, horse.buf, drained=True)
         for line in take_lines(horse.buf):
             self._line(horse, line)
         if eof:

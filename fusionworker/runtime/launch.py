@@ -286,14 +286,24 @@ class ForkServerLauncher:
         direct: list[Slot] = []
         rest: list[Job[Any]] = []
         rest_entries: list[int] = []
+        to_async: list[tuple[Job[Any], int]] = []     # the async horses' (directasync.py)
         for job, entry in zip(jobs, entries):
+            if job.func in pool.async_funcs:
+                to_async.append((job, entry))
+                continue
             slot = pool.take(job, entry)
             if slot is None:
                 rest.append(job)
                 rest_entries.append(entry)
             else:
                 direct.append(slot)
-                self.by_entry[entry] = slot
+        if to_async:
+            written, left = pool.take_async(to_async)
+            direct += written
+            rest += [to_async[i][0] for i in left]
+            rest_entries += [to_async[i][1] for i in left]
+        for slot in direct:
+            self.by_entry[slot.index] = slot
         return direct, rest, rest_entries
 
     def _launch_suspects(self, jobs: Sequence[Job[Any]], entries: Sequence[int],
