@@ -169,3 +169,10 @@ async def sleep_then_block(url, key, seconds, block_seconds):
     await asyncio.sleep(seconds)
     time.sleep(block_seconds)
     return os.getpid()
+
+
+async def flood_report_pipe(mib, seconds):
+    """The hostile async job (tests.jobs.flood_report_pipe), on its horse's loop."""
+    from tests.jobs import flood_report_pipe as flood
+
+    return flood(mib, seconds)

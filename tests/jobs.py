@@ -352,3 +352,33 @@ def sleep_first(folder, seconds, then=0.0):
 def fresh_pid():
     """Always in a fresh horse, whatever --horse-jobs says: its pid."""
     return os.getpid()
+
+
+def _write_ends() -> list[int]:
+    """The pipe write ends this process holds (its report pipe among them)."""
+    import fcntl
+    import stat
+
+    ends = []
+    for fd in range(3, 256):
+        try:
+            if (stat.S_ISFIFO(os.fstat(fd).st_mode)
+                    and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY):
+                ends.append(fd)
+        except OSError:
+            continue
+    return ends
+
+
+def flood_report_pipe(mib, seconds=0.0):
+    """The hostile job: ``mib`` MiB of no report on every pipe it can write (its report
+    pipe among them), then sleep ``seconds`` (its horse should be dead by then)."""
+    chunk = b"x" * (1 << 20)
+    for _ in range(int(mib)):
+        for fd in _write_ends():
+            try:
+                os.write(fd, chunk)
+            except OSError:
+                pass
+    time.sleep(seconds)
+    return "flooded"

@@ -23,8 +23,8 @@ import signal
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
-from ..core.job import Job
-from .directasync import AsyncDirect, AsyncHanded
+from ..core.job import FailureReason, Job
+from .directasync import AsyncDirect, AsyncHanded, flood_max, flooded
 from .gpus import device_of
 from .protocol import (
     ACCEPT,
@@ -98,6 +98,7 @@ class DirectHorses(AsyncDirect):
         self.modules: set[str] = set()
         #: its fork server was replaced (SIGHUP): no horse comes back to ``idle``
         self.retiring = False
+        self.flood_max = flood_max(origin.result_cap)
         self.init_async((origin.warm or {}).get("async_per_horse", 1))
 
     def adopt(self, notice: HandoverNotice, job_w: int, fd: int) -> None:
@@ -202,6 +203,12 @@ class DirectHorses(AsyncDirect):
         """What a running horse wrote: its verdict, progress, its report, its end."""
         moved: list[Slot] = []
         eof = read_available(fd, horse.buf, drained=True)   # report + STAY: one write
+        if self.flood_max and len(horse.buf) > self.flood_max and horse.slot is not None:
+            if not horse.slot.killed:
+                flooded(horse.slot.job.id, horse.pid, len(horse.buf))
+                horse.slot.kill(FailureReason.KILLED)     # its job's own doing: it pays
+            horse.buf.clear()
+            return moved
         if horse.verdict and not self._verdict(horse, eof):
             if horse.slot is not None:          # it declined: nothing of the job ran
                 moved.append(self._declined(horse, eof))

@@ -14,8 +14,10 @@ business (slot.py, :class:`~.slot.HorseMates`, one per horse here).
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import select
+import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,21 @@ from .slot import HorseMates, Slot
 if TYPE_CHECKING:  # pragma: no cover
     from .deadlines import DeadlineBoard
     from .forkserver.client import ForkServer
+
+log = logging.getLogger(__name__)
+
+
+def flood_max(result_cap: int) -> int:
+    """The bytes a handed horse's report pipe may hold unread before its horse is taken
+    for a job writing on it what is no report (a report is at most the result cap and
+    its envelope): twice the cap and a MiB; 0 (no bound) when results are not capped."""
+    return 2 * result_cap + (1 << 20) if result_cap > 0 else 0
+
+
+def flooded(what: str, pid: int, size: int) -> None:
+    log.error("Job %s wrote %d bytes on the report pipe of its horse %d, more than a report "
+              "can hold (FUSIONWORKER_MAX_RESULT_BYTES): the horse is killed", what, size, pid)
+
 
 #: lines of an async horse kept for jobs whose answer the worker has not read yet (a
 #: job the server gave it in the turn it was made can end before its answer is read)
@@ -139,6 +156,7 @@ class AsyncDirect:
     """The async horses one fork server handed over (module docstring)."""
 
     # provided by DirectHorses
+    flood_max: int
     origin: ForkServer
     board: DeadlineBoard | None
     deliver: Callable[[Job[Any], str], None]
@@ -266,6 +284,8 @@ class AsyncDirect:
     def read_async(self, horse: AsyncHanded) -> None:
         """The report pipe of an async horse is readable: its lines, then its end."""
         eof = read_available(horse.fd, horse.buf, drained=True)
+        if self.flood_max and len(horse.buf) > self.flood_max:
+            self._flooded(horse)
         for line in take_lines(horse.buf):
             self._line(horse, line)
         if eof:
@@ -302,6 +322,20 @@ class AsyncDirect:
         horse.mates.reported(slot)        # never a culprit; the loop turned
         if not horse.taking and not horse.jobs:
             horse.close_jobs()            # EOF: it exits (no task is left)
+
+    def _flooded(self, horse: AsyncHanded) -> None:
+        """A job of the horse writes on its report pipe what is no line: which one is not
+        known, so the horse dies unasked (SIGKILL of its group) and its jobs are given back
+        as at any death of no known cause (each runs again apart, where the flood is its
+        own: slot.py)."""
+        flooded(f"of async horse {horse.pid} (one of {len(horse.jobs)})", horse.pid,
+                len(horse.buf))
+        horse.buf.clear()
+        horse.stop_taking()
+        try:
+            os.killpg(horse.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _holds_loop(self, horse: AsyncHanded, rest: bytes) -> None:
         try:

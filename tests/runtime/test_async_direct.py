@@ -119,3 +119,63 @@ def test_a_reload_lets_the_async_jobs_finish_then_the_horse_exits(aio) -> None:
     assert after.pid != old
     procs = processes_of([old])
     wait_for(lambda: gone(procs), what="the old horse's exit")
+
+
+def _flood_spec(**warm: int) -> ForkServerLauncher:
+    ln = ForkServerLauncher(spec(warm=lambda: {"horse_jobs": 100, **warm},
+                                 result_cap=lambda: 1 << 20))     # a flood: past 3 MiB
+    ln.start()
+    return ln
+
+
+def test_a_job_flooding_its_async_horses_report_pipe_costs_the_worker_nothing() -> None:
+    """The hostile job writes 64 MiB of no line on its report pipe: the worker buffers at
+    most twice the result cap and a MiB of it, kills the horse (which job did it is not
+    known), and gives its jobs back as deaths of no known cause; the mate is not charged."""
+    import resource
+
+    ln = _flood_spec(async_per_horse=10)
+    try:
+        first = ln.launch([Job(id=f"w{i}", queue="q", func=f"{JOBS}:{func}", args=args,
+                               timeout=30)
+                           for i, (func, args) in enumerate((("stamp", [0]),
+                                                             ("flood_report_pipe", [0, 0])))],
+                          [0, 1], lambda: None)      # one burst: both known, one horse
+        until_done(ln, first)
+        assert first[0].pid == first[1].pid
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        mate, flood = (_launch(ln, "stamp", 30, entries=(2,))
+                       + _launch(ln, "flood_report_pipe", 64, 30, entries=(3,)))
+        assert mate.pid == flood.pid == first[0].pid          # one horse, written directly
+        until_done(ln, [mate, flood], timeout=30)
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before   # KiB
+        assert grew < 32 * 1024, grew
+        for slot in (mate, flood):
+            exit_ = slot.outcome(cold=False)
+            assert exit_.reason == FailureReason.KILLED and exit_.shared, exit_
+    finally:
+        ln.close()
+
+
+def test_a_job_flooding_a_handed_sync_horses_report_pipe_is_killed_and_pays() -> None:
+    """The same on a warm sync horse the worker was handed: its job is known, it is killed
+    and its attempt counted (killed, not shared); the worker's memory stays small."""
+    import resource
+
+    ln = _flood_spec()
+    try:
+        warm = [Job(id="w", queue="q", func="tests.jobs:noop", args=[], timeout=30)]
+        until_done(ln, ln.launch(warm, [0], lambda: None))
+        wait_for(lambda: ln.poll(None) or ln.pools[id(ln.server)].idle, what="the handover")
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        job = Job(id="f", queue="q", func="tests.jobs:flood_report_pipe", args=[64, 30],
+                  timeout=30)
+        [slot] = ln.launch([job], [1], lambda: None)
+        assert slot.state is SlotState.RUNNING            # written by the worker
+        until_done(ln, [slot], timeout=30)
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grew < 32 * 1024, grew
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED and not exit_.shared, exit_
+    finally:
+        ln.close()
