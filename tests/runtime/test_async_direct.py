@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.launch import ForkServerLauncher
 from fusionworker.runtime.slot import Slot, SlotState
+from tests.runtime.test_direct_path import _launch as launch_direct
 from tests.runtime.test_forkserver import spec, until_done
 from tests.waiting import gone, processes_of, wait_for
 
@@ -32,9 +32,7 @@ def aio() -> Iterator[ForkServerLauncher]:
 
 def _launch(ln: ForkServerLauncher, func: str, *args: Any, entries: tuple[int, ...] = (0,),
             timeout: float = 30) -> list[Slot]:
-    jobs = [Job(id=f"j{entry}-{time.monotonic_ns()}", queue="q", func=f"{JOBS}:{func}",
-                args=list(args), timeout=timeout) for entry in entries]
-    return ln.launch(jobs, list(entries), lambda: None)
+    return launch_direct(ln, func, *args, entries=entries, timeout=timeout, module=JOBS)
 
 
 def _answered(ln: ForkServerLauncher, slots: list[Slot]) -> None:

@@ -37,8 +37,8 @@ def warm() -> Iterator[ForkServerLauncher]:
 
 
 def _launch(ln: ForkServerLauncher, func: str, *args: Any, entries: tuple[int, ...] = (0,),
-            timeout: float = 30) -> list[Slot]:
-    jobs = [Job(id=f"j{entry}-{time.monotonic_ns()}", queue="q", func=f"{JOBS}:{func}",
+            timeout: float = 30, module: str = JOBS) -> list[Slot]:
+    jobs = [Job(id=f"j{entry}-{time.monotonic_ns()}", queue="q", func=f"{module}:{func}",
                 args=list(args), timeout=timeout) for entry in entries]
     return ln.launch(jobs, list(entries), lambda: None)
 
