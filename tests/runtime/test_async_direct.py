@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +178,16 @@ def test_a_job_flooding_a_handed_sync_horses_report_pipe_is_killed_and_pays() ->
         assert exit_.reason == FailureReason.KILLED and not exit_.shared, exit_
     finally:
         ln.close()
+
+
+def test_an_async_horse_dead_before_its_handover_was_read_ends_its_job(aio) -> None:
+    """Crash point: the horse dies right after its first frame (its job exits it), before
+    the worker read the handover: the worker adopts a horse whose pipe is at its end,
+    and the server's notice of the death ends the job (no known culprit: given back as a
+    shared death, to run again apart), nothing waits for a report."""
+    [slot] = _launch(aio, "exit_now", 3)
+    time.sleep(1.0)                          # dead and reaped before anything is read
+    until_done(aio, [slot], timeout=10)
+    exit_ = slot.outcome(cold=False)
+    assert not exit_.ok and exit_.shared, exit_
+    assert not aio.pools[id(aio.server)].async_horses
