@@ -234,12 +234,7 @@ class AsyncDirect:
         and the indexes in ``jobs`` of those no horse took (the server makes a new one)."""
         batches: dict[int, _Batch] = {}
         for i, (job, entry) in enumerate(jobs):
-            cap, device = self.async_funcs[job.func], device_of(entry)
-            best: AsyncHanded | None = None
-            for horse in self.async_horses.values():
-                if (horse.room(self.async_k, cap, device, batches.get(horse.pid))
-                        and (best is None or horse.load(batches) > best.load(batches))):
-                    best = horse
+            best = self._fullest(job, entry, batches)
             data = for_async_horse(entry, RunRequest.of(job, entry, self.trace).body)
             if best is None or len(data) > ASYNC_FRAME_MAX:
                 batches.setdefault(0, _Batch()).rest.append(i)
@@ -248,15 +243,28 @@ class AsyncDirect:
             if batch.size + len(data) > select.PIPE_BUF and batch.frames:
                 self._send(best, batch)        # this one's frames first: a batch is atomic
             batch.add(data, i)
-        for pid, batch in batches.items():
-            if pid and batch.frames:
-                self._send(self.async_horses[pid], batch)
         slots: list[Slot] = []
         for pid, batch in batches.items():
             owner = self.async_horses.get(pid)
-            slots += [self._bound(owner, *jobs[i]) for i in batch.sent] if owner else []
+            if owner is None:                  # (0: the jobs no horse took)
+                continue
+            if batch.frames:
+                self._send(owner, batch)
+            slots += [self._bound(owner, *jobs[i]) for i in batch.sent]
         rest = [i for batch in batches.values() for i in batch.rest]
         return slots, sorted(rest)
+
+    def _fullest(self, job: Job[Any], entry: int,
+                 batches: dict[int, _Batch]) -> AsyncHanded | None:
+        """The async horse with the most jobs (those on their way counted) that may take
+        ``job`` on ``entry``: the others may retire."""
+        cap, device = self.async_funcs[job.func], device_of(entry)
+        best: AsyncHanded | None = None
+        for horse in self.async_horses.values():
+            if (horse.room(self.async_k, cap, device, batches.get(horse.pid))
+                    and (best is None or horse.load(batches) > best.load(batches))):
+                best = horse
+        return best
 
     @staticmethod
     def _send(horse: AsyncHanded, batch: _Batch) -> None:
