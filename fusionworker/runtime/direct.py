@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..core.job import FailureReason, Job
-from .directasync import AsyncDirect, AsyncHanded, flood_max, flooded
+from .directasync import AsyncDirect, AsyncHanded
 from .gpus import device_of
 from .protocol import (
     ACCEPT,
@@ -33,6 +33,8 @@ from .protocol import (
     ExitNotice,
     HandoverNotice,
     RunRequest,
+    flood_max,
+    flooded,
     for_horse,
     frame,
     has_report,

@@ -14,7 +14,6 @@ business (slot.py, :class:`~.slot.HorseMates`, one per horse here).
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import select
 import signal
@@ -30,6 +29,7 @@ from .protocol import (
     HandoverNotice,
     RunRequest,
     cancel_for_horse,
+    flooded,
     for_async_horse,
     read_available,
     take_lines,
@@ -40,21 +40,6 @@ from .slot import HorseMates, Slot
 if TYPE_CHECKING:  # pragma: no cover
     from .deadlines import DeadlineBoard
     from .forkserver.client import ForkServer
-
-log = logging.getLogger(__name__)
-
-
-def flood_max(result_cap: int) -> int:
-    """The bytes a handed horse's report pipe may hold unread before its horse is taken
-    for a job writing on it what is no report (a report is at most the result cap and
-    its envelope): twice the cap and a MiB; 0 (no bound) when results are not capped."""
-    return 2 * result_cap + (1 << 20) if result_cap > 0 else 0
-
-
-def flooded(what: str, pid: int, size: int) -> None:
-    log.error("Job %s wrote %d bytes on the report pipe of its horse %d, more than a report "
-              "can hold (FUSIONWORKER_MAX_RESULT_BYTES): the horse is killed", what, size, pid)
-
 
 #: lines of an async horse kept for jobs whose answer the worker has not read yet (a
 #: job the server gave it in the turn it was made can end before its answer is read)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import array
 import fcntl
 import json
+import logging
 import marshal
 import os
 import select
@@ -534,6 +535,20 @@ def read_available(fd: int, buffer: bytearray, chunk: int = 65536,
             return False
 
 
+def flood_max(result_cap: int) -> int:
+    """The bytes a horse's report pipe may hold unread before its horse is taken for a
+    job writing on it what is no report (a report is at most the result cap and its
+    envelope): twice the cap and a MiB; 0 (no bound) when results are not capped."""
+    return 2 * result_cap + (1 << 20) if result_cap > 0 else 0
+
+
+def flooded(what: str, pid: int, size: int) -> None:
+    """Say that job ``what`` of horse ``pid`` flooded its report pipe (it is killed)."""
+    logging.getLogger(__name__).error(
+        "Job %s wrote %d bytes on the report pipe of its horse %d, more than a report can "
+        "hold (FUSIONWORKER_MAX_RESULT_BYTES): the horse is killed", what, size, pid)
+
+
 def has_report(buf: bytes | bytearray) -> bool:
     """The pipe data is a report (not nothing, not a progress frame cut off by death)."""
     return bool(buf) and buf[0] != FRAME_START
@@ -553,6 +568,6 @@ __all__ = [
     "REFUSED", "STAY", "ExitNotice",
     "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice", "Notice",
     "ProgressNotice", "RunRequest",
-    "StartNotice", "cancel_for_horse", "drain", "for_async_horse", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_lines",
+    "StartNotice", "cancel_for_horse", "drain", "flood_max", "flooded", "for_async_horse", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_lines",
     "take_notices", "take_frames", "take_progress", "unread", "write_all",
 ]

@@ -473,3 +473,23 @@ def test_a_kill_asked_before_the_answer_is_sent_once_the_pid_is_known(
     exit_ = slot.outcome(cold=False)
     assert slot.pid > 0
     assert not exit_.ok and exit_.reason == "timeout"
+
+
+def test_a_fresh_horse_flooding_its_report_pipe_costs_its_fork_server_nothing() -> None:
+    """The hostile job writes 64 MiB of no report on every pipe it holds, through the
+    fork server (a fresh horse): the server buffers at most twice the result cap and a
+    MiB of it, then kills the horse; its job is the culprit (killed), the server lives
+    on small and runs the next job."""
+    ln = ForkServerLauncher(spec(result_cap=lambda: 1 << 20))
+    ln.start()
+    try:
+        slot, exit_ = run(ln, "tests.jobs:flood_report_pipe", 64, 30, timeout=30,
+                          kill_after=20)
+        assert exit_.reason == FailureReason.KILLED, exit_
+        assert ln.server is not None and ln.server.proc is not None
+        with open(f"/proc/{ln.server.proc.pid}/status", encoding="ascii") as fh:
+            peak = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
+        assert peak < 60 * 1024, peak                      # KiB: not the flood's 64 MiB
+        assert run(ln, "tests.jobs:add", 2, 3)[1].result_json == "5"
+    finally:
+        ln.close()

@@ -41,6 +41,8 @@ from ..protocol import (
     RunRequest,
     StartNotice,
     drain,
+    flood_max,
+    flooded,
     for_horse,
     frame,
     has_report,
@@ -55,8 +57,7 @@ from .asyncpool import AsyncHorses
 from .handover import Handover, Outgoing
 from .modules import REMEMBER_MAX, import_for_horses, remember, reported_ok, resolve_again
 
-#: Horses the server forks ahead at most (as many as the largest batch of requests one
-#: turn brought, e.g. the claims a worker with many slots sends at once).
+#: Horses the server forks ahead at most (as many as the largest batch one turn brought)
 READY_MAX = 16
 
 #: Seconds the server, told to exit, waits for horses that reported and are still exiting
@@ -116,7 +117,7 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     watchdog = LeaseWatchdog(DeadlineBoard.reading(board_fd)) if board_fd >= 0 else None
     server = Server(fd, tuple(allowed), tuple(retryable), preload=preload, watchdog=watchdog,
                     kill_children=kill_children)
-    server.horses_own = horses_own
+    server.horses_own, server.flood = horses_own, flood_max(max_result_bytes)
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
@@ -155,7 +156,7 @@ class Server(AsyncHorses, Handover):
         self.resolved: dict[str, Callable[..., Any]] = {}
         self.inbox = bytearray()                 # what the worker sent, not parsed yet
         self.horse_jobs = 1                      # > 1: warm horses (horse/warm.py)
-        self.max_rss = 0                         # a warm horse's RSS ceiling, bytes
+        self.max_rss = self.flood = 0    # a warm horse's RSS ceiling; a report pipe's, bytes
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load
@@ -452,6 +453,10 @@ class Server(AsyncHorses, Handover):
 
     def forward_progress(self, run: _Running) -> None:
         """The progress frames at the front of the horse's pipe data, for the worker."""
+        if self.flood and len(run.buf) > self.flood:    # what is no report: the horse dies
+            flooded(run.func, run.pid, len(run.buf))
+            run.buf.clear()
+            self._kill_now(run.pid)
         entry = run.request.entry if run.request is not None else -1
         for update in take_progress(run.buf):
             self.out.append(ProgressNotice(run.pid, update, entry).encode())
@@ -570,9 +575,8 @@ class Server(AsyncHorses, Handover):
             horse.retire()
         for run in list(self.idle.values()):    # warm horses between jobs: EOF, they exit
             self.drop_idle(run)
-        # not reported: a job still runs (a handed horse that owns a board entry: the
-        # worker is gone); an idle handed horse read EOF (the worker's ends closed): it
-        # exits on its own, its spans exported, or dies with us after LAST_REAPS
+        # not reported, or a handed horse owning a board entry: a job still runs; an idle
+        # handed one read EOF: it exits, its spans exported, or dies with us after LAST_REAPS
         for pid in [*self.running, *self.busy_handed()]:
             self._kill_now(pid)
         deadline = time.monotonic() + LAST_REAPS
