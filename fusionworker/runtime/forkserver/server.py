@@ -455,8 +455,9 @@ class Server(AsyncHorses, Handover):
         """The progress frames at the front of the horse's pipe data, for the worker."""
         if self.flood and len(run.buf) > self.flood:    # what is no report: the horse dies
             flooded(run.func, run.pid, len(run.buf))
-            run.buf.clear()
+            run.buf, run.status = bytearray(), int(signal.SIGKILL)   # its end, whatever follows
             self._kill_now(run.pid)
+            self.exiting.add(run.pid)                            # reaped as any that ended
         entry = run.request.entry if run.request is not None else -1
         for update in take_progress(run.buf):
             self.out.append(ProgressNotice(run.pid, update, entry).encode())
@@ -473,8 +474,7 @@ class Server(AsyncHorses, Handover):
         if run.pid not in self.running:
             return                  # listed twice (its pipe closed, then reaped)
         if run.status is None and run.fd < 0 and has_report(run.buf):
-            # the horse closed its pipe after its report (horse/main.py): the outcome is
-            # known; it is reaped later, while it unmaps its memory (off the critical path)
+            # it closed its pipe after its report (horse/main.py): reaped later, off the path
             self.exiting.add(run.pid)
             run.status = 0
         if run.status is None:
