@@ -220,7 +220,8 @@ class AsyncDirect:
         batches: dict[int, _Batch] = {}
         for i, (job, entry) in enumerate(jobs):
             best = self._fullest(job, entry, batches)
-            data = for_async_horse(entry, RunRequest.of(job, entry, self.trace).body)
+            data = b"" if best is None else for_async_horse(
+                entry, RunRequest.of(job, entry, self.trace).body)
             if best is None or len(data) > ASYNC_FRAME_MAX:
                 batches.setdefault(0, _Batch()).rest.append(i)
                 continue
@@ -346,32 +347,26 @@ class AsyncDirect:
         pipe has room now: a loop held by a job reads nothing, and could not cancel
         anyway). False: no async horse runs it (it reported: its outcome is here)."""
         for horse in self.async_horses.values():
-            if entry not in horse.jobs:
-                continue
-            data = cancel_for_horse(entry)
-            if horse.job_w >= 0 and horse.pipe_size - unread(horse.job_w) >= len(data):
-                try:
-                    os.write(horse.job_w, data)
-                except (BrokenPipeError, BlockingIOError):
-                    pass                 # it died: its GoneNotice ends the job
-            return True
+            if entry in horse.jobs:
+                if horse.job_w >= 0:     # (not written: it died, its GoneNotice ends it)
+                    horse.write(cancel_for_horse(entry))
+                return True
         return False
 
     # -- its end -------------------------------------------------------------------------
 
-    def gone_async(self, pid: int, status: int) -> bool:
-        """The server reaped ``pid``: True if it was an async horse (its unreported jobs
-        end now with its wait status, once what it wrote before it died was read)."""
+    def gone_async(self, pid: int, status: int) -> None:
+        """The server reaped ``pid``: an async horse's unreported jobs end now with its
+        wait status, once what it wrote before it died was read (any other pid: nothing)."""
         horse = self.async_horses.get(pid)
         if horse is None:
-            return False
+            return
         horse.status = status
         if horse.fd >= 0:
             self.read_async(horse)        # dead: its pipe ends after what it wrote
         if horse.fd >= 0:                 # a child it left holds its pipe open
             self._unwatch_async(horse)
         self._async_gone(horse)
-        return True
 
     def _async_gone(self, horse: AsyncHanded) -> None:
         """Its pipe ended: its jobs without a report died with it (reaped), or it had none

@@ -201,18 +201,18 @@ class ForkServerLauncher:
         slot = asked.popleft()
         if not asked:
             del self.asked[id(server)]
-        if server.warm:         # its later jobs may go to a handed horse (direct.py)
-            pool = self._pool(server)
+        pool = self._pool(server) if server.warm else None
+        if pool is not None:    # its later jobs may go to a handed horse (direct.py)
             pool.modules.add(slot.job.func.partition(":")[0])
-            pool.caps[slot.job.func] = 1 if notice.shared else max(1, notice.cap)
+            pool.caps[slot.job.func] = max(1, notice.cap)
             if notice.shared:   # an async horse, handed (before this notice)
                 pool.join(slot, notice.pid, notice.cap)
             elif pool.async_horses:
                 pool.drop_early(slot.index)
         slot.bind(notice.pid)
         self.by_entry[slot.index] = slot
-        if notice.shared and server.warm:   # what its horse wrote for it meanwhile
-            self._pool(server).drop_early(slot.index, notice.pid)
+        if notice.shared and pool is not None:   # what its horse wrote for it meanwhile
+            pool.drop_early(slot.index, notice.pid)
 
     def _blocked(self, entry: int, seconds: float) -> None:
         """The job on ``entry`` holds its async horse's event loop: said, and it is the

@@ -10,14 +10,15 @@ pipes (handover.py; its :class:`~..protocol.HandoverNotice` is the answer to tha
 request). The later async requests of the same turn (the worker does not know a
 function is async before the first answer: a burst of C jobs comes here whole) go
 to that horse while it has room (K, the cap, its pipe), each answered by a shared
-:class:`~..protocol.StartNotice` after the handover. From then on the worker writes its jobs and cancel frames, reads its
-lines and decides when it takes no more (runtime/directasync.py); the server reaps
-it (a :class:`~..protocol.GoneNotice`) and keeps its lease watchdog on the board
-entries the worker marks as that horse's. Crash points: the horse dies before
-the worker read the handover: the worker's first read of its pipe is EOF, and the
-GoneNotice ends its job; the server dies after the write, before the send: the
-horse dies with it (PDEATHSIG), the request is asked again of a new server
-(launch.py), the job never ran.
+:class:`~..protocol.StartNotice` after the handover. From then on the worker
+writes its jobs and cancel frames, reads its lines and decides when it takes no
+more (runtime/directasync.py); the server reaps it (a
+:class:`~..protocol.GoneNotice`) and keeps its lease watchdog on the board entries
+the worker marks as that horse's. Crash points: the horse dies before the worker
+read the handover: the worker's first read of its pipe is EOF, and the GoneNotice
+ends its job; the server dies after the write, before the send: the horse dies
+with it (PDEATHSIG), the request is asked again of a new server (launch.py), the
+job never ran.
 """
 
 from __future__ import annotations

@@ -54,10 +54,7 @@ class Handover:
         self.ep.unregister(report_r)
         del self.by_fd[report_r]
         self.out.append((HandoverNotice(pid, entry, run.done, run.func).encode(), (job_w, report_r)))
-        self.handed.add(pid)
-        if self.watchdog is not None:
-            with self.watchdog.lock:
-                self.watchdog.hand(pid)
+        self._handed(pid)
 
     def hand_async(self, pid: int, job_w: int, report_r: int, request: RunRequest,
                    cap: int) -> None:
@@ -65,6 +62,10 @@ class Handover:
         worker with its pipe ends: the answer to that request (closed here once sent)."""
         self.out.append((HandoverNotice(pid, request.entry, 1, request.func, shared=True,
                                         cap=cap).encode(), (job_w, report_r)))
+        self._handed(pid)
+
+    def _handed(self, pid: int) -> None:
+        """``pid`` is the worker's now: counted in the pool, watched by board owner."""
         self.handed.add(pid)
         if self.watchdog is not None:
             with self.watchdog.lock:
@@ -78,14 +79,12 @@ class Handover:
         board = self.watchdog.board
         return {pid for pid in map(board.owner, range(board.entries)) if pid in self.handed}
 
-    def handed_reaped(self, pid: int, status: int) -> bool:
+    def handed_reaped(self, pid: int, status: int) -> None:
         """``pid`` was reaped: a handed horse's status goes to the worker (it may have
-        died under a job: the worker needs its status). False: not a handed horse."""
-        if pid not in self.handed:
-            return False
-        self.handed.discard(pid)
-        self.out.append(GoneNotice(pid, status).encode())
-        return True
+        died under a job: the worker needs its status); any other pid: nothing."""
+        if pid in self.handed:
+            self.handed.discard(pid)
+            self.out.append(GoneNotice(pid, status).encode())
 
     def _read_more(self) -> bool:      # pragma: no cover - the server's (server.py)
         raise NotImplementedError

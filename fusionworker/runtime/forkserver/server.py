@@ -258,7 +258,7 @@ class Server(AsyncHorses, Handover):
         return self.read_worker()
 
     def take_requests(self) -> None:
-        """Start every complete run request of the turn, in order with its cancels."""
+        """Start every complete run request of the turn, in order."""
         requests, partial = RunRequest.split(take_frames(self.inbox))
         for request in requests:
             self.start(request)
