@@ -191,3 +191,21 @@ def test_an_async_horse_dead_before_its_handover_was_read_ends_its_job(aio) -> N
     exit_ = slot.outcome(cold=False)
     assert not exit_.ok and exit_.shared, exit_
     assert not aio.pools[id(aio.server)].async_horses
+
+
+def test_a_fork_server_killed_while_it_makes_an_async_horse_hangs_nothing(aio) -> None:
+    """Crash point: the server dies with an async job's request in hand (read or not,
+    its frame written to a new horse or not, the handover sent or not). Unanswered, the
+    request is asked again of a new server and runs there; answered, the horse died with
+    the server (PDEATHSIG) and the job ends as a shared death. Either way it ends once,
+    and the next async job runs."""
+    server = aio.server
+    assert server is not None and server.proc is not None
+    [slot] = _launch(aio, "stamp", 0.0)
+    os.kill(server.proc.pid, signal.SIGKILL)
+    until_done(aio, [slot], timeout=20)
+    exit_ = slot.outcome(cold=False)
+    assert exit_.ok or exit_.shared, exit_
+    [after] = _launch(aio, "stamp", 0.0, entries=(1,))
+    until_done(aio, [after], timeout=20)
+    assert after.outcome(cold=False).ok
