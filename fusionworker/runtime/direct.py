@@ -204,7 +204,8 @@ class DirectHorses(AsyncDirect):
     def _read(self, horse: DirectHorse, fd: int) -> list[Slot]:
         """What a running horse wrote: its verdict, progress, its report, its end."""
         moved: list[Slot] = []
-        eof = read_available(fd, horse.buf, drained=True)   # report + STAY: one write
+        # report + STAY: one write; at most flood_max bytes of what is no report
+        eof = read_available(fd, horse.buf, drained=True, limit=self.flood_max)
         if self.flood_max and len(horse.buf) > self.flood_max and horse.slot is not None:
             if not horse.slot.killed:
                 flooded(horse.slot.job.id, horse.pid, len(horse.buf))
@@ -336,7 +337,7 @@ class DirectHorses(AsyncDirect):
             return []
         if horse.fd in self.by_fd:      # dead: what it wrote is in the pipe already
             self._unwatch(horse)
-            read_available(horse.fd, horse.buf)
+            read_available(horse.fd, horse.buf, limit=self.flood_max)
         if horse.verdict and not self._verdict(horse, True):
             return [self._declined(horse, True)]      # it declined, then died: none ran
         self._progress(horse)

@@ -277,7 +277,7 @@ class AsyncDirect:
 
     def read_async(self, horse: AsyncHanded) -> None:
         """The report pipe of an async horse is readable: its lines, then its end."""
-        eof = read_available(horse.fd, horse.buf, drained=True)
+        eof = read_available(horse.fd, horse.buf, drained=True, limit=self.flood_max)
         if self.flood_max and len(horse.buf) > self.flood_max:
             self._flooded(horse)
         for line in take_lines(horse.buf):

@@ -21,6 +21,7 @@ from .horse.lease import BoardView
 from .horse.main import horse_main, settle_in
 from .horse.run import cap_results
 from .launchspec import LaunchSpec
+from .protocol import flood_max
 from .slot import Slot
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,9 @@ class OwnForkLauncher:
     def poll(self, readable: Collection[Any] | None) -> None:
         if not self.running:
             return
+        flood = flood_max(self.spec.result_cap())
         for slot in self.running:
-            if slot.poll_own(self.spec.deliver) and self.spec.kill_children:
+            if slot.poll_own(self.spec.deliver, flood) and self.spec.kill_children:
                 # the job's own children (``subprocess.Popen``) outlive the horse in its
                 # process group: killed with it once the horse itself is gone. One that
                 # called ``setsid()`` left the group and escapes, by design

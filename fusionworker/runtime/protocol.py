@@ -512,14 +512,15 @@ def take_progress(buffer: bytearray) -> Iterator[str]:
 
 
 def read_available(fd: int, buffer: bytearray, chunk: int = 65536,
-                   drained: bool = False) -> bool:
+                   drained: bool = False, limit: int = 0) -> bool:
     """Append what the non-blocking report pipe ``fd`` holds now to ``buffer``; True at
     EOF (or a read error: the writer is gone either way), False when it would block.
     The worker (a horse of its own) and the fork server (its horses) read alike.
     ``drained``: one read is enough when it returns less than ``chunk`` (the pipe is
     empty now: the read that would only say "nothing more" is saved; an EOF after it
-    is seen at the next poll)."""
-    while True:
+    is seen at the next poll). ``limit``: stop once ``buffer`` holds more than that many
+    bytes (a writer as fast as the reader would keep it here for ever; :func:`flood_max`)."""
+    while not limit or len(buffer) <= limit:
         try:
             data = os.read(fd, chunk)
         except BlockingIOError:
@@ -533,6 +534,7 @@ def read_available(fd: int, buffer: bytearray, chunk: int = 65536,
         buffer.extend(data)
         if drained and len(data) < chunk:
             return False
+    return False
 
 
 def flood_max(result_cap: int) -> int:

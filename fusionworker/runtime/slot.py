@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import FailureReason, Job
 from .exits import HorseExit, horse_exit
-from .protocol import FRAME_START, HorseReport, read_available, take_progress
+from .protocol import FRAME_START, HorseReport, flooded, read_available, take_progress
 
 if TYPE_CHECKING:  # pragma: no cover
     from .forkserver.client import ForkServer
@@ -402,26 +402,34 @@ class Slot:
                     self.job.func, "its own fork server" if self.alone else "a second one")
         self.origin_died(unanswered=True)
 
-    def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None) -> bool:
+    def poll_own(self, deliver: Callable[[Job[Any], str], None] | None = None,
+                 flood: int = 0) -> bool:
         """A horse forked by the worker itself: read its pipe (progress frames go to
         ``deliver``), reap it once it is gone (RUNNING -> ENDED). True: it ended (now or
-        before)."""
+        before). ``flood``: the bytes of no report its pipe may hold (protocol.flood_max;
+        past them the horse is killed, its job the culprit)."""
         if self.done or self.fd < 0:
             return self.done
-        if self._read(deliver):
+        if self._read(deliver, flood):
             self._reap(block=True)
         elif not self._reap(block=False):
             return False
-        else:
-            self._read(deliver)    # a grandchild may hold the pipe open after the horse is gone
+        else:   # a grandchild may hold the pipe open after the horse is gone
+            self._read(deliver, flood)
         os.close(self.fd)
         self.fd = -1
         self._enter(SlotState.ENDED)
         return True
 
-    def _read(self, deliver: Callable[[Job[Any], str], None] | None) -> bool:
+    def _read(self, deliver: Callable[[Job[Any], str], None] | None, flood: int) -> bool:
         """Read what the pipe has; True at EOF."""
-        eof = read_available(self.fd, self._buf, _READ_CHUNK)
+        eof = read_available(self.fd, self._buf, _READ_CHUNK, limit=flood)
+        if flood and len(self._buf) > flood:     # what is no report: its job pays
+            if self.kill_reason is None:
+                flooded(self.job.id, self.pid, len(self._buf))
+                self.kill(FailureReason.KILLED)
+            self._buf.clear()
+            return eof
         if self._buf and self._buf[0] == FRAME_START:   # progress frames come first
             for update in take_progress(self._buf):
                 if deliver is not None:

@@ -17,7 +17,7 @@ import pytest
 
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.exits import HorseExit
-from fusionworker.runtime.launch import ForkServerLauncher, LaunchSpec
+from fusionworker.runtime.launch import ForkServerLauncher, LaunchSpec, OwnForkLauncher
 from fusionworker.runtime.protocol import RunRequest
 from fusionworker.runtime.slot import Slot
 from tests.waiting import gone, processes_of, wait_for
@@ -37,7 +37,7 @@ def launcher() -> Iterator[ForkServerLauncher]:
     ln.close()
 
 
-def until_done(ln: ForkServerLauncher, slots: list[Slot], timeout: float = 60.0) -> None:
+def until_done(ln: ForkServerLauncher | OwnForkLauncher, slots: list[Slot], timeout: float = 60.0) -> None:
     """What the loop does for running slots: wait, ask the launcher, kill at the deadline."""
     give_up = time.monotonic() + timeout
     while not all(s.done for s in slots):
@@ -491,5 +491,28 @@ def test_a_fresh_horse_flooding_its_report_pipe_costs_its_fork_server_nothing() 
             peak = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM"))
         assert peak < 60 * 1024, peak                      # KiB: not the flood's 64 MiB
         assert run(ln, "tests.jobs:add", 2, 3)[1].result_json == "5"
+    finally:
+        ln.close()
+
+
+def test_a_horse_the_worker_forks_itself_flooding_its_report_pipe_is_killed() -> None:
+    """The same hostile job on a horse the worker forked itself (no fork server runs):
+    the worker reads at most twice the result cap and a MiB of it, then kills the horse;
+    its job pays (killed) and the worker's memory stays small. Without the bound the
+    horse lives on (its job sleeps 30 s after its flood)."""
+    import resource
+
+    ln = OwnForkLauncher(spec(result_cap=lambda: 1 << 20))
+    ln.start()
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        job = Job(id="f", queue="q", func="tests.jobs:flood_report_pipe", args=[64, 30],
+                  timeout=30)
+        [slot] = ln.launch([job], [0], lambda: None)
+        until_done(ln, [slot], timeout=20)
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grew < 32 * 1024, grew                      # KiB: not the flood's 64 MiB
+        exit_ = slot.outcome(cold=False)
+        assert exit_.reason == FailureReason.KILLED, exit_
     finally:
         ln.close()

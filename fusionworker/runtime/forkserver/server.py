@@ -226,7 +226,7 @@ class Server(AsyncHorses, Handover):
                 if run.idle:               # an idle warm horse wrote or died: retired
                     self.drop_idle(run)
                     continue
-                done = read_available(run.fd, run.buf)
+                done = read_available(run.fd, run.buf, limit=self.flood)
                 self.forward_progress(run)
                 if done:
                     self.close_report(run)
@@ -480,7 +480,7 @@ class Server(AsyncHorses, Handover):
         if run.status is None:
             return
         if run.fd >= 0:   # it exited: everything it wrote is in the pipe already
-            read_available(run.fd, run.buf)
+            read_available(run.fd, run.buf, limit=self.flood)   # (a grandchild may write on)
             self.forward_progress(run)
             self.close_report(run)
         if (run.job_w >= 0 and not run.buf and run.request is not None
