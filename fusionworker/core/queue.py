@@ -107,6 +107,12 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         self.keys = Keys(self.settings.prefix)
         self.qkeys: QueueKeys = self.keys.queue(name)
         self.scripts = scripts_for(connection)
+        if events is True:              # "events on": the default sink, as None says
+            events = None
+        elif events is not None and events is not False and not callable(
+                getattr(events, "emit", None)):
+            raise TypeError(f"events must be None, True, False or a sink with an emit() "
+                            f"method, not {type(events).__name__}")
         self._events = events
         #: (the sink it was worked out for, ``_script_events()``'s answer)
         self._script_stream: tuple[Any, tuple[list[str], list[Any]] | None] | None = None

@@ -10,6 +10,7 @@ import pytest
 from fusionworker.core.config import load_settings
 from fusionworker.core.job import PRIORITY_MAX, PRIORITY_MIN, SEQ_LIMIT, score
 from fusionworker.core.queue import Queue, find_queue_of, known_queues
+from fusionworker.events.reader import job_history
 from fusionworker.exceptions import InvalidFunction, InvalidOperation, NoSuchJob, PriorityOutOfRange
 from tests import jobs
 
@@ -163,3 +164,17 @@ def test_stats_bands_and_find(queue):
     assert find_queue_of(q.connection, low.id, q.settings.prefix) == "bands"
     q.pause()
     assert q.stats()["paused"] and q.is_paused
+
+
+def test_events_true_means_the_default_sink_and_a_non_sink_is_refused_at_once(
+        r, settings, caplog):
+    """``events=True`` reads as "on" (the default sink, as ``None``): its enqueue writes
+    the "queued" event and warns of nothing; a value that is no sink is a TypeError when
+    the Queue is made, not a warning at every enqueue after its write."""
+    q = Queue("evq", r, settings=settings, events=True)
+    job = q.enqueue(jobs.noop)
+    events = job_history(r, settings.prefix, "evq", job.id)
+    assert [doc["event"] for _, doc in events] == ["queued"], events
+    assert not [rec for rec in caplog.records if rec.levelname == "WARNING"]
+    with pytest.raises(TypeError, match="events must be None, True, False or a sink"):
+        Queue("evq", r, settings=settings, events="yes")
