@@ -5,13 +5,17 @@ worker writes the later jobs and reads every line itself. Real fork server, real
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from fusionworker.core.job import FailureReason, Job
 from fusionworker.runtime.launch import ForkServerLauncher
@@ -209,3 +213,43 @@ def test_a_fork_server_killed_while_it_makes_an_async_horse_hangs_nothing(aio) -
     [after] = _launch(aio, "stamp", 0.0, entries=(1,))
     until_done(aio, [after], timeout=20)
     assert after.outcome(cold=False).ok
+
+
+def _traced(pid: int) -> bool:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("TracerPid")) != 0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None,
+                    reason="needs strace (Debian's package; .ci/run installs it)")
+def test_a_fork_server_dead_between_a_new_async_horses_first_frame_and_its_handover(
+        aio, settings) -> None:
+    """Crash point, hit exactly: strace kills the fork server at the entry of its first
+    ``sendmsg``, the handover of the async horse it has just written the job's frame to
+    (a handover is its only ``sendmsg``). The request was never answered: it is asked
+    again of a new server and the job ends once, with the new horse's report. The first
+    horse, which may have begun the job, died with its server (PDEATHSIG), so the job
+    never ran in two horses at once."""
+    server = aio.server
+    assert server is not None and server.proc is not None
+    first = server.proc
+    pid = first.pid
+    key = f"{settings.prefix}:ran"
+    tracer = subprocess.Popen(["strace", "-q", "-p", str(pid), "-o", os.devnull,
+                               "-e", "trace=sendmsg",
+                               "-e", "inject=sendmsg:signal=SIGKILL:when=1"])
+    try:
+        wait_for(lambda: _traced(pid), what="strace attached to the fork server")
+        [slot] = _launch(aio, "pushed_stamp", settings.redis_url, key, 0.2)
+        until_done(aio, [slot], timeout=30)
+    finally:
+        tracer.kill()
+        tracer.wait()
+    assert first.wait(timeout=10) == -signal.SIGKILL     # killed where it hands over
+    exit_ = slot.outcome(cold=False)
+    assert exit_.ok and exit_.result_json is not None, exit_
+    ran = [int(p) for p in redis.Redis.from_url(settings.redis_url).lrange(key, 0, -1)]
+    winner = json.loads(exit_.result_json)[0]
+    assert ran[-1] == winner and len(ran) <= 2, ran      # once, or begun by the dead one
+    assert server.proc is not first and winner != pid        # a new server's horse
+    assert gone(processes_of(ran[:-1]))
