@@ -23,6 +23,7 @@ from .scripts import Scripts, replies
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
     from .emitting import EventFields
+    from .listing import Listing
     from .redis_client import RedisClient
 
 
@@ -41,8 +42,8 @@ class QueueAdmin:
         def _emit(self, event: str, job: Job[Any] | dict[str, Any],
               **fields: Unpack[EventFields]) -> None: ...
 
-        def job_ids(self, status: JobStatus | str = JobStatus.QUEUED,
-                    limit: int = 100) -> list[str]: ...
+        @property
+        def job_ids(self) -> Listing[str]: ...
 
     def cancel(self, job_id: str) -> Job[Any]:
         """Cancel a queued or scheduled job (a started job cannot be canceled)."""
@@ -116,8 +117,18 @@ class QueueAdmin:
         verdict = replies.release(self.scripts.release(keys=[self.qkeys.base], args=[job_id]))
         return self._changed(job_id, verdict, "released", ", not held")
 
-    def delete(self, job_id: str) -> None:
-        """Delete a job and every reference to it."""
+    def delete(self, job_id: str | None = None, *, delete_jobs: bool = True) -> None:
+        """Delete a job and every reference to it. Without ``job_id``, RQ's
+        ``q.delete(delete_jobs=True)``: the queue itself, with its jobs
+        (:func:`forget_queue`, refused while a job of it runs); ``delete_jobs=False`` is
+        refused (a job whose queue is gone could never run)."""
+        if job_id is None:
+            if not delete_jobs:
+                raise InvalidOperation(
+                    "a queue is deleted with its jobs (a job whose queue is gone could never "
+                    "run): q.delete(), or q.empty() to drop its waiting jobs only")
+            forget_queue(self.connection, self.name, self.settings.prefix)
+            return
         before = text_hash(self.connection.hgetall(self.qkeys.job(job_id)))
         verdict = replies.delete(self.scripts.delete(keys=[self.qkeys.base], args=[job_id]))
         if verdict.outcome == "missing":

@@ -15,6 +15,7 @@ from ..exceptions import NoSuchJob
 from . import admin
 from .job import DONE_STATUSES, SEQ_LIMIT, Job, JobStatus
 from .keys import Keys, QueueKeys
+from .listing import Listing
 from .queue_names import find_queue_of as find_queue_of
 from .queue_names import known_queues as known_queues
 from .redis_client import decoding, server_time, stored_count, stored_number, text_hash, texts
@@ -69,9 +70,24 @@ class QueueReads:
     def __len__(self) -> int:
         return self.count
 
-    def job_ids(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[str]:
-        """Ids by registry: queued (best first), scheduled (soonest first), started,
-        deferred (oldest first), finished/failed/canceled (newest first)."""
+    @property
+    def job_ids(self) -> Listing[str]:
+        """``q.job_ids(status, limit)``: ids by registry, queued (best first), scheduled
+        (soonest first), started, deferred (oldest first), finished/failed/canceled
+        (newest first); ``q.job_ids`` uncalled: every queued id in run order, as RQ's
+        property (listing.py)."""
+        return Listing(self._job_ids, self._queued_ids)
+
+    @property
+    def jobs(self) -> Listing[Job[Any]]:
+        """``q.jobs(status, limit)``: the jobs of :attr:`job_ids`; ``q.jobs`` uncalled:
+        every queued job in run order, as RQ's property (listing.py)."""
+        return Listing(self._jobs, lambda: self._records(self._queued_ids()))
+
+    def _queued_ids(self) -> list[str]:
+        return texts(self.connection.zrevrange(self.qkeys.pending, 0, -1))
+
+    def _job_ids(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[str]:
         r, k = self.connection, self.qkeys
         stop = max(limit, 1) - 1
         try:
@@ -85,8 +101,10 @@ class QueueReads:
                                             start=0, num=stop + 1))
         return texts(r.zrange(k.registry(status), 0, stop))
 
-    def jobs(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[Job[Any]]:
-        ids = self.job_ids(status, limit)
+    def _jobs(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[Job[Any]]:
+        return self._records(self._job_ids(status, limit))
+
+    def _records(self, ids: list[str]) -> list[Job[Any]]:
         pipe = self.connection.pipeline(transaction=False)
         for job_id in ids:
             pipe.hgetall(self.qkeys.job(job_id))

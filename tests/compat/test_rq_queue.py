@@ -64,6 +64,29 @@ def test_queue_delete_deletes_queue_and_jobs(queue, r, settings):
     assert "gone" not in [x.name for x in Queue.all(r, settings=settings)]
 
 
+def test_q_delete_with_no_job_id_deletes_the_queue_as_rqs_does(queue, r, settings):
+    """RQ's ``q.delete(delete_jobs=True)`` (its default): the queue and its jobs. A job
+    of it running refuses it; ``delete_jobs=False`` is refused (a job whose queue is
+    gone could never run); ``q.delete(id)`` still deletes one job."""
+    from fusionworker.exceptions import InvalidOperation
+
+    q = queue("gone")
+    a, b = q.enqueue(HELLO), q.enqueue(HELLO)
+    q.delete(a.id)
+    assert q.job_ids == [b.id]
+    with pytest.raises(InvalidOperation, match="deleted with its jobs"):
+        q.delete(delete_jobs=False)
+    assert q.job_ids == [b.id]                              # refused: nothing written
+    r.zadd(q.qkeys.started, {"running": 1})                 # as while a worker runs one
+    with pytest.raises(InvalidOperation, match="running job"):
+        q.delete()
+    assert q.job_ids == [b.id]
+    r.zrem(q.qkeys.started, "running")
+    q.delete(delete_jobs=True)
+    assert q.job_ids == [] and not r.exists(q.qkeys.job(b.id))
+    assert "gone" not in [x.name for x in Queue.all(r, settings=settings)]
+
+
 def test_queue_delete_without_a_prefix_takes_the_environments(queue, r, settings, monkeypatch):
     """As ``Queue()`` does: not the default ``fw``, which is another deployment's."""
     q = queue("gone")
@@ -90,6 +113,29 @@ def test_jobs(queue):
     assert [j.id for j in q.jobs()] == [job.id]
     job.delete()
     assert q.job_ids() == []
+
+
+def test_job_ids_and_jobs_read_as_rqs_properties_too(queue):
+    """RQ's ``q.job_ids`` and ``q.jobs`` are properties: every queued one in run order.
+    Read uncalled they are that here as well (``len``, ``in``, ``==``, iteration,
+    indexing), past the 100 a call returns by default; called, the method with a
+    registry and a limit."""
+    q = queue()
+    assert q.job_ids == [] and len(q.jobs) == 0 and not q.job_ids
+    ids = [q.enqueue(HELLO, str(n)).id for n in range(120)]
+    urgent = q.enqueue(HELLO, "first", priority=5).id
+    assert q.job_ids == [urgent, *ids] and len(q.job_ids) == 121
+    assert ids[-1] in q.job_ids and q.job_ids[0] == urgent and q.job_ids[1:3] == ids[:2]
+    assert [job.id for job in q.jobs] == [urgent, *ids]
+    assert q.job_ids() == [urgent, *ids[:99]]                      # the method: its limit
+    assert q.job_ids("queued", 2) == [urgent, ids[0]]
+    assert q.jobs("failed") == [] and q.job_ids(limit=1) == [urgent]
+    kept = q.job_ids                                        # a snapshot, as RQ's list
+    assert len(kept) == 121
+    q.delete(urgent)
+    assert len(kept) == 121 and urgent not in q.job_ids and len(q.job_ids) == 120
+    with pytest.raises(ValueError, match="unknown status"):
+        q.job_ids("nope")
 
 
 def test_enqueue(queue, r):
