@@ -97,24 +97,14 @@ def run_burst(queue: Queue | Iterable[Queue], *, settings: Settings | None = Non
     collect = _Collect()
     worker = InProcessWorker([q.name for q in queues], first.connection,
                              settings=settings or first.settings, burst=True,
-                             middleware=[collect, *([_Limit(max_jobs)] if max_jobs else [])])
-    worker.work()
+                             middleware=[collect])
+    worker.work(max_jobs=max_jobs or None)
     by_name = {q.name: q for q in queues}
     out: list[Job[Any]] = []
     for job, _ in collect.ran:
         fresh = by_name[job.queue].fetch_job(job.id) if job.queue in by_name else None
         out.append(fresh if fresh is not None else job)
     return out
-
-
-class _Limit(Middleware):
-    def __init__(self, limit: int) -> None:
-        self.left = limit
-
-    def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
-        self.left -= 1
-        if self.left <= 0:
-            worker.request_stop("warm")
 
 
 __all__ = ["InProcessWorker", "run_burst"]

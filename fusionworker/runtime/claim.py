@@ -235,6 +235,8 @@ class Claimer:
         self._capped: set[str] = set()
         #: (the server's time in a reply of the last claim, time.monotonic() then)
         self.server_clock: tuple[float, float] | None = None
+        #: jobs it may still claim (``Worker.work(max_jobs=)``); None: no end
+        self.left: int | None = None
         self.resolve()
 
     # -- the queues -------------------------------------------------------------
@@ -379,8 +381,9 @@ class Claimer:
 
     def plan(self, want: int, dry: set[str] | None = None) -> Plan | None:
         """The next ``want`` places of the cycle from :attr:`pos`, skipping dry and
-        backed-off queues; None when no queue is left."""
+        backed-off queues; None when no queue is left (or no claim, :attr:`left`)."""
         n = len(self.cycle)
+        want = want if self.left is None else min(want, self.left)
         if want <= 0 or not n:
             return None
         self._refresh()
@@ -515,6 +518,8 @@ class Claimer:
                 last = index
         if last is not None and self.cycle and not self.strict:
             self.pos = (last + 1) % len(self.cycle)
+        if self.left is not None:
+            self.left -= len(jobs)
         return jobs
 
     def claim(self, want: int) -> ClaimRound:

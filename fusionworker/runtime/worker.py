@@ -31,7 +31,7 @@ import redis
 from .. import __version__
 from ..core.config import Settings, async_problem, load_settings
 from ..core.connection import decoding
-from ..core.hooks import Middleware, Outcome
+from ..core.hooks import Middleware, Outcome, WorkerContext
 from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
@@ -176,6 +176,16 @@ class Worker:
         """Add a hook before ``work()``: at the end, before the first middleware of class
         ``before`` or after the last of class ``after``."""
         place(self.middleware, mw, before=before, after=after)
+
+    def _stop_after(self, max_jobs: int) -> None:
+        """``work(max_jobs=N)``: the claimer claims N jobs at most (however many slots
+        are free); with the N-th claimed, a warm stop (the running ones finish)."""
+        if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+            raise ValueError(f"max_jobs must be a whole number of at least 1, "
+                             f"not {max_jobs!r}")
+        self.claimer.left = max_jobs
+        if not any(isinstance(mw, _StopAtLastClaim) for mw in self.middleware):
+            self.add_middleware(_StopAtLastClaim(self.claimer))
 
     def _cold(self) -> bool:
         return self.loop.state.stop == Stop.COLD
@@ -336,16 +346,22 @@ class Worker:
 
     # -- running ---------------------------------------------------------------------
 
-    def work(self, burst: bool | None = None) -> int:
+    def work(self, burst: bool | None = None, *, max_jobs: int | None = None,
+             with_scheduler: bool | None = None) -> int:
         """Run until shut down (or, in burst mode, until the queues are empty). Exit code.
 
-        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). When no
+        ``burst``: as the constructor's (RQ's ``worker.work(burst=True)``). ``max_jobs``
+        (RQ's): claim at most that many jobs, then stop warm once they ended.
+        ``with_scheduler``: RQ's, accepted and not needed (every worker moves the
+        scheduled jobs that fell due). When no
         logging handler is configured, the ``fusionworker`` loggers get the CLI's
         (stderr, ``FUSIONWORKER_LOG_LEVEL``/``_FORMAT``), as RQ's worker does. Redis down
         or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
         not a burst waits for it, like a running worker does, instead of exiting."""
         if burst is not None:
             self.loop.burst = burst
+        if max_jobs is not None:
+            self._stop_after(max_jobs)
         # nothing configured logging (a script calling work()): the CLI's lines on stderr
         setup_default_logging(self.settings.log_level, self.settings.log_format)
         self._install_signals()
@@ -539,3 +555,14 @@ def otel_hint(otel_on: bool) -> str | None:
         return None
     return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
             "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")
+
+
+class _StopAtLastClaim(Middleware):
+    """``work(max_jobs=N)``: once the claimer has claimed its N, the worker stops warm."""
+
+    def __init__(self, claimer: Claimer) -> None:
+        self.claimer = claimer
+
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
+        if self.claimer.left is not None and self.claimer.left <= 0:
+            worker.request_stop("warm")

@@ -229,6 +229,26 @@ def test_max_jobs(queue):
     assert [j.get_status() for j in jobs] == ["finished", "finished", "queued"]
 
 
+def test_work_max_jobs_claims_that_many_whatever_the_free_slots(queue, r, settings):
+    """RQ's ``worker.work(burst=True, max_jobs=N)`` on a real worker of 3 slots (real
+    horses): exactly N jobs run, the rest stay queued, and the worker stops warm;
+    ``with_scheduler=True`` is accepted (every worker moves due scheduled jobs)."""
+    q = queue()
+    jobs = [q.enqueue(HELLO, str(n)) for n in range(8)]
+    three = settings.replace(concurrency=3)
+    assert Worker(q.name, r, settings=three).work(burst=True, max_jobs=2,
+                                                  with_scheduler=True) == 0
+    assert [j.get_status() for j in jobs] == ["finished"] * 2 + ["queued"] * 6
+    assert Worker(q.name, r, settings=three).work(burst=True, max_jobs=5) == 0
+    assert [j.get_status() for j in jobs] == ["finished"] * 7 + ["queued"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
+def test_work_refuses_a_max_jobs_that_is_no_count(r, settings, bad):
+    with pytest.raises(ValueError, match="max_jobs must be a whole number"):
+        Worker("default", r, settings=settings).work(burst=True, max_jobs=bad)
+
+
 def test_heartbeat_and_version(r, settings):
     from fusionworker import __version__
 
