@@ -36,6 +36,7 @@ from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import scripts_for
+from ..core.worker_list import WorkerInfo, live_workers
 from ..events.middleware import EventsMiddleware
 from ..middleware import compose, default_middleware, place
 from .claim import Claimer
@@ -166,6 +167,19 @@ class Worker:
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),
                          on_reload=self.reload)
+
+    @staticmethod
+    def all(connection: Any = None, *, queue: Any = None,
+            settings: Settings | None = None) -> list[WorkerInfo]:
+        """RQ's ``Worker.all(connection=r)``: every live worker (of ``queue`` only), read
+        from their heartbeats (core/worker_list.py: RQ's names, epoch seconds)."""
+        return live_workers(connection, queue=queue, settings=settings)
+
+    @staticmethod
+    def count(connection: Any = None, *, queue: Any = None,
+              settings: Settings | None = None) -> int:
+        """RQ's ``Worker.count(connection=r)``: how many :meth:`all` lists."""
+        return len(live_workers(connection, queue=queue, settings=settings))
 
     def builtin_middleware(self) -> list[Middleware]:
         """The duties and plugins every worker runs (``default_middleware``)."""

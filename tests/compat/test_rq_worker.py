@@ -262,6 +262,36 @@ def test_heartbeat_and_version(r, settings):
 
 
 @pytest.mark.slow
+def test_worker_all_and_count_list_the_live_workers_with_rqs_names(processes, queue, r,
+                                                                   settings):
+    """RQ's ``Worker.all(connection=r)`` / ``Worker.count(...)``: a real worker process
+    listed from its heartbeat (its name, pid, queues, the job it runs, read back as a
+    Job), filtered by queue; none once it is gone."""
+    import signal
+
+    from tests.waiting import wait_for
+
+    q = queue("listed")
+    assert Worker.all(r, settings=settings) == [] and Worker.count(r, settings=settings) == 0
+    proc = processes.worker("-q", "listed,other")
+    job = q.enqueue("tests.jobs:sleep", 5)
+    wait_for(lambda: [w.get_current_job_id() for w in Worker.all(r, settings=settings)]
+             == [job.id] or proc.poll() is not None, timeout=60, what="the worker ran it")
+    [info] = Worker.all(connection=r, settings=settings)
+    assert info.pid == proc.pid and info.queue_names() == ["listed", "other"]
+    assert info.state == "busy" and info.current_job_ids == [job.id]
+    running = info.get_current_job()
+    assert running is not None and running.id == job.id and running.get_status() == "started"
+    assert info.last_heartbeat is not None and info.birth_date is not None
+    assert info.last_heartbeat >= info.birth_date
+    assert Worker.count(r, queue=q, settings=settings) == 1
+    assert Worker.count(r, queue="elsewhere", settings=settings) == 0
+    proc.send_signal(signal.SIGTERM)                        # warm: the job finishes
+    assert proc.wait(30) == 0 and job.get_status() == "finished"
+    assert Worker.all(r, settings=settings) == []
+
+
+@pytest.mark.slow
 def test_idle_worker_warm_shutdown(processes, r, settings):
     import signal
 
