@@ -35,7 +35,7 @@ from ..core.hooks import Middleware, Outcome, WorkerContext
 from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
-from ..core.queue import scripts_for
+from ..core.queue import Queue, scripts_for
 from ..core.worker_list import WorkerInfo, live_workers
 from ..events.middleware import EventsMiddleware
 from ..middleware import compose, default_middleware, place
@@ -231,8 +231,15 @@ class Worker:
         return self.recorder.counters.total.working
 
     @property
-    def queue_names(self) -> list[str]:
-        return self.claimer.queue_names
+    def queue_names(self) -> QueueNames:
+        """The names of the queues it serves: a list, and callable as RQ's method."""
+        return QueueNames(self.claimer.queue_names)
+
+    @property
+    def queues(self) -> list[Queue]:
+        """RQ's: a ``Queue`` of each name it serves (this worker's client and settings)."""
+        return [Queue(name, self.connection, settings=self.settings)
+                for name in self.claimer.queue_names]
 
     @property
     def state(self) -> WorkerState:
@@ -569,6 +576,13 @@ def otel_hint(otel_on: bool) -> str | None:
         return None
     return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
             "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")
+
+
+class QueueNames(list[str]):
+    """A worker's queue names: a list, and callable as RQ's ``worker.queue_names()``."""
+
+    def __call__(self) -> list[str]:
+        return list(self)
 
 
 class _StopAtLastClaim(Middleware):

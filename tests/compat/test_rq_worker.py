@@ -20,6 +20,13 @@ def test_create_worker_from_a_list_or_a_comma_string(r, settings):
     assert Worker("foo,bar", r, settings=settings).queue_names == ["foo", "bar"]
 
 
+def test_queue_names_is_also_rqs_method_and_queues_are_queue_objects(r, settings):
+    w = Worker("foo,bar", r, settings=settings)
+    assert w.queue_names() == ["foo", "bar"] == w.queue_names
+    assert [(q.name, q.settings.prefix) for q in w.queues] == [
+        ("foo", settings.prefix), ("bar", settings.prefix)]
+
+
 def test_work_and_quit(queue, work):
     q = queue()
     work()                                    # nothing to do: a burst worker just ends
