@@ -176,6 +176,7 @@ COMMANDS: tuple[click.Command, ...] = (
     admin.info,
     admin.suspend,
     admin.resume,
+    admin.shutdown,
     admin.pause,
     admin.unpause,
     admin.set_max_active,

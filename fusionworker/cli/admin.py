@@ -251,6 +251,23 @@ def resume(app: App) -> None:
     say("Resumed all workers")
 
 
+@click.command()
+@click.argument("name")
+@click.option("--cold", is_flag=True,
+              help="Cold: its running jobs go back to their queues (attempt not counted).")
+@pass_app
+def shutdown(app: App, name: str, cold: bool) -> None:
+    """Stop worker NAME (from `info`), on whatever host, as SIGTERM would: warm, its
+    running jobs finish (--cold: they go back). It hears it at once, or at its next
+    heartbeat at the latest."""
+    try:
+        admin.request_shutdown(app.connection, name, app.settings.prefix,
+                               "cold" if cold else "warm")
+    except InvalidOperation as exc:
+        raise click.ClickException(str(exc)) from None
+    say(f"Asked worker {name} for a {'cold' if cold else 'warm'} shutdown")
+
+
 def _warn_unknown(app: App, queue: str) -> Queue:
     q = Queue(queue, app.connection, settings=app.settings)
     if queue not in known_queues(app.connection, app.settings.prefix):

@@ -12,6 +12,8 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from .keys import Keys
 from .redis_client import decoding, stored_count, stored_number, texts
 from .redis_client import server_time as server_time  # its home is redis_client.py
@@ -25,6 +27,8 @@ class Control(StrEnum):
 
     SUSPEND = "suspend"     #: claim nothing more until resumed (running jobs finish)
     RESUME = "resume"
+    #: ``shutdown:<worker>``: that worker reads its heartbeat hash's ``shutdown`` now
+    SHUTDOWN = "shutdown:"
 
 
 def suspend(connection: RedisClient, prefix: str = "fw", duration: float | None = None) -> None:
@@ -43,6 +47,36 @@ def resume(connection: RedisClient, prefix: str = "fw") -> None:
     keys = Keys(prefix)
     connection.delete(keys.suspended)
     connection.publish(keys.control, Control.RESUME.value)
+
+
+def request_shutdown(connection: RedisClient, name: str, prefix: str = "fw",
+                     mode: str = "warm") -> None:
+    """Ask worker ``name`` to stop as SIGTERM would: ``warm`` (its running jobs finish)
+    or ``cold`` (they go back). Written to its heartbeat hash only while the hash
+    exists, then published (docs/design.md, "Stopping one worker from elsewhere");
+    :class:`~fusionworker.exceptions.InvalidOperation` when no live worker has that
+    name, ValueError for another mode. Nothing is written on a refusal."""
+    from ..exceptions import InvalidOperation
+
+    if mode not in ("warm", "cold"):
+        raise ValueError(f"mode must be 'warm' or 'cold', not {mode!r}")
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    key = keys.worker(name)
+
+    with connection.pipeline() as pipe:
+        while True:                    # the worker may write its hash in between: again
+            try:
+                pipe.watch(key)
+                if not pipe.exists(key):
+                    raise InvalidOperation(f"no live worker named {name!r}")
+                pipe.multi()
+                pipe.hset(key, "shutdown", mode)
+                pipe.execute()
+                break
+            except redis.WatchError:
+                continue
+    connection.publish(keys.control, f"{Control.SHUTDOWN.value}{name}")
 
 
 def is_suspended(connection: RedisClient, prefix: str = "fw") -> bool:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import NoSuchJob
+from ..exceptions import InvalidOperation, NoSuchJob
+from .keys import Keys
+from .redis_client import decoding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -34,4 +36,45 @@ def send_stop_job_command(connection: RedisClient, job_id: str, serializer: Any 
     return Queue(name, connection, settings=settings).stop(job_id)
 
 
-__all__ = ["send_stop_job_command"]
+def send_shutdown_command(connection: RedisClient, worker_name: str, serializer: Any = None,
+                          *, mode: str = "warm", settings: Settings | None = None) -> None:
+    """Ask worker ``worker_name`` to stop (RQ's name): ``warm`` as one SIGTERM (its
+    running jobs finish), ``cold`` as two (they go back, the attempt not counted).
+    :class:`~fusionworker.exceptions.InvalidOperation` when no live worker has that name
+    (docs/design.md, "Stopping one worker from elsewhere")."""
+    from .admin import request_shutdown
+    from .queue import settings_from_env
+
+    if serializer is not None:
+        raise TypeError("serializer= is not taken: commands are plain text")
+    settings = settings or settings_from_env()
+    request_shutdown(connection, worker_name, settings.prefix, mode)
+
+
+def send_kill_horse_command(connection: RedisClient, worker_name: str,
+                            serializer: Any = None, *,
+                            settings: Settings | None = None) -> list[Job[Any]]:
+    """Stop the jobs worker ``worker_name`` runs now (RQ's name: its horse is killed);
+    each ends ``stopped`` as :func:`send_stop_job_command` ends it, and the worker
+    goes on. Returns those jobs as they are now ([]: it runs none).
+    :class:`~fusionworker.exceptions.InvalidOperation` when no live worker has that
+    name."""
+    from .queue import settings_from_env
+
+    if serializer is not None:
+        raise TypeError("serializer= is not taken: commands are plain text")
+    settings = settings or settings_from_env()
+    running = decoding(connection).hget(Keys(settings.prefix).worker(worker_name),
+                                        "current_jobs")
+    if running is None:
+        raise InvalidOperation(f"no live worker named {worker_name!r}")
+    stopped = []
+    for job_id in [j for j in str(running).split(",") if j]:
+        try:
+            stopped.append(send_stop_job_command(connection, job_id, settings=settings))
+        except (NoSuchJob, InvalidOperation):
+            continue                      # ended (or gone) since the hash was written
+    return stopped
+
+
+__all__ = ["send_kill_horse_command", "send_shutdown_command", "send_stop_job_command"]

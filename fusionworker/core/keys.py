@@ -48,11 +48,11 @@ Global keys (touched by single-key commands only):
 =============================  =======  ==============================================
 ``fw:queues``                  SET      every queue ever enqueued to
 ``fw:workers``                 SET      names of registered workers
-``fw:worker:<name>``           HASH     heartbeat hash of a worker, with TTL
+``fw:worker:<name>``           HASH     heartbeat hash of a worker, with TTL (``shutdown``: a stop asked)
 ``fw:suspended``               STRING   present = all workers suspended (TTL = duration)
 ``fw:reaper``                  STRING   reaper lock (SET NX PX)
 ``fw:events``                  STREAM   default event log (capped)
-``fw:control``                 channel  suspend/resume notifications
+``fw:control``                 channel  suspend/resume, ``shutdown:<worker>`` notifications
 ``fw:hist:all:<r>:<b>``        HASH     chart counts of bucket b summed over every queue (TTL)
 =============================  =======  ==============================================
 """

@@ -6,7 +6,8 @@ touch_many.lua per queue, which renews the lease of every running job whose
 attempt still owns it.
 
 :meth:`Heartbeat.send` only writes and reads: what the answers mean (a lease
-renewed, a job taken back, a stop asked, the suspend flag) is the loop's to decide.
+renewed, a job taken back, a stop asked, the suspend flag, a shutdown asked of this
+worker) is the loop's to decide.
 
 Why the lazy busy write cannot mislead the reaper: the reaper looks only at
 jobs whose lease ran out (``started`` score < now), and ``_why_dead`` keeps a
@@ -64,6 +65,8 @@ class Renewal:
     #: it does and its stop was asked
     owned: list[tuple[Slot, int]]
     suspended: bool                      # the deployment-wide suspend flag is set
+    #: a stop asked from elsewhere (admin.request_shutdown): 'warm', 'cold' or None
+    shutdown: str | None = None
 
 
 class Heartbeat:
@@ -105,6 +108,7 @@ class Heartbeat:
         counted, n_counted = counters.queue(pipe, self.key)
         pipe.expire(self.key, ctx.settings.worker_ttl)
         pipe.sadd(ctx.keys.workers, ctx.name)
+        pipe.hget(self.key, "shutdown")
         pipe.exists(ctx.keys.suspended)
         sent = time.monotonic()
         try:
@@ -128,4 +132,4 @@ class Heartbeat:
             return refused
         owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)
                  for slot, ok in zip(group, replies.touch_many(reply))]
-        return Renewal(sent, owned, bool(answers[-1]))
+        return Renewal(sent, owned, bool(answers[-1]), answers[-2] or None)

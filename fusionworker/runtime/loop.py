@@ -151,7 +151,7 @@ class Loop:
         #: entries of the deadline board not held by a running horse
         self.free_index = FreeEntries(concurrency, getattr(ctx, "devices", ()), ctx.middleware)
         self.burst_done = False
-        self.wakeups = Wakeups(ctx.connection, ctx.keys, lambda: self.claimer.queue_names)
+        self.wakeups = Wakeups(ctx.connection, ctx.keys, ctx.name, lambda: self.claimer.queue_names)
         self.stops = StopListener(ctx.connection, ctx.keys)
         self.beat = Heartbeat(ctx, scripts, lease=lease)
         self.solo = Solo(ctx, scripts, self.free_index.usable)   # a suspect runs alone
@@ -482,7 +482,7 @@ class Loop:
             log.warning("Worker %s: Redis refused the heartbeat (%s)", self.ctx.name, renewal)
             return True
         st.published = view
-        self._set_suspended(renewal.suspended)
+        self._set_suspended(renewal.suspended, renewal.shutdown)
         lost = False
         for slot, owned in renewal.owned:
             if owned:     # this renewal reached Redis: the horse may live on (Slot.renew)
@@ -502,8 +502,11 @@ class Loop:
             self.drop_pubsub()
         return not lost
 
-    def _set_suspended(self, suspended: bool) -> None:
+    def _set_suspended(self, suspended: bool, shutdown: str | None = None) -> None:
         st = self.state
+        if shutdown in (Stop.WARM, Stop.COLD) and st.stop not in (shutdown, Stop.COLD):
+            st.stop = Stop(shutdown)     # asked from elsewhere (design.md): as SIGTERM
+            log.warning("Worker %s: %s shutdown asked from elsewhere", self.ctx.name, shutdown)
         if suspended != st.suspended:
             st.suspended = suspended
             log.warning("Worker %s %s", self.ctx.name,
@@ -581,6 +584,8 @@ class Loop:
         self._heard(heard)
 
     def _heard(self, heard: Heard) -> None:
+        if heard.shutdown:
+            self.state.next_heartbeat = 0.0     # it reads what was asked (design.md)
         if heard.suspended is not None:
             self._set_suspended(heard.suspended)
         if heard.wake:

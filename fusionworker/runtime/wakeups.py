@@ -1,6 +1,6 @@
 """The worker's pub/sub connection: wake-ups (``fw:{q}:wake``, published by the
 enqueue and promotion scripts) and the control channel (``fw:control``:
-suspend/resume). The loop select()s on its socket while a slot is free and
+suspend/resume, a shutdown of this worker). The loop select()s on its socket while a slot is free and
 reads what it holds without a round trip (:meth:`Wakeups.drain`).
 
 Once Redis confirmed every subscription (:attr:`Wakeups.confirmed`), a wake-up
@@ -31,16 +31,19 @@ class Heard:
     #: the queues whose channel spoke (a job enqueued, scheduled, promoted; a resume)
     queues: set[str] = field(default_factory=set)
     every: bool = False                # the control channel spoke: any queue may hold jobs
+    shutdown: bool = False             # a shutdown of this worker was asked (read the hash)
 
 
 class Wakeups:
     """The subscription, (re)made on demand; dropped on any trouble (claim at the next
     chance then: a wake-up may have been missed)."""
 
-    def __init__(self, connection: Any, keys: Keys,
+    def __init__(self, connection: Any, keys: Keys, name: str,
                  queue_names: Callable[[], Sequence[str]]) -> None:
         self.connection = connection
         self.keys = keys
+        #: the control channel's message that asks this worker's shutdown
+        self.shutdown = f"{Control.SHUTDOWN.value}{name}"
         self.queue_names = queue_names
         self.pubsub: Any = None
         #: channel -> queue of the current subscription
@@ -120,6 +123,8 @@ class Wakeups:
                     heard.suspended = True
                 elif msg.get("data") == Control.RESUME:
                     heard.suspended = False
+                elif msg.get("data") == self.shutdown:
+                    heard.shutdown = True
             elif channel in self.channels:
                 heard.queues.add(self.channels[channel])
             heard.wake = True     # a job was enqueued or promoted; or resumed
