@@ -20,6 +20,10 @@ def dispatch(board: Dashboard, who: str, action: str, queue: str | None, job_id:
     if action == "resume":
         board.suspend(who, False)
         return "Workers resumed"
+    if action == "worker-shutdown":
+        mode = str(form.get("mode") or "warm")
+        board.shutdown_worker(who, str(form.get("worker") or ""), mode)
+        return f"Worker {form.get('worker')}: {mode} shutdown asked"
     if action.startswith("cron-"):
         return _cron(board, who, action, queue, form)
     if action in ("requeue", "cancel", "stop", "delete", "priority", "run-now", "hold",

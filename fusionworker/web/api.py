@@ -189,6 +189,12 @@ async def api_suspend(request: Request, st: WebState, who: str) -> Response:
 
 
 @api_action
+async def api_shutdown(request: Request, st: WebState, who: str) -> Response:
+    return ok(await run(st.board.shutdown_worker, who, request.path_params["name"],
+                        request.query_params.get("mode") or "warm"))
+
+
+@api_action
 async def api_cron_action(request: Request, st: WebState, who: str) -> Response:
     action = request.path_params["action"]
     if action == "run":
@@ -273,6 +279,7 @@ ROUTES = [
     Route("/api/v1/queues/{q}/{action}", api_queue_pause, methods=["POST"]),
     Route("/api/v1/suspend", api_suspend, methods=["POST"]),
     Route("/api/v1/resume", api_suspend, methods=["POST"]),
+    Route("/api/v1/workers/{name}/shutdown", api_shutdown, methods=["POST"]),
     Route("/api/v1/cron/{name}/{action}", api_cron_action, methods=["POST"]),
     Route("/api/v1/cron/{name}", api_cron_delete, methods=["DELETE"]),
 ]

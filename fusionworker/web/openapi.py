@@ -168,6 +168,10 @@ OPENAPI: dict[str, Any] = {
             body={"max_active": {"type": ["integer", "null"], "minimum": 1}}, action=True)},
         "/api/v1/suspend": {"post": _op("Suspend every worker", action=True)},
         "/api/v1/resume": {"post": _op("Resume the workers", action=True)},
+        "/api/v1/workers/{name}/shutdown": {"post": _op(
+            "Ask one worker to stop as SIGTERM would: warm (its running jobs finish), or "
+            "`mode=cold` (they go back); 404 when no live worker has that name",
+            params=[_p("name", "path", help_="worker name"), _p("mode")], action=True)},
         "/api/v1/cron/{name}/pause": {"post": _op("Pause a cron entry", params=[_NAME, _QUEUE],
                                                   action=True)},
         "/api/v1/cron/{name}/resume": {"post": _op("Resume a cron entry",

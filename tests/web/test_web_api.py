@@ -76,6 +76,7 @@ ENDPOINTS = [
     ("GET", "/api/v1/workers/x"), ("GET", "/api/v1/jobs/x/live"),
     ("GET", "/api/v1/queues/default/live"), ("GET", "/api/v1/history"),
     ("POST", "/api/v1/jobs/x/hold"), ("POST", "/api/v1/jobs/x/release"),
+    ("POST", "/api/v1/workers/x/shutdown"),
 ]
 
 
@@ -229,6 +230,22 @@ def test_workers_endpoint_shows_a_live_worker(client, processes, queue, settings
     (w,) = wait_for(running, timeout=20)
     assert w["name"] == "w-web" and w["state"] == "busy" and w["heartbeat_age"] is not None
     assert "throttle" in w and w["queues"] == ["default"]
+
+
+@pytest.mark.slow
+def test_a_worker_is_shut_down_from_the_api_and_an_unknown_one_is_404(client, processes, queue,
+                                                                       r, settings):
+    job = queue("default").enqueue("tests.jobs:sleep", 1.5)
+    proc = processes.worker("--customq", "default", "--name", "w-down")
+    wait_for(lambda: [w["current_job"] for w in api(client, "GET", "/api/v1/workers")
+                      .json()["workers"]] == [job.id], timeout=30, what="the job runs")
+    assert api(client, "POST", "/api/v1/workers/nobody/shutdown").status_code == 404
+    assert api(client, "POST", "/api/v1/workers/w-down/shutdown?mode=now").status_code == 400
+    assert alive(proc)
+    done = api(client, "POST", "/api/v1/workers/w-down/shutdown")
+    assert done.status_code == 200 and done.json() == {"worker": "w-down", "shutdown": "warm"}
+    assert proc.wait(30) == 0 and job.get_status() == "finished"     # warm: it finished
+    assert api(client, "GET", "/api/v1/workers").json()["workers"] == []
 
 
 def test_redis_password_never_shown(r, settings):

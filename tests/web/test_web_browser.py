@@ -81,6 +81,39 @@ def test_requeue_a_failed_job_with_the_button_and_see_it_finish(base, driver, qu
     assert q.fetch_job(job.id).status == "finished"
 
 
+def test_shut_down_a_worker_from_its_page(base, driver, processes, r, settings):
+    """The worker page's Shut down button: a confirmation, then the worker (a real
+    process) stops warm and leaves the list."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from fusionworker.core.keys import Keys
+    from tests.waiting import wait_for
+
+    proc = processes.worker("-q", "default", "--name", "w-page")
+    wait_for(lambda: r.exists(Keys(settings.prefix).worker("w-page")) or proc.poll() is not None,
+             timeout=60, what="the worker registered")
+    login(driver, base, TOKEN)
+    driver.get(f"{base}/workers/w-page")
+    buttons = "#worker-actions button"
+    assert [b.text for b in driver.find_elements(By.CSS_SELECTOR, buttons)] == [
+        "Shut down", "Shut down cold"]
+
+    def click_warm(d):       # the page's live refresh may replace the button under us
+        try:
+            d.find_element(By.CSS_SELECTOR, buttons).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait(driver, click_warm)
+    WebDriverWait(driver, 5).until(expected_conditions.alert_is_present()).accept()
+    wait(driver, lambda d: "warm shutdown asked" in d.find_element(By.ID, "flash").text)
+    assert proc.wait(30) == 0
+    assert not r.exists(Keys(settings.prefix).worker("w-page"))
+
+
 def test_change_a_priority(base, driver, queue):
     q = queue("default")
     job = q.enqueue("tests.jobs:add", 1, 2, priority=3)
