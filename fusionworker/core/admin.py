@@ -12,8 +12,6 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from .keys import Keys
 from .redis_client import decoding, stored_count, stored_number, texts
 from .redis_client import server_time as server_time  # its home is redis_client.py
@@ -49,6 +47,13 @@ def resume(connection: RedisClient, prefix: str = "fw") -> None:
     connection.publish(keys.control, Control.RESUME.value)
 
 
+#: The request's write, one key (a Cluster takes it too): only into a live worker's hash,
+#: never a hash without the worker's TTL.
+_ASK_SHUTDOWN = """if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'shutdown', ARGV[1])
+return 1"""
+
+
 def request_shutdown(connection: RedisClient, name: str, prefix: str = "fw",
                      mode: str = "warm") -> None:
     """Ask worker ``name`` to stop as SIGTERM would: ``warm`` (its running jobs finish)
@@ -64,18 +69,8 @@ def request_shutdown(connection: RedisClient, name: str, prefix: str = "fw",
     keys = Keys(prefix)
     key = keys.worker(name)
 
-    with connection.pipeline() as pipe:
-        while True:                    # the worker may write its hash in between: again
-            try:
-                pipe.watch(key)
-                if not pipe.exists(key):
-                    raise InvalidOperation(f"no live worker named {name!r}")
-                pipe.multi()
-                pipe.hset(key, "shutdown", mode)
-                pipe.execute()
-                break
-            except redis.WatchError:
-                continue
+    if not connection.eval(_ASK_SHUTDOWN, 1, key, mode):
+        raise InvalidOperation(f"no live worker named {name!r}")
     connection.publish(keys.control, f"{Control.SHUTDOWN.value}{name}")
 
 

@@ -237,6 +237,24 @@ def test_wait_blocks_until_a_worker_process_finishes_the_job(processes, settings
         bad.wait(30)
 
 
+def test_a_worker_on_the_cluster_is_shut_down_by_name(processes, settings, rc):
+    """``send_shutdown_command`` on a Cluster client: the request's one-key script, the
+    control channel and the heartbeat's read, on a real worker of the cluster."""
+    from fusionworker.core.command import send_shutdown_command
+    from fusionworker.core.keys import Keys
+    from fusionworker.exceptions import InvalidOperation
+    from tests.waiting import wait_for
+
+    proc = processes.worker("-q", "sms", "--name", "c-down")
+    key = Keys(settings.prefix).worker("c-down")
+    wait_for(lambda: rc.exists(key) or proc.poll() is not None, timeout=60,
+             what="the worker registered")
+    with pytest.raises(InvalidOperation):
+        send_shutdown_command(rc, "c-nobody", settings=settings)
+    send_shutdown_command(rc, "c-down", settings=settings)
+    assert proc.wait(30) == 0 and not rc.exists(key)
+
+
 def test_the_event_sink_keeps_every_jobs_history_on_every_shard(rc, settings, cluster_prefix):
     """On a Cluster a job event is one ``history.lua`` call on its job's slot (no run of
     events across slots) and its ``XADD`` apart: every job's history holds its events."""
