@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .keys import Keys
 from .redis_client import decoding, stored_count, stored_number, texts
 from .redis_client import server_time as server_time  # its home is redis_client.py
+from .scripts import replies, scripts_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from .redis_client import RedisClient
@@ -47,11 +48,8 @@ def resume(connection: RedisClient, prefix: str = "fw") -> None:
     connection.publish(keys.control, Control.RESUME.value)
 
 
-#: The request's write, one key (a Cluster takes it too): only into a live worker's hash,
-#: never a hash without the worker's TTL.
-_ASK_SHUTDOWN = """if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'shutdown', ARGV[1])
-return 1"""
+#: The heartbeat hash's field that holds a stop asked of its worker ('warm' | 'cold').
+SHUTDOWN_FIELD = "shutdown"
 
 
 def request_shutdown(connection: RedisClient, name: str, prefix: str = "fw",
@@ -68,8 +66,9 @@ def request_shutdown(connection: RedisClient, name: str, prefix: str = "fw",
     connection = decoding(connection)
     keys = Keys(prefix)
     key = keys.worker(name)
-
-    if not connection.eval(_ASK_SHUTDOWN, 1, key, mode):
+    # one script of one key (a Cluster takes it): only into a live worker's hash
+    if not replies.ask_shutdown(scripts_for(connection).ask_shutdown(
+            keys=[key], args=[SHUTDOWN_FIELD, mode])):
         raise InvalidOperation(f"no live worker named {name!r}")
     connection.publish(keys.control, f"{Control.SHUTDOWN.value}{name}")
 

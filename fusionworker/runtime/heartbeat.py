@@ -32,6 +32,7 @@ from typing import Any
 
 from redis.typing import EncodableT
 
+from ..core.admin import SHUTDOWN_FIELD
 from ..core.hooks import WorkerContext
 from ..core.scripts import replies
 from .counters import Counters
@@ -108,7 +109,7 @@ class Heartbeat:
         counted, n_counted = counters.queue(pipe, self.key)
         pipe.expire(self.key, ctx.settings.worker_ttl)
         pipe.sadd(ctx.keys.workers, ctx.name)
-        pipe.hget(self.key, "shutdown")
+        pipe.hget(self.key, SHUTDOWN_FIELD)
         pipe.exists(ctx.keys.suspended)
         sent = time.monotonic()
         try:

@@ -56,7 +56,7 @@ NAMES = (
     "enqueue", "claim", "finish", "touch_many", "requeue", "cancel", "delete",
     "reprioritize", "cron_tick", "enqueue_many", "dep_register", "dep_done", "batch_done",
     "progress", "waiting", "minutes", "hold", "release", "use", "history", "stop",
-    "run_now", "save_meta", "alone",
+    "run_now", "save_meta", "alone", "ask_shutdown",
 )
 
 

@@ -255,6 +255,11 @@ def alone(reply: Raw) -> bool:
     return bool(int(reply))
 
 
+def ask_shutdown(reply: Raw) -> bool:
+    """``ask_shutdown.lua``: whether it was written (False: no live worker of that name)."""
+    return bool(int(reply))
+
+
 RequeueOutcome = Literal["requeued", "abandoned", "skipped"]
 
 
@@ -450,6 +455,6 @@ PARSERS: dict[str, Callable[[Raw], Any]] = {
     "delete": delete, "reprioritize": reprioritize, "cron_tick": cron_tick,
     "dep_register": dep_register, "dep_done": dep_done, "batch_done": batch_done,
     "progress": progress, "waiting": waiting, "minutes": minutes, "stop": stop,
-    "alone": alone,
+    "alone": alone, "ask_shutdown": ask_shutdown,
     "run_now": changed, "save_meta": changed,
 }
