@@ -84,7 +84,6 @@ def test_requeue_a_failed_job_with_the_button_and_see_it_finish(base, driver, qu
 def test_shut_down_a_worker_from_its_page(base, driver, processes, r, settings):
     """The worker page's Shut down button: a confirmation, then the worker (a real
     process) stops warm and leaves the list."""
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -96,18 +95,14 @@ def test_shut_down_a_worker_from_its_page(base, driver, processes, r, settings):
              timeout=60, what="the worker registered")
     login(driver, base, TOKEN)
     driver.get(f"{base}/workers/w-page")
-    buttons = "#worker-actions button"
-    assert [b.text for b in driver.find_elements(By.CSS_SELECTOR, buttons)] == [
-        "Shut down", "Shut down cold"]
-
-    def click_warm(d):       # the page's live refresh may replace the button under us
-        try:
-            d.find_element(By.CSS_SELECTOR, buttons).click()
-        except StaleElementReferenceException:
-            return False
-        return True
-
-    wait(driver, click_warm)
+    # outside the live region: the page's refresh (its heartbeat age changes every
+    # poll) never replaces the buttons under a click
+    region = driver.find_element(By.ID, "refresh")
+    assert not region.find_elements(By.CSS_SELECTOR, "#worker-actions")
+    warm, cold = driver.find_elements(By.CSS_SELECTOR, "#worker-actions button")
+    assert (warm.text, cold.text) == ("Shut down", "Shut down cold")
+    wait(driver, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-refreshed"))
+    warm.click()                                   # the same element, after a refresh
     WebDriverWait(driver, 5).until(expected_conditions.alert_is_present()).accept()
     wait(driver, lambda d: "warm shutdown asked" in d.find_element(By.ID, "flash").text)
     assert proc.wait(30) == 0
