@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import InvalidOperation, NoSuchJob
 from .keys import Keys
-from .redis_client import decoding
+from .redis_client import text_hash
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -20,16 +20,25 @@ if TYPE_CHECKING:  # pragma: no cover
     from .redis_client import RedisClient
 
 
+def _settings(serializer: Any, settings: Settings | None) -> Settings:
+    """RQ's ``serializer`` must be None (arguments are always tagged JSON, commands plain
+    text); the settings given, else the environment's."""
+    from .queue import settings_from_env
+
+    if serializer is not None:
+        raise TypeError("serializer= is not taken: job arguments are always tagged JSON "
+                        "and commands plain text")
+    return settings or settings_from_env()
+
+
 def send_stop_job_command(connection: RedisClient, job_id: str, serializer: Any = None, *,
                           settings: Settings | None = None) -> Job[Any]:
     """Stop job ``job_id`` (RQ's name): its worker kills it and it ends ``stopped``; a
     job not started yet is canceled. Returns the job as it is now. ``serializer`` is
     RQ's and must be None (arguments are always tagged JSON)."""
-    from .queue import Queue, find_queue_of, settings_from_env
+    from .queue import Queue, find_queue_of
 
-    if serializer is not None:
-        raise TypeError("serializer= is not taken: arguments are always tagged JSON")
-    settings = settings or settings_from_env()
+    settings = _settings(serializer, settings)
     name = find_queue_of(connection, job_id, settings.prefix, None)
     if name is None:
         raise NoSuchJob(f"no job {job_id!r} in any queue")
@@ -43,12 +52,8 @@ def send_shutdown_command(connection: RedisClient, worker_name: str, serializer:
     :class:`~fusionworker.exceptions.InvalidOperation` when no live worker has that name
     (docs/design.md, "Stopping one worker from elsewhere")."""
     from .admin import request_shutdown
-    from .queue import settings_from_env
 
-    if serializer is not None:
-        raise TypeError("serializer= is not taken: commands are plain text")
-    settings = settings or settings_from_env()
-    request_shutdown(connection, worker_name, settings.prefix, mode)
+    request_shutdown(connection, worker_name, _settings(serializer, settings).prefix, mode)
 
 
 def send_kill_horse_command(connection: RedisClient, worker_name: str,
@@ -59,17 +64,14 @@ def send_kill_horse_command(connection: RedisClient, worker_name: str,
     goes on. Returns those jobs as they are now ([]: it runs none).
     :class:`~fusionworker.exceptions.InvalidOperation` when no live worker has that
     name."""
-    from .queue import settings_from_env
+    from .admin import describe_worker
 
-    if serializer is not None:
-        raise TypeError("serializer= is not taken: commands are plain text")
-    settings = settings or settings_from_env()
-    running = decoding(connection).hget(Keys(settings.prefix).worker(worker_name),
-                                        "current_jobs")
-    if running is None:
+    settings = _settings(serializer, settings)
+    data = text_hash(connection.hgetall(Keys(settings.prefix).worker(worker_name)))
+    if not data:
         raise InvalidOperation(f"no live worker named {worker_name!r}")
     stopped = []
-    for job_id in [j for j in str(running).split(",") if j]:
+    for job_id in describe_worker(data, 0.0)["current_jobs"]:
         try:
             stopped.append(send_stop_job_command(connection, job_id, settings=settings))
         except (NoSuchJob, InvalidOperation):

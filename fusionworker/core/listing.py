@@ -12,7 +12,7 @@ again each time and never reads the whole queue.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from typing import TypeVar, overload
 
 from .job import JobStatus
 
@@ -68,9 +68,6 @@ class Listing(Sequence[T]):
 
     def __repr__(self) -> str:
         return repr(self._list())
-
-    def __add__(self, other: Any) -> list[T]:
-        return self._list() + list(other)
 
 
 __all__ = ["Listing"]

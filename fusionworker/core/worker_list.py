@@ -39,7 +39,7 @@ class WorkerInfo:
     birth_date: float | None        #: epoch seconds
     last_heartbeat: float | None    #: epoch seconds
     version: str | None
-    prefix: str
+    settings: Settings              #: those it was read with (its deployment's prefix)
     connection: Any
 
     def queue_names(self) -> list[str]:
@@ -59,8 +59,7 @@ class WorkerInfo:
         if job_id is None:
             return None
         try:
-            return Job.fetch(job_id, self.connection,
-                             settings=settings_from_env().replace(prefix=self.prefix))
+            return Job.fetch(job_id, self.connection, settings=self.settings)
         except NoSuchJob:
             return None
 
@@ -87,7 +86,7 @@ def live_workers(connection: RedisClient | None = None, *, queue: Any = None,
             failed_job_count=doc["failed"], total_working_time=doc["total_working_time"],
             birth_date=stored_number(data.get("birth")),
             last_heartbeat=stored_number(data.get("last_heartbeat")),
-            version=doc["version"], prefix=settings.prefix, connection=client))
+            version=doc["version"], settings=settings, connection=client))
     return out
 
 

@@ -469,16 +469,16 @@ class Dashboard:
         self._audit(who, "suspend" if on else "resume")
         return {"suspended": on}
 
-    def shutdown_worker(self, who: str, name: str, mode: Any = "warm") -> dict[str, Any]:
+    def shutdown_worker(self, who: str, name: str, mode: str = "warm") -> dict[str, Any]:
         """Ask worker ``name`` to stop as SIGTERM would (``cold``: its jobs go back)."""
         try:
-            admin.request_shutdown(self.r, name, self.prefix, str(mode or "warm"))
+            admin.request_shutdown(self.r, name, self.prefix, mode)
         except InvalidOperation as exc:
             raise ApiError(404, str(exc)) from None
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        self._audit(who, "shutdown", detail=f"worker {name} ({mode or 'warm'})")
-        return {"worker": name, "shutdown": str(mode or "warm")}
+        self._audit(who, "shutdown", detail=f"worker {name} ({mode})")
+        return {"worker": name, "shutdown": mode}
 
     def cron(self, who: str, name: str, action: str, queue: str | None = None) -> dict[str, Any]:
         try:

@@ -11,7 +11,11 @@ import pytest
 
 from fusionworker import Worker
 from fusionworker.core import admin
-from fusionworker.core.command import send_kill_horse_command, send_shutdown_command
+from fusionworker.core.command import (
+    send_kill_horse_command,
+    send_shutdown_command,
+    send_stop_job_command,
+)
 from fusionworker.core.keys import Keys
 from fusionworker.exceptions import InvalidOperation
 from tests.cli.test_cli import cli  # noqa: F401 - the fixture
@@ -88,6 +92,9 @@ def test_no_live_worker_of_that_name_is_refused_and_nothing_is_written(
         send_shutdown_command(r, "nobody", settings=settings)
     with pytest.raises(InvalidOperation, match="no live worker"):
         send_kill_horse_command(r, "nobody", settings=settings)
+    for command in (send_shutdown_command, send_kill_horse_command, send_stop_job_command):
+        with pytest.raises(TypeError, match="serializer= is not taken"):   # RQ's argument
+            command(r, "nobody", object(), settings=settings)
     with pytest.raises(ValueError, match="mode must be"):
         admin.request_shutdown(r, "nobody", settings.prefix, "now")
     assert "no live worker named 'nobody'" in cli("shutdown", "nobody", code=1).output
