@@ -29,6 +29,7 @@ from .core.emitting import EventsPort
 _PUBLIC = {
     "Batch": "fusionworker.core.batch",
     "FunctionNotAllowed": "fusionworker.exceptions",
+    "InvalidFunction": "fusionworker.exceptions",
     "Job": "fusionworker.core.job",
     "JobContext": "fusionworker.runtime.progress",
     "JobCanceled": "fusionworker.exceptions",
@@ -60,7 +61,7 @@ _SUBMODULES = {
 }
 
 __all__ = [
-    "Batch", "FunctionNotAllowed", "Job", "JobCanceled", "JobContext", "JobFailed",
+    "Batch", "FunctionNotAllowed", "InvalidFunction", "Job", "JobCanceled", "JobContext", "JobFailed",
     "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
     "RetryPolicy", "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic",
     "register", "schedule",
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .core.retry import RetryPolicy
     from .exceptions import (
         FunctionNotAllowed,
+        InvalidFunction,
         JobCanceled,
         JobFailed,
         JobTimeoutError,

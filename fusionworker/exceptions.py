@@ -57,8 +57,10 @@ class FunctionNotAllowed(FusionWorkerError):
     """The job names a module that is not on the allow-list (or is on the deny-list)."""
 
 
-class InvalidFunction(FusionWorkerError):
-    """The job's function reference is not ``module:function``."""
+class InvalidFunction(FunctionNotAllowed):
+    """The job's function reference is not ``module:function`` of a public callable (a
+    typo, a private name, a dotted path through another module): refused, as a
+    :class:`FunctionNotAllowed` is, so one ``except FunctionNotAllowed`` catches both."""
 
 
 class NoSuchJob(FusionWorkerError):

@@ -388,7 +388,8 @@ job_delete = _job_change(
     "delete", "delete", "Deleted {id} from {queue}",
     "Delete JOB_ID and every reference to it (a running job finishes unrecorded).")
 job_cancel = _job_change("cancel", "cancel", "Canceled {id} on {queue}",
-                         "Cancel queued or scheduled JOB_ID (it stays visible as canceled).")
+                         "Cancel a queued, scheduled, deferred or held JOB_ID (it stays visible as "
+                         "canceled).")
 job_hold = _job_change(
     "hold", "hold", "Held {id} on {queue}",
     "Set queued or scheduled JOB_ID aside: no worker claims it until `job release`.\n\n"

@@ -37,7 +37,7 @@ META_LIMIT = 64 * 1024
 class JobResult:
     """The outcome of a job's last attempt (RQ's ``Result``): see :meth:`JobHabits.latest_result`.
 
-    ``type`` is ``"successful"``, ``"failed"`` or ``"canceled"``. Only the last
+    ``type`` is ``"successful"``, ``"failed"``, ``"stopped"`` or ``"canceled"``. Only the last
     outcome is kept per job (no history of earlier attempts).
     """
 
@@ -200,7 +200,9 @@ class JobHabits:
 
     def latest_result(self, timeout: float | None = None) -> JobResult | None:
         """The outcome of the last attempt (:class:`~fusionworker.core.job.JobResult`),
-        or None while the job has none (queued, started, deferred, scheduled).
+        or None while the job has none (queued, started, deferred, scheduled, held). Its
+        ``type`` is ``"successful"``, ``"failed"``, ``"stopped"`` (``job.stop()``, as
+        RQ's ``STOPPED``) or ``"canceled"``.
 
         ``timeout``: wait up to that many seconds for an outcome first (no
         polling: :meth:`~fusionworker.core.job.Job.wait`); None after it too.
@@ -211,8 +213,8 @@ class JobHabits:
             except (JobFailed, JobCanceled, JobWaitTimeout):
                 pass       # the outcome (or its absence) is read below
         self._refreshed()
-        kind = {"finished": "successful", "failed": "failed", "canceled": "canceled"}.get(
-            self.status)
+        kind = {"finished": "successful", "failed": "failed", "stopped": "stopped",
+                "canceled": "canceled"}.get(self.status)
         if kind is None:
             return None
         when = (datetime.fromtimestamp(self.ended_at, UTC)

@@ -46,11 +46,12 @@ class QueueAdmin:
         def job_ids(self) -> Listing[str]: ...
 
     def cancel(self, job_id: str) -> Job[Any]:
-        """Cancel a queued or scheduled job (a started job cannot be canceled)."""
+        """Cancel a queued, scheduled, deferred or held job (a started job cannot be
+        canceled: :meth:`stop` it)."""
         verdict = replies.cancel(self.scripts.cancel(keys=[self.qkeys.base],
                                                      args=[job_id, self.settings.result_ttl]))
-        return self._changed(job_id, verdict, "canceled", "; only queued or scheduled "
-                             "(or deferred) jobs can be canceled")
+        return self._changed(job_id, verdict, "canceled", "; only queued, scheduled, "
+                             "deferred or held jobs can be canceled")
 
     def _changed(self, job_id: str, verdict: replies.Changed, event: str,
                  refused: str) -> Job[Any]:
@@ -192,13 +193,16 @@ class QueueAdmin:
         return bool(self.connection.exists(self.qkeys.paused))
 
     def set_max_active(self, limit: int | None) -> None:
-        """Cap the jobs running at once from this queue, across all workers (None = no cap)."""
+        """Cap the jobs running at once from this queue, across all workers (None = no cap).
+        The cap is at least 1, as the CLI's and the API's: 0 would stop the queue without
+        saying so (:meth:`pause` does that, and says so)."""
         if limit is None:
             self.connection.delete(self.qkeys.max_active)
             self.connection.publish(self.qkeys.wake, "cap")
             return
-        if int(limit) < 0:
-            raise ValueError("max_active must be >= 0")
+        if int(limit) < 1:
+            raise ValueError(f"max_active must be >= 1 (None: no cap; to stop the queue, "
+                             f"pause it), not {limit!r}")
         self.connection.set(self.qkeys.max_active, int(limit))
         self.connection.publish(self.qkeys.wake, "cap")
 

@@ -227,6 +227,11 @@ def test_set_max_active(cli: Run, queue: Any) -> None:
     assert "no cap" in cli("set-max-active", "sms", "--none").stdout
     assert q.max_active is None
     assert "0 is not in the range" in cli("set-max-active", "sms", "0", code=2).stderr
+    q.set_max_active(3)
+    with pytest.raises(ValueError, match=r">= 1 .*pause it"):    # Python refuses 0 too
+        q.set_max_active(0)
+    assert q.max_active == 3                                     # and wrote nothing
+    q.set_max_active(None)
     assert "give N" in cli("set-max-active", "sms", code=2).stderr
     assert "give N" in cli("set-max-active", "sms", "2", "--none", code=2).stderr
 
@@ -300,7 +305,8 @@ def test_job_retry_delete_cancel(cli: Run, queue: Any, burst: Any) -> None:
     assert "not failed" in one_error_line(cli("job", "retry", failed, code=1))
     assert cli("job", "cancel", failed).stdout.startswith("Canceled")
     assert q.fetch_job(failed).status == "canceled"
-    assert "only queued or scheduled" in one_error_line(cli("job", "cancel", failed, code=1))
+    assert "only queued, scheduled, deferred or held" in one_error_line(
+        cli("job", "cancel", failed, code=1))
     assert cli("job", "delete", failed).stdout.startswith("Deleted")
     assert q.fetch_job(failed) is None
     for verb in ("retry", "delete", "cancel"):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from fusionworker.core.queue import Queue
-from fusionworker.exceptions import InvalidFunction
+from fusionworker.exceptions import FunctionNotAllowed, InvalidFunction
 from tests.conftest import ROOT, worker_env
 from tests.conftest import run_one as _run_one
 
@@ -64,8 +64,12 @@ def test_refused_and_unknown_functions(queue, burst, r, settings):
     # written by a producer that allows more than the worker (allow-list "tests")
     refused = Queue("default", r, settings=settings.replace(allowed_modules=("json",))).enqueue(
         "json:dumps", [1])
+    before = q.count
     with pytest.raises(InvalidFunction):       # tests.jobs is imported here: checked at enqueue
         q.enqueue("tests.jobs:does_not_exist")
+    with pytest.raises(FunctionNotAllowed):    # one except catches every refusal (a typo too)
+        q.enqueue("tests.jobs:_private")
+    assert q.count == before                   # nothing written
     r.hset(q.qkeys.job("missing"), mapping={"id": "missing", "queue": "default",
                                              "func": "tests.jobs:does_not_exist", "args": "[]"})
     r.zadd(q.qkeys.pending, {"missing": 1})

@@ -49,6 +49,9 @@ def test_a_stopped_job_is_killed_by_its_worker_and_ends_stopped(queue, processes
     assert job.id in q.failed_job_registry
     with pytest.raises(JobFailed, match="stopped"):
         job.wait(timeout=1)
+    result = job.latest_result()                 # RQ's Result.Type.STOPPED
+    assert result is not None and (result.type, result.return_value) == ("stopped", None)
+    assert result.exc_string and "JobStopped" in result.exc_string
     # the slot serves the next job; the on_stopped callback ran with the job's id
     assert after.wait(timeout=30).result == 5
     callback = wait_for(lambda: q.fetch_job(f"{job.id}:on_stopped"), what="on_stopped")
