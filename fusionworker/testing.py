@@ -88,7 +88,9 @@ def run_burst(queue: Queue | Iterable[Queue], *, settings: Settings | None = Non
 
     Returns the jobs in the order they ran, read back after their outcome
     (status, result, error, attempts); a job whose record is gone (e.g.
-    ``result_ttl=0``) is returned as it was claimed. ``max_jobs`` stops early.
+    ``result_ttl=0``) is returned as it was claimed. ``max_jobs`` stops early. While
+    the workers are suspended (``fusionworker suspend``) it runs nothing and returns at
+    once, as a ``--burst`` worker does.
     """
     queues = [queue] if isinstance(queue, Queue) else list(queue)
     if not queues:

@@ -74,7 +74,8 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
 @click.option("-n", "short_n", hidden=True, callback=_short_n)
 @click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
               callback=_with_scheduler)
-@click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty.")
+@click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty (or at once, "
+              "jobs left queued, while workers are suspended, as RQ's).")
 @click.option("--gpus", default=None, metavar="0,1|auto",
               help="A GPU per slot: slot i owns the i-th device (auto: every device NVML "
                    "counts); its jobs see only it (CUDA_VISIBLE_DEVICES); --concurrency "

@@ -53,11 +53,11 @@ parent dies at each step (each slot goes through the same steps)::
                           pipeline ran: the claimed jobs never started and are
                           given back (requeue.lua 'return', attempt not counted).
 
-Round trips per job in steady state at concurrency 1: 1, the finish pipeline
-that claims the next job (plus the busy write for a job longer than
-BUSY_AFTER, the heartbeat every heartbeat_interval, and a claim of its own for
-the first job after idling, suspension, throttling or a due heartbeat). With
-N slots one finish pipeline records every job that ended since the last pass.
+Round trips per job in steady state at concurrency 1: 1, the finish pipeline that claims
+the next job (plus the busy write for a job longer than BUSY_AFTER, the heartbeat every
+heartbeat_interval, and a claim of its own for the first job after idling, suspension,
+throttling or a due heartbeat). With N slots one finish pipeline records every job that
+ended since the last pass.
 
 Why the lazy busy write of step 3 cannot mislead the reaper: heartbeat.py.
 
@@ -72,23 +72,20 @@ frozen; a horse the worker forked itself (no fork server) watches its own
 entry. After SIGHUP every fork server maps the same board. A queue whose
 claim Redis refuses (OOM, WRONGTYPE) is backed off alone.
 
-Waiting: one ``select()`` over the fork servers' sockets (each horse's exit
-comes on its own), the pipes of horses the worker forked itself, the signal
-wake-up fd, the stop requests' connection (stops.py) while a job runs, and the
-pub/sub connection subscribed to ``fw:{q}:wake`` of each
-queue (published by enqueue/promotion inside the scripts) and ``fw:control``
-(suspend/resume), while a slot is free. Its timeout is the nearest of: a
-slot's deadline or kill escalation, a busy write due, the heartbeat, the
-once-a-second tick, the next poll (``poll_interval``, or sooner when a
-scheduled job is due). No CPU burnt; wake-up within a millisecond.
+Waiting: one ``select()`` over the fork servers' sockets (each horse's exit comes on its
+own), the pipes of horses the worker forked itself, the signal wake-up fd, the stop
+requests' connection (stops.py) while a job runs, and the pub/sub connection subscribed to
+``fw:{q}:wake`` of each queue (published by enqueue/promotion inside the scripts) and
+``fw:control`` (suspend/resume), while a slot is free. Its timeout is the nearest of: a
+slot's deadline or kill escalation, a busy write due, the heartbeat, the once-a-second
+tick, the next poll (``poll_interval``, or sooner when a scheduled job is due). No CPU
+burnt; wake-up within a millisecond.
 
-Signals: first SIGTERM/SIGINT = warm shutdown (claim nothing more, let every
-running job finish, deregister, exit 0); second = cold (kill every horse,
-give every job back at its original place without counting the attempt,
-deregister, exit 0). SIGHUP: the settings are read again and a new fork
-server forks the next jobs; the old one is kept until its last horse ended,
-then closed (closing it at once would kill its horses: PDEATHSIG).
-"""
+Signals: first SIGTERM/SIGINT = warm shutdown (claim nothing more, let every running job
+finish, deregister, exit 0); second = cold (kill every horse, give every job back at its
+original place without counting the attempt, deregister, exit 0). SIGHUP: the settings are
+read again and a new fork server forks the next jobs; the old one is kept until its last
+horse ended, then closed (closing it at once would kill its horses: PDEATHSIG)."""
 
 from __future__ import annotations
 
@@ -261,8 +258,11 @@ class Loop:
         if not self._may_claim():
             st.want_claim = False
             st.next_poll = time.monotonic() + self.ctx.settings.poll_interval
-            if self.burst and st.suspended and not self.slots and self.claimer.nothing_due():
-                self.burst_done = True     # --burst: "exit 0 once the queues are empty"
+            if self.burst and st.suspended and not self.slots:   # exits, as RQ's: no hang
+                if not self.claimer.nothing_due():
+                    log.warning("Worker %s: suspended, a --burst worker exits with jobs still "
+                                "queued (resume, then run it again)", self.ctx.name)
+                self.burst_done = True
             return ClaimRound()
         claimed = self.claimer.claim(free)
         if claimed.unreachable is not None:
