@@ -137,7 +137,7 @@ class Batch:
     def results(batch_id: str, connection: RedisClient | None = None, *,
                 queue: str | None = None, settings: Settings | None = None) -> list[Any]:
         """The results of the batch's jobs, in enqueue order (None for one that failed)."""
-        return [job.result for job in Batch.jobs(batch_id, connection, queue=queue,
+        return [job.return_value(refresh=False) for job in Batch.jobs(batch_id, connection, queue=queue,
                                                  settings=settings)]
 
 

@@ -17,7 +17,7 @@ import operator
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -50,11 +50,11 @@ _CHECKED_REFS: set[str] = set()
 
 
 def at(when: datetime) -> tuple[str, float]:
-    """``enqueue_at``'s time: naive datetimes are taken as UTC."""
+    """``enqueue_at``'s time: a naive datetime is this process's local time, as RQ's
+    (``datetime.now() + timedelta(minutes=5)`` is five minutes from now) and as
+    ``datetime.timestamp()`` takes it; an aware one is what it says."""
     if not isinstance(when, datetime):
         raise TypeError(f"enqueue_at takes a datetime, got {when!r}")
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     return ("at", when.timestamp())
 
 

@@ -197,6 +197,24 @@ class Job(JobRecord[R], JobHabits):
     #: the Queue this job was read through (refresh/wait use its connection)
     _queue: Any = field(default=None, repr=False, compare=False)
 
+    @property  # type: ignore[misc]
+    def result(self) -> R | None:
+        """What the function returned. As RQ's ``job.result``, a job got from a ``Queue``
+        that has not ended yet is read again first (one ``HGETALL``), so a job kept from
+        ``enqueue`` shows its result once it finished; an ended job (or one built by
+        hand) answers from what was read."""
+        if self._queue is not None and self.status not in DONE_STATUSES:
+            try:
+                self.refresh()
+            except NoSuchJob:
+                pass                # gone: what was read is all there is
+        value: R | None = self.__dict__.get("result")
+        return value
+
+    @result.setter
+    def result(self, value: R | None) -> None:
+        self.__dict__["result"] = value
+
     @property
     def error(self) -> str | None:
         """``"Type: message"`` of the last failure, or None."""

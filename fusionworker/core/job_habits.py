@@ -129,7 +129,13 @@ class JobHabits:
 
     @property
     def exc_info(self) -> str | None:
-        """The traceback of the last failure (RQ's name), or None."""
+        """The traceback of the last failure (RQ's name), or None. As ``result``, read
+        again first while the job has not ended (RQ's reads it each time)."""
+        if self.status not in ("finished", "failed", "canceled", "stopped"):
+            try:
+                self._refreshed()
+            except NoSuchJob:
+                pass
         return self.traceback
 
     @property
@@ -185,6 +191,7 @@ class JobHabits:
     is_finished = _StatusIs(JobStatus.FINISHED)
     is_failed = _StatusIs(JobStatus.FAILED)
     is_canceled = _StatusIs(JobStatus.CANCELED)
+    is_stopped = _StatusIs(JobStatus.STOPPED)
 
     # -- results -----------------------------------------------------------------
 

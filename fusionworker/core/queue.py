@@ -152,7 +152,7 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
 
     def enqueue_at(self, /, when: datetime, func: str | Callable[..., Any], *args: Any,
                    **kwargs: Any) -> Job[Any]:
-        """Enqueue to run at ``when`` (naive datetimes are taken as UTC); ``args=``,
+        """Enqueue to run at ``when`` (a naive datetime is local time, as RQ's); ``args=``,
         ``kwargs=`` as with :meth:`enqueue_in`."""
         args, job_kwargs = _explicit(args, kwargs)
         return self.enqueue_call(func, args=args, kwargs=job_kwargs, _when=_at(when),

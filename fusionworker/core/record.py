@@ -304,7 +304,10 @@ _TAGGED = frozenset({"payload", "meta"})
 
 
 def to_dict(record: JobRecord[Any]) -> dict[str, Any]:
-    """The API's JSON of a record: its ``api`` fields, under their hash names."""
-    return {hash_name(f): plain(getattr(record, f.name)) if f.metadata["kind"] in _TAGGED
-            else getattr(record, f.name)
-            for f in FIELDS if f.metadata["api"]}
+    """The API's JSON of a record: its ``api`` fields, under their hash names, as they
+    were read (``Job.result`` of a job not ended would read the record again)."""
+    held = vars(record)
+    values = {f: held[f.name] if f.name in held else getattr(record, f.name)
+              for f in FIELDS if f.metadata["api"]}
+    return {hash_name(f): plain(v) if f.metadata["kind"] in _TAGGED else v
+            for f, v in values.items()}

@@ -159,7 +159,7 @@ class JobFunction(Generic[P, R]):
                                           _when=("in", seconds), **self.default_options)
 
     def enqueue_at(self, /, when: datetime, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
-        """Enqueue a run at ``when`` (naive datetimes are UTC)."""
+        """Enqueue a run at ``when`` (a naive datetime is local time, as RQ's)."""
         self._check_kwargs(kwargs)
         from .enqueue import at
 

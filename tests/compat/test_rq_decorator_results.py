@@ -87,6 +87,21 @@ def test_job_return_value(queue, work):
     assert failed.return_value() is None
 
 
+def test_job_result_and_exc_info_are_read_again_until_the_job_ended(queue, work, r):
+    """RQ's first example: ``job.result`` is None, later the result, on the job kept from
+    ``enqueue`` with no ``refresh()``; ``exc_info`` likewise. Once ended, no more reads."""
+    done, failed = queue().enqueue("tests.jobs:add", 2, 3), queue().enqueue("tests.jobs:boom")
+    assert done.result is None and failed.exc_info is None and not done.is_stopped
+    work()
+    assert done.result == 5 and done.status == "finished"
+    assert failed.exc_info and "Traceback" in failed.exc_info and failed.status == "failed"
+    r.hset(queue().qkeys.job(done.id), "result", "99")       # ended: read no more
+    assert done.result == 5 and done.to_dict()["result"] == 5
+    gone = queue().enqueue("tests.jobs:add", 1, 1)
+    gone.delete()
+    assert gone.result is None                                # gone: what was read
+
+
 def test_job_return_value_in_this_process(queue):
     job_ = queue().enqueue("tests.jobs:add", 5, 5)
     run_burst(queue())

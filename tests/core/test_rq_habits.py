@@ -202,6 +202,35 @@ def test_bulk_and_dependent_jobs_take_the_registered_options(queue, fresh_defaul
     assert bulk.timeout == 600.0 and after.timeout == 600.0 and after.status == "deferred"
 
 
+def test_a_naive_enqueue_at_is_local_time_as_rqs(queue):
+    """RQ's idiom ``enqueue_at(datetime.now() + timedelta(minutes=5))`` runs in five
+    minutes whatever the producer's time zone (it ran 9 hours late in Tokyo, at once in
+    New York, when naive meant UTC); an aware datetime is what it says."""
+    import os
+    import time as _time
+    from datetime import timedelta
+
+    q = queue()
+    before = os.environ.get("TZ")
+    try:
+        for zone in ("Asia/Tokyo", "America/New_York"):
+            os.environ["TZ"] = zone
+            _time.tzset()
+            job = q.enqueue_at(datetime.now() + timedelta(minutes=5), "tests.jobs:noop")
+            due = q.scheduled_job_registry.get_scheduled_time(job)
+            assert job.status == "scheduled" and due is not None
+            assert abs(due.timestamp() - (_time.time() + 300)) < 30, zone
+    finally:
+        if before is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = before
+        _time.tzset()
+    aware = q.enqueue_at(datetime.now(UTC) + timedelta(minutes=10), "tests.jobs:noop")
+    due = q.scheduled_job_registry.get_scheduled_time(aware)
+    assert due is not None and abs(due.timestamp() - (_time.time() + 600)) < 30
+
+
 def test_description_and_meta_are_options_the_job_keeps(queue, burst):
     q = queue()
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
