@@ -156,6 +156,8 @@ def parse_kwargs(text: str | None) -> dict[str, Any]:
         kwargs = json.loads(text) if text else {}
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--kwargs") from None
+    except RecursionError:
+        raise click.BadParameter(_TOO_DEEP, param_hint="--kwargs") from None
     if not isinstance(kwargs, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--kwargs")
     return kwargs
@@ -167,6 +169,13 @@ def parse_arg(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+    except RecursionError:
+        raise click.BadParameter(_TOO_DEEP, param_hint="ARGS") from None
+
+
+#: a JSON argument nested past what the parser can read (a job's arguments may nest
+#: 100 levels: they would be refused at enqueue anyway)
+_TOO_DEEP = "JSON nested too deeply (a job's arguments may nest 100 levels at most)"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]],

@@ -106,6 +106,9 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         return
     if func is None:
         raise click.UsageError("Missing argument 'FUNC' (or give --from-file).")
+    if ":" in queue and ":" not in func:        # RQ's order: `rq enqueue FUNC ARGS`
+        raise click.UsageError(f"{queue!r} looks like a function: the queue comes first, "
+                               f"`enqueue QUEUE FUNC [ARGS]...`")
     kwargs = parse_kwargs(kwargs_json)
     _warn_unimportable(func)
     q = _queue(app, queue)

@@ -69,6 +69,9 @@ def func_ref(func: str | Callable[..., Any]) -> str:
             "enqueue a module-level function (or a staticmethod/classmethod) and pass "
             "the instance's data as arguments"
         )
+    if type(func).__name__ == "Callback" and callable(getattr(func, "func", None)):
+        raise InvalidFunction(f"{func!r} is RQ's Callback: pass the function itself "
+                              f"(on_success=f); its run takes the job's id")
     module = getattr(func, "__module__", None)
     qualname = getattr(func, "__qualname__", None)
     if module == "__main__" and qualname and "<" not in qualname:
@@ -88,9 +91,12 @@ def parse_func_ref(ref: str) -> tuple[str, str]:
     """Split ``module:attr``; raise :class:`InvalidFunction` on anything else."""
     module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
     if not sep or not _MODULE.match(module) or not _ATTR.match(attr):
+        dotted = ref.rpartition(".") if isinstance(ref, str) and not sep else ("", "", "")
+        hint = (f"; did you mean '{dotted[0]}:{dotted[2]}'?" if _MODULE.match(dotted[0])
+                and _ATTR.match(dotted[2]) else "")
         raise InvalidFunction(
             f"invalid function reference {ref!r}: expected 'module:function' "
-            "(e.g. 'app.tasks:send_sms'; private names are not callable as jobs)"
+            f"(e.g. 'app.tasks:send_sms'; private names are not callable as jobs){hint}"
         )
     return module, attr
 

@@ -164,6 +164,10 @@ def _numbers(options: JobOptions, given_retries: Any, default_timeout: float,
     """``(timeout, max_retries, retry_delay)`` checked against the settings' ranges,
     defaults filled in (``retry_delay`` stays None when not given)."""
     try:
+        if options.timeout is not None and float(options.timeout) == -1:
+            raise ConfigError("timeout=-1 (RQ's job_timeout=-1, no limit): every job runs "
+                              "under a hard time limit here; give the longest it may need "
+                              "(seconds, or a duration such as '24h')")
         timeout = (default_timeout if options.timeout is None
                    else check_value("job_timeout", float(options.timeout), "timeout"))
         retries = (default_retries if given_retries is None
@@ -320,6 +324,9 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
     if isinstance(retry, Mapping) and set(retry) <= {"max", "interval"}:
         retry = Retry(max=retry.get("max"), interval=retry.get("interval"))  # a JSON line
     policy = retry.policy if isinstance(retry, Retry) else retry
+    if type(retry).__module__.partition(".")[0] == "rq":
+        raise TypeError(f"retry={retry!r} is RQ's Retry: use fusionworker's, with the same "
+                        f"arguments (from fusionworker import Retry)")
     if not isinstance(policy, RetryPolicy):
         raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]) "
                         f"(in JSON: {{\"max\": N, \"interval\": [...]}}), got {retry!r}")

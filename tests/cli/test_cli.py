@@ -434,6 +434,15 @@ def fresh_defaults_module() -> Iterator[None]:
     sys.modules.pop("tests.defaults_jobs", None)
 
 
+def test_enqueue_refuses_rqs_argument_order_and_json_too_deep(cli: Run, queue: Any) -> None:
+    q = queue("sms")
+    wrong = cli("enqueue", "tests.jobs:add", "1", "2", code=2).stderr
+    assert "looks like a function: the queue comes first" in wrong
+    deep = cli("enqueue", "sms", "tests.jobs:echo", "[" * 5000 + "]" * 5000, code=2).stderr
+    assert "JSON nested too deeply" in deep and "unexpected error" not in deep
+    assert q.count == 0
+
+
 def test_enqueue_by_name_takes_the_functions_job_options(
         cli: Run, r: Any, settings: Any, fresh_defaults_module: None) -> None:
     q = Queue("q", r, settings=settings)

@@ -240,3 +240,22 @@ def test_a_callback_that_is_not_allowed_is_refused_before_anything_is_written(qu
     with pytest.raises(FunctionNotAllowed):
         q.enqueue(jobs.add, 1, 2, on_success="os:system")
     assert not q.connection.keys(q.qkeys.match_all)
+
+
+def test_rq_objects_and_spellings_are_refused_naming_the_fix(queue):
+    """What an RQ user's code still holds after the imports were changed: each refused
+    before anything is written, with the fusionworker spelling to use."""
+    rq = pytest.importorskip("rq")
+    from fusionworker.core.config import ConfigError
+    from fusionworker.exceptions import FunctionNotAllowed, InvalidFunction
+
+    q = queue()
+    with pytest.raises(TypeError, match=r"is RQ's Retry: use fusionworker's"):
+        q.enqueue("tests.jobs:noop", retry=rq.Retry(max=2, interval=[1, 2]))
+    with pytest.raises(ConfigError, match="hard time limit"):
+        q.enqueue("tests.jobs:noop", job_timeout=-1)
+    with pytest.raises(InvalidFunction, match=r"RQ's Callback: pass the function itself"):
+        q.enqueue("tests.jobs:noop", on_success=rq.Callback(print))
+    with pytest.raises(FunctionNotAllowed, match=r"did you mean 'tests.jobs:noop'"):
+        q.enqueue("tests.jobs.noop")
+    assert q.count == 0
