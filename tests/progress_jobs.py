@@ -38,6 +38,13 @@ def context():
             "progress": job.progress}
 
 
+def rq_names(*args, **kwargs):
+    """What RQ's ``get_current_job()`` offers, read through fusionworker's names."""
+    job = current_job()
+    return {"get_id": job.get_id(), "origin": job.origin, "func_name": job.func_name,
+            "args": job.args, "kwargs": job.kwargs}
+
+
 def report_then_wait(url, key, fraction, message):
     """Report, wait until the test pushes to ``key``, report the end."""
     job = current_job()

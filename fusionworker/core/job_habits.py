@@ -83,6 +83,7 @@ class JobHabits:
     error_message: str | None
     traceback: str | None
     ended_at: float | None
+    enqueued_at: float | None
     depends_on: list[str] | None
     meta: dict[str, Any]
     _description: str | None
@@ -142,6 +143,29 @@ class JobHabits:
     def dependency_ids(self) -> list[str]:
         """Ids of the jobs this one waits on (``depends_on``; RQ's name)."""
         return [ref.partition(":")[2] for ref in (self.depends_on or [])]
+
+    @property
+    def dependent_ids(self) -> list[str]:
+        """Ids of the jobs still waiting on this one (RQ's name), read now: once this job
+        ended they were released (or canceled) and none is left waiting."""
+        from .redis_client import texts
+
+        q = self._queue_for("dependent_ids")
+        refs = texts(q.connection.smembers(q.qkeys.dependents(self.id)))
+        return sorted(ref.partition(":")[2] for ref in refs)
+
+    @property
+    def created_at(self) -> float | None:
+        """When the job was enqueued (RQ's name; epoch seconds, as every time here)."""
+        return self.enqueued_at
+
+    def get_call_string(self) -> str:
+        """``module:function(args, key=value)`` (RQ's), each argument by its ``repr``,
+        cut at 200 characters."""
+        parts = [repr(a) for a in self.args or []]
+        parts += [f"{k}={v!r}" for k, v in (self.kwargs or {}).items()]
+        call = f"{self.func}({', '.join(parts)})"
+        return call if len(call) <= 200 else call[:197] + "..."
 
     def dependencies_are_met(self) -> bool:
         """Every job this one waits on has finished (read now; a gone one has not)."""

@@ -244,9 +244,10 @@ class JobContext:
     """The running job, seen from inside: who it is, and how it reports progress.
 
     ``id``, ``queue``, ``func``, ``attempt`` (1 on the first run), ``max_retries``,
-    ``timeout``; ``progress`` / ``progress_message`` (what this attempt set,
-    None before), ``meta`` (starts with what the job's record held when it was
-    claimed, e.g. from an earlier attempt).
+    ``timeout``, ``args``, ``kwargs``; ``progress`` / ``progress_message`` (what this
+    attempt set, None before), ``meta`` (starts with what the job's record held when it
+    was claimed, e.g. from an earlier attempt). RQ's names too: ``get_id()``,
+    ``origin`` (the queue), ``func_name``.
     """
 
     def __init__(self, job: Any, sender: Any) -> None:
@@ -256,6 +257,8 @@ class JobContext:
         self.attempt: int = job.attempts
         self.max_retries: int = job.max_retries
         self.timeout: float = job.timeout
+        self.args: list[Any] = job.args
+        self.kwargs: dict[str, Any] = job.kwargs
         self.progress: float | None = None
         self.progress_message: str | None = None
         self._lock = threading.Lock()
@@ -264,6 +267,20 @@ class JobContext:
         self._set_progress = self._set_meta = False
         self._progress_at: float | None = None
         self.meta = JobMeta(getattr(job, "meta", None) or {}, self._lock, self._meta_changed)
+
+    def get_id(self) -> str:
+        """The job's id (RQ's ``get_current_job().get_id()``)."""
+        return self.id
+
+    @property
+    def origin(self) -> str:
+        """The job's queue (RQ's name)."""
+        return self.queue
+
+    @property
+    def func_name(self) -> str:
+        """``module:function`` (RQ's name)."""
+        return self.func
 
     def __repr__(self) -> str:
         return (f"<JobContext {self.id} {self.func} on {self.queue}, attempt {self.attempt}, "

@@ -102,6 +102,18 @@ def test_job_result_and_exc_info_are_read_again_until_the_job_ended(queue, work,
     assert gone.result is None                                # gone: what was read
 
 
+def test_rqs_call_string_created_at_and_dependent_ids(queue, work):
+    q = queue()
+    parent = q.enqueue("tests.jobs:add", 2, 3)
+    child = q.enqueue("tests.jobs:echo", "x" * 300, depends_on=parent)
+    assert parent.get_call_string() == "tests.jobs:add(2, 3)"
+    assert len(child.get_call_string()) == 200 and child.get_call_string().endswith("...")
+    assert parent.created_at == parent.enqueued_at and parent.created_at is not None
+    assert parent.dependent_ids == [child.id] and child.dependent_ids == []
+    work()
+    assert parent.dependent_ids == [] and child.refresh().status == "finished"
+
+
 def test_job_return_value_in_this_process(queue):
     job_ = queue().enqueue("tests.jobs:add", 5, 5)
     run_burst(queue())

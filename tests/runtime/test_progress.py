@@ -155,6 +155,15 @@ def test_current_job_works_with_the_testing_helpers(backend, r, settings):
     assert current_job() is None                  # the job is over: outside a job again
 
 
+def test_current_job_answers_to_rqs_names_in_a_horse(queue, burst):
+    q = queue()
+    job = q.enqueue("tests.progress_jobs:rq_names", 1, [2], to="+1555")
+    burst()
+    assert job.refresh().result == {"get_id": job.id, "origin": q.name,
+                                    "func_name": "tests.progress_jobs:rq_names",
+                                    "args": [1, [2]], "kwargs": {"to": "+1555"}}
+
+
 def test_bad_values_are_refused_at_the_call_with_a_clear_error(queue, burst):
     q = queue()
     caught = q.enqueue("tests.progress_jobs:bad_values")
