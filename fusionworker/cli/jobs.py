@@ -83,7 +83,9 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
             from_file: Any, imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
     """Enqueue FUNC (module:function) on QUEUE; prints the job id.
 
-    ARGS are parsed as JSON where they parse, else kept as strings.
+    ARGS are parsed as JSON where they parse, else kept as strings; NAME=VALUE
+    is a keyword argument (as with `rq enqueue`; VALUE parsed the same way).
+    A string holding '=' is given as JSON ('"a=b"').
     With --from-file, enqueue every job of a JSON-lines file in bulk instead.
 
     The current directory (and --path) is on the import path, as for
@@ -110,9 +112,17 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         raise click.UsageError(f"{queue!r} looks like a function: the queue comes first, "
                                f"`enqueue QUEUE FUNC [ARGS]...`")
     kwargs = parse_kwargs(kwargs_json)
+    arguments = []
+    for a in args:
+        name, eq, value = a.partition("=")
+        if not eq or not name.isidentifier():
+            arguments.append(parse_arg(a))
+        elif name in kwargs:
+            raise click.BadParameter(f"{name} is given twice", param_hint="ARGS")
+        else:
+            kwargs[name] = parse_arg(value)
     _warn_unimportable(func)
     q = _queue(app, queue)
-    arguments = [parse_arg(a) for a in args]
     job = q.enqueue_call(func, arguments, kwargs, priority=priority, timeout=timeout,
                          max_retries=max_retries, retry_delay=retry_delay, job_id=job_id,
                          unique_key=unique_key, group=group,

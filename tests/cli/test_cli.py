@@ -443,6 +443,17 @@ def test_enqueue_refuses_rqs_argument_order_and_json_too_deep(cli: Run, queue: A
     assert q.count == 0
 
 
+def test_enqueue_takes_rqs_name_value_keyword_arguments(cli: Run, queue: Any) -> None:
+    q = queue("sms")
+    job_id = cli("enqueue", "sms", "tests.jobs:echo", "bob", "greeting=yo", "n=3",
+                 '"a=b"', "https://x.test/?q=1", "--kwargs", '{"to": "+1555"}').stdout.strip()
+    job = q.fetch_job(job_id)
+    assert job is not None and job.args == ["bob", "a=b", "https://x.test/?q=1"]
+    assert job.kwargs == {"greeting": "yo", "n": 3, "to": "+1555"}
+    twice = cli("enqueue", "sms", "tests.jobs:echo", "to=1", "--kwargs", '{"to": 2}', code=2)
+    assert "to is given twice" in twice.stderr and q.count == 1
+
+
 def test_enqueue_by_name_takes_the_functions_job_options(
         cli: Run, r: Any, settings: Any, fresh_defaults_module: None) -> None:
     q = Queue("q", r, settings=settings)
