@@ -47,6 +47,16 @@ def async_problem(settings: Settings) -> str:
     return ""
 
 
+def async_hint(settings: Settings) -> str | None:
+    """The start's warning for async horses each retired after one wave (or None)."""
+    k, n = settings.async_per_horse, settings.horse_jobs
+    if k > 1 and 1 < n <= k:
+        return (f"--horse-jobs {n} <= --async-per-horse {k}: each async horse is retired "
+                f"after one wave of jobs, a new one forked for every {n}; give --horse-jobs "
+                f"several times K (e.g. {10 * k}) to keep them")
+    return None
+
+
 class ConfigError(ValueError):
     """A setting has a value that cannot be used."""
 

@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from .. import __version__
-from ..core.config import Settings, async_problem, load_settings
+from ..core.config import Settings, async_hint, async_problem, load_settings
 from ..core.connection import decoding
 from ..core.hooks import Middleware, Outcome, WorkerContext
 from ..core.job import Job
@@ -401,9 +401,9 @@ class Worker:
                      " in strict order" if self.claimer.strict
                      else " by fair share" if self.claimer.fair else "", self.pid, __version__)
             self._warn_eviction()
-            hint = otel_hint(self.settings.otel)
-            if hint:
-                log.warning("Worker %s: %s", self.name, hint)
+            for hint in (otel_hint(self.settings.otel), async_hint(self.settings)):
+                if hint:
+                    log.warning("Worker %s: %s", self.name, hint)
             self.launcher.start()
             self.hooks("on_start")
             self._script_events()

@@ -147,6 +147,15 @@ def test_the_flag_is_in_help_and_needs_warm_horses(settings, monkeypatch):
     zero = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "0"], env=env)
     assert zero.exit_code == 2
     assert "FUSIONWORKER_ASYNC_PER_HORSE" not in os.environ   # a refused start exports nothing
+    one_wave = runner.invoke(main, ["worker", "--burst", "--async-per-horse", "4",
+                                    "--horse-jobs", "4", "-q", "nothing_here"], env=env)
+    # it starts (what it exports is undone after the test), saying each horse lasts one wave
+    assert one_wave.exit_code == 0
+    assert "--horse-jobs 4 <= --async-per-horse 4: each async horse is retired" in (
+        one_wave.output)
+    from fusionworker.core.config import async_hint
+    assert async_hint(settings.replace(async_per_horse=100, horse_jobs=1000)) is None
+    assert async_hint(settings.replace(async_per_horse=1, horse_jobs=10)) is None
 
 
 def _sleeper():
