@@ -315,6 +315,13 @@ def _check_wait_ttl(ttl: Any) -> float:
     return float(ttl)
 
 
+def _not_rqs(retry: Any) -> None:
+    """RQ's ``Retry`` (an import left behind) is refused naming the one to use."""
+    if type(retry).__module__.partition(".")[0] == "rq":
+        raise TypeError(f"retry={retry!r} is RQ's Retry: use fusionworker's, with the same "
+                        f"arguments (from fusionworker import Retry)")
+
+
 def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float, ...] | None]:
     """``retry=``: a :class:`RetryPolicy`, RQ's ``Retry(max=, interval=)`` (the policy
     it carries) or its JSON form, a ``{"max", "interval"}`` object; as (max_retries,
@@ -324,9 +331,7 @@ def _retry_policy(retry: Any, max_retries: Any) -> tuple[int | None, tuple[float
     if isinstance(retry, Mapping) and set(retry) <= {"max", "interval"}:
         retry = Retry(max=retry.get("max"), interval=retry.get("interval"))  # a JSON line
     policy = retry.policy if isinstance(retry, Retry) else retry
-    if type(retry).__module__.partition(".")[0] == "rq":
-        raise TypeError(f"retry={retry!r} is RQ's Retry: use fusionworker's, with the same "
-                        f"arguments (from fusionworker import Retry)")
+    _not_rqs(retry)
     if not isinstance(policy, RetryPolicy):
         raise TypeError(f"retry must be Retry(max=N, interval=seconds or [seconds, ...]) "
                         f"(in JSON: {{\"max\": N, \"interval\": [...]}}), got {retry!r}")
