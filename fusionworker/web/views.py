@@ -135,8 +135,9 @@ async def logout(request: Request) -> Response:
     st = state(request)
     who = st.identify(request)
     if who is not None and who.method == "session":
-        form = await request.form()
-        if not st.csrf_valid(request, who, form.get("csrf")):
+        form = await request.form()     # the page's form field, or a script's header
+        token = form.get("csrf") or request.headers.get("x-csrf-token")
+        if not st.csrf_valid(request, who, token):
             raise ApiError(403, "CSRF token missing or wrong: reload the page and try again")
         st.authn.logout(request.cookies.get(auth.SESSION_COOKIE))
     response = RedirectResponse("/login", 303)

@@ -126,8 +126,12 @@ def test_login_and_logout_need_their_token_and_this_site(client):
     assert client.post("/logout", data={}).status_code == 403
     assert client.post("/logout", data={"csrf": csrf},
                        headers={"Origin": "http://evil.test"}).status_code == 403
+    assert client.post("/logout", headers={"X-CSRF-Token": "1.x"}).status_code == 403
     assert client.get("/api/v1/queues").status_code == 200   # still logged in
     client.post("/logout", data={"csrf": csrf})
+    assert client.get("/api/v1/queues").status_code == 401
+    csrf = form_login(client, TOKEN)               # a script's logout: the header, as the API's
+    client.post("/logout", headers={"X-CSRF-Token": csrf})
     assert client.get("/api/v1/queues").status_code == 401
 
 
