@@ -289,7 +289,11 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
     common: list[str] = []
     if app.config_file:
         common += ["-c", app.config_file]
-    common += ["--log-level", app.settings.log_level, "--log-format", app.settings.log_format]
+    # a flag given here goes on; else the children read the file (and SIGHUP reads it again)
+    for flag, given in (("--log-level", app.overrides.get("log_level")),
+                        ("--log-format", app.overrides.get("log_format"))):
+        if given is not None:
+            common += [flag, given]
     # strict order: the queues as arguments, as they were given to us
     served = queues.split(",") if strict else ["--queue", queues]
     args: list[str] = ["worker", *served, "--processes", "1",

@@ -206,3 +206,35 @@ def test_each_process_of_a_pool_serves_its_own_metrics_port(
         assert "fusionworker_" in wait_for(lambda p=p: scrape(p), timeout=10)
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(20) == 0
+
+
+@pytest.mark.slow
+def test_sighup_to_a_pool_applies_the_files_log_level_to_its_children(
+        processes: Any, r: Any, prefix: str, queue: Any, tmp_path: Path) -> None:
+    """The children read the settings file themselves (no --log-level of the start's
+    value on their command line), so a SIGHUP to the supervisor changes their level."""
+    import psutil
+
+    cfg = tmp_path / "pool.env"
+    cfg.write_text("FUSIONWORKER_LOG_LEVEL=INFO\n")
+    sup = processes.start("-c", str(cfg), "worker", "--customq", "default", "--processes", "2",
+                          "--name", "pool")
+    names = wait_for(lambda: (w := live(r, prefix)) and len(w) == 2 and w, timeout=20)
+    for pid in names.values():
+        assert "--log-level" not in psutil.Process(pid).cmdline()
+    q = queue("default")
+    loud = q.enqueue("tests.jobs:add", 1, 2)
+    assert loud.wait(timeout=20).result == 3
+    wait_for(lambda: f"pulled job {loud.id}" in processes.output(sup), timeout=10)
+    cfg.write_text("FUSIONWORKER_LOG_LEVEL=WARNING\n")
+    sup.send_signal(signal.SIGHUP)      # (its "reloaded" line is INFO: no longer shown)
+
+    def a_quiet_round() -> bool:
+        jobs = [q.enqueue("tests.jobs:add", i, i) for i in range(4)]
+        assert [j.wait(timeout=20).result for j in jobs] == [0, 2, 4, 6]
+        out = processes.output(sup)
+        return not any(f"pulled job {j.id}" in out for j in jobs)
+
+    wait_for(a_quiet_round, timeout=20, interval=0.2, what="the children log at WARNING")
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(20) == 0
