@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -13,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import click
 import redis
 
-from ..core.config import ConfigError, Settings, check_address, load_settings
+from ..core.config import (
+    ConfigError,
+    Settings,
+    check_address,
+    load_settings,
+    read_config_file,
+    unknown_keys,
+)
 from ..core.connection import connect, mask_url
 from ..core.keys import check_queue_name
 from ..core.logs import IN_BLOCK, setup_logging
@@ -68,6 +76,9 @@ class App:
         self.settings: Settings = load_settings(config_file, **self.overrides)
         self.config_file = config_file
         setup_logging(self.settings.log_level, self.settings.log_format)
+        if config_file:      # a typo in the file is said, not silently ignored
+            for said in unknown_keys(read_config_file(config_file)):
+                logging.getLogger("fusionworker.config").warning("%s: %s", config_file, said)
         self._connection: RedisClient | None = None
         self.url = self.settings.redis_url
         #: socket timeout of the client (``health --timeout``); None = redis-py's default

@@ -151,6 +151,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     afresh (a deploy: new code, then SIGHUP).
     """
     name = _name(name, short_n)
+    processes = _processes(app, processes)
     queues = _checked_flags(ordered, queues, metrics_bind, name, processes)
     strict = bool(ordered)
     searched = extend_sys_path((*paths, *app.settings.path))
@@ -211,6 +212,21 @@ def _warm_flags(settings: Settings, horse_jobs: int | None,
         os.environ["FUSIONWORKER_HORSE_JOBS"] = str(horse_jobs)
     if async_per_horse is not None:
         os.environ["FUSIONWORKER_ASYNC_PER_HORSE"] = str(async_per_horse)
+
+
+def _processes(app: App, processes: int) -> int:
+    """``--processes``, else FUSIONWORKER_PROCESSES of the environment (click read it),
+    else of the ``-c`` file (systemd's EnvironmentFile gives it as the environment)."""
+    source = click.get_current_context().get_parameter_source("processes")
+    if source != click.core.ParameterSource.DEFAULT or not app.config_file:
+        return processes
+    raw = read_config_file(app.config_file).get("FUSIONWORKER_PROCESSES")
+    if raw is None:
+        return processes
+    if not raw.isdigit() or int(raw) < 1:
+        raise click.BadParameter(f"FUSIONWORKER_PROCESSES={raw!r} in {app.config_file}: "
+                                 "give a whole number of at least 1", param_hint="--processes")
+    return int(raw)
 
 
 def _name(name: str | None, short_n: str | None) -> str | None:

@@ -178,6 +178,16 @@ def check_address(value: str) -> None:
         raise ValueError("not an IP address nor a host name (e.g. 127.0.0.1, ::1, 0.0.0.0)")
 
 
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def _key_prefix(value: str) -> None:
+    """A prefix of Redis keys: no space (an inline ``# comment`` of a settings file
+    would become part of it) and no brace (the queues' hash tags follow it)."""
+    if not _KEY_PREFIX.fullmatch(value):
+        raise ValueError("use 1-64 characters of letters, digits, '_', '.', ':', '-'")
+
+
 def _http_url(value: str) -> None:
     """An ``http://`` or ``https://`` URL with a host, and a port in range when given:
     what the HTTP clients take (refused here, once, in one line, not by each event or
@@ -257,7 +267,9 @@ class Settings:
     redis_url: str = _setting("REDIS_URL", DEFAULT_REDIS_URL, str,
             "Redis to use: redis://, rediss://, unix://, redis+sentinel://h:26379,h2:26379/master/db, "
             "redis+cluster://h:7000", "--redis-url")
-    prefix: str = _setting("FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key.", "--prefix")
+    prefix: str = _setting("FUSIONWORKER_PREFIX", "fw", str, "Prefix of every Redis key (1-64 letters, digits, _ . : -).",
+                           "--prefix",
+                           check=_key_prefix)
     job_timeout: float = _setting("FUSIONWORKER_JOB_TIMEOUT", 180.0, float,
             "Default hard time limit of a job, seconds (at most 315360000: ten years).",
             **_positive(max=315_360_000))
@@ -506,6 +518,31 @@ def read_config_file(path: str) -> dict[str, str]:
                 value = value[1:-1]
             values[key.strip()] = value
     return values
+
+
+#: keys of a settings file read by a command, not by :func:`load_settings`
+COMMAND_KEYS = ("FUSIONWORKER_PROCESSES",)
+
+
+def unknown_keys(values: Mapping[str, str]) -> list[str]:
+    """What a settings file's keys look like but are not: a ``FUSIONWORKER_`` key no
+    setting has, or another key close to a setting's name (a typo), each with the
+    nearest name. Other keys (``PATH``, a key of another program) are not ours to judge."""
+    import difflib
+
+    known = (*_ENV_NAMES, *COMMAND_KEYS)
+    # compared without the shared prefix (else every FUSIONWORKER_ key is "close")
+    bare = {name.removeprefix("FUSIONWORKER_"): name for name in known}
+    said = []
+    for key in values:
+        if key in known:
+            continue
+        near = [bare[n] for n in difflib.get_close_matches(
+            key.removeprefix("FUSIONWORKER_"), bare, n=1, cutoff=0.8)]
+        if near or key.startswith("FUSIONWORKER_"):
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            said.append(f"{key} is no setting of fusionworker{hint}: ignored")
+    return said
 
 
 def load_settings(

@@ -97,3 +97,26 @@ def test_a_url_no_http_client_can_use_is_refused_at_load_its_secrets_masked(env,
         load_settings(environ={env: value})
     assert said in str(refused.value), str(refused.value)
     assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("prefix", ["ops5 # staging", "app{x}", "a b", "x" * 65])
+def test_a_prefix_that_is_no_plain_key_prefix_is_refused(prefix):
+    """An inline comment of a settings file would become part of the prefix (systemd keeps
+    it), and a brace would break the queues' hash tags: refused in one line."""
+    with pytest.raises(ConfigError, match="FUSIONWORKER_PREFIX=.*use 1-64 characters"):
+        load_settings(environ={"FUSIONWORKER_PREFIX": prefix})
+    with pytest.raises(ConfigError):
+        Settings().replace(prefix=prefix)
+    assert load_settings(environ={"FUSIONWORKER_PREFIX": "app:fw-2.x_y"}).prefix == "app:fw-2.x_y"
+
+
+def test_a_settings_files_typos_are_named_with_the_nearest_setting():
+    said = config.unknown_keys({"FUSIONWORKER_JOB_TIMEOUTT": "30", "MEMORY_THROTLE_THRESHOLD": "5",
+                                "FUSIONWORKER_NOPE": "1", "PYTHONPATH": "/x", "REDIS_URL": "u",
+                                "FUSIONWORKER_PROCESSES": "2", "FUSIONWORKER_PREFIX": "fw"})
+    assert said == [
+        "FUSIONWORKER_JOB_TIMEOUTT is no setting of fusionworker (did you mean "
+        "FUSIONWORKER_JOB_TIMEOUT?): ignored",
+        "MEMORY_THROTLE_THRESHOLD is no setting of fusionworker (did you mean "
+        "MEMORY_THROTTLE_THRESHOLD?): ignored",
+        "FUSIONWORKER_NOPE is no setting of fusionworker: ignored"]

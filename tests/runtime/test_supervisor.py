@@ -79,6 +79,27 @@ def test_burst_pool_exits_when_the_queue_is_empty(processes: Any, queue: Any,
     assert "restarting" not in processes.output(sup)
 
 
+def test_the_settings_files_processes_start_a_pool_and_its_typos_are_named(
+        processes: Any, queue: Any, tmp_path: Path) -> None:
+    """FUSIONWORKER_PROCESSES in a ``-c`` file (the shipped example sets it) starts that
+    many processes, as systemd's EnvironmentFile would; a misspelt key is said, with the
+    nearest setting, where it was silently ignored."""
+    q = queue("default")
+    ids = [q.enqueue("tests.jobs:add", i, 1).id for i in range(4)]
+    cfg = tmp_path / "pool.env"
+    cfg.write_text("FUSIONWORKER_PROCESSES=2\nFUSIONWORKER_JOB_TIMEOUTT=30\n")
+    sup = processes.start("-c", str(cfg), "worker", "--customq", "default", "--burst")
+    assert sup.wait(30) == 0
+    out = processes.output(sup)
+    assert "started 2 worker process(es)" in out, out
+    assert "FUSIONWORKER_JOB_TIMEOUTT is no setting of fusionworker (did you mean " \
+           "FUSIONWORKER_JOB_TIMEOUT?)" in out
+    assert all(q.fetch_job(i).status == "finished" for i in ids)
+    cfg.write_text("FUSIONWORKER_PROCESSES=two\n")
+    bad = processes.start("-c", str(cfg), "worker", "--customq", "default", "--burst")
+    assert bad.wait(30) == 2 and "FUSIONWORKER_PROCESSES='two'" in processes.output(bad)
+
+
 @pytest.fixture
 def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
