@@ -205,12 +205,29 @@ def _reversed_range(fields: Sequence[str]) -> str | None:
     return None
 
 
+_RANGES = ("0-59", "0-23", "1-31", "1-12 or jan-dec", "0-6 or sun-sat", "0-59")
+
+
+def _bad_field(fields: Sequence[str]) -> str | None:
+    """The first field of a 5- or 6-field schedule croniter refuses, with what it takes
+    (each tried alone, the others ``*``)."""
+    for i, field in enumerate(fields):
+        alone = ["*"] * len(fields)
+        alone[i] = field
+        if not croniter.is_valid(" ".join(alone)):
+            step = "; a step /N is at least 1" if "/0" in field else ""
+            return f"the {_FIELDS[i]} field {field!r} is not valid: it takes {_RANGES[i]}{step}"
+    return None
+
+
 def check_schedule(schedule: str, timezone: str = "UTC") -> None:
     """Raise :class:`InvalidSchedule` (one line) unless ``schedule`` is one this scheduler
     honours: 5 fields (minute hour day month weekday) or 6 with seconds last, or an alias
     (``@daily``...); no range that runs backwards; a date that comes; a known zone."""
     fields = schedule.split() if isinstance(schedule, str) else []
     alias = len(fields) == 1 and fields[0].startswith("@")
+    if len(fields) in (5, 6) and not croniter.is_valid(schedule) and _bad_field(fields):
+        raise InvalidSchedule(f"invalid cron schedule {schedule!r}: {_bad_field(fields)}")
     if not (alias or len(fields) in (5, 6)) or not croniter.is_valid(schedule):
         raise InvalidSchedule(
             f"invalid cron schedule {schedule!r}: expected 5 fields (minute hour day month "

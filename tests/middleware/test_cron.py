@@ -364,6 +364,9 @@ def test_cli(r, settings):
     ("1-0 * * * *", "the range 1-0 of the minute field runs backwards"),
     ("0 9 * * fri-mon", "the range fri-mon of the day-of-week field runs backwards"),
     ("0 0 1 dec-jan *", "the range dec-jan of the month field runs backwards"),
+    ("61 * * * *", "the minute field '61' is not valid: it takes 0-59"),
+    ("*/0 * * * *", "a step /N is at least 1"),
+    ("0 0 * 13 *", "the month field '13' is not valid: it takes 1-12 or jan-dec"),
     ("* * 31 2 *", "never runs: no date matches"),
     ("0 0 30 2 *", "never runs: no date matches"),
 ])
