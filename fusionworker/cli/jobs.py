@@ -47,7 +47,9 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
     name = find_queue_of(app.connection, job_id, app.settings.prefix, queue)
     if name is None:
         where = f"queue {queue!r}" if queue else "any queue"
-        raise NoSuchJob(f"no job {job_id!r} in {where}")
+        raise NoSuchJob(f"no job {job_id!r} in {where} (an ended job is kept "
+                        f"FUSIONWORKER_RESULT_TTL / _FAILED_TTL seconds; its events stay: "
+                        f"`events --job {job_id}`)")
     return _queue(app, name)
 
 
@@ -331,7 +333,7 @@ def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
     for line in table(["ID", "QUEUE", "STATUS", "PRIO", "FUNCTION", "TRIES", "WHEN", "ERROR"],
                       rows, right=(3, 5)):
         say(line)
-    more = f" (more not shown: raise --limit {limit})" if truncated else ""
+    more = f" (more not shown: the --limit is {limit})" if truncated else ""
     say(f"{len(found)} job(s){more}")
 
 

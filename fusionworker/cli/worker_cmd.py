@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -248,7 +249,9 @@ def _connect(app: App, burst: bool) -> RedisClient:
     except RedisUnavailable as exc:
         if burst or exc.refused:
             raise
-        say(f"warning: {str(exc).rstrip('.')}; the worker waits for it", err=True)
+        # a log line (JSON with --log-format json: a log shipper reads every line)
+        logging.getLogger("fusionworker.worker").warning(
+            "%s; the worker waits for it", str(exc).rstrip("."))
         return connect(app.url)
 
 

@@ -42,7 +42,9 @@ def test_bad_flag_unknown_job_and_health_exit_codes(settings: Any, queue: Any) -
     assert "Traceback" not in proc.stderr
     queue("sms").enqueue("tests.jobs:noop")
     proc = run(settings, "job", "show", "missing")
-    assert proc.returncode == 1 and proc.stderr.strip() == "Error: no job 'missing' in any queue"
+    assert proc.returncode == 1 and proc.stderr.strip() == (
+        "Error: no job 'missing' in any queue (an ended job is kept FUSIONWORKER_RESULT_TTL / "
+        "_FAILED_TTL seconds; its events stay: `events --job missing`)")
     proc = run(settings, "health", "--queue", "sms")
     assert proc.returncode == 1
     assert proc.stderr.strip() == "unhealthy: no live worker serves queue sms"

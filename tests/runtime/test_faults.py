@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -165,10 +166,12 @@ def test_a_worker_started_before_redis_answers_waits_for_it(settings, processes,
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     processes.settings = settings.replace(redis_url=url)
-    proc = processes.worker("-q", "default")
+    proc = processes.start("--log-format", "json", "worker", "-q", "default")
     wait_for(lambda: processes.output(proc).count("trying again") >= 2)
     out = processes.output(proc)
     assert "the worker waits for it" in out and "Traceback" not in out
+    for line in out.splitlines():                 # every line JSON: a log shipper reads it
+        assert json.loads(line)["message"], line
     assert ".; the worker" not in out          # one sentence: redis-py's full stop dropped
     assert proc.poll() is None
     port, stop = start_single(port=port)
