@@ -282,7 +282,7 @@ def test_job_list_filters_limit_and_json(cli: Run, queue: Any, burst: Any) -> No
     assert job["args"] == [1, 2] and job["priority"] == 5 and job["status"] == "queued"
     doc = json.loads(cli("job", "list", "--limit", "1", "--json").stdout)
     assert doc["count"] == 1 and doc["truncated"] is True
-    assert "raise --limit" in cli("job", "list", "-n", "1").stdout
+    assert "more not shown: the --limit is 1" in cli("job", "list", "-n", "1").stdout
     assert "'lost' is not one of" in cli("job", "list", "--status", "lost", code=2).stderr
     assert "no queue 'nope'" in one_error_line(cli("job", "list", "--queue", "nope", code=1))
 
