@@ -162,7 +162,7 @@ def _reap_queue(connection: RedisClient, settings: Settings, queue: str, expired
         if verdict.outcome in ("requeued", "abandoned"):
             counts["reaped"].append((queue, job_id, verdict.outcome))
             _emit_reaped(connection, settings, sink, qkeys.job(job_id), verdict.outcome,
-                         worker_name or "?", why, verdict.why == "culprit")
+                         worker_name or "?", why, verdict.why == "culprit", now)
         _count_verdict(counts, queue, job_id, worker_name or "?", why, verdict)
 
 
@@ -208,9 +208,12 @@ def _count_verdict(counts: dict[str, Any], queue: str, job_id: str, worker_name:
 
 def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | None,
                  job_key: str, what: str, worker_name: str, why: str,
-                 alone: bool = False) -> None:
+                 alone: bool = False, when: float | None = None) -> None:
     """The reaper's outcome is an event (``requeued`` or ``abandoned``); never raises.
-    ``alone``: the job ran alone in that worker, failed as its death's culprit."""
+    ``alone``: the job ran alone in that worker, failed as its death's culprit. ``when``:
+    the pass's Redis time, before the script: a worker that claims the requeued job at
+    once stamps its claim later, so ``events --job`` lists the two in the order they
+    happened (the time of this emit, after that claim, would not)."""
     from ..events.middleware import emit_job_event
     try:
         data = connection.hgetall(job_key)
@@ -218,6 +221,8 @@ def _emit_reaped(connection: RedisClient, settings: Settings, sink: EventSink | 
             return
         fields: dict[str, Any] = {"worker": worker_name, "reason": "worker died" if
                                   what == "requeued" else FailureReason.ABANDONED}
+        if when is not None:
+            fields["timestamp"] = when
         if alone:
             fields.update(reason=FailureReason.KILLED, error_type="WorkerKilled",
                           error_message=data.get("error_message") or why)

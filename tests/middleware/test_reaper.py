@@ -278,3 +278,41 @@ def test_a_pass_over_many_idle_queues_reads_them_together_and_keeps_them_in_turn
         assert len(share) <= UPKEEP_QUEUES
         served |= set(share)
     assert served == set(names)                        # each in turn
+
+
+def test_the_requeued_event_is_stamped_before_a_claim_that_follows_it(queue, settings, r,
+                                                                       monkeypatch):
+    """A worker may claim the requeued job before the reaper emits its event: the event
+    carries the pass's Redis time, so ``events --job`` (ordered by ``@timestamp``) shows
+    the job requeued, then started again, not the other way round."""
+    from datetime import datetime
+
+    from fusionworker.events import middleware as events_middleware
+    from fusionworker.events.sinks import EventSink
+
+    q = queue()
+    job = q.enqueue("tests.jobs:noop")
+    claim(q)                                          # ghost.1, lease over, never beats
+    claimed_at: list[float] = []
+    emit = events_middleware.emit_job_event
+
+    def a_quick_worker_claims_first(*args, **kwargs):
+        claim(q, worker="quick.1", lease=30.0)
+        seconds, micros = r.time()
+        claimed_at.append(seconds + micros / 1e6)
+        time.sleep(0.01)                    # @timestamp has milliseconds: a clear gap
+        return emit(*args, **kwargs)
+
+    class Kept(EventSink):
+        events: list[dict] = []
+
+        def emit(self, doc):
+            self.events.append(doc)
+
+    monkeypatch.setattr(events_middleware, "emit_job_event", a_quick_worker_claims_first)
+    sink = Kept()
+    assert reap_once(r, settings, sink=sink)["requeued"] == 1
+    [doc] = [d for d in sink.events if d["event"] == "requeued"]
+    stamped = datetime.fromisoformat(doc["@timestamp"].replace("Z", "+00:00")).timestamp()
+    assert job.id in str(doc) and claimed_at
+    assert stamped < claimed_at[0], (doc["@timestamp"], claimed_at)
