@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -35,6 +36,8 @@ from starlette.datastructures import Headers
 
 from . import auth
 from .state import GUARD_IDENTITY
+
+log = logging.getLogger("fusionworker.web")
 
 if TYPE_CHECKING:  # pragma: no cover
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -195,7 +198,10 @@ class Guard:
         else:
             who = authn.identify(authorization, session)
         if who is None and authorization:
-            self.web.limiter.failed(client)
+            self.web.limiter.failed(client)    # said as a refused login is (never the secret)
+            scheme = authorization.partition(" ")[0].lower()
+            log.warning("web: refused %s credentials from %s",
+                        scheme if scheme in ("bearer", "basic") else "other", client)
         return who
 
     # -- answers ---------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def test_cookies_are_secure_behind_tls(r, settings):
         assert login_answer(c).status_code == 403   # not from a trusted proxy
 
 
-def test_wrong_credentials_are_limited_per_client(r, settings):
+def test_wrong_credentials_are_limited_per_client(r, settings, caplog):
     encoded = hash_password("right", iterations=1000)
     app = create_app(settings.replace(web_token=TOKEN, web_user="ops",
                                       web_password_hash=encoded, web_auth_failures=3), r)
@@ -182,8 +182,12 @@ def test_wrong_credentials_are_limited_per_client(r, settings):
     good = {"Authorization": "Basic " + base64.b64encode(b"ops:right").decode()}
     with TestClient(app, client=("10.0.0.1", 1)) as attacker, \
             TestClient(app, client=("10.0.0.2", 1)) as other:
-        assert [attacker.get("/api/v1/queues", headers=bad).status_code
-                for _ in range(3)] == [401, 401, 401]
+        with caplog.at_level("WARNING", logger="fusionworker.web"):
+            assert [attacker.get("/api/v1/queues", headers=bad).status_code
+                    for _ in range(3)] == [401, 401, 401]
+        said = [m for m in caplog.messages if "refused" in m]   # said, never the secret
+        assert said == ["web: refused basic credentials from 10.0.0.1"] * 3
+        assert "wrong" not in caplog.text and bad["Authorization"][6:] not in caplog.text
         limited = attacker.get("/api/v1/queues", headers=good)
         assert limited.status_code == 429 and 1 <= int(limited.headers["retry-after"]) <= 60
         assert "too many" in limited.json()["error"]
