@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 
 import click
 
@@ -53,8 +54,11 @@ def web(app: App, bind: str, port: int, read_only: bool, hash_password: bool) ->
         raise click.ClickException(f"the dashboard needs the web extra ({WEB_EXTRA}): "
                                    f"{exc}") from None
     if hash_password:
-        password = click.prompt("Password", hide_input=True, confirmation_prompt=True,
-                                err=True)
+        if sys.stdin.isatty():
+            password = click.prompt("Password", hide_input=True, confirmation_prompt=True,
+                                    err=True)
+        else:       # piped from a script or a secret store: its first line, no prompt
+            password = sys.stdin.readline().rstrip("\r\n")
         if not password:
             raise click.ClickException("empty password")
         say(make_hash(password))

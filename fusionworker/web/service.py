@@ -365,9 +365,8 @@ class Dashboard:
 
     def _audit(self, who: str, action: str, queue: str | None = None, job: Any = None,
                detail: str = "") -> None:
-        log.info("web: %s %s%s%s by %s", action, queue or "",
-                 f" job {job.id}" if job is not None else "", f" {detail}" if detail else "",
-                 who)
+        said = [action, queue, f"job {job.id}" if job is not None else "", detail, "by", who]
+        log.info("web: %s", " ".join(part for part in said if part))
         source = job if job is not None else {"id": None, "queue": queue}
         ev.emit_job_event(self.settings, "admin", source, connection=self.r,
                           worker=f"web:{who}", reason=action)

@@ -368,10 +368,13 @@ def test_requeue_failed_selection_and_all(client, queue, burst):
     assert api(client, "POST", "/api/v1/queues/nosuch/requeue-failed").status_code == 404
 
 
-def test_queue_pause_cap_suspend_and_cron(client, queue, r, settings):
+def test_queue_pause_cap_suspend_and_cron(client, queue, r, settings, caplog):
     q = queue("default")
     q.enqueue("tests.jobs:add", 1, 2)
-    assert api(client, "POST", "/api/v1/queues/default/pause").json()["paused"] is True
+    with caplog.at_level("INFO", logger="fusionworker.web"):
+        assert api(client, "POST", "/api/v1/queues/default/pause").json()["paused"] is True
+    assert [m for m in caplog.messages if m.startswith("web: pause")] == [
+        "web: pause default by token"]                      # the audit line, single-spaced
     assert q.is_paused
     assert api(client, "POST", "/api/v1/queues/default/unpause").status_code == 200
     assert not q.is_paused
