@@ -67,7 +67,29 @@ class _StatusIs(Derived["JobHabits", bool]):
         return obj.get_status() == self.status
 
 
-class JobHabits:
+class RQNames:
+    """RQ's names for who a job is, on a job and on ``current_job()`` alike."""
+
+    id: str
+    queue: str
+    func: str
+
+    def get_id(self) -> str:
+        """The job's id (RQ's ``job.get_id()``)."""
+        return self.id
+
+    @property
+    def func_name(self) -> str:
+        """``module:function`` (RQ writes ``module.function``)."""
+        return self.func
+
+    @property
+    def origin(self) -> str:
+        """The name of the job's queue."""
+        return self.queue
+
+
+class JobHabits(RQNames):
     """RQ's names on a job (mixed into :class:`~fusionworker.core.job.Job`, which the
     methods return as ``Self``: job.py imports this module)."""
 
@@ -95,19 +117,6 @@ class JobHabits:
         def wait(self, timeout: float | None = None) -> Self: ...
 
     # -- names RQ users reach for ------------------------------------------------
-
-    def get_id(self) -> str:
-        return self.id
-
-    @property
-    def func_name(self) -> str:
-        """``module:function`` (RQ writes ``module.function``)."""
-        return self.func
-
-    @property
-    def origin(self) -> str:
-        """The name of the job's queue."""
-        return self.queue
 
     @property
     def description(self) -> str:

@@ -75,6 +75,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ..core import codec
+from ..core.job_habits import RQNames
 from ..exceptions import MetaTooLarge
 from .protocol import write_all
 
@@ -240,7 +241,7 @@ class JobMeta(dict):  # type: ignore[type-arg]
         return (dict, (dict(self),))
 
 
-class JobContext:
+class JobContext(RQNames):
     """The running job, seen from inside: who it is, and how it reports progress.
 
     ``id``, ``queue``, ``func``, ``attempt`` (1 on the first run), ``max_retries``,
@@ -267,20 +268,6 @@ class JobContext:
         self._set_progress = self._set_meta = False
         self._progress_at: float | None = None
         self.meta = JobMeta(getattr(job, "meta", None) or {}, self._lock, self._meta_changed)
-
-    def get_id(self) -> str:
-        """The job's id (RQ's ``get_current_job().get_id()``)."""
-        return self.id
-
-    @property
-    def origin(self) -> str:
-        """The job's queue (RQ's name)."""
-        return self.queue
-
-    @property
-    def func_name(self) -> str:
-        """``module:function`` (RQ's name)."""
-        return self.func
 
     def __repr__(self) -> str:
         return (f"<JobContext {self.id} {self.func} on {self.queue}, attempt {self.attempt}, "
