@@ -24,6 +24,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# absolute: ``python -m fusionworker.config`` runs this module as ``fusionworker.config``
+from fusionworker.core import config_file
+from fusionworker.core.config_file import ConfigError as ConfigError
+from fusionworker.core.config_file import read_config_file as read_config_file
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 #: Exceptions retried by default, by qualified class name (subclasses match).
@@ -55,10 +60,6 @@ def async_hint(settings: Settings) -> str | None:
                 f"after one wave of jobs, a new one forked for every {n}; give --horse-jobs "
                 f"several times K (e.g. {10 * k}) to keep them")
     return None
-
-
-class ConfigError(ValueError):
-    """A setting has a value that cannot be used."""
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -494,55 +495,13 @@ def _default(name: str) -> Any:
     return _BY_NAME[name].default
 
 
-def read_config_file(path: str) -> dict[str, str]:
-    """Read ``KEY=VALUE`` lines. ``-c instance`` also finds ``instance.env``."""
-    candidates = [path] if os.path.splitext(path)[1] else [path, path + ".env"]
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            break
-    else:
-        raise ConfigError(f"config file not found: {path}")
-    values: dict[str, str] = {}
-    with open(candidate, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("export "):
-                line = line[len("export "):]
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise ConfigError(f"{candidate}:{lineno}: expected KEY=VALUE, got {raw.strip()!r}")
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            values[key.strip()] = value
-    return values
-
-
 #: keys of a settings file read by a command, not by :func:`load_settings`
 COMMAND_KEYS = ("FUSIONWORKER_PROCESSES",)
 
 
 def unknown_keys(values: Mapping[str, str]) -> list[str]:
-    """What a settings file's keys look like but are not: a ``FUSIONWORKER_`` key no
-    setting has, or another key close to a setting's name (a typo), each with the
-    nearest name. Other keys (``PATH``, a key of another program) are not ours to judge."""
-    import difflib
-
-    known = (*_ENV_NAMES, *COMMAND_KEYS)
-    # compared without the shared prefix (else every FUSIONWORKER_ key is "close")
-    bare = {name.removeprefix("FUSIONWORKER_"): name for name in known}
-    said = []
-    for key in values:
-        if key in known:
-            continue
-        near = [bare[n] for n in difflib.get_close_matches(
-            key.removeprefix("FUSIONWORKER_"), bare, n=1, cutoff=0.8)]
-        if near or key.startswith("FUSIONWORKER_"):
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            said.append(f"{key} is no setting of fusionworker{hint}: ignored")
-    return said
+    """What a settings file's keys look like but are not (config_file.py says how)."""
+    return config_file.unknown_keys(values, (*_ENV_NAMES, *COMMAND_KEYS))
 
 
 def load_settings(
