@@ -100,6 +100,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
 from .config import settings_from_env
+from .job_habits import DONE_STATUSES as DONE_STATUSES
 from .job_habits import JobHabits
 from .job_habits import JobResult as JobResult
 from .queue_port import queue_class
@@ -125,8 +126,6 @@ SEQ_LIMIT = 2**42
 
 STATUSES = tuple(JobStatus)
 LIVE_STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.STARTED)
-#: statuses ``Job.wait`` returns (or raises) on
-DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED)
 #: every worker state, for gauges and listings
 STATES = tuple(WorkerState)
 
@@ -203,11 +202,7 @@ class Job(JobRecord[R], JobHabits):
         that has not ended yet is read again first (one ``HGETALL``), so a job kept from
         ``enqueue`` shows its result once it finished; an ended job (or one built by
         hand) answers from what was read."""
-        if self._queue is not None and self.status not in DONE_STATUSES:
-            try:
-                self.refresh()
-            except NoSuchJob:
-                pass                # gone: what was read is all there is
+        self._read_unless_ended()
         value: R | None = self.__dict__.get("result")
         return value
 

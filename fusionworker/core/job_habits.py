@@ -67,6 +67,10 @@ class _StatusIs(Derived["JobHabits", bool]):
         return obj.get_status() == self.status
 
 
+#: statuses ``Job.wait`` returns (or raises) on (``core.job.DONE_STATUSES``)
+DONE_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED)
+
+
 class RQNames:
     """RQ's names for who a job is, on a job and on ``current_job()`` alike."""
 
@@ -141,11 +145,7 @@ class JobHabits(RQNames):
     def exc_info(self) -> str | None:
         """The traceback of the last failure (RQ's name), or None. As ``result``, read
         again first while the job has not ended (RQ's reads it each time)."""
-        if self.status not in ("finished", "failed", "canceled", "stopped"):
-            try:
-                self._refreshed()
-            except NoSuchJob:
-                pass
+        self._read_unless_ended()
         return self.traceback
 
     @property
@@ -231,6 +231,16 @@ class JobHabits(RQNames):
     def _refreshed(self) -> None:
         if self._queue is not None:
             self.refresh()
+
+    def _read_unless_ended(self) -> None:
+        """RQ's ``result`` and ``exc_info`` read Redis each time: a job read through a
+        queue that has not ended is read again (an ended one changes no more; a gone
+        one keeps what was read)."""
+        if self._queue is not None and self.status not in DONE_STATUSES:
+            try:
+                self.refresh()
+            except NoSuchJob:
+                pass
 
     def return_value(self, refresh: bool = True) -> Any:
         """What the function returned once the job is finished, else None."""

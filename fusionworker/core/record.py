@@ -306,8 +306,6 @@ _TAGGED = frozenset({"payload", "meta"})
 def to_dict(record: JobRecord[Any]) -> dict[str, Any]:
     """The API's JSON of a record: its ``api`` fields, under their hash names, as they
     were read (``Job.result`` of a job not ended would read the record again)."""
-    held = vars(record)
-    values = {f: held[f.name] if f.name in held else getattr(record, f.name)
-              for f in FIELDS if f.metadata["api"]}
-    return {hash_name(f): plain(v) if f.metadata["kind"] in _TAGGED else v
-            for f, v in values.items()}
+    held = vars(record)          # every field is set by the dataclass's __init__
+    return {hash_name(f): plain(held[f.name]) if f.metadata["kind"] in _TAGGED
+            else held[f.name] for f in FIELDS if f.metadata["api"]}
