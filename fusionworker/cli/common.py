@@ -22,6 +22,7 @@ from ..core.config import (
     read_config_file,
     unknown_keys,
 )
+from ..core.config_file import CHECKED_BY_PARENT
 from ..core.connection import connect, mask_url
 from ..core.keys import check_queue_name
 from ..core.logs import IN_BLOCK, setup_logging
@@ -76,7 +77,9 @@ class App:
         self.settings: Settings = load_settings(config_file, **self.overrides)
         self.config_file = config_file
         setup_logging(self.settings.log_level, self.settings.log_format)
-        if config_file:      # a typo in the file is said, not silently ignored
+        # a typo in the file is said, not silently ignored: once (a pool's supervisor
+        # says it, its children, reading the same file, do not)
+        if config_file and os.environ.get(CHECKED_BY_PARENT) != config_file:
             for said in unknown_keys(read_config_file(config_file)):
                 logging.getLogger("fusionworker.config").warning("%s: %s", config_file, said)
         self._connection: RedisClient | None = None

@@ -19,6 +19,7 @@ from ..core.config import (
     parse_gpus,
     read_config_file,
 )
+from ..core.config_file import CHECKED_BY_PARENT
 from ..core.connection import RedisClient, connect
 from ..core.keys import check_worker_name
 from ..ops.embedded import RedisUnavailable
@@ -308,6 +309,7 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
     common: list[str] = []
     if app.config_file:
         common += ["-c", app.config_file]
+        env[CHECKED_BY_PARENT] = app.config_file   # its typos were said here, once
     # a flag given here goes on; else the children read the file (and SIGHUP reads it again)
     for flag, given in (("--log-level", app.overrides.get("log_level")),
                         ("--log-format", app.overrides.get("log_format"))):

@@ -8,6 +8,12 @@ import os
 from collections.abc import Mapping, Sequence
 
 
+#: Set by ``worker --processes N`` in its children's environment to the settings file
+#: it read: the supervisor said that file's typos once, so its children do not say them
+#: again (each child reads the same file; N + 1 copies of a warning is noise).
+CHECKED_BY_PARENT = "FUSIONWORKER_CONFIG_CHECKED"
+
+
 class ConfigError(ValueError):
     """A setting has a value that cannot be used (``config.ConfigError``: defined here,
     where the settings file is read, so that config.py can import this module)."""
