@@ -16,7 +16,7 @@ from ..core.keys import check_queue_name
 from ..core.queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
 from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
-from ..ops.health import check, live_workers
+from ..ops.health import check
 from ..ops.info import collect_info
 from .common import (
     App,
@@ -29,6 +29,7 @@ from .common import (
     require_queue,
     say,
     table,
+    unknown_queues,
 )
 
 
@@ -403,17 +404,6 @@ def _requeue_each(app: App, job_ids: tuple[str, ...], queue: str | None,
     return total, errors
 
 
-def _unknown_queues(r: Any, prefix: str, queues: tuple[str, ...]) -> list[str]:
-    """The queues of ``queues`` never enqueued to and served by no live worker (a typo)."""
-    if not queues:
-        return []
-    missing = [q for q in queues if q not in set(known_queues(r, prefix))]
-    if not missing:
-        return []
-    served = {q for w in live_workers(r, prefix, admin.server_time(r)) for q in w["queues"]}
-    return [q for q in missing if q not in served]
-
-
 @click.command()
 @click.option("--queue", "-q", "queues", multiple=True, metavar="QUEUE",
               help="Also require a live worker on QUEUE and no job of it stuck past its "
@@ -427,7 +417,7 @@ def health(app: App, queues: tuple[str, ...], timeout: float) -> None:
     for name in queues:
         check_queue_name(name)
     try:
-        unknown = _unknown_queues(app.connection, app.settings.prefix, queues)
+        unknown = unknown_queues(app.connection, app.settings.prefix, queues)
         result = check(app.connection, app.settings.prefix, queues)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         message = str(exc)

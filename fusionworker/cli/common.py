@@ -27,7 +27,9 @@ from ..core.connection import connect, mask_url
 from ..core.keys import check_queue_name
 from ..core.logs import IN_BLOCK, setup_logging
 from ..core.queue import known_queues
+from ..core.redis_client import server_time
 from ..ops.embedded import RedisUnavailable, connect_or_embed
+from ..ops.health import live_workers
 from ..ops.info import fmt_age as fmt_age  # the CLI's age format (re-exported)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -218,6 +220,18 @@ def progress(total: int, label: str) -> Iterator[Callable[[int], None]]:
         return
     with click.progressbar(length=total, label=label, file=sys.stderr) as bar:
         yield bar.update
+
+
+def unknown_queues(r: Any, prefix: str, queues: Sequence[str]) -> list[str]:
+    """The queues of ``queues`` never enqueued to and served by no live worker (a typo)."""
+    if not queues:
+        return []
+    known = set(known_queues(r, prefix))
+    missing = [q for q in queues if q not in known]
+    if not missing:
+        return []
+    served = {q for w in live_workers(r, prefix, server_time(r)) for q in w["queues"]}
+    return [q for q in missing if q not in served]
 
 
 def require_queue(app: App, name: str) -> str:

@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from .. import events as ev
-from ..core.queue import find_queue_of
+from ..core.queue import find_queue_of, known_queues
 from ..core.redis_client import stored_number
-from .common import App, checked_address, pass_app, say
+from .common import App, checked_address, pass_app, say, unknown_queues
 
 #: Width of the event column: the longest event name plus two spaces.
 _EVENT_WIDTH = max(len(e) for e in ev.EVENTS) + 1
@@ -161,6 +161,14 @@ def exporter(app: App, port: int, addr: str, queues: str | None) -> None:
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     r = app.connection
     r.ping()
+    # a misspelt name would be reported as an empty queue, for good: said, not refused
+    # (a queue may be named before its first job, e.g. the exporter deployed first)
+    unknown = unknown_queues(r, app.settings.prefix, names or [])
+    if unknown:
+        known = known_queues(r, app.settings.prefix)
+        say(f"warning: no job was ever enqueued to queue {', '.join(map(repr, unknown))} and "
+            f"no live worker serves it: its gauges read 0 until one does (known: "
+            f"{', '.join(known) or 'none'})", err=True)
     registry = exporter_registry(r, app.settings, names)
     try:
         server, _thread = start_http_server(port, addr=addr, registry=registry)

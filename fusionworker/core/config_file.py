@@ -7,7 +7,6 @@ import difflib
 import os
 from collections.abc import Mapping, Sequence
 
-
 #: Set by ``worker --processes N`` in its children's environment to the settings file
 #: it read: the supervisor said that file's typos once, so its children do not say them
 #: again (each child reads the same file; N + 1 copies of a warning is noise).

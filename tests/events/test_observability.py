@@ -273,6 +273,15 @@ def test_exporter_reports_queue_and_worker_gauges(r, settings, processes, burst)
     assert {dict(labels).get("queue") for (n, labels) in m2 if n == "fusionworker_queue_pending"} \
         == {"exq"}
     assert m2[("fusionworker_workers", (("state", "idle"),))] == 0  # exidle serves another queue
+    # a misspelt queue is said at start (its gauges would read 0 for good); a queue with
+    # no job yet but a live worker on it is not, nor is a known one
+    port3 = free_port()
+    typo = processes.start("exporter", "--port", str(port3), "--queues", "exqq,exidle,exq")
+    m3 = scrape_when_up(port3)
+    assert m3[("fusionworker_queue_pending", (("band", "high"), ("queue", "exqq")))] == 0
+    out = processes.output(typo)
+    assert "no job was ever enqueued to queue 'exqq' and no live worker serves it" in out, out
+    assert "'exidle'" not in out and "'exq'" not in out.split("(known:")[0]
     idle.send_signal(signal.SIGTERM)
     assert idle.wait(15) == 0
 
