@@ -121,24 +121,45 @@ class Batch:
              queue: str | None = None, settings: Settings | None = None) -> list[Job[Any]]:
         """The batch's ended jobs (read now; a job whose record is gone, ``result_ttl=0``,
         is left out), in enqueue order. ``NoSuchJob`` when no queue holds the batch."""
-        q = _batch_queue(batch_id, connection, queue, settings)
-        refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
-        found: list[Job[Any]] = []
-        queue_type = queue_class()
-        for ref in refs:
-            name, _, job_id = ref.partition(":")
-            job = (q if name == q.name else queue_type(
-                name, q.connection, settings=q.settings, events=False)).fetch_job(job_id)
-            if job is not None:
-                found.append(job)
-        return sorted(found, key=lambda j: (j.enqueued_at or 0.0, j.seq))
+        return _ended_jobs(batch_id, connection, queue, settings)[0]
 
     @staticmethod
     def results(batch_id: str, connection: RedisClient | None = None, *,
                 queue: str | None = None, settings: Settings | None = None) -> list[Any]:
-        """The results of the batch's jobs, in enqueue order (None for one that failed)."""
-        return [job.return_value(refresh=False) for job in Batch.jobs(batch_id, connection, queue=queue,
-                                                 settings=settings)]
+        """The results of the batch's ended jobs, in enqueue order (None for one that
+        failed). ``NoSuchJob`` when a job that ended has no record any more (its
+        ``result_ttl`` ran out before the batch ended): a shorter list would put the
+        other results at the wrong places."""
+        found, gone = _ended_jobs(batch_id, connection, queue, settings)
+        if gone:
+            from ..exceptions import NoSuchJob
+            shown = ", ".join(gone[:5]) + (f" and {len(gone) - 5} more" if len(gone) > 5 else "")
+            raise NoSuchJob(
+                f"batch {batch_id!r}: {len(gone)} of its {len(found) + len(gone)} ended jobs "
+                f"have no record any more ({shown}): their results are gone, so the list "
+                "would be short and out of place. Give the batch's jobs a result_ttl longer "
+                "than the batch lasts (FUSIONWORKER_RESULT_TTL, default 500 s)")
+        return [job.return_value(refresh=False) for job in found]
+
+
+def _ended_jobs(batch_id: str, connection: RedisClient | None, queue: str | None,
+                settings: Settings | None) -> tuple[list[Job[Any]], list[str]]:
+    """The batch's ended jobs that still have a record, in enqueue order, and the refs
+    (``queue:id``) of those that have none."""
+    q = _batch_queue(batch_id, connection, queue, settings)
+    refs = sorted(texts(q.connection.smembers(q.qkeys.batch_ended(batch_id))))
+    found: list[Job[Any]] = []
+    gone: list[str] = []
+    queue_type = queue_class()
+    for ref in refs:
+        name, _, job_id = ref.partition(":")
+        job = (q if name == q.name else queue_type(
+            name, q.connection, settings=q.settings, events=False)).fetch_job(job_id)
+        if job is None:
+            gone.append(ref)
+        else:
+            found.append(job)
+    return sorted(found, key=lambda j: (j.enqueued_at or 0.0, j.seq)), gone
 
 
 def _batch_queue(batch_id: str, connection: RedisClient | None, queue: str | None,
