@@ -14,8 +14,8 @@ from ..core.admin import server_time
 from ..core.job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job, JobStatus
 from ..core.keys import InvalidQueueName
 from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
-from ..core.registry import import_configured
-from ..exceptions import FusionWorkerError, NoSuchJob, PartialEnqueue
+from ..core.registry import import_configured, registered
+from ..exceptions import FunctionNotAllowed, FusionWorkerError, NoSuchJob, PartialEnqueue
 from .common import (
     App,
     FiniteFloat,
@@ -90,11 +90,14 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     A string holding '=' is given as JSON ('"a=b"').
     With --from-file, enqueue every job of a JSON-lines file in bulk instead.
 
-    The current directory (and --path) is on the import path, as for
-    `worker`: FUNC's module is imported when it can be and a function it
-    does not have is refused before anything is written. A module this
-    machine cannot import is checked by name only (a warning says so).
-    Options not given are the function's @job options (then the settings').
+    FUNC must be allowed, as for any producer: a @job function of a module
+    named with --import (or FUSIONWORKER_IMPORTS), or a function of
+    FUSIONWORKER_ALLOWED_MODULES. The current directory (and --path) is on
+    the import path, as for `worker`; an allowed module is imported when it
+    can be and a function it does not have is refused before anything is
+    written. A module this machine cannot import is checked by name only (a
+    warning says so). Options not given are the function's @job options
+    (then the settings').
     """
     producer_imports(app, imports, paths)
     if from_file is not None:
@@ -125,10 +128,13 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
             kwargs[name] = parse_arg(value)
     _warn_unimportable(func)
     q = _queue(app, queue)
-    job = q.enqueue_call(func, arguments, kwargs, priority=priority, timeout=timeout,
-                         max_retries=max_retries, retry_delay=retry_delay, job_id=job_id,
-                         unique_key=unique_key, group=group,
-                         _when=("in", delay) if delay else None)
+    try:
+        job = q.enqueue_call(func, arguments, kwargs, priority=priority, timeout=timeout,
+                             max_retries=max_retries, retry_delay=retry_delay, job_id=job_id,
+                             unique_key=unique_key, group=group,
+                             _when=("in", delay) if delay else None)
+    except FunctionNotAllowed as exc:
+        raise click.ClickException(f"{exc}{_import_hint(func, app)}") from None
     if job.deduplicated:
         say(f"{job.id} (duplicate: existing job is {job.status})")
     else:
@@ -145,6 +151,24 @@ def producer_imports(app: App, imports: tuple[str, ...], paths: tuple[str, ...])
     if imports:
         app.settings = app.settings.replace(imports=(*app.settings.imports, *imports))
     import_configured(app.settings)
+
+
+def _import_hint(func: str, app: App) -> str:
+    """What to add when FUNC was refused and its module, importable here, was not named
+    with --import: its @job functions are allowed once it is (nothing is imported
+    unless named: a producer runs no code the command line did not ask for)."""
+    module = func.partition(":")[0]
+    if not module or ":" not in func:
+        return ""
+    if module in app.settings.imports:    # imported: FUNC is not one of its @job functions
+        jobs = [ref.partition(":")[2] for ref in registered() if ref.startswith(module + ":")]
+        return (f" (module {module} has no @job function {func.partition(':')[2]!r}; "
+                f"its @job functions: {', '.join(jobs) or 'none'})")
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    return f" (here: add --import {module})" if found else ""
 
 
 def _warn_unimportable(func: str) -> None:

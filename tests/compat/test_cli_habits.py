@@ -136,6 +136,13 @@ def test_enqueue_import_flag_registers_job_functions(cli, r, settings, project):
     env = {"FUSIONWORKER_ALLOWED_MODULES": ""}
     refused = cli("enqueue", "mail", ref, env_extra=env, code=1)
     assert "registered job function" in refused.stderr
+    # the module is importable here but was not named: the refusal says what to add
+    assert one_error_line(refused).endswith(f"(here: add --import {project}.tasks)")
+    typo = cli("enqueue", "mail", ref + "x", "--import", f"{project}.tasks", env_extra=env,
+               code=1)
+    assert one_error_line(typo).endswith(
+        f"(module {project}.tasks has no @job function 'registered_sendx'; "
+        "its @job functions: registered_send)")
     out = cli("enqueue", "mail", ref, "--import", f"{project}.tasks", env_extra=env).stdout
     assert Queue("mail", r, settings=settings).get_job_ids() == [out.strip()]
     bad = cli("enqueue", "mail", ref, "--import", "nosuchmodule_x", env_extra=env, code=1)
