@@ -145,6 +145,28 @@ class DeclaredSchedules(Middleware):
         if written:
             log.info("Worker %s registered the schedule(s) declared in code: %s",
                      worker.name, ", ".join(written))
+        _say_unserved(worker)
+
+
+def _say_unserved(worker: WorkerContext) -> None:
+    """A warning per declared schedule whose queue neither this worker nor any live one
+    serves: its entry is run by the workers of its queue, so it enqueues nothing yet
+    (Celery's beat enqueues whoever consumes; a typo in ``queue=`` would be silent)."""
+    served = set(worker.queue_names)
+    unserved = sorted({s.queue for s in declared()} - served)
+    if not unserved:
+        return
+    try:
+        from ..core.worker_list import live_workers
+        for info in live_workers(worker.connection, settings=worker.settings):
+            served.update(info.queues)
+    except Exception:  # noqa: BLE001 - a warning never stops the worker
+        return
+    for s in declared():
+        if s.queue not in served:
+            log.warning("Schedule %r enqueues on queue %r, which no live worker serves: "
+                        "its runs are made by a worker of that queue, so none is made yet",
+                        s.name, s.queue)
 
 
 __all__ = ["DeclaredSchedules", "Schedule", "declared", "ensure_declared", "periodic",

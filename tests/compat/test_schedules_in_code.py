@@ -64,3 +64,32 @@ def test_a_bad_declaration_raises_at_import(declared):
     with pytest.raises(cron.InvalidSchedule):
         fusionworker.schedule("bad", "61 * * * *", "tests.jobs:add")
     assert schedules.declared() == []
+
+
+def test_a_schedule_no_live_worker_can_run_is_said_at_start(declared, work, caplog):
+    """A schedule's runs are made by a worker of its queue: one declared on a queue that
+    no live worker serves (a typo in ``queue=``, say) enqueues nothing, and the starting
+    worker says so; one on a queue it serves is not named."""
+    fusionworker.schedule("served", "0 4 * * *", "tests.jobs:add", args=[1, 2])
+    fusionworker.schedule("orphan", "0 4 * * *", "tests.jobs:add", args=[1, 2],
+                          queue="reprts")
+    with caplog.at_level("WARNING", logger="fusionworker"):
+        work()
+    said = [rec.getMessage() for rec in caplog.records if "no live worker serves" in
+            rec.getMessage()]
+    assert said == ["Schedule 'orphan' enqueues on queue 'reprts', which no live worker "
+                    "serves: its runs are made by a worker of that queue, so none is made yet"]
+
+
+@pytest.mark.parametrize(("every", "says"), [
+    (30, "'* * * * * */30' for every 30 s"),
+    (300.0, "'*/5 * * * *' for every 5 min"),
+    (45, "(5 fields, minute hour day month weekday, or 6 with seconds last)"),
+])
+def test_an_interval_is_refused_with_the_cron_expression_of_its_period(declared, every, says):
+    from datetime import timedelta
+    for given in (every, timedelta(seconds=every)):
+        with pytest.raises(cron.InvalidSchedule, match="is not a schedule here") as info:
+            fusionworker.schedule("every", given, "tests.jobs:add")   # type: ignore[arg-type]
+        assert says in str(info.value)
+    assert schedules.declared() == []
