@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -224,9 +224,6 @@ def check_schedule(schedule: str, timezone: str = "UTC") -> None:
     """Raise :class:`InvalidSchedule` (one line) unless ``schedule`` is one this scheduler
     honours: 5 fields (minute hour day month weekday) or 6 with seconds last, or an alias
     (``@daily``...); no range that runs backwards; a date that comes; a known zone."""
-    given: object = schedule      # Celery beat's habit: a number of seconds, a timedelta
-    if isinstance(given, (int, float, timedelta)) and not isinstance(given, bool):
-        raise InvalidSchedule(_interval_hint(given))
     fields = schedule.split() if isinstance(schedule, str) else []
     alias = len(fields) == 1 and fields[0].startswith("@")
     if len(fields) in (5, 6) and not croniter.is_valid(schedule) and _bad_field(fields):
@@ -240,20 +237,6 @@ def check_schedule(schedule: str, timezone: str = "UTC") -> None:
     if backwards:
         raise InvalidSchedule(f"invalid cron schedule {schedule!r}: {backwards}")
     next_after(schedule, timezone, time.time())     # a date that never comes says so
-
-
-def _interval_hint(every: float | timedelta) -> str:
-    """The refusal of an interval (Celery beat's ``30.0`` or ``timedelta``): the cron
-    expression of the same period where one exists (it divides a minute or an hour)."""
-    secs = every.total_seconds() if isinstance(every, timedelta) else float(every)
-    text = f"an interval ({secs:g} s) is not a schedule here: give a cron expression"
-    whole = int(secs)
-    if whole == secs and 0 < whole < 60 and 60 % whole == 0:
-        return f"{text}, '* * * * * */{whole}' for every {whole} s (seconds last)"
-    if whole == secs and whole % 60 == 0 and 0 < whole // 60 < 60 and 60 % (whole // 60) == 0:
-        return f"{text}, '*/{whole // 60} * * * *' for every {whole // 60} min"
-    return (f"{text} (5 fields, minute hour day month weekday, or 6 with seconds last), "
-            "e.g. '*/5 * * * *'")
 
 
 def _fixed_hour(schedule: str) -> bool:

@@ -21,6 +21,9 @@ class JsonFormatter(logging.Formatter):
             "pid": record.process,
             "message": record.getMessage(),
         }
+        job_id = getattr(record, "job_id", None)   # a job's own line (runtime/horse/joblog.py)
+        if job_id:
+            doc["job_id"] = job_id
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc)
@@ -37,8 +40,8 @@ class TextFormatter(logging.Formatter):
     """The readable line: ``12:00:01 WARNING message``; the message on one line, its
     traceback below it, control characters of either shown, not obeyed."""
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)-7s %(message)s", datefmt="%H:%M:%S")
+    def __init__(self, fmt: str = "%(asctime)s %(levelname)-7s %(message)s") -> None:
+        super().__init__(fmt, datefmt="%H:%M:%S")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = record.message.translate(_IN_LINE)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core import codec, cron
@@ -70,6 +71,9 @@ def schedule(name: str, cron_expr: str, func: str | Callable[..., Any], *,
     """Declare cron entry ``name``: run ``func`` on ``cron_expr`` (what ``cron add``
     takes); every worker that imported this module registers it at start. Checked now
     (the schedule, the zone, the arguments' encoding): a bad one raises at import."""
+    given: object = cron_expr     # Celery beat's habit: a number of seconds, a timedelta
+    if isinstance(given, (int, float, timedelta)) and not isinstance(given, bool):
+        raise cron.InvalidSchedule(_interval_hint(given))
     cron.check_schedule(cron_expr, timezone)
     if catch_up not in cron.CATCH_UP_MODES:
         raise cron.InvalidSchedule(f"catch_up must be one of {', '.join(cron.CATCH_UP_MODES)}")
@@ -79,6 +83,20 @@ def schedule(name: str, cron_expr: str, func: str | Callable[..., Any], *,
                      timezone, catch_up, allow_overlap)
     _DECLARED[(queue, name)] = found
     return found
+
+
+def _interval_hint(every: float | timedelta) -> str:
+    """The refusal of an interval (Celery beat's ``30.0`` or ``timedelta``): the cron
+    expression of the same period where one exists (it divides a minute or an hour)."""
+    secs = every.total_seconds() if isinstance(every, timedelta) else float(every)
+    text = f"an interval ({secs:g} s) is not a schedule here: give a cron expression"
+    whole = int(secs)
+    if whole == secs and 0 < whole < 60 and 60 % whole == 0:
+        return f"{text}, '* * * * * */{whole}' for every {whole} s (seconds last)"
+    if whole == secs and whole % 60 == 0 and 0 < whole // 60 < 60 and 60 % (whole // 60) == 0:
+        return f"{text}, '*/{whole // 60} * * * *' for every {whole // 60} min"
+    return (f"{text} (5 fields, minute hour day month weekday, or 6 with seconds last), "
+            "e.g. '*/5 * * * *'")
 
 
 def periodic(cron_expr: str, *, name: str | None = None, queue: str = "default",

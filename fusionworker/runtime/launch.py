@@ -112,7 +112,7 @@ class ForkServerLauncher:
                             kill_children=self.spec.kill_children,
                             warm=self.spec.warm() if warm else None,
                             imports=self.spec.imports() if warm else (),
-                            result_cap=self.spec.result_cap())
+                            result_cap=self.spec.result_cap(), log=self.spec.log())
         server.on_update = self._update
         server.on_move = self._moved
         server.on_start = lambda notice: self._answered(server, notice)

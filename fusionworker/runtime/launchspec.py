@@ -30,3 +30,6 @@ class LaunchSpec:
     imports: Callable[[], tuple[str, ...]] = field(default=tuple)
     #: FUSIONWORKER_MAX_RESULT_BYTES: a horse refuses a larger result (horse/run.py)
     result_cap: Callable[[], int] = field(default=lambda: 0)
+    #: the worker's (log level, log format), asked at the fork server's start: where job
+    #: code's log records go when nothing configured logging (horse/joblog.py)
+    log: Callable[[], tuple[str, str] | None] = field(default=lambda: None)

@@ -162,7 +162,8 @@ class Worker:
                           "async_per_horse": self.settings.async_per_horse,
                           "slots": self.concurrency},
             imports=lambda: tuple(self.settings.imports),
-            result_cap=lambda: self.settings.max_result_bytes))
+            result_cap=lambda: self.settings.max_result_bytes,
+            log=lambda: (self.settings.log_level, self.settings.log_format)))
         self.loop = Loop(self, self.claimer, self.recorder, self.launcher, self.progress,
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),

@@ -43,6 +43,9 @@ _BOOT = """\
 import json, sys
 path, args = json.loads(sys.argv[1])
 sys.path[:] = path
+if "log" in args:   # job code's log records that nothing else takes: the worker's log
+    from fusionworker.runtime.horse.joblog import send_unconfigured_to_worker_log
+    send_unconfigured_to_worker_log(*args.pop("log"))
 from fusionworker.runtime.forkserver.server import serve
 serve(**args)
 """
@@ -66,7 +69,8 @@ class ForkServer:
     def __init__(self, allowed: Sequence[str], retryable: Sequence[str],
                  otel: dict[str, Any] | None = None, board_fd: int = -1,
                  kill_children: bool = True, warm: dict[str, int] | None = None,
-                 imports: Sequence[str] = (), result_cap: int = 0) -> None:
+                 imports: Sequence[str] = (), result_cap: int = 0,
+                 log: tuple[str, str] | None = None) -> None:
         self.board_fd = board_fd        # the worker's DeadlineBoard (deadlines.py), shared
         #: the server kills what a job left in its horse's group (FUSIONWORKER_KILL_JOB_CHILDREN)
         self.kill_children = kill_children
@@ -78,6 +82,7 @@ class ForkServer:
         self.warm = warm if warm and warm.get("horse_jobs", 1) > 1 else None
         self.imports = list(imports)    # imported by the server before its first horse
         self.result_cap = result_cap    # FUSIONWORKER_MAX_RESULT_BYTES: checked by the horses
+        self.log = log                  # (level, format): job code's otherwise lost lines
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self._exits: dict[int, ExitNotice] = {}     # by board entry
@@ -113,6 +118,8 @@ class ForkServer:
             args["imports"] = self.imports
         if self.result_cap:
             args["max_result_bytes"] = self.result_cap
+        if self.log:
+            args["log"] = list(self.log)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, json.dumps([sys.path, args])],
