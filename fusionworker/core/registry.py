@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -129,9 +129,13 @@ class JobFunction(Generic[P, R]):
             return
         for name in names:
             if name not in params:
-                raise TypeError(
-                    f"{self.ref} has no parameter {name!r}: job options go through "
-                    f"{self.func.__name__}.options({name}=...).enqueue(...)")
+                # a keyword that is no option here names its replacement at once
+                # (countdown=: enqueue_in), not the options() call that refuses it next
+                hint = {"countdown": f"use {self.func.__name__}.enqueue_in(seconds, ...)",
+                        "eta": f"use {self.func.__name__}.enqueue_at(when, ...)"}.get(
+                    name, f"job options go through "
+                          f"{self.func.__name__}.options({name}=...).enqueue(...)")
+                raise TypeError(f"{self.ref} has no parameter {name!r}: {hint}")
 
     def _queue(self) -> Queue:
         queue_type: type[Queue] = queue_class()
@@ -165,6 +169,26 @@ class JobFunction(Generic[P, R]):
 
         return self._queue().enqueue_call(self.ref, args=args, kwargs=kwargs,
                                           _when=at(when), **self.default_options)
+
+    def apply_async(self, /, args: Sequence[Any] | None = None,
+                    kwargs: dict[str, Any] | None = None, *, countdown: float | None = None,
+                    eta: datetime | None = None, **options: Any) -> Job[R]:
+        """Celery's call: ``args`` and ``kwargs`` of the run, ``countdown`` seconds or an
+        ``eta`` datetime, other keywords as :meth:`options` takes them (Celery's names
+        taken or refused there, naming the way); ``task_id=`` is ``job_id=``."""
+        if countdown is not None and eta is not None:
+            raise TypeError("apply_async: give countdown= or eta=, not both")
+        if "task_id" in options:             # Celery's name of the job's id, in its call
+            if "job_id" in options:
+                raise TypeError("apply_async: give task_id= or job_id=, not both")
+            options["job_id"] = options.pop("task_id")
+        handle = self.options(**options) if options else self
+        call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
+        if countdown is not None:
+            return handle.enqueue_in(countdown, *call_args, **call_kwargs)
+        if eta is not None:
+            return handle.enqueue_at(eta, *call_args, **call_kwargs)
+        return handle.enqueue(*call_args, **call_kwargs)
 
 
 def register(func: Callable[P, R], *, queue: str | Queue = "default", connection: RedisClient | None = None,

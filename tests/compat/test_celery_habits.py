@@ -48,3 +48,27 @@ def test_enqueue_takes_celery_names_too(queue, work):
     assert (job.result_ttl, job.retry_delay, job.kwargs) == (0, 7.0, {})
     work()
     assert not q.connection.exists(q.qkeys.job(job.id))        # not kept: result_ttl=0
+
+
+def test_apply_async_is_celerys_call(queue, work, r):
+    """``apply_async(args, kwargs, countdown=, eta=, task_id=, queue=, priority=)`` as
+    Celery's users write it; ``delay(countdown=)`` names ``enqueue_in`` at once."""
+    from datetime import UTC, datetime, timedelta
+
+    q = queue("celery_aa")
+    handle = JobFunction(jobs.add, queue=q)
+    now = handle.apply_async((1, 2), task_id="aa-1", priority=5)
+    assert (now.id, now.args, now.priority, now.status) == ("aa-1", [1, 2], 5, "queued")
+    later = handle.apply_async([3], {"b": 4}, countdown=60)
+    assert (later.status, later.args, later.kwargs) == ("scheduled", [3], {"b": 4})
+    at = datetime.now(UTC) + timedelta(minutes=5)
+    dated = handle.apply_async((5, 6), eta=at)
+    assert dated.status == "scheduled" and abs(dated.scheduled_for - at.timestamp()) < 1
+    work("celery_aa")
+    assert q.fetch_job("aa-1").result == 3
+    with pytest.raises(TypeError, match="not both"):
+        handle.apply_async((1, 2), countdown=1, eta=at)
+    with pytest.raises(TypeError, match="soft_time_limit.*timeout="):
+        handle.apply_async((1, 2), soft_time_limit=3)
+    with pytest.raises(TypeError, match=r"no parameter 'countdown': use add\.enqueue_in\("):
+        handle.delay(1, 2, countdown=5)
