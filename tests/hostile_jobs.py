@@ -118,3 +118,61 @@ def pid():
 def parent():
     """The pid of the process that forked this horse (a list: a result of its own shape)."""
     return [os.getppid()]
+
+
+def _pipes():
+    """This process's pipe descriptors above 2 (its report pipe among them)."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
+
+
+def _write_pipes(data):
+    for fd in _pipes():
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+
+
+def deep_report(url, key, depth=20000):
+    """Write, as its report, JSON nested past any parser's depth, and exit."""
+    _push(url, key, "deep report")
+    _write_pipes(b"[" * depth)
+    os._exit(0)
+
+
+def deep_frame(url, key, depth=20000):
+    """Write a progress frame nested past any parser's depth, then return normally."""
+    _push(url, key, "deep frame")
+    _write_pipes(b'\x1e{"meta":' + b"[" * depth + b"]" * depth + b"}\n")
+    return "after the frame"
+
+
+def forged_reason(url, key, reason):
+    """Write a report that claims a reason only the worker gives (``neighbour``:
+    given back uncharged, at its place), and exit before its real one."""
+    _push(url, key, reason)
+    _write_pipes(json.dumps({"ok": False, "reason": reason, "error_type": "X",
+                             "error_message": ["not", "text"], "retry_delay": [1]}).encode())
+    os._exit(0)
+
+
+def leave_group(url, key, seconds):
+    """Ignore the time limit's signals and try to move into the fork server's process
+    group, out of reach of a kill of the horse's own group; record how that went."""
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        os.setpgid(0, os.getpgid(os.getppid()))
+        _push(url, key, "moved")
+    except OSError as exc:
+        _push(url, key, f"refused: {exc.strerror}")
+    time.sleep(seconds)
+    return "outlived its time limit"

@@ -13,6 +13,8 @@ or an exit without a report (``os._exit`` in the job -> ``exit``).
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 from dataclasses import dataclass
@@ -49,19 +51,44 @@ class HorseExit:
 def _text(value: Any) -> str | None:
     """A report field as safe text: a lone surrogate in a job's error, traceback or
     result must not crash the parent when it is encoded for Redis, the logs, the
-    events or a webhook. None stays None."""
-    return None if value is None else safe_text(str(value))
+    events or a webhook. None stays None; a field that is not text (a report the job
+    wrote itself) is its JSON, and one too deep even for that is named, not shown."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        try:
+            value = json.dumps(value)
+        except (TypeError, ValueError, RecursionError):
+            value = f"<a {type(value).__name__} too deep to show>"
+    return safe_text(value)
+
+
+#: the reasons a horse's own report may give: what its job did. The others are the
+#: worker's to decide (a lease, a cold shutdown, a mate's kill give the job back
+#: uncharged: recorder.py), so a report that claims one is a job's forgery.
+HORSE_REASONS = frozenset({FailureReason.EXCEPTION, FailureReason.TIMEOUT,
+                           FailureReason.REFUSED, FailureReason.STOPPED})
 
 
 def exit_from_report(report: HorseReport, duration: float) -> HorseExit:
-    """The :class:`HorseExit` a horse's report stands for."""
-    ok = bool(report.ok)
+    """The :class:`HorseExit` a horse's report stands for. The report is untrusted (the
+    job may have written it): a reason only the worker gives is the job's failure."""
+    ok = report.ok is True
+    claimed = report.reason if isinstance(report.reason, str) else ""
+    reason = None if ok else FailureReason.read(claimed or FailureReason.EXCEPTION)
+    message = _text(report.error_message)
+    if reason is not None and reason not in HORSE_REASONS:
+        message = (f"the job's report claimed the reason {safe_text(claimed[:40])!r}, which "
+                   f"only the worker gives: taken as the job's failure; {message}")
+        reason = FailureReason.EXCEPTION
+    delay = report.retry_delay
     return HorseExit(
-        ok=ok, reason=None if ok else FailureReason.read(str(report.reason or
-                                                             FailureReason.EXCEPTION)),
+        ok=ok, reason=reason,
         result_json=_text(report.result), error_type=_text(report.error_type),
-        error_message=_text(report.error_message), traceback=_text(report.traceback),
-        retryable=bool(report.retryable), retry_delay=report.retry_delay, duration=duration,
+        error_message=message, traceback=_text(report.traceback),
+        retryable=report.retryable is True,
+        retry_delay=delay if isinstance(delay, (int, float)) and not isinstance(delay, bool)
+        and math.isfinite(delay) and delay >= 0 else None, duration=duration,
         progress=report.progress if isinstance(report.progress, dict) else None,
     )
 

@@ -66,7 +66,7 @@ def parse_frame(text: str) -> dict[str, Any] | None:
         return None
     try:
         frame = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):   # nested past the parser's depth
         return None
     if not isinstance(frame, dict):
         return None

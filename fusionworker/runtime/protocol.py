@@ -465,9 +465,9 @@ class HorseReport:
         a progress frame cut off by the horse's death, or no JSON object."""
         if not data or data[0] == FRAME_START:
             return None
-        try:
+        try:   # nested past the parser's depth: RecursionError (a job writing its pipe)
             parsed = json.loads(bytes(data).decode("utf-8", "replace"))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return cls.from_dict(parsed) if isinstance(parsed, dict) else None
 

@@ -221,3 +221,64 @@ def test_a_second_sigterm_after_the_worker_stopped_exits_0(settings):
     proc = subprocess.run([sys.executable, "-c", script], cwd=str(ROOT), timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+
+
+@pytest.mark.parametrize("horse_jobs", [1, 10])
+def test_a_report_or_frame_nested_past_any_parser_costs_the_worker_nothing(
+        queue, burst, settings, r, horse_jobs):
+    """JSON nested 20,000 deep on the job's own report pipe, as its report or as a
+    progress frame, is unreadable, not a RecursionError in the worker (it killed the
+    worker, and before the module was loaded there, the shared fork server)."""
+    q = queue()
+    said, started = f"{settings.prefix}:said", f"{settings.prefix}:started"
+    neighbours = [q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 1.0)
+                  for _ in range(2)]
+    report = q.enqueue(f"{HOSTILE}:deep_report", settings.redis_url, said)
+    frame = q.enqueue(f"{HOSTILE}:deep_frame", settings.redis_url, said)
+    burst(settings=settings.replace(concurrency=4, horse_jobs=horse_jobs))
+    assert sorted(r.lrange(said, 0, -1)) == ["deep frame", "deep report"]   # both wrote
+    for job in neighbours:
+        done = q.fetch_job(job.id)
+        assert (done.status, done.attempts) == ("finished", 1), done.error_message
+    failed = q.fetch_job(report.id)
+    assert (failed.status, failed.error_type) == ("failed", "UnreadableReport")
+    after = q.fetch_job(frame.id)        # the frame is dropped; the job's report stands
+    assert (after.status, after.result) == ("finished", "after the frame")
+
+
+@pytest.mark.parametrize("reason", ["neighbour", "shutdown", "lease"])
+def test_a_report_claiming_a_reason_only_the_worker_gives_is_the_jobs_failure(
+        queue, burst, settings, r, reason):
+    """A job writing ``reason: neighbour`` (or shutdown, lease) itself was given back
+    uncharged at its place, run again at once, forever, ahead of every other job."""
+    q = queue()
+    said = f"{settings.prefix}:said"
+    forger = q.enqueue(f"{HOSTILE}:forged_reason", settings.redis_url, said, reason,
+                       max_retries=0)
+    after = q.enqueue("tests.jobs:add", 1, 2)
+    burst(settings=settings.replace(concurrency=1))
+    assert r.llen(said) == 1                                    # it ran once
+    failed = q.fetch_job(forger.id)
+    assert (failed.status, failed.failure_reason, failed.attempts) == (
+        "failed", FailureReason.EXCEPTION, 1)
+    assert f"claimed the reason '{reason}', which only the worker gives" in \
+        failed.error_message
+    assert '["not", "text"]' in failed.error_message     # a field that is no text: its JSON
+    assert q.fetch_job(after.id).result == 3
+
+
+def test_a_job_cannot_leave_its_horses_group_to_outlive_its_time_limit(
+        queue, burst, settings, r):
+    """The horse leads a session of its own, so its job cannot move it to another
+    process group (EPERM), where the kill of the horse's group at timeout + grace would
+    not reach it: it ran 45 s of a 4 s limit, and ``job stop`` did not end it."""
+    q = queue()
+    said, started = f"{settings.prefix}:said", f"{settings.prefix}:started"
+    neighbour = q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 1.0)
+    stuck = q.enqueue(f"{HOSTILE}:leave_group", settings.redis_url, said, 60, timeout=0.5)
+    burst(settings=settings.replace(concurrency=2, kill_grace=0.5))
+    assert r.lrange(said, 0, -1) == ["refused: Operation not permitted"]
+    done = q.fetch_job(stuck.id)
+    assert (done.status, done.failure_reason) == ("failed", FailureReason.TIMEOUT)
+    assert "was killed" in done.error_message
+    assert q.fetch_job(neighbour.id).status == "finished"

@@ -92,7 +92,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
     server's resolved functions."""
     code = 0
     try:
-        os.setpgid(0, 0)
+        os.setsid()   # its own session: a job cannot move it to another group (setpgid: EPERM)
         set_pdeathsig()
         if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
             os._exit(1)
