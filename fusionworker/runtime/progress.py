@@ -70,6 +70,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -422,6 +423,10 @@ _make_sender: Callable[[], Any] | None = None
 _context: JobContext | None = None
 _sender: Any = None                               # the context's sender, once made
 _context_lock = threading.Lock()
+#: threads alive when a job of this process ended (a warm horse's earlier jobs left
+#: them running): :func:`current_job` is None in them, never the next job's context
+#: (a thread object, not its ident: a new thread may get a dead one's ident)
+_stale: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
 def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = None) -> None:
@@ -441,6 +446,9 @@ def end() -> dict[str, Any] | None:
     global _job, _make_sender, _context, _sender
     ctx, sender = _context, _sender
     _job, _make_sender, _context, _sender = None, None, None, None
+    if threading.active_count() > 1:   # the job left threads: not the next job's
+        me = threading.current_thread()
+        _stale.update(t for t in threading.enumerate() if t is not me)
     if ctx is None:
         return None
     sender.close()
@@ -475,6 +483,8 @@ def current_job() -> JobContext | None:
             holder[2] = JobContext(holder[0], DirectSender(holder[1]))
         ctx: JobContext | None = holder[2]
         return ctx
+    if _stale and threading.current_thread() in _stale:   # an earlier job's thread
+        return None
     ctx = _context
     if ctx is not None or _job is None:
         return ctx

@@ -45,17 +45,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from ...core.job import Job
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 _libc: Any = None
 
 
-def set_pdeathsig() -> None:
-    """Die (SIGKILL) with the parent process. libc is loaded once per process."""
+def set_pdeathsig(subreaper: bool = False) -> None:
+    """Die (SIGKILL) with the parent process. libc is loaded once per process.
+    ``subreaper``: a warm horse's: what its job's children leave when they exit (a
+    double fork's grandchild, a daemon) becomes its child, not init's, so the horse
+    sees it (horse/stay.py: retired) instead of running its next job beside a process
+    of the last one holding its pipes."""
     global _libc
     try:
         if _libc is None:
             _libc = ctypes.CDLL(None, use_errno=True)
         _libc.prctl(_PR_SET_PDEATHSIG, _csignal.SIGKILL, 0, 0, 0)
+        if subreaper:
+            _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the reaper still recovers the job
         pass
 
