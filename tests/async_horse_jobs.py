@@ -181,3 +181,34 @@ async def flood_report_pipe(mib, seconds):
 async def exit_now(code):
     """The horse ends at once, before its worker can have read its handover."""
     os._exit(int(code))
+
+
+async def cancel_mates(url, key):
+    """Push the pid, let the mates start, then cancel every other task of the loop (its
+    mates' jobs), and return."""
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    me = asyncio.current_task()
+    hit = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in hit:
+        task.cancel()
+    return len(hit)
+
+
+async def stop_loop(url, key):
+    """Push the pid, let the mates start, then stop the event loop under them."""
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    asyncio.get_running_loop().stop()
+    await asyncio.sleep(5)
+
+
+async def interrupt_loop(url, key):
+    """Push the pid, then leave a task that raises KeyboardInterrupt out of the loop."""
+    async def boom():
+        raise KeyboardInterrupt
+
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    asyncio.get_running_loop().create_task(boom())
+    await asyncio.sleep(5)

@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from fusionworker.core.job import FailureReason
@@ -335,3 +336,24 @@ def test_a_blocked_loop_never_blocks_the_fork_server_with_large_arguments(queue,
     assert [q.fetch_job(j.id).result[3] for j in bigs] == [40_000] * 3
     proc.terminate()
     assert proc.wait(30) == 0, processes.output(proc)[-2000:]
+
+
+@pytest.mark.parametrize("culprit", ["cancel_mates", "stop_loop", "interrupt_loop"])
+def test_a_task_that_cancels_its_mates_or_their_loop_costs_them_no_attempt(
+        queue, burst, settings, r, culprit):
+    """A job that cancels the other tasks of its loop, stops the loop, or raises
+    KeyboardInterrupt out of it: its mates' tasks were cancelled and failed for good as
+    ``CancelledError``, charged. A task cancelled by nothing of its horse's ends the
+    horse, reporting nothing more: its mates go back uncharged (a shared death)."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    bad = _enqueue(q, culprit, settings.redis_url, key, max_retries=0)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 2.0, max_retries=0)
+             for _ in range(3)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3, [j.error_type for j in done]
+    assert [j.attempts for j in done] == [1, 1, 1]      # given back uncharged
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert pids.count(pids[0]) >= 4                     # all four began in one horse
+    assert q.fetch_job(bad.id).status in ("finished", "failed")   # it ended, either way

@@ -185,6 +185,8 @@ class AsyncHorse:
             final = progress.end_task(holder)
             if self.lease is not None:
                 self.lease.idle(entry)
+        if report.error_type == CANCELLED_FROM_OUTSIDE:   # (run_async's _OUTSIDE)
+            os._exit(75)     # the loop is not its own any more: report nothing more
         if final is not None:
             report.progress = final
         changed = guard.replaced(self.originals)
@@ -271,11 +273,35 @@ async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
                            error_message=f"job exceeded its timeout of {job.timeout:g} s",
                            traceback=_format_exc(),
                            retryable=is_retryable(JobTimeoutError(), retryable))
-    except BaseException:  # noqa: BLE001 - the horse reports everything, even SystemExit
-        return _stopped("its task was cancelled") if stop.took(scope) else _failed(retryable)
+    except BaseException as exc:  # noqa: BLE001 - the horse reports everything, even SystemExit
+        if stop.took(scope):
+            return _stopped("its task was cancelled")
+        if isinstance(exc, asyncio.CancelledError) and _cancelled_from_outside():
+            return _OUTSIDE
+        return _failed(retryable)
     if stop.took(scope):        # it swallowed the cancel and returned: stopped all the same
         return _stopped("its task was cancelled (the job caught it and returned)")
     return _result_report(result)     # its JSON, or why not (FUSIONWORKER_MAX_RESULT_BYTES)
+
+
+#: the error type of a job whose task was cancelled by nothing of its horse's (not its
+#: timeout, not its stop): another task of the loop (a mate's job, or one a job left)
+#: called ``cancel()`` on it, or the loop is being torn down (a mate stopped it, or
+#: raised KeyboardInterrupt out of it). :meth:`AsyncHorse.run` ends the horse then,
+#: reporting nothing more: the worker gives every unreported job of it back uncharged
+#: (a shared death, slot.py), as for any death a mate may have caused.
+CANCELLED_FROM_OUTSIDE = "TaskCancelledFromOutside"
+_OUTSIDE = HorseReport(ok=False, reason=FailureReason.EXCEPTION,
+                       error_type=CANCELLED_FROM_OUTSIDE,
+                       error_message="its task was cancelled by another task of its horse",
+                       traceback="")
+
+
+def _cancelled_from_outside() -> bool:
+    """The running task has a cancel() pending: it was cancelled as a task (not a
+    CancelledError the job's own code met awaiting something else cancelled)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _stopped(how: str) -> HorseReport:
