@@ -212,3 +212,15 @@ async def interrupt_loop(url, key):
     await asyncio.sleep(0.3)
     asyncio.get_running_loop().create_task(boom())
     await asyncio.sleep(5)
+
+
+async def orphan_blocker(url, key, delay, block):
+    """Push the pid and return at once, leaving a task that later holds the loop for
+    ``block`` seconds (it belongs to no running job by then)."""
+    async def later():
+        await asyncio.sleep(delay)
+        time.sleep(block)
+
+    _push(url, key)
+    asyncio.get_running_loop().create_task(later())
+    return "planted"

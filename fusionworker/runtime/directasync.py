@@ -334,6 +334,10 @@ class AsyncDirect:
     def _holds_loop(self, horse: AsyncHanded, rest: bytes) -> None:
         try:
             entry, seconds = rest.split(b" ")
+            if entry == b"-":        # a task a finished job left holds it: no job is
+                float(seconds)       # to blame (HorseMates.orphan_held)
+                horse.blocked = horse.mates.orphan_held = True
+                return
             slot, held = horse.jobs.get(int(entry)), float(seconds)
         except ValueError:
             return

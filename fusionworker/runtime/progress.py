@@ -468,6 +468,12 @@ def begin_task(job: Any, deliver: Callable[[str], None]) -> list[Any]:
     return holder
 
 
+def task_holder() -> list[Any] | None:
+    """The holder :func:`begin_task` gave the running task's context (a task a job's
+    code creates inherits its job's), or None."""
+    return _task.get()
+
+
 def end_task(holder: list[Any]) -> dict[str, Any] | None:
     """The task's job ended: its final state (for its report), or None."""
     ctx = holder[2]

@@ -117,12 +117,15 @@ _READ_CHUNK = 65536
 class HorseMates:
     """The slots of one async horse (they share its pid): who is to blame for its death."""
 
-    __slots__ = ("slots", "loop_held")
+    __slots__ = ("slots", "loop_held", "orphan_held")
 
     def __init__(self) -> None:
         self.slots: list[Slot] = []
         #: a job of the horse was named as holding its loop since the last report
         self.loop_held = False
+        #: a task a finished job left held its loop since the last report: a timeout
+        #: that passed meanwhile is no job's fault (:meth:`Slot._died_with_mates`)
+        self.orphan_held = False
 
     def culprit(self, slot: Slot, now: float, asked: bool) -> bool:
         """Another job of the horse is known to have caused its death: it held the event
@@ -148,6 +151,7 @@ class HorseMates:
         since any hold it named before (its notices come in the order it wrote them), so
         none of those holders is the culprit of a later death either."""
         self.slots.remove(slot)
+        self.orphan_held = False
         if self.loop_held:     # (most reports: none named, no walk over the K mates)
             self.loop_held = False
             for other in self.slots:
@@ -506,6 +510,12 @@ class Slot:
                 exit_.reason, exit_.error_type = FailureReason.KILLED, "EventLoopBlocked"
             exit_.error_message = ("the job blocked the event loop of its async horse "
                                    "(a blocking call in async code): the horse was killed")
+            return
+        if self.kill_reason == FailureReason.TIMEOUT and self.mates.orphan_held:
+            exit_.reason, exit_.shared = FailureReason.KILLED, True   # no job held the loop
+            exit_.error_message = ("its timeout passed while a task that a finished job "
+                                   "of its async horse left held the event loop: the "
+                                   "horse was killed with this job in it")
             return
         if self.kill_reason not in (None, FailureReason.TIMEOUT, FailureReason.MEMORY) or (
                 self.kill_reason is not None and not self.mates.blocked()):

@@ -357,3 +357,23 @@ def test_a_task_that_cancels_its_mates_or_their_loop_costs_them_no_attempt(
     pids = [int(p) for p in r.lrange(key, 0, -1)]
     assert pids.count(pids[0]) >= 4                     # all four began in one horse
     assert q.fetch_job(bad.id).status in ("finished", "failed")   # it ended, either way
+
+
+def test_a_loop_held_by_a_task_a_finished_job_left_charges_no_running_job(
+        queue, burst, settings, r, caplog):
+    """A task left by a job that finished holds the loop; a mate's timeout passes
+    meanwhile and the horse is killed. The monitor says no running job holds it
+    (``!-``), so the mate goes back uncharged (a shared death) where it failed as a
+    timeout, blamed for another's task."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    planter = _enqueue(q, "orphan_blocker", settings.redis_url, key, 0.3, 8.0)
+    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.5, timeout=1.0,
+                    max_retries=0)
+    burst(settings=_async(settings).replace(kill_grace=1.0))
+    assert q.fetch_job(planter.id).status == "finished"
+    done = q.fetch_job(mate.id)
+    assert (done.status, done.attempts) == ("finished", 1), (done.status, done.error_message)
+    assert r.hget(q.qkeys.job(mate.id), "shared_deaths") == "1"
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert len(pids) == 3 and pids[0] == pids[1] != pids[2]   # it ran again, elsewhere

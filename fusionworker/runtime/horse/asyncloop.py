@@ -47,6 +47,7 @@ import asyncio
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -112,9 +113,25 @@ class AsyncHorse:
         self.io = threading.Lock()            # one writer of a line at a time
         self.flushing = threading.Lock()      # held while the horse's spans are flushed
         self.done: asyncio.Future[None] | None = None
+        #: each job's ``current_job()`` holder, by entry; and the holder of the job that
+        #: created each task (a task a job left behind keeps its creator's): the monitor
+        #: names the owner of a task that holds the loop, or says a finished job's did
+        self.holders: dict[int, list[Any]] = {}
+        self.owners: weakref.WeakKeyDictionary[asyncio.Future[Any], list[Any]] = (
+            weakref.WeakKeyDictionary())
+
+    def _task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any,
+                      **kwargs: Any) -> asyncio.Task[Any]:
+        """Every task of the loop, noted with the job whose code created it."""
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        holder = progress.task_holder()
+        if holder is not None:
+            self.owners[task] = holder
+        return task
 
     async def serve(self, first: bytes) -> None:
         loop = asyncio.get_running_loop()
+        loop.set_task_factory(self._task_factory)
         self.done = loop.create_future()
         os.set_blocking(self.job_r, False)
         loop.add_reader(self.job_r, self.readable)
@@ -172,7 +189,7 @@ class AsyncHorse:
     async def run(self, entry: int, job: Job[Any], stop: Stop) -> None:
         """One job, in its task: its own current_job(), its report line."""
         prefix = b"%d " % entry
-        holder = progress.begin_task(
+        self.holders[entry] = holder = progress.begin_task(
             job, lambda text: self.write(prefix + b"\x1e" + text.encode() + b"\n"))
         tracing = _tracing.horse_tracing   # None: OpenTelemetry off (core/tracing.py)
         try:
@@ -189,6 +206,16 @@ class AsyncHorse:
             os._exit(75)     # the loop is not its own any more: report nothing more
         if final is not None:
             report.progress = final
+        self.write(prefix + self._settled(job, report).encode() + b"\n")
+        del self.tasks[entry], self.stops[entry], self.holders[entry]   # a cancel: let be
+        if tracing is not None and not self.tasks:
+            self.flush(tracing)
+        self.maybe_done()
+
+    def _settled(self, job: Job[Any], report: HorseReport) -> HorseReport:
+        """The job's report once the horse looked at itself: a job that replaced the
+        framework fails; a failure, a framework replaced, a child left or the RSS past
+        the ceiling retire the horse ("-", written before the report)."""
         changed = guard.replaced(self.originals)
         if changed:      # the job replaced the framework: it fails, the horse retires
             guard.restore(self.originals)
@@ -199,11 +226,7 @@ class AsyncHorse:
                                  or (self.max_rss and rss() >= self.max_rss)):
             self.leaving = True
             self.write(b"-\n")
-        self.write(prefix + report.encode() + b"\n")
-        del self.tasks[entry], self.stops[entry]    # a cancel from now on: let be
-        if tracing is not None and not self.tasks:
-            self.flush(tracing)
-        self.maybe_done()
+        return report
 
     async def as_dict(self, job: Job[Any], stop: Stop) -> dict[str, Any]:
         return (await run_async(job, self.allowed, self.retryable, self.mine, stop)).as_dict()
@@ -229,16 +252,31 @@ class AsyncHorse:
             if held < BLOCKED or said == beat:
                 continue
             said = beat
-            task = asyncio.current_task(loop)
-            for entry, running in list(self.tasks.items()):
-                if running is task and self.io.acquire(timeout=BLOCKED / 4):
-                    try:         # the loop thread is not writing: it is held by the job
-                        write_all(self.write_fd, b"!%d %.1f\n" % (entry, held))
-                    except OSError:
-                        pass
-                    finally:
-                        self.io.release()
-                    break
+            line = self._holder_line(asyncio.current_task(loop), held)
+            if line and self.io.acquire(timeout=BLOCKED / 4):
+                try:         # the loop thread is not writing: it is held by the job
+                    write_all(self.write_fd, line)
+                except OSError:
+                    pass
+                finally:
+                    self.io.release()
+
+    def _holder_line(self, task: asyncio.Task[Any] | None, held: float) -> bytes:
+        """``!<entry> <seconds>``: the job whose task, or a task its code created, holds
+        the loop; ``!- <seconds>``: a task of a job that ended holds it (no running job
+        is to blame); empty: nothing to say (no task: the loop's own code)."""
+        if task is None:
+            return b""
+        for entry, running in list(self.tasks.items()):
+            if running is task:
+                return b"!%d %.1f\n" % (entry, held)
+        owner = self.owners.get(task)
+        if owner is None:
+            return b""
+        for entry, holder in list(self.holders.items()):
+            if holder is owner:
+                return b"!%d %.1f\n" % (entry, held)
+        return b"!- %.1f\n" % held
 
 
 async def run_async(job: Job[Any], allowed: tuple[str, ...], retryable: Any,
