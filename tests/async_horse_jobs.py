@@ -224,3 +224,17 @@ async def orphan_blocker(url, key, delay, block):
     _push(url, key)
     asyncio.get_running_loop().create_task(later())
     return "planted"
+
+
+async def leave_stubborn_task(url, key):
+    """Push the pid and return, leaving a task that swallows every cancel, for good."""
+    async def stubborn_forever():
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                pass
+
+    _push(url, key)
+    asyncio.get_running_loop().create_task(stubborn_forever())
+    return os.getpid()

@@ -377,3 +377,29 @@ def test_a_loop_held_by_a_task_a_finished_job_left_charges_no_running_job(
     assert r.hget(q.qkeys.job(mate.id), "shared_deaths") == "1"
     pids = [int(p) for p in r.lrange(key, 0, -1)]
     assert len(pids) == 3 and pids[0] == pids[1] != pids[2]   # it ran again, elsewhere
+
+
+def test_a_retired_horse_exits_though_a_task_a_job_left_swallows_every_cancel(
+        queue, processes, settings, r):
+    """The horse's loop is not torn down by cancelling what is left (asyncio.run waits
+    for those tasks: one that swallows every cancel kept a retired horse alive for good,
+    beside its running worker)."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    job = _enqueue(q, "leave_stubborn_task", settings.redis_url, key)
+    _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.1)
+    worker = processes.worker("-q", "default", "--concurrency", "2", "--horse-jobs", "2",
+                              "--async-per-horse", "2")
+    wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=30,
+             what="the job that left the task finished")
+    pid = q.fetch_job(job.id).result
+
+    def gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, timeout=30, what="the retired async horse exited")
+    assert worker.poll() is None                       # while its worker runs on

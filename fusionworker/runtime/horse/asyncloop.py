@@ -369,7 +369,11 @@ def async_horse(first: bytes, job_r: int, write_fd: int, allowed: tuple[str, ...
     code = 0
     try:
         horse = AsyncHorse(job_r, write_fd, allowed, retryable, resolved, max_rss, lease)
-        asyncio.run(horse.serve(first))
+        # not asyncio.run: its teardown cancels every task left and waits for them, so a
+        # task a job left that swallows CancelledError kept a retired horse alive for
+        # good. Every job reported once serve() returned: what is left is abandoned
+        # with the process (and an exception out of the loop ends it at once, as 70)
+        asyncio.new_event_loop().run_until_complete(horse.serve(first))
         os.close(write_fd)
         _flush_job_events()
         if _tracing.horse_tracing is not None:   # after the last outcome went out, bounded
