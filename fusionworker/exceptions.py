@@ -87,9 +87,10 @@ class JobFailed(FusionWorkerError):
         self.error_type = job.error_type
         self.error_message = job.error_message
         self.traceback = job.traceback
-        what = job.error or "no error recorded"
-        super().__init__(f"job {job.id} ({job.func}) {job.status} ({self.reason or job.status}): "
-                         f"{what}")
+        what = job.error or ("canceled on request (job cancel)" if job.status == "canceled"
+                             else "no error recorded")
+        why = f" ({self.reason})" if self.reason and self.reason != job.status else ""
+        super().__init__(f"job {job.id} ({job.func}) {job.status}{why}: {what}")
 
 
 class JobCanceled(JobFailed):

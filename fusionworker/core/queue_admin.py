@@ -51,7 +51,8 @@ class QueueAdmin:
         verdict = replies.cancel(self.scripts.cancel(keys=[self.qkeys.base],
                                                      args=[job_id, self.settings.result_ttl]))
         return self._changed(job_id, verdict, "canceled", "; only queued, scheduled, "
-                             "deferred or held jobs can be canceled")
+                             "deferred or held jobs can be canceled (a running one is "
+                             "stopped: job.stop(), `fusionworker job stop`)")
 
     def _changed(self, job_id: str, verdict: replies.Changed, event: str,
                  refused: str) -> Job[Any]:

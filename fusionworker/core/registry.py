@@ -81,6 +81,9 @@ class JobFunction(Generic[P, R]):
         from .options import decorator_options
 
         options = decorator_options(options)
+        if options.get("priority") is not None:     # at the decorator, not at each enqueue
+            from .job import check_priority
+            check_priority(options["priority"])
         if horse_jobs is not None and (isinstance(horse_jobs, bool)
                                        or not isinstance(horse_jobs, int) or horse_jobs < 1):
             raise ValueError(f"horse_jobs={horse_jobs!r}: must be a whole number >= 1")

@@ -305,8 +305,9 @@ def test_job_retry_delete_cancel(cli: Run, queue: Any, burst: Any) -> None:
     assert "not failed" in one_error_line(cli("job", "retry", failed, code=1))
     assert cli("job", "cancel", failed).stdout.startswith("Canceled")
     assert q.fetch_job(failed).status == "canceled"
-    assert "only queued, scheduled, deferred or held" in one_error_line(
-        cli("job", "cancel", failed, code=1))
+    refused = one_error_line(cli("job", "cancel", failed, code=1))
+    assert "only queued, scheduled, deferred or held" in refused
+    assert "a running one is stopped: job.stop(), `fusionworker job stop`" in refused
     assert cli("job", "delete", failed).stdout.startswith("Deleted")
     assert q.fetch_job(failed) is None
     for verb in ("retry", "delete", "cancel"):

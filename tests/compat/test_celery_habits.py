@@ -72,3 +72,24 @@ def test_apply_async_is_celerys_call(queue, work, r):
         handle.apply_async((1, 2), soft_time_limit=3)
     with pytest.raises(TypeError, match=r"no parameter 'countdown': use add\.enqueue_in\("):
         handle.delay(1, 2, countdown=5)
+
+
+def test_a_priority_out_of_range_is_refused_at_the_decorator():
+    from fusionworker.exceptions import PriorityOutOfRange
+
+    with pytest.raises(PriorityOutOfRange, match=r"priority 5000 out of range"):
+        JobFunction(jobs.add, priority=5000)
+    with pytest.raises(PriorityOutOfRange):
+        JobFunction(jobs.add).options(priority=-2000)
+
+
+def test_waiting_on_a_canceled_job_says_it_was_canceled(queue):
+    from fusionworker.exceptions import JobCanceled
+
+    q = queue()
+    job = q.enqueue(jobs.add, 1, 2)
+    q.cancel(job.id)
+    with pytest.raises(JobCanceled) as caught:
+        job.wait(5)
+    assert str(caught.value) == (f"job {job.id} (tests.jobs:add) canceled: canceled on "
+                                 "request (job cancel)")
