@@ -89,7 +89,7 @@ class JobFailed(FusionWorkerError):
         self.traceback = job.traceback
         what = job.error or ("canceled on request (job cancel)" if job.status == "canceled"
                              else "no error recorded")
-        why = f" ({self.reason})" if self.reason and self.reason != job.status else ""
+        why = f" ({self.reason})" if self.reason and str(self.reason) != str(job.status) else ""
         super().__init__(f"job {job.id} ({job.func}) {job.status}{why}: {what}")
 
 
