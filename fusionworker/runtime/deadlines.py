@@ -276,12 +276,10 @@ def _enforce(pid: int, deadline: float, now: float) -> float | None:
 
 
 def _kill(pid: int) -> None:
-    """SIGKILL a horse's own group (and the job's children in it), or the horse alone
-    when it has no group of its own yet."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    """SIGKILL a horse's own group (and the job's children in it), and the horse itself
+    (it may have no group of its own yet, or its job moved it into another one)."""
+    for kill in (os.killpg, os.kill):
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass

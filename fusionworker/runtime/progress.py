@@ -65,6 +65,7 @@ the job forks may not (:func:`current_job` is None there).
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import os
@@ -427,6 +428,10 @@ _context_lock = threading.Lock()
 #: them running): :func:`current_job` is None in them, never the next job's context
 #: (a thread object, not its ident: a new thread may get a dead one's ident)
 _stale: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_threads = 0      # threads alive when the running job began (_thread_count())
+#: the threads _thread started and not ended yet: one C call (threading.active_count()
+#: takes a lock in Python, thousands of instructions in a fresh horse, twice a job)
+_thread_count: Callable[[], int] = _thread._count
 
 
 def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = None) -> None:
@@ -435,8 +440,8 @@ def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = Non
     Costs two assignments: the context and its sender are made on the first
     :func:`current_job` call.
     """
-    global _job, _make_sender, _context
-    _job, _context = job, None
+    global _job, _make_sender, _context, _threads
+    _job, _context, _threads = job, None, _thread_count()
     _make_sender = ((lambda: DirectSender(deliver)) if deliver is not None
                     else (lambda: PipeSender(fd)))
 
@@ -446,7 +451,7 @@ def end() -> dict[str, Any] | None:
     global _job, _make_sender, _context, _sender
     ctx, sender = _context, _sender
     _job, _make_sender, _context, _sender = None, None, None, None
-    if threading.active_count() > 1:   # the job left threads: not the next job's
+    if _thread_count() > _threads:   # the job left threads: not the next job's
         me = threading.current_thread()
         _stale.update(t for t in threading.enumerate() if t is not me)
     if ctx is None:

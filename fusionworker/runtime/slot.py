@@ -358,18 +358,16 @@ class Slot:
             self.kill_at = now + KILL_ESCALATION
 
     def signal_group(self, sig: int) -> None:
-        """Signal the horse's process group (the job's own children in it too); nothing
-        while its pid is not known (:meth:`bind` sends a kill asked for meanwhile)."""
+        """Signal the horse's process group (the job's own children in it too), and the
+        horse itself: a job may have moved it into another group of its session
+        (``setpgid``), out of reach of the first. Nothing while its pid is not known
+        (:meth:`bind` sends a kill asked for meanwhile)."""
         if self.pid <= 0:
             return
-        try:
-            os.killpg(self.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:  # pgid reused by someone else: signal the horse only
+        for kill in (os.killpg, os.kill):
             try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
+                kill(self.pid, sig)
+            except (ProcessLookupError, PermissionError):  # gone; a pgid reused by another
                 pass
 
     def held_loop(self) -> None:

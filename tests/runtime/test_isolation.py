@@ -267,17 +267,18 @@ def test_a_report_claiming_a_reason_only_the_worker_gives_is_the_jobs_failure(
     assert q.fetch_job(after.id).result == 3
 
 
-def test_a_job_cannot_leave_its_horses_group_to_outlive_its_time_limit(
-        queue, burst, settings, r):
-    """The horse leads a session of its own, so its job cannot move it to another
-    process group (EPERM), where the kill of the horse's group at timeout + grace would
-    not reach it: it ran 45 s of a 4 s limit, and ``job stop`` did not end it."""
+@pytest.mark.parametrize("horse_jobs", [1, 10])
+def test_a_job_that_moves_its_horse_to_another_group_still_ends_at_its_time_limit(
+        queue, burst, settings, r, horse_jobs):
+    """A job that moves its horse into the fork server's process group (``setpgid``) is
+    out of reach of a kill of the horse's own group: it ran 45 s of a 4 s limit, and
+    ``job stop`` did not end it. The kills signal the horse itself too."""
     q = queue()
     said, started = f"{settings.prefix}:said", f"{settings.prefix}:started"
     neighbour = q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 1.0)
     stuck = q.enqueue(f"{HOSTILE}:leave_group", settings.redis_url, said, 60, timeout=0.5)
-    burst(settings=settings.replace(concurrency=2, kill_grace=0.5))
-    assert r.lrange(said, 0, -1) == ["refused: Operation not permitted"]
+    burst(settings=settings.replace(concurrency=2, kill_grace=0.5, horse_jobs=horse_jobs))
+    assert r.lrange(said, 0, -1) == ["moved"]
     done = q.fetch_job(stuck.id)
     assert (done.status, done.failure_reason) == ("failed", FailureReason.TIMEOUT)
     assert "was killed" in done.error_message

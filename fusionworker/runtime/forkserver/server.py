@@ -523,8 +523,7 @@ class Server(AsyncHorses, Handover):
         """``kill_children``: each exited horse is looked at before it is reaped
         (``WNOWAIT``): a zombie keeps its pid, so its process group id still names only
         what it left there (a job's ``subprocess.Popen`` children), which is SIGKILLed;
-        then it is reaped. A child that called ``setsid()`` left the group and escapes,
-        by design. (A horse that never got a job has no group of its own.)"""
+        then it is reaped. A child that called ``setsid()`` escapes, by design."""
         reaped: list[int] = []
         while True:
             try:
@@ -589,8 +588,9 @@ class Server(AsyncHorses, Handover):
                 return                     # no child left
             self.reap()
 
-    def _kill_now(self, pid: int) -> None:
-        _sigkill(pid, os.killpg if self.kill_children else os.kill)
+    def _kill_now(self, pid: int) -> None:   # unreaped: its group, and it (moved out?)
+        for kill in ((os.killpg, os.kill) if self.kill_children else (os.kill,)):
+            _sigkill(pid, kill)
 
 
 def _sigkill(pid: int, kill: Callable[[int, int], None] = os.killpg) -> None:

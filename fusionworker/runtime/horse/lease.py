@@ -206,8 +206,12 @@ def on_alarm() -> bool:
 
 def expire() -> None:  # pragma: no cover - in the horse
     """The lease is over: SIGKILL this horse's process group (the job's children in it
-    too); exit if the kill did not end us."""
+    too); exit if the kill did not end us. The group is named by the horse's pid (it
+    made it at its start), not 0: a job that moved its horse into another group (the
+    fork server's) would have had that group killed."""
     try:
-        os.killpg(0, signal.SIGKILL)
+        os.killpg(os.getpid(), signal.SIGKILL)
+    except OSError:
+        pass
     finally:
         os._exit(71)

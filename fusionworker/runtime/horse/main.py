@@ -99,7 +99,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
     server's resolved functions."""
     code = 0
     try:
-        os.setsid()   # its own session: a job cannot move it to another group (setpgid: EPERM)
+        os.setpgid(0, 0)     # its own group: what a kill of it signals (slot.py)
         set_pdeathsig()
         if os.getppid() != parent_pid:  # the parent died before PDEATHSIG was armed
             os._exit(1)

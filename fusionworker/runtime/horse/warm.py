@@ -170,7 +170,7 @@ def _may_stay(report: HorseReport, func: str, done: int, horse_jobs: int,
 
 def _become_horse(server_pid: int) -> None:
     """What horse/main.py's horse_main does before its job, once."""
-    os.setsid()   # as horse_main: a job cannot move its horse to another group
+    os.setpgid(0, 0)
     set_pdeathsig(subreaper=True)
     if os.getppid() != server_pid:
         os._exit(1)
