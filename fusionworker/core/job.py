@@ -304,7 +304,10 @@ class Job(JobRecord[R], JobHabits):
     def _update(self, q: Any, data: dict[str, str]) -> Self:
         """Take what ``data`` (the record as ``HGETALL`` reads it) says, in place."""
         if not data:
-            raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists")
+            kept = ("" if self.result_ttl != 0 else ": its result_ttl is 0 (Celery's "
+                    "ignore_result=True), so it is not kept once it ended; give it a "
+                    "result_ttl to read its outcome")
+            raise NoSuchJob(f"job {self.id!r} of queue {q.name!r} no longer exists{kept}")
         fresh = Job.from_hash(data)
         for f in dataclasses.fields(self):
             if f.name not in ("deduplicated", "_queue"):

@@ -93,3 +93,16 @@ def test_waiting_on_a_canceled_job_says_it_was_canceled(queue):
         job.wait(5)
     assert str(caught.value) == (f"job {job.id} (tests.jobs:add) canceled: canceled on "
                                  "request (job cancel)")
+
+
+def test_waiting_on_a_job_kept_nowhere_says_why(queue, work):
+    """``ignore_result=True`` (result_ttl=0): the ended job is not kept, so a wait on it
+    finds nothing; the error says why, not only that it is gone."""
+    from fusionworker.exceptions import NoSuchJob
+
+    q = queue()
+    job = q.enqueue(jobs.add, 1, 2, ignore_result=True)
+    work()
+    with pytest.raises(NoSuchJob, match=r"no longer exists: its result_ttl is 0 \(Celery's "
+                                        r"ignore_result=True\)"):
+        job.wait(5)
