@@ -27,6 +27,8 @@ from ..runtime.imports import worker_allowed
 from ..runtime.supervisor import Supervisor, child_command
 from ..worker import Worker, parse_queue_spec
 from .common import App, FiniteFloat, import_options, pass_app, say
+from .plugins import ENV as PLUGINS_ENV
+from .plugins import load_middleware, middleware_refs
 
 
 def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -125,6 +127,11 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
                    "--horse-jobs > 1 (refused otherwise); sync jobs keep a horse each. The "
                    "jobs of one horse share its process: a job that blocks the loop past its "
                    "timeout gets the horse killed, its mates go back to their queue uncharged.")
+@click.option("--middleware", "middleware", multiple=True, metavar="MODULE:NAME",
+              help="Run this Middleware (class or instance) in the worker after the "
+                   "built-in ones, as Worker(middleware=[...]) does: RQ's "
+                   "--exception-handler, Celery's signals (repeatable; adds to "
+                   "FUSIONWORKER_MIDDLEWARE).")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
 @click.option("--restart-window", type=FiniteFloat(min=1), default=60.0, show_default=True,
@@ -137,7 +144,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            metrics_bind: str | None = None, concurrency: int | None = None,
            horse_jobs: int | None = None, async_per_horse: int | None = None,
            fair: bool = False,
-           gpus: str | None = None, short_n: str | None = None) -> None:
+           gpus: str | None = None, short_n: str | None = None,
+           middleware: tuple[str, ...] = ()) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
@@ -161,6 +169,10 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         os.environ["FUSIONWORKER_PATH"] = os.pathsep.join(searched[1:])
     if imports:
         os.environ["FUSIONWORKER_IMPORTS"] = ",".join((*app.settings.imports, *imports))
+    refs = middleware_refs(middleware, read_config_file(app.config_file).get(
+        PLUGINS_ENV) if app.config_file else None)
+    if refs:                # --processes children load them (the supervisor runs no code)
+        os.environ[PLUGINS_ENV] = ",".join(refs)
     app.settings = app.settings.replace(worker_ttl=worker_ttl, max_horse_memory=max_horse_memory,
                                         metrics_port=metrics_port, metrics_bind=metrics_bind,
                                         imports=(*app.settings.imports, *imports) or None,
@@ -193,7 +205,8 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
         return load_settings(None, environ=environ, **app.overrides, **flags)
 
     w = Worker(queues, connection, settings=app.settings, name=name, burst=burst,
-               reload_settings=reload_settings, strict=strict)
+               reload_settings=reload_settings, strict=strict,
+               middleware=load_middleware(refs))
     try:
         code = w.work()
     except ValueError as exc:

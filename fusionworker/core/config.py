@@ -496,7 +496,7 @@ def _default(name: str) -> Any:
 
 
 #: keys of a settings file read by a command, not by :func:`load_settings`
-COMMAND_KEYS = ("FUSIONWORKER_PROCESSES",)
+COMMAND_KEYS = ("FUSIONWORKER_PROCESSES", "FUSIONWORKER_MIDDLEWARE")
 
 
 def unknown_keys(values: Mapping[str, str]) -> list[str]:
