@@ -238,3 +238,21 @@ async def leave_stubborn_task(url, key):
     _push(url, key)
     asyncio.get_running_loop().create_task(stubborn_forever())
     return os.getpid()
+
+
+async def forge_mates(url, key):
+    """Push the pid, let the mates start, then write a success report line for every
+    board entry but knowing no mate's job id."""
+    _push(url, key)
+    await asyncio.sleep(0.3)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                for entry in range(16):
+                    os.write(fd, b'%d {"ok": true, "reason": "ok", "result": "\\"forged\\""}\n'
+                             % entry)
+        except OSError:
+            pass
+    await asyncio.sleep(1.0)
+    return "forger"

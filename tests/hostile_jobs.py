@@ -158,10 +158,28 @@ def deep_frame(url, key, depth=20000):
 def forged_reason(url, key, reason):
     """Write a report that claims a reason only the worker gives (``neighbour``:
     given back uncharged, at its place), and exit before its real one."""
+    from fusionworker import current_job
+
     _push(url, key, reason)
     _write_pipes(json.dumps({"ok": False, "reason": reason, "error_type": "X",
+                             "job": current_job().id,     # its own id: the report is its
                              "error_message": ["not", "text"], "retry_delay": [1]}).encode())
     os._exit(0)
+
+
+def forged_report(result, then=1.0):
+    """Write a report of its own (with a stay: a warm horse's next job would be sent),
+    then run on and return: the horse's true report comes ``then`` s later, on the pipe
+    that by then carries the next job's. ``result``: with ``"own"``, the report names
+    this job; else none."""
+    from fusionworker import current_job
+
+    doc = {"ok": True, "reason": "ok", "result": json.dumps("forged")}
+    if result == "own":
+        doc["job"] = current_job().id
+    _write_pipes(json.dumps(doc).encode() + b"\n")
+    time.sleep(then)
+    return "its true result"
 
 
 def leave_group(url, key, seconds):

@@ -14,6 +14,7 @@ business (slot.py, :class:`~.slot.HorseMates`, one per horse here).
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import select
 import signal
@@ -32,6 +33,7 @@ from .protocol import (
     flooded,
     for_async_horse,
     read_available,
+    report_of,
     take_lines,
     unread,
 )
@@ -40,6 +42,8 @@ from .slot import HorseMates, Slot
 if TYPE_CHECKING:  # pragma: no cover
     from .deadlines import DeadlineBoard
     from .forkserver.client import ForkServer
+
+log = logging.getLogger(__name__)
 
 #: lines of an async horse kept for jobs whose answer the worker has not read yet (a
 #: job the server gave it in the turn it was made can end before its answer is read)
@@ -309,6 +313,9 @@ class AsyncDirect:
         if rest[:1] == b"\x1e":
             self.deliver(slot.job, rest[1:].decode("utf-8", "replace"))
             return
+        if report_of(slot.job.id) not in rest:   # no report of this job: a job wrote it
+            self._forged(horse, slot)
+            return
         del horse.jobs[slot.index]
         horse.blocked = False             # its loop turns again
         self._own(slot.index, 0)
@@ -324,6 +331,20 @@ class AsyncDirect:
         own: slot.py)."""
         flooded(f"of async horse {horse.pid} (one of {len(horse.jobs)})", horse.pid,
                 len(horse.buf))
+        horse.buf.clear()
+        horse.stop_taking()
+        try:
+            os.killpg(horse.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _forged(self, horse: AsyncHanded, slot: Slot) -> None:
+        """A report line on ``slot``'s entry that is not its job's: a job of the horse
+        wrote it (which one is not known). The horse dies unasked, as at a flood: its
+        jobs go back as at any death of no known cause."""
+        log.error("A report of async horse %d for job %s is not that job's (a job of the "
+                  "horse wrote on its report pipe): the horse is killed, its %d job(s) go "
+                  "back", horse.pid, slot.job.id, len(horse.jobs))
         horse.buf.clear()
         horse.stop_taking()
         try:

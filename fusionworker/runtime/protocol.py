@@ -427,9 +427,14 @@ class HorseReport:
     retryable: Any = False
     retry_delay: Any = None
     progress: Any = None     # the job's final progress/meta (progress.py), if it set any
+    #: the id of the job it reports for: a warm horse's pipe carries the reports of its
+    #: jobs in turn, so the worker takes a report for the job it gave only (slot.py)
+    job: Any = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "reason": self.reason}
+        if self.job is not None:
+            out["job"] = self.job
         if self.ok:
             out["result"] = self.result
         else:
@@ -446,9 +451,9 @@ class HorseReport:
         hand, the same bytes ``json.dumps`` writes, without an encoder object: in a fresh
         horse that call alone copied ~20 pages of the fork server's heap."""
         if self.ok and self.progress is None and type(self.reason) is str and type(
-                self.result) is str:
-            return ('{"ok": true, "reason": ' + _quoted(self.reason) + ', "result": '
-                    + _quoted(self.result) + "}").encode()
+                self.result) is str and type(self.job) is str:
+            return ('{"ok": true, "reason": ' + _quoted(self.reason) + ', "job": '
+                    + _quoted(self.job) + ', "result": ' + _quoted(self.result) + "}").encode()
         return json.dumps(self.as_dict()).encode()
 
     @classmethod
@@ -457,7 +462,7 @@ class HorseReport:
                    result=data.get("result"), error_type=data.get("error_type"),
                    error_message=data.get("error_message"), traceback=data.get("traceback"),
                    retryable=data.get("retryable", False), retry_delay=data.get("retry_delay"),
-                   progress=data.get("progress"))
+                   progress=data.get("progress"), job=data.get("job"))
 
     @classmethod
     def decode(cls, data: bytes | bytearray) -> HorseReport | None:
@@ -549,6 +554,24 @@ def flooded(what: str, pid: int, size: int) -> None:
     logging.getLogger(__name__).error(
         "Job %s wrote %d bytes on the report pipe of its horse %d, more than a report can "
         "hold (FUSIONWORKER_MAX_RESULT_BYTES): the horse is killed", what, size, pid)
+
+
+def first_report_job(data: bytes | bytearray) -> str | None:
+    """The job named by the first JSON document of ``data`` (unreadable as a whole: a
+    report followed by more), or None. A warm horse whose job wrote a report of its own
+    sends its true one late, ahead of its next job's: that next job is not to blame."""
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(bytes(data).decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+    job = doc.get("job") if isinstance(doc, dict) else None
+    return job if isinstance(job, str) else None
+
+
+def report_of(job_id: str) -> bytes:
+    """What every report line for job ``job_id`` holds (:meth:`HorseReport.encode`,
+    ``json.dumps`` alike): a line without it is not that job's."""
+    return b'"job": ' + _quoted(job_id).encode()
 
 
 def has_report(buf: bytes | bytearray) -> bool:

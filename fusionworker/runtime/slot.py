@@ -69,7 +69,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.job import FailureReason, Job
 from .exits import HorseExit, horse_exit
-from .protocol import FRAME_START, HorseReport, flooded, read_available, take_progress
+from .protocol import (
+    FRAME_START,
+    HorseReport,
+    first_report_job,
+    flooded,
+    read_available,
+    take_progress,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .forkserver.client import ForkServer
@@ -457,18 +464,32 @@ class Slot:
             return self.exit
         if self.kill_at is not None:   # a grandchild may keep the pipe of a killed horse
             self.signal_group(signal.SIGKILL)     # (not a cancelled task's: its mates run)
-        report = HorseReport.decode(self._buf)
+        report, other = self._own_report()
         exit_ = horse_exit(report, self._status or 0,
                            time.monotonic() - self.started, kill_reason=self.kill_reason,
                            timeout=self.job.timeout,
                            lost_server=self._state is SlotState.ORPHANED,
                            unread=len(self._buf) if report is None else 0)
+        if other is not None:   # another job's: this one is not to blame
+            _taken_over(exit_, other)
         self._died_with_server(exit_)
         if self.mates is not None and report is None and not exit_.ok and not cold:
             self._died_with_mates(exit_)
         if not cold:
             self._died_of_lease(exit_)
         return exit_
+
+    def _own_report(self) -> tuple[HorseReport | None, str | None]:
+        """The report read, if it is this job's, and the id of another job a report
+        named instead (the horse is then killed: a job of it wrote on its pipe, and is
+        not used again). A report naming no job is unreadable."""
+        report = HorseReport.decode(self._buf)
+        named = report.job if report is not None else first_report_job(self._buf)
+        other = named if named is not None and named != self.job.id else None
+        if (report is not None and named != self.job.id) or other is not None:
+            report = None
+            self.signal_group(signal.SIGKILL)
+        return report, other
 
     def _died_with_server(self, exit_: HorseExit) -> None:
         """Killed because its fork server died: the job's fault if it ran there alone,
@@ -525,3 +546,14 @@ class Slot:
                                    "horse died with this job in it")
         else:
             exit_.reason, exit_.shared = FailureReason.KILLED, True
+
+
+def _taken_over(exit_: HorseExit, other: str) -> None:
+    """The report read for a job is another job's (the one before it in a warm horse,
+    whose job wrote a report of its own first: the horse's true one came late): this
+    job is not to blame, so it goes back uncharged (``shared``, bounded as any death)."""
+    exit_.reason, exit_.shared = FailureReason.KILLED, True
+    exit_.error_type = "HorseTakenOver"
+    exit_.error_message = (f"its horse reported for job {other[:64]!r} while it ran this "
+                           "one (a job of the horse wrote on its report pipe): the horse "
+                           "was killed")

@@ -403,3 +403,21 @@ def test_a_retired_horse_exits_though_a_task_a_job_left_swallows_every_cancel(
 
     wait_for(gone, timeout=30, what="the retired async horse exited")
     assert worker.poll() is None                       # while its worker runs on
+
+
+def test_a_job_writing_report_lines_for_its_mates_forges_no_outcome(queue, burst, settings,
+                                                                    r):
+    """A report line on a mate's entry that does not name the mate's job (a job wrote
+    it) ended the mate as "finished", with the forger's result, while it still ran. The
+    horse is killed instead; its jobs go back uncharged and run again apart."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    forger = _enqueue(q, "forge_mates", settings.redis_url, key)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 1.0, max_retries=0)
+             for _ in range(3)]
+    burst(settings=_async(settings))
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3
+    assert all(isinstance(j.result, list) for j in done), [j.result for j in done]
+    assert [j.attempts for j in done] == [1, 1, 1]
+    assert q.fetch_job(forger.id).result != "forged"

@@ -458,3 +458,24 @@ def test_a_daemon_a_job_left_retires_its_warm_horse(queue, burst, settings):
     first, second = q.fetch_job(left.id), q.fetch_job(after.id)
     assert (first.status, second.status) == ("finished", "finished")
     assert first.result != second.result           # the next job had a fresh horse
+
+
+@pytest.mark.parametrize("names", ["own", "none"])
+def test_a_report_a_job_wrote_itself_shifts_no_later_jobs_outcome(queue, burst, settings,
+                                                                  names):
+    """A job of a warm horse writes a report of its own, then returns: its horse's true
+    report came while the next job ran, and was taken for it (every later job got the
+    result of the one before). Each report names its job: one for another job kills the
+    horse, and that job goes back uncharged; one naming none is unreadable."""
+    q = queue()
+    forger = q.enqueue("tests.hostile_jobs:forged_report", names, 1.0)
+    after = [q.enqueue("tests.hostile_jobs:pid_after", 0.2) for _ in range(3)]
+    burst(settings=settings.replace(concurrency=1, horse_jobs=5))
+    done = [q.fetch_job(j.id) for j in after]
+    assert [j.status for j in done] == ["finished"] * 3, [j.error_message for j in done]
+    assert all(isinstance(j.result, list) and len(j.result) == 1 for j in done), \
+        [j.result for j in done]
+    assert [j.attempts for j in done] == [1, 1, 1]
+    first = q.fetch_job(forger.id)
+    if names == "none":
+        assert (first.status, first.error_type) == ("failed", "UnreadableReport")

@@ -206,7 +206,9 @@ class AsyncHorse:
             os._exit(75)     # the loop is not its own any more: report nothing more
         if final is not None:
             report.progress = final
-        self.write(prefix + self._settled(job, report).encode() + b"\n")
+        report = self._settled(job, report)
+        report.job = job.id               # the worker takes the line for this job only
+        self.write(prefix + report.encode() + b"\n")
         del self.tasks[entry], self.stops[entry], self.holders[entry]   # a cancel: let be
         if tracing is not None and not self.tasks:
             self.flush(tracing)

@@ -120,6 +120,7 @@ def horse_main(job: Job[Any], write_fd: int, parent_pid: int, allowed: tuple[str
         final = progress.end()           # no frame after this; the last state goes along
         if final is not None:
             report.progress = final
+        report.job = job.id
         _flush_job_events()
         write_all(write_fd, report.encode())
         os.close(write_fd)   # EOF now: the parent goes on while this process exits

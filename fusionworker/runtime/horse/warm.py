@@ -81,6 +81,7 @@ def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, .
                 lease.idle()
             report, intact = _guarded(report, job.func, originals, mine, allowed)
             stay = intact and _may_stay(report, job.func, done, horse_jobs, mine, max_rss, caps)
+            report.job = job.id           # the worker takes it for this job only
             write_all(write_fd, report.encode() + (STAY if stay else b""))
             if not stay:
                 os.close(write_fd)     # EOF now: the server goes on while this exits
