@@ -196,29 +196,6 @@ def leave_group(url, key, seconds):
     return "outlived its time limit"
 
 
-def leave_thread(url, key, seconds=3.0):
-    """Start a thread that, after this job ended, writes meta and progress into whatever
-    ``current_job()`` answers (in a warm horse: the next job), saying so in ``key``."""
-    import threading
-
-    from fusionworker import current_job
-
-    me = current_job().id
-
-    def write():
-        stop = time.monotonic() + seconds
-        while time.monotonic() < stop:
-            ctx = current_job()
-            if ctx is not None and ctx.id != me:
-                _push(url, key, f"reached {ctx.id}")
-                ctx.meta["written_by"] = me
-                ctx.set_progress(0.99, "not mine")
-            time.sleep(0.02)
-
-    threading.Thread(target=write, daemon=True).start()
-    return [os.getpid()]
-
-
 def daemon_on_pipes(seconds=3.0):
     """Leave a daemon (a double fork with setsid: init's child, out of the horse's group)
     holding every descriptor the horse had, its pipes among them; return the horse's pid."""

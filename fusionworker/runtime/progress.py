@@ -65,13 +65,11 @@ the job forks may not (:func:`current_job` is None there).
 
 from __future__ import annotations
 
-import _thread
 import json
 import math
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -424,14 +422,6 @@ _make_sender: Callable[[], Any] | None = None
 _context: JobContext | None = None
 _sender: Any = None                               # the context's sender, once made
 _context_lock = threading.Lock()
-#: threads alive when a job of this process ended (a warm horse's earlier jobs left
-#: them running): :func:`current_job` is None in them, never the next job's context
-#: (a thread object, not its ident: a new thread may get a dead one's ident)
-_stale: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-_threads = 0      # threads alive when the running job began (_thread_count())
-#: the threads _thread started and not ended yet: one C call (threading.active_count()
-#: takes a lock in Python, thousands of instructions in a fresh horse, twice a job)
-_thread_count: Callable[[], int] = _thread._count
 
 
 def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = None) -> None:
@@ -440,8 +430,8 @@ def begin(job: Any, *, fd: int = -1, deliver: Callable[[str], None] | None = Non
     Costs two assignments: the context and its sender are made on the first
     :func:`current_job` call.
     """
-    global _job, _make_sender, _context, _threads
-    _job, _context, _threads = job, None, _thread_count()
+    global _job, _make_sender, _context
+    _job, _context = job, None
     _make_sender = ((lambda: DirectSender(deliver)) if deliver is not None
                     else (lambda: PipeSender(fd)))
 
@@ -451,9 +441,6 @@ def end() -> dict[str, Any] | None:
     global _job, _make_sender, _context, _sender
     ctx, sender = _context, _sender
     _job, _make_sender, _context, _sender = None, None, None, None
-    if _thread_count() > _threads:   # the job left threads: not the next job's
-        me = threading.current_thread()
-        _stale.update(t for t in threading.enumerate() if t is not me)
     if ctx is None:
         return None
     sender.close()
@@ -494,8 +481,6 @@ def current_job() -> JobContext | None:
             holder[2] = JobContext(holder[0], DirectSender(holder[1]))
         ctx: JobContext | None = holder[2]
         return ctx
-    if _stale and threading.current_thread() in _stale:   # an earlier job's thread
-        return None
     ctx = _context
     if ctx is not None or _job is None:
         return ctx

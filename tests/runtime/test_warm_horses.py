@@ -430,22 +430,6 @@ def test_large_requests_and_large_reports_at_once_never_wedge_worker_and_server(
     assert q.fetch_job(jobs[-1].id).result == big
 
 
-def test_a_thread_an_earlier_job_left_gets_no_context_of_the_next_one(queue, burst,
-                                                                      settings, r):
-    """``current_job()`` in a thread a warm horse's earlier job left running is None: it
-    wrote the next job's meta and progress (its own are the job's, never another's)."""
-    q = queue()
-    reached = f"{settings.prefix}:reached"
-    first = q.enqueue("tests.hostile_jobs:leave_thread", settings.redis_url, reached, 3.0)
-    second = q.enqueue("tests.hostile_jobs:pid_after", 0.5)
-    burst(settings=settings.replace(concurrency=1, horse_jobs=5))
-    done = q.fetch_job(second.id)
-    assert q.fetch_job(first.id).result == done.result     # the same warm horse
-    assert done.status == "finished"
-    assert (done.meta, done.progress) == ({}, None), (done.meta, done.progress)
-    assert r.llen(reached) == 0
-
-
 def test_a_daemon_a_job_left_retires_its_warm_horse(queue, burst, settings):
     """A double-forked daemon (setsid: out of the horse's group) holding the horse's
     pipes becomes the warm horse's child (a child subreaper), so the horse retires
