@@ -256,3 +256,16 @@ async def forge_mates(url, key):
             pass
     await asyncio.sleep(1.0)
     return "forger"
+
+
+async def raising_factory(url, key, seconds):
+    """Push the pid, set a task factory on the loop that refuses every task, and stay
+    ``seconds`` (the next jobs of the horse arrive meanwhile)."""
+    def refuse(loop, coro, **kwargs):
+        coro.close()
+        raise RuntimeError("factory says no")
+
+    _push(url, key)
+    asyncio.get_running_loop().set_task_factory(refuse)
+    await asyncio.sleep(seconds)
+    return "set"

@@ -421,3 +421,21 @@ def test_a_job_writing_report_lines_for_its_mates_forges_no_outcome(queue, burst
     assert all(isinstance(j.result, list) for j in done), [j.result for j in done]
     assert [j.attempts for j in done] == [1, 1, 1]
     assert q.fetch_job(forger.id).result != "forged"
+
+
+def test_a_task_factory_a_job_sets_keeps_no_job_of_the_horse_from_starting(
+        queue, burst, settings, r):
+    """A job's ``loop.set_task_factory(...)`` stayed on the horse's loop: the next jobs
+    sent to it were never started (their timeout failed them). The horse makes its job
+    tasks itself, puts its factory back after the job, and retires."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    setter = _enqueue(q, "raising_factory", settings.redis_url, key, 1.5)
+    mates = [_enqueue(q, "pushed_stamp", settings.redis_url, key, 0.2, timeout=5,
+                      max_retries=0) for _ in range(3)]
+    burst(settings=_async(settings, k=4, concurrency=2))
+    assert q.fetch_job(setter.id).status == "finished"
+    done = [q.fetch_job(j.id) for j in mates]
+    assert [j.status for j in done] == ["finished"] * 3, [j.error_message for j in done]
+    pids = [int(p) for p in r.lrange(key, 0, -1)]
+    assert pids.count(pids[0]) >= 2            # a mate ran in the setter's horse

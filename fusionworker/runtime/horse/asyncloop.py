@@ -119,6 +119,7 @@ class AsyncHorse:
         self.holders: dict[int, list[Any]] = {}
         self.owners: weakref.WeakKeyDictionary[asyncio.Future[Any], list[Any]] = (
             weakref.WeakKeyDictionary())
+        self._factory = self._task_factory     # one bound method: compared by identity
 
     def _task_factory(self, loop: asyncio.AbstractEventLoop, coro: Any,
                       **kwargs: Any) -> asyncio.Task[Any]:
@@ -131,7 +132,7 @@ class AsyncHorse:
 
     async def serve(self, first: bytes) -> None:
         loop = asyncio.get_running_loop()
-        loop.set_task_factory(self._task_factory)
+        loop.set_task_factory(self._factory)
         self.done = loop.create_future()
         os.set_blocking(self.job_r, False)
         loop.add_reader(self.job_r, self.readable)
@@ -176,7 +177,9 @@ class AsyncHorse:
         if self.lease is not None and entry >= 0:
             self.lease.watch(entry)
         self.stops[entry] = stop = Stop()
-        self.tasks[entry] = asyncio.get_running_loop().create_task(self.run(entry, job, stop))
+        # made here, not by the loop's task factory, which a job may have replaced
+        self.tasks[entry] = asyncio.Task(self.run(entry, job, stop),
+                                         loop=asyncio.get_running_loop())
 
     def maybe_done(self) -> None:
         if self.eof and not self.tasks and self.done is not None and not self.done.done():
@@ -218,13 +221,17 @@ class AsyncHorse:
         """The job's report once the horse looked at itself: a job that replaced the
         framework fails; a failure, a framework replaced, a child left or the RSS past
         the ceiling retire the horse ("-", written before the report)."""
+        loop = asyncio.get_running_loop()
+        factory = loop.get_task_factory() is not self._factory   # a job replaced it
+        if factory:      # put back (the horse's own tasks never used it), and retire
+            loop.set_task_factory(self._factory)
         changed = guard.replaced(self.originals)
         if changed:      # the job replaced the framework: it fails, the horse retires
             guard.restore(self.originals)
             report = guard.replaced_report(changed)
         elif report.ok and job.func not in self.mine:
             remember(self.mine, job.func, self.allowed)
-        if not self.leaving and (changed or not report.ok or has_children()
+        if not self.leaving and (changed or factory or not report.ok or has_children()
                                  or (self.max_rss and rss() >= self.max_rss)):
             self.leaving = True
             self.write(b"-\n")
@@ -273,8 +280,8 @@ class AsyncHorse:
             if running is task:
                 return b"!%d %.1f\n" % (entry, held)
         owner = self.owners.get(task)
-        if owner is None:
-            return b""
+        if owner is None:     # made while a job's own factory ran: nobody running to blame
+            return b"!- %.1f\n" % held
         for entry, holder in list(self.holders.items()):
             if holder is owner:
                 return b"!%d %.1f\n" % (entry, held)
