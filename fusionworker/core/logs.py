@@ -40,8 +40,9 @@ class TextFormatter(logging.Formatter):
     """The readable line: ``12:00:01 WARNING message``; the message on one line, its
     traceback below it, control characters of either shown, not obeyed."""
 
-    def __init__(self, fmt: str = "%(asctime)s %(levelname)-7s %(message)s") -> None:
-        super().__init__(fmt, datefmt="%H:%M:%S")
+    def __init__(self, fmt: str = "%(asctime)s %(levelname)-7s %(message)s",
+                 defaults: dict[str, Any] | None = None) -> None:
+        super().__init__(fmt, datefmt="%H:%M:%S", defaults=defaults)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = record.message.translate(_IN_LINE)

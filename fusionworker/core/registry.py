@@ -179,8 +179,7 @@ class JobFunction(Generic[P, R]):
         """Celery's call: ``args`` and ``kwargs`` of the run, ``countdown`` seconds or an
         ``eta`` datetime, other keywords as :meth:`options` takes them (Celery's names
         taken or refused there, naming the way); ``task_id=`` is ``job_id=``."""
-        if countdown is not None and eta is not None:
-            raise TypeError("apply_async: give countdown= or eta=, not both")
+        _check_apply_async(args, kwargs, countdown, eta)
         if "task_id" in options:             # Celery's name of the job's id, in its call
             if "job_id" in options:
                 raise TypeError("apply_async: give task_id= or job_id=, not both")
@@ -192,6 +191,22 @@ class JobFunction(Generic[P, R]):
         if eta is not None:
             return handle.enqueue_at(eta, *call_args, **call_kwargs)
         return handle.enqueue(*call_args, **call_kwargs)
+
+
+def _check_apply_async(args: Any, kwargs: Any, countdown: Any, eta: Any) -> None:
+    """``apply_async``'s arguments, each of the one type it takes (a string would be
+    its characters as arguments, a bool a countdown): TypeError in one line."""
+    if countdown is not None and eta is not None:
+        raise TypeError("apply_async: give countdown= or eta=, not both")
+    if args is not None and not isinstance(args, (list, tuple)):
+        raise TypeError(f"apply_async: args= is a list or tuple, not a {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"apply_async: kwargs= is a dict, not a {type(kwargs).__name__}")
+    if countdown is not None and (isinstance(countdown, bool)
+                                  or not isinstance(countdown, (int, float))):
+        raise TypeError(f"apply_async: countdown= is a number of seconds, not {countdown!r}")
+    if eta is not None and not isinstance(eta, datetime):
+        raise TypeError(f"apply_async: eta= is a datetime, not {eta!r}")
 
 
 def register(func: Callable[P, R], *, queue: str | Queue = "default", connection: RedisClient | None = None,

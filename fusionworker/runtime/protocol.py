@@ -458,7 +458,7 @@ class HorseReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HorseReport:
-        return cls(ok=bool(data.get("ok")), reason=data.get("reason") or "",
+        return cls(ok=data.get("ok") is True, reason=data.get("reason") or "",
                    result=data.get("result"), error_type=data.get("error_type"),
                    error_message=data.get("error_message"), traceback=data.get("traceback"),
                    retryable=data.get("retryable", False), retry_delay=data.get("retry_delay"),

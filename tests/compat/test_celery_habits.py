@@ -68,6 +68,13 @@ def test_apply_async_is_celerys_call(queue, work, r):
     assert q.fetch_job("aa-1").result == 3
     with pytest.raises(TypeError, match="not both"):
         handle.apply_async((1, 2), countdown=1, eta=at)
+    for bad, says in (({"args": "ab"}, "args= is a list or tuple, not a str"),
+                      ({"kwargs": [("a", 1)]}, "kwargs= is a dict, not a list"),
+                      ({"countdown": "10"}, "countdown= is a number of seconds"),
+                      ({"countdown": True}, "countdown= is a number of seconds"),
+                      ({"eta": 5}, "eta= is a datetime")):
+        with pytest.raises(TypeError, match=says):
+            handle.apply_async(**bad)
     with pytest.raises(TypeError, match="soft_time_limit.*timeout="):
         handle.apply_async((1, 2), soft_time_limit=3)
     with pytest.raises(TypeError, match=r"no parameter 'countdown': use add\.enqueue_in\("):

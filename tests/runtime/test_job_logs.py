@@ -73,3 +73,23 @@ def test_a_job_module_that_configures_logging_keeps_its_own(processes: Any, r: A
     out = processes.output(proc)
     assert "OWN DEBUG debug line 8" in out and "OWN INFO info line 8" in out, out
     assert "[job " not in out
+
+
+def test_a_job_clearing_the_last_resorts_filters_still_gets_its_lines_written(
+        monkeypatch: Any, capsys: Any) -> None:
+    """The handler's formatter has a default for ``job_id``: a job that cleared the
+    handler's filters (a warm horse's later jobs log through the same handler) got a
+    ``KeyError: 'job_id'`` logging error for every line instead of the line."""
+    import logging
+
+    from fusionworker.runtime.horse.joblog import send_unconfigured_to_worker_log
+
+    monkeypatch.setattr(logging, "lastResort", logging.lastResort)   # put back after
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    send_unconfigured_to_worker_log("INFO", "text")
+    logging.lastResort.filters.clear()
+    logging.getLogger("joblog_app_filters").warning("still written")
+    err = capsys.readouterr().err
+    assert "joblog_app_filters [job -]: still written" in err and "KeyError" not in err, err

@@ -42,7 +42,9 @@ def send_unconfigured_to_worker_log(level: str, fmt: str) -> None:
     """Make the worker's log the last resort of job code's log records (module
     docstring). ``level``, ``fmt``: the worker's ``--log-level`` and ``--log-format``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(_TEXT))
+    # (a job that clears the handler's filters leaves records without job_id: "-")
+    handler.setFormatter(JsonFormatter() if fmt == "json"
+                         else TextFormatter(_TEXT, defaults={"job_id": "-"}))
     handler.addFilter(_JobId())
     logging.lastResort = handler
     root = logging.getLogger()
