@@ -331,12 +331,7 @@ class AsyncDirect:
         own: slot.py)."""
         flooded(f"of async horse {horse.pid} (one of {len(horse.jobs)})", horse.pid,
                 len(horse.buf))
-        horse.buf.clear()
-        horse.stop_taking()
-        try:
-            os.killpg(horse.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_unasked(horse)
 
     def _forged(self, horse: AsyncHanded, slot: Slot) -> None:
         """A report line on ``slot``'s entry that is not its job's: a job of the horse
@@ -345,12 +340,7 @@ class AsyncDirect:
         log.error("A report of async horse %d for job %s is not that job's (a job of the "
                   "horse wrote on its report pipe): the horse is killed, its %d job(s) go "
                   "back", horse.pid, slot.job.id, len(horse.jobs))
-        horse.buf.clear()
-        horse.stop_taking()
-        try:
-            os.killpg(horse.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_unasked(horse)
 
     def _holds_loop(self, horse: AsyncHanded, rest: bytes) -> None:
         try:
@@ -421,3 +411,14 @@ class AsyncDirect:
                 if horse.fd >= 0:
                     self._unwatch_async(horse)
                 self.async_horses.pop(horse.pid, None)
+
+
+def _kill_unasked(horse: AsyncHanded) -> None:
+    """Nothing more of the horse is read or given: SIGKILL its group (a death nobody
+    asked for: slot.py gives its jobs back as at any death of no known cause)."""
+    horse.buf.clear()
+    horse.stop_taking()
+    try:
+        os.killpg(horse.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
