@@ -164,11 +164,15 @@ def _import_hint(func: str, app: App) -> str:
         jobs = [ref.partition(":")[2] for ref in registered() if ref.startswith(module + ":")]
         return (f" (module {module} has no @job function {func.partition(':')[2]!r}; "
                 f"its @job functions: {', '.join(jobs) or 'none'})")
+    return f" (here: add --import {module})" if _importable(module) else ""
+
+
+def _importable(module: str) -> bool:
+    """Python finds ``module`` here (without importing it)."""
     try:
-        found = importlib.util.find_spec(module) is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
-        found = False
-    return f" (here: add --import {module})" if found else ""
+        return False
 
 
 def _warn_unimportable(func: str) -> None:
@@ -176,11 +180,7 @@ def _warn_unimportable(func: str) -> None:
     module = func.partition(":")[0]
     if not module or ":" not in func:
         return                          # the queue's own check says what is wrong
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not _importable(module):
         say(f"warning: module {module!r} cannot be imported here (current directory: "
                    f"{os.getcwd()}); only the name {func!r} was checked, the worker checks "
                    "the rest", err=True)

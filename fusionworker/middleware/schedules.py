@@ -171,8 +171,8 @@ def _say_unserved(worker: WorkerContext) -> None:
     serves: its entry is run by the workers of its queue, so it enqueues nothing yet
     (Celery's beat enqueues whoever consumes; a typo in ``queue=`` would be silent)."""
     served = set(worker.queue_names)
-    unserved = sorted({s.queue for s in declared()} - served)
-    if not unserved:
+    missing = [s for s in declared() if s.queue not in served]
+    if not missing:
         return
     try:
         from ..core.worker_list import live_workers
@@ -180,7 +180,7 @@ def _say_unserved(worker: WorkerContext) -> None:
             served.update(info.queues)
     except Exception:  # noqa: BLE001 - a warning never stops the worker
         return
-    for s in declared():
+    for s in missing:
         if s.queue not in served:
             log.warning("Schedule %r enqueues on queue %r, which no live worker serves: "
                         "its runs are made by a worker of that queue, so none is made yet",

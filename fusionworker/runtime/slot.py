@@ -485,11 +485,10 @@ class Slot:
         not used again). A report naming no job is unreadable."""
         report = HorseReport.decode(self._buf)
         named = report.job if report is not None else first_report_job(self._buf)
-        other = named if named is not None and named != self.job.id else None
-        if (report is not None and named != self.job.id) or other is not None:
-            report = None
-            self.signal_group(signal.SIGKILL)
-        return report, other
+        if named == self.job.id or (report is None and named is None):
+            return report, None            # its own (or unreadable, naming nobody)
+        self.signal_group(signal.SIGKILL)
+        return None, named
 
     def _died_with_server(self, exit_: HorseExit) -> None:
         """Killed because its fork server died: the job's fault if it ran there alone,
