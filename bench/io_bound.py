@@ -2,7 +2,7 @@
 """I/O-bound jobs at concurrency 100: fusionworker against its peers, in one run.
 
     python bench/io_bound.py [--jobs 1000] [--seconds 0.1] [--concurrency 100]
-                             [--systems fw-c,fw-w,fw-wi,fw-p,rq,celery,dramatiq,arq]
+                             [--systems fw-c,fw-w,fw-wi,fw-wn,fw-p,rq,celery,dramatiq,arq]
                              [--horse-jobs 100] [--async-per-horse 100] [--json out.json]
 
 Each system runs the same job, ``bench/io_jobs.py`` (``time.sleep(0.1)``; arq:
@@ -15,6 +15,8 @@ holds keys of its own it did not write, unless --force-flush):
 * ``fw-wi``: ``fw-w`` with the job's module also named with ``--import`` (the two
   should run at the same speed: the fork server loads an allowed module at its first
   job whether or not it was named; the table prints ``fw-w`` against ``fw-wi``);
+* ``fw-wn``: ``fw-w`` with the event log off (``FUSIONWORKER_EVENTS=0`` for the worker
+  and the producer): none of the peers writes one, so this is the like-for-like line;
 * ``fw-a``: the job as ``async def`` (``asyncio.sleep``) on warm horses that run
   ``--async-per-horse K`` of them at once (default 100: ``--concurrency 100`` is one
   horse); ``fw-a1``: the same ``async def`` job at K = 1 (one job per horse);
@@ -86,7 +88,7 @@ sys.path.insert(0, str(ROOT))
 from bench.procs import stop_group  # noqa: E402
 from bench.run import percentile  # noqa: E402
 
-SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-a", "fw-a1", "fw-p", "rq", "celery", "dramatiq", "arq")
+SYSTEMS = ("fw-c", "fw-w", "fw-wi", "fw-wn", "fw-a", "fw-a1", "fw-p", "rq", "celery", "dramatiq", "arq")
 
 
 def tree_pss_kib(root: int) -> tuple[int, int]:
@@ -147,7 +149,7 @@ class Run:
         """argv, extra env, and the least number of processes in the ready tree."""
         argv, env, least = self._command(system)
         n = self.args.worker_processes
-        if n > 1 and system in ("fw-c", "fw-w", "fw-wi", "fw-a", "fw-a1"):
+        if n > 1 and system in ("fw-c", "fw-w", "fw-wi", "fw-wn", "fw-a", "fw-a1"):
             # --worker-processes P: P worker processes under the supervisor, C / P each
             at = argv.index("--concurrency") + 1
             argv[at] = str(max(1, self.args.concurrency // n))
@@ -163,9 +165,10 @@ class Run:
         if system == "fw-c":
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
                      str(a.concurrency)], {}, 2)
-        if system == "fw-w":
+        if system in ("fw-w", "fw-wn"):
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
-                     str(a.concurrency), "--horse-jobs", str(a.horse_jobs)], {}, 2)
+                     str(a.concurrency), "--horse-jobs", str(a.horse_jobs)],
+                    {"FUSIONWORKER_EVENTS": "0"} if system == "fw-wn" else {}, 2)
         if system == "fw-wi":
             return ([py, str(ROOT / "run_worker.py"), "worker", "-q", "ioq", "--concurrency",
                      str(a.concurrency), "--horse-jobs", str(a.horse_jobs),
@@ -204,7 +207,8 @@ class Run:
 
             # the client the README's producer gets: none given, the settings' REDIS_URL
             q = Queue("ioq", settings=load_settings(
-                environ={}, redis_url=self.url, prefix=self.prefix, allowed_modules=("bench",)))
+                environ={}, redis_url=self.url, prefix=self.prefix, allowed_modules=("bench",),
+                events=system != "fw-wn"))
             func = "io_sleep_aio" if system in ("fw-a", "fw-a1") else "io_sleep"
             for _ in range(n):
                 q.enqueue_call(f"bench.io_jobs:{func}", args=[path, time.time(), seconds])
@@ -358,6 +362,7 @@ def waves(rows: list[tuple[float, ...]], concurrency: int, seconds: float) -> di
 LABEL = {"fw-c": "fusionworker --concurrency {c}",
          "fw-w": "fusionworker --concurrency {c} --horse-jobs {h}",
          "fw-wi": "fusionworker --concurrency {c} --horse-jobs {h} --import",
+         "fw-wn": "fusionworker -c {c} --horse-jobs {h}, no event log",
          "fw-a": "fusionworker async -c {c} --horse-jobs {h} --async-per-horse {k}",
          "fw-a1": "fusionworker async -c {c} --horse-jobs {h} (K=1)",
          "fw-p": "fusionworker --processes {p} x{pc}",
@@ -376,8 +381,8 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                                             pc=args.fw_concurrency, rq=args.rq_workers,
                                             d=args.dramatiq_threads or args.concurrency,
                                             wp=args.worker_processes)
-        if args.worker_processes > 1 and res["system"] in ("fw-c", "fw-w", "fw-wi", "fw-a",
-                                                           "fw-a1"):
+        if args.worker_processes > 1 and res["system"] in ("fw-c", "fw-w", "fw-wi", "fw-wn",
+                                                           "fw-a", "fw-a1"):
             n = args.worker_processes
             label += f" (--processes {n}, -c {max(1, args.concurrency // n)} each)"
         rows.append([label, str(res["done"]), f"{res['jobs_per_s']:.0f}",
@@ -397,7 +402,7 @@ def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                    f"{' '.join(f'{x:.0f}' for x in plain)} vs "
                    f"{' '.join(f'{x:.0f}' for x in named)}: median "
                    f"x{statistics.median(plain) / statistics.median(named):.2f}")
-    for mine in ("fw-c", "fw-w", "fw-a", "fw-a1"):
+    for mine in ("fw-c", "fw-w", "fw-wn", "fw-a", "fw-a1"):
         if mine not in by:
             continue
         fw = by[mine]

@@ -106,10 +106,14 @@ def events(app: App, follow: bool, job_id: str | None, queue: str | None, as_jso
     released, and admin (a dashboard action); `--job ID`
     lists one job's events in the order they happened. When ELASTICSEARCH_URL
     is set, workers and producers send events to Elasticsearch (index ELASTICSEARCH_INDEX)
-    instead and this stream stays empty: query the index there.
+    instead and this stream stays empty: query the index there. With
+    FUSIONWORKER_EVENTS=0 none is written at all.
     """
     settings = app.settings
-    if settings.elasticsearch_url:
+    if not settings.events:
+        say("note: FUSIONWORKER_EVENTS=0: producers and workers with this setting write no "
+            "events", err=True)
+    elif settings.elasticsearch_url:
         say("note: ELASTICSEARCH_URL is set: events go to Elasticsearch index "
                    f"{settings.elasticsearch_index!r}, not to this Redis stream", err=True)
     r = app.connection

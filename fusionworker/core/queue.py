@@ -113,6 +113,8 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
                 getattr(events, "emit", None)):
             raise TypeError(f"events must be None, True, False or a sink with an emit() "
                             f"method, not {type(events).__name__}")
+        if events is None and not self.settings.events:   # FUSIONWORKER_EVENTS=0
+            events = False
         self._events = events
         #: (the sink it was worked out for, ``_script_events()``'s answer)
         self._script_stream: tuple[Any, tuple[list[str], list[Any]] | None] | None = None

@@ -23,7 +23,7 @@ def _sink_key(settings: Settings) -> tuple[Any, ...]:
     return (os.getpid(), settings.prefix, settings.redis_url, settings.elasticsearch_url,
             settings.elasticsearch_index, settings.elasticsearch_api_key,
             settings.elasticsearch_username, settings.elasticsearch_password,
-            settings.event_buffer, settings.event_stream_maxlen)
+            settings.event_buffer, settings.event_stream_maxlen, settings.events)
 
 
 def default_sink(settings: Settings, connection: RedisClient) -> EventSink:

@@ -545,10 +545,13 @@ class ElasticsearchSink(EventSink):
 
 
 def make_sink(settings: Settings, connection: RedisClient, **kwargs: Any) -> EventSink:
-    """Elasticsearch when ``elasticsearch_url`` is set, else the Redis stream.
+    """Elasticsearch when ``elasticsearch_url`` is set, else the Redis stream; a
+    :class:`NullSink` when the event log is off (``FUSIONWORKER_EVENTS=0``).
 
     ``kwargs`` go to the sink (batch size, backoff, ...).
     """
+    if not settings.events:
+        return NullSink()
     kwargs.setdefault("buffer_size", settings.event_buffer)
     if settings.elasticsearch_url:
         return ElasticsearchSink(

@@ -418,6 +418,8 @@ class Worker:
         found = [mw for mw in self.middleware if isinstance(mw, EventsMiddleware)]
         events = found[0].script_events(self) if len(found) == 1 else None
         self.claimer.events = self.recorder.events = self.progress.events = events
+        if not found and not self.settings.events:
+            log.info("Worker %s: event log off (FUSIONWORKER_EVENTS=0)", self.name)
         if events is not None:
             log.info("Worker %s: its claims, progress and outcomes write their events to %s "
                      "themselves", self.name, events.stream)
