@@ -23,9 +23,9 @@ of :func:`default_middleware`:
  6. dependencies (``core/workflows.py``);
  7. Sentinel master following (``core/connection.py``), with a
     ``redis+sentinel://`` URL only;
- 8. events (``events/``), unless ``FUSIONWORKER_EVENTS=0`` (an ``EventsMiddleware``
-    given to the worker still runs): before metrics, whose ``on_start`` takes the
-    events middleware's sink;
+ 8. events (``events/``), unless ``FUSIONWORKER_EVENTS=0`` (an
+    ``EventsMiddleware(sink)`` given to the worker still writes to its sink): before
+    metrics, whose ``on_start`` takes the events middleware's sink;
  9. vitals (``vitals.py``): the worker's memory in its heartbeat hash
     (``describe`` only);
 10. Prometheus metrics (``metrics.py``), with a metrics port only;
@@ -74,7 +74,7 @@ def default_middleware(settings: Settings) -> list[Middleware]:
                                DeclaredSchedules(), CronScheduler(), DependencyMiddleware()]
     if settings.redis_url.startswith("redis+sentinel"):
         chain.append(FollowSentinelMaster())
-    if settings.events:      # FUSIONWORKER_EVENTS=0: no event log (a given one still runs)
+    if settings.events:      # FUSIONWORKER_EVENTS=0: no event log (one given its sink writes)
         chain.append(EventsMiddleware())
     chain.append(WorkerVitals())
     if settings.metrics_port:   # (prometheus_client, ~10 MiB, only for a worker that serves it)
