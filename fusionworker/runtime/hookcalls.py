@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.hooks import Middleware, WorkerContext
+from ..core.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +75,15 @@ class HookCalls:
             except Exception:
                 log.exception("middleware %s.describe failed", type(mw).__name__)
         return fields
+
+
+class StopAtLastClaim(Middleware):
+    """``work(max_jobs=N)``: once the claimer has claimed its N (``claimer.left``, the
+    jobs it may still claim, down to 0), the worker stops warm."""
+
+    def __init__(self, claimer: Any) -> None:
+        self.claimer = claimer
+
+    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
+        if self.claimer.left is not None and self.claimer.left <= 0:
+            worker.request_stop("warm")

@@ -75,3 +75,9 @@ class LoopState:
         """Nothing known locally forbids a claim (the middleware is asked separately)."""
         return (self.stop is None and not self.reload_requested and not self.suspended
                 and self.hold is None)
+
+    def rearm(self) -> None:
+        """A new ``work()`` of the same worker (RQ's tests call it again): what the last
+        run's end left (its stop, its timers, what the hash says) is forgotten."""
+        self.stop, self.cold_done, self.looping, self.published = None, False, False, None
+        self.want_claim, self.next_poll, self.next_heartbeat, self.next_tick = True, 0.0, 0.0, 0.0

@@ -31,7 +31,7 @@ import redis
 from .. import __version__
 from ..core.config import Settings, async_hint, async_problem, load_settings
 from ..core.connection import decoding
-from ..core.hooks import Middleware, Outcome, WorkerContext
+from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
@@ -43,7 +43,7 @@ from .claim import Claimer
 from .errors import PROBE_INTERVAL, REFUSED, UNREACHABLE, is_oom, wait_reachable
 from .fairshare import FairShare
 from .gpus import resolve_devices, share_devices
-from .hookcalls import HookCalls
+from .hookcalls import HookCalls, StopAtLastClaim
 from .imports import worker_allowed
 from .launch import ForkServerLauncher, Launcher, LaunchSpec
 from .loop import Loop
@@ -192,15 +192,19 @@ class Worker:
         ``before`` or after the last of class ``after``."""
         place(self.middleware, mw, before=before, after=after)
 
-    def _stop_after(self, max_jobs: int) -> None:
+    def _stop_after(self, max_jobs: int | None) -> None:
         """``work(max_jobs=N)``: the claimer claims N jobs at most (however many slots
-        are free); with the N-th claimed, a warm stop (the running ones finish)."""
+        are free); with the N-th claimed, a warm stop (the running ones finish). None: no cap
+        (a later ``work()`` is not held to an earlier one's)."""
+        self.claimer.left = None
+        if max_jobs is None:
+            return
         if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
             raise ValueError(f"max_jobs must be a whole number of at least 1, "
                              f"not {max_jobs!r}")
         self.claimer.left = max_jobs
-        if not any(isinstance(mw, _StopAtLastClaim) for mw in self.middleware):
-            self.add_middleware(_StopAtLastClaim(self.claimer))
+        if not any(isinstance(mw, StopAtLastClaim) for mw in self.middleware):
+            self.add_middleware(StopAtLastClaim(self.claimer))
 
     def _cold(self) -> bool:
         return self.loop.state.stop == Stop.COLD
@@ -380,10 +384,11 @@ class Worker:
         (stderr, ``FUSIONWORKER_LOG_LEVEL``/``_FORMAT``), as RQ's worker does. Redis down
         or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
         not a burst waits for it, like a running worker does, instead of exiting."""
+        self.loop.state.rearm()     # a later work() of this worker starts afresh
+        self.loop.burst_done = False
         if burst is not None:
             self.loop.burst = burst
-        if max_jobs is not None:
-            self._stop_after(max_jobs)
+        self._stop_after(max_jobs)
         # nothing configured logging (a script calling work()): the CLI's lines on stderr
         setup_default_logging(self.settings.log_level, self.settings.log_format)
         self._install_signals()
@@ -586,14 +591,3 @@ class QueueNames(list[str]):
 
     def __call__(self) -> list[str]:
         return list(self)
-
-
-class _StopAtLastClaim(Middleware):
-    """``work(max_jobs=N)``: once the claimer has claimed its N, the worker stops warm."""
-
-    def __init__(self, claimer: Claimer) -> None:
-        self.claimer = claimer
-
-    def after_claim(self, worker: WorkerContext, job: Job[Any]) -> None:
-        if self.claimer.left is not None and self.claimer.left <= 0:
-            worker.request_stop("warm")

@@ -250,6 +250,21 @@ def test_work_max_jobs_claims_that_many_whatever_the_free_slots(queue, r, settin
     assert [j.get_status() for j in jobs] == ["finished"] * 7 + ["queued"]
 
 
+def test_the_same_worker_works_again(queue, r, settings):
+    """RQ's tests hold one worker and call ``work(burst=True)`` after each enqueue: every
+    call claims afresh, and a later call is not held to an earlier one's ``max_jobs``."""
+    q = queue()
+    w = Worker(q.name, r, settings=settings.replace(concurrency=2))
+    first = q.enqueue(HELLO, "a")
+    assert w.work(burst=True) == 0
+    assert first.get_status() == "finished"
+    more = [q.enqueue(HELLO, str(n)) for n in range(4)]
+    assert w.work(burst=True, max_jobs=1) == 0
+    assert [j.get_status() for j in more] == ["finished"] + ["queued"] * 3
+    assert w.work(burst=True) == 0
+    assert [j.get_status() for j in more] == ["finished"] * 4
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
 def test_work_refuses_a_max_jobs_that_is_no_count(r, settings, bad):
     with pytest.raises(ValueError, match="max_jobs must be a whole number"):
