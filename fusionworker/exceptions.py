@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+from .core.base_error import FusionWorkerError as FusionWorkerError
 from .core.job_view import JobView
 from .core.retry import RetryPolicy
-
-
-class FusionWorkerError(Exception):
-    """Base class of fusionworker's own errors."""
 
 
 class Retry(Exception):

@@ -22,13 +22,13 @@ def test_importing_the_package_imports_neither_the_worker_nor_redis():
     # what it does import: the documented fusionworker.job path and what the job module needs
     # (job_habits: the RQ names of Job, a part of the class; vocabulary: its enums; record:
     # its schema, whose timeout default is config's, and config_file, which config
-    # imports; exceptions: retry, the policy RQ's
+    # imports, with base_error, its ConfigError's base; exceptions: retry, the policy RQ's
     # Retry(max=) carries; derived: the is_<status> names; job_view: the type the exceptions
     # name a job by), and the producer's port to the event log and the core's port
     # to the Queue class, which the package root installs
     assert ours == {"fusionworker", "fusionworker.core", "fusionworker.core.codec",
                     "fusionworker.core.emitting", "fusionworker.core.config",
-                    "fusionworker.core.config_file",
+                    "fusionworker.core.config_file", "fusionworker.core.base_error",
                     "fusionworker.core.queue_port",
                     "fusionworker.core.record", "fusionworker.core.retry",
                     "fusionworker.core.job", "fusionworker.core.job_habits",

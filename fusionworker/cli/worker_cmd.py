@@ -132,6 +132,9 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
                    "built-in ones, as Worker(middleware=[...]) does: RQ's "
                    "--exception-handler, Celery's signals (repeatable; adds to "
                    "FUSIONWORKER_MIDDLEWARE).")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Claim N jobs at most, then stop warm once they ended (RQ's --max-jobs; "
+                   "not with --processes, whose supervisor would start the process again).")
 @click.option("--max-restarts", type=click.IntRange(min=1), default=5, show_default=True,
               help="With --processes: restarts of one process allowed per --restart-window.")
 @click.option("--restart-window", type=FiniteFloat(min=1), default=60.0, show_default=True,
@@ -145,7 +148,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
            horse_jobs: int | None = None, async_per_horse: int | None = None,
            fair: bool = False,
            gpus: str | None = None, short_n: str | None = None,
-           middleware: tuple[str, ...] = ()) -> None:
+           middleware: tuple[str, ...] = (), max_jobs: int | None = None) -> None:
     """Run a worker until SIGTERM (twice: cold shutdown).
 
     `worker high default low` (queues as arguments, as with RQ) serves them in
@@ -162,6 +165,9 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
     """
     name = _name(name, short_n)
     processes = _processes(app, processes)
+    if max_jobs is not None and processes > 1:
+        raise click.UsageError("--max-jobs stops one worker process; with --processes the "
+                               "supervisor would start it again: run one process")
     queues = _checked_flags(ordered, queues, metrics_bind, name, processes)
     strict = bool(ordered)
     searched = extend_sys_path((*paths, *app.settings.path))
@@ -208,7 +214,7 @@ def worker(app: App, ordered: tuple[str, ...], queues: str | None, burst: bool, 
                reload_settings=reload_settings, strict=strict,
                middleware=load_middleware(refs))
     try:
-        code = w.work()
+        code = w.work(max_jobs=max_jobs)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     except redis.ResponseError as exc:   # refused the registration (burst, or not passing)

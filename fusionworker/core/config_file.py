@@ -7,15 +7,18 @@ import difflib
 import os
 from collections.abc import Mapping, Sequence
 
+from .base_error import FusionWorkerError
+
 #: Set by ``worker --processes N`` in its children's environment to the settings file
 #: it read: the supervisor said that file's typos once, so its children do not say them
 #: again (each child reads the same file; N + 1 copies of a warning is noise).
 CHECKED_BY_PARENT = "FUSIONWORKER_CONFIG_CHECKED"
 
 
-class ConfigError(ValueError):
+class ConfigError(FusionWorkerError, ValueError):
     """A setting has a value that cannot be used (``config.ConfigError``: defined here,
-    where the settings file is read, so that config.py can import this module)."""
+    where the settings file is read, so that config.py can import this module); a
+    ``FusionWorkerError`` and a ``ValueError``."""
 
 
 def read_config_file(path: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ logged when it fails.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -140,17 +141,32 @@ def _with_callbacks(opts: JobOptions, allowed: tuple[str, ...]) -> JobOptions:
     """``opts`` with its callbacks as checked, allowed references."""
     if opts.on_success is None and opts.on_failure is None and opts.on_stopped is None:
         return opts
-    return opts._replace(on_success=_callback(opts.on_success, allowed),
-                         on_failure=_callback(opts.on_failure, allowed),
-                         on_stopped=_callback(opts.on_stopped, allowed))
+    return opts._replace(on_success=_callback("on_success", opts.on_success, allowed),
+                         on_failure=_callback("on_failure", opts.on_failure, allowed),
+                         on_stopped=_callback("on_stopped", opts.on_stopped, allowed))
 
 
-def _callback(func: Any, allowed: tuple[str, ...]) -> str | None:
-    """An ``on_success``/``on_failure`` function as its checked, allowed reference."""
+def _callback(option: str, func: Any, allowed: tuple[str, ...]) -> str | None:
+    """An ``on_success``/``on_failure`` function as its checked, allowed reference. A
+    function that cannot take the one argument it is called with (the job id) is
+    refused here, before anything is written, not when it runs: RQ's callbacks take
+    ``(job, connection, result)``."""
     if func is None:
         return None
     ref = _checked_ref(func)
     verify(ref, allowed)
+    if callable(func):
+        try:
+            signature = inspect.signature(func)
+        except (TypeError, ValueError):   # no signature to read (a builtin): as given
+            return ref
+        try:
+            signature.bind("job-id")
+        except TypeError:
+            raise ValueError(
+                f"{option}={ref}{signature}: a callback is called with one argument, the "
+                f"job id (RQ's callbacks take job, connection, result); give it one "
+                f"parameter and read the job with Job.fetch(job_id)") from None
     return ref
 
 

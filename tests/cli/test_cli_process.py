@@ -50,6 +50,20 @@ def test_bad_flag_unknown_job_and_health_exit_codes(settings: Any, queue: Any) -
     assert proc.stderr.strip() == "unhealthy: no live worker serves queue sms"
 
 
+def test_worker_max_jobs_claims_that_many_and_stops(settings: Any, queue: Any) -> None:
+    """RQ's ``rq worker --burst --max-jobs N``: N jobs run, the rest stay queued; with
+    --processes it is refused in one line (the supervisor would start it again)."""
+    q = queue("mj")
+    jobs = [q.enqueue("tests.jobs:noop") for _ in range(3)]
+    proc = run(settings, "worker", "-q", "mj", "--burst", "--max-jobs", "2", "--concurrency",
+               "3")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(str(j.get_status()) for j in jobs) == ["finished", "finished", "queued"]
+    proc = run(settings, "worker", "-q", "mj", "--burst", "--max-jobs", "1", "--processes", "2")
+    assert proc.returncode == 2 and "--max-jobs stops one worker process" in proc.stderr
+    assert q.count == 1
+
+
 @pytest.mark.slow
 def test_info_with_a_real_busy_worker_and_interval(processes: Any, settings: Any,
                                                    queue: Any, tmp_path: Any) -> None:

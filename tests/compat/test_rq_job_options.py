@@ -242,6 +242,20 @@ def test_a_callback_that_is_not_allowed_is_refused_before_anything_is_written(qu
     assert not q.connection.keys(q.qkeys.match_all)
 
 
+def test_an_rq_style_callback_is_refused_at_enqueue_naming_the_signature(queue):
+    """RQ calls ``on_success(job, connection, result)``; here a callback gets the job id:
+    one that cannot take a single argument is refused before anything is written, not
+    failed once the job ran. One that can (``*args``, a default) is kept."""
+    q = queue()
+    for option in ("on_success", "on_failure", "on_stopped"):
+        with pytest.raises(ValueError, match=rf"{option}=tests.jobs:rq_style_callback\(job, "
+                           r"connection, result.*one argument, the job id"):
+            q.enqueue(jobs.add, 1, 2, **{option: jobs.rq_style_callback})
+    assert not q.connection.keys(q.qkeys.match_all)
+    kept = q.enqueue(jobs.add, 1, 2, on_success=jobs.echo, on_failure="tests.jobs:echo")
+    assert kept.get_status() == "queued"
+
+
 def test_rq_objects_and_spellings_are_refused_naming_the_fix(queue):
     """What an RQ user's code still holds after the imports were changed: each refused
     before anything is written, with the fusionworker spelling to use."""
@@ -253,6 +267,9 @@ def test_rq_objects_and_spellings_are_refused_naming_the_fix(queue):
     with pytest.raises(TypeError, match=r"is RQ's Retry: use fusionworker's"):
         q.enqueue("tests.jobs:noop", retry=rq.Retry(max=2, interval=[1, 2]))
     with pytest.raises(ConfigError, match="hard time limit"):
+        q.enqueue("tests.jobs:noop", job_timeout=-1)
+    from fusionworker.exceptions import FusionWorkerError   # api.md: every error of ours
+    with pytest.raises(FusionWorkerError, match="hard time limit"):
         q.enqueue("tests.jobs:noop", job_timeout=-1)
     with pytest.raises(InvalidFunction, match=r"RQ's Callback: pass the function itself"):
         q.enqueue("tests.jobs:noop", on_success=rq.Callback(print))
