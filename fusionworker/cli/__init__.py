@@ -149,7 +149,7 @@ def _secrets(url: str) -> list[str]:
               help="Redis URL (overrides REDIS_URL; -u/--url as in `rq`).")
 @click.option("--prefix", metavar="PREFIX",
               help="Key prefix of the deployment (overrides FUSIONWORKER_PREFIX).")
-@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"],
+@click.option("--log-level", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                                                case_sensitive=False), default=None)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
               help="text: readable lines; json: one JSON object per line.")

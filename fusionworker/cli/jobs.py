@@ -343,7 +343,7 @@ def _show_outcome(found: Job[Any]) -> None:
 def job_list(app: App, queue: str | None, statuses: tuple[str, ...], limit: int,
              as_json: bool) -> None:
     """Jobs by registry: queued (best first), scheduled (soonest), started, then
-    finished, failed and canceled (newest first)."""
+    finished, failed and canceled (newest first), stopped, deferred and held."""
     r = app.connection
     names = [require_queue(app, queue)] if queue else known_queues(r, app.settings.prefix)
     found, truncated = _listed_jobs(app, names, statuses or STATUSES, limit)

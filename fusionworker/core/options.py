@@ -283,10 +283,12 @@ def _not_a_number(options: JobOptions) -> str:
 
 
 def _check_words(description: Any, meta: Any) -> None:
-    if description is not None and (description.__class__ is not str
-                                    or len(description) > 2000):
+    if description is not None and description.__class__ is not str:
         raise TypeError(f"description must be a string of at most 2000 characters, "
                         f"got {type(description).__name__}")
+    if description is not None and len(description) > 2000:   # a value too long: ValueError
+        raise ValueError(f"description must be a string of at most 2000 characters, "
+                         f"got {len(description)}")
     if meta is not None and (not isinstance(meta, dict)
                              or not all(isinstance(k, str) for k in meta)):
         raise TypeError(f"meta must be a dict with string keys, got {type(meta).__name__}")

@@ -207,8 +207,9 @@ class Loop:
             if claimed.jobs:
                 self._start(claimed.jobs, claimed.sent)
                 free = self.solo.free(self.concurrency, self.slots)
-            elif self.burst_done and not self.slots:
-                log.info("Worker %s: queues empty, burst done", self.ctx.name)
+            elif self.burst_done and not self.slots:   # (suspended: said why in _claim)
+                log.info("Worker %s: %s, burst done", self.ctx.name,
+                         "suspended" if st.suspended else "queues empty")
                 return False
         self._publish()
         self._wait(free)
@@ -285,8 +286,7 @@ class Loop:
         without a round trip: not stopping, no reload pending, no heartbeat due
         (it reads the suspend flag first), not suspended (pub/sub already read),
         no middleware holding claims. The places are those a claim of our own
-        would take first (round-robin order unchanged).
-        """
+        would take first (round-robin order unchanged)."""
         st = self.state
         if (free <= 0 or st.stop is not None or st.reload_requested
                 or not self.claimer.cycle or time.monotonic() >= st.next_heartbeat):

@@ -261,14 +261,13 @@ def test_rq_objects_and_spellings_are_refused_naming_the_fix(queue):
     before anything is written, with the fusionworker spelling to use."""
     rq = pytest.importorskip("rq")
     from fusionworker.core.config import ConfigError
-    from fusionworker.exceptions import FunctionNotAllowed, InvalidFunction
+    from fusionworker.exceptions import FunctionNotAllowed, FusionWorkerError, InvalidFunction
 
     q = queue()
     with pytest.raises(TypeError, match=r"is RQ's Retry: use fusionworker's"):
         q.enqueue("tests.jobs:noop", retry=rq.Retry(max=2, interval=[1, 2]))
     with pytest.raises(ConfigError, match="hard time limit"):
         q.enqueue("tests.jobs:noop", job_timeout=-1)
-    from fusionworker.exceptions import FusionWorkerError   # api.md: every error of ours
     with pytest.raises(FusionWorkerError, match="hard time limit"):
         q.enqueue("tests.jobs:noop", job_timeout=-1)
     with pytest.raises(InvalidFunction, match=r"RQ's Callback: pass the function itself"):

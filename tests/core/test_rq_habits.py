@@ -249,7 +249,7 @@ def test_description_and_meta_are_options_the_job_keeps(queue, burst):
 
 @pytest.mark.parametrize("bad, match", [
     (dict(description=7), "description must be a string"),
-    (dict(description="x" * 2001), "at most 2000"),
+    (dict(description="x" * 2001), "at most 2000 characters, got 2001"),
     (dict(meta=["a"]), "meta must be a dict"),
     (dict(meta={1: "a"}), "string keys"),
     (dict(meta={"f": object()}), "meta"),
