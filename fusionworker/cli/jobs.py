@@ -54,9 +54,12 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
 @click.argument("func", required=False)
 @click.argument("args", nargs=-1)
+@click.option("--queue", "-q", "queue_opt", metavar="QUEUE",
+              help="The queue, as an option (RQ's `rq enqueue -q QUEUE FUNC ARGS`): then "
+                   "the first argument is FUNC.")
 @click.option("--kwargs", "kwargs_json", metavar="JSON", help="Keyword arguments as a JSON object.")
 @click.option("--priority", type=click.IntRange(-1023, 1023),
               help="-1023..1023, higher runs first. Default: the function's @job priority, "
@@ -82,7 +85,8 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
             kwargs_json: str | None, priority: int | None, timeout: float | None,
             max_retries: int | None, retry_delay: float | None, job_id: str | None,
             unique_key: str | None, group: str | None, delay: float | None,
-            from_file: Any, imports: tuple[str, ...] = (), paths: tuple[str, ...] = ()) -> None:
+            from_file: Any, imports: tuple[str, ...] = (), paths: tuple[str, ...] = (),
+            queue_opt: str | None = None) -> None:
     """Enqueue FUNC (module:function) on QUEUE; prints the job id.
 
     ARGS are parsed as JSON where they parse, else kept as strings; NAME=VALUE
@@ -99,6 +103,7 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     warning says so). Options not given are the function's @job options
     (then the settings').
     """
+    queue, func, args = _queue_first(queue_opt, queue, func, args)
     producer_imports(app, imports, paths)
     if from_file is not None:
         ctx = click.get_current_context()
@@ -113,9 +118,6 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
         return
     if func is None:
         raise click.UsageError("Missing argument 'FUNC' (or give --from-file).")
-    if ":" in queue and ":" not in func:        # RQ's order: `rq enqueue FUNC ARGS`
-        raise click.UsageError(f"{queue!r} looks like a function: the queue comes first, "
-                               f"`enqueue QUEUE FUNC [ARGS]...`")
     kwargs = parse_kwargs(kwargs_json)
     arguments = []
     for a in args:
@@ -239,6 +241,22 @@ def _delay(delay: Any) -> tuple[str, float] | None:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ValueError(f"'in' must be a number of seconds >= 0, got {delay!r}")
     return ("in", float(delay))
+
+
+def _queue_first(queue_opt: str | None, queue: str | None, func: str | None,
+                 args: tuple[str, ...]) -> tuple[str, str | None, tuple[str, ...]]:
+    """(QUEUE, FUNC, ARGS) of the command line: with -q, every argument moves one place
+    on (the first is FUNC); RQ's order without it (`FUNC ARGS`, the queue forgotten) is
+    refused naming ours."""
+    if queue_opt is not None:
+        return queue_opt, queue, (func, *args) if func is not None else args
+    if queue is None:
+        raise click.UsageError("Missing argument 'QUEUE' (or give -q QUEUE).")
+    if func is not None and (":" in queue or (     # RQ's order: `rq enqueue FUNC ARGS`
+            "." in queue and ":" not in func and "." not in func)):
+        raise click.UsageError(f"{queue!r} looks like a function: the queue comes first, "
+                               f"`enqueue QUEUE FUNC [ARGS]...` (or -q QUEUE FUNC [ARGS]...)")
+    return queue, func, args
 
 
 def _enqueue_file(app: App, queue: str, source: Any) -> None:

@@ -439,10 +439,22 @@ def test_enqueue_refuses_rqs_argument_order_and_json_too_deep(cli: Run, queue: A
     q = queue("sms")
     wrong = cli("enqueue", "tests.jobs:add", "1", "2", code=2).stderr
     assert "looks like a function: the queue comes first" in wrong
+    dotted = cli("enqueue", "tests.jobs.add", "1", "2", code=2).stderr   # RQ's dotted name
+    assert "'tests.jobs.add' looks like a function" in dotted and "-q QUEUE" in dotted
+    assert "Missing argument 'QUEUE'" in cli("enqueue", code=2).stderr
     depth = sys.getrecursionlimit() + 5000          # past what the JSON parser can read
     deep = cli("enqueue", "sms", "tests.jobs:echo", "[" * depth + "]" * depth, code=2).stderr
     assert "JSON nested too deeply" in deep and "unexpected error" not in deep
     assert q.count == 0
+
+
+def test_enqueue_takes_the_queue_as_an_option_too(cli: Run, queue: Any) -> None:
+    """RQ's `rq enqueue -q QUEUE FUNC ARGS`: with -q every argument is one place on."""
+    q = queue("sms")
+    job_id = cli("enqueue", "-q", "sms", "tests.jobs:echo", "bob", "n=3").stdout.strip()
+    job = q.fetch_job(job_id)
+    assert job is not None and job.func == "tests.jobs:echo"
+    assert job.args == ["bob"] and job.kwargs == {"n": 3}
 
 
 def test_enqueue_takes_rqs_name_value_keyword_arguments(cli: Run, queue: Any) -> None:
