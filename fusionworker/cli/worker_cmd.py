@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import sys
+from typing import Any
 
 import click
 import redis
@@ -40,6 +41,16 @@ def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> s
                                  "with rq worker, is the worker's --name)", ctx=ctx,
                                  param_hint="-n")
     return value
+
+
+def _rq_logging(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """RQ's --verbose, --quiet and --logging_level: refused, naming --log-level."""
+    if value:
+        level = {"verbose": "DEBUG", "quiet": "WARNING"}.get(param.name or "", str(value).upper())
+        raise click.BadParameter(f"RQ's logging flags are one here: --log-level {level} "
+                                 "(DEBUG, INFO, WARNING, ERROR, CRITICAL; or "
+                                 "FUSIONWORKER_LOG_LEVEL)", ctx=ctx,
+                                 param_hint=(param.opts or ["--log-level"])[0])
 
 
 def _with_scheduler(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -78,6 +89,12 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
 @click.option("-n", "short_n", hidden=True, callback=_short_n)
 @click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
               callback=_with_scheduler)
+@click.option("--verbose", "verbose", is_flag=True, hidden=True, expose_value=False,
+              callback=_rq_logging)
+@click.option("--quiet", "quiet", is_flag=True, hidden=True, expose_value=False,
+              callback=_rq_logging)
+@click.option("--logging_level", "--logging-level", "logging_level", hidden=True,
+              expose_value=False, callback=_rq_logging)
 @click.option("--burst", "-b", is_flag=True, help="Exit 0 once the queues are empty (or at once, "
               "jobs left queued, while workers are suspended, as RQ's).")
 @click.option("--gpus", default=None, metavar="0,1|auto",

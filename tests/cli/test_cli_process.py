@@ -50,6 +50,14 @@ def test_bad_flag_unknown_job_and_health_exit_codes(settings: Any, queue: Any) -
     assert proc.stderr.strip() == "unhealthy: no live worker serves queue sms"
 
 
+def test_rqs_logging_flags_name_log_level(settings: Any) -> None:
+    for args, level in ((["--verbose"], "DEBUG"), (["--quiet"], "WARNING"),
+                        (["--logging_level", "error"], "ERROR")):
+        proc = run(settings, "worker", "--burst", *args)
+        assert proc.returncode == 2, proc
+        assert f"--log-level {level}" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_worker_max_jobs_claims_that_many_and_stops(settings: Any, queue: Any) -> None:
     """RQ's ``rq worker --burst --max-jobs N``: N jobs run, the rest stay queued; with
     --processes it is refused in one line (the supervisor would start it again)."""
