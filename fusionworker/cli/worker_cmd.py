@@ -379,6 +379,7 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
                             connection=connection, prefix=app.settings.prefix,
                             max_restarts=max_restarts,
                             restart_window=restart_window,
+                            heartbeat_interval=app.settings.heartbeat_interval,
                             description=f"queues {queues}{' (strict order)' if strict else ''}")
     return supervisor.run()
 

@@ -186,6 +186,22 @@ def forget_worker(connection: RedisClient, name: str, pid: int, prefix: str = "f
     return True
 
 
+def worker_beats(connection: RedisClient, workers: dict[str, int],
+                 prefix: str = "fw") -> dict[str, float | None]:
+    """name -> the last heartbeat (epoch seconds, the worker's own clock) of each of
+    ``workers`` (name -> pid), in one round trip; None for one whose heartbeat hash does
+    not name that pid (not registered yet, or another process's)."""
+    connection = decoding(connection)
+    keys = Keys(prefix)
+    pipe = connection.pipeline(transaction=False)
+    for name in workers:
+        pipe.hmget(keys.worker(name), "pid", "last_heartbeat")
+    beats: dict[str, float | None] = {}
+    for (name, pid), (seen, beat) in zip(workers.items(), pipe.execute()):
+        beats[name] = stored_number(beat) if seen == str(pid) else None
+    return beats
+
+
 def stuck_jobs(connection: RedisClient, queue: str, prefix: str = "fw",
                now: float | None = None) -> list[str]:
     """Ids of started jobs of ``queue`` whose lease deadline (score) is before ``now``."""

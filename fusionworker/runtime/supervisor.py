@@ -22,10 +22,18 @@ What it does:
 * **Exits** when every child has exited after a shutdown (or, in burst mode,
   when every child finished): 0 if every child exited 0, else 1.
 * **systemd.** The supervisor is the service's main process: it sends
-  ``READY=1`` once the children are started, ``WATCHDOG=1`` while its loop
-  turns, ``STATUS=`` ("3/3 worker processes running") and ``STOPPING=1``.
-  Children get no ``NOTIFY_SOCKET``/``WATCHDOG_*`` so they never speak for
-  the service.
+  ``READY=1`` once every child registered in Redis (its heartbeat hash names
+  its pid: a pool whose Redis does not answer never says ready, so systemd's
+  start timeout restarts it, as it would a single worker), ``WATCHDOG=1`` while
+  its loop turns, ``STATUS=`` ("3/3 worker processes running") and
+  ``STOPPING=1``. Children get no ``NOTIFY_SOCKET``/``WATCHDOG_*`` so they never
+  speak for the service: the supervisor watches them for it. Under a watchdog
+  (``WATCHDOG_USEC``) a child whose heartbeat is older than the watchdog's
+  timeout (at least 3 heartbeat intervals + 1 s) has a hung loop: it is
+  SIGKILLed (its fork server and horses follow it: PDEATHSIG) and restarted like
+  any child that died; the reaper hands its jobs on once their leases end. The
+  heartbeats are read once a second, only under systemd; when Redis does not
+  answer, nothing is decided.
 * When a child died, its heartbeat hash is removed (if it still names the
   dead pid) so ``info`` does not show a ghost; the job it held is recovered
   by the reaper once its lease runs out, as for any dead worker.
@@ -151,6 +159,7 @@ class Supervisor:
         restart_delay: float = 0.5,
         notifier: SystemdNotifier | None = None,
         description: str = "",
+        heartbeat_interval: float = 5.0,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
@@ -171,6 +180,9 @@ class Supervisor:
         self._last_ping: float | None = None
         self._status: str | None = None
         self.failures = 0          # children that exited non-zero during shutdown/burst
+        self.heartbeat_interval = heartbeat_interval
+        self._ready = False        # READY=1 sent
+        self._next_watch = 0.0     # monotonic time of the next read of the heartbeats
 
     # -- signals ---------------------------------------------------------------
 
@@ -221,7 +233,8 @@ class Supervisor:
             log.info("Supervisor pid %d started %d worker process(es)%s: pids %s", os.getpid(),
                      len(self.places), f" on {self.description}" if self.description else "",
                      ", ".join(str(s.proc.pid) for s in self.places if s.proc))
-            self.notifier.ready(self._status_text())
+            if self.connection is None:      # nothing to read the children's registration in
+                self._say_ready()
             self._ping()
             while True:
                 self._forward_signals()
@@ -231,6 +244,7 @@ class Supervisor:
                 if not self.stop_level:
                     self._start_due()
                 self._ping()
+                self._watch_children()
                 self._report_status()
                 self._sleep(self._timeout())
         finally:
@@ -356,6 +370,50 @@ class Supervisor:
         if text != self._status:
             self._status = text
             self.notifier.status(text)
+
+    def _say_ready(self) -> None:
+        self._ready = True
+        self.notifier.ready(self._status_text())
+
+    def _watch_children(self) -> None:
+        """Under systemd, once a second: READY=1 once every live child registered; under
+        its watchdog, SIGKILL a registered child whose heartbeat is too old (module doc)."""
+        timeout = self.notifier.watchdog_interval()
+        now = time.monotonic()
+        if (not self.notifier.enabled or self.connection is None or self.stop_level
+                or (self._ready and timeout is None) or now < self._next_watch):
+            return
+        self._next_watch = now + 1.0
+        live = {p.name: p for p in self.places if p.proc is not None and p.name is not None}
+        beats = self._beats(live)
+        if beats is None:
+            return                   # Redis does not answer: nothing is known of them
+        if not self._ready and live and all(beat is not None for beat in beats.values()):
+            self._say_ready()
+        if timeout is not None:
+            self._kill_hung(live, beats, max(timeout, 3 * self.heartbeat_interval + 1.0))
+
+    def _beats(self, live: dict[str, Place]) -> dict[str, float | None] | None:
+        """name -> the child's last heartbeat (None: not registered); None: no answer."""
+        assert self.connection is not None
+        pids = {name: place.proc.pid for name, place in live.items() if place.proc is not None}
+        try:
+            return admin.worker_beats(self.connection, pids, self.prefix)
+        except redis.RedisError:
+            return None
+
+    @staticmethod
+    def _kill_hung(live: dict[str, Place], beats: dict[str, float | None],
+                   limit: float) -> None:
+        now = time.time()
+        for name, beat in beats.items():
+            place = live[name]
+            if beat is None or place.proc is None or now - beat <= limit:
+                continue
+            log.error("Worker process %d (pid %d, %s) sent no heartbeat for %.0f s (the "
+                      "watchdog allows %g s): its loop hangs; killed, it is restarted",
+                      place.index, place.proc.pid, name, now - beat, limit)
+            place.proc.kill()
 
     def _ping(self) -> None:
         interval = self.notifier.watchdog_interval()

@@ -126,13 +126,59 @@ def test_only_the_supervisor_talks_to_systemd(processes: Any, r: Any, prefix: st
     sup = processes.worker("--customq", "default", "--processes", "2", env=env)
     wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
     seen: list[str] = []
-    wait_for(lambda: seen.extend(_messages(notify_socket)) or seen.count("WATCHDOG=1") >= 2)
+    wait_for(lambda: seen.extend(_messages(notify_socket)) or (
+        seen.count("WATCHDOG=1") >= 2 and any(m.startswith("READY=1") for m in seen)))
     ready = [m for m in seen if m.startswith("READY=1")]
     assert len(ready) == 1 and "Supervisor: 2/2 worker processes running" in ready[0]
     assert not any("Worker " in m for m in seen)  # a child's STATUS= would name its worker
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(15) == 0
     assert any(m.startswith("STOPPING=1") for m in _messages(notify_socket))
+
+
+@pytest.mark.slow
+def test_a_pool_says_ready_only_once_its_children_registered(
+        processes: Any, notify_socket: socket.socket) -> None:
+    """Redis does not answer: the children wait for it, the pool never says READY=1
+    (systemd's start timeout restarts it, as it would a single worker)."""
+    env = {"NOTIFY_SOCKET": notify_socket.getsockname(), "REDIS_URL": "redis://127.0.0.1:1/0"}
+    sup = processes.worker("--customq", "default", "--processes", "2", env=env)
+    seen: list[str] = []
+    wait_for(lambda: seen.extend(_messages(notify_socket)) or "Redis did not take"
+             in processes.output(sup), timeout=20)
+    time.sleep(2.0)                   # the supervisor reads the heartbeats once a second
+    seen += _messages(notify_socket)
+    assert not any(m.startswith("READY=1") for m in seen), seen
+    sup.send_signal(signal.SIGTERM)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(20) is not None
+
+
+@pytest.mark.slow
+def test_the_watchdog_of_a_pool_kills_and_restarts_a_hung_child(
+        processes: Any, r: Any, prefix: str, notify_socket: socket.socket) -> None:
+    """A child frozen whole (SIGSTOP) sends no heartbeat: past the watchdog's timeout
+    (here 3 heartbeats of 0.5 s + 1 s) the supervisor SIGKILLs it and starts another;
+    the other child is left alone and the pool keeps telling systemd it lives."""
+    env = {"NOTIFY_SOCKET": notify_socket.getsockname(), "WATCHDOG_USEC": "1000000"}
+    sup = processes.worker("--customq", "default", "--processes", "2", env=env)
+    wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
+    before = live(r, prefix)
+    frozen, other = sorted(before.values())
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "its loop hangs; killed" in processes.output(sup), timeout=20)
+        wait_for(lambda: len(live(r, prefix)) == 2 and frozen not in live(r, prefix).values(),
+                 timeout=20)
+    finally:
+        try:
+            os.kill(frozen, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert other in live(r, prefix).values()             # the live one was not touched
+    assert "WATCHDOG=1" in _messages(notify_socket)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(20) == 0
 
 
 def test_child_env_drops_systemd_variables() -> None:
