@@ -379,11 +379,8 @@ class Supervisor:
         """Under systemd, once a second: READY=1 once every live child registered; under
         its watchdog, SIGKILL a registered child whose heartbeat is too old (module doc)."""
         timeout = self.notifier.watchdog_interval()
-        now = time.monotonic()
-        if (not self.notifier.enabled or self.connection is None or self.stop_level
-                or (self._ready and timeout is None) or now < self._next_watch):
+        if not self._watch_due(timeout):
             return
-        self._next_watch = now + 1.0
         live = {p.name: p for p in self.places if p.proc is not None and p.name is not None}
         beats = self._beats(live)
         if beats is None:
@@ -392,6 +389,15 @@ class Supervisor:
             self._say_ready()
         if timeout is not None:
             self._kill_hung(live, beats, max(timeout, 3 * self.heartbeat_interval + 1.0))
+
+    def _watch_due(self, timeout: float | None) -> bool:
+        """A read of the heartbeats is wanted (readiness or a watchdog) and due."""
+        now = time.monotonic()
+        if (not self.notifier.enabled or self.connection is None or self.stop_level
+                or (self._ready and timeout is None) or now < self._next_watch):
+            return False
+        self._next_watch = now + 1.0
+        return True
 
     def _beats(self, live: dict[str, Place]) -> dict[str, float | None] | None:
         """name -> the child's last heartbeat (None: not registered); None: no answer."""
