@@ -420,3 +420,19 @@ def ensure_producer(queue_class: Any) -> None:
         instrument(queue_class=queue_class)
 
 
+#: the standard OpenTelemetry variables that say an exporter is wanted
+OTEL_EXPORTER_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+                           "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otel_hint(otel_on: bool) -> str | None:
+    """What to say at start when the standard ``OTEL_*`` exporter variables are set but
+    FUSIONWORKER_OTEL is off (they alone turn nothing on), or None."""
+    if otel_on:
+        return None
+    named = [n for n in OTEL_EXPORTER_VARIABLES
+             if os.environ.get(n, "").strip().lower() not in ("", "none")]
+    if not named:
+        return None
+    return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
+            "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")

@@ -114,3 +114,7 @@ class FreeEntries:
 
     def append(self, entry: int) -> None:
         self._free.append(entry)
+
+    def reset(self, concurrency: int) -> None:
+        """Every entry free again (a new ``work()``: no horse of the last run holds one)."""
+        self._free = list(range(concurrency - 1, -1, -1))

@@ -36,6 +36,7 @@ from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
 from ..core.logs import setup_default_logging
 from ..core.queue import Queue, scripts_for
+from ..core.tracing import otel_hint
 from ..core.worker_list import WorkerInfo, live_workers
 from ..events.middleware import EventsMiddleware
 from ..middleware import compose, default_middleware, place
@@ -168,6 +169,7 @@ class Worker:
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),
                          on_reload=self.reload)
+        self._burst = burst            # the constructor's: a work() without burst= has it
 
     @staticmethod
     def all(connection: Any = None, *, queue: Any = None,
@@ -191,6 +193,23 @@ class Worker:
         """Add a hook before ``work()``: at the end, before the first middleware of class
         ``before`` or after the last of class ``after``."""
         place(self.middleware, mw, before=before, after=after)
+
+    def _rearm(self, burst: bool | None) -> None:
+        """A later ``work()`` starts afresh (RQ's tests call it again): the last run's stop,
+        burst end and slots forgotten, ``burst`` this call's or the constructor's. Jobs a
+        run that ended by an exception left running go to the reaper once their leases,
+        no longer renewed, end: nothing is signalled (their fork server is closed and
+        their pids may be another's by now)."""
+        loop = self.loop
+        loop.state.rearm()
+        loop.burst_done = False
+        loop.burst = self._burst if burst is None else burst
+        if loop.slots:
+            log.warning("Worker %s: its last run ended with %d job(s) running (%s): the "
+                        "reaper hands them on once their leases end", self.name,
+                        len(loop.slots), ", ".join(s.job.id for s in loop.slots))
+            loop.slots.clear()
+        loop.free_index.reset(loop.concurrency)
 
     def _stop_after(self, max_jobs: int | None) -> None:
         """``work(max_jobs=N)``: the claimer claims N jobs at most (however many slots
@@ -384,10 +403,7 @@ class Worker:
         (stderr, ``FUSIONWORKER_LOG_LEVEL``/``_FORMAT``), as RQ's worker does. Redis down
         or refusing at start (a deploy racing a Redis restart, OOM): a worker that is
         not a burst waits for it, like a running worker does, instead of exiting."""
-        self.loop.state.rearm()     # a later work() of this worker starts afresh
-        self.loop.burst_done = False
-        if burst is not None:
-            self.loop.burst = burst
+        self._rearm(burst)
         self._stop_after(max_jobs)
         # nothing configured logging (a script calling work()): the CLI's lines on stderr
         setup_default_logging(self.settings.log_level, self.settings.log_format)
@@ -566,24 +582,6 @@ def _from_queue_objects(queues: str | Sequence[Any], connection: Any,
 def _stopped_already(signum: int, frame: Any) -> None:
     """SIGTERM after the worker stopped: exit 0 (the process was ending anyway)."""
     raise SystemExit(0)
-
-
-#: the standard OpenTelemetry variables that say an exporter is wanted
-OTEL_EXPORTER_VARIABLES = ("OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
-                           "OTEL_EXPORTER_OTLP_ENDPOINT")
-
-
-def otel_hint(otel_on: bool) -> str | None:
-    """What to say at start when the standard ``OTEL_*`` exporter variables are set but
-    FUSIONWORKER_OTEL is off (they alone turn nothing on), or None."""
-    if otel_on:
-        return None
-    named = [n for n in OTEL_EXPORTER_VARIABLES
-             if os.environ.get(n, "").strip().lower() not in ("", "none")]
-    if not named:
-        return None
-    return (f"{', '.join(named)} set, but FUSIONWORKER_OTEL is off: no trace or metric is "
-            "exported; set FUSIONWORKER_OTEL=on (with the [otel] extra installed)")
 
 
 class QueueNames(list[str]):

@@ -3,6 +3,9 @@ docs/from-rq.md for the internal ones and those done differently on purpose)."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -263,6 +266,46 @@ def test_the_same_worker_works_again(queue, r, settings):
     assert [j.get_status() for j in more] == ["finished"] + ["queued"] * 3
     assert w.work(burst=True) == 0
     assert [j.get_status() for j in more] == ["finished"] * 4
+
+
+def test_work_again_after_a_run_that_raised_starts_clean(queue, r, settings, caplog):
+    """A run ended by an exception out of a hook (a BaseException gets past their guard)
+    leaves its claimed job to the reaper; the next ``work()`` neither inherits its slot
+    (no lease renewed for it, no signal to its pid) nor runs short of free slots."""
+    class RaiseOnce(Middleware):
+        raised = False
+
+        def after_claim(self, worker, job):
+            if not RaiseOnce.raised:
+                RaiseOnce.raised = True
+                raise KeyboardInterrupt
+
+    q = queue()
+    first = q.enqueue(HELLO, "a")
+    w = Worker(q.name, r, settings=settings, middleware=[RaiseOnce()])
+    with pytest.raises(KeyboardInterrupt):
+        w.work(burst=True)
+    second = q.enqueue(HELLO, "b")
+    with caplog.at_level(logging.WARNING, logger="fusionworker"):
+        assert w.work(burst=True) == 0
+    assert second.get_status() == "finished"
+    assert first.get_status() in ("started", "finished")   # its horse may have finished it
+    assert not w.loop.slots
+
+
+def test_a_later_work_without_burst_is_the_constructors(queue, r, settings):
+    """``work(burst=True)`` once does not make the worker a burst worker for good."""
+    q = queue()
+    w = Worker(q.name, r, settings=settings)
+    assert w.work(burst=True) == 0 and w.burst
+    stop = threading.Timer(1.0, w.request_stop, args=("warm",))   # work() wants the main thread
+    stop.start()
+    t0 = time.monotonic()
+    try:
+        assert w.work() == 0
+    finally:
+        stop.cancel()
+    assert time.monotonic() - t0 >= 0.9 and not w.burst    # it served until told to stop
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
