@@ -394,6 +394,8 @@ def _listed_jobs(app: App, names: list[str], wanted: tuple[str, ...] | Any,
                 truncated = True
                 break
             batch = Queue(name, app.connection, settings=app.settings).jobs(status, room + 1)
+            if status == JobStatus.STOPPED and JobStatus.FAILED in wanted:
+                batch = [j for j in batch if j.status != JobStatus.STOPPED]   # listed there
             if len(batch) > room:
                 truncated = True
             found += batch[:room]

@@ -96,10 +96,30 @@ class QueueReads:
             raise ValueError(f"unknown status {status!r}") from None
         if status == JobStatus.QUEUED:
             return texts(r.zrevrange(k.pending, 0, stop))
+        if status == JobStatus.STOPPED:
+            return self._stopped_ids(stop + 1)
         if status in DONE_STATUSES:
             return texts(r.zrevrangebyscore(k.registry(status), "+inf", self._kept_since(status),
                                             start=0, num=stop + 1))
         return texts(r.zrange(k.registry(status), 0, stop))
+
+    def _stopped_ids(self, limit: int, scan: int = 10_000) -> list[str]:
+        """The stopped jobs, newest first. They are kept in the failed registry (as RQ
+        keeps them), told apart by their records' status: read in pages of the failed
+        ones, at most ``scan`` of them."""
+        r, k = self.connection, self.qkeys
+        since = self._kept_since(JobStatus.FAILED)
+        found: list[str] = []
+        for start in range(0, scan, 500):
+            ids = texts(r.zrevrangebyscore(k.registry(JobStatus.FAILED), "+inf", since,
+                                           start=start, num=500))
+            pipe = r.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.hget(k.job(job_id), "status")
+            found += [i for i, st in zip(ids, pipe.execute()) if st == JobStatus.STOPPED]
+            if len(found) >= limit or len(ids) < 500:
+                break
+        return found[:limit]
 
     def _jobs(self, status: JobStatus | str = JobStatus.QUEUED, limit: int = 100) -> list[Job[Any]]:
         return self._records(self._job_ids(status, limit))

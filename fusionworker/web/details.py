@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import job_reads
 from ..core.batch import batch_status
 from ..core.connection import texts
+from ..core.job import JobStatus
 from ..core.keys import Keys
 from ..core.redis_client import stored_number
 
@@ -260,3 +261,12 @@ def timeline(r: RedisClient, prefix: str, job: Any) -> list[tuple[str, dict[str,
                                             scan_limit=TIMELINE_SCAN):
             found[entry_id] = event
     return sorted(found.items())
+
+
+def listed_from(qkeys: Any, status: str) -> tuple[str, str | None]:
+    """The registry ``GET /api/v1/jobs`` lists a status from, and the status its records
+    must have (None: all): stopped jobs are kept in the failed registry, as RQ keeps
+    them, and found by a scan of it."""
+    if status == JobStatus.STOPPED:
+        return qkeys.registry(JobStatus.FAILED), JobStatus.STOPPED
+    return qkeys.registry(status), None

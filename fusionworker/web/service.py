@@ -37,6 +37,8 @@ log = logging.getLogger("fusionworker.web")
 #: the dashboard's tabs, in its order: every status a job can have
 STATUSES = (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED, JobStatus.HELD,
             JobStatus.STARTED, JobStatus.FAILED, JobStatus.FINISHED, JobStatus.CANCELED)
+#: what GET /api/v1/jobs lists: the registries, and the stopped jobs of `failed`
+LISTED = (*STATUSES, JobStatus.STOPPED)
 #: registries listed oldest (or soonest) first; the others newest (or best) first
 OLDEST_FIRST = (JobStatus.SCHEDULED, JobStatus.STARTED, JobStatus.DEFERRED, JobStatus.HELD)
 MAX_PER_PAGE = 500
@@ -251,18 +253,18 @@ class Dashboard:
         ``unless`` equal to it, the records are not read and ``jobs`` is None."""
         if not queue:
             raise ApiError(400, "queue is required (GET /api/v1/queues lists them)")
-        if status not in STATUSES:
-            raise ApiError(400, f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+        if status not in LISTED:
+            raise ApiError(400, f"unknown status {status!r}; one of {', '.join(LISTED)}")
         page_n = parse_int(page, "page", 1)
         size = parse_int(per_page, "per_page", 1, MAX_PER_PAGE)
         q = self.queue(queue)
-        key = q.qkeys.registry(status)
+        key, only = details.listed_from(q.qkeys, status)
         band = _priority_range(priority)
         newest_first = status not in OLDEST_FIRST
         result: dict[str, Any] = {"queue": q.name, "status": status, "page": page_n,
                                   "per_page": size, "priority": priority or None,
                                   "function": function or None, "next_start": None}
-        if not function and (band is None or status == JobStatus.QUEUED):
+        if not function and not only and (band is None or status == JobStatus.QUEUED):
             ids, total = self._page_ids(key, (page_n - 1) * size, size, band, newest_first)
             result["total"] = total
             result["pages"] = max(1, -(-total // size))
@@ -272,7 +274,7 @@ class Dashboard:
             return result
         # filters on fields of the record: scan a bounded window from ``start``
         begin = parse_int(start, "start", 0) if start not in (None, "") else 0
-        found, position = self._scan(q, key, begin, size, function, band, newest_first)
+        found, position = self._scan(q, key, begin, size, function, band, newest_first, only)
         total = int(self.r.zcard(key))
         result.update(total=None, pages=None, fingerprint=None, scanned_from=begin,
                       next_start=position if position < total else None,
@@ -294,9 +296,11 @@ class Dashboard:
         return texts(ids), total
 
     def _scan(self, q: Queue, key: str, begin: int, size: int, function: str | None,
-              band: tuple[int, int] | None, newest_first: bool) -> tuple[list[Job[Any]], int]:
+              band: tuple[int, int] | None, newest_first: bool,
+              only: str | None = None) -> tuple[list[Job[Any]], int]:
         """Up to ``size`` jobs of a window of the registry from ``begin`` that match the
-        filters, and the position after the last one looked at."""
+        filters (``only``: of that status), and the position after the last one looked
+        at."""
         window = texts(self.r.zrevrange(key, begin, begin + FILTER_SCAN - 1) if newest_first
                        else self.r.zrange(key, begin, begin + FILTER_SCAN - 1))
         found: list[Job[Any]] = []
@@ -304,7 +308,8 @@ class Dashboard:
         for chunk in range(0, len(window), 200):
             for job in self._records_aligned(q, window[chunk:chunk + 200]):
                 position += 1
-                if job is not None and _matches(job, function, band):
+                if job is not None and _matches(job, function, band) and (
+                        only is None or job.status == only):
                     found.append(job)
                     if len(found) == size:
                         return found, position

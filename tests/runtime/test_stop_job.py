@@ -29,7 +29,8 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_a_stopped_job_is_killed_by_its_worker_and_ends_stopped(queue, processes, redis_url, r):
+def test_a_stopped_job_is_killed_by_its_worker_and_ends_stopped(queue, processes, redis_url, r,
+                                                                 cli):  # noqa: F811
     """The heartbeat here comes once a minute: only the stop's message can kill it in time."""
     q = queue()
     key = f"{q.settings.prefix}:pids"
@@ -58,6 +59,10 @@ def test_a_stopped_job_is_killed_by_its_worker_and_ends_stopped(queue, processes
     assert callback.wait(timeout=30).result == {"args": [job.id], "kwargs": {}}
     assert q.fetch_job(f"{job.id}:on_failure") is None
     assert f"stop of job {job.id} asked" in processes.output(proc)
+    # `job list --status stopped` finds it; listing every status shows it once
+    assert job.id in cli("job", "list", "--queue", q.name, "--status", "stopped").output
+    rows = cli("job", "list", "--queue", q.name).output.splitlines()
+    assert [row.split()[0] for row in rows].count(job.id) == 1     # (its callback's id differs)
 
 
 def test_a_stop_whose_message_was_missed_is_heard_at_the_heartbeat(queue, processes,

@@ -46,5 +46,13 @@ def test_the_api_and_the_button_stop_a_running_job(client, queue, processes, red
     assert 'value="stop"' not in client.get(f"/jobs/{second.id}?queue=default").text
     again = api(client, "POST", f"/api/v1/jobs/{first.id}/stop")
     assert again.status_code == 409 and "ended already" in again.json()["error"]
+    # listed as stopped (kept in the failed registry, as RQ's): the API, Python, the CLI
+    failed = q.job_ids("failed")
+    other = q.enqueue("tests.jobs:boom", "no luck", max_retries=0)   # failed, not stopped
+    wait_for(lambda: other.get_status() == JobStatus.FAILED, what="a plain failure")
+    listed = api(client, "GET", "/api/v1/jobs?queue=default&status=stopped").json()
+    assert sorted(j["id"] for j in listed["jobs"]) == sorted([first.id, second.id])
+    assert sorted(q.job_ids("stopped")) == sorted([first.id, second.id]) == sorted(failed)
+    assert other.id in q.job_ids("failed") and other.id not in q.job_ids("stopped")
     audited = [(e["reason"], e["job_id"]) for e in admin_events(r, settings)]
     assert ("stop", first.id) in audited and ("stop", second.id) in audited
