@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from .core.base_error import FusionWorkerError as FusionWorkerError
+from .core.config_file import ConfigError as ConfigError
 from .core.job_view import JobView
 from .core.retry import RetryPolicy
 

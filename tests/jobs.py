@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import time
@@ -387,3 +388,17 @@ def flood_report_pipe(mib, seconds=0.0):
 def rq_style_callback(job, connection, result, *args, **kwargs):
     """A callback as RQ calls one, (job, connection, result): refused at enqueue here."""
     return result
+
+
+def enqueue_child_from_env():
+    """A job that enqueues another with the settings its worker left in the environment."""
+    from fusionworker import Queue
+
+    return Queue("child").enqueue("tests.jobs:noop").id
+
+
+@functools.wraps(rq_style_callback)
+def adapted_callback(job_id):
+    """An adapter taking the job id, made with ``functools.wraps`` of an RQ-style callback:
+    its name is the wrapped one's, which is what a worker imports and calls by it."""
+    return job_id

@@ -107,10 +107,10 @@ def enqueue(app: App, queue: str, func: str | None, args: tuple[str, ...],
     producer_imports(app, imports, paths)
     if from_file is not None:
         ctx = click.get_current_context()
-        given = [name for name in ("func", "args", "kwargs_json", "priority", "timeout",
-                                   "max_retries", "retry_delay", "job_id", "unique_key",
-                                   "group", "delay")
-                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
+        given = ["func"] * (func is not None) + [   # (with -q, FUNC came as QUEUE)
+            name for name in ("args", "kwargs_json", "priority", "timeout", "max_retries",
+                              "retry_delay", "job_id", "unique_key", "group", "delay")
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE]
         if given:
             raise click.UsageError("--from-file takes the jobs and their options from the "
                                    f"file; drop {', '.join(given).replace('_json', '')}")
@@ -252,10 +252,14 @@ def _queue_first(queue_opt: str | None, queue: str | None, func: str | None,
         return queue_opt, queue, (func, *args) if func is not None else args
     if queue is None:
         raise click.UsageError("Missing argument 'QUEUE' (or give -q QUEUE).")
-    if func is not None and (":" in queue or (     # RQ's order: `rq enqueue FUNC ARGS`
-            "." in queue and ":" not in func and "." not in func)):
-        raise click.UsageError(f"{queue!r} looks like a function: the queue comes first, "
-                               f"`enqueue QUEUE FUNC [ARGS]...` (or -q QUEUE FUNC [ARGS]...)")
+    order = "the queue comes first, `enqueue QUEUE FUNC [ARGS]...` (or -q QUEUE FUNC [ARGS]...)"
+    if func is not None and ":" in queue:           # RQ's order: `rq enqueue FUNC ARGS`
+        raise click.UsageError(f"{queue!r} looks like a function: {order}")
+    is_ref = func is None or ":" in func or (
+        "." in func and all(part.isidentifier() for part in func.split(".")))
+    if not is_ref and "." in queue:                 # a queue name may hold dots too
+        raise click.UsageError(f"{func!r} is no function reference (module:function); if "
+                               f"{queue!r} is the function, {order}")
     return queue, func, args
 
 

@@ -43,10 +43,18 @@ def _short_n(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     return value
 
 
+#: RQ's --logging_level values (a name or a number of logging's) as --log-level's
+_RQ_LEVELS = {"verbose": "DEBUG", "quiet": "WARNING", "10": "DEBUG", "20": "INFO",
+              "30": "WARNING", "WARN": "WARNING", "40": "ERROR", "50": "CRITICAL",
+              "FATAL": "CRITICAL", **{n: n for n in ("DEBUG", "INFO", "WARNING", "ERROR",
+                                                    "CRITICAL")}}
+
+
 def _rq_logging(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     """RQ's --verbose, --quiet and --logging_level: refused, naming --log-level."""
-    if value:
-        level = {"verbose": "DEBUG", "quiet": "WARNING"}.get(param.name or "", str(value).upper())
+    if value is not None and value is not False:
+        key = param.name if isinstance(value, bool) else str(value).strip().upper()
+        level = _RQ_LEVELS.get(key or "", "LEVEL")
         raise click.BadParameter(f"RQ's logging flags are one here: --log-level {level} "
                                  "(DEBUG, INFO, WARNING, ERROR, CRITICAL; or "
                                  "FUSIONWORKER_LOG_LEVEL)", ctx=ctx,
@@ -89,7 +97,7 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
 @click.option("-n", "short_n", hidden=True, callback=_short_n)
 @click.option("--with-scheduler", is_flag=True, hidden=True, expose_value=False,
               callback=_with_scheduler)
-@click.option("--verbose", "verbose", is_flag=True, hidden=True, expose_value=False,
+@click.option("--verbose", "-v", "verbose", is_flag=True, hidden=True, expose_value=False,
               callback=_rq_logging)
 @click.option("--quiet", "quiet", is_flag=True, hidden=True, expose_value=False,
               callback=_rq_logging)
@@ -295,9 +303,12 @@ def _connect(app: App, burst: bool) -> RedisClient:
 def _export_connection(app: App) -> None:
     """A job's (or callback's) ``Queue()`` / ``Job.fetch()`` without settings reads the
     environment: it is made the worker's own (its --redis-url, --prefix, config file),
-    for its horses and --processes children too."""
+    for its horses and --processes children too; so is an event log turned off there
+    (the jobs a job enqueues write no event either)."""
     os.environ["REDIS_URL"] = app.settings.redis_url
     os.environ["FUSIONWORKER_PREFIX"] = app.settings.prefix
+    if not app.settings.events:
+        os.environ["FUSIONWORKER_EVENTS"] = "0"
 
 
 def _gpus_and_order(app: App, gpus: str | None, fair: bool, strict: bool) -> None:

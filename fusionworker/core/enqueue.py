@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import operator
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -155,18 +156,22 @@ def _callback(option: str, func: Any, allowed: tuple[str, ...]) -> str | None:
         return None
     ref = _checked_ref(func)
     verify(ref, allowed)
-    if callable(func):
-        try:
-            signature = inspect.signature(func)
-        except (TypeError, ValueError):   # no signature to read (a builtin): as given
-            return ref
-        try:
-            signature.bind("job-id")
-        except TypeError:
-            raise ValueError(
-                f"{option}={ref}{signature}: a callback is called with one argument, the "
-                f"job id (RQ's callbacks take job, connection, result); give it one "
-                f"parameter and read the job with Job.fetch(job_id)") from None
+    # what a worker will call: the function the reference names, when its module is
+    # loaded (a functools.wraps adapter is named, and so called, as what it wraps)
+    module, _, name = ref.partition(":")
+    target = getattr(sys.modules.get(module), name, None)
+    try:
+        signature = inspect.signature(target if callable(target) else func,
+                                      follow_wrapped=False)
+    except (TypeError, ValueError):       # no signature to read (a builtin, a name): as given
+        return ref
+    try:
+        signature.bind("job-id")
+    except TypeError:
+        raise ValueError(
+            f"{option}={ref}{signature}: a callback is called with one argument, the "
+            f"job id (RQ's callbacks take job, connection, result); give it one "
+            f"parameter and read the job with Job.fetch(job_id)") from None
     return ref
 
 

@@ -99,6 +99,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..exceptions import JobCanceled, JobFailed, JobWaitTimeout, NoSuchJob, PriorityOutOfRange
 from . import codec
+from .base_error import FusionWorkerError
 from .config import settings_from_env
 from .job_habits import DONE_STATUSES as DONE_STATUSES
 from .job_habits import JobHabits
@@ -177,7 +178,7 @@ def _next_message(pubsub: Any, left: float | None, marked: bool, limited: bool) 
             return
 
 
-class MalformedJob(ValueError):
+class MalformedJob(FusionWorkerError, ValueError):
     """The job hash cannot be turned into a runnable job (bad JSON, missing field)."""
 
 

@@ -65,12 +65,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, overload
 
+from .base_error import FusionWorkerError
 from .vocabulary import JobStatus
 
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 
 
-class InvalidQueueName(ValueError):
+class InvalidQueueName(FusionWorkerError, ValueError):
     """Queue names are 1-128 characters of letters, digits, ``_ . -``."""
 
 

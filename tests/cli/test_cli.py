@@ -440,7 +440,10 @@ def test_enqueue_refuses_rqs_argument_order_and_json_too_deep(cli: Run, queue: A
     wrong = cli("enqueue", "tests.jobs:add", "1", "2", code=2).stderr
     assert "looks like a function: the queue comes first" in wrong
     dotted = cli("enqueue", "tests.jobs.add", "1", "2", code=2).stderr   # RQ's dotted name
-    assert "'tests.jobs.add' looks like a function" in dotted and "-q QUEUE" in dotted
+    assert "'1' is no function reference" in dotted and "if 'tests.jobs.add' is the " \
+        "function, the queue comes first" in dotted and "-q QUEUE" in dotted
+    number = cli("enqueue", "tests.jobs.add", "1.5", "2", code=2).stderr
+    assert "'1.5' is no function reference" in number
     assert "Missing argument 'QUEUE'" in cli("enqueue", code=2).stderr
     depth = sys.getrecursionlimit() + 5000          # past what the JSON parser can read
     deep = cli("enqueue", "sms", "tests.jobs:echo", "[" * depth + "]" * depth, code=2).stderr
@@ -455,6 +458,11 @@ def test_enqueue_takes_the_queue_as_an_option_too(cli: Run, queue: Any) -> None:
     job = q.fetch_job(job_id)
     assert job is not None and job.func == "tests.jobs:echo"
     assert job.args == ["bob"] and job.kwargs == {"n": 3}
+    line = '{"func": "tests.jobs:echo"}\n'
+    for args in (["-q", "sms", "tests.jobs:add"], ["other", "-q", "sms"]):   # nothing dropped
+        refused = cli("enqueue", *args, "--from-file", "-", input=line, code=2).stderr
+        assert "drop func" in refused
+    assert q.count == 1
 
 
 def test_enqueue_takes_rqs_name_value_keyword_arguments(cli: Run, queue: Any) -> None:

@@ -251,9 +251,15 @@ def test_an_rq_style_callback_is_refused_at_enqueue_naming_the_signature(queue):
         with pytest.raises(ValueError, match=rf"{option}=tests.jobs:rq_style_callback\(job, "
                            r"connection, result.*one argument, the job id"):
             q.enqueue(jobs.add, 1, 2, **{option: jobs.rq_style_callback})
+    with pytest.raises(ValueError, match="one argument, the job id"):   # named, module loaded
+        q.enqueue(jobs.add, 1, 2, on_success="tests.jobs:rq_style_callback")
     assert not q.connection.keys(q.qkeys.match_all)
     kept = q.enqueue(jobs.add, 1, 2, on_success=jobs.echo, on_failure="tests.jobs:echo")
     assert kept.get_status() == "queued"
+    # an adapter made with functools.wraps of an RQ-style one is named as that one, and a
+    # worker would call that one by the name: refused, naming it
+    with pytest.raises(ValueError, match=r"on_success=tests.jobs:rq_style_callback\(job"):
+        q.enqueue(jobs.add, 1, 2, on_success=jobs.adapted_callback)
 
 
 def test_rq_objects_and_spellings_are_refused_naming_the_fix(queue):

@@ -345,7 +345,7 @@ def test_every_field_an_enqueue_writes_is_in_the_schema(queue, r):
             group="g", on_failure_url="http://127.0.0.1:9/x", depends_on=[parent],
             allow_dependency_failure=True, batch=batch, description="d", result_ttl=60,
             failure_ttl=60, ttl=600, at_front=True, retry=Retry(max=2, interval=[1, 2]),
-            on_success="tests.jobs:noop", on_failure="tests.jobs:noop", meta={"k": 1})
+            on_success="tests.jobs:echo", on_failure="tests.jobs:echo", meta={"k": 1})
     written = set(r.hgetall(q.qkeys.job(job.id)))
     assert {"unique_key", "group", "depends_on", "batch", "description", "ttl",
             "retry_intervals", "on_success", "meta"} <= written

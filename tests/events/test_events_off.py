@@ -86,3 +86,20 @@ def test_the_events_command_says_the_log_is_off(settings):
                           env=env, cwd=str(ROOT), capture_output=True, text=True, timeout=20)
     assert done.returncode == 0, done.stderr
     assert "FUSIONWORKER_EVENTS=0" in done.stderr and "write no events" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_jobs_a_job_enqueues_follow_the_workers_config_file(r, settings, prefix,
+                                                                processes, tmp_path):
+    """FUSIONWORKER_EVENTS=0 in the worker's -c file reaches its horses: a job's own
+    enqueue writes no event either."""
+    conf = tmp_path / "worker.env"
+    conf.write_text("FUSIONWORKER_EVENTS=0\n")
+    q = Queue("evoff", r, settings=settings.replace(events=False))
+    job = q.enqueue("tests.jobs:enqueue_child_from_env")
+    proc = processes.start("-c", str(conf), "worker", "-q", "evoff", "--burst")
+    assert proc.wait(30) == 0, processes.output(proc)
+    child = q.fetch_job(job.id).result
+    assert Queue("child", r, settings=settings).fetch_job(child) is not None
+    assert event_keys(r, prefix) == []
+
