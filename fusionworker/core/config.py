@@ -365,7 +365,7 @@ class Settings:
             "refuses more, and a worker fails a larger record as malformed (0 = no limit).",
             min=0)
     failure_webhook_url: str = _setting("FAILURE_WEBHOOK_URL", "", str,
-            "URL POSTed (JSON) after a job's final failure.", check=_http_url)
+            "URL POSTed (JSON) after a job's final failure (not for a job stopped on request).", check=_http_url)
     poll_interval: float = _setting("FUSIONWORKER_POLL_INTERVAL", 1.0, float,
             "Fallback poll of an idle worker, seconds (wake-ups arrive by pub/sub sooner).", min=0.01)
     progress_interval: float = _setting("FUSIONWORKER_PROGRESS_INTERVAL", 1.0, float,

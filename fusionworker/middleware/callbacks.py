@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit
 
 from ..core.config import Settings
-from ..core.hooks import Middleware
+from ..core.hooks import Middleware, OutcomeReason
 from ..core.job import FailureReason
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +84,10 @@ class FailureCallbacks(Middleware):
     # -- worker side (never blocks, never raises) --------------------------------
 
     def after_finish(self, worker: WorkerContext, job: Job[Any], outcome: Outcome) -> None:
-        if outcome.status != "failed" or not outcome.recorded:
+        # a job stopped on request (job stop, the dashboard) is an operator's act, not a
+        # failure to alert on (Celery's revoke is no task_failure either)
+        if (outcome.status != "failed" or not outcome.recorded
+                or outcome.reason == OutcomeReason.STOPPED):
             return
         url = job.on_failure_url or self.default_url
         if url:

@@ -443,7 +443,8 @@ class Recorder:
             why = _GIVEN_BACK.get(outcome.reason, f"a failure of kind {outcome.reason}")
             log.warning("Worker %s: job %s interrupted by %s, put back on %s",
                         self.name, job.id, why, job.queue)
-        else:
-            log.error("Worker %s: job %s failed [%s] %s: %s%s", self.name, job.id,
-                      outcome.reason, outcome.error_type, outcome.error_message,
-                      f"; {outcome.not_retried}" if outcome.not_retried else "")
+        else:        # stopped on request: an operator's act, said at WARNING
+            log.log(logging.WARNING if outcome.reason == OutcomeReason.STOPPED
+                    else logging.ERROR, "Worker %s: job %s failed [%s] %s: %s%s", self.name,
+                    job.id, outcome.reason, outcome.error_type, outcome.error_message,
+                    f"; {outcome.not_retried}" if outcome.not_retried else "")

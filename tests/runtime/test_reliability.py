@@ -417,6 +417,24 @@ def test_failure_callback_posts_after_final_failure_only(queue, burst, settings,
     assert got["/own"]["job_id"] == own.id
 
 
+def test_a_job_stopped_on_request_posts_no_failure(queue, settings, webhook):
+    """`job stop` is an operator's act: the failure webhook is not called for it (as
+    Celery's revoke is no task_failure); a failure beside it still is."""
+    from fusionworker.core.hooks import Outcome, OutcomeReason, OutcomeStatus
+
+    mw = FailureCallbacks(settings.replace(failure_webhook_url=webhook + "/global"))
+    job = queue().enqueue("tests.jobs:noop")
+
+    class Named:
+        name = "w1"
+
+    for reason in (OutcomeReason.STOPPED, OutcomeReason.EXCEPTION):
+        mw.after_finish(Named(), job, Outcome(status=OutcomeStatus.FAILED, reason=reason,
+                                              error_type="E", error_message="m"))
+    mw.close()
+    assert [body["reason"] for _, body in Hook.received] == ["exception"] and mw.sent == 1
+
+
 def test_failure_callback_errors_are_counted_and_never_block(queue, burst, settings, webhook):
     Hook.gate = gate = threading.Event()   # the hook answers only when the test says so
     mw = FailureCallbacks(settings.replace(failure_webhook_url=webhook + "/broken"),
