@@ -166,7 +166,11 @@ def _import_hint(func: str, app: App) -> str:
         jobs = [ref.partition(":")[2] for ref in registered() if ref.startswith(module + ":")]
         return (f" (module {module} has no @job function {func.partition(':')[2]!r}; "
                 f"its @job functions: {', '.join(jobs) or 'none'})")
-    return f" (here: add --import {module})" if _importable(module) else ""
+    if not _importable(module):
+        return ""
+    return (f" (here: add --import {module} if {func.partition(':')[2]!r} is one of its "
+            f"@job functions; else allow the module: FUSIONWORKER_ALLOWED_MODULES="
+            f"{module.partition('.')[0]})")
 
 
 def _importable(module: str) -> bool:
