@@ -391,6 +391,10 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
                             max_restarts=max_restarts,
                             restart_window=restart_window,
                             heartbeat_interval=app.settings.heartbeat_interval,
+                            # its children's heartbeats read with a short timeout: a frozen
+                            # Redis must not hold the loop that pings systemd's watchdog
+                            watch=connect(app.url, socket_timeout=1.0,
+                                          socket_connect_timeout=1.0),
                             description=f"queues {queues}{' (strict order)' if strict else ''}")
     return supervisor.run()
 

@@ -189,8 +189,9 @@ def forget_worker(connection: RedisClient, name: str, pid: int, prefix: str = "f
 def worker_beats(connection: RedisClient, workers: dict[str, int],
                  prefix: str = "fw") -> dict[str, float | None]:
     """name -> the last heartbeat (epoch seconds, the worker's own clock) of each of
-    ``workers`` (name -> pid), in one round trip; None for one whose heartbeat hash does
-    not name that pid (not registered yet, or another process's)."""
+    ``workers`` (name -> pid), in one round trip; None for one whose heartbeat hash names
+    another pid, or holds no heartbeat (not registered yet). A hash without a pid (a
+    heartbeat written after the hash had expired) is the name's own."""
     connection = decoding(connection)
     keys = Keys(prefix)
     pipe = connection.pipeline(transaction=False)
@@ -198,7 +199,7 @@ def worker_beats(connection: RedisClient, workers: dict[str, int],
         pipe.hmget(keys.worker(name), "pid", "last_heartbeat")
     beats: dict[str, float | None] = {}
     for (name, pid), (seen, beat) in zip(workers.items(), pipe.execute()):
-        beats[name] = stored_number(beat) if seen == str(pid) else None
+        beats[name] = stored_number(beat) if seen in (None, str(pid)) else None
     return beats
 
 

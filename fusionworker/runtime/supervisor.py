@@ -160,6 +160,7 @@ class Supervisor:
         notifier: SystemdNotifier | None = None,
         description: str = "",
         heartbeat_interval: float = 5.0,
+        watch: RedisClient | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
@@ -183,6 +184,11 @@ class Supervisor:
         self.heartbeat_interval = heartbeat_interval
         self._ready = False        # READY=1 sent
         self._next_watch = 0.0     # monotonic time of the next read of the heartbeats
+        #: the client the heartbeats are read with (a short timeout), else ``connection``
+        self.watch = watch if watch is not None else connection
+        #: no child is judged hung before this (monotonic): after Redis did not answer,
+        #: the children get a whole limit to heartbeat again
+        self._judge_after = 0.0
 
     # -- signals ---------------------------------------------------------------
 
@@ -233,8 +239,8 @@ class Supervisor:
             log.info("Supervisor pid %d started %d worker process(es)%s: pids %s", os.getpid(),
                      len(self.places), f" on {self.description}" if self.description else "",
                      ", ".join(str(s.proc.pid) for s in self.places if s.proc))
-            if self.connection is None:      # nothing to read the children's registration in
-                self._say_ready()
+            if self.connection is None or self.burst:   # (a burst pool may end before
+                self._say_ready()                      # its children all registered)
             self._ping()
             while True:
                 self._forward_signals()
@@ -382,18 +388,21 @@ class Supervisor:
         if not self._watch_due(timeout):
             return
         live = {p.name: p for p in self.places if p.proc is not None and p.name is not None}
+        limit = max(timeout or 0.0, 3 * self.heartbeat_interval + 1.0)
         beats = self._beats(live)
-        if beats is None:
-            return                   # Redis does not answer: nothing is known of them
-        if not self._ready and live and all(beat is not None for beat in beats.values()):
-            self._say_ready()
-        if timeout is not None:
-            self._kill_hung(live, beats, max(timeout, 3 * self.heartbeat_interval + 1.0))
+        if beats is None:            # Redis does not answer: nothing is known of them, and
+            self._judge_after = time.monotonic() + limit    # then they get time to beat
+            return
+        if (not self._ready and not self.stop_level and len(live) == len(self.places)
+                and all(beat is not None for beat in beats.values())):
+            self._say_ready()        # every place runs a child, and each registered
+        if timeout is not None and time.monotonic() >= self._judge_after:
+            self._kill_hung(live, beats, limit)
 
     def _watch_due(self, timeout: float | None) -> bool:
         """A read of the heartbeats is wanted (readiness or a watchdog) and due."""
         now = time.monotonic()
-        if (not self.notifier.enabled or self.connection is None or self.stop_level
+        if (not self.notifier.enabled or self.watch is None
                 or (self._ready and timeout is None) or now < self._next_watch):
             return False
         self._next_watch = now + 1.0
@@ -401,10 +410,10 @@ class Supervisor:
 
     def _beats(self, live: dict[str, Place]) -> dict[str, float | None] | None:
         """name -> the child's last heartbeat (None: not registered); None: no answer."""
-        assert self.connection is not None
+        assert self.watch is not None
         pids = {name: place.proc.pid for name, place in live.items() if place.proc is not None}
         try:
-            return admin.worker_beats(self.connection, pids, self.prefix)
+            return admin.worker_beats(self.watch, pids, self.prefix)
         except redis.RedisError:
             return None
 

@@ -49,7 +49,10 @@ def api_queue_live(request: Request) -> Response:
     out: dict[str, Any] = {"counts": board.status_counts(name), "paused": stats["paused"],
                            "seen": None, "stats": st.fragment(
                                "queue_stats.html", request, who, here, q=stats)}
-    if not filters["function"] and (not filters["priority"] or status == JobStatus.QUEUED):
+    # a listing read by a scan (a function filter, a priority off the queued set, the
+    # stopped jobs of `failed`) keeps its rows: they come from the page's own `start`
+    if (not filters["function"] and status != JobStatus.STOPPED
+            and (not filters["priority"] or status == JobStatus.QUEUED)):
         listing = board.jobs(name, status, p.get("priority"), None, p.get("page", 1),
                              p.get("per_page", 50), None, unless=p.get("seen"))
         out["seen"] = listing["fingerprint"]

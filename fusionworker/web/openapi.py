@@ -80,7 +80,8 @@ OPENAPI: dict[str, Any] = {
             "first. A function filter, or a priority filter outside `queued`, reads a window "
             "of 2000 ids from `start` and gives `next_start`.",
             params=[_p("queue", required=True),
-                    _p("status", help_="queued|scheduled|deferred|held|started|failed|finished|canceled"),
+                    _p("status", help_="queued|scheduled|deferred|held|started|failed|finished|canceled|"
+                                      "stopped (those of failed: a scan, see next_start)"),
                     _p("priority", help_="an integer -1023..1023 or a band: high|normal|low"),
                     _p("function", help_="substring of module:function"),
                     _p("page", kind="integer"), _p("per_page", kind="integer"),

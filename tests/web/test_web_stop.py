@@ -54,5 +54,8 @@ def test_the_api_and_the_button_stop_a_running_job(client, queue, processes, red
     assert sorted(j["id"] for j in listed["jobs"]) == sorted([first.id, second.id])
     assert sorted(q.job_ids("stopped")) == sorted([first.id, second.id]) == sorted(failed)
     assert other.id in q.job_ids("failed") and other.id not in q.job_ids("stopped")
+    # the queue page's 2 s poll keeps a scanned listing's rows (they follow its `start`)
+    live = api(client, "GET", "/api/v1/queues/default/live?status=stopped").json()
+    assert "rows" not in live and live["counts"]["failed"] == 3
     audited = [(e["reason"], e["job_id"]) for e in admin_events(r, settings)]
     assert ("stop", first.id) in audited and ("stop", second.id) in audited
