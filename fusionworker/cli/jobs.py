@@ -394,16 +394,14 @@ def _listed_jobs(app: App, names: list[str], wanted: tuple[str, ...] | Any,
     found: list[Job[Any]] = []
     truncated = False
     for status in STATUSES:  # lifecycle order, whatever order the flags came in
-        if status not in wanted:
-            continue
+        if status not in wanted or (status == JobStatus.STOPPED and JobStatus.FAILED in wanted):
+            continue             # (stopped jobs are kept, and listed, with the failed ones)
         for name in names:
             room = limit - len(found)
-            if room <= 0:
-                truncated = True
-                break
+            if room <= 0 and truncated:
+                return found, truncated
+            # with no room left, one job is read: whether any was left out
             batch = Queue(name, app.connection, settings=app.settings).jobs(status, room + 1)
-            if status == JobStatus.STOPPED and JobStatus.FAILED in wanted:
-                batch = [j for j in batch if j.status != JobStatus.STOPPED]   # listed there
             if len(batch) > room:
                 truncated = True
             found += batch[:room]

@@ -283,6 +283,10 @@ def test_job_list_filters_limit_and_json(cli: Run, queue: Any, burst: Any) -> No
     doc = json.loads(cli("job", "list", "--limit", "1", "--json").stdout)
     assert doc["count"] == 1 and doc["truncated"] is True
     assert "more not shown: the --limit is 1" in cli("job", "list", "-n", "1").stdout
+    # exactly the limit, and nothing in the registries after: not "truncated"
+    doc = json.loads(cli("job", "list", "--status", "queued", "--status", "canceled",
+                         "--status", "stopped", "--limit", "2", "--json").stdout)
+    assert doc["count"] == 2 and doc["truncated"] is False
     assert "'lost' is not one of" in cli("job", "list", "--status", "lost", code=2).stderr
     assert "no queue 'nope'" in one_error_line(cli("job", "list", "--queue", "nope", code=1))
 
