@@ -120,6 +120,11 @@ class Place:
     next_start: float | None = 0.0            # monotonic time of the next (re)start; None = done
     restarts: deque[float] = field(default_factory=deque)
     last_code: int | None = None
+    #: the child's last heartbeat seen, and whether it was seen to move: a child is
+    #: judged hung only once its loop beat (its start, a fork server loading a model
+    #: included, is not judged: systemd's start timeout is for that)
+    beat_seen: float | None = None
+    beating: bool = False
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,7 @@ class Supervisor:
                                      close_fds=True)
         place.name = self.names(place.index, place.proc.pid)
         place.next_start = None
+        place.beat_seen, place.beating = None, False
         log.debug("Supervisor: place %d runs pid %d (%s)", place.index, place.proc.pid, place.name)
 
     def _reap(self) -> None:
@@ -423,7 +429,11 @@ class Supervisor:
         now = time.time()
         for name, beat in beats.items():
             place = live[name]
-            if beat is None or place.proc is None or now - beat <= limit:
+            if beat is not None and place.beat_seen is not None and beat != place.beat_seen:
+                place.beating = True
+            place.beat_seen = beat if beat is not None else place.beat_seen
+            if (beat is None or place.proc is None or not place.beating
+                    or now - beat <= limit):
                 continue
             log.error("Worker process %d (pid %d, %s) sent no heartbeat for %.0f s (the "
                       "watchdog allows %g s): its loop hangs; killed, it is restarted",

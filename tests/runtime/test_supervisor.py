@@ -163,6 +163,7 @@ def test_the_watchdog_of_a_pool_kills_and_restarts_a_hung_child(
     env = {"NOTIFY_SOCKET": notify_socket.getsockname(), "WATCHDOG_USEC": "1000000"}
     sup = processes.worker("--customq", "default", "--processes", "2", env=env)
     wait_for(lambda: len(live(r, prefix)) == 2, timeout=20)
+    time.sleep(2.5)     # their loops beat (a child is judged once seen beating, not at start)
     before = live(r, prefix)
     frozen, other = sorted(before.values())
     os.kill(frozen, signal.SIGSTOP)
@@ -179,6 +180,7 @@ def test_the_watchdog_of_a_pool_kills_and_restarts_a_hung_child(
     assert "WATCHDOG=1" in _messages(notify_socket)
     # a child frozen while the pool shuts down is killed too: the shutdown ends
     again = next(pid for pid in live(r, prefix).values() if pid != other)
+    time.sleep(2.5)                                   # the new child is seen beating
     os.kill(again, signal.SIGSTOP)
     try:
         sup.send_signal(signal.SIGTERM)
