@@ -10,12 +10,10 @@ logged when it fails.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
 import operator
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -31,7 +29,7 @@ from . import codec
 from . import tracing as _otel
 from .catalog import learnt_options, lookup, producer_allowed, registered
 from .config import check_value
-from .functions import func_ref, verify
+from .functions import func_ref, takes_job_id, verify
 from .job import Job, JobStatus, encode_fields, made_job, safe_text
 from .job_habits import META_LIMIT
 from .options import JobOptions, seconds_of
@@ -156,22 +154,7 @@ def _callback(option: str, func: Any, allowed: tuple[str, ...]) -> str | None:
         return None
     ref = _checked_ref(func)
     verify(ref, allowed)
-    # what a worker will call: the function the reference names, when its module is
-    # loaded (a functools.wraps adapter is named, and so called, as what it wraps)
-    module, _, name = ref.partition(":")
-    target = getattr(sys.modules.get(module), name, None)
-    try:
-        signature = inspect.signature(target if callable(target) else func,
-                                      follow_wrapped=False)
-    except (TypeError, ValueError):       # no signature to read (a builtin, a name): as given
-        return ref
-    try:
-        signature.bind("job-id")
-    except TypeError:
-        raise ValueError(
-            f"{option}={ref}{signature}: a callback is called with one argument, the "
-            f"job id (RQ's callbacks take job, connection, result); give it one "
-            f"parameter and read the job with Job.fetch(job_id)") from None
+    takes_job_id(option, ref, func)
     return ref
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 import sys
 import types
@@ -266,3 +267,34 @@ def resolve(ref: str, allowed: Iterable[str] = ()) -> Callable[..., Any]:
     module_name, attr = check_allowed(ref, allowed)
     found: Callable[..., Any] = _walk(ref, importlib.import_module(module_name), attr, allowed)
     return found
+
+
+#: callback references whose function was seen to take the job id (:func:`takes_job_id`)
+_CALLBACKS_OK: set[str] = set()
+
+
+def takes_job_id(option: str, ref: str, func: Any) -> None:
+    """ValueError when the callback ``ref`` (given as ``func``) cannot take the one
+    argument a callback is called with, the job id: RQ's take ``(job, connection,
+    result)``; refused at enqueue, before anything is written, not when it runs. What
+    is checked is what a worker will call: the function the reference names, when its
+    module is loaded (a ``functools.wraps`` adapter is named, and so called, as what it
+    wraps), else ``func``; neither readable (a builtin, a name): taken as given."""
+    if ref in _CALLBACKS_OK:              # (its signature read once: a producer's loop)
+        return
+    module, _, name = ref.partition(":")
+    target = getattr(sys.modules.get(module), name, None)
+    try:
+        signature = inspect.signature(target if callable(target) else func,
+                                      follow_wrapped=False)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind("job-id")
+    except TypeError:
+        raise ValueError(
+            f"{option}={ref}{signature}: a callback is called with one argument, the "
+            f"job id (RQ's callbacks take job, connection, result); give it one "
+            f"parameter and read the job with Job.fetch(job_id)") from None
+    if len(_CALLBACKS_OK) < 4096:
+        _CALLBACKS_OK.add(ref)

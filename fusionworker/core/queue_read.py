@@ -73,9 +73,9 @@ class QueueReads:
     @property
     def job_ids(self) -> Listing[str]:
         """``q.job_ids(status, limit)``: ids by registry, queued (best first), scheduled
-        (soonest first), started, deferred (oldest first), finished/failed/canceled
-        (newest first); ``q.job_ids`` uncalled: every queued id in run order, as RQ's
-        property (listing.py)."""
+        (soonest first), started, deferred, held (oldest first), finished/failed/canceled
+        and stopped (those of failed: :meth:`_stopped_ids`) (newest first); ``q.job_ids``
+        uncalled: every queued id in run order, as RQ's property (listing.py)."""
         return Listing(self._job_ids, self._queued_ids)
 
     @property
