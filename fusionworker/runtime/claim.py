@@ -29,9 +29,12 @@ nothing to take is *quiet*: no claim asks it again until its channel speaks
 time its reply named comes (its first scheduled job, its rate limit's next
 slot), or the sweep reaches it: every ``sweep_interval`` (the poll interval)
 the next :data:`SWEEP_QUEUES` quiet queues are asked again, a safety net for a
-write that published nothing. A queue at its concurrency cap is never quiet
-(a slot freeing elsewhere publishes nothing). Losing the subscription (or
-Redis) makes every queue loud again. An idle worker on 1,000 queues thus
+write that published nothing. An enqueue publishes only when it made the queue's
+pending set non-empty: a worker that found the queue empty did so before the
+earlier job came, whose publish woke it. So a queue whose jobs stay pending while a
+claim gets none is never quiet: one at its concurrency cap (a slot freeing elsewhere
+publishes nothing) or whose claim Redis refused (backed off instead). Losing the
+subscription (or Redis) makes every queue loud again. An idle worker on 1,000 queues thus
 claims from 4 queues a second, not 1,000; one queue is asked every poll, as
 before. A burst worker never trusts quiet queues (it ends on a full sweep).
 """
@@ -231,8 +234,9 @@ class Claimer:
         self.sweep_interval = 1.0
         self._sweep_at = 0.0
         self._sweep_pos = 0
-        #: queues whose last reply said "capped" (never quiet)
-        self._capped: set[str] = set()
+        #: queues whose last reply said "capped", was refused or not understood (never
+        #: quiet)
+        self._loud: set[str] = set()
         #: (the server's time in a reply of the last claim, time.monotonic() then)
         self.server_clock: tuple[float, float] | None = None
         #: jobs it may still claim (``Worker.work(max_jobs=)``); None: no end
@@ -508,7 +512,7 @@ class Claimer:
             got[queue] = len(found)
             if taken < count:
                 dry.add(queue)
-                if plan.armed and self.armed and queue not in self._capped:
+                if plan.armed and self.armed and queue not in self._loud:
                     self.quiet.add(queue)
         last = None
         for index in plan.places:
@@ -556,17 +560,18 @@ class Claimer:
     def parse(self, queue: str, reply: Any) -> tuple[list[Job[Any]], int]:
         """One claim.lua reply (single or count form): its jobs, and how many places it
         took (a dead-lettered entry without a record takes one, yields no job)."""
-        self._capped.discard(queue)
+        self._loud.discard(queue)
         if is_refusal(reply):                 # OOM, WRONGTYPE...: back that queue off
-            self.refused(queue, reply)
-            return [], 0
+            self.refused(queue, reply)        # and ask it when the back-off ends: its
+            self._loud.add(queue)             # jobs are still there, and a job enqueued
+            return [], 0                      # behind them publishes nothing
         if isinstance(reply, Exception) or not reply:
-            self._capped.add(queue)           # not understood: never quiet
+            self._loud.add(queue)           # not understood: never quiet
             return [], 0
         self.backoff.pop(queue, None)
         answer = replies.claim(reply)
         if answer.kind == "capped":
-            self._capped.add(queue)
+            self._loud.add(queue)
         for job_id in answer.missing:
             self._log_missing(queue, job_id)
         if answer.kind == "limited" or answer.limited:

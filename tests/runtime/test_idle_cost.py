@@ -107,3 +107,81 @@ def test_a_wake_up_lost_with_the_subscription_does_not_leave_a_job_waiting(
         os.kill(proc.pid, signal.SIGCONT)
     wait_for(lambda: last.fetch_job(job.id).status == "finished")
     assert proc.poll() is None and "Traceback" not in processes.output(proc)
+
+
+def _messages(pubsub: Any) -> list[str]:
+    out = []
+    while (msg := pubsub.get_message(timeout=0.2)) is not None:
+        if msg["type"] == "message":
+            out.append(msg["data"])
+    return out
+
+
+def test_an_enqueue_wakes_the_workers_only_when_its_queue_held_no_job(queue, r):
+    """One message per empty-to-non-empty (docs/design.md, "quiet queues", step 4):
+    the first job of an empty queue publishes, the jobs behind it do not; a delayed job
+    always does (an idle worker learns when it is due); an emptied queue's next job
+    publishes again."""
+    q = queue("wakes")
+    pubsub = r.pubsub()
+    pubsub.subscribe(q.qkeys.wake)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    first = q.enqueue("tests.jobs:noop")
+    q.enqueue("tests.jobs:noop")
+    q.enqueue("tests.jobs:noop", job_id="third")
+    assert _messages(pubsub) == [first.id]
+    later = q.enqueue_in(60, "tests.jobs:noop")
+    assert _messages(pubsub) == [later.id]
+    q.empty()
+    again = q.enqueue("tests.jobs:noop")
+    assert _messages(pubsub) == [again.id]
+    pubsub.close()
+
+
+def _quiet_worker(redis_single: int, settings: Any, processes: Any,
+                  queues: int) -> tuple[redis.Redis, Any, Queue, Any]:
+    """A worker on ``queues`` queues, its wake-ups confirmed and every queue quiet (the
+    sweep, 4 queues a 1 s poll, would reach the last one after ``queues / 4`` s)."""
+    url = f"redis://127.0.0.1:{redis_single}/0"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    s = settings.replace(redis_url=url)
+    processes.settings = s
+    names = [f"q{i}" for i in range(queues)]
+    proc = processes.worker("-q", ",".join(names), "--name", "quiet", env={
+        "FUSIONWORKER_POLL_INTERVAL": "1.0", "FUSIONWORKER_HEARTBEAT_INTERVAL": "1.0"})
+    key = f"{s.prefix}:worker:quiet"
+    wait_for(lambda: _calls(client).get("evalsha", 0) >= queues, interval=0.25,
+             what="the first claim over every queue")
+    _heartbeat(client, key, client.hget(key, "last_heartbeat"))   # quiet from here on
+    return client, proc, Queue(names[-1], client, settings=s), s
+
+
+def test_jobs_enqueued_behind_a_waiting_job_run_without_a_wake_up_of_their_own(
+        redis_single, settings, processes):
+    """Three jobs in a row on a quiet queue: only the first publishes. The worker
+    (concurrency 1) claims the first, and asks the queue again at its end, as it took
+    all it asked for: the other two run at once, not when the sweep comes (100 s)."""
+    client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 400)
+    jobs = [last.enqueue("tests.jobs:sleep", 0.3)] + [
+        last.enqueue("tests.jobs:add", i, 1) for i in range(2)]
+    wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in jobs),
+             timeout=20, what="the three jobs")
+    assert proc.poll() is None and "Traceback" not in processes.output(proc)
+
+
+def test_a_queue_whose_claim_redis_refused_is_asked_again_when_its_back_off_ends(
+        redis_single, settings, processes):
+    """Crash point: a claim is refused (a key of the wrong type) while a job waits, and
+    a second job comes behind it (no wake-up: the queue held one). The refused queue is
+    backed off, never quiet: once the key is right again both jobs run within the
+    back-off (1 s, then 2 s), not when the sweep reaches the queue (100 s)."""
+    client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 400)
+    client.set(last.qkeys.started, "not a zset")
+    first = last.enqueue("tests.jobs:add", 1, 1)
+    wait_for(lambda: "refused" in processes.output(proc) or "WRONGTYPE"
+             in processes.output(proc), timeout=20, what="the refused claim")
+    second = last.enqueue("tests.jobs:add", 2, 2)
+    client.delete(last.qkeys.started)
+    wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in (first, second)),
+             timeout=20, what="both jobs")
+    assert proc.poll() is None

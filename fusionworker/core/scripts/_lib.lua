@@ -118,7 +118,19 @@ function push_pending(base, jid)
   if hget(jkey, F.at_front) then seq = front_seq(base, jkey, prio, seq) end
   redis.call('ZADD', base .. K.pending, fmt_int(prio * SEQ_LIMIT - seq), jid)
   redis.call('HSET', jkey, F.status, S.queued)
-  redis.call('PUBLISH', base .. K.wake, jid)
+  wake_if_first(base, jid)
+end
+
+-- Wake idle workers when `pending` went from empty to one job: a worker trusts a queue
+-- it found empty to stay so until its channel speaks (runtime/claim.py, "quiet
+-- queues"), and a job added to a queue that already held one finds every such worker
+-- woken by that earlier job (docs/design.md, "One wake-up per empty-to-non-empty, not
+-- per job"). One message per job would be read, and thrown away, by every subscribed
+-- worker.
+function wake_if_first(base, jid)
+  if redis.call('ZCARD', base .. K.pending) == 1 then
+    redis.call('PUBLISH', base .. K.wake, jid)
+  end
 end
 
 -- at_front (Queue.enqueue(at_front=True)): the job goes one place ahead of every

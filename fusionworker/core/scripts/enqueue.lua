@@ -96,7 +96,7 @@ if jtype == 'none' and not group and not front then
   redis.call('HSET', jkey, unpack(rec))
   if ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   -- a scheduled job wakes too: an idle worker learns when it is due (claim.py, quiet)
-  redis.call('PUBLISH', base .. K.wake, jid)
+  if at then redis.call('PUBLISH', base .. K.wake, jid) else wake_if_first(base, jid) end
   event()
   if at then return {'scheduled', jid, S.scheduled, fmt_int(seq), fmt_time(t), fmt_time(at)} end
   return {'queued', jid, S.queued, fmt_int(seq), fmt_time(t)}
