@@ -416,8 +416,10 @@ ALWAYS: dict[str, str] = {
 FOREIGN: dict[str, str] = {
     "expires": "use ttl= (seconds the job may wait to be started)",
     "retry_policy": "use retry=Retry(max=, interval=[...]), or max_retries= and retry_delay=",
-    "link": "use depends_on= on the next job, or a Batch(on_success=...)",
-    "link_error": "use on_failure_url= or a Batch(on_failure=...)",
+    "link": "use on_success= (a function enqueued as func(job_id) once the job "
+            "finished), depends_on= on the next job, or a Batch(on_success=...)",
+    "link_error": "use on_failure= (a function enqueued as func(job_id) after a final "
+                  "failure), on_failure_url= (a webhook) or a Batch(on_failure=...)",
     "countdown": "use q.enqueue_in(seconds, func, ...)",
     "eta": "use q.enqueue_at(datetime, func, ...)",
     "task_id": "use job_id= (a live job with that id is not enqueued again)",

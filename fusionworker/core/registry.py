@@ -112,11 +112,15 @@ class JobFunction(Generic[P, R]):
     def options(self, *, queue: str | Queue | None = None, connection: RedisClient | None = None,
                 settings: Settings | None = None, **options: Any) -> JobFunction[P, R]:
         """A copy with other defaults: ``queue`` and any enqueue option
-        (:data:`fusionworker.core.options.NAMES`)."""
+        (:data:`fusionworker.core.options.NAMES`), RQ's and Celery's names taken as at
+        the decorator. Each overrides the decorator's same option, whichever name either
+        gave it (``@job(timeout=10)``, then ``.options(time_limit=5)``: 5)."""
+        from .options import decorator_options
+
         return JobFunction(self.func, queue=self.queue if queue is None else queue,
                            connection=connection or self.connection,
                            settings=settings or self.settings, horse_jobs=self.horse_jobs,
-                           **{**self.default_options, **options})
+                           **{**self.default_options, **decorator_options(options)})
 
     def _check_kwargs(self, kwargs: dict[str, Any]) -> None:
         """TypeError when a keyword that is an enqueue option (or RQ's, Celery's) is not a

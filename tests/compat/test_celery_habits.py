@@ -33,6 +33,8 @@ def test_celery_options_with_an_equivalent_are_taken(given, taken):
     ({"expires": 60}, "ttl="),
     ({"ignore_result": False}, "result_ttl=0"),
     ({"time_limit": 3, "timeout": 4}, "not both"),
+    ({"link": "app:next"}, "on_success="),
+    ({"link_error": "app:alert"}, "on_failure= (a function"),
 ])
 def test_celery_options_without_one_are_refused_naming_the_way(given, named):
     for make in (lambda: JobFunction(jobs.add, **given),
@@ -40,6 +42,32 @@ def test_celery_options_without_one_are_refused_naming_the_way(given, named):
         with pytest.raises(TypeError) as caught:
             make()
         assert named in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("decorator", "call", "taken"), [
+    ({"timeout": 10}, {"time_limit": 5}, {"timeout": 5}),
+    ({"time_limit": 10}, {"timeout": 5}, {"timeout": 5}),
+    ({"retry_on": (KeyError,)}, {"autoretry_for": (ValueError,)}, {"retry_on": (ValueError,)}),
+    ({"autoretry_for": (KeyError,)}, {"autoretry_for": (ValueError,)},
+     {"retry_on": (ValueError,)}),
+    ({"retry_delay": 1, "max_retries": 2}, {"default_retry_delay": 3},
+     {"retry_delay": 3, "max_retries": 2}),
+])
+def test_a_call_overrides_the_decorators_option_whichever_name_either_used(
+        decorator, call, taken, queue):
+    """``@job(timeout=10)`` then ``.options(time_limit=5)`` (or ``apply_async(...,
+    time_limit=5)``) is a per-call override, as ``.options(timeout=5)`` is: it said
+    "give timeout= or time_limit=, not both", though the call gave one."""
+    handle = JobFunction(jobs.add, **decorator)
+    assert handle.options(**call).default_options == taken
+    q = queue("celery_over")
+    job = JobFunction(jobs.add, queue=q, **decorator).apply_async((1, 2), **call)
+    if "timeout" in taken:
+        assert job.timeout == taken["timeout"]
+    if "retry_delay" in taken:
+        assert job.retry_delay == taken["retry_delay"]
+    with pytest.raises(TypeError, match="not both"):      # one call giving both still is
+        handle.options(timeout=3, time_limit=4)
 
 
 def test_enqueue_takes_celery_names_too(queue, work):
