@@ -122,7 +122,8 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
 @click.option("--name", help="Worker name (default HOST.PID; with --processes: NAME.SLOT).")
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
-              help="Kill and fail a job whose horse exceeds this RSS (0 = off).")
+              help="Kill and fail a job whose horse holds more memory of its own "
+                   "(not the pages it shares with the fork server) (0 = off).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), metavar="PORT",
               help="Serve Prometheus /metrics of this worker on PORT (0 = off); with "
                    "--processes N the processes use PORT, PORT+1, ... PORT+N-1.")

@@ -385,7 +385,9 @@ class Settings:
     gpu_throttle_threshold: float = _throttle("gpu", 85.0, "GPU memory use (%) of any device")
     gpu_resume_threshold: float = _resume("gpu", 75.0, "GPU memory use (%)")
     max_horse_memory: int = _setting("FUSIONWORKER_MAX_HORSE_MEMORY", 0, int,
-            "RSS ceiling of a horse in MiB (0 = none); over it the job fails with reason memory.",
+            "Ceiling of a horse's own memory in MiB (0 = none), its children's included and not the "
+            "pages it shares with the fork server (a model loaded once); over it the job fails "
+            "with reason memory.",
             "--max-horse-memory", min=0)
     events: bool = _setting("FUSIONWORKER_EVENTS", True, _bool,
             "The job event log (queued, processing, progress, the outcomes; the dashboard's live "

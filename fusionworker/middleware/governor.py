@@ -529,11 +529,32 @@ def rss_mib(pid: int) -> float:
     gone: a horse that already exited holds no memory.
 
     RSS includes pages a horse still shares with its parent after ``fork``
-    (copy-on-write), so a horse starts at roughly the parent's RSS; set
-    ``max_horse_memory`` above that.
+    (copy-on-write), so a horse starts at roughly the parent's RSS: the ceiling
+    (:class:`HorseMemoryLimit`) judges :func:`own_mib` once this is over it.
     """
     found = tree_rss(pid)
     return 0.0 if found is None else found[0] / MIB
+
+
+def own_mib(pid: int) -> float:
+    """The memory ``pid`` and its descendants hold of their own, in MiB: each one's
+    pages no other process maps (USS, from ``/proc/<pid>/smaps_rollup``), so a model
+    the fork server loaded once, which every horse still shares, is not counted, and
+    what a job allocated (or copied by writing to the model) is. 0 when ``pid`` is gone.
+    Reading it walks the process's page tables: :class:`HorseMemoryLimit` reads it only
+    for a horse whose resident set is over the ceiling."""
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
+    total = 0
+    for proc in processes:
+        try:
+            total += proc.memory_full_info().uss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total / MIB
 
 
 def tree_rss(pid: int) -> tuple[int, int] | None:
@@ -554,7 +575,9 @@ def tree_rss(pid: int) -> tuple[int, int] | None:
 
 
 class HorseMemoryLimit(Middleware):
-    """Fail a job whose horse (with its children) grows past ``max_horse_memory`` MiB.
+    """Fail a job whose horse (with its children) holds more than ``max_horse_memory``
+    MiB of its own (:func:`own_mib`: not the pages it shares with the fork server, such
+    as a model loaded there once).
 
     One runaway job must not push the whole machine into swap or the OOM
     killer, which would take innocent horses (or the worker) with it. The
@@ -582,11 +605,15 @@ class HorseMemoryLimit(Middleware):
         """``FailureReason.MEMORY`` when the horse is over the ceiling, else ``None``."""
         if not self.enabled:
             return None
-        used = rss_mib(horse_pid)
+        resident = rss_mib(horse_pid)
+        if resident <= self.limit_mib:       # the cheap read first: under it, so is own
+            return None
+        used = own_mib(horse_pid)
         if used <= self.limit_mib:
             return None
-        self._log.warning("Horse %d of job %s uses %.1f MiB (limit %d MiB): killing it",
-                          horse_pid, getattr(job, "id", job), used, self.limit_mib)
+        self._log.warning("Horse %d of job %s holds %.1f MiB of its own (resident %.1f MiB, "
+                          "limit %d MiB): killing it", horse_pid, getattr(job, "id", job),
+                          used, resident, self.limit_mib)
         return FailureReason.MEMORY
 
 

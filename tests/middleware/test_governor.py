@@ -30,6 +30,7 @@ from fusionworker.middleware.governor import (
     NvmlGpuReader,
     blocking_resources,
     build_governors,
+    own_mib,
     rss_mib,
 )
 
@@ -446,10 +447,45 @@ def test_horse_over_ceiling_returns_memory(caplog):
         assert HorseMemoryLimit.rss_mib(pid) == pytest.approx(used, abs=5)
         job = SimpleNamespace(id="job-1")
         assert HorseMemoryLimit(settings(max_horse_memory=30)).on_horse_tick(None, job, pid) == "memory"
-        assert f"Horse {pid} of job job-1 uses" in caplog.text
+        assert f"Horse {pid} of job job-1 holds" in caplog.text and "of its own" in caplog.text
         roomy = HorseMemoryLimit(settings(max_horse_memory=int(used) + 200))
         assert roomy.on_horse_tick(None, job, pid) is None
         assert HorseMemoryLimit(settings(max_horse_memory=0)).on_horse_tick(None, job, pid) is None
+
+
+def test_horse_ceiling_does_not_count_the_pages_a_horse_shares_with_its_parent(caplog):
+    """A model loaded once in the fork server: every horse maps it (its resident set
+    holds it), none owns it. The ceiling judges what the horse holds of its own, so a
+    ceiling below the model fails only a job that allocates past it (it killed every
+    job: an ML user's 100 MiB ceiling beside a 246 MiB model)."""
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    model = b"m" * (120 * MIB)       # written here, before the fork: the parent's pages
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            assert model[-1:] == b"m"     # read, never written: the pages stay shared
+            os.write(w, b"1")
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert select.select([r], [], [], 10)[0] and os.read(r, 1) == b"1"
+        assert rss_mib(pid) >= 110               # mapped, so resident to the kernel
+        assert own_mib(pid) < 30                 # but not its own
+        job = SimpleNamespace(id="job-model")
+        assert HorseMemoryLimit(settings(max_horse_memory=60)).on_horse_tick(
+            None, job, pid) is None
+        assert "job-model" not in caplog.text
+    finally:
+        os.close(r)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    del model
+    with forked_hog(60) as pid:                  # memory of its own still counts
+        assert own_mib(pid) >= 55
 
 
 def test_horse_ceiling_counts_children():

@@ -6,6 +6,8 @@ tells it what the module registers: runtime/imports.py)."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
 
 from tests.waiting import wait_for
@@ -70,3 +72,25 @@ def test_four_fresh_horses_share_the_imported_model_and_never_import_it(
     # the model once plus ten interpreters (~96 MiB: 396 MiB measured, 1.32 x; 696 MiB
     # when the worker held a copy of its own, 2.32 x; the issue asks < 1.6 x)
     assert pss < 1.4 * SIZE, pss
+
+
+def test_a_memory_ceiling_below_the_model_fails_no_job_and_retires_no_horse(
+        processes, queue, r, settings, tmp_path):
+    """``--max-horse-memory`` judges a horse's own memory, not the model it shares with
+    the fork server (an ML user's 100 MiB ceiling beside a 246 MiB model killed every
+    job). Three jobs on a warm horse, the first one running past a horse tick: all
+    finish, in the same horse."""
+    env = {"FW_TEST_MODEL_MIB": "150", "FW_TEST_MODEL_LOG": str(tmp_path / "imports.log")}
+    q = queue()
+    key = f"{settings.prefix}:ceiling"
+    w = processes.worker("--customq", "default", "--horse-jobs", "3",
+                         "--max-horse-memory", "60", "--import", "tests.model_module", env=env)
+    jobs = [q.enqueue("tests.model_module:infer", settings.redis_url, key) for _ in range(3)]
+    wait_for(lambda: r.llen(key) >= 1, timeout=60)
+    time.sleep(1.5)                      # the first job runs past a horse tick (~1 s)
+    r.set(f"{key}:go", 1)
+    done = [wait_for(lambda j=j: (f := q.fetch_job(j.id)).status in ("finished", "failed")
+                     and f) for j in jobs]
+    assert [d.status for d in done] == ["finished"] * 3, [d.error_message for d in done]
+    assert len({d.result[0] for d in done}) == 1      # one warm horse: never retired
+    assert "killing it" not in processes.output(w)

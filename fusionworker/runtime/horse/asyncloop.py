@@ -61,7 +61,7 @@ from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events
 from .run import _awaitable, _describe, _format_exc, _result_report, is_retryable
-from .stay import has_children, remember, rss
+from .stay import has_children, over_memory, remember
 
 #: seconds a job may hold the event loop before the monitor thread names it
 BLOCKED = 1.0
@@ -232,7 +232,7 @@ class AsyncHorse:
         elif report.ok and job.func not in self.mine:
             remember(self.mine, job.func, self.allowed)
         if not self.leaving and (changed or factory or not report.ok or has_children()
-                                 or (self.max_rss and rss() >= self.max_rss)):
+                                 or over_memory(self.max_rss)):
             self.leaving = True
             self.write(b"-\n")
         return report

@@ -31,6 +31,27 @@ def rss() -> int:
         return 0
 
 
+def own_bytes() -> int:
+    """This process's own memory, bytes: the pages no other process maps (private clean
+    and dirty, ``/proc/self/smaps_rollup``), so not a model the fork server loaded once
+    and this horse still shares (0 when /proc cannot say)."""
+    total = 0
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Private_"):
+                    total += int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
+def over_memory(limit: int) -> bool:
+    """This horse holds ``limit`` bytes or more of its own (0: no limit). The resident
+    set is read first (one short read): only over it is the own memory read."""
+    return bool(limit) and rss() >= limit and own_bytes() >= limit
+
+
 def has_children() -> bool:
     """A child process of this one exists, running or a zombie (one system call:
     ``waitid`` without waiting, which fails when there is none)."""

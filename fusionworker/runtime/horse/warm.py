@@ -38,7 +38,7 @@ from . import guard
 from .lease import OwnLease
 from .main import _flush_job_events, set_pdeathsig
 from .run import _csignal, run_job
-from .stay import has_children, remember, rss
+from .stay import has_children, over_memory, remember
 
 
 def warm_horse(job_r: int, write_fd: int, server_pid: int, allowed: tuple[str, ...],
@@ -166,7 +166,7 @@ def _may_stay(report: HorseReport, func: str, done: int, horse_jobs: int,
     cap = caps.get(func)
     if cap is None:
         cap = caps[func] = cap_of(func, horse_jobs, resolved)
-    return done < cap and not (max_rss and rss() >= max_rss) and not has_children()
+    return done < cap and not over_memory(max_rss) and not has_children()
 
 
 def _become_horse(server_pid: int) -> None:
