@@ -130,8 +130,8 @@ def _worker_lines(workers: list[dict[str, Any]]) -> list[str]:
 def _cron_lines(entries: list[dict[str, Any]], now: float) -> list[str]:
     rows = []
     for e in entries:
-        nxt = "paused" if e["paused"] else (
-            f"in {fmt_age(e['next_run'] - now)}" if e["next_run"] is not None else None)
+        nxt = "paused" if e["paused"] else None if e["next_run"] is None else (
+            f"in {fmt_age(e['next_run'] - now)}" if e["next_run"] > now else "due now")
         last = (f"{fmt_age(now - e['last_run'])} ago" if e["last_run"] is not None else None)
         rows.append([e["name"], e["queue"], e["schedule"], e["timezone"], nxt, last,
                      e["last_status"], e["last_job_status"], e["runs"], e["skips"]])

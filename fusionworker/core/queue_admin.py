@@ -323,8 +323,9 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
     was_paused = connection.set(qkeys.paused, "1", get=True) is not None
     running = connection.zcard(qkeys.started)
     if running:
-        if not was_paused:
+        if not was_paused:     # a claim meanwhile found it paused: wake it (unpause)
             connection.delete(qkeys.paused)
+            connection.publish(qkeys.wake, "unpause")
         raise InvalidOperation(f"queue {name!r} has {running} running job(s); pause it "
                                "(`pause`), wait for them to end, and try again")
     connection.srem(keys.queues, name)

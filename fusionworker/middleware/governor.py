@@ -11,10 +11,9 @@ Two middlewares live here:
   Refusing new work is the only lever a worker has: a job already running is
   never touched by the governor, so a full machine drains instead of
   OOM-killing horses at random.
-* :class:`HorseMemoryLimit` answers ``on_horse_tick``: one job whose horse
-  grows past ``max_horse_memory`` MiB is killed and failed with reason
-  ``memory`` (Celery's ``max_memory_per_child``, but per job, since every job
-  gets a fresh horse anyway).
+* :class:`HorseMemoryLimit` (horse_memory.py) answers ``on_horse_tick``: one job
+  whose horse holds more than ``max_horse_memory`` MiB of its own is killed and
+  failed with reason ``memory`` (Celery's ``max_memory_per_child``, but per job).
 
 Sampling is cheap but not free (psutil reads ``/proc``, NVML talks to the
 driver), and a throttled worker asks on every loop turn, so the governor
@@ -35,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..core.hooks import Middleware
-from ..core.job import FailureReason
+from .horse_memory import MIB, HorseMemoryLimit, own_mib, rss_mib, tree_rss
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
     from ..core.hooks import WorkerContext
-    from ..core.job import Job
 
 __all__ = [
     "GpuReading",
@@ -54,7 +52,10 @@ __all__ = [
     "blocking_resources",
     "read_ram_percent",
     "read_swap_percent",
+    "MIB",
+    "own_mib",
     "rss_mib",
+    "tree_rss",
 ]
 
 log = logging.getLogger("fusionworker.governor")   # the name before the layers (logging configs use it)
@@ -62,7 +63,6 @@ log = logging.getLogger("fusionworker.governor")   # the name before the layers 
 #: ``(device_index, used_percent)`` of one GPU.
 GpuReading = tuple[int, float]
 
-MIB = 1024 * 1024
 
 
 def read_ram_percent() -> float:
@@ -140,10 +140,14 @@ class NvmlGpuReader:
     """
 
     def __init__(self, *, nvml: ModuleType | Any | None = None,
-                 logger: logging.Logger | None = None, gpu_configured: bool = False) -> None:
+                 logger: logging.Logger | None = None, gpu_configured: bool = False,
+                 listed: bool = False) -> None:
         self._nvml = nvml
         #: GPU thresholds were set: a machine without a GPU is worth an INFO line then
         self._gpu_configured = gpu_configured
+        #: the worker's slots own listed devices (--gpus 0,1): a check that cannot run
+        #: is a WARNING, as the jobs still get those devices
+        self._listed = listed
         self._log = logger or log
         self._handles: list[tuple[int, Any]] | None = None  # None: not initialized yet
         self._off_reason: str | None = None
@@ -213,6 +217,10 @@ class NvmlGpuReader:
             self._shutdown()
         self._off_reason = why
         self._handles = None
+        if self._listed:
+            self._log.warning("GPU check off: %s; the slots still get the devices --gpus "
+                              "listed (CUDA_VISIBLE_DEVICES), unchecked", why)
+            return
         level = logging.DEBUG if absent and not self._gpu_configured else logging.INFO
         self._log.log(level, "GPU check off: %s", why)
 
@@ -308,7 +316,7 @@ class Governor(Middleware):
         self._swap_reader = swap_reader or read_swap_percent
         self._gpu_reader: Callable[[], Sequence[GpuReading] | None] | None = (
             gpu_reader if gpu_reader is not None else NvmlGpuReader(
-                logger=self._log, gpu_configured=any(
+                logger=self._log, listed=bool(settings.gpus), gpu_configured=any(
                     settings.is_explicit(name)
                     for name in ("gpu_throttle_threshold", "gpu_resume_threshold"))))
         self._cpu_reader = cpu_reader or CpuReader()
@@ -518,103 +526,6 @@ class Governor(Middleware):
         if last is not None and last.cpu is not None:
             fields["cpu_percent"] = round(last.cpu, 1)
         return fields
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of ``pid`` plus all its descendants, in MiB.
-
-    Children count because a job that spawns a subprocess (ffmpeg, a model
-    server) must not escape its ceiling that way. A process that vanishes
-    while being measured counts as 0, and so does ``pid`` itself when it is
-    gone: a horse that already exited holds no memory.
-
-    RSS includes pages a horse still shares with its parent after ``fork``
-    (copy-on-write), so a horse starts at roughly the parent's RSS: the ceiling
-    (:class:`HorseMemoryLimit`) judges :func:`own_mib` once this is over it.
-    """
-    found = tree_rss(pid)
-    return 0.0 if found is None else found[0] / MIB
-
-
-def own_mib(pid: int) -> float:
-    """The memory ``pid`` and its descendants hold of their own, in MiB: each one's
-    pages no other process maps (USS, from ``/proc/<pid>/smaps_rollup``), so a model
-    the fork server loaded once, which every horse still shares, is not counted, and
-    what a job allocated (or copied by writing to the model) is. 0 when ``pid`` is gone.
-    Reading it walks the process's page tables: :class:`HorseMemoryLimit` reads it only
-    for a horse whose resident set is over the ceiling."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
-    total = 0
-    for proc in processes:
-        try:
-            total += proc.memory_full_info().uss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total / MIB
-
-
-def tree_rss(pid: int) -> tuple[int, int] | None:
-    """Resident bytes of ``pid`` and all its descendants, and how many processes that
-    is; None when ``pid`` is gone (a descendant that vanishes while measured counts 0)."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return None
-    total = 0
-    for proc in processes:
-        try:
-            total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total, len(processes)
-
-
-class HorseMemoryLimit(Middleware):
-    """Fail a job whose horse (with its children) holds more than ``max_horse_memory``
-    MiB of its own (:func:`own_mib`: not the pages it shares with the fork server, such
-    as a model loaded there once).
-
-    One runaway job must not push the whole machine into swap or the OOM
-    killer, which would take innocent horses (or the worker) with it. The
-    worker calls :meth:`on_horse_tick` about once a second; the answer
-    ``"memory"`` makes it kill the horse and fail the job with that reason.
-    ``max_horse_memory = 0`` disables the check.
-    """
-
-    #: Also reachable as ``HorseMemoryLimit.rss_mib(pid)``.
-    rss_mib = staticmethod(rss_mib)
-
-    def __init__(self, settings: Settings, *, logger: logging.Logger | None = None) -> None:
-        self.limit_mib = max(0, int(settings.max_horse_memory))
-        self._log = logger or log
-
-    def reload(self, worker: WorkerContext, settings: Settings) -> None:
-        """A new ceiling (SIGHUP) applies from the next horse tick."""
-        self.limit_mib = max(0, int(settings.max_horse_memory))
-
-    @property
-    def enabled(self) -> bool:
-        return self.limit_mib > 0
-
-    def on_horse_tick(self, worker: WorkerContext, job: Job[Any], horse_pid: int) -> FailureReason | None:
-        """``FailureReason.MEMORY`` when the horse is over the ceiling, else ``None``."""
-        if not self.enabled:
-            return None
-        resident = rss_mib(horse_pid)
-        if resident <= self.limit_mib:       # the cheap read first: under it, so is own
-            return None
-        used = own_mib(horse_pid)
-        if used <= self.limit_mib:
-            return None
-        self._log.warning("Horse %d of job %s holds %.1f MiB of its own (resident %.1f MiB, "
-                          "limit %d MiB): killing it", horse_pid, getattr(job, "id", job),
-                          used, resident, self.limit_mib)
-        return FailureReason.MEMORY
 
 
 def build_governors(settings: Settings) -> list[Middleware]:

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from ..core.hooks import Middleware
-from .governor import tree_rss
+from .horse_memory import tree_rss
 
 
 class WorkerVitals(Middleware):

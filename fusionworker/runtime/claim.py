@@ -29,14 +29,12 @@ nothing to take is *quiet*: no claim asks it again until its channel speaks
 time its reply named comes (its first scheduled job, its rate limit's next
 slot), or the sweep reaches it: every ``sweep_interval`` (the poll interval)
 the next :data:`SWEEP_QUEUES` quiet queues are asked again, a safety net for a
-write that published nothing. An enqueue publishes only when it made the queue's
-pending set non-empty: a worker that found the queue empty did so before the
-earlier job came, whose publish woke it. So a queue whose jobs stay pending while a
-claim gets none is never quiet: one at its concurrency cap (a slot freeing elsewhere
-publishes nothing) or whose claim Redis refused (backed off instead). Losing the
-subscription (or Redis) makes every queue loud again. An idle worker on 1,000 queues thus
-claims from 4 queues a second, not 1,000; one queue is asked every poll, as
-before. A burst worker never trusts quiet queues (it ends on a full sweep).
+write that published nothing. A plain queue's enqueue publishes only when it made
+pending non-empty (design.md, "One wake-up per empty-to-non-empty, not per job"),
+so a queue at its cap or refused (backed off, asked when that ends) is never quiet.
+Losing the subscription (or Redis) makes every queue loud again. An idle worker on
+1,000 queues claims from 4 queues a second, not 1,000. A burst worker never trusts
+quiet queues (it ends on a full sweep).
 """
 
 from __future__ import annotations
@@ -224,8 +222,7 @@ class Claimer:
         self.backoff: dict[str, tuple[float, float]] = {}
         #: the last round met a rate-limited queue holding jobs (a burst worker waits)
         self.rate_held = False
-        #: queue -> server time at which its first scheduled (or rate-held) job is due,
-        #: from its last reply
+        #: queue -> server time its first scheduled (or rate-held) job is due (last reply)
         self.due_at: dict[str, float] = {}
         #: wake-ups are confirmed (the loop sets it): a dry queue may go quiet
         self._armed = False
@@ -234,8 +231,7 @@ class Claimer:
         self.sweep_interval = 1.0
         self._sweep_at = 0.0
         self._sweep_pos = 0
-        #: queues whose last reply said "capped", was refused or not understood (never
-        #: quiet)
+        #: queues whose last reply said "capped", was refused or not understood: never quiet
         self._loud: set[str] = set()
         #: (the server's time in a reply of the last claim, time.monotonic() then)
         self.server_clock: tuple[float, float] | None = None
@@ -338,19 +334,28 @@ class Claimer:
         said, at = self.server_clock
         return said + (time.monotonic() - at)
 
+    def backoff_end(self) -> float | None:
+        """``time.monotonic()`` when the first backed-off queue may be asked again."""
+        now = time.monotonic()
+        return min((until for until, _ in self.backoff.values() if until > now), default=None)
+
     def idle_timeout(self, poll_interval: float) -> float:
-        """``poll_interval``, or less when a scheduled job or a rate limit's slot is due
-        sooner (server clock: from the claim's reply, else one TIME)."""
+        """``poll_interval``, or less when a scheduled job, a rate limit's slot (server
+        clock: from the claim's reply, else one TIME) or a back-off's end is sooner."""
+        wait = poll_interval
+        end = self.backoff_end()
+        if end is not None:
+            wait = min(wait, max(0.0, end - time.monotonic()))
         due = self.next_due
         if due is None:
-            return poll_interval
+            return wait
         now = self.server_now()
         if now is None:
             try:
                 now = server_time(self.connection)
             except UNREACHABLE:
-                return poll_interval
-        return min(poll_interval, max(0.0, due - now))
+                return wait
+        return min(wait, max(0.0, due - now))
 
     def untried(self, dry: set[str]) -> bool:
         """Some queue may still hold a job: not dry this round, not quiet, not backed off."""
@@ -561,16 +566,16 @@ class Claimer:
         """One claim.lua reply (single or count form): its jobs, and how many places it
         took (a dead-lettered entry without a record takes one, yields no job)."""
         self._loud.discard(queue)
-        if is_refusal(reply):                 # OOM, WRONGTYPE...: back that queue off
-            self.refused(queue, reply)        # and ask it when the back-off ends: its
-            self._loud.add(queue)             # jobs are still there, and a job enqueued
-            return [], 0                      # behind them publishes nothing
+        if is_refusal(reply):    # OOM, WRONGTYPE...: backed off, asked when that ends
+            self.refused(queue, reply)
+            self._loud.add(queue)
+            return [], 0
         if isinstance(reply, Exception) or not reply:
             self._loud.add(queue)           # not understood: never quiet
             return [], 0
         self.backoff.pop(queue, None)
         answer = replies.claim(reply)
-        if answer.kind == "capped":
+        if answer.kind == "capped" or answer.capped:
             self._loud.add(queue)
         for job_id in answer.missing:
             self._log_missing(queue, job_id)

@@ -315,10 +315,10 @@ class Loop:
                 self.burst_done = True
             return
         st.want_claim = False
-        # busy with free slots and a time known (a rate limit's next slot, a scheduled
-        # job): claim then, not at the next poll
-        due_matters = not busy or (self.claimer.next_due is not None
-                                   and len(self.slots) + len(claimed.jobs) < self.concurrency)
+        # busy, free slots, a time known (rate limit, scheduled job, back-off): claim then
+        known = self.claimer.next_due is not None or self.claimer.backoff_end() is not None
+        due_matters = not busy or (known and len(self.slots) + len(claimed.jobs)
+                                   < self.concurrency)
         poll = float(self.ctx.settings.poll_interval)
         st.next_poll = time.monotonic() + (self.claimer.idle_timeout(poll) if due_matters
                                            else poll)

@@ -135,6 +135,9 @@ def why_not_retried(job: Job[Any], exit_: HorseExit) -> str:
     if exit_.reason not in (FailureReason.EXCEPTION, FailureReason.TIMEOUT):
         return f"not retried: a failure of kind {exit_.reason} is not retried"
     what = exit_.error_type or str(exit_.reason)
+    if job.max_retries == 0 and job.retry_on is None:    # the reason the job asked for
+        return (f"not retried: max_retries is 0 (and {what} is not in "
+                f"FUSIONWORKER_RETRYABLE)")
     if job.retry_on is not None:
         return (f"not retried: {what} is not among its retry_on "
                 f"({', '.join(job.retry_on)})")

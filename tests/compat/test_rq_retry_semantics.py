@@ -97,6 +97,7 @@ def test_a_final_failure_says_why_it_was_not_retried(queue, work, caplog):
     plain = q.enqueue(jobs.boom, max_retries=3)
     other = q.enqueue(jobs.boom, max_retries=3, retry_on=KeyError)
     used_up = q.enqueue(jobs.boom, retry=Retry(max=1))
+    none = q.enqueue(jobs.boom, max_retries=0)      # what a Celery user's max_retries=0 asks
     with caplog.at_level(logging.ERROR, logger="fusionworker"):
         work()
     lines = {rec.getMessage() for rec in caplog.records}
@@ -107,3 +108,4 @@ def test_a_final_failure_says_why_it_was_not_retried(queue, work, caplog):
     assert "retry=Retry(max=N)" in line(plain)
     assert "not among its retry_on (builtins.KeyError)" in line(other)
     assert "its 1 retries are used up" in line(used_up)
+    assert "not retried: max_retries is 0" in line(none)

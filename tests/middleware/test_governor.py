@@ -388,6 +388,22 @@ def test_nvml_missing_package(monkeypatch, caplog):
     assert caplog.messages[0].startswith("GPU check off: pynvml not installed")
 
 
+def test_listed_gpus_without_nvml_say_so_at_warning(monkeypatch, caplog):
+    """``--gpus 0,1`` on a host without NVML: the jobs still get the listed devices, and
+    nothing said so (the check's end was a DEBUG line): a WARNING names both."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    gov = Governor(settings(gpus=("0", "1")), ram_reader=lambda: 10.0,
+                   swap_reader=lambda: 0.0)
+    assert gov.check() is None
+    warned = [rec for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warned) == 1 and "pynvml not installed" in warned[0].getMessage()
+    assert "CUDA_VISIBLE_DEVICES" in warned[0].getMessage()
+    caplog.clear()
+    quiet = Governor(settings(), ram_reader=lambda: 10.0, swap_reader=lambda: 0.0)
+    assert quiet.check() is None and not caplog.records    # no --gpus: DEBUG, as before
+
+
 def test_real_pynvml_degrades_cleanly_without_gpu(caplog):
     pytest.importorskip("pynvml")
     caplog.set_level(logging.DEBUG, logger=LOGGER)   # no GPU here: DEBUG, not INFO

@@ -225,9 +225,10 @@ def test_claim_with_a_count_keeps_priority_order_and_checks_the_cap_per_job(queu
     q.set_max_active(3)
     scripts = scripts_for(r)
     reply = scripts.claim(keys=[q.qkeys.base], args=["w1", "tok", 30, 60, 10])
-    assert reply[0] == "job"
-    records = [dict(zip(h[::2], h[1::2])) for h, _ in reply[2:]]   # {hash, claimed id}
-    assert [jid for _, jid in reply[2:]] == [high.id, mid.id, low.id]  # cap 3 stopped the 4th
+    assert reply[0] == "job" and reply[-1] == ["capped"]    # cap 3 stopped the 4th: said so
+    taken = reply[2:-1]
+    records = [dict(zip(h[::2], h[1::2])) for h, _ in taken]   # {hash, claimed id}
+    assert [jid for _, jid in taken] == [high.id, mid.id, low.id]
     assert [rec["id"] for rec in records] == [high.id, mid.id, low.id]
     tokens = [rec["token"] for rec in records]
     assert tokens == ["tok:1", "tok:2", "tok:3"]

@@ -9,6 +9,7 @@ import os
 import signal
 from typing import Any
 
+import pytest
 import redis
 
 from fusionworker.core.queue import Queue
@@ -135,20 +136,58 @@ def test_an_enqueue_wakes_the_workers_only_when_its_queue_held_no_job(queue, r):
     q.empty()
     again = q.enqueue("tests.jobs:noop")
     assert _messages(pubsub) == [again.id]
+    # a queue whose jobs may stay pending while a claim takes none (here a cap): every
+    # job publishes, as before
+    q.set_max_active(1)
+    _messages(pubsub)
+    capped = [q.enqueue("tests.jobs:noop").id for _ in range(2)]
+    assert _messages(pubsub) == capped
     pubsub.close()
 
 
-def _quiet_worker(redis_single: int, settings: Any, processes: Any,
-                  queues: int) -> tuple[redis.Redis, Any, Queue, Any]:
+def test_a_bulk_enqueue_whose_at_front_job_came_after_plain_ones_wakes_the_workers(queue, r):
+    """Attack: enqueue_many placed the chunk's plain jobs, then the at_front one (whose
+    own wake-up found pending not empty), and its one PUBLISH per chunk was skipped:
+    no message at all for an empty queue that now held three jobs."""
+    q = queue("wakes_front")
+    pubsub = r.pubsub()
+    pubsub.subscribe(q.qkeys.wake)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    q.enqueue_many([q.prepare("tests.jobs:noop"), q.prepare("tests.jobs:noop"),
+                    q.prepare("tests.jobs:noop", at_front=True)])
+    assert len(_messages(pubsub)) >= 1 and q.count == 3
+    pubsub.close()
+
+
+def test_forget_refused_while_a_job_runs_wakes_the_workers_it_paused(queue, r):
+    """forget_queue pauses the queue, finds a job running and takes the pause back: a
+    claim in between found the queue paused (quiet), and its waiting jobs publish
+    nothing, so taking the pause back publishes, as an unpause does."""
+    from fusionworker.core.queue_admin import InvalidOperation, forget_queue
+
+    q = queue("wakes_forget")
+    q.enqueue("tests.jobs:noop")
+    r.zadd(q.qkeys.started, {"running-job": 9e9})
+    pubsub = r.pubsub()
+    pubsub.subscribe(q.qkeys.wake)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    with pytest.raises(InvalidOperation, match="running"):
+        forget_queue(r, q.name, prefix=q.keys.prefix)
+    assert _messages(pubsub) == ["unpause"] and not r.exists(q.qkeys.paused)
+    pubsub.close()
+
+
+def _quiet_worker(redis_single: int, settings: Any, processes: Any, queues: int,
+                  poll: float = 1.0, *args: str) -> tuple[redis.Redis, Any, Queue, Any]:
     """A worker on ``queues`` queues, its wake-ups confirmed and every queue quiet (the
-    sweep, 4 queues a 1 s poll, would reach the last one after ``queues / 4`` s)."""
+    sweep, 4 queues a poll, would reach the last one after ``queues / 4`` polls)."""
     url = f"redis://127.0.0.1:{redis_single}/0"
     client = redis.Redis.from_url(url, decode_responses=True)
     s = settings.replace(redis_url=url)
     processes.settings = s
     names = [f"q{i}" for i in range(queues)]
-    proc = processes.worker("-q", ",".join(names), "--name", "quiet", env={
-        "FUSIONWORKER_POLL_INTERVAL": "1.0", "FUSIONWORKER_HEARTBEAT_INTERVAL": "1.0"})
+    proc = processes.worker("-q", ",".join(names), "--name", "quiet", *args, env={
+        "FUSIONWORKER_POLL_INTERVAL": str(poll), "FUSIONWORKER_HEARTBEAT_INTERVAL": "1.0"})
     key = f"{s.prefix}:worker:quiet"
     wait_for(lambda: _calls(client).get("evalsha", 0) >= queues, interval=0.25,
              what="the first claim over every queue")
@@ -174,8 +213,9 @@ def test_a_queue_whose_claim_redis_refused_is_asked_again_when_its_back_off_ends
     """Crash point: a claim is refused (a key of the wrong type) while a job waits, and
     a second job comes behind it (no wake-up: the queue held one). The refused queue is
     backed off, never quiet: once the key is right again both jobs run within the
-    back-off (1 s, then 2 s), not when the sweep reaches the queue (100 s)."""
-    client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 400)
+    back-off (1 s, then 2 s), not at the next poll (60 s: the worker wakes when the
+    back-off ends)."""
+    client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 1, 60.0)
     client.set(last.qkeys.started, "not a zset")
     first = last.enqueue("tests.jobs:add", 1, 1)
     wait_for(lambda: "refused" in processes.output(proc) or "WRONGTYPE"
@@ -184,4 +224,22 @@ def test_a_queue_whose_claim_redis_refused_is_asked_again_when_its_back_off_ends
     client.delete(last.qkeys.started)
     wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in (first, second)),
              timeout=20, what="both jobs")
+    assert proc.poll() is None
+
+
+def test_a_queue_at_its_cap_is_asked_again_as_its_own_jobs_end(
+        redis_single, settings, processes):
+    """Attack: a count claim (4 free slots) that the cap (2) cut short took the queue for
+    quiet, its other jobs pending and no wake-up to come: they waited for the poll. The
+    reply says "capped" now: each end's claim asks the queue again."""
+    client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 1, 60.0,
+                                          "--concurrency", "4")
+    last.set_max_active(2)
+    jobs = [last.enqueue("tests.jobs:sleep", 0.3) for _ in range(6)]
+    try:
+        wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in jobs),
+                 timeout=20, what="the six jobs, two at a time")
+    except AssertionError:
+        print([last.fetch_job(j.id).status for j in jobs], processes.output(proc))
+        raise
     assert proc.poll() is None

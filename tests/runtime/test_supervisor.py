@@ -179,7 +179,9 @@ def test_the_watchdog_of_a_pool_kills_and_restarts_a_hung_child(
     assert other in live(r, prefix).values()             # the live one was not touched
     assert "WATCHDOG=1" in _messages(notify_socket)
     # a child frozen while the pool shuts down is killed too: the shutdown ends
-    again = next(pid for pid in live(r, prefix).values() if pid != other)
+    # (the new child, once registered: a loaded machine may have restarted it meanwhile)
+    again = wait_for(lambda: next((pid for pid in live(r, prefix).values() if pid != other),
+                                  None), timeout=20)
     time.sleep(2.5)                                   # the new child is seen beating
     os.kill(again, signal.SIGSTOP)
     try:

@@ -121,14 +121,16 @@ function push_pending(base, jid)
   wake_if_first(base, jid)
 end
 
--- Wake idle workers when `pending` went from empty to one job: a worker trusts a queue
--- it found empty to stay so until its channel speaks (runtime/claim.py, "quiet
--- queues"), and a job added to a queue that already held one finds every such worker
--- woken by that earlier job (docs/design.md, "One wake-up per empty-to-non-empty, not
--- per job"). One message per job would be read, and thrown away, by every subscribed
--- worker.
+-- Wake idle workers when `pending` went from empty to one job, or the queue has a
+-- setting that can keep jobs pending while a claim takes none (a concurrency cap, a
+-- rate limit, group rate limits, a pause): a worker trusts a queue it found empty to
+-- stay so until its channel speaks (runtime/claim.py, "quiet queues"), and a job added
+-- to a plain queue that already held one finds every such worker woken by that earlier
+-- job (docs/design.md, "One wake-up per empty-to-non-empty, not per job"). One message
+-- per job would be read, and thrown away, by every subscribed worker.
 function wake_if_first(base, jid)
-  if redis.call('ZCARD', base .. K.pending) == 1 then
+  if redis.call('ZCARD', base .. K.pending) == 1 or redis.call('EXISTS',
+      base .. K.max_active, base .. K.rate, base .. K.group_rate, base .. K.paused) > 0 then
     redis.call('PUBLISH', base .. K.wake, jid)
   end
 end

@@ -18,7 +18,8 @@
 -- without a record is dead-lettered and named by its id in place of a pair).
 -- When it took fewer than count because the rate limit refused (or only jobs
 -- scheduled for later are left), a last item {'limited' | 'empty', time} says
--- when to claim again, as the single answers do.
+-- when to claim again, as the single answers do; stopped by the concurrency cap, a
+-- last item {'capped'} says so (the worker never takes that queue for quiet).
 -- Per-group rate limits (fw:{q}:group_rate, docs/design.md): a job whose group's
 -- window is full is set aside until its slot opens, and the next job is taken.
 local base = KEYS[1]
@@ -357,6 +358,8 @@ end
 if #out > 2 then
   if last[1] == 'limited' or (last[1] == 'empty' and last[2] ~= '') then
     out[#out + 1] = {last[1], last[2]}
+  elseif last[1] == 'capped' then   -- jobs stay pending: the worker keeps the queue loud
+    out[#out + 1] = {'capped'}
   end
   return out
 end

@@ -59,6 +59,7 @@ end
 -- score/member pairs, each ZADDed once at the end (nothing in this script reads
 -- these sets; slices keep unpack() within Lua's stack)
 local adds = {[K.pending] = {}, [K.scheduled] = {}, [K.deferred] = {}}
+local readied = false   -- a job of this chunk made pending by make_ready (see the PUBLISH)
 local function zadd_all(name, pairs_)
   for i = 1, #pairs_, 1000 do
     redis.call('ZADD', base .. name, unpack(pairs_, i, math.min(i + 999, #pairs_)))
@@ -129,7 +130,8 @@ for i = 1, n do
         zadd_all(K.pending, adds[K.pending])
         adds[K.pending] = {}
       end
-      make_ready(base, jid)   -- the group's holder decides: pending, or the group's list
+      -- the group's holder decides: pending, or the group's list
+      readied = make_ready(base, jid) or readied
     else
       local p = adds[K.pending]
       p[#p + 1] = fmt_int(prio * SEQ_LIMIT - seq); p[#p + 1] = jid
@@ -145,7 +147,9 @@ if seq > seq0 then redis.call('SET', base .. K.seq, fmt_int(seq)) end
 for name, pairs_ in pairs(adds) do
   if #pairs_ > 0 then zadd_all(name, pairs_) end
 end
-if #adds[K.pending] > 0 or #adds[K.scheduled] > 0 then   -- scheduled: idle workers learn when
+-- readied: a job made pending by make_ready, whose own wake-up a job placed before it in
+-- this chunk may have kept back (wake_if_first); scheduled: idle workers learn when
+if #adds[K.pending] > 0 or readied or #adds[K.scheduled] > 0 then
   redis.call('PUBLISH', base .. K.wake, 'bulk')
 end
 out[#out + 1] = stamp

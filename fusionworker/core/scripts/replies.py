@@ -137,7 +137,8 @@ class Claim:
     ``limited``, when the rate limit next allows a claim (None: unknown). A count
     claim that took jobs and stopped short at the rate limit (or at jobs scheduled
     for later) has kind ``job``, ``next_due`` from its last item, and ``limited``
-    True when the rate limit stopped it.
+    True when the rate limit stopped it; ``capped`` True when the queue's concurrency
+    cap stopped it (a single claim says so by its kind, ``capped``).
     """
 
     kind: ClaimKind
@@ -146,6 +147,7 @@ class Claim:
     now: float | None = None
     next_due: float | None = None
     limited: bool = False
+    capped: bool = False
 
 
 def claim(reply: Raw) -> Claim:
@@ -166,16 +168,31 @@ def claim(reply: Raw) -> Claim:
 
 
 
+def _stop_word(item: Raw) -> str | None:
+    """``capped``, ``limited`` or ``empty`` when ``item`` of a count claim's reply is
+    what stopped it short (``{'capped'}``, ``{why, when}``), else None."""
+    if not isinstance(item, list) or not item or isinstance(item[0], list):
+        return None
+    word = _text(item[0])
+    if (len(item), word) == (1, "capped") or (len(item) == 2 and word in ("limited", "empty")):
+        return word
+    return None
+
+
 def _claimed_many(items: list[Raw]) -> Claim:
     """A count claim's ``job`` reply: now, then each item a ``{hash, id}`` pair, a bare
-    hash, a missing id, or the ``{why, when}`` that stopped it short."""
+    hash, a missing id, or the ``{why, when}`` that stopped it short (``{'capped'}``:
+    the concurrency cap)."""
     jobs: list[Claimed] = []
     missing: list[str] = []
     stop: tuple[str, float | None] | None = None
+    capped = False
     for item in items[2:]:
-        if (isinstance(item, list) and len(item) == 2 and not isinstance(item[0], list)
-                and _text(item[0]) in ("limited", "empty")):
-            stop = (_text(item[0]), _time(item[1]))
+        why = _stop_word(item)
+        if why == "capped":
+            capped = True
+        elif why is not None:
+            stop = (why, _time(item[1]))
         elif not isinstance(item, list):
             missing.append(_text(item))
         elif item and isinstance(item[0], list):
@@ -185,7 +202,7 @@ def _claimed_many(items: list[Raw]) -> Claim:
             jobs.append(Claimed(_hash(item), None))
     return Claim("job", jobs=tuple(jobs), missing=tuple(missing), now=_time(items[1]),
                  next_due=stop[1] if stop else None,
-                 limited=stop is not None and stop[0] == "limited")
+                 limited=stop is not None and stop[0] == "limited", capped=capped)
 
 # --------------------------------------------------------------------------- outcomes
 
