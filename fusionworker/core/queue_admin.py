@@ -341,6 +341,9 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
     if batch:
         deleted += connection.delete(*batch)
     deleted += connection.delete(qkeys.paused)
+    # a claim meanwhile found the queue paused (quiet), and a job a producer enqueued
+    # meanwhile, now pending there, published nothing: the end of the pause does
+    connection.publish(qkeys.wake, "unpause")
     return deleted
 
 

@@ -222,6 +222,9 @@ class Recorder:
             answers = pipe.execute(raise_on_error=False)
         except UNREACHABLE as exc:
             return self._unsent(ended, plan, exc)
+        # an outcome script not loaded yet (a Redis restarted, failed over, new) runs
+        # again below, after the claims that rode here: what they found predates it
+        rerun = any(isinstance(a, redis.exceptions.NoScriptError) for a in answers[:len(ended)])
         state = self._read_outcomes(ended, calls, answers)
         if view is not None:
             hset = answers[len(ended)]
@@ -234,6 +237,9 @@ class Recorder:
         self.claimer.reload_scripts(plan, claims)
         out = ClaimRound(asked=plan.asked, sent=plan.sent)
         out.jobs = self.claimer.take(plan, claims, out.dry)
+        if rerun:       # (a cap still held by the jobs that ended): ask those queues again
+            out.dry.clear()
+            self.claimer.wake({queue for queue, _ in plan.calls})
         return Recorded(out, state)
 
     def _unsent(self, ended: list[tuple[Job[Any], Outcome]], plan: Plan | None,
