@@ -7,6 +7,7 @@ every horse shares (docs/operations.md, "Models loaded once")."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -47,23 +48,19 @@ def own_mib(pid: int) -> float:
     what a job allocated (or copied by writing to the model) is. 0 when ``pid`` is gone.
     Reading it walks the process's page tables: :class:`HorseMemoryLimit` reads it only
     for a horse whose resident set is over the ceiling."""
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0.0
-    total = 0
-    for proc in processes:
-        try:
-            total += proc.memory_full_info().uss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total / MIB
+    found = _tree_sum(pid, lambda proc: int(proc.memory_full_info().uss))
+    return 0.0 if found is None else found[0] / MIB
 
 
 def tree_rss(pid: int) -> tuple[int, int] | None:
     """Resident bytes of ``pid`` and all its descendants, and how many processes that
     is; None when ``pid`` is gone (a descendant that vanishes while measured counts 0)."""
+    return _tree_sum(pid, lambda proc: int(proc.memory_info().rss))
+
+
+def _tree_sum(pid: int, measure: Callable[[psutil.Process], int]) -> tuple[int, int] | None:
+    """``measure`` summed over ``pid`` and its descendants, and how many they are; None
+    when ``pid`` is gone (one that vanishes while measured counts 0)."""
     try:
         root = psutil.Process(pid)
         processes = [root, *root.children(recursive=True)]
@@ -72,7 +69,7 @@ def tree_rss(pid: int) -> tuple[int, int] | None:
     total = 0
     for proc in processes:
         try:
-            total += proc.memory_info().rss
+            total += measure(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return total, len(processes)
