@@ -84,9 +84,10 @@ def test_a_finish_reads_waiting_jobs_and_publishes_only_when_the_record_says_so(
     done, sent = _sent(r, lambda: _finish(q, "a", "ta"))
     assert done.outcome == "finished"
     # no HDEL (the token blanked by the HSET), no minute counter (the worker's heartbeat);
-    # the EXPIRE is the record's (result_ttl)
+    # the EXPIRE is the record's (result_ttl); the EXISTS asks whether the queue has a
+    # concurrency cap (its end then wakes a worker that found the cap full)
     assert sent == {"evalsha": 1, "hmget": 1, "time": 1, "zadd": 1, "zrem": 1, "hset": 1,
-                    "expire": 1}
+                    "expire": 1, "exists": 1}
 
     q.scripts.waiting(keys=[q.qkeys.base], args=["b"])         # a waiter marked b
     done, sent = _sent(r, lambda: _finish(q, "b", "tb"))

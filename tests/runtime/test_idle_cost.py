@@ -272,3 +272,28 @@ def test_claims_riding_with_outcomes_redis_had_to_load_again_are_asked_again(
              timeout=20, what="the four jobs")
     assert proc.poll() is None
 
+
+
+def test_a_worker_that_found_the_cap_full_starts_the_next_job_when_another_frees_it(
+        redis_single, settings, processes):
+    """Cap 1, two workers: A runs the one job the cap allows; B's claim says capped and
+    B waits for its poll (60 s). A stops after its job (``--max-jobs 1``): only B can run
+    the second one, and it learns the place freed from the end's wake-up (the end of
+    a job of a capped queue with jobs pending publishes), not from its poll."""
+    url = f"redis://127.0.0.1:{redis_single}/0"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    processes.settings = s = settings.replace(redis_url=url)
+    q = Queue("q0", client, settings=s)
+    q.set_max_active(1)
+    key = f"{s.prefix}:gate"
+    a = processes.worker("-q", "q0", "--name", "holder", "--max-jobs", "1", env={
+        "FUSIONWORKER_POLL_INTERVAL": "60", "FUSIONWORKER_HEARTBEAT_INTERVAL": "1.0"})
+    first = q.enqueue("tests.jobs:barrier", url, key, 2)
+    wait_for(lambda: client.get(key) == "1", what="the first job, running on A")
+    _, b, last, _ = _quiet_worker(redis_single, settings, processes, 1, 60.0)
+    second = last.enqueue("tests.jobs:add", 2, 3)
+    client.incr(key)                                   # the first job ends
+    wait_for(lambda: last.fetch_job(second.id).status == "finished", timeout=20,
+             what="the second job, on B")
+    assert last.fetch_job(first.id).worker_name == "holder" and a.wait(30) == 0
+    assert last.fetch_job(second.id).worker_name == "quiet" and b.poll() is None

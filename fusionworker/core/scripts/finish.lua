@@ -124,6 +124,13 @@ end
 -- Job.wait: published only when a waiter marked the record (`waited`, waiting.lua) after
 -- it subscribed; a waiter that marks it after this step reads the outcome instead
 if outcome ~= S.failed and rec[9] then redis.call('PUBLISH', base .. K.done .. jid, outcome) end
+-- a queue with a concurrency cap: this end frees a place, and a worker that found the
+-- cap full (claim.py: never quiet, but waiting for its poll) learns it, as from an
+-- enqueue (_lib.lua, wake_if_first)
+if redis.call('EXISTS', base .. K.max_active) == 1 and
+    redis.call('ZCARD', base .. K.pending) > 0 then
+  redis.call('PUBLISH', base .. K.wake, jid)
+end
 local lost = event and KEYS[2] and job_event(base, jid, KEYS[2], event.maxlen, t, event.ev,
   event.copy)
 if lost then return {'ok', outcome, fmt_time(t), lost} end
