@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from ..core.hooks import Middleware
-from .horse_memory import MIB, HorseMemoryLimit, own_mib, rss_mib, tree_rss
+from .horse_memory import MIB, HorseMemoryLimit, rss_mib, tree_rss
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.config import Settings
@@ -53,7 +53,6 @@ __all__ = [
     "read_ram_percent",
     "read_swap_percent",
     "MIB",
-    "own_mib",
     "rss_mib",
     "tree_rss",
 ]

@@ -336,7 +336,7 @@ class Claimer:
 
     def backoff_end(self) -> float | None:
         """``time.monotonic()`` when the first backed-off queue may be asked again."""
-        now = time.monotonic()
+        now = time.monotonic() if self.backoff else 0.0     # (none: no clock read)
         return min((until for until, _ in self.backoff.values() if until > now), default=None)
 
     def idle_timeout(self, poll_interval: float) -> float:

@@ -30,9 +30,9 @@ from fusionworker.middleware.governor import (
     NvmlGpuReader,
     blocking_resources,
     build_governors,
-    own_mib,
     rss_mib,
 )
+from fusionworker.middleware.horse_memory import own_mib
 
 LOGGER = "fusionworker.governor"
 

@@ -180,6 +180,10 @@ def test_forget_refused_while_a_job_runs_wakes_the_workers_it_paused(queue, r):
     pubsub.close()
 
 
+def _finished(q: Queue, jobs: list[Any]) -> bool:
+    return all(q.fetch_job(j.id).status == "finished" for j in jobs)
+
+
 def _quiet_worker(redis_single: int, settings: Any, processes: Any, queues: int,
                   poll: float = 1.0, *args: str) -> tuple[redis.Redis, Any, Queue, Any]:
     """A worker on ``queues`` queues, its wake-ups confirmed and every queue quiet (the
@@ -206,7 +210,7 @@ def test_jobs_enqueued_behind_a_waiting_job_run_without_a_wake_up_of_their_own(
     client, proc, last, _ = _quiet_worker(redis_single, settings, processes, 400)
     jobs = [last.enqueue("tests.jobs:sleep", 0.3)] + [
         last.enqueue("tests.jobs:add", i, 1) for i in range(2)]
-    wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in jobs),
+    wait_for(lambda: _finished(last, jobs),
              timeout=20, what="the three jobs")
     assert proc.poll() is None and "Traceback" not in processes.output(proc)
 
@@ -225,7 +229,7 @@ def test_a_queue_whose_claim_redis_refused_is_asked_again_when_its_back_off_ends
              in processes.output(proc), timeout=20, what="the refused claim")
     second = last.enqueue("tests.jobs:add", 2, 2)
     client.delete(last.qkeys.started)
-    wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in (first, second)),
+    wait_for(lambda: _finished(last, [first, second]),
              timeout=20, what="both jobs")
     assert proc.poll() is None
 
@@ -240,7 +244,7 @@ def test_a_queue_at_its_cap_is_asked_again_as_its_own_jobs_end(
     last.set_max_active(2)
     jobs = [last.enqueue("tests.jobs:sleep", 0.3) for _ in range(6)]
     try:
-        wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in jobs),
+        wait_for(lambda: _finished(last, jobs),
                  timeout=20, what="the six jobs, two at a time")
     except AssertionError:
         print([last.fetch_job(j.id).status for j in jobs], processes.output(proc))
@@ -268,10 +272,9 @@ def test_claims_riding_with_outcomes_redis_had_to_load_again_are_asked_again(
     client.script_flush()
     client.script_load(source("claim"))          # the claim is known again, finish is not
     client.incr(key)                             # both end at once: one finish pipeline
-    wait_for(lambda: all(last.fetch_job(j.id).status == "finished" for j in jobs),
+    wait_for(lambda: _finished(last, jobs),
              timeout=20, what="the four jobs")
     assert proc.poll() is None
-
 
 
 def test_a_worker_that_found_the_cap_full_starts_the_next_job_when_another_frees_it(

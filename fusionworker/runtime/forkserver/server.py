@@ -156,7 +156,7 @@ class Server(AsyncHorses, Handover):
         self.resolved: dict[str, Callable[..., Any]] = {}
         self.inbox = bytearray()                 # what the worker sent, not parsed yet
         self.horse_jobs = 1                      # > 1: warm horses (horse/warm.py)
-        self.max_rss = self.flood = 0    # a warm horse's RSS ceiling; a report pipe's, bytes
+        self.max_rss = self.flood = 0    # a warm horse's memory ceiling; a report pipe's, bytes
         self.idle: dict[int, _Running] = {}      # warm horses between jobs, by pid
         self.slots = 0                           # warm: horses kept alive (fork_ahead)
         self.pool_later = 0                      # warm, no --import: slots from the 1st load

@@ -16,7 +16,7 @@ Only the fork server forks warm horses, and only when N > 1: the default path
        EOF (pipe closed) and exit if it leaves
 
 H stays only if the job succeeded, fewer than min(N, the function's
-``horse_jobs``) jobs ran in it, its RSS is under ``max_horse_memory`` and no
+``horse_jobs``) jobs ran in it, its own memory is under ``max_horse_memory`` and no
 child process of the job is left (what a job left in a fresh horse's group is
 killed when the horse exits; a warm horse leaves instead). A report is one
 line of JSON (``json.dumps`` escapes newlines), so ``"\\n"`` ends it.
