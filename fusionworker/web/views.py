@@ -167,6 +167,8 @@ async def form_action(request: Request) -> Response:
         return RedirectResponse(with_param(back, "error", exc.message), 303)
     if action == "delete" and job_id:
         back = f"/queues/{quote(queue)}" if queue else "/"
+    elif action == "worker-shutdown":  # its page is gone once it stops: the list says so
+        back = "/workers"
     return RedirectResponse(with_param(back, "msg", message), 303)
 
 

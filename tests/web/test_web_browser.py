@@ -83,7 +83,8 @@ def test_requeue_a_failed_job_with_the_button_and_see_it_finish(base, driver, qu
 
 def test_shut_down_a_worker_from_its_page(base, driver, processes, r, settings):
     """The worker page's Shut down button: a confirmation, then the worker (a real
-    process) stops warm and leaves the list."""
+    process) stops warm and leaves the list, where the message is shown (its own page
+    is gone once it stops: an idle worker can stop before the redirect is followed)."""
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -105,8 +106,11 @@ def test_shut_down_a_worker_from_its_page(base, driver, processes, r, settings):
     warm.click()                                   # the same element, after a refresh
     WebDriverWait(driver, 5).until(expected_conditions.alert_is_present()).accept()
     wait(driver, lambda d: "warm shutdown asked" in d.find_element(By.ID, "flash").text)
+    assert driver.current_url.split("?")[0] == f"{base}/workers"
     assert proc.wait(30) == 0
     assert not r.exists(Keys(settings.prefix).worker("w-page"))
+    driver.get(f"{base}/workers")
+    assert "w-page" not in driver.find_element(By.TAG_NAME, "main").text
 
 
 def test_change_a_priority(base, driver, queue):
