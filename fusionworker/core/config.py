@@ -88,7 +88,7 @@ def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
         return True
-    if lowered in ("0", "false", "no", "off", ""):
+    if lowered in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"not a boolean: {value!r}")
 
@@ -524,6 +524,10 @@ def load_settings(
         if raw is None:
             raw = file_values.get(setting.env)
         if raw is None:
+            continue
+        if setting.parse is _bool and not raw.strip():
+            # "KEY=" (compose, an EnvironmentFile): unset, the default; it read as off, so
+            # an empty FUSIONWORKER_KILL_JOB_CHILDREN left a job's children running
             continue
         try:
             values[setting.name] = check_value(setting, setting.parse(raw))

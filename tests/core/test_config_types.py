@@ -59,6 +59,21 @@ def test_resolution_order_and_explicit_names(tmp_path):
         s.no_such_setting  # noqa: B018 - the attribute access is the test
 
 
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if isinstance(s.default, bool)],
+                         ids=lambda s: s.name)
+def test_an_empty_boolean_is_its_default_and_a_word_of_neither_kind_is_refused(setting):
+    """``KEY=`` (a compose file, an EnvironmentFile) is the default, as unset: it read as
+    off, which turned the event log and the kill of a job's children off."""
+    for empty in ("", "  "):
+        assert getattr(load_settings(environ={setting.env: empty}), setting.name) is setting.default
+        assert getattr(load_settings(environ={setting.env: empty}),
+                       setting.name) == getattr(Settings(), setting.name)
+    assert getattr(load_settings(environ={setting.env: "off"}), setting.name) is False
+    assert getattr(load_settings(environ={setting.env: "Yes"}), setting.name) is True
+    with pytest.raises(ConfigError, match=setting.env):
+        load_settings(environ={setting.env: "maybe"})
+
+
 def test_the_constructor_of_before_still_works():
     s = Settings(values={"redis_url": "redis://127.0.0.1:1/0", "concurrency": 4})
     assert (s.redis_url, s.concurrency, s.lease) == ("redis://127.0.0.1:1/0", 4, 30.0)
