@@ -347,9 +347,12 @@ def write_one(q: QueueParts, prepared: PreparedJob) -> Job[Any]:
     # a stream: the script writes the "queued" event, never after a worker's "processing"
     stream = q._script_events() or ([], ["", ""])    # none: the producer's sink does
     keys = [q.qkeys.base] if cluster else [q.qkeys.base, q.keys.queues, *stream[0]]
-    placed = replies.enqueue(q.scripts.enqueue(keys=keys, args=[
-        p.id, p.priority, p.mode, p.when, p.unique_key, q.settings.dedup_window,
-        *stream[1][:2], *p.fields]))
+    try:
+        placed = replies.enqueue(q.scripts.enqueue(keys=keys, args=[
+            p.id, p.priority, p.mode, p.when, p.unique_key, q.settings.dedup_window,
+            *stream[1][:2], *p.fields]))
+    except ResponseError as exc:
+        raise refusal(exc) from None
     actual_id = placed.job_id
     # written: from here on nothing may raise
     job: Job[Any] | None = None
@@ -372,6 +375,19 @@ def write_one(q: QueueParts, prepared: PreparedJob) -> Job[Any]:
     elif not stream[0]:
         _emit_queued(q, job)
     return job
+
+
+#: the start of the scripts' refusal while ``forget_queue`` deletes the queue
+QUEUE_GONE = "QUEUEGONE "
+
+
+def refusal(exc: ResponseError) -> Exception:
+    """The exception a producer gets for a script's refusal: :class:`InvalidOperation`
+    for a queue being deleted (``_lib.lua``'s ``forgetting``), else ``exc``."""
+    from ..exceptions import InvalidOperation
+
+    said = str(exc)
+    return InvalidOperation(said[len(QUEUE_GONE):]) if said.startswith(QUEUE_GONE) else exc
 
 
 def _emit_queued(q: QueueParts, job: Job[Any]) -> None:
@@ -399,6 +415,8 @@ def write_many(q: QueueParts, prepared: Iterable[PreparedJob], chunk_size: int =
     q._register()
     out, error = _write_chunks(q, items, chunk_size, progress)
     if error is not None:
+        if isinstance(error, ResponseError):
+            error = refusal(error)
         if out:
             raise PartialEnqueue(out, error) from error
         raise error

@@ -14,6 +14,7 @@ key                            type     meaning
 ``fw:{q}:canceled``            ZSET     canceled job ids, score = cancel time (pruned)
 ``fw:{q}:seq``                 STRING   FIFO sequence counter
 ``fw:{q}:paused``              STRING   present = paused
+``fw:{q}:forgetting``          STRING   present = ``forget_queue`` deleting it: enqueues refused
 ``fw:{q}:max_active``          STRING   concurrency cap (absent = none)
 ``fw:{q}:rate``                HASH     rate limit: limit, window (s), held_since, held_seconds
 ``fw:{q}:rate:log``            ZSET     starts inside the rate window, score = start time
@@ -189,6 +190,8 @@ class QueueKeys:
     held = _Key("held")
     seq = _Key("seq")
     paused = _Key("paused")
+    #: Present while ``forget_queue`` deletes the queue: enqueue refuses (STRING).
+    forgetting = _Key("forgetting")
     max_active = _Key("max_active")
     groups = _Key("groups")
     cron = _Key("cron")

@@ -309,10 +309,14 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
 
     Sequence: pause the queue (no worker claims from it any more), refuse with
     :class:`InvalidOperation` while a job of it runs (``started``; the pause is
-    undone unless it was paused before), then SREM the registration and delete the keys
-    (job records, registries, cron entries, groups). Each step is idempotent:
-    after a crash, calling it again finishes the work. A producer that
-    enqueues to ``name`` again afterwards makes a new, empty queue. Returns
+    undone unless it was paused before), set ``forgetting`` (from here until its end,
+    an enqueue to the queue is refused with a ``QUEUEGONE`` error, before any write: a
+    job written during the SCAN below could lose its record, or its place, to it while
+    its producer was told it was queued), then SREM the registration and delete the
+    keys (job records, registries, cron entries, groups), ``paused`` and last
+    ``forgetting``. Each step is idempotent: after a crash, calling it again finishes
+    the work (until then the queue stays paused and refuses enqueues, saying so). A
+    producer that enqueues to ``name`` afterwards makes a new, empty queue. Returns
     the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
     """
     check_queue_name(name)
@@ -328,11 +332,13 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
             connection.publish(qkeys.wake, "unpause")
         raise InvalidOperation(f"queue {name!r} has {running} running job(s); pause it "
                                "(`pause`), wait for them to end, and try again")
+    connection.set(qkeys.forgetting, "1")
     connection.srem(keys.queues, name)
     deleted = 0
     batch: list[str] = []
+    kept = (qkeys.paused, qkeys.forgetting)
     for key in connection.scan_iter(match=qkeys.match_all, count=1000):
-        if text(key) == qkeys.paused:
+        if text(key) in kept:
             continue
         batch.append(key)
         if len(batch) >= 500:
@@ -341,6 +347,7 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
     if batch:
         deleted += connection.delete(*batch)
     deleted += connection.delete(qkeys.paused)
+    connection.delete(qkeys.forgetting)   # enqueues make a new queue from here
     # a claim meanwhile found the queue paused (quiet), and a job a producer enqueued
     # meanwhile, now pending there, published nothing: the end of the pause does
     connection.publish(qkeys.wake, "unpause")

@@ -121,6 +121,16 @@ function push_pending(base, jid)
   wake_if_first(base, jid)
 end
 
+-- The refusal of an enqueue while forget_queue deletes the queue (its `forgetting`
+-- key, set before its SCAN: a job written meanwhile would lose its record or its
+-- place to the deletion, and its producer was told it was queued); nil otherwise.
+function forgetting(base)
+  if redis.call('EXISTS', base .. K.forgetting) == 0 then return nil end
+  return 'QUEUEGONE queue ' .. string.match(base, '{(.*)}:$') .. ' is being deleted ' ..
+    '(forget_queue, `queue delete`): refused before any write; enqueue again once ' ..
+    'it is gone (a new, empty queue), or run the delete again if it was interrupted'
+end
+
 -- Wake idle workers when `pending` went from empty to one job, or the queue has a
 -- setting that can keep jobs pending while a claim takes none (a concurrency cap, a
 -- rate limit, group rate limits, a pause): a worker trusts a queue it found empty to

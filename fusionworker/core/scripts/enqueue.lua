@@ -12,6 +12,7 @@
 -- Returns {placement, job_id, status}: placement is queued | scheduled | duplicate;
 -- a new job's answer goes on with {seq, enqueued_at[, scheduled_for]}, so the producer
 -- builds its Job from what it sent and needs no read back.
+-- Refused while forget_queue deletes the queue (forgetting, _lib.lua).
 -- Nothing is half-written on a refusal. A new id without a group (the usual job) takes
 -- the short path: reads first (the record's TYPE, the unique key), then the writes that
 -- can meet a key of the wrong type, each undoing the ones before it when it fails
@@ -21,6 +22,8 @@
 local base = KEYS[1]
 local jid, prio, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local when, ukey, window = tonumber(ARGV[4]) or 0, ARGV[5], tonumber(ARGV[6]) or 0
+local gone = forgetting(base)
+if gone then return redis.error_reply(gone) end
 local t = now()
 local stream = KEYS[3]
 local jkey = base .. K.job .. jid

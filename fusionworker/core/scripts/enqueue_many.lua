@@ -37,6 +37,8 @@ local t = now()
 local stamp = fmt_time(t)
 
 -- the checks: nothing is written before they all pass
+local gone = forgetting(base)   -- forget_queue deletes the queue (_lib.lua)
+if gone then return redis.error_reply(gone) end
 local bad = check_types(base)
 if bad then return redis.error_reply(bad) end
 for _, k in ipairs({base .. K.deferred, stream}) do
