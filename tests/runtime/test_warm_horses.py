@@ -64,6 +64,21 @@ def test_n_jobs_run_in_one_horse_then_it_is_retired(queue, burst, settings):
     assert all(_gone(pid) for pid in pids)
 
 
+@pytest.mark.parametrize("horse_jobs", [1, 3])
+def test_a_boot_modules_at_fork_hook_sets_up_each_horse_once(queue, burst, settings, horse_jobs):
+    """docs/from-celery.md's answer to ``worker_process_init``: a boot module's
+    ``os.register_at_fork(after_in_child=...)`` runs in each horse, once, before its
+    first job (a fresh horse per job, or a warm one for three), never in the worker."""
+    q = queue()
+    jobs = [q.enqueue("tests.horse_setup_jobs:whoami") for _ in range(6)]
+    burst(settings=settings.replace(horse_jobs=horse_jobs, imports=("tests.horse_setup_jobs",)))
+    done = [q.fetch_job(j.id) for j in jobs]
+    assert [j.status for j in done] == ["finished"] * 6
+    assert all(pid == horse and setups == 1 for pid, horse, setups in (j.result for j in done))
+    assert len({j.result[0] for j in done}) == 6 // horse_jobs
+    assert os.getpid() not in {j.result[0] for j in done}
+
+
 def test_a_failure_retires_the_horse(queue, burst, settings, r):
     key = f"{settings.prefix}:warm:failed"
     done = _run(queue(), burst, settings.replace(horse_jobs=10),
