@@ -116,7 +116,9 @@ def exit_from_status(status: int, duration: float) -> HorseExit:
 #: The error a kill of ours gives the attempt, by reason.
 _KILLED = {
     FailureReason.MEMORY: ("HorseMemoryExceeded",
-                           "work horse exceeded the memory ceiling and was killed"),
+                           "work horse held more memory of its own than --max-horse-memory "
+                           "(FUSIONWORKER_MAX_HORSE_MEMORY) allows and was killed; the "
+                           "worker's log names both figures"),
     FailureReason.LOST: ("JobLost", "the job was taken back (reaped or deleted) while it ran"),
     FailureReason.SHUTDOWN: ("WorkerShutdown", "cold shutdown of the worker interrupted the job"),
     FailureReason.STOPPED: ("JobStopped", "stopped on request (job stop): its horse was killed"),
