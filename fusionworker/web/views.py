@@ -165,11 +165,17 @@ async def form_action(request: Request) -> Response:
         message = await run(dispatch, st.board, who.user, action, queue, job_id, ids, form)
     except ApiError as exc:
         return RedirectResponse(with_param(back, "error", exc.message), 303)
+    return RedirectResponse(with_param(_back_after(action, queue, job_id, back), "msg", message),
+                            303)
+
+
+def _back_after(action: str, queue: str | None, job_id: str, back: str) -> str:
+    """Where a done action returns: ``back``, unless the page it came from is gone."""
     if action == "delete" and job_id:
-        back = f"/queues/{quote(queue)}" if queue else "/"
-    elif action == "worker-shutdown":  # its page is gone once it stops: the list says so
-        back = "/workers"
-    return RedirectResponse(with_param(back, "msg", message), 303)
+        return f"/queues/{quote(queue)}" if queue else "/"
+    if action == "worker-shutdown":  # its page is gone once it stops: the list says so
+        return "/workers"
+    return back
 
 
 def with_param(target: str, key: str, value: str) -> str:
