@@ -138,7 +138,7 @@ class QueueAdmin:
         self._emit("deleted", before or {"id": job_id, "queue": self.name})
 
     def requeue(self, job_id: str) -> Job[Any]:
-        """Move a failed job back to its queue (attempts start over)."""
+        """Move a failed (or stopped) job back to its queue (attempts start over)."""
         verdict = replies.requeue(self.scripts.requeue(
             keys=[self.qkeys.base], args=[job_id, "failed", "", self.settings.failed_ttl]))
         if verdict.outcome != "requeued":
@@ -150,10 +150,13 @@ class QueueAdmin:
         return job
 
     def requeue_all_failed(self, progress: Callable[[int], None] | None = None) -> int:
-        """Requeue every job in the failed registry; returns how many were requeued."""
+        """Requeue every job in the failed registry (failed or stopped); returns how many
+        were requeued. An entry whose record expired is dropped; one the script skips for
+        another reason (its record now says otherwise) is left where it is."""
         done = 0
+        kept = 0                 # entries left in the registry, before the ones still to read
         while True:
-            ids = self.connection.zrange(self.qkeys.failed, 0, 499)
+            ids = self.connection.zrange(self.qkeys.failed, kept, kept + 499)
             if not ids:
                 return done
             moved = 0
@@ -167,8 +170,10 @@ class QueueAdmin:
                     moved += 1
                     self._emit("requeued", {"id": text(job_id), "queue": self.name,
                                             "func": known["func"]}, reason="manual")
-                else:  # a registry entry whose record expired: drop it
+                elif verdict.missing:   # its record expired: drop the entry
                     self.connection.zrem(self.qkeys.failed, text(job_id))
+                else:
+                    kept += 1
                 if progress:
                     progress(1)
             done += moved

@@ -65,6 +65,31 @@ def test_a_stopped_job_is_killed_by_its_worker_and_ends_stopped(queue, processes
     assert [row.split()[0] for row in rows].count(job.id) == 1     # (its callback's id differs)
 
 
+def test_requeue_all_takes_stopped_jobs_too_and_the_stop_is_not_asked_again(
+        queue, processes, redis_url, r, cli):  # noqa: F811
+    """A stopped job sits in the failed registry (``job list -s failed`` shows it), as in
+    RQ's FailedJobRegistry: ``requeue --all`` requeues it with the failed ones, and its
+    rerun is not killed by the stop asked of the attempt before (the heartbeat, every
+    0.5 s here, would have). It dropped the stopped job from the registry, requeued
+    nothing, and left it listed nowhere. An entry whose record expired is dropped."""
+    q = queue()
+    key = f"{q.settings.prefix}:pids"
+    processes.worker("-q", q.name)
+    job = q.enqueue("tests.jobs:pid_then_sleep_first", redis_url, key, 1, 600, 1.5)
+    failed = q.enqueue("tests.jobs:boom", max_retries=0)
+    _horse(r, key)
+    job.stop()
+    wait_for(lambda: job.get_status() == JobStatus.STOPPED, what="the job stopped")
+    wait_for(lambda: failed.get_status() == JobStatus.FAILED, what="the other job failed")
+    r.zadd(q.qkeys.failed, {"expired-record": 1})         # its record gone (failure_ttl)
+    assert "Requeued 2 job(s)" in cli("requeue", "--all", "--queue", q.name).output
+    wait_for(lambda: r.zrange(q.qkeys.failed, 0, -1) == [failed.id],   # it fails again
+             what="the failed job failed again; the stale entry dropped")
+    wait_for(lambda: job.get_status() == JobStatus.FINISHED, timeout=20,
+             what="the requeued stopped job ran to its end")
+    assert r.llen(key) == 2 and job.get_status() == JobStatus.FINISHED
+
+
 def test_a_stop_whose_message_was_missed_is_heard_at_the_heartbeat(queue, processes,
                                                                     redis_url, r):
     """Crash point: the worker's stop connection was down when the message went out. The

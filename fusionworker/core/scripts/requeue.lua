@@ -15,7 +15,8 @@
 --                   interrupted attempt is not counted. Fields given after
 --                   failed_ttl (the attempt's last progress and meta) are
 --                   written with it.
---   mode 'failed' : from the failed registry (dead-letter); attempts start over.
+--   mode 'failed' : from the failed registry (dead-letter: failed or stopped); attempts
+--                   start over, a stop asked of the last attempt is forgotten.
 -- Returns {'requeued'} | {'abandoned'[, 'stopped' | 'culprit']} | {'skipped', why}
 local base = KEYS[1]
 local jid, mode, token, failed_ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -30,13 +31,17 @@ if not st then return {'skipped', 'no such job'} end
 local t = now()
 
 if mode == 'failed' then
-  if st ~= S.failed then return {'skipped', 'job is ' .. st .. ', not failed'} end
+  -- a stopped job is in the failed registry too (RQ's FailedJobRegistry holds both)
+  if st ~= S.failed and st ~= S.stopped then
+    return {'skipped', 'job is ' .. st .. ', not failed'}
+  end
   redis.call('ZREM', base .. K.failed, jid)
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, F.attempts, 0)
-  -- the failed attempt's times go: the job has not started since it was requeued
+  -- the failed attempt's times go: the job has not started since it was requeued; and
+  -- a stop asked of an attempt (stop.lua) is not asked of the next one
   redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths,
-    F.worker_deaths, F.alone)
+    F.worker_deaths, F.alone, F.stop_requested)
   local ukey = hget(jkey, F.unique_key)
   if ukey and ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   make_ready(base, jid)
