@@ -25,8 +25,9 @@ an eager busy write.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,8 @@ from .counters import Counters
 from .minutes import MinuteCounts
 from .slot import Slot
 from .state import LoopState, View
+
+log = logging.getLogger(__name__)
 
 #: Seconds a job runs before the heartbeat hash lists it on its own write (loop.py,
 #: step 3); a horse not forked yet is ticked this soon too.
@@ -76,6 +79,13 @@ class Heartbeat:
     def __init__(self, ctx: WorkerContext, scripts: Any, *, lease: float) -> None:
         self.ctx, self.scripts, self.lease = ctx, scripts, lease
         self.key = ctx.keys.worker(ctx.name)
+        #: the hash's fields that never change (Worker.identity), written again when a
+        #: heartbeat finds the worker gone from ``fw:workers``: Redis restarted empty,
+        #: failed over to an empty replica, or the reaper took the worker for dead
+        self.identity: Callable[[], dict[EncodableT, Any]] | None = None
+        #: when a heartbeat last failed to reach Redis (monotonic; None: the last reached it)
+        self.lost_at: float | None = None
+        self._rewrite = False          # the identity's last write failed: write it again
 
     def write(self, fields: dict[EncodableT, Any]) -> None:
         """The hash's fields on their own (a state change with no pipeline going anyway);
@@ -117,7 +127,9 @@ class Heartbeat:
         except Exception:
             counters.give_back(counted)
             minutes.give_back(calls)
+            self.lost_at = self.lost_at or sent
             raise
+        self._back(answers[-3])
         first = len(touches) + len(calls) + 1          # the counters' answers
         counters.settle(counted, answers[first:first + n_counted])
         # Redis restarted or failed over: the Script call loads it and runs it again
@@ -134,3 +146,26 @@ class Heartbeat:
         owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)
                  for slot, ok in zip(group, replies.touch_many(reply))]
         return Renewal(sent, owned, bool(answers[-1]), answers[-2] or None)
+
+    def _back(self, joined: Any) -> None:
+        """After a heartbeat Redis took: say so if the one before did not reach it, and
+        write the worker's identity again if it was not in ``fw:workers`` (``joined``:
+        the SADD's answer, 1). Without it a live worker was listed with no name, no
+        queues and no pid, and ``health`` found no worker serving its queues."""
+        name = self.ctx.name
+        if self.lost_at is not None:
+            log.warning("Worker %s: Redis answers again (its heartbeats failed for %.0f s)",
+                        name, time.monotonic() - self.lost_at)
+            self.lost_at = None
+        if (joined == 1 or self._rewrite) and self.identity is not None:
+            if not self._rewrite:
+                log.warning("Worker %s: its registration was gone from Redis (restarted "
+                            "empty, failed over, or the worker taken for dead): written "
+                            "again", name)
+            try:
+                self.write(self.identity())
+                self._rewrite = False
+            except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again
+                self._rewrite = True
+                log.warning("Worker %s: its registration could not be written again: %s",
+                            name, exc)

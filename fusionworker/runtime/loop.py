@@ -384,8 +384,7 @@ class Loop:
         hooks()
         self.slots.extend(slots)
         if slots:     # young now, listed on the hash's write of its own after BUSY_AFTER
-            self._publish_due = min(self._publish_due,
-                                    min(s.started for s in slots) + BUSY_AFTER)
+            self._publish_due = min(self._publish_due, min(s.started for s in slots) + BUSY_AFTER)
 
     def _collect(self) -> list[tuple[Job[Any], Outcome]]:
         """Slots whose horse ended -> their outcomes, to be recorded."""
@@ -595,6 +594,7 @@ class Loop:
 
     def redis_down(self, exc: Exception) -> None:
         log.warning("Worker %s: Redis unreachable (%s); backing off", self.ctx.name, exc)
+        self.beat.lost_at = self.beat.lost_at or time.monotonic()   # heartbeat.py says when back
         self.drop_pubsub()
         if self.state.stop is None:     # a PING every 0.25 s: on as soon as it answers
             wait_reachable(self.ctx.connection, min(self.ctx.settings.poll_interval * 2, 5.0))

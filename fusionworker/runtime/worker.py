@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
+from redis.typing import EncodableT
 
 from .. import __version__
 from ..core.config import Settings, async_hint, async_problem, load_settings
@@ -169,6 +170,7 @@ class Worker:
                          hooks=self.hooks, scripts=self.scripts, concurrency=self.concurrency,
                          lease=self.lease, burst=burst, allowed=tuple(self.allowed),
                          on_reload=self.reload)
+        self.loop.beat.identity = self.identity    # written again if Redis lost it
         self._burst = burst            # the constructor's: a work() without burst= has it
 
     @staticmethod
@@ -293,25 +295,30 @@ class Worker:
         if existing is not None and existing != str(self.pid):
             raise ValueError(f"a live worker named {self.name!r} exists already")
         now = time.time()
+        self._birth = now
         pipe = self.connection.pipeline(transaction=False)
         pipe.delete(self.key)
         pipe.hset(self.key, mapping={
-            "name": self.name, "host": self.host, "pid": self.pid, "birth": now,
-            "queues": ",".join(self.queue_names), "state": "started", "current_job": "",
-            "last_heartbeat": now, "version": __version__, "successful": 0, "failed": 0,
-            "total_working_time": 0.0, "heartbeat_interval": self.settings.heartbeat_interval,
-            "lease": self.lease, "concurrency": self.concurrency, "current_jobs": "",
-            # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
-            "worker_ttl": self.settings.worker_ttl,
-            # how it picks queues (round-robin, strict, fair) and the GPUs its slots own
-            "queue_order": ("strict" if self.claimer.strict else self.settings.queue_order),
-            "gpus": ",".join(self.devices),
-        })
+            **self.identity(), "state": "started", "current_job": "", "last_heartbeat": now,
+            "successful": 0, "failed": 0, "total_working_time": 0.0, "current_jobs": ""})
         pipe.expire(self.key, self.settings.worker_ttl)
         pipe.sadd(self.keys.workers, self.name)
         pipe.execute()
         self.loop.state.published = View(WorkerState.STARTED)
         self.loop.state.next_heartbeat = 0.0  # the first turn heartbeats: reads the suspend flag
+
+    def identity(self) -> dict[EncodableT, Any]:
+        """The heartbeat hash's fields that never change while the worker lives."""
+        return {
+            "name": self.name, "host": self.host, "pid": self.pid,
+            "birth": getattr(self, "_birth", time.time()), "queues": ",".join(self.queue_names),
+            "version": __version__, "heartbeat_interval": self.settings.heartbeat_interval,
+            "lease": self.lease, "concurrency": self.concurrency,
+            # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
+            "worker_ttl": self.settings.worker_ttl,
+            # how it picks queues (round-robin, strict, fair) and the GPUs its slots own
+            "queue_order": ("strict" if self.claimer.strict else self.settings.queue_order),
+            "gpus": ",".join(self.devices)}
 
     def deregister(self) -> None:
         pipe = self.connection.pipeline(transaction=False)

@@ -67,3 +67,39 @@ def test_a_worker_waiting_for_redis_registers_soon_after_it_answers(settings, pr
         assert proc.poll() is None
     finally:
         stop()
+
+
+@pytest.mark.slow
+def test_a_worker_whose_redis_restarted_empty_registers_again(settings, processes):
+    """Redis restarted without its data (no persistence; a failover to an empty
+    replica): the worker goes on, says when Redis answers again, and writes its
+    registration again, so ``health`` and the listings see it (they saw a worker with
+    no name, no queues and no pid, serving nothing, until it was restarted)."""
+    import redis
+
+    from fusionworker.ops.health import check
+    from tests.redis_servers import start_single
+
+    port, stop = start_single()
+    url = f"redis://127.0.0.1:{port}/0"
+    processes.settings = settings.replace(redis_url=url)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    key = f"{settings.prefix}:worker:survivor"
+    try:
+        proc = processes.worker("-q", "default", "--name", "survivor")
+        wait_for(lambda: client.hget(key, "queues") == "default", timeout=60)
+        assert check(client, settings.prefix, ["default"]).ok
+        stop()                                       # gone, and back with nothing
+        wait_for(lambda: "Redis unreachable" in processes.output(proc), timeout=30)
+        port, stop = start_single(port=port)
+        wait_for(lambda: "registration was gone from Redis" in processes.output(proc),
+                 timeout=30)
+        record = wait_for(lambda: client.hgetall(key).get("name") and client.hgetall(key))
+        assert (record["name"], record["queues"], record["pid"]) == (
+            "survivor", "default", str(proc.pid))
+        assert check(client, settings.prefix, ["default"]).ok, check(
+            client, settings.prefix, ["default"]).message
+        assert "Redis answers again" in processes.output(proc)
+        assert proc.poll() is None
+    finally:
+        stop()
