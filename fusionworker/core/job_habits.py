@@ -198,7 +198,13 @@ class JobHabits(RQNames):
             value = q.connection.hget(q.qkeys.job(self.id), "status")
             if value is None:
                 raise NoSuchJob(f"job {self.id!r} of queue {self.queue!r} no longer exists")
-            self.status = JobStatus.read(value)
+            status = JobStatus.read(value)
+            if status in DONE_STATUSES and status != self.status:
+                # ended since it was read: what the end wrote comes too (RQ's idiom
+                # ``if job.is_finished: job.result`` read None: ``result`` trusts an
+                # ended job's fields and reads nothing again)
+                self.refresh()
+            self.status = status
         return self.status
 
     def get_meta(self, refresh: bool = True) -> dict[str, Any]:

@@ -43,6 +43,19 @@ def test_status_properties_follow_the_worker(queue, burst):
     assert result.created_at is not None and result.job_id == job.id
 
 
+def test_the_status_read_first_then_result_or_exc_info(queue, burst):
+    """RQ's idiom ``if job.is_finished: job.result``: the status, read first, brings what
+    the end wrote with it. It read None: ``result`` trusts an ended job's fields, and
+    the status check had made the held job ended without reading them."""
+    q = queue()
+    ok, bad, ok2 = (q.enqueue("tests.jobs:add", 2, 3), q.enqueue("tests.jobs:boom", "bad"),
+                    q.enqueue("tests.jobs:add", 1, 1))
+    burst()
+    assert ok.is_finished and ok.result == 5
+    assert bad.is_failed and bad.exc_info is not None and "bad" in bad.exc_info
+    assert ok2.get_status() == JobStatus.FINISHED and ok2.result == 2
+
+
 def test_failed_job_reports_its_error_as_the_latest_result(queue, burst):
     q = queue()
     job = q.enqueue("tests.jobs:boom", "bad input")
