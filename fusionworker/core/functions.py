@@ -205,6 +205,21 @@ _KEPT_OUT: set[str] = set()
 _KEPT_OUT_MAX = 4096
 
 
+#: job modules :func:`verify` imported into this process to check a reference
+_IMPORTED: set[str] = set()
+
+
+def forget_loaded() -> None:
+    """A reload (a worker's SIGHUP: new code on disk): drop the job modules
+    :func:`verify` imported here, and every walk learnt from them, so the next check
+    imports the code afresh. A worker that enqueued a callback held such a copy from
+    then on, and refused a function added to its module after it, reload or not."""
+    for name in _IMPORTED:
+        sys.modules.pop(name, None)
+    _IMPORTED.clear()
+    _WALKED.clear()
+
+
 def keep_out(modules: Iterable[str]) -> None:
     """A worker's ``--import`` modules, which its own process never imports (models
     loaded once: ``runtime/imports.py``): :func:`verify` checks their references by name
@@ -238,6 +253,7 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
             if len(_KEPT_OUT) < _KEPT_OUT_MAX:
                 _KEPT_OUT.add(module_name)
             return
+        _IMPORTED.add(module_name)
     _walk(ref, module_obj, attr, allowed)
     if len(_WALKED) < _WALKED_MAX:
         _WALKED.add((ref, allowed))
@@ -245,8 +261,9 @@ def verify(ref: str, allowed: Iterable[str] = ()) -> None:
 
 def verify_loaded(ref: str, allowed: Iterable[str] = ()) -> None:
     """The worker parent's check before forking: by name, and the attribute walk
-    if the module is imported in this process already (registered modules are:
-    ``FUSIONWORKER_IMPORTS``). Never imports: job code is imported in horses.
+    if the module is imported in this process already (:func:`verify` imported it to
+    check a callback this process enqueued; dropped on reload, :func:`forget_loaded`).
+    Never imports: job code is imported in horses.
 
     A full walk that passed is remembered (as :func:`verify` does): this early
     refusal only spares a fork; the horse checks every job in full (:func:`resolve`).

@@ -32,6 +32,7 @@ from redis.typing import EncodableT
 from .. import __version__
 from ..core.config import Settings, async_hint, async_problem, load_settings
 from ..core.connection import decoding
+from ..core.functions import forget_loaded
 from ..core.hooks import Middleware, Outcome
 from ..core.job import Job
 from ..core.keys import Keys, check_worker_name
@@ -394,6 +395,7 @@ class Worker:
         log.info("Worker %s reloaded its settings: %s", self.name,
                  ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
         self.launcher.renew()
+        forget_loaded()        # job modules this process imported to check a callback
         self.hooks("reload", self.settings)
 
     # -- running ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from fusionworker.core.functions import forget_loaded
 from fusionworker.core.queue import Queue
 from tests.waiting import wait_for
 
@@ -54,3 +55,38 @@ def test_sighup_makes_the_next_job_see_changed_code(processes, r, settings, pref
     assert run(f"{mod}:version").result == "v2, changed on disk"
     out = processes.output(proc)
     assert "new fork server" in out and proc.poll() is None
+
+
+@pytest.mark.slow
+def test_a_function_added_before_a_reload_runs_though_the_worker_checked_a_callback_of_it(
+        processes, r, settings, prefix, tmp_path, monkeypatch):
+    """The worker enqueues a job's ``on_success`` callback, and to check its reference
+    imports the callback's module into its own process. A function added to that module,
+    then SIGHUP: the worker's early check read its stale copy and refused the new function
+    (``refused``, never retried) while the fork server had the new code."""
+    mod = f"cb_{prefix}"
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    source = code_dir / f"{mod}.py"
+    body = "def work():\n    return 1\n\n\ndef cb(job_id):\n    return job_id\n"
+    source.write_text(body)
+    env = {"PYTHONPATH": f"{code_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+                         f"{os.pathsep}{os.getcwd()}",
+           "FUSIONWORKER_ALLOWED_MODULES": f"tests,{mod}"}
+    monkeypatch.syspath_prepend(str(code_dir))
+    q = Queue("default", r, settings=settings.replace(allowed_modules=("tests", mod)))
+    proc = processes.worker("-q", "default", env=env)
+    first = q.enqueue(f"{mod}:work", on_success=f"{mod}:cb")
+    callback = wait_for(lambda: q.fetch_job(f"{first.id}:on_success"), timeout=15,
+                        what="the callback enqueued by the worker")
+    wait_for(lambda: q.fetch_job(callback.id).status == "finished", timeout=15)
+    source.write_text(body + "\n\ndef added():\n    return 'added'\n")
+    later = os.stat(source).st_mtime + 10
+    os.utime(source, (later, later))
+    proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reloaded its settings" in processes.output(proc), timeout=15)
+    forget_loaded()           # this producer, deployed anew too, checks the new code
+    job = q.enqueue(f"{mod}:added")
+    wait_for(lambda: q.fetch_job(job.id).status in ("finished", "failed"), timeout=15)
+    done = q.fetch_job(job.id)
+    assert (done.status, done.result) == ("finished", "added"), done.error_message
