@@ -7,6 +7,7 @@ settings are plain keys. :class:`QueueAdmin` is a part of ``Queue``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Unpack
@@ -19,6 +20,8 @@ from .keys import Keys, QueueKeys, check_queue_name
 from .queue_read import _group_rate_doc, _rate_doc
 from .redis_client import text, text_hash
 from .scripts import Scripts, replies
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Settings
@@ -50,9 +53,25 @@ class QueueAdmin:
         canceled: :meth:`stop` it)."""
         verdict = replies.cancel(self.scripts.cancel(keys=[self.qkeys.base],
                                                      args=[job_id, self.settings.result_ttl]))
-        return self._changed(job_id, verdict, "canceled", "; only queued, scheduled, "
-                             "deferred or held jobs can be canceled (a running one is "
-                             "stopped: job.stop(), `fusionworker job stop`)")
+        job = self._changed(job_id, verdict, "canceled", "; only queued, scheduled, "
+                            "deferred or held jobs can be canceled (a running one is "
+                            "stopped: job.stop(), `fusionworker job stop`)")
+        self._replay_notes()
+        return job
+
+    def _replay_notes(self) -> None:
+        """Apply at once the notes a cancel or delete left in the queue's outbox (its
+        dependents canceled or released, its batch told): a worker applies them after its
+        own jobs only, so an idle one left them to its poll, and the reaper's pass. Never
+        raises: the change is written, and the notes stay for a worker or the reaper."""
+        from .workflows import replay_outbox
+
+        try:
+            if self.connection.llen(self.qkeys.outbox):
+                replay_outbox(self.connection, self.settings, self.name)
+        except Exception as exc:  # noqa: BLE001 - written already; replayed later
+            log.warning("The dependency notes of %s are left to the workers: %s",
+                        self.name, exc)
 
     def _changed(self, job_id: str, verdict: replies.Changed, event: str,
                  refused: str) -> Job[Any]:
@@ -136,6 +155,7 @@ class QueueAdmin:
         if verdict.outcome == "missing":
             raise self._missing(job_id)
         self._emit("deleted", before or {"id": job_id, "queue": self.name})
+        self._replay_notes()
 
     def requeue(self, job_id: str) -> Job[Any]:
         """Move a failed (or stopped) job back to its queue (attempts start over)."""
@@ -303,6 +323,7 @@ class QueueAdmin:
                     removed += 1
                     if progress:
                         progress(1)
+        self._replay_notes()
         return removed
 
 

@@ -144,9 +144,10 @@ def test_job_delete_removes_itself_from_registries(queue, work):
     canceled = q.enqueue(HELLO)
     canceled.cancel()
     work()
-    regs = [q.failed_job_registry, q.finished_job_registry, q.scheduled_job_registry,
-            q.deferred_job_registry, q.canceled_job_registry]
-    jobs = [failed, finished, scheduled, deferred, canceled]
+    # the dependent first: deleting its parent cancels it at once (it waits on nothing)
+    regs = [q.failed_job_registry, q.finished_job_registry, q.deferred_job_registry,
+            q.scheduled_job_registry, q.canceled_job_registry]
+    jobs = [failed, finished, deferred, scheduled, canceled]
     for job, reg in zip(jobs, regs):
         assert job in reg
         job.delete()

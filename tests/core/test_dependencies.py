@@ -162,3 +162,27 @@ def test_job_show_lists_dependencies(queue, settings):
     assert [x["deferred"] for x in info["queues"] if x["queue"] == "wf"] == [1]
     assert q.cancel(d.id).status == "canceled"
     assert q.stats()["deferred"] == 0
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete", "stop", "empty"])
+def test_a_parent_canceled_or_deleted_by_the_producer_settles_its_dependents_at_once(
+        queue, how):
+    """No worker runs: the producer's cancel, delete, stop (of a job not started) or
+    empty applies the notes it left (a dependent canceled, one that tolerates a failed
+    parent made ready). They waited for a worker's poll (30 s with
+    FUSIONWORKER_POLL_INTERVAL=30) or the reaper, while the docs say "at once"."""
+    q = queue("wf")
+    parent = q.enqueue_in(300, "tests.jobs:noop")
+    child = q.enqueue("tests.jobs:noop", depends_on=parent)
+    tolerant = q.enqueue("tests.jobs:noop", depends_on=parent, allow_dependency_failure=True)
+    assert child.get_status() == "deferred" and tolerant.get_status() == "deferred"
+    if how == "cancel":
+        parent.cancel()
+    elif how == "delete":
+        parent.delete()
+    elif how == "stop":
+        parent.stop()
+    else:
+        q.empty()
+    assert tolerant.get_status() == "queued" and q.job_ids == [tolerant.id]
+    assert child.get_status() == "canceled"
