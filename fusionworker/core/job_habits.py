@@ -112,6 +112,8 @@ class JobHabits(RQNames):
     enqueued_at: float | None
     depends_on: list[str] | None
     meta: dict[str, Any]
+    attempts: int
+    max_retries: int
     _description: str | None
     _queue: Any
 
@@ -247,6 +249,17 @@ class JobHabits(RQNames):
                 self.refresh()
             except NoSuchJob:
                 pass
+
+    @property
+    def retries_left(self) -> int:
+        """RQ's ``job.retries_left``, from what was read: the retries the job may still
+        get, ``max_retries`` less its failed attempts; 0 once it failed for good or was
+        stopped."""
+        if self.status in (JobStatus.FAILED, JobStatus.STOPPED):
+            return 0
+        # the last attempt of a started or finished job did not fail
+        failed = self.attempts - (self.status in (JobStatus.STARTED, JobStatus.FINISHED))
+        return max(0, self.max_retries - max(0, failed))
 
     def return_value(self, refresh: bool = True) -> Any:
         """What the function returned once the job is finished, else None."""

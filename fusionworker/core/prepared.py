@@ -16,6 +16,18 @@ _payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(frozen=True)
+class CallData:
+    """RQ's ``Queue.prepare_data(...)``: a call and its options, not tied to a queue yet;
+    ``Queue.enqueue_many`` prepares it on its queue (``prepare_call``) before it writes
+    anything."""
+
+    func: Any
+    args: Any = None
+    kwargs: Any = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PreparedJob:
     """A validated, encoded job that is not written yet (``Queue.prepare``)."""
 

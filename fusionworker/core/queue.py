@@ -26,7 +26,7 @@ from .enqueue import at as _at
 from .job import Job
 from .keys import Keys, QueueKeys, check_queue_name
 from .options import NAMES, OPTIONS, JobOptions, option_like, split, takes_options_of
-from .prepared import PreparedJob
+from .prepared import CallData, PreparedJob
 from .queue_admin import RATE_UNITS, QueueAdmin, forget_queue, parse_rate
 from .queue_habits import QueueHabits
 from .queue_read import BANDS, QueueReads, _band_range, find_queue_of, known_queues
@@ -256,9 +256,21 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         """
         return _enqueue.prepare(self, func, args, kwargs, split(kwargs))
 
-    def enqueue_many(self, prepared: Iterable[PreparedJob], *, chunk_size: int = BULK_CHUNK,
+    @staticmethod
+    def prepare_data(func: str | Callable[..., Any], args: list[Any] | tuple[Any, ...] | None = None,
+                     kwargs: Mapping[str, Any] | None = None, **options: Any) -> CallData:
+        """RQ's ``Queue.prepare_data(...)``, for :meth:`enqueue_many`: the call and its
+        options (:meth:`prepare_call`'s: RQ's ``job_id``, ``timeout``, ``result_ttl``,
+        ``ttl``, ``failure_ttl``, ``description``, ``at_front``, ``meta``, ``retry``,
+        ``on_success``/``on_failure``/``on_stopped`` among them), checked when
+        ``enqueue_many`` prepares it on its queue, before anything is written."""
+        return CallData(func, args, kwargs, dict(options))
+
+    def enqueue_many(self, prepared: Iterable[PreparedJob | CallData], *,
+                     chunk_size: int = BULK_CHUNK,
                      progress: Callable[[int], None] | None = None) -> list[Job[Any]]:
-        """Write many prepared jobs (:meth:`prepare`) in as few round trips as possible.
+        """Write many prepared jobs (:meth:`prepare`, or RQ's :meth:`prepare_data`) in as
+        few round trips as possible.
 
         Returns one :class:`Job` per prepared job, in order; a job that was not
         written because a live duplicate exists is that duplicate, with
@@ -285,7 +297,9 @@ class Queue(QueueReads, QueueAdmin, QueueHabits):
         prepared jobs is safe: their ids are fixed by ``prepare``, so the ones
         already written come back as duplicates.
         """
-        return _enqueue.write_many(self, prepared, chunk_size, progress)
+        jobs = [Queue.prepare_call(self, p.func, p.args, p.kwargs, **p.options)
+                if isinstance(p, CallData) else p for p in prepared]
+        return _enqueue.write_many(self, jobs, chunk_size, progress)
 
     def _chunk_replies(self, chunks: list[list[PreparedJob]],
                        stream: tuple[list[str], list[Any]] | None = None,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fusionworker import Queue
+from fusionworker import Queue, Retry
 from fusionworker.core.job import JobStatus
 from tests import jobs
 from tests.cli.test_cli import cli  # noqa: F401 - the fixture
@@ -78,3 +78,35 @@ def test_worker_n_is_rqs_name_and_with_scheduler_is_accepted(cli, r, settings): 
     result = cli("worker", "-n", "rq-style-name", "--with-scheduler", "-q", "default", "-b")
     assert "--with-scheduler is not needed" in result.stderr
     assert job.refresh().worker_name == "rq-style-name"
+
+
+def test_rqs_prepare_data_goes_to_enqueue_many(queue, work):
+    """RQ's bulk spelling, ``q.enqueue_many([Queue.prepare_data(f, args, ...)])``: it was
+    an AttributeError. Its options are checked before anything is written."""
+    q = queue()
+    jobs_ = q.enqueue_many([
+        Queue.prepare_data("tests.jobs:add", (1, 2), job_id="pd-1", timeout=30),
+        Queue.prepare_data("tests.jobs:add", [3], {"b": 4}, result_ttl=600, at_front=True),
+        q.prepare("tests.jobs:add", 5, 6)])
+    assert jobs_[0].id == "pd-1" and jobs_[0].timeout == 30
+    assert q.job_ids[0] == jobs_[1].id                     # at_front
+    with pytest.raises(TypeError, match="group_id"):
+        q.enqueue_many([Queue.prepare_data("tests.jobs:add", (1, 1), job_id="never"),
+                        Queue.prepare_data("tests.jobs:add", (1, 1), group_id="g")])
+    assert q.fetch_job("never") is None                    # nothing written
+    work()
+    assert [j.return_value() for j in jobs_] == [3, 7, 11]
+
+
+def test_rqs_retries_left(queue, work):
+    """RQ's ``job.retries_left``: ``max_retries`` less the failed attempts; 0 once the
+    job failed for good."""
+    q = queue()
+    job = q.enqueue("tests.jobs:boom", retry=Retry(max=2, interval=0))
+    assert job.retries_left == 2
+    work()
+    job.refresh()
+    assert (job.status, job.attempts, job.retries_left) == ("failed", 3, 0)
+    fine = q.enqueue("tests.jobs:add", 1, 2, max_retries=3)
+    work()
+    assert fine.refresh().retries_left == 3
