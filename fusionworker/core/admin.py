@@ -129,6 +129,20 @@ def _age(now: float, since: float | None) -> float | None:
     return max(0.0, now - since) if since else None
 
 
+#: the lease a heartbeat that names none is judged by (the settings' default)
+DEFAULT_LEASE = 30.0
+
+
+def shown_state(data: dict[str, str], now: float) -> str:
+    """The state a reader shows: the heartbeat's, or ``silent`` once its last heartbeat
+    is older than its lease (the worker died, froze or lost Redis: the state it wrote
+    last, often ``busy``, is no longer true; the reaper takes its jobs back)."""
+    heartbeat = _num(data.get("last_heartbeat"))
+    if heartbeat is not None and now - heartbeat > (_num(data.get("lease")) or DEFAULT_LEASE):
+        return "silent"
+    return data.get("state", "")
+
+
 def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
     """A heartbeat hash as typed fields with ages relative to ``now`` (the ``info`` schema)."""
     started = _num(data.get("current_job_started"))
@@ -139,7 +153,7 @@ def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
         "name": data.get("name", ""),
         "host": data.get("host", ""),
         "pid": _num(data.get("pid"), int),
-        "state": data.get("state", ""),
+        "state": shown_state(data, now),
         "throttle": data.get("throttle") or None,
         # the governor's last CPU sample (% of all cores); None while its CPU check is off
         "cpu_percent": _num(data.get("cpu_percent")),

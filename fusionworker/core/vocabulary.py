@@ -88,6 +88,9 @@ class WorkerState(_Vocabulary):
     BUSY = "busy"              #: running a job for longer than a moment
     SUSPENDED = "suspended"    #: ``fusionworker suspend``: claims nothing
     THROTTLED = "throttled"    #: the resource governor holds claims back
+    #: never written: what a reader shows for a worker whose heartbeat is older than
+    #: its lease (dead, frozen or cut off from Redis: the reaper takes its jobs back)
+    SILENT = "silent"
 
 
 #: the reason of any attempt (``Outcome.reason``): the same vocabulary

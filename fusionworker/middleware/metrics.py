@@ -272,11 +272,12 @@ class QueueCollector(Collector):
                                     labels=["state"])
         counts: dict[str, int] = dict.fromkeys(STATES, 0)
         wanted = set(self.queues or ())
+        now = admin.server_time(self.connection)     # as `info` ages the heartbeats
         for info in heartbeats:
             served = set(filter(None, (info.get("queues") or "").split(",")))
             if wanted and not wanted & served:
                 continue
-            state = info.get("state") or WorkerState.STARTED
+            state = admin.shown_state(info, now) or WorkerState.STARTED
             counts[state] = counts.get(state, 0) + 1
         for state, count in counts.items():
             workers.add_metric([state], count)

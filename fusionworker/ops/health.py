@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..core.connection import RedisClient
 
 #: Lease assumed for a worker whose heartbeat hash does not say (older versions).
-DEFAULT_LEASE = 30.0
+DEFAULT_LEASE = admin.DEFAULT_LEASE
 
 __all__ = ["DEFAULT_LEASE", "Health", "check", "check_queues", "eviction_warning",
            "live_workers"]
