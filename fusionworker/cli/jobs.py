@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -314,6 +315,7 @@ def job_show(app: App, job_id: str, queue: str | None, as_json: bool) -> None:
     say(f"queue     {found.queue}    priority {found.priority}")
     say(f"function  {found.func}")
     say(f"status    {found.status}    attempts {found.attempts}/{found.max_retries + 1}")
+    say(f"times     {_times(found)}")
     if found.depends_on:
         extra = " (runs even if one fails)" if found.allow_dependency_failure else ""
         say(f"after     {', '.join(found.depends_on)}{extra}")
@@ -354,8 +356,29 @@ def _show_outcome(found: Job[Any]) -> None:
         say(f"result    {json.dumps(found.to_dict()['result'])}")
     if found.error:
         say(f"error     {found.error}  [{found.failure_reason}]")
+    if found.not_retried and found.status in (JobStatus.FAILED, JobStatus.STOPPED):
+        say(f"why       {found.not_retried}")
     if found.traceback:
         say(found.traceback.rstrip())
+
+
+def _times(found: Job[Any]) -> str:
+    """``job show``'s times: enqueued, due, started, ended (UTC), how long it ran
+    against its timeout."""
+    def at(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + "Z"
+
+    parts = [f"{name} {at(t)}" for name, t in (
+        ("enqueued", found.enqueued_at), ("due", found.scheduled_for),
+        ("started", found.started_at), ("ended", found.ended_at)) if t]
+    if found.status == JobStatus.STARTED and found.started_at:
+        parts.append(f"running {max(0.0, time.time() - found.started_at):.1f} s of its "
+                     f"{found.timeout:g} s timeout")
+    elif found.duration is not None:
+        parts.append(f"ran {found.duration:.3f} s (timeout {found.timeout:g} s)")
+    else:
+        parts.append(f"timeout {found.timeout:g} s")
+    return ", ".join(parts)
 
 
 @job.command("list")

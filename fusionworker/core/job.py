@@ -35,6 +35,7 @@ Hash fields (all strings in Redis):
 ``error_message``   one line
 ``traceback``       the horse's traceback
 ``failure_reason``  a :class:`FailureReason` value
+``not_retried``     why the last failure was the end (no retry), in words
 ``worker``          name of the worker that ran the last attempt
 ``token``           attempt token: fences a late outcome of an older attempt
 ``group``           serialization group (optional)

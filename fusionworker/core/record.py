@@ -75,6 +75,8 @@ class JobRecord(Generic[R]):
     error_message: str | None = _f(api=True)
     traceback: str | None = _f(api=True)
     failure_reason: FailureReason | None = _f(kind="reason", api=True)
+    #: why its last failure was its end (no retry), in words (runtime/recorder.py)
+    not_retried: str | None = _f(api=True)
     worker_name: str | None = _f(hash="worker", api=True)
     token: str | None = _f()
     group: str | None = _f(api=True)

@@ -318,7 +318,8 @@ class Recorder:
                 result=outcome.result, error_type=outcome.error_type,
                 error_message=outcome.error_message, traceback=outcome.traceback,
                 failure_reason=None if outcome.status == OutcomeStatus.FINISHED else outcome.reason,
-                duration=round(outcome.duration, 6),
+                not_retried=outcome.not_retried if outcome.status == OutcomeStatus.FAILED
+                else None, duration=round(outcome.duration, 6),
             ) + outcome.progress_fields
             name = "finish"
             stopped = (outcome.status == OutcomeStatus.FAILED

@@ -299,6 +299,16 @@ def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
     doc = json.loads(cli("job", "show", failed, "--json").stdout)
     assert doc["id"] == failed and doc["status"] == "failed"
     assert "no job 'nope'" in one_error_line(cli("job", "show", "nope", code=1))
+    # why it was not retried (it was said in the worker's log only) and its times
+    why = "not retried: max_retries is 0 (and ValueError is not in FUSIONWORKER_RETRYABLE)"
+    assert f"why       {why}" in out and doc["not_retried"] == why
+    times = next(line for line in out.splitlines() if line.startswith("times"))
+    assert "enqueued 20" in times and "started 20" in times and "ended 20" in times
+    assert "(timeout 180 s)" in times and "ran 0." in times
+    # requeued, it is no longer "not retried"; run again, the end is its own
+    cli("job", "retry", failed)
+    assert "why" not in cli("job", "show", failed).stdout
+    assert json.loads(cli("job", "show", failed, "--json").stdout)["not_retried"] is None
 
 
 def test_job_retry_delete_cancel(cli: Run, queue: Any, burst: Any) -> None:

@@ -27,7 +27,8 @@ local result_ttl, failed_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delay, window = tonumber(ARGV[6]) or 0, tonumber(ARGV[7]) or 0
 local jkey = base .. K.job .. jid
 local event, fa = event_block(8)   -- fa: the first of the outcome's fields
-local ERROR_FIELDS = {F.error_type, F.error_message, F.traceback, F.failure_reason}
+local ERROR_FIELDS = {F.error_type, F.error_message, F.not_retried, F.traceback,
+  F.failure_reason}
 -- the outcome's fields (ARGV[fa..], name/value pairs) name an error field
 local function gives_error_fields()
   for i = fa, #ARGV - 1, 2 do
@@ -38,7 +39,7 @@ local function gives_error_fields()
   return false
 end
 local rec = hmget(jkey, F.token, F.unique_key, F.group, F.batch, F.result_ttl, F.on_success,
-  F.on_failure, F.has_dependents, F.waited, F.status, unpack(ERROR_FIELDS))   -- 11 to 14
+  F.on_failure, F.has_dependents, F.waited, F.status, unpack(ERROR_FIELDS))   -- 11 to 15
 -- the fence; an ended record's token is blanked (''), never a live attempt's (claim.lua)
 if not rec or token == '' or rec[1] ~= token or rec[10] ~= S.started then return {'stale'} end
 local ukey, group, batch = rec[2], rec[3], rec[4]
@@ -105,7 +106,7 @@ if outcome == S.finished then
     -- go only when there are some (the HMGET read them): the record reads as before
     redis.call('HSET', jkey, F.ended_at, fmt_time(t), F.status, S.finished, F.token, '',
       unpack(ARGV, fa))
-    if rec[11] or rec[12] or rec[13] or rec[14] or gives_error_fields() then
+    if rec[11] or rec[12] or rec[13] or rec[14] or rec[15] or gives_error_fields() then
       redis.call('HDEL', jkey, unpack(ERROR_FIELDS))
     end
     if not registry then redis.call('ZADD', base .. K.finished, fmt_time(t), jid) end

@@ -41,7 +41,7 @@ if mode == 'failed' then
   -- the failed attempt's times go: the job has not started since it was requeued; and
   -- a stop asked of an attempt (stop.lua) is not asked of the next one
   redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths,
-    F.worker_deaths, F.alone, F.stop_requested)
+    F.worker_deaths, F.alone, F.stop_requested, F.not_retried)
   local ukey = hget(jkey, F.unique_key)
   if ukey and ukey ~= '' then redis.call('SET', base .. K.unique .. ukey, jid) end
   make_ready(base, jid)
