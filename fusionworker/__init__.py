@@ -44,6 +44,7 @@ _PUBLIC = {
     "UnsupportedType": "fusionworker.core.codec",
     "Worker": "fusionworker.worker",
     "current_job": "fusionworker.runtime.progress",
+    "get_current_job": "fusionworker.runtime.progress",
     "periodic": "fusionworker.middleware.schedules",
     "schedule": "fusionworker.middleware.schedules",
     "job": "fusionworker.core.registry",
@@ -63,8 +64,8 @@ _SUBMODULES = {
 __all__ = [
     "Batch", "FunctionNotAllowed", "InvalidFunction", "Job", "JobCanceled", "JobContext", "JobFailed",
     "JobFunction", "JobTimeoutError", "JobWaitTimeout", "NoSuchJob", "Queue", "Retry",
-    "RetryPolicy", "UnsupportedType", "Worker", "__version__", "current_job", "job", "periodic",
-    "register", "schedule",
+    "RetryPolicy", "UnsupportedType", "Worker", "__version__", "current_job", "get_current_job",
+    "job", "periodic", "register", "schedule",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - what type checkers see
@@ -91,7 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover - what type checkers see
     from .middleware import otel as otel
     from .middleware.schedules import periodic, schedule
     from .ops import health as health
-    from .runtime.progress import JobContext, current_job
+    from .runtime.progress import JobContext, current_job, get_current_job
     from .worker import Worker
 
 
@@ -99,7 +100,12 @@ def _run_in_process(queue: Any) -> Any:
     """``Queue(is_async=False)``'s runner (core/emitting.py): the queue's due jobs, here."""
     from .testing import run_burst
 
-    return run_burst(queue)
+    # RQ's synchronous mode says nothing of a job that went well: no INFO lines (its
+    # start, its claim, its end) on the stderr of a program that configured no logging
+    settings = queue.settings
+    if settings.log_level.upper() in ("DEBUG", "INFO"):
+        settings = settings.replace(log_level="WARNING")
+    return run_burst(queue, settings=settings)
 
 
 def _events_port() -> EventsPort:

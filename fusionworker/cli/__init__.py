@@ -37,7 +37,25 @@ def _option_names(command: click.Command) -> set[str]:
     return names
 
 
+#: RQ's (and Celery's) command names that are spelled otherwise here: a hint, not
+#: click's "No such command"
+_ELSEWHERE = {
+    "empty": "`queue empty QUEUE` (RQ's `rq empty QUEUE`)",
+    "worker-pool": "`worker --processes N` (RQ's `rq worker-pool -n N`)",
+    "purge": "`queue empty QUEUE` (Celery's `celery purge`)",
+    "inspect": "`info` (workers and their jobs) or `job show ID`",
+    "status": "`info` (queues and workers)",
+}
+
+
 class _Main(click.Group):
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in _ELSEWHERE and args[0] not in self.commands:
+            raise click.UsageError(f"No such command {args[0]!r}: it is "
+                                   f"{_ELSEWHERE[args[0]]} here.", ctx)
+        return super().resolve_command(ctx, args)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, self._globals_first(list(args)))
 

@@ -174,6 +174,7 @@ def render_info(doc: dict[str, Any], first_page: bool = False) -> str:
 
 
 @click.command()
+@click.argument("queue_names", metavar="[QUEUE]...", nargs=-1)
 @click.option("-W", "--only-workers", is_flag=True, help="Workers only.")
 @click.option("-Q", "--only-queues", is_flag=True, help="Queues only.")
 @click.option("--json", "as_json", is_flag=True,
@@ -189,9 +190,11 @@ def render_info(doc: dict[str, Any], first_page: bool = False) -> str:
               help="Every queue in the text output, however many (the JSON always has "
               "every queue unless --page is given).")
 @pass_app
-def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
-         interval: float | None, page: int | None, per_page: int, every: bool) -> None:
-    """Queues (depth, bands, registries) and workers (state, current job).
+def info(app: App, queue_names: tuple[str, ...], only_workers: bool, only_queues: bool,
+         as_json: bool, interval: float | None, page: int | None, per_page: int,
+         every: bool) -> None:
+    """Queues (depth, bands, registries) and workers (state, current job); with QUEUE
+    names (RQ's ``rq info Q1 Q2``), those queues and the workers serving them.
 
     With more queues than --per-page (50), the text shows the first page and a last
     line saying how many there are: --page N for another page, --all for every queue.
@@ -204,7 +207,8 @@ def info(app: App, only_workers: bool, only_queues: bool, as_json: bool,
     try:
         while True:
             doc = collect_info(app, queues=not only_workers, workers=not only_queues,
-                               page=1 if first_page else page, per_page=per_page)
+                               page=1 if first_page else page, per_page=per_page,
+                               only=[require_queue(app, q) for q in queue_names])
             if first_page and doc.get("queues_total", 0) <= per_page:
                 for name in ("page", "per_page", "pages"):
                     doc.pop(name, None)   # one page holds them all: today's screen

@@ -442,8 +442,10 @@ FOREIGN: dict[str, str] = {
     "repeat": "use a cron entry (fusionworker cron add)",
     "unique": "use job_id= or unique_key=: a live job with it is returned, not enqueued "
               "again (job.deduplicated)",
-    "args": "use q.enqueue_call(func, args=[...], kwargs={...})",
-    "kwargs": "use q.enqueue_call(func, args=[...], kwargs={...})",
+    "args": "use q.enqueue_call(func, args=[...], kwargs={...}); for enqueue_many, "
+            "q.prepare_call(func, args=[...], kwargs={...})",
+    "kwargs": "use q.enqueue_call(func, args=[...], kwargs={...}); for enqueue_many, "
+              "q.prepare_call(func, args=[...], kwargs={...})",
 }
 
 #: every keyword ``Queue.enqueue`` takes for itself or refuses

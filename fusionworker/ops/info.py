@@ -4,6 +4,7 @@ format both print."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, Protocol
 
@@ -31,11 +32,13 @@ INFO_SCHEMA = 1
 
 
 def collect_info(app: InfoSource, queues: bool = True, workers: bool = True,
-                 page: int | None = None, per_page: int = 50) -> dict[str, Any]:
+                 page: int | None = None, per_page: int = 50,
+                 only: Sequence[str] = ()) -> dict[str, Any]:
     """Everything ``info`` shows, as the documented JSON document (``info --json``,
     the web's ``/api/info``). With ``page``, the queues of that page only (by name,
     ``per_page`` each; their cron entries and busy groups): ``queues_total``,
-    ``page``, ``per_page`` and ``pages`` say where it is."""
+    ``page``, ``per_page`` and ``pages`` say where it is. ``only`` (RQ's ``rq info
+    Q1 Q2``): those queues, and the workers serving one of them."""
     r = app.connection
     prefix = app.settings.prefix
     now = admin.server_time(r)
@@ -51,7 +54,7 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True,
     }
     heartbeats = admin.workers(r, prefix)     # read once: each queue's awaiting_compute
     if queues:
-        names = known_queues(r, prefix)
+        names = sorted(set(only)) if only else known_queues(r, prefix)
         doc["queues_total"] = len(names)
         if page is not None:
             doc.update(page=page, per_page=per_page, pages=max(1, -(-len(names) // per_page)))
@@ -59,7 +62,8 @@ def collect_info(app: InfoSource, queues: bool = True, workers: bool = True,
         _queues(app, doc, names, now, heartbeats)
     if workers:
         doc["workers"] = [{**admin.describe_worker(w, now), **_event_sink(w)}
-                          for w in heartbeats]
+                          for w in heartbeats if not only
+                          or set(only) & set((w.get("queues") or "").split(","))]
     return doc
 
 

@@ -487,6 +487,10 @@ def current_job() -> JobContext | None:
     return _make_context()
 
 
+#: RQ's name (``from rq import get_current_job``): the same function
+get_current_job = current_job
+
+
 def _make_context() -> JobContext | None:
     global _context, _sender
     with _context_lock:

@@ -15,6 +15,15 @@ def access_self() -> str:
     return job.id
 
 
+def access_self_as_rq_does() -> str:
+    """RQ's spelling, with the import changed from ``rq`` to ``fusionworker``."""
+    from fusionworker import get_current_job
+
+    job = get_current_job()
+    assert job is not None
+    return job.get_id()
+
+
 class WithStatic:
     @staticmethod
     def static_method(x: int = 1) -> int:

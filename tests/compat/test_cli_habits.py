@@ -174,3 +174,20 @@ def test_requeue_of_an_unknown_id_prints_only_the_error(cli):  # noqa: F811
     result = cli("requeue", "nosuch", code=1)
     assert result.stdout == ""
     assert "no job 'nosuch'" in one_error_line(result)
+
+
+def test_rq_info_with_queue_names_and_commands_spelled_otherwise(cli, r, settings):  # noqa: F811
+    """``rq info Q1 Q2`` (those queues and their workers) was "unexpected extra
+    argument"; ``rq empty Q`` (and Celery's ``purge``) was "No such command" alone."""
+    import json
+
+    for name in ("iq1", "iq2", "iq3"):
+        Queue(name, r, settings=settings).enqueue("tests.jobs:noop")
+    doc = json.loads(cli("info", "iq1", "iq3", "--json").output)
+    assert [q["queue"] for q in doc["queues"]] == ["iq1", "iq3"]
+    assert "iq2" not in cli("info", "iq1", "iq3").output
+    assert "no queue 'nope'" in one_error_line(cli("info", "nope", code=1))
+    for rq_name, ours in (("empty", "queue empty QUEUE"), ("worker-pool", "--processes N"),
+                          ("purge", "queue empty QUEUE")):
+        said = cli(rq_name, "iq1", code=2).output
+        assert f"No such command {rq_name!r}" in said and ours in said, said

@@ -110,3 +110,10 @@ def test_rqs_retries_left(queue, work):
     fine = q.enqueue("tests.jobs:add", 1, 2, max_retries=3)
     work()
     assert fine.refresh().retries_left == 3
+
+
+def test_rqs_get_current_job_from_fusionworker(queue, work):
+    q = queue()
+    job = q.enqueue("tests.compat.rq_jobs:access_self_as_rq_does")
+    work()
+    assert job.refresh().return_value() == job.id
