@@ -491,8 +491,8 @@ class Loop:
                 if owned == STOP_ASKED and self.stops.kill([slot], self.ctx.name, missed=True):
                     self._police_due = 0.0
             elif not slot.killed:
-                log.warning("Worker %s: job %s was taken back while running; killing its "
-                            "horse", self.ctx.name, slot.job.id)
+                log.warning("Worker %s: job %s was taken back while running (or its record "
+                            "lost with Redis's data); killing its horse", self.ctx.name, slot.job.id)
                 slot.kill(FailureReason.LOST)
                 self._police_due = 0.0     # its SIGKILL escalation is due in time
                 lost = True

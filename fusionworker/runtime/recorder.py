@@ -438,7 +438,8 @@ class Recorder:
         if stale:
             outcome.recorded = False
             log.warning("Worker %s: outcome of job %s refused: the attempt was taken back "
-                        "meanwhile (attempt token no longer current)", self.name, job.id)
+                        "meanwhile, or its record lost with Redis's data (attempt token no "
+                        "longer current)", self.name, job.id)
             return
         if outcome.status != OutcomeStatus.REQUEUED:   # finish.lua's: the chart counts it
             self.minutes.count(job.queue, at, str(outcome.status))
