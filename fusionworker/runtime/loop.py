@@ -402,7 +402,7 @@ class Loop:
                 self.free_index.append(slot.index)
             exit_ = slot.outcome(cold=cold)
             outcome = decide(self.ctx.settings, slot.job, exit_)
-            outcome.duration = time.monotonic() - slot.ran_from   # not the server's start-up
+            outcome.duration = slot.ran_for()   # not the server's start-up, nor our delay
             # the job's last progress/meta ride with its outcome (progress_store.py)
             outcome.progress_fields[:0] = self.relay.final_fields(slot.job, exit_.progress)
             ended.append((slot.job, outcome))

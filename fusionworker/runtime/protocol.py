@@ -54,6 +54,7 @@ import select
 import socket
 import struct
 import termios
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -173,8 +174,7 @@ class RunRequest:
     @staticmethod
     def split(frames: list[bytes]) -> tuple[list[RunRequest], bytes | None]:
         """The requests among the frames the server received, in order (a request is
-        two frames), and the frame of a request whose body is still on its way (or
-        None)."""
+        two frames), and the frame of a request whose body is still on its way (or None)."""
         requests: list[RunRequest] = []
         pos = 0
         while pos < len(frames):
@@ -363,8 +363,7 @@ class ExitNotice:
 
     def encode(self) -> bytes:
         return (head_frame({"pid": self.pid, "status": self.status, "size": len(self.report),
-                            "e": self.entry})
-                + frame(self.report))
+                            "e": self.entry}) + frame(self.report))
 
 
 Notice = (StartNotice | ProgressNotice | ExitNotice | MovedNotice | HandoverNotice
@@ -409,6 +408,7 @@ def take_notices(buf: bytearray) -> list[Notice]:
 
 #: a str as a JSON string literal, as ``json.dumps`` writes it (ASCII, escapes): one C call
 _quoted: Callable[[str], str] = json.encoder.encode_basestring_ascii
+_OPTIONAL_FIELDS = ("result", "error_type", "error_message", "traceback", "retry_delay", "progress", "job", "ended")
 
 
 @dataclass(slots=True)
@@ -430,6 +430,7 @@ class HorseReport:
     #: the id of the job it reports for: a warm horse's pipe carries the reports of its
     #: jobs in turn, so the worker takes a report for the job it gave only (slot.py)
     job: Any = None
+    ended: Any = None   # time.monotonic() as it was written: the job's end (slot.py)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": self.ok, "reason": self.reason}
@@ -444,25 +445,27 @@ class HorseReport:
                 out["retry_delay"] = self.retry_delay
         if self.progress is not None:
             out["progress"] = self.progress
+        if self.ended is not None:
+            out["ended"] = self.ended
         return out
 
     def encode(self) -> bytes:
         """The report's JSON. A plain success (text fields, no progress) is written by
         hand, the same bytes ``json.dumps`` writes, without an encoder object: in a fresh
         horse that call alone copied ~20 pages of the fork server's heap."""
+        self.ended = time.monotonic() if self.ended is None else self.ended  # its end: slot.py
         if self.ok and self.progress is None and type(self.reason) is str and type(
                 self.result) is str and type(self.job) is str:
-            return ('{"ok": true, "reason": ' + _quoted(self.reason) + ', "job": '
-                    + _quoted(self.job) + ', "result": ' + _quoted(self.result) + "}").encode()
+            return ('{"ok": true, "reason": ' + _quoted(self.reason) + ', "job": ' + _quoted(
+                self.job) + ', "result": ' + _quoted(self.result) + ', "ended": '
+                + repr(self.ended) + "}").encode()
         return json.dumps(self.as_dict()).encode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HorseReport:
         return cls(ok=data.get("ok") is True, reason=data.get("reason") or "",
-                   result=data.get("result"), error_type=data.get("error_type"),
-                   error_message=data.get("error_message"), traceback=data.get("traceback"),
-                   retryable=data.get("retryable", False), retry_delay=data.get("retry_delay"),
-                   progress=data.get("progress"), job=data.get("job"))
+                   retryable=data.get("retryable", False),
+                   **{name: data.get(name) for name in _OPTIONAL_FIELDS})
 
     @classmethod
     def decode(cls, data: bytes | bytearray) -> HorseReport | None:
@@ -480,8 +483,7 @@ class HorseReport:
 def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        written = os.write(fd, view)
-        view = view[written:]
+        view = view[os.write(fd, view):]
 
 
 def send_reading(sock: socket.socket, data: bytes, read: Callable[[], bool]) -> bool:
@@ -590,9 +592,9 @@ def drain(fd: int) -> None:
 
 __all__ = [
     "ACCEPT", "ASYNC", "CANCEL", "ENTRY", "FRAME_START", "HOLDS_LOOP", "LEAVING", "MOVES_MAX",
-    "REFUSED", "STAY", "ExitNotice",
-    "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice", "Notice",
-    "ProgressNotice", "RunRequest",
-    "StartNotice", "cancel_for_horse", "drain", "flood_max", "flooded", "for_async_horse", "for_horse", "frame", "from_server", "has_report", "job_of", "read_available", "take_lines",
-    "take_notices", "take_frames", "take_progress", "unread", "write_all",
+    "REFUSED", "STAY", "ExitNotice", "GoneNotice", "HandoverNotice", "HorseReport", "MovedNotice",
+    "Notice", "ProgressNotice", "RunRequest", "StartNotice", "cancel_for_horse", "drain",
+    "flood_max", "flooded", "for_async_horse", "for_horse", "frame", "from_server", "has_report",
+    "job_of", "read_available", "take_lines", "take_notices", "take_frames", "take_progress",
+    "unread", "write_all",
 ]

@@ -194,6 +194,7 @@ class Slot:
         self.cancel_at: float | None = None
         self.next_tick = self.started          # the horse tick (memory ceiling): set by the loop
         self.kill_reason: FailureReason | None = None
+        self.end_stamp: Any = None             # the end its horse stamped on its report
         self.exit: HorseExit | None = None     # known at birth: ended without a horse
         self._buf = bytearray()                # the report pipe's data / the exit's report
         self._status: int | None = None
@@ -456,6 +457,17 @@ class Slot:
         self._status = status
         return True
 
+    def ran_for(self) -> float:
+        """How long the job ran, from its horse's start (:attr:`ran_from`) to the end the
+        horse stamped on its report (the same monotonic clock), not to now: a worker held
+        up meanwhile (Redis unreachable) read the report late, and a 20 s job was recorded
+        as 33 s. A stamp that is no time between the two (job code writing its own
+        report; a start read late too) is not used."""
+        now = time.monotonic()
+        if type(self.end_stamp) is float and self.ran_from <= self.end_stamp <= now:
+            return self.end_stamp - self.ran_from
+        return now - self.ran_from
+
     def outcome(self, *, cold: bool) -> HorseExit:
         """How the ended horse's attempt went. A horse killed at or past its lease (by its
         watchdog or by us) died of the lease: the job is given back, not failed; never
@@ -465,8 +477,9 @@ class Slot:
         if self.kill_at is not None:   # a grandchild may keep the pipe of a killed horse
             self.signal_group(signal.SIGKILL)     # (not a cancelled task's: its mates run)
         report, other = self._own_report()
-        exit_ = horse_exit(report, self._status or 0,
-                           time.monotonic() - self.started, kill_reason=self.kill_reason,
+        self.end_stamp = report.ended if report is not None else None
+        exit_ = horse_exit(report, self._status or 0, time.monotonic() - self.started,
+                           kill_reason=self.kill_reason,
                            timeout=self.job.timeout,
                            lost_server=self._state is SlotState.ORPHANED,
                            unread=len(self._buf) if report is None else 0)

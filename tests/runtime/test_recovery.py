@@ -103,3 +103,27 @@ def test_a_worker_whose_redis_restarted_empty_registers_again(settings, processe
         assert proc.poll() is None
     finally:
         stop()
+
+
+def test_a_job_ended_while_its_worker_was_held_up_records_its_own_duration(processes, queue):
+    """The job ends while its worker parent is stopped (as it is while Redis is
+    unreachable); the parent reads the report later. The duration recorded is the
+    job's, to the end its horse stamped, not to the moment the parent read it (a 20 s
+    job was recorded as 33 s after an outage)."""
+    import os
+    import signal
+    import time
+
+    q = queue()
+    proc = processes.worker("-q", "default")
+    job = q.enqueue("tests.jobs:sleep", 1.0)
+    wait_for(lambda: q.fetch_job(job.id).status == "started", timeout=30)
+    time.sleep(0.3)                   # its horse's start read: the job runs its second
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    done = wait_for(lambda: q.fetch_job(job.id).status == "finished" and q.fetch_job(job.id),
+                    timeout=30)
+    assert 0.95 < done.duration < 1.8, done.duration
