@@ -520,14 +520,14 @@ def load_settings(
     file_values = read_config_file(config_file) if config_file else {}
     values: dict[str, Any] = {}
     for setting in SETTINGS:
+        # "KEY=" (a compose file, an EnvironmentFile line) is unset: the file's value,
+        # else the default. An empty on/off setting read as off (an empty
+        # FUSIONWORKER_KILL_JOB_CHILDREN left a job's children running), an empty prefix
+        # was the prefix '' (workers and producers split), a number was an error
         raw = env.get(setting.env)
-        if raw is None:
+        if raw is None or not raw.strip():
             raw = file_values.get(setting.env)
-        if raw is None:
-            continue
-        if setting.parse is _bool and not raw.strip():
-            # "KEY=" (compose, an EnvironmentFile): unset, the default; it read as off, so
-            # an empty FUSIONWORKER_KILL_JOB_CHILDREN left a job's children running
+        if raw is None or not raw.strip():
             continue
         try:
             values[setting.name] = check_value(setting, setting.parse(raw))

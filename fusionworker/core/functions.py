@@ -214,8 +214,9 @@ def forget_loaded() -> None:
     :func:`verify` imported here, and every walk learnt from them, so the next check
     imports the code afresh. A worker that enqueued a callback held such a copy from
     then on, and refused a function added to its module after it, reload or not."""
-    for name in _IMPORTED:
-        sys.modules.pop(name, None)
+    for name in _IMPORTED:     # and its submodules (a package re-exporting one)
+        for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            sys.modules.pop(loaded, None)
     _IMPORTED.clear()
     _WALKED.clear()
 

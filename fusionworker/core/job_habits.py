@@ -204,8 +204,11 @@ class JobHabits(RQNames):
             if status in DONE_STATUSES and status != self.status:
                 # ended since it was read: what the end wrote comes too (RQ's idiom
                 # ``if job.is_finished: job.result`` read None: ``result`` trusts an
-                # ended job's fields and reads nothing again)
+                # ended job's fields and reads nothing again); not ``meta``, which
+                # RQ's get_status leaves alone (an unsaved local change stays)
+                meta = self.meta
                 self.refresh()
+                self.meta = meta
             self.status = status
         return self.status
 

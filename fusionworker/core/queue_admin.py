@@ -68,7 +68,7 @@ class QueueAdmin:
 
         try:
             if self.connection.llen(self.qkeys.outbox):
-                replay_outbox(self.connection, self.settings, self.name)
+                replay_outbox(self.connection, self.settings, self.name, callbacks=False)
         except Exception as exc:  # noqa: BLE001 - written already; replayed later
             log.warning("The dependency notes of %s are left to the workers: %s",
                         self.name, exc)
@@ -338,9 +338,9 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
     undone unless it was paused before), set ``forgetting`` (from here until its end,
     an enqueue to the queue is refused with a ``QUEUEGONE`` error, before any write: a
     job written during the SCAN below could lose its record, or its place, to it while
-    its producer was told it was queued), then SREM the registration and delete the
-    keys (job records, registries, cron entries, groups), ``paused`` and last
-    ``forgetting``. Each step is idempotent: after a crash, calling it again finishes
+    its producer was told it was queued), then delete the keys (job records,
+    registries, cron entries, groups), SREM the registration, delete ``paused`` and
+    last ``forgetting``. Each step is idempotent: after a crash, calling it again finishes
     the work (until then the queue stays paused and refuses enqueues, saying so). A
     producer that enqueues to ``name`` afterwards makes a new, empty queue. Returns
     the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
@@ -359,7 +359,6 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
         raise InvalidOperation(f"queue {name!r} has {running} running job(s); pause it "
                                "(`pause`), wait for them to end, and try again")
     connection.set(qkeys.forgetting, "1")
-    connection.srem(keys.queues, name)
     deleted = 0
     batch: list[str] = []
     kept = (qkeys.paused, qkeys.forgetting)
@@ -372,6 +371,9 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
             batch = []
     if batch:
         deleted += connection.delete(*batch)
+    # registered until here: a delete killed in the SCAN leaves a queue every command
+    # names (paused, refusing enqueues), and `queue delete` finishes it
+    connection.srem(keys.queues, name)
     deleted += connection.delete(qkeys.paused)
     connection.delete(qkeys.forgetting)   # enqueues make a new queue from here
     # a claim meanwhile found the queue paused (quiet), and a job a producer enqueued

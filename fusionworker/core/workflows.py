@@ -14,6 +14,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+
 from ..exceptions import NoSuchJob
 from .hooks import Middleware
 from .job import DONE_STATUSES
@@ -107,15 +109,18 @@ def recheck(q: QueueView, dependent_id: str, deps: Iterable[tuple[str, str]]) ->
     return outcomes
 
 
-def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit: int = 500) -> int:
+def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit: int = 500,
+                  *, callbacks: bool = True) -> int:
     """Replay the notes in ``queue``'s outbox to the dependents' queues; returns how many
-    notes were replayed. Safe to run anywhere, any number of times (see module doc)."""
+    notes were replayed. Safe to run anywhere, any number of times (see module doc).
+    ``callbacks=False`` (a producer, whose allow-list may not name the callbacks' modules:
+    it would drop them as refused) leaves the callback notes for a worker."""
     keys = Keys(settings.prefix)
     outbox = keys.queue(queue).outbox
     scripts = scripts_for(connection)
-    done = 0
-    while done < limit:
-        notes = connection.lrange(outbox, 0, min(99, limit - done - 1))
+    done = left = 0          # left: callback notes kept, ahead of the ones to read
+    while done + left < limit:
+        notes = connection.lrange(outbox, left, left + min(99, limit - done - left - 1))
         if not notes:
             break
         for note in notes:
@@ -126,6 +131,9 @@ def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit
             except (ValueError, TypeError) as exc:
                 log.error("Dropped a malformed dependency note in %s: %s", outbox, exc)
             else:
+                if outcome.startswith("callback:") and not callbacks:
+                    left += 1
+                    continue
                 if outcome.startswith("callback:"):   # enqueue(on_success=/on_failure=)
                     _fire_callback(connection, settings, dq, did, outcome[9:], callback)
                 elif outcome.startswith("batch:"):  # a job of a batch ended (batch.py)
@@ -149,14 +157,15 @@ def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_
     if len(callback) != 1 or not isinstance(callback[0], str):
         raise ValueError(f"callback note of job {job_id} names no function")
     kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
-    from ..exceptions import FusionWorkerError
-
     q: QueueView = queue_class()(queue, connection, settings=settings, events=False)
     try:
         q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])
-    except (FusionWorkerError, ValueError, TypeError) as exc:   # never will: drop the note
-        log.error("The %s callback %s of job %s on %s was not enqueued: %s",
-                  kind, callback[0], job_id, queue, exc)
+    except RedisError:         # the note stays: replayed once Redis answers
+        raise
+    except Exception as exc:  # noqa: BLE001 - refused, or its module fails to import
+        # (a SyntaxError after a deploy): never will; dropped, or it held every later note
+        log.error("The %s callback %s of job %s on %s was not enqueued: %s: %s",
+                  kind, callback[0], job_id, queue, type(exc).__name__, exc)
 
 
 def sweep_deferred(connection: RedisClient, settings: Settings, queue: str, older_than: float,

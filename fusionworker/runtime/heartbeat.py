@@ -26,6 +26,7 @@ an eager busy write.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ from typing import Any
 
 from redis.typing import EncodableT
 
-from ..core.admin import SHUTDOWN_FIELD
+from ..core.admin import SHUTDOWN_FIELD, shown_state
 from ..core.hooks import WorkerContext
+from ..core.redis_client import text
 from ..core.scripts import replies
 from .counters import Counters
 from .minutes import MinuteCounts
@@ -87,6 +89,42 @@ class Heartbeat:
         self.lost_at: float | None = None
         self._rewrite = False          # the identity's last write failed: write it again
 
+    def register(self, identity: dict[EncodableT, Any]) -> None:
+        """Check the name is free, then write the heartbeat hash and join ``fw:workers``.
+        The registration of another process is a live worker of this name (refused),
+        unless it is silent (its last heartbeat older than its lease: it died, and its
+        key lives on for ``worker_ttl``): then it is taken over, and said so."""
+        conn, name = self.ctx.connection, self.ctx.name
+        pid, beat, lease = (text(v) if v is not None else None for v in conn.hmget(
+            self.key, "pid", "last_heartbeat", "lease"))
+        if pid is not None and pid != str(os.getpid()):
+            if shown_state({"last_heartbeat": beat or "", "lease": lease or ""},
+                           time.time()) != "silent":
+                raise ValueError(f"a live worker named {name!r} exists already")
+            log.warning("Worker %s: takes over the name of worker pid %s, silent past its "
+                        "lease (dead: its jobs are the reaper's)", name, pid)
+        now = time.time()
+        pipe = conn.pipeline(transaction=False)
+        pipe.delete(self.key)
+        pipe.hset(self.key, mapping={
+            **identity, "state": "started", "current_job": "", "last_heartbeat": now,
+            "successful": 0, "failed": 0, "total_working_time": 0.0, "current_jobs": ""})
+        pipe.expire(self.key, self.ctx.settings.worker_ttl)
+        pipe.sadd(self.ctx.keys.workers, name)
+        pipe.execute()
+
+    def deregister(self) -> None:
+        """Leave ``fw:workers`` and delete the heartbeat hash, unless another worker of
+        this name holds it now (registered while this one was cut off past its lease)."""
+        conn = self.ctx.connection
+        pid = conn.hget(self.key, "pid")
+        if pid is not None and text(pid) != str(os.getpid()):
+            return
+        pipe = conn.pipeline(transaction=False)
+        pipe.srem(self.ctx.keys.workers, self.ctx.name)
+        pipe.delete(self.key)
+        pipe.execute()
+
     def write(self, fields: dict[EncodableT, Any]) -> None:
         """The hash's fields on their own (a state change with no pipeline going anyway);
         raises what Redis raised."""
@@ -121,6 +159,7 @@ class Heartbeat:
         pipe.sadd(ctx.keys.workers, ctx.name)
         pipe.hget(self.key, SHUTDOWN_FIELD)
         pipe.exists(ctx.keys.suspended)
+        pipe.hget(self.key, "pid")       # another worker's: it took the name (register)
         sent = time.monotonic()
         try:
             answers = pipe.execute(raise_on_error=False)
@@ -129,7 +168,7 @@ class Heartbeat:
             minutes.give_back(calls)
             self.lost_at = self.lost_at or sent
             raise
-        self._back(answers[-3])
+        self._back(answers[-4])
         first = len(touches) + len(calls) + 1          # the counters' answers
         counters.settle(counted, answers[first:first + n_counted])
         # Redis restarted or failed over: the Script call loads it and runs it again
@@ -145,7 +184,13 @@ class Heartbeat:
             return refused
         owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)
                  for slot, ok in zip(group, replies.touch_many(reply))]
-        return Renewal(sent, owned, bool(answers[-1]), answers[-2] or None)
+        holder = answers[-1]
+        if holder is not None and text(holder) != str(os.getpid()):
+            log.error("Worker %s: another worker (pid %s) registered this name while this "
+                      "one was cut off past its lease (its jobs were taken back): stopping",
+                      ctx.name, text(holder))
+            return Renewal(sent, owned, bool(answers[-2]), "warm")
+        return Renewal(sent, owned, bool(answers[-2]), answers[-3] or None)
 
     def _back(self, joined: Any) -> None:
         """After a heartbeat Redis took: say so if the one before did not reach it, and

@@ -291,20 +291,10 @@ class Worker:
     # -- registration --------------------------------------------------------------
 
     def register(self) -> None:
-        """Check the name is free, then write the heartbeat hash and join ``fw:workers``."""
-        existing = self.connection.hget(self.key, "pid")
-        if existing is not None and existing != str(self.pid):
-            raise ValueError(f"a live worker named {self.name!r} exists already")
-        now = time.time()
-        self._birth = now
-        pipe = self.connection.pipeline(transaction=False)
-        pipe.delete(self.key)
-        pipe.hset(self.key, mapping={
-            **self.identity(), "state": "started", "current_job": "", "last_heartbeat": now,
-            "successful": 0, "failed": 0, "total_working_time": 0.0, "current_jobs": ""})
-        pipe.expire(self.key, self.settings.worker_ttl)
-        pipe.sadd(self.keys.workers, self.name)
-        pipe.execute()
+        """Check the name is free, then write the heartbeat hash and join ``fw:workers``
+        (heartbeat.py: a silent worker's name is taken over)."""
+        self._birth = time.time()
+        self.loop.beat.register(self.identity())
         self.loop.state.published = View(WorkerState.STARTED)
         self.loop.state.next_heartbeat = 0.0  # the first turn heartbeats: reads the suspend flag
 
@@ -322,10 +312,7 @@ class Worker:
             "gpus": ",".join(self.devices)}
 
     def deregister(self) -> None:
-        pipe = self.connection.pipeline(transaction=False)
-        pipe.srem(self.keys.workers, self.name)
-        pipe.delete(self.key)
-        pipe.execute()
+        self.loop.beat.deregister()
 
     # -- signals ---------------------------------------------------------------------
 

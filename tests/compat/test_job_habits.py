@@ -54,6 +54,12 @@ def test_the_status_read_first_then_result_or_exc_info(queue, burst):
     assert ok.is_finished and ok.result == 5
     assert bad.is_failed and bad.exc_info is not None and "bad" in bad.exc_info
     assert ok2.get_status() == JobStatus.FINISHED and ok2.result == 2
+    # the status read leaves an unsaved local change of meta alone, as RQ's does
+    late = q.enqueue("tests.jobs:add", 2, 2)
+    late.meta["owner"] = "bob"
+    burst()
+    assert late.get_status() == JobStatus.FINISHED and late.result == 4
+    assert late.meta == {"owner": "bob"}
 
 
 def test_failed_job_reports_its_error_as_the_latest_result(queue, burst):

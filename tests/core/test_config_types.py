@@ -39,7 +39,7 @@ def test_each_attribute_has_the_type_of_its_default_and_of_its_parsed_value(sett
         else str(setting.default))
     parsed = load_settings(environ={setting.env: raw})
     assert _is(getattr(parsed, setting.name), hint), (setting.env, raw)
-    assert parsed.is_explicit(setting.name)
+    assert parsed.is_explicit(setting.name) is bool(raw)    # an empty value is unset
 
 
 def test_resolution_order_and_explicit_names(tmp_path):
@@ -59,15 +59,25 @@ def test_resolution_order_and_explicit_names(tmp_path):
         s.no_such_setting  # noqa: B018 - the attribute access is the test
 
 
-@pytest.mark.parametrize("setting", [s for s in SETTINGS if isinstance(s.default, bool)],
-                         ids=lambda s: s.name)
-def test_an_empty_boolean_is_its_default_and_a_word_of_neither_kind_is_refused(setting):
-    """``KEY=`` (a compose file, an EnvironmentFile) is the default, as unset: it read as
-    off, which turned the event log and the kill of a job's children off."""
+@pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
+def test_an_empty_value_is_unset(setting, tmp_path):
+    """``KEY=`` (a compose file, an EnvironmentFile) is unset: the default, or the config
+    file's value under an empty environment variable. An empty on/off setting read as
+    off (the event log and the kill of a job's children turned off), an empty prefix
+    was the prefix '' (workers and producers split), an empty number an error."""
     for empty in ("", "  "):
-        assert getattr(load_settings(environ={setting.env: empty}), setting.name) is setting.default
         assert getattr(load_settings(environ={setting.env: empty}),
                        setting.name) == getattr(Settings(), setting.name)
+    if isinstance(setting.default, bool):
+        config = tmp_path / "fw.conf"
+        config.write_text(f"{setting.env}={'0' if setting.default else '1'}\n")
+        under = load_settings(str(config), environ={setting.env: ""})
+        assert getattr(under, setting.name) is (not setting.default)   # the file's
+
+
+@pytest.mark.parametrize("setting", [s for s in SETTINGS if isinstance(s.default, bool)],
+                         ids=lambda s: s.name)
+def test_a_boolean_takes_its_words_and_refuses_others(setting):
     assert getattr(load_settings(environ={setting.env: "off"}), setting.name) is False
     assert getattr(load_settings(environ={setting.env: "Yes"}), setting.name) is True
     with pytest.raises(ConfigError, match=setting.env):

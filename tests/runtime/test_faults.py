@@ -259,6 +259,40 @@ def test_a_refused_name_leaves_the_live_workers_registration_alone(r, settings):
     assert r.sismember(keys.workers, "dup")
 
 
+def test_a_silent_workers_name_is_taken_over(r, settings, caplog):
+    """A worker SIGKILLed leaves its heartbeat hash for ``worker_ttl`` (7 minutes): a
+    restart under its name was refused all that time, though every reader called it
+    silent. A registration silent past its lease is taken over, and said so."""
+    import time
+
+    from fusionworker.worker import Worker
+
+    keys = Keys(settings.prefix)
+    r.hset(keys.worker("back"), mapping={"name": "back", "pid": "1", "lease": "10",
+                                          "last_heartbeat": time.time() - 60})
+    r.sadd(keys.workers, "back")
+    w = Worker("default", r, settings=settings, defaults=False, middleware=[], name="back",
+               burst=True)
+    assert w.work() == 0
+    assert "takes over the name of worker pid 1" in caplog.text
+    assert not r.exists(keys.worker("back"))            # its own, deregistered at the end
+
+
+def test_a_worker_whose_name_another_took_stops_and_leaves_the_others_registration(
+        r, settings, processes):
+    """A worker cut off past its lease (frozen, partitioned) was reaped, and another
+    worker registered its name. Coming back, it found nothing wrong (its heartbeat's
+    SADD answered 0) and both wrote one hash. Its heartbeat reads the hash's pid: it
+    stops, and leaves the other's registration alone."""
+    keys = Keys(settings.prefix)
+    proc = processes.worker("-q", "default", "--name", "twice")
+    wait_for(lambda: r.hget(keys.worker("twice"), "pid") == str(proc.pid), timeout=60)
+    r.hset(keys.worker("twice"), "pid", "1")            # as the other worker registered
+    assert proc.wait(30) == 0
+    assert "registered this name while this one was cut off" in processes.output(proc)
+    assert r.hget(keys.worker("twice"), "pid") == "1" and r.sismember(keys.workers, "twice")
+
+
 LEASE_ENV = {"FUSIONWORKER_LEASE": "3", "FUSIONWORKER_HEARTBEAT_INTERVAL": "0.5",
              "FUSIONWORKER_REAPER_INTERVAL": "0.5"}
 

@@ -13,6 +13,8 @@ local action, jid, reason = ARGV[4], ARGV[5], ARGV[6]
 local ekey = base .. K.cron_entry .. name
 local score = redis.call('ZSCORE', base .. K.cron, name)
 if not score or tonumber(score) ~= due then return {'moved'} end
+-- the queue is being deleted (forget_queue): the entry goes with it, nothing is run
+if redis.call('EXISTS', base .. K.forgetting) == 1 then return {'moved'} end
 if not hget(ekey, C.func) then  -- definition gone (removed half-way): drop the entry
   redis.call('ZREM', base .. K.cron, name)
   return {'moved'}
