@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from fusionworker.cli import main
 from fusionworker.core import workflows
+from fusionworker.core.queue import Queue
 from fusionworker.exceptions import NoSuchJob
 from fusionworker.middleware import reaper
 from fusionworker.worker import Worker, default_middleware
@@ -186,3 +187,36 @@ def test_a_parent_canceled_or_deleted_by_the_producer_settles_its_dependents_at_
         q.empty()
     assert tolerant.get_status() == "queued" and q.job_ids == [tolerant.id]
     assert child.get_status() == "canceled"
+
+
+def test_a_producers_cancel_leaves_other_jobs_callback_notes_to_the_workers(queue, r, settings):
+    """The producer's replay (a CLI, a dashboard: often without the allow-list of the
+    callbacks' modules) applies dependency notes only: it refused another job's
+    callback note and dropped it for good."""
+    q = queue("cbq")
+    note = json.dumps(["callback:finished", "cbq:done1", "done1", "tests.jobs:echo"])
+    r.rpush(q.qkeys.outbox, note)                   # a worker died before replaying it
+    bare = Queue("cbq", r, settings=settings.replace(allowed_modules=()))
+    other = q.enqueue("tests.jobs:noop")
+    bare.cancel(other.id)
+    assert r.lrange(q.qkeys.outbox, 0, -1) == [note]
+    assert workflows.replay_outbox(r, settings, "cbq") == 1      # a worker's replay
+    assert q.fetch_job("done1:on_success") is not None
+
+
+def test_a_callback_whose_module_fails_to_import_is_dropped_not_held(queue, r, settings,
+                                                                     tmp_path, monkeypatch,
+                                                                     caplog):
+    """A deploy left a callback's module with a syntax error: the note is said (job and
+    callback named) and dropped; it held every later note of the queue."""
+    (tmp_path / "broken_cbs.py").write_text("def cb(job_id):\n    return (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    s = settings.replace(allowed_modules=("tests", "broken_cbs"))
+    q = Queue("brq", r, settings=s)
+    parent = q.enqueue("tests.jobs:noop")
+    child = q.enqueue("tests.jobs:noop", depends_on=parent)
+    r.rpush(q.qkeys.outbox, json.dumps(["callback:finished", "brq:x1", "x1", "broken_cbs:cb"]),
+            json.dumps(["finished", f"brq:{child.id}", parent.id]))
+    assert workflows.replay_outbox(r, s, "brq") == 2
+    assert "callback broken_cbs:cb of job x1 on brq was not enqueued: SyntaxError" in caplog.text
+    assert r.llen(q.qkeys.outbox) == 0 and child.get_status() == "queued"

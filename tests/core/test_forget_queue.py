@@ -10,6 +10,7 @@ import pytest
 
 from fusionworker.core.queue import forget_queue
 from fusionworker.exceptions import InvalidOperation, PartialEnqueue
+from tests.cli.test_cli import cli  # noqa: F401 - the fixture
 
 NOOP = "tests.jobs:noop"
 
@@ -100,3 +101,30 @@ def test_jobs_enqueued_during_a_delete_are_refused_or_whole(queue, r, settings):
     records = {k.rsplit(":", 1)[1] for k in r.scan_iter(match=q.qkeys.job("*"))}
     assert records == pending
     assert records <= set(told)
+
+
+def test_a_delete_killed_in_its_scan_is_finished_from_the_cli(queue, r, settings, cli):  # noqa: F811
+    """Killed while it deleted keys, the delete leaves the queue registered (it leaves
+    ``fw:queues`` last): `queue delete` names it and finishes it, as the enqueue's refusal
+    says to. It left the registration first, and the CLI answered "no queue"."""
+    q = queue("half")
+    q.enqueue(NOOP)
+    r.set(q.qkeys.paused, "1")
+    r.set(q.qkeys.forgetting, "1")                  # killed after step 3, mid-SCAN
+    r.delete(q.qkeys.pending)                       # some keys gone, others not
+    assert "half" in cli("queue", "list").output
+    cli("queue", "delete", "half", "--yes")
+    assert not list(r.scan_iter(match=q.qkeys.match_all))
+    assert q.enqueue(NOOP).status == "queued"       # a new queue
+
+
+def test_a_cron_tick_of_a_queue_being_deleted_runs_nothing(queue, r, settings):
+    from fusionworker.core import cron
+
+    q = queue("crq")
+    cron.register(r, settings, "tick", "* * * * * *", NOOP, queue="crq", allow_overlap=True)
+    sec, _ = r.time()
+    r.zadd(q.qkeys.cron, {"tick": float(sec)})
+    r.set(q.qkeys.forgetting, "1")
+    [(_, _, reply)] = cron.run_due(r, settings.prefix, ["crq"])
+    assert reply.outcome == "moved" and q.job_ids == []

@@ -90,3 +90,33 @@ def test_a_function_added_before_a_reload_runs_though_the_worker_checked_a_callb
     wait_for(lambda: q.fetch_job(job.id).status in ("finished", "failed"), timeout=15)
     done = q.fetch_job(job.id)
     assert (done.status, done.result) == ("finished", "added"), done.error_message
+
+
+def test_a_reload_drops_a_callback_packages_submodules(tmp_path, monkeypatch):
+    """A callback package that re-exports a submodule (``from .impl import *``): the
+    reload dropped the package and kept ``impl``, so the package imported again got the
+    old ``impl``, and a function added there was refused."""
+    import sys
+
+    from fusionworker.core.functions import verify
+    from fusionworker.exceptions import InvalidFunction
+
+    pkg = tmp_path / "cbpkg_reload"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .impl import *  # noqa: F403\n")
+    impl = pkg / "impl.py"
+    impl.write_text("def cb1(job_id):\n    return job_id\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    allowed = ("cbpkg_reload",)
+    try:
+        verify("cbpkg_reload:cb1", allowed)              # imported here, as a worker does
+        impl.write_text(impl.read_text() + "\n\ndef cb2(job_id):\n    return job_id\n")
+        later = os.stat(impl).st_mtime + 10
+        os.utime(impl, (later, later))
+        with pytest.raises(InvalidFunction):
+            verify("cbpkg_reload:cb2", allowed)          # the copy held before the reload
+        forget_loaded()
+        verify("cbpkg_reload:cb2", allowed)
+    finally:
+        for name in [m for m in sys.modules if m.startswith("cbpkg_reload")]:
+            del sys.modules[name]
