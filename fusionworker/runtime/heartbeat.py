@@ -184,13 +184,19 @@ class Heartbeat:
             return refused
         owned = [(slot, ok) for group, reply in zip(by_queue.values(), answers)
                  for slot, ok in zip(group, replies.touch_many(reply))]
-        holder = answers[-1]
+        return Renewal(sent, owned, bool(answers[-2]), self._shutdown(answers[-3], answers[-1]))
+
+    def _shutdown(self, asked: Any, holder: Any) -> str | None:
+        """The stop the heartbeat read (``asked``: admin.request_shutdown's), or a warm one
+        when the hash names another process (``holder``: another worker of this name
+        registered while this one was cut off past its lease, and its jobs were taken
+        back)."""
         if holder is not None and text(holder) != str(os.getpid()):
             log.error("Worker %s: another worker (pid %s) registered this name while this "
                       "one was cut off past its lease (its jobs were taken back): stopping",
-                      ctx.name, text(holder))
-            return Renewal(sent, owned, bool(answers[-2]), "warm")
-        return Renewal(sent, owned, bool(answers[-2]), answers[-3] or None)
+                      self.ctx.name, text(holder))
+            return "warm"
+        return text(asked) if asked else None
 
     def _back(self, joined: Any) -> None:
         """After a heartbeat Redis took: say so if the one before did not reach it, and
