@@ -354,8 +354,10 @@ def _show_outcome(found: Job[Any]) -> None:
         say(f"meta      {json.dumps(found.to_dict()['meta'])}")
     if found.status == JobStatus.FINISHED:
         say(f"result    {json.dumps(found.to_dict()['result'])}")
-    if found.error:
-        say(f"error     {found.error}  [{found.failure_reason}]")
+    if found.error:      # a job waiting again shows its last attempt's error as such
+        label = "last error" if found.status in (JobStatus.QUEUED, JobStatus.SCHEDULED) else (
+            "error    ")
+        say(f"{label} {found.error}  [{found.failure_reason}]")
     if found.not_retried and found.status in (JobStatus.FAILED, JobStatus.STOPPED):
         say(f"why       {found.not_retried}")
     if found.traceback:
@@ -368,13 +370,18 @@ def _times(found: Job[Any]) -> str:
     def at(t: float) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + "Z"
 
+    # a job waiting again (given back by the reaper, requeued) has not started since:
+    # the times of the attempt before are not shown as its own
+    waiting = found.status in (JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED,
+                               JobStatus.HELD)
     parts = [f"{name} {at(t)}" for name, t in (
         ("enqueued", found.enqueued_at), ("due", found.scheduled_for),
-        ("started", found.started_at), ("ended", found.ended_at)) if t]
+        ("started", None if waiting else found.started_at),
+        ("ended", None if waiting else found.ended_at)) if t]
     if found.status == JobStatus.STARTED and found.started_at:
         parts.append(f"running {max(0.0, time.time() - found.started_at):.1f} s of its "
                      f"{found.timeout:g} s timeout")
-    elif found.duration is not None:
+    elif found.duration is not None and not waiting:
         parts.append(f"ran {found.duration:.3f} s (timeout {found.timeout:g} s)")
     else:
         parts.append(f"timeout {found.timeout:g} s")

@@ -307,7 +307,10 @@ def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
     assert "(timeout 180 s)" in times and "ran 0." in times
     # requeued, it is no longer "not retried"; run again, the end is its own
     cli("job", "retry", failed)
-    assert "why" not in cli("job", "show", failed).stdout
+    again = cli("job", "show", failed).stdout
+    assert "why" not in again and "last error" in again      # not this attempt's
+    times = next(line for line in again.splitlines() if line.startswith("times"))
+    assert "enqueued 20" in times and "started" not in times and "ran" not in times
     assert json.loads(cli("job", "show", failed, "--json").stdout)["not_retried"] is None
 
 

@@ -88,6 +88,7 @@ def test_a_job_killing_its_worker_costs_its_neighbours_nothing_and_fails_as_the_
     culprit = q.fetch_job(killer.id)
     assert (culprit.failure_reason, culprit.error_type) == (FailureReason.KILLED, "WorkerKilled")
     assert "the worker this job ran in alone died" in culprit.error_message
+    assert culprit.not_retried == "not retried: its worker died while it ran there alone (the culprit)"
     assert r.llen(killed) == 2     # a worker it shared, then the one it ran in alone
     wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in ordinary),
              timeout=120, what="every ordinary job finished")

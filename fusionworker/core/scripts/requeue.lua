@@ -65,7 +65,7 @@ end
 if hget(jkey, F.stop_requested) then   -- its worker died before the stop: never again
   redis.call('HSET', jkey, F.error_type, 'JobStopped', F.failure_reason, R.stopped,
     F.error_message, 'stopped on request; worker ' .. (hget(jkey, F.worker_name) or '?') ..
-    ' died before it killed the job')
+    ' died before it killed the job', F.not_retried, 'stopped on request')
   to_failed(base, jid, t, failed_ttl, S.stopped)
   return {'abandoned', S.stopped}
 end
@@ -74,7 +74,8 @@ if token ~= '' and hget(jkey, F.alone) == token then   -- it ran alone: its work
   redis.call('HSET', jkey, F.error_type, 'WorkerKilled', F.failure_reason, R.killed,
     F.error_message, 'the worker this job ran in alone died (worker ' ..
     (hget(jkey, F.worker_name) or '?') .. '); its worker had died under it ' .. worker_deaths ..
-    ' time(s) before, beside other jobs: taken for the culprit, not run again')
+    ' time(s) before, beside other jobs: taken for the culprit, not run again',
+    F.not_retried, 'not retried: its worker died while it ran there alone (the culprit)')
   to_failed(base, jid, t, failed_ttl)
   return {'abandoned', 'culprit'}
 end
@@ -87,7 +88,8 @@ if deaths >= math.max(SHARED_MAX, max_retries + 1) then
   redis.call('HSET', jkey, F.error_type, 'Abandoned', F.failure_reason, R.abandoned,
     F.error_message, 'worker ' .. (hget(jkey, F.worker_name) or '?') ..
     ' died (or stopped answering) while running the job; its worker was lost under it ' ..
-    deaths .. ' times: not run again')
+    deaths .. ' times: not run again', F.not_retried,
+    'not retried: its worker was lost under it ' .. deaths .. ' times')
   to_failed(base, jid, t, failed_ttl)
   return {'abandoned'}
 end
