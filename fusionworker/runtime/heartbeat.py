@@ -88,6 +88,8 @@ class Heartbeat:
         #: when a heartbeat last failed to reach Redis (monotonic; None: the last reached it)
         self.lost_at: float | None = None
         self._rewrite = False          # the identity's last write failed: write it again
+        #: the pid its registration names (register): a hash naming another is not its own
+        self.pid: str | None = None
 
     def register(self, identity: dict[EncodableT, Any]) -> None:
         """Check the name is free, then write the heartbeat hash and join ``fw:workers``.
@@ -95,9 +97,10 @@ class Heartbeat:
         unless it is silent (its last heartbeat older than its lease: it died, and its
         key lives on for ``worker_ttl``): then it is taken over, and said so."""
         conn, name = self.ctx.connection, self.ctx.name
+        self.pid = str(identity.get("pid", os.getpid()))
         pid, beat, lease = (text(v) if v is not None else None for v in conn.hmget(
             self.key, "pid", "last_heartbeat", "lease"))
-        if pid is not None and pid != str(os.getpid()):
+        if pid is not None and pid != self.pid:
             if shown_state({"last_heartbeat": beat or "", "lease": lease or ""},
                            time.time()) != "silent":
                 raise ValueError(f"a live worker named {name!r} exists already")
@@ -118,7 +121,7 @@ class Heartbeat:
         this name holds it now (registered while this one was cut off past its lease)."""
         conn = self.ctx.connection
         pid = conn.hget(self.key, "pid")
-        if pid is not None and text(pid) != str(os.getpid()):
+        if pid is not None and self.pid is not None and text(pid) != self.pid:
             return
         pipe = conn.pipeline(transaction=False)
         pipe.srem(self.ctx.keys.workers, self.ctx.name)
@@ -191,7 +194,7 @@ class Heartbeat:
         when the hash names another process (``holder``: another worker of this name
         registered while this one was cut off past its lease, and its jobs were taken
         back)."""
-        if holder is not None and text(holder) != str(os.getpid()):
+        if holder is not None and self.pid is not None and text(holder) != self.pid:
             log.error("Worker %s: another worker (pid %s) registered this name while this "
                       "one was cut off past its lease (its jobs were taken back): stopping",
                       self.ctx.name, text(holder))
