@@ -73,6 +73,7 @@ Hash fields (all strings in Redis):
                     (optional; through the outbox, see workflows.py)
 ``on_failure``      the same once it failed for good (optional)
 ``on_stopped``      the same once it was stopped (``job stop``; optional)
+``requeues``        times requeued from the failed registry (each life's callbacks run)
 ``stop_requested``  server time a stop was asked (stop.lua; the worker kills the horse)
 ``retry_on``        JSON list of the exception classes retried instead of the worker's
                     FUSIONWORKER_RETRYABLE (``"module.Class"``, ``"*"``: any; optional)

@@ -115,6 +115,9 @@ class JobRecord(Generic[R]):
     retry_on: list[str] | None = _f(kind="str_list")
     #: the function enqueued with this job's id once it was stopped (``job stop``)
     on_stopped: str | None = _f()
+    #: times it was requeued from the failed registry: each life's callback runs
+    #: (``<id>:on_failure``, then ``<id>:on_failure:2``...; workflows.py)
+    requeues: int = _f(0, kind="int")
     #: when a stop of the running job was asked (server time; ``Queue.stop``)
     stop_requested: float | None = _f(kind="float")
     #: the record's ``description`` field (optional); see ``Job.description``

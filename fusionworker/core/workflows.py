@@ -152,11 +152,15 @@ def replay_outbox(connection: RedisClient, settings: Settings, queue: str, limit
 def _fire_callback(connection: RedisClient, settings: Settings, queue: str, job_id: str,
                    outcome: str, callback: list[Any]) -> None:
     """Enqueue the callback of job ``job_id`` (``func(job_id)``) on its queue, once: its
-    id is fixed (``<job_id>:on_success``), so a note replayed twice enqueues it once
-    while it is live or within the dedup window."""
-    if len(callback) != 1 or not isinstance(callback[0], str):
+    id is fixed (``<job_id>:on_success``; after the job was requeued from the failed
+    registry, ``<job_id>:on_success:<life>``, life 2, 3...), so a note replayed twice
+    enqueues it once while it is live or within the dedup window."""
+    if len(callback) not in (1, 2) or not isinstance(callback[0], str):
         raise ValueError(f"callback note of job {job_id} names no function")
     kind = {"finished": "on_success", "stopped": "on_stopped"}.get(outcome, "on_failure")
+    life = callback[1] if len(callback) == 2 else 1    # the job's life (requeue.lua)
+    if type(life) is int and life > 1:
+        kind = f"{kind}:{life}"
     q: QueueView = queue_class()(queue, connection, settings=settings, events=False)
     try:
         q.enqueue_call(callback[0], args=[job_id], job_id=f"{job_id}:{kind}"[:200])

@@ -220,3 +220,21 @@ def test_a_callback_whose_module_fails_to_import_is_dropped_not_held(queue, r, s
     assert workflows.replay_outbox(r, s, "brq") == 2
     assert "callback broken_cbs:cb of job x1 on brq was not enqueued: SyntaxError" in caplog.text
     assert r.llen(q.qkeys.outbox) == 0 and child.get_status() == "queued"
+
+
+def test_a_job_requeued_and_failed_again_gets_its_callback_again(queue, r, settings, burst):
+    """Each life of a job runs its callback: RQ calls on_failure at each failure. The
+    callback's id was the job's id and the kind alone, so a second failure after a
+    requeue was a duplicate of the first callback while that lived."""
+    q = queue("lives")
+    job = q.enqueue("tests.jobs:boom", max_retries=0, on_failure="tests.jobs:echo")
+    burst("lives")
+    workflows.replay_outbox(r, settings, "lives")
+    first = q.fetch_job(f"{job.id}:on_failure")
+    assert first is not None and first.args == [job.id]
+    q.requeue(job.id)
+    burst("lives")
+    workflows.replay_outbox(r, settings, "lives")
+    second = q.fetch_job(f"{job.id}:on_failure:2")
+    assert second is not None and second.args == [job.id]
+    assert q.fetch_job(job.id).status == "failed"

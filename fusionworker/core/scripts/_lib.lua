@@ -248,8 +248,11 @@ function notify_dependents(base, jid, outcome, kind)
     or (kind == S.stopped and F.on_stopped)
   local cb = field and hget(base .. K.job .. jid, field)
   if cb and cb ~= '' then
-    redis.call('RPUSH', base .. K.outbox, cjson.encode({'callback:' .. kind,
-      string.match(base, '{(.*)}:$') .. ':' .. jid, jid, cb}))
+    local note = {'callback:' .. kind, string.match(base, '{(.*)}:$') .. ':' .. jid, jid, cb}
+    -- a life after a requeue: its own callback (workflows.py names it <id>:<kind>:<life>)
+    local requeues = tonumber(hget(base .. K.job .. jid, F.requeues) or '0') or 0
+    if requeues > 0 then note[5] = requeues + 1 end
+    redis.call('RPUSH', base .. K.outbox, cjson.encode(note))
   end
 end
 

@@ -38,6 +38,7 @@ if mode == 'failed' then
   redis.call('ZREM', base .. K.failed, jid)
   redis.call('PERSIST', jkey)
   redis.call('HSET', jkey, F.attempts, 0)
+  redis.call('HINCRBY', jkey, F.requeues, 1)   -- a new life: its callbacks run again
   -- the failed attempt's times go: the job has not started since it was requeued; and
   -- a stop asked of an attempt (stop.lua) is not asked of the next one
   redis.call('HDEL', jkey, F.started_at, F.ended_at, F.duration, F.token, F.shared_deaths,
