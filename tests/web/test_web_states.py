@@ -124,3 +124,25 @@ def test_trim_keeps_a_traceback_made_only_of_the_workers_frames_and_chained_bloc
     assert short.count("horse.py") == 1 and "/app/tasks.py" in short
     assert short.endswith("KeyError: 1\n")
     assert trim_traceback(None) == (None, 0)
+
+
+def test_a_silent_worker_is_flagged_on_the_workers_pages(client, r, settings):
+    """A worker whose last heartbeat is older than its lease (its process died: the key
+    lives on for ``worker_ttl``) reads ``silent`` in the API and as a warning on the
+    list and on its page, not as the ``busy`` it wrote last."""
+    import time
+
+    from fusionworker.core.keys import Keys
+
+    keys = Keys(settings.prefix)
+    r.hset(keys.worker("gone"), mapping={
+        "name": "gone", "pid": "1", "host": "h", "queues": "default", "state": "busy",
+        "current_job": "j1", "current_jobs": "j1", "lease": "10",
+        "last_heartbeat": time.time() - 60, "birth": time.time() - 600})
+    r.sadd(keys.workers, "gone")
+    [w] = client.get("/api/v1/workers", headers=BEARER).json()["workers"]
+    assert w["state"] == "silent"
+    listing = client.get("/workers", headers=BEARER).text
+    assert '<span class="badge warn">silent</span>' in listing
+    page = client.get("/workers/gone", headers=BEARER).text
+    assert 'class="badge warn" id="worker-state"' in page and ">silent</span>" in page
