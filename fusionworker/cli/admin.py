@@ -204,11 +204,12 @@ def info(app: App, queue_names: tuple[str, ...], only_workers: bool, only_queues
     if every and page is not None:
         raise click.UsageError("--all and --page exclude each other")
     first_page = page is None and not every and not as_json
+    only = [require_queue(app, q) for q in queue_names]
     try:
         while True:
             doc = collect_info(app, queues=not only_workers, workers=not only_queues,
                                page=1 if first_page else page, per_page=per_page,
-                               only=[require_queue(app, q) for q in queue_names])
+                               only=only)
             if first_page and doc.get("queues_total", 0) <= per_page:
                 for name in ("page", "per_page", "pages"):
                     doc.pop(name, None)   # one page holds them all: today's screen

@@ -339,8 +339,9 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
     an enqueue to the queue is refused with a ``QUEUEGONE`` error, before any write: a
     job written during the SCAN below could lose its record, or its place, to it while
     its producer was told it was queued), then delete the keys (job records,
-    registries, cron entries, groups), SREM the registration, delete ``paused`` and
-    last ``forgetting``. Each step is idempotent: after a crash, calling it again finishes
+    registries, cron entries, groups), delete ``paused`` and ``forgetting`` (one
+    transaction), and last SREM the registration (docs/design.md, "Deleting a queue while
+    producers enqueue"). Each step is idempotent: after a crash, calling it again finishes
     the work (until then the queue stays paused and refuses enqueues, saying so). A
     producer that enqueues to ``name`` afterwards makes a new, empty queue. Returns
     the number of keys deleted. Callers confirm first (the CLI asks, or --yes).
@@ -371,13 +372,16 @@ def forget_queue(connection: RedisClient, name: str, prefix: str | None = None) 
             batch = []
     if batch:
         deleted += connection.delete(*batch)
-    # registered until here: a delete killed in the SCAN leaves a queue every command
-    # names (paused, refusing enqueues), and `queue delete` finishes it
+    # registered until the marks are gone: a delete killed before leaves a queue every
+    # command names (paused, refusing enqueues) and `queue delete` finishes; killed
+    # between, an empty queue stays listed (a Redis Cluster keeps fw:queues on another
+    # slot: no transaction spans both). The end of the pause wakes a claim that found
+    # the queue paused (quiet) meanwhile.
+    pipe = connection.pipeline(transaction=True)     # the queue's slot only
+    pipe.delete(qkeys.paused)
+    pipe.delete(qkeys.forgetting)         # enqueues make a new queue from here
+    deleted += int(pipe.execute()[0])
     connection.srem(keys.queues, name)
-    deleted += connection.delete(qkeys.paused)
-    connection.delete(qkeys.forgetting)   # enqueues make a new queue from here
-    # a claim meanwhile found the queue paused (quiet), and a job a producer enqueued
-    # meanwhile, now pending there, published nothing: the end of the pause does
     connection.publish(qkeys.wake, "unpause")
     return deleted
 

@@ -40,14 +40,10 @@ class Health:
 
 
 def live_workers(connection: RedisClient, prefix: str, now: float) -> list[dict[str, Any]]:
-    """Workers (``info`` schema) whose heartbeat is younger than their lease."""
-    out = []
-    for data in admin.workers(connection, prefix):
-        w = admin.describe_worker(data, now)
-        lease = w["lease"] or DEFAULT_LEASE
-        if w["heartbeat_age"] is not None and w["heartbeat_age"] <= lease:
-            out.append(w)
-    return out
+    """Workers (``info`` schema) whose heartbeat is younger than their lease (not
+    ``silent``: ``admin.shown_state``)."""
+    workers = (admin.describe_worker(data, now) for data in admin.workers(connection, prefix))
+    return [w for w in workers if w["heartbeat_age"] is not None and w["state"] != "silent"]
 
 
 def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = ()) -> Health:

@@ -110,6 +110,7 @@ class Worker:
         self.keys = Keys(self.settings.prefix)
         self.host = socket.gethostname()
         self.pid = os.getpid()
+        self._birth = time.time()      # the heartbeat's ``birth``, set again at register()
         self.name = f"{self.host}.{self.pid}" if name is None else check_worker_name(name)
         self._slots_and_lease()
         self.scripts = scripts_for(self.connection)
@@ -302,7 +303,7 @@ class Worker:
         """The heartbeat hash's fields that never change while the worker lives."""
         return {
             "name": self.name, "host": self.host, "pid": self.pid,
-            "birth": getattr(self, "_birth", time.time()), "queues": ",".join(self.queue_names),
+            "birth": self._birth, "queues": ",".join(self.queue_names),
             "version": __version__, "heartbeat_interval": self.settings.heartbeat_interval,
             "lease": self.lease, "concurrency": self.concurrency,
             # the reaper ages heartbeats as worker_ttl - PTTL: Redis time, not our clock
