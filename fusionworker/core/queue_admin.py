@@ -310,16 +310,27 @@ class QueueAdmin:
         return _group_rate_doc(*pipe.execute())
 
     def empty(self, progress: Callable[[int], None] | None = None) -> int:
-        """Delete every pending and scheduled job; returns how many."""
+        """Delete every queued and scheduled job; returns how many. A job a worker
+        claims meanwhile runs on (the script refuses it: it is no longer waiting)."""
         removed = 0
         for registry in (JobStatus.QUEUED, JobStatus.SCHEDULED):
+            passed: set[str] = set()      # listed, and refused or gone: not listed again
             while True:
-                ids = self.job_ids(registry, 500)
+                ids = [i for i in map(text, self.job_ids(registry, 500 + len(passed)))
+                       if i not in passed][:500]
                 if not ids:
                     break
-                for job_id in ids:
-                    self.scripts.delete(keys=[self.qkeys.base], args=[job_id])
-                    self._emit("deleted", {"id": job_id, "queue": self.name}, reason="emptied")
+                # the events name each job's function, as a single delete's do
+                funcs = job_reads.job_fields(self.connection, self.settings.prefix,
+                                             [(self.name, i) for i in ids], ("func",))
+                for job_id, known in zip(ids, funcs, strict=True):
+                    verdict = replies.delete(self.scripts.delete(
+                        keys=[self.qkeys.base], args=[job_id, "waiting"]))
+                    if verdict.outcome != "deleted":
+                        passed.add(job_id)
+                        continue
+                    self._emit("deleted", {"id": job_id, "queue": self.name,
+                                           "func": known["func"]}, reason="emptied")
                     removed += 1
                     if progress:
                         progress(1)

@@ -86,6 +86,7 @@ NOT_VOCABULARY = {
     ("hold.lua", "held"): 2, ("requeue.lua", "failed"): 1,
     ("claim.lua", "refused"): 5, ("cancel.lua", "refused"): 1, ("hold.lua", "refused"): 1,
     ("release.lua", "refused"): 1, ("reprioritize.lua", "refused"): 1,
+    ("delete.lua", "refused"): 1,
     ("reprioritize.lua", "ok"): 1, ("finish.lua", "ok"): 2, ("_lib.lua", "ok"): 1,
     ("requeue.lua", "abandoned"): 3,
 }

@@ -203,6 +203,9 @@ def test_admin_state_changes_are_events(r, settings):
     # a requeue of all names each job's function, as a single requeue does
     assert {d["function"] for d in sink.docs if d["event"] == "requeued"} == {"tests.jobs:noop"}
     assert sink.docs[4]["function"] == "tests.jobs:noop"      # the record read before delete
+    # an emptied job's event names its function too
+    assert [d["function"] for d in sink.docs if d.get("reason") == "emptied"] == [
+        "tests.jobs:noop"] * 2
 
 
 def test_cron_run_is_a_queued_event(r, settings):

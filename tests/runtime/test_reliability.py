@@ -94,6 +94,38 @@ def test_failed_registry_retention_cleans_entries_and_records(queue, burst, sett
     wait_for(pruned, timeout=10, interval=0.1)
 
 
+def test_empty_leaves_a_job_a_worker_claimed_after_it_was_listed(queue, r, monkeypatch):
+    """``q.empty()`` lists the waiting jobs, then deletes them one by one: a job a worker
+    claims in between is running, and stays (its record, its lease), uncounted."""
+    q = queue()
+    first, *rest = [q.enqueue("tests.jobs:noop") for _ in range(3)]
+    listed = q._job_ids
+
+    def listed_then_claimed(status, *args):
+        ids = listed(status, *args)
+        if status == "queued" and ids:      # a worker claims the first job right now
+            scripts_for(r).claim(keys=[q.qkeys.base], args=["w.1", "tok", 60, 3600])
+        return ids
+
+    monkeypatch.setattr(q, "_job_ids", listed_then_claimed)
+    assert q.empty() == 2
+    monkeypatch.undo()
+    assert q.fetch_job(first.id).status == "started"
+    assert q.job_ids("started") == [first.id]
+    assert all(q.fetch_job(job.id) is None for job in rest)
+
+
+def test_empty_drops_a_waiting_entry_whose_record_is_gone(queue, r):
+    """An entry of the queue whose record Redis lost (evicted, deleted by hand) is
+    removed by ``q.empty()``, uncounted; it used to be listed again for ever."""
+    q = queue()
+    lost, kept = q.enqueue("tests.jobs:noop"), q.enqueue_in(60, "tests.jobs:noop")
+    r.delete(q.qkeys.job(lost.id))
+    assert q.empty() == 1
+    assert q.job_ids("queued") == [] and q.job_ids("scheduled") == []
+    assert q.fetch_job(kept.id) is None
+
+
 def test_cancel_queued_and_scheduled_but_not_started(queue, r):
     q = queue()
     queued = q.enqueue("tests.jobs:noop")
