@@ -512,6 +512,26 @@ def test_hold_and_release_by_api_and_by_the_job_pages_buttons(client, queue, bur
     assert actions.count(("hold", job.id)) == 2 and actions.count(("release", job.id)) == 2
 
 
+def test_bulk_actions_of_a_queue_page_take_job_ids_holding_colons(client, queue, burst):
+    """The queue page's checkboxes name ``queue:id``, as the failed page's do: a job id
+    holding a colon (a user's ``order:42``, a callback's ``<id>:on_failure``) was split
+    there and read as a queue ("no queue 'order'")."""
+    q = queue("default")
+    ids = ["order:42", "a:b:c"]
+    for job_id in ids:
+        q.enqueue("tests.jobs:boom", job_id=job_id)
+    burst("default")
+    csrf = login(client)
+    page = client.get("/queues/default?status=failed").text
+    ticked = re.findall(r'name="ids" value="([^"]+)"', page)
+    assert sorted(ticked) == sorted(f"default:{job_id}" for job_id in ids)
+    answer = client.post("/action", data={"action": "requeue-selected", "queue": "default",
+                                          "ids": ticked, "csrf": csrf,
+                                          "next": "/queues/default?status=failed"})
+    assert "requeue: 2 job(s)" in answer.text
+    assert [q.fetch_job(job_id).status for job_id in ids] == ["queued", "queued"]
+
+
 def test_form_bulk_actions_and_errors_as_messages(client, queue, burst):
     q = queue("default")
     jobs = [q.enqueue("tests.jobs:boom") for _ in range(3)]
