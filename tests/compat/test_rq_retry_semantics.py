@@ -76,6 +76,19 @@ def test_retry_on_per_job(queue, work):
     assert celery.refresh().attempts == 2
 
 
+def test_a_retry_the_job_raises_is_honoured_whatever_retry_on_says(queue, work):
+    """``raise Retry(...)`` asks for a retry (Celery's ``self.retry()``): a ``retry_on``
+    that names other exceptions, or a worker list without it, does not refuse it; its
+    ``max_retries`` still caps it."""
+    q = queue()
+    asked = q.enqueue(jobs.retry_me, max_retries=2, retry_delay=0, retry_on=["KeyError"])
+    capped = q.enqueue(jobs.retry_me, max_retries=0, retry_on=["KeyError"])
+    work()
+    assert asked.refresh().attempts == 3 and asked.status == JobStatus.FAILED
+    assert "retries are used up" in (asked.not_retried or "")
+    assert capped.refresh().attempts == 1
+
+
 def test_retry_on_per_function(r, settings, work):
     for handle in (rq_jobs.decorated_key_error, rq_jobs.celery_autoretry):
         job = handle.options(connection=r, settings=settings).enqueue()

@@ -38,7 +38,11 @@ _csignal = sys.modules["_signal"]
 
 
 def is_retryable(exc: BaseException, retryable: Iterable[str]) -> bool:
-    """Whether ``exc``'s class (or a base class) is named in ``retryable`` (``"*"``: any)."""
+    """Whether ``exc``'s class (or a base class) is named in ``retryable`` (``"*"``: any).
+    A :class:`Retry` the job raised asks for a retry whatever the list names (Celery's
+    ``self.retry()``); the job's ``max_retries`` still caps it."""
+    if isinstance(exc, Retry):
+        return True
     names = set(retryable)
     if "*" in names:
         return True
