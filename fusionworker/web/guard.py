@@ -17,7 +17,8 @@ middleware, :class:`Guard`):
    ``FUSIONWORKER_WEB_MAX_BODY`` bytes (413 beyond);
 4. every answer carries the security headers (:data:`SECURITY_HEADERS`: a strict
    Content-Security-Policy with no inline script, framing refused, ``nosniff``,
-   ``Referrer-Policy``).
+   ``Referrer-Policy``), and every answer but a static file's ``Cache-Control:
+   no-store`` (Back after a log out shows no page kept from before).
 
 The identity found is kept in the request's scope (:data:`IDENTITY`) for
 ``WebState.identify``; the CSRF token itself is checked by the routes that act.
@@ -55,6 +56,9 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
+#: every answer but the static files': no copy kept (a page or an answer of the API
+#: shown again from the browser's cache by Back after a log out)
+NO_STORE = (b"cache-control", b"no-store")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: state changes that need the sender's site named even with no credential on them
 NAMED_SITE_PATHS = frozenset({"/login", "/logout"})
@@ -93,7 +97,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        send = self._with_headers(send)
+        send = self._with_headers(send, scope["path"].startswith("/static/"))
         self._forwarded(scope, Headers(scope=scope))
         headers = Headers(scope=scope)   # with the forwarded Host, if any
         client = self.client(scope)
@@ -207,11 +211,13 @@ class Guard:
     # -- answers ---------------------------------------------------------------------------
 
     @staticmethod
-    def _with_headers(send: Send) -> Send:
+    def _with_headers(send: Send, static: bool) -> Send:
+        wanted = SECURITY_HEADERS if static else [*SECURITY_HEADERS, NO_STORE]
+
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {k.lower() for k, _ in message.get("headers", [])}
-                extra = [(k, v) for k, v in SECURITY_HEADERS if k not in names]
+                extra = [(k, v) for k, v in wanted if k not in names]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
         return sending

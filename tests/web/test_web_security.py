@@ -47,6 +47,9 @@ def test_every_answer_has_the_security_headers(client):
         assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
         assert h["x-frame-options"] == "DENY" and h["x-content-type-options"] == "nosniff"
         assert h["referrer-policy"] == "same-origin"
+        # no page or answer is kept for Back after a log out; a static file may be
+        static = answer.url.path.startswith("/static/")
+        assert h.get("cache-control") == (None if static else "no-store"), answer.url
 
 
 def test_no_inline_script_or_handler_in_any_page(client, queue, burst):
