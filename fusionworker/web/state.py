@@ -68,6 +68,26 @@ def _fmt_window(seconds: float) -> str:
     return names.get(float(seconds), f"{seconds:g} s")
 
 
+def _fmt_rate_cell(queue: dict[str, Any]) -> str:
+    """The overview's Rate cell, as ``info`` says it: ``10/s (held 1.5 s)``, ``1/s per
+    group, 2 groups own (held 0.8 s)``, or ``-`` (static/app.js's rateText writes the same)."""
+    rl, grl = queue.get("rate_limit"), queue.get("group_rate_limit")
+    parts = []
+    if rl:
+        held = f" (held {rl['held_seconds']:.1f} s)" if rl["held_seconds"] else ""
+        parts.append(f"{rl['limit']}/{_fmt_window(rl['window'])}{held}")
+    if grl:
+        own = []
+        if grl.get("every"):
+            own.append(f"{grl['every']['limit']}/{_fmt_window(grl['every']['window'])} per group")
+        if grl.get("groups"):
+            n = len(grl["groups"])
+            own.append(f"{n} group{'s' if n > 1 else ''} own")
+        held = f" (held {grl['held_seconds']:.1f} s)" if grl.get("held_seconds") else ""
+        parts.append((", ".join(own) or "per group") + held)
+    return " · ".join(parts) or "-"
+
+
 def templates() -> jinja2.Environment:
     """The pages' Jinja environment (autoescaped, strict) with the dashboard's filters."""
     env = jinja2.Environment(
@@ -77,6 +97,7 @@ def templates() -> jinja2.Environment:
     env.filters["when"] = _fmt_time
     env.filters["when_in"] = _fmt_time_in
     env.filters["window"] = _fmt_window
+    env.filters["rate_cell"] = _fmt_rate_cell
     env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
     return env
 

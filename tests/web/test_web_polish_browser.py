@@ -62,6 +62,13 @@ def test_the_overview_shows_a_rate_limited_queues_rate(base, driver, queue):
     driver.execute_script("window.__notReloaded = true;")
     wait(driver, lambda d: rate("free") == "5/m")
     assert driver.execute_script("return window.__notReloaded === true;")
+    # a limit per group says what it is, as info does (it said "per group" only)
+    free.set_rate_limit("1/s", per_group=True)
+    free.set_rate_limit("3/m", group="acme")
+    both = "5/m · 1/s per group, 1 group own"
+    wait(driver, lambda d: rate("free") == both)          # redrawn by the page's script
+    driver.get(base + "/")
+    assert rate("free") == both                             # as the server writes it
 
 
 def test_a_two_slot_worker_shows_both_running_job_ids(base, driver, processes, queue,

@@ -58,16 +58,25 @@
     box.appendChild(el("div", "finished (green) " + total[0] + " · failed (red) " + total[1] + " in the last hour (UTC)", "legend"));
   }
 
-  // the Rate cell as the page writes it: "10/s (held 1.5 s)", "per group", or "-"
+  // the Rate cell as the page writes it (state.py's _fmt_rate_cell): "10/s (held 1.5 s)",
+  // "1/s per group, 2 groups own (held 0.8 s)", or "-"
+  function rateWindow(seconds) {
+    return { 1: "s", 60: "m", 3600: "h" }[Number(seconds)] || (Number(seconds) + " s");
+  }
+  function held(seconds) {
+    return seconds ? " (held " + Number(seconds).toFixed(1) + " s)" : "";
+  }
   function rateText(q) {
-    var rl = q.rate_limit, grl = q.group_rate_limit, text = "";
+    var rl = q.rate_limit, grl = q.group_rate_limit, parts = [];
     if (rl === undefined && grl === undefined) return null;   // an answer without them
-    if (rl) {
-      var w = { 1: "s", 60: "m", 3600: "h" }[Number(rl.window)] || (Number(rl.window) + " s");
-      text = rl.limit + "/" + w + (rl.held_seconds ? " (held " + Number(rl.held_seconds).toFixed(1) + " s)" : "");
+    if (rl) parts.push(rl.limit + "/" + rateWindow(rl.window) + held(rl.held_seconds));
+    if (grl) {
+      var own = [], n = grl.groups ? Object.keys(grl.groups).length : 0;
+      if (grl.every) own.push(grl.every.limit + "/" + rateWindow(grl.every.window) + " per group");
+      if (n) own.push(n + " group" + (n > 1 ? "s" : "") + " own");
+      parts.push((own.join(", ") || "per group") + held(grl.held_seconds));
     }
-    if (grl) text += (rl ? " · " : "") + "per group";
-    return text || "-";
+    return parts.join(" · ") || "-";
   }
 
   function updateQueues(data) {
