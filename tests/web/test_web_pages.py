@@ -48,6 +48,16 @@ def admin_reasons(r, settings) -> list[str]:
             if e["event"] == "admin"]
 
 
+def test_every_page_names_its_icon_and_the_icon_is_served(client):
+    """A page without an icon link makes the browser ask /favicon.ico: a 404 in the
+    console on every load."""
+    for path in ("/", "/login", "/failed", "/workers"):
+        page = client.get(path, headers=BEARER).text
+        assert '<link rel="icon" href="/static/favicon.svg"' in page, path
+    icon = client.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
+
+
 def test_failed_across_queues_with_filters_and_cursor(client, queue, burst, r, settings):
     a, b = queue("alpha"), queue("beta")
     boom = [a.enqueue_call("tests.jobs:boom", [f"a{i}"], max_retries=0) for i in range(3)]
