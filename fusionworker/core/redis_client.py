@@ -131,11 +131,16 @@ class RedisURL:
 def mask_url(url: str) -> str:
     """``url`` with its password(s) replaced by ``***``; safe for logs and errors.
 
-    Never raises: a string that does not even parse as a URL is masked with a
-    regular expression instead.
+    A user name given without a password (``redis://NAME@host``) is masked too: it is
+    the password far more often than a user of Redis's ACL without one. Never raises:
+    a string that does not even parse as a URL is masked with a regular expression
+    instead, and one without ``scheme://`` (a typo: ``:pw@host``, ``redis:/:pw@host``)
+    shows nothing of what stands before its last ``@``.
     """
     _, sep, rest = url.partition("://")
-    if sep and "@" in rest and "@" not in _netloc(url):
+    if not sep:
+        return _mask_schemeless(url)
+    if "@" in rest and "@" not in _netloc(url):
         # a user or password holding an unencoded '/', '?' or '#' ends the authority early
         # for a URL parser: mask everything from the user's ':' to the last '@'
         userinfo, _, hostpart = rest.rpartition("@")
@@ -149,6 +154,8 @@ def mask_url(url: str) -> str:
             if ":" in userinfo:
                 user = userinfo.split(":", 1)[0]
                 netloc = f"{user}:***@{hostinfo}"
+            else:
+                netloc = f"***@{hostinfo}"
         query = parts.query
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
@@ -160,6 +167,21 @@ def mask_url(url: str) -> str:
     except ValueError:
         masked = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
         return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", masked)
+
+
+#: what a mistyped scheme may keep of itself (``redis:``, ``redis:/``): letters, then ':'
+_SCHEME_LIKE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/{0,2}")
+
+
+def _mask_schemeless(url: str) -> str:
+    """A URL without ``scheme://``: all before its last ``@`` (but a scheme-like start)
+    is ``***``, whatever it holds; a ``password=`` option too."""
+    masked = url
+    if "@" in url:
+        head, _, tail = url.rpartition("@")
+        kept = _SCHEME_LIKE.match(head)
+        masked = f"{kept.group(0) if kept else ''}***@{tail}"
+    return re.sub(r"((?:sentinel_)?password=)[^&]*", r"\1***", masked)
 
 
 def _netloc(url: str) -> str:

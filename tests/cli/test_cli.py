@@ -403,6 +403,16 @@ def test_unreachable_redis_is_one_line_with_masked_url(cli: Run) -> None:
     assert "s3cret" not in line and "***" in line
 
 
+@pytest.mark.parametrize("url", [":s3cret@127.0.0.1:1/0", "redis:/:s3cret@127.0.0.1:1/0",
+                                 "redis//:s3cret@127.0.0.1:1/0", "redis://s3cret@127.0.0.1:1/0"])
+def test_a_mistyped_url_never_shows_its_password(cli: Run, url: str) -> None:
+    """Without ``scheme://`` (a typo) the URL was printed whole, twice, by every command;
+    a password written as the user name was shown too (found by a trial)."""
+    for args in (["info"], ["health"]):
+        out = cli(*args, code=1, env_extra={"REDIS_URL": url})
+        assert "s3cret" not in out.stdout + out.stderr and "***" in out.stdout + out.stderr
+
+
 def test_bad_url_and_bad_flags(cli: Run) -> None:
     line = one_error_line(cli("info", code=1, env_extra={"REDIS_URL": "redis://h:port/0"}))
     assert line.startswith("Error: bad Redis URL")

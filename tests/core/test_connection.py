@@ -138,7 +138,13 @@ def test_errors_never_show_the_password() -> None:
     ("redis://user:hunter2@h/0", "redis://user:***@h/0"),
     ("rediss://user:p%40ss@h", "rediss://user:***@h"),
     ("redis://h:6379/0", "redis://h:6379/0"),
-    ("redis://justauser@h", "redis://justauser@h"),
+    ("redis://s3cretPW@h", "redis://***@h"),     # a password written as the user name
+    # no scheme:// (a typo): nothing before the last '@' is shown
+    (":s3cretPW@127.0.0.1:6391/0", "***@127.0.0.1:6391/0"),
+    ("redis:/:s3cretPW@h:6391/0", "redis:/***@h:6391/0"),
+    ("redis//:s3cretPW@h/0", "***@h/0"),
+    ("redis:s3c/ret@h/0", "redis:***@h/0"),
+    ("h/0?password=s3cret", "h/0?password=***"),
     ("unix://:pw@/run/r.sock?db=1", "unix://:***@/run/r.sock?db=1"),
     ("redis+sentinel://:pw@a:1,b:2/m/1?sentinel_password=spw&socket_timeout=1",
      "redis+sentinel://:***@a:1,b:2/m/1?sentinel_password=***&socket_timeout=1"),
