@@ -105,9 +105,28 @@ def workers(connection: RedisClient, prefix: str = "fw") -> list[dict[str, str]]
     pipe = connection.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(keys.worker(name))
+        pipe.pttl(keys.worker(name))
+    answers = pipe.execute(raise_on_error=False)
     # a heartbeat key of another type (another program's) is no worker: left out
-    return [data for data in pipe.execute(raise_on_error=False)
+    return [with_beat_age(data, pttl) for data, pttl in zip(answers[::2], answers[1::2])
             if data and not isinstance(data, Exception)]
+
+
+#: a read heartbeat's age on the Redis server's clock (:func:`with_beat_age`); no field
+#: a worker writes starts with '_'
+BEAT_AGE = "_beat_age"
+
+
+def with_beat_age(data: dict[str, str], pttl: Any) -> dict[str, str]:
+    """``data`` (a heartbeat hash) with how long ago its last heartbeat was, on the Redis
+    server's clock: each heartbeat sets its key's TTL to ``worker_ttl`` (a field of it),
+    so that is ``worker_ttl - PTTL`` (the reaper's way), whatever the clock of the
+    worker's host says (its ``last_heartbeat``: a host 60 s behind read as a silent
+    worker, one ahead as alive minutes after its death)."""
+    ttl = _num(data.get("worker_ttl"))
+    if ttl and isinstance(pttl, int) and pttl > 0:
+        data[BEAT_AGE] = repr(max(0.0, ttl - pttl / 1000.0))
+    return data
 
 
 def _num(value: str | None, kind: type = float) -> Any:
@@ -133,11 +152,19 @@ def _age(now: float, since: float | None) -> float | None:
 DEFAULT_LEASE = 30.0
 
 
+def last_beat(data: dict[str, str], now: float) -> float | None:
+    """When the last heartbeat was (epoch seconds): on the Redis server's clock when
+    the hash was read with its TTL (:func:`with_beat_age`, ``now`` being that clock),
+    else as the worker wrote it (its host's clock)."""
+    age = _num(data.get(BEAT_AGE))
+    return now - age if age is not None else _num(data.get("last_heartbeat"))
+
+
 def shown_state(data: dict[str, str], now: float) -> str:
     """The state a reader shows: the heartbeat's, or ``silent`` once its last heartbeat
     is older than its lease (the worker died, froze or lost Redis: the state it wrote
     last, often ``busy``, is no longer true; the reaper takes its jobs back)."""
-    heartbeat = _num(data.get("last_heartbeat"))
+    heartbeat = last_beat(data, now)
     if heartbeat is not None and now - heartbeat > (_num(data.get("lease")) or DEFAULT_LEASE):
         return "silent"
     return data.get("state", "")
@@ -146,7 +173,7 @@ def shown_state(data: dict[str, str], now: float) -> str:
 def describe_worker(data: dict[str, str], now: float) -> dict[str, Any]:
     """A heartbeat hash as typed fields with ages relative to ``now`` (the ``info`` schema)."""
     started = _num(data.get("current_job_started"))
-    heartbeat = _num(data.get("last_heartbeat"))
+    heartbeat = last_beat(data, now)
     birth = _num(data.get("birth"))
     current = data.get("current_job") or None
     return {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .admin import describe_worker, workers
+from .admin import describe_worker, last_beat, workers
 from .config import settings_from_env
 from .redis_client import decoding, server_time, shared_client, stored_number
 
@@ -37,7 +37,7 @@ class WorkerInfo:
     failed_job_count: int
     total_working_time: float       #: seconds of its jobs' run time
     birth_date: float | None        #: epoch seconds
-    last_heartbeat: float | None    #: epoch seconds
+    last_heartbeat: float | None    #: epoch seconds, on the Redis server's clock
     version: str | None
     settings: Settings              #: those it was read with (its deployment's prefix)
     connection: Any
@@ -85,7 +85,7 @@ def live_workers(connection: RedisClient | None = None, *, queue: Any = None,
             concurrency=doc["concurrency"], successful_job_count=doc["successful"],
             failed_job_count=doc["failed"], total_working_time=doc["total_working_time"],
             birth_date=stored_number(data.get("birth")),
-            last_heartbeat=stored_number(data.get("last_heartbeat")),
+            last_heartbeat=last_beat(data, now),      # on the Redis server's clock
             version=doc["version"], settings=settings, connection=client))
     return out
 

@@ -127,7 +127,11 @@ def worker_detail(r: RedisClient, prefix: str, name: str) -> dict[str, Any] | No
     from ..events import FIELDS
 
     keys = Keys(prefix)
-    data = text_hash(r.hgetall(keys.worker(name)))
+    pipe = r.pipeline(transaction=False)
+    pipe.hgetall(keys.worker(name))
+    pipe.pttl(keys.worker(name))
+    found, pttl = pipe.execute()
+    data = admin.with_beat_age(text_hash(found), pttl)
     if not data:
         return None
     now = admin.server_time(r)

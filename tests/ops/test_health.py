@@ -35,10 +35,33 @@ def test_queue_needs_a_live_worker(r: Any, prefix: str, worker: Worker) -> None:
     assert not result.ok and result.message == "unhealthy: no live worker serves queue other"
 
 
+def silent_for(r: Any, worker: Worker, seconds: float) -> None:
+    """As if the last heartbeat was ``seconds`` ago on the Redis server's clock: each
+    heartbeat sets the key's TTL to worker_ttl, which has run down since."""
+    r.pexpire(worker.key, int((worker.settings.worker_ttl - seconds) * 1000))
+
+
 def test_a_worker_silent_for_its_lease_is_not_live(r: Any, prefix: str, worker: Worker) -> None:
-    r.hset(worker.key, "last_heartbeat", time.time() - worker.lease - 5)
+    silent_for(r, worker, worker.lease + 5)
     assert not health.check(r, prefix, ["sms"]).ok
     assert health.live_workers(r, prefix, admin.server_time(r)) == []
+
+
+def test_a_workers_age_is_read_on_the_redis_servers_clock(r: Any, prefix: str,
+                                                          worker: Worker) -> None:
+    """The worker writes last_heartbeat from its host's clock: a host 60 s behind read
+    as silent (health failed a healthy fleet), one ahead as live minutes after its
+    death. Readers age a heartbeat by its key's TTL, as the reaper does (found by a
+    trial, with faketime)."""
+    r.hset(worker.key, "last_heartbeat", time.time() - 60)     # a host 60 s behind
+    assert health.check(r, prefix, ["sms"]).ok
+    [doc] = [admin.describe_worker(w, admin.server_time(r)) for w in admin.workers(r, prefix)]
+    assert doc["state"] != "silent" and doc["heartbeat_age"] < 5
+    r.hset(worker.key, "last_heartbeat", time.time() + 300)    # a host 5 minutes ahead...
+    silent_for(r, worker, worker.lease + 5)                    # ...whose worker died
+    assert not health.check(r, prefix, ["sms"]).ok
+    [doc] = [admin.describe_worker(w, admin.server_time(r)) for w in admin.workers(r, prefix)]
+    assert doc["state"] == "silent" and doc["heartbeat_age"] > worker.lease
 
 
 def test_stuck_job(r: Any, prefix: str, worker: Worker) -> None:
