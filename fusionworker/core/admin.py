@@ -156,8 +156,9 @@ def last_beat(data: dict[str, str], now: float) -> float | None:
     """When the last heartbeat was (epoch seconds): on the Redis server's clock when
     the hash was read with its TTL (:func:`with_beat_age`, ``now`` being that clock),
     else as the worker wrote it (its host's clock)."""
-    age = _num(data.get(BEAT_AGE))
-    return now - age if age is not None else _num(data.get("last_heartbeat"))
+    age: float | None = _num(data.get(BEAT_AGE))
+    beat: float | None = now - age if age is not None else _num(data.get("last_heartbeat"))
+    return beat
 
 
 def shown_state(data: dict[str, str], now: float) -> str:
