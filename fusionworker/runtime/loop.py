@@ -258,7 +258,10 @@ class Loop:
         st = self.state
         if not self._may_claim():
             st.want_claim = False
-            st.next_poll = time.monotonic() + self.ctx.settings.poll_interval
+            # a hook's hold (the governor's) is asked again within a second, as it may
+            # lift at its next sample; a suspension ends with a wake-up (state.set_suspended)
+            again = self.ctx.settings.poll_interval
+            st.next_poll = time.monotonic() + (again if st.hold is None else min(again, 1.0))
             if self.burst and st.suspended and not self.slots:   # exits, as RQ's: no hang
                 if not self.claimer.nothing_due():
                     log.warning("Worker %s: suspended, a --burst worker exits with jobs still "
@@ -481,7 +484,7 @@ class Loop:
             log.warning("Worker %s: Redis refused the heartbeat (%s)", self.ctx.name, renewal)
             return True
         st.published = view
-        self._set_suspended(renewal.suspended, renewal.shutdown)
+        self.state.set_suspended(self.ctx.name, renewal.suspended, renewal.shutdown)
         lost = False
         for slot, owned in renewal.owned:
             if owned:     # this renewal reached Redis: the horse may live on (Slot.renew)
@@ -500,16 +503,6 @@ class Loop:
             log.info("Worker %s now serves %s", self.ctx.name, ",".join(self.claimer.queue_names))
             self.drop_pubsub()
         return not lost
-
-    def _set_suspended(self, suspended: bool, shutdown: str | None = None) -> None:
-        st = self.state
-        if shutdown in (Stop.WARM, Stop.COLD) and st.stop not in (shutdown, Stop.COLD):
-            st.stop = Stop(shutdown)     # asked from elsewhere (design.md): as SIGTERM
-            log.warning("Worker %s: %s shutdown asked from elsewhere", self.ctx.name, shutdown)
-        if suspended != st.suspended:
-            st.suspended = suspended
-            log.warning("Worker %s %s", self.ctx.name,
-                        "suspended: claiming nothing until resumed" if suspended else "resumed")
 
     # -- waiting -------------------------------------------------------------------
 
@@ -586,7 +579,7 @@ class Loop:
         if heard.shutdown:
             self.state.next_heartbeat = 0.0     # it reads what was asked (design.md)
         if heard.suspended is not None:
-            self._set_suspended(heard.suspended)
+            self.state.set_suspended(self.ctx.name, heard.suspended)
         if heard.wake:
             self.state.want_claim = True     # a job was enqueued or promoted; or resumed
             self.claimer.wake(None if heard.every else heard.queues)

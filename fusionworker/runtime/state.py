@@ -10,6 +10,7 @@ change (:class:`View`).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -17,6 +18,8 @@ from functools import cached_property
 from ..core.job import STATES, WorkerState  # the vocabulary (core/job.py)
 
 __all__ = ["STATES", "LoopState", "Stop", "View", "WorkerState"]
+
+log = logging.getLogger("fusionworker.runtime.loop")   # the loop's lines, as loop.py's
 
 
 class Stop(StrEnum):
@@ -81,3 +84,16 @@ class LoopState:
         run's end left (its stop, its timers, what the hash says) is forgotten."""
         self.stop, self.cold_done, self.looping, self.published = None, False, False, None
         self.want_claim, self.next_poll, self.next_heartbeat, self.next_tick = True, 0.0, 0.0, 0.0
+
+    def set_suspended(self, name: str, suspended: bool, shutdown: str | None = None) -> None:
+        """What the heartbeat read (``fw:suspended``, a shutdown asked) or a control
+        message said; resumed, the worker claims at once (a timed suspension ends with
+        no message: its key expires), not at its next poll."""
+        if shutdown in (Stop.WARM, Stop.COLD) and self.stop not in (shutdown, Stop.COLD):
+            self.stop = Stop(shutdown)     # asked from elsewhere (design.md): as SIGTERM
+            log.warning("Worker %s: %s shutdown asked from elsewhere", name, shutdown)
+        if suspended != self.suspended:
+            self.suspended = suspended
+            self.want_claim |= not suspended
+            log.warning("Worker %s %s", name,
+                        "suspended: claiming nothing until resumed" if suspended else "resumed")

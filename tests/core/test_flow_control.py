@@ -59,6 +59,23 @@ def test_suspend_with_a_duration_ends_by_itself(processes, queue, r, prefix):
     assert not r.exists(Keys(prefix).suspended)
 
 
+def test_a_timed_suspension_that_ends_claims_at_once_not_at_the_next_poll(processes, queue,
+                                                                         r, prefix):
+    """The end of ``suspend --duration S`` is a key's expiry, which the heartbeat sees:
+    the worker claims then, not at its next poll (30 s here; found by a trial)."""
+    q = queue()
+    processes.worker("--customq", "default", env={"FUSIONWORKER_POLL_INTERVAL": "30",
+                                                  "FUSIONWORKER_HEARTBEAT_INTERVAL": "0.5"})
+    key = _one_worker_key(r, prefix)
+    wait_for(lambda: r.hget(key, "state") == "idle")
+    admin.suspend(r, prefix, duration=1.0)
+    ends = time.time() + 1.0
+    wait_for(lambda: r.hget(key, "state") == "suspended")
+    job = q.enqueue("tests.jobs:noop")
+    done = wait_for(lambda: (j := q.fetch_job(job.id)).status == "finished" and j, timeout=60)
+    assert done.started_at - ends < 5.0      # a heartbeat or two after the end, not 30 s
+
+
 def test_pause_one_queue_while_another_drains(queue, burst, r):
     a, b = queue("a"), queue("b")
     ids_a = [a.enqueue("tests.jobs:noop").id for _ in range(5)]

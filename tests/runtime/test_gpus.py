@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import time
 
 import pytest
 
@@ -134,6 +135,31 @@ def test_a_hot_device_holds_its_own_slot_only_until_it_cools(processes, queue, r
     done = [wait_for(lambda j=j: (f := q.fetch_job(j.id)).status == "finished" and f,
                      timeout=60) for j in both]
     assert sorted(d.result[0] for d in done) == ["0", "1"]     # its slot claims again
+
+
+def test_a_worker_held_by_the_governor_claims_once_it_cools_not_at_its_next_poll(
+        processes, queue, r, settings, tmp_path):
+    """A claim refused by the governor was asked again at the next poll (30 s here), not
+    at its next sample (MEMORY_CHECK_INTERVAL): a job waited 22 s after the pressure
+    ended (found by a trial)."""
+    nvml = tmp_path / "nvml"
+    nvml.mkdir()
+    (nvml / "pynvml.py").write_text(FAKE_PYNVML)
+    (nvml / "gpu0").write_text("95")             # over GPU_THROTTLE_THRESHOLD
+    (nvml / "gpu1").write_text("10")
+    q = queue()
+    w = processes.worker("--customq", "default",
+                         env={"PYTHONPATH": f"{nvml}{os.pathsep}{ROOT}",
+                              "GPU_THROTTLE_THRESHOLD": "85", "MEMORY_CHECK_INTERVAL": "0.3",
+                              "FUSIONWORKER_POLL_INTERVAL": "30"})
+    hb = Keys(settings.prefix).worker(f"{socket.gethostname()}.{w.pid}")
+    job = q.enqueue("tests.jobs:noop")
+    wait_for(lambda: (r.hget(hb, "throttle") or "").startswith("GPU0"), what="held")
+    assert q.fetch_job(job.id).status == "queued"
+    (nvml / "gpu0").write_text("10")             # under GPU_RESUME_THRESHOLD
+    cooled = time.time()
+    done = wait_for(lambda: (j := q.fetch_job(job.id)).status == "finished" and j, timeout=60)
+    assert done.started_at - cooled < 5.0    # a sample or two after it cooled, not 30 s
 
 
 def test_per_slot_the_governor_holds_a_hot_device_and_the_worker_when_all_are():
