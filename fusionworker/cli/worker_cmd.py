@@ -123,7 +123,8 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
 @click.option("--worker-ttl", type=click.IntRange(min=10), help="Heartbeat TTL, seconds.")
 @click.option("--max-horse-memory", type=click.IntRange(min=0), metavar="MIB",
               help="Kill and fail a job whose horse holds more memory of its own "
-                   "(not the pages it shares with the fork server) (0 = off).")
+                   "(not the pages it shares with the fork server) "
+                   "(FUSIONWORKER_MAX_HORSE_MEMORY; 0 = off).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), metavar="PORT",
               help="Serve Prometheus /metrics of this worker on PORT (0 = off); with "
                    "--processes N the processes use PORT, PORT+1, ... PORT+N-1.")
@@ -135,7 +136,7 @@ def _checked_flags(ordered: tuple[str, ...], queues: str | None, metrics_bind: s
               help="Worker processes to run under a supervisor that restarts them; "
                    "1 = run the worker in this process.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Jobs each worker process runs at once, each in its own fresh horse "
+              help="Jobs each worker process runs at once, each in its own horse "
                    "(FUSIONWORKER_CONCURRENCY, default 1); with --processes P: P x N slots.")
 @click.option("--horse-jobs", type=click.IntRange(min=1, max=1000000), default=None, metavar="N",
               help="Jobs one horse runs one after another (FUSIONWORKER_HORSE_JOBS, default "

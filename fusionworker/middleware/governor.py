@@ -332,15 +332,12 @@ class Governor(Middleware):
     def _configure(self, settings: Settings) -> None:
         self.interval = max(0.0, float(settings.memory_check_interval))
         self.ram_throttle = float(settings.memory_throttle_threshold)
-        self.ram_resume = self._resume_level(
-            "MEMORY_RESUME_THRESHOLD", float(settings.memory_resume_threshold), self.ram_throttle)
+        self.ram_resume = self._resume_level(settings, "memory", self.ram_throttle)
         self.swap_throttle = float(settings.swap_throttle_threshold)
         self.gpu_throttle = float(settings.gpu_throttle_threshold)
-        self.gpu_resume = self._resume_level(
-            "GPU_RESUME_THRESHOLD", float(settings.gpu_resume_threshold), self.gpu_throttle)
+        self.gpu_resume = self._resume_level(settings, "gpu", self.gpu_throttle)
         self.cpu_throttle = float(settings.cpu_throttle_threshold)
-        self.cpu_resume = self._resume_level(
-            "CPU_RESUME_THRESHOLD", float(settings.cpu_resume_threshold), self.cpu_throttle)
+        self.cpu_resume = self._resume_level(settings, "cpu", self.cpu_throttle)
 
     @property
     def cpu_checked(self) -> bool:
@@ -357,10 +354,15 @@ class Governor(Middleware):
                        _pct(self.gpu_resume), f"{_pct(self.cpu_throttle)} (resume "
                        f"{_pct(self.cpu_resume)})" if self.cpu_checked else "off", self.interval)
 
-    def _resume_level(self, env: str, resume: float, throttle: float) -> float:
+    def _resume_level(self, settings: Settings, kind: str, throttle: float) -> float:
+        """The resume level of ``kind``, at most its throttle threshold: one set above it
+        is said (a WARNING), the default above a throttle set lower is not a mistake."""
+        name = f"{kind}_resume_threshold"
+        resume = float(getattr(settings, name))
         if resume > throttle:
-            self._log.warning("%s=%s is above its throttle threshold %s; using %s",
-                              env, _pct(resume), _pct(throttle), _pct(throttle))
+            if settings.is_explicit(name):
+                self._log.warning("%s=%s is above its throttle threshold %s; using %s",
+                                  name.upper(), _pct(resume), _pct(throttle), _pct(throttle))
             return throttle
         return resume
 

@@ -166,6 +166,14 @@ def test_resume_above_throttle_is_clamped(caplog):
     assert m.step(ram=79.0) is None
 
 
+def test_a_default_resume_level_above_a_lower_throttle_is_no_warning(caplog):
+    """GPU_THROTTLE_THRESHOLD=50 alone warned of GPU_RESUME_THRESHOLD=75%, which the
+    operator never set (its default): it resumes under 50 % without a word."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    m = Machine(gpu_throttle_threshold=50)
+    assert m.gov.gpu_resume == 50.0 and "RESUME_THRESHOLD" not in caplog.text
+
+
 # -- sampling -----------------------------------------------------------------
 
 def test_samples_at_most_every_interval():
