@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from datetime import UTC, datetime
@@ -415,20 +416,28 @@ def _requeue_each(app: App, job_ids: tuple[str, ...], queue: str | None,
                    "deadline (repeatable).")
 @click.option("--timeout", type=FiniteFloat(min=0.1, max=86400), default=5.0, show_default=True,
               help="Seconds to wait for Redis.")
+@click.option("--local", is_flag=True,
+              help="Also require this host's own workers to be live: one at least, none "
+                   "silent (frozen, hung); a Kubernetes liveness probe of the pod.")
 @pass_app
-def health(app: App, queues: tuple[str, ...], timeout: float) -> None:
+def health(app: App, queues: tuple[str, ...], timeout: float, local: bool) -> None:
     """Exit 0 when healthy; else exit 1 with one line saying why (systemd, Docker, k8s)."""
     app.socket_timeout = timeout
     for name in queues:
         check_queue_name(name)
     try:
         unknown = unknown_queues(app.connection, app.settings.prefix, queues)
-        result = check(app.connection, app.settings.prefix, queues)
+        result = check(app.connection, app.settings.prefix, queues,
+                       host=socket.gethostname() if local else None)
     except (RedisUnavailable, redis.ConnectionError, redis.TimeoutError) as exc:
         message = str(exc)
         if app.masked_url not in message:
             message = f"cannot reach Redis at {app.masked_url}: {message}"
         say(f"unhealthy: {message}", err=True)
+        sys.exit(1)
+    except redis.RedisError as exc:     # not Redis at that address (a protocol error)...
+        say(f"unhealthy: Redis at {app.masked_url} answered {type(exc).__name__}: {exc}",
+            err=True)
         sys.exit(1)
     if unknown:
         known = known_queues(app.connection, app.settings.prefix)

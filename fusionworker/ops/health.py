@@ -26,8 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Lease assumed for a worker whose heartbeat hash does not say (older versions).
 DEFAULT_LEASE = admin.DEFAULT_LEASE
 
-__all__ = ["DEFAULT_LEASE", "Health", "check", "check_queues", "eviction_warning",
-           "live_workers"]
+__all__ = ["DEFAULT_LEASE", "Health", "check", "check_host", "check_queues",
+           "eviction_warning", "live_workers"]
 
 
 @dataclass
@@ -46,8 +46,10 @@ def live_workers(connection: RedisClient, prefix: str, now: float) -> list[dict[
     return [w for w in workers if w["heartbeat_age"] is not None and w["state"] != "silent"]
 
 
-def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = ()) -> Health:
-    """Check Redis and, for every queue in ``queues``, its workers and stuck jobs.
+def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (),
+          host: str | None = None) -> Health:
+    """Check Redis and, for every queue in ``queues``, its workers and stuck jobs; with
+    ``host``, that host's own workers too (:func:`check_host`).
 
     Raises :class:`redis.ConnectionError` (or a subclass) when Redis does not
     answer; the caller turns that into the one-line "unhealthy" verdict.
@@ -55,12 +57,32 @@ def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (
     connection = decoding(connection)   # any redis-py client
     connection.ping()
     queues = list(queues)
+    health = check_queues(connection, prefix, queues)
+    if health.ok and host is not None:
+        health = check_host(connection, prefix, host, health)
     warning = eviction_warning(connection)
     if warning:    # not unhealthy (restarting workers would not help), but loud
-        health = check_queues(connection, prefix, queues)
         health.message += f"; WARNING: {warning}"
-        return health
-    return check_queues(connection, prefix, queues)
+    return health
+
+
+def check_host(connection: RedisClient, prefix: str, host: str, found: Health) -> Health:
+    """``found`` (healthy so far), or unhealthy when no worker of ``host`` is registered
+    or one of them is ``silent`` (no heartbeat for its lease: frozen, hung, or killed
+    and not yet replaced): what a liveness probe of that host (a pod) asks, where
+    ``--queue`` asks about the whole fleet."""
+    now = admin.server_time(connection)
+    mine = [admin.describe_worker(data, now) for data in admin.workers(connection, prefix)
+            if data.get("host") == host]
+    if not mine:
+        return Health(False, f"unhealthy: no worker of this host ({host}) is registered",
+                      found.workers)
+    silent = [w["name"] for w in mine if w["state"] == "silent"]
+    if silent:
+        return Health(False, f"unhealthy: worker {silent[0]} of this host is silent: no "
+                             "heartbeat for its lease (frozen, hung or dead)", found.workers)
+    found.message += f"; this host: {len(mine)} live worker(s)"
+    return found
 
 
 def check_queues(connection: RedisClient, prefix: str, queues: list[str]) -> Health:

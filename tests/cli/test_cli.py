@@ -413,6 +413,37 @@ def test_a_mistyped_url_never_shows_its_password(cli: Run, url: str) -> None:
         assert "s3cret" not in out.stdout + out.stderr and "***" in out.stdout + out.stderr
 
 
+def test_health_of_an_address_that_answers_no_redis_is_its_one_line(cli: Run) -> None:
+    """Something else at the address (an HTTP server) was "unexpected error:
+    InvalidResponse ..." instead of health's own line (found by a trial)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.recv(1024)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        url = f"redis://:s3cret@127.0.0.1:{port}/0"
+        line = one_error_line(cli("health", code=1, env_extra={"REDIS_URL": url}))
+        assert line.startswith(f"unhealthy: Redis at redis://:***@127.0.0.1:{port}/0 answered")
+        assert "s3cret" not in line
+    finally:
+        server.close()
+
+
 def test_bad_url_and_bad_flags(cli: Run) -> None:
     line = one_error_line(cli("info", code=1, env_extra={"REDIS_URL": "redis://h:port/0"}))
     assert line.startswith("Error: bad Redis URL")

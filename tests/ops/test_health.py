@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -86,3 +87,23 @@ def test_forget_worker_only_when_the_pid_matches(r: Any, prefix: str, worker: Wo
     assert r.exists(worker.key)
     assert admin.forget_worker(r, "hw", worker.pid, prefix)
     assert not r.exists(worker.key) and "hw" not in r.smembers(Keys(prefix).workers)
+
+
+def test_local_asks_about_this_hosts_own_workers(r: Any, prefix: str, worker: Worker) -> None:
+    """``health --local``: a liveness probe of a pod. ``-q`` asks about the fleet (a
+    frozen worker passed while another host served its queue); this asks whether this
+    host's workers live: one at least, none silent (found by a trial)."""
+    here = socket.gethostname()
+    result = health.check(r, prefix, host=here)
+    assert result.ok and "this host: 1 live worker(s)" in result.message
+    assert not health.check(r, prefix, host="elsewhere").ok
+    assert "no worker of this host (elsewhere)" in health.check(r, prefix, host="elsewhere").message
+    other = Worker("sms", r, settings=worker.settings, name="hw2", defaults=False, middleware=[])
+    other.register()
+    try:
+        silent_for(r, worker, worker.lease + 5)        # one of its two is frozen
+        assert health.check(r, prefix, ["sms"]).ok      # the fleet still serves sms...
+        result = health.check(r, prefix, ["sms"], host=here)
+        assert not result.ok and "worker hw of this host is silent" in result.message
+    finally:
+        other.deregister()
