@@ -20,6 +20,7 @@ from ..core.config import (
     check_address,
     load_settings,
     read_config_file,
+    unknown_environment,
     unknown_keys,
 )
 from ..core.config_file import CHECKED_BY_PARENT
@@ -81,6 +82,9 @@ class App:
         setup_logging(self.settings.log_level, self.settings.log_format)
         # a typo in the file is said, not silently ignored: once (a pool's supervisor
         # says it, its children, reading the same file, do not)
+        if CHECKED_BY_PARENT not in os.environ:      # and so is one in the environment
+            for said in unknown_environment(os.environ):
+                logging.getLogger("fusionworker.config").warning("environment: %s", said)
         if config_file and os.environ.get(CHECKED_BY_PARENT) != config_file:
             for said in unknown_keys(read_config_file(config_file)):
                 logging.getLogger("fusionworker.config").warning("%s: %s", config_file, said)

@@ -356,9 +356,9 @@ def _supervise(app: App, connection: RedisClient, queues: str, burst: bool, name
     # embedded Redis this process started, too.
     env = {**os.environ, "REDIS_URL": app.url, "FUSIONWORKER_PREFIX": app.settings.prefix}
     common: list[str] = []
+    env[CHECKED_BY_PARENT] = app.config_file or ""   # its typos were said here, once
     if app.config_file:
         common += ["-c", app.config_file]
-        env[CHECKED_BY_PARENT] = app.config_file   # its typos were said here, once
     # a flag given here goes on; else the children read the file (and SIGHUP reads it again)
     for flag, given in (("--log-level", app.overrides.get("log_level")),
                         ("--log-format", app.overrides.get("log_format"))):

@@ -505,9 +505,28 @@ def _default(name: str) -> Any:
 COMMAND_KEYS = ("FUSIONWORKER_PROCESSES", "FUSIONWORKER_MIDDLEWARE")
 
 
+#: variables read from the environment only, never from a settings file, each by its
+#: own reader (FUSIONWORKER_DEBUG: the CLI's tracebacks; the others a worker's pool and
+#: its fork server set for their children)
+ENV_ONLY_KEYS = ("FUSIONWORKER_DEBUG", "FUSIONWORKER_CONFIG_CHECKED",
+                 "FUSIONWORKER_SLOT_DEVICES")
+
+
 def unknown_keys(values: Mapping[str, str]) -> list[str]:
     """What a settings file's keys look like but are not (config_file.py says how)."""
-    return config_file.unknown_keys(values, (*_ENV_NAMES, *COMMAND_KEYS))
+    said = config_file.unknown_keys({k: v for k, v in values.items() if k not in ENV_ONLY_KEYS},
+                                    (*_ENV_NAMES, *COMMAND_KEYS))
+    return said + [f"{k} is read from the environment only, not from a settings file: "
+                   "ignored" for k in values if k in ENV_ONLY_KEYS]
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """The ``FUSIONWORKER_`` variables of ``environ`` that no setting has (a typo such
+    as ``FUSIONWORKER_CONCURENCY``), each with the nearest name; other variables are
+    not ours to judge."""
+    ours = {k: v for k, v in environ.items()
+            if k.startswith("FUSIONWORKER_") and k not in ENV_ONLY_KEYS}
+    return config_file.unknown_keys(ours, (*_ENV_NAMES, *COMMAND_KEYS))
 
 
 def load_settings(

@@ -145,3 +145,17 @@ def test_a_settings_files_typos_are_named_with_the_nearest_setting():
         "MEMORY_THROTLE_THRESHOLD is no setting of fusionworker (did you mean "
         "MEMORY_THROTTLE_THRESHOLD?): ignored",
         "FUSIONWORKER_NOPE is no setting of fusionworker: ignored"]
+
+
+def test_typos_of_the_environment_are_named_and_env_only_variables_are_said_so():
+    """A FUSIONWORKER_ variable no setting has was silently ignored in the environment
+    (where a settings file's was said); FUSIONWORKER_DEBUG in a file read as "no setting"
+    (found by a trial)."""
+    said = config.unknown_environment({"FUSIONWORKER_CONCURENCY": "3", "PATH": "/bin",
+                                       "REDIS_URI": "x", "FUSIONWORKER_DEBUG": "1",
+                                       "FUSIONWORKER_PROCESSES": "2"})
+    assert said == ["FUSIONWORKER_CONCURENCY is no setting of fusionworker (did you mean "
+                    "FUSIONWORKER_CONCURRENCY?): ignored"]
+    assert config.unknown_keys({"FUSIONWORKER_DEBUG": "1"}) == [
+        "FUSIONWORKER_DEBUG is read from the environment only, not from a settings file: "
+        "ignored"]

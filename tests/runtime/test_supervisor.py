@@ -88,13 +88,18 @@ def test_the_settings_files_processes_start_a_pool_and_its_typos_are_named(
     ids = [q.enqueue("tests.jobs:add", i, 1).id for i in range(4)]
     cfg = tmp_path / "pool.env"
     cfg.write_text("FUSIONWORKER_PROCESSES=2\nFUSIONWORKER_JOB_TIMEOUTT=30\n")
-    sup = processes.start("-c", str(cfg), "worker", "--customq", "default", "--burst")
+    sup = processes.start("-c", str(cfg), "worker", "--customq", "default", "--burst",
+                          env={"FUSIONWORKER_CONCURENCY": "3"})
     assert sup.wait(30) == 0
     out = processes.output(sup)
     assert "started 2 worker process(es)" in out, out
     said = "FUSIONWORKER_JOB_TIMEOUTT is no setting of fusionworker (did you mean " \
            "FUSIONWORKER_JOB_TIMEOUT?)"
     assert out.count(said) == 1, out   # by the supervisor; its 2 children, reading the file, not again
+    # a typo in the environment too (it was silently ignored), said once as well
+    said = "environment: FUSIONWORKER_CONCURENCY is no setting of fusionworker (did you " \
+           "mean FUSIONWORKER_CONCURRENCY?): ignored"
+    assert out.count(said) == 1, out
     assert all(q.fetch_job(i).status == "finished" for i in ids)
     cfg.write_text("FUSIONWORKER_PROCESSES=two\n")
     bad = processes.start("-c", str(cfg), "worker", "--customq", "default", "--burst")
