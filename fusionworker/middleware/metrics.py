@@ -76,7 +76,8 @@ class _WorkerCollector(Collector):
                                       "1 while the resource governor holds claims back")
         current = getattr(worker, "state", None)
         for each in STATES:
-            state.add_metric([each], 1.0 if each == current else 0.0)
+            if each != WorkerState.SILENT:     # a reader's word for others, never its own
+                state.add_metric([each], 1.0 if each == current else 0.0)
         reason = getattr(worker, "hold_reason", None)
         throttled.add_metric([], 1.0 if reason else 0.0)
         by = GaugeMetricFamily("fusionworker_worker_throttled_by",

@@ -54,6 +54,8 @@ def test_middleware_counts_outcomes_and_reads_state_throttle_and_sink_at_scrape(
     assert value(reg, "fusionworker_jobs_requeued_total", queue="sms") == 1
     assert value(reg, "fusionworker_job_wait_seconds_count", queue="sms", band="low") == 1
     assert value(reg, "fusionworker_worker_state", state="idle") == 1
+    # a worker is never "silent" to itself (a reader's word): no such series of its own
+    assert value(reg, "fusionworker_worker_state", state="silent") is None
     assert value(reg, "fusionworker_worker_throttled") == 0
     worker.state, worker.hold_reason = "throttled", "throttled: RAM at 93.1%"
     assert value(reg, "fusionworker_worker_state", state="throttled") == 1
