@@ -157,7 +157,7 @@ def _shown(name: str, value: str) -> str:
     if name in SECRETS or name == "failure_webhook_url":
         return "***"
     if name.endswith("_url"):
-        from .redis_client import mask_url
+        from .redis_url import mask_url
 
         return repr(mask_url(value))
     return repr(value)
@@ -479,7 +479,7 @@ class Settings:
     def __repr__(self) -> str:
         """The values set only, secrets and the URLs' passwords masked (a webhook's URL
         whole: its path or query may be its secret)."""
-        from .redis_client import mask_url
+        from .redis_url import mask_url
 
         shown = {name: "***" if (name in SECRETS or name == "failure_webhook_url") and value
                  else mask_url(value) if name in ("redis_url", "elasticsearch_url") and value

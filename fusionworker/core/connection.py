@@ -17,25 +17,18 @@ from typing import TYPE_CHECKING
 import redis
 
 from .hooks import Middleware
-from .redis_client import CLUSTER_SCHEMES as CLUSTER_SCHEMES
 from .redis_client import DEFAULT_CONNECT_TIMEOUT as DEFAULT_CONNECT_TIMEOUT
 from .redis_client import DEFAULT_SENTINEL_TIMEOUT as DEFAULT_SENTINEL_TIMEOUT
 from .redis_client import DEFAULT_SOCKET_TIMEOUT as DEFAULT_SOCKET_TIMEOUT
-from .redis_client import PLAIN_SCHEMES as PLAIN_SCHEMES
 from .redis_client import READ_ERRORS as READ_ERRORS
-from .redis_client import SENTINEL_SCHEMES as SENTINEL_SCHEMES
-from .redis_client import SUPPORTED_SCHEMES as SUPPORTED_SCHEMES
 from .redis_client import RedisClient as RedisClient
-from .redis_client import RedisURL as RedisURL
 from .redis_client import __all__ as _client_names
 from .redis_client import connect as connect
 from .redis_client import decoding as decoding
 from .redis_client import eviction_warning as eviction_warning
 from .redis_client import is_cluster as is_cluster
 from .redis_client import log as log
-from .redis_client import mask_url as mask_url
 from .redis_client import new_pubsub_connection as new_pubsub_connection
-from .redis_client import parse_url as parse_url
 from .redis_client import refresh_master as refresh_master
 from .redis_client import seconds as seconds
 from .redis_client import server_time as server_time
@@ -43,6 +36,13 @@ from .redis_client import shared_client as shared_client
 from .redis_client import text as text
 from .redis_client import text_hash as text_hash
 from .redis_client import texts as texts
+from .redis_url import CLUSTER_SCHEMES as CLUSTER_SCHEMES
+from .redis_url import PLAIN_SCHEMES as PLAIN_SCHEMES
+from .redis_url import SENTINEL_SCHEMES as SENTINEL_SCHEMES
+from .redis_url import SUPPORTED_SCHEMES as SUPPORTED_SCHEMES
+from .redis_url import RedisURL as RedisURL
+from .redis_url import mask_url as mask_url
+from .redis_url import parse_url as parse_url
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hooks import WorkerContext

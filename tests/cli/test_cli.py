@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -304,7 +305,8 @@ def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
     assert f"why       {why}" in out and doc["not_retried"] == why
     times = next(line for line in out.splitlines() if line.startswith("times"))
     assert "enqueued 20" in times and "started 20" in times and "ended 20" in times
-    assert "(timeout 180 s)" in times and "ran 0." in times
+    assert re.search(r"ran \d+\.\d{3} s \(timeout 180 s\)", times), times  # (a loaded
+    # machine can take a second to run it)
     # requeued, it is no longer "not retried"; run again, the end is its own
     cli("job", "retry", failed)
     again = cli("job", "show", failed).stdout

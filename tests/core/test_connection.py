@@ -156,6 +156,21 @@ def test_mask_url(url: str, masked: str) -> None:
     assert mask_url(url) == masked
 
 
+def test_an_unknown_option_of_a_plain_url_is_named_before_any_connection() -> None:
+    """redis-py passes a query option it does not know on to the connection, which
+    failed at the first command with "AbstractConnection.__init__() got an unexpected
+    keyword argument 'foo'" (found by a trial)."""
+    with pytest.raises(ValueError, match=r"unknown option 'client_nme' in Redis URL "
+                       r"redis://:\*\*\*@h:6379/0\?client_nme=x \(did you mean 'client_name'\?\)"):
+        parse_url("redis://:pw@h:6379/0?client_nme=x")
+    with pytest.raises(ValueError, match="unknown option 'ssl_cert_reqs'"):   # TLS only
+        parse_url("redis://h/0?ssl_cert_reqs=none")
+    for fine in ("redis://h/0?client_name=a&socket_keepalive=true&max_connections=5",
+                 "rediss://h/0?ssl_cert_reqs=none&health_check_interval=5",
+                 "unix:///run/r.sock?db=1&socket_timeout=2"):
+        assert parse_url(fine).kind == "redis"
+
+
 def test_connect_plain_forms_without_io() -> None:
     unix = connect("unix:///tmp/fw-no-such.sock?db=2")
     kwargs = unix.connection_pool.connection_kwargs
