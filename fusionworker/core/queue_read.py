@@ -400,14 +400,15 @@ _CLAIMING = ("idle", "busy")
 
 def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
     """Slots free now, by their heartbeats, in the live workers that serve ``queue`` and
-    claim (idle or busy, not suspended, throttled or starting): each worker's
+    claim (idle or busy, not suspended, throttled or starting; a busy one the governor
+    holds claims nothing either, nor does one silent past its lease): each worker's
     ``concurrency`` minus its running jobs. A free slot of a worker that serves several
     queues counts for each of them (it takes the next ready job of any)."""
     free = 0
     for data in heartbeats:
         if queue not in (data.get("queues") or "").split(","):
             continue
-        if data.get("state") not in _CLAIMING:
+        if data.get("state") not in _CLAIMING or data.get("throttle") or _silent(data):
             continue
         try:
             slots = max(1, int(data.get("concurrency") or 1))
@@ -416,6 +417,13 @@ def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
         running = [j for j in (data.get("current_jobs") or "").split(",") if j]
         free += max(0, slots - len(running))
     return free
+
+
+def _silent(data: dict[str, str]) -> bool:
+    """Its last heartbeat, aged on the Redis server's clock (``admin.workers``), is older
+    than its lease: it died or froze, and its slots take nothing."""
+    age = stored_number(data.get(admin.BEAT_AGE))
+    return age is not None and age > (stored_number(data.get("lease")) or admin.DEFAULT_LEASE)
 
 
 def awaiting_compute(stats: dict[str, Any], heartbeats: list[dict[str, str]]) -> int:

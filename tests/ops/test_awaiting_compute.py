@@ -77,3 +77,15 @@ def test_a_free_slot_takes_a_ready_job_so_it_does_not_await(r, settings, queue):
     assert q.stats()["awaiting_compute"] == 0
     q.set_max_active(1)
     assert q.stats()["awaiting_compute"] == 1        # the cap leaves room for one
+    q.set_max_active(None)
+    # a busy worker the governor holds claims nothing with its free slots (it was counted:
+    # AWAIT 1 for 2 ready jobs; found by a trial)
+    r.hset(keys.worker("w.1"), mapping={"state": "busy", "concurrency": "2",
+                                        "current_jobs": "x", "throttle": "RAM at 16.4%"})
+    assert q.stats()["awaiting_compute"] == 2
+    # nor does one silent past its lease (dead or frozen: its key lives on for worker_ttl)
+    r.hset(keys.worker("w.1"), mapping={"throttle": "", "worker_ttl": "420", "lease": "30"})
+    r.expire(keys.worker("w.1"), 420)
+    assert q.stats()["awaiting_compute"] == 1
+    r.expire(keys.worker("w.1"), 420 - 31)
+    assert q.stats()["awaiting_compute"] == 2
