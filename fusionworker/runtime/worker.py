@@ -30,7 +30,7 @@ import redis
 from redis.typing import EncodableT
 
 from .. import __version__
-from ..core.config import Settings, async_hint, async_problem, load_settings
+from ..core.config import SETTINGS, Settings, async_hint, async_problem, load_settings
 from ..core.connection import decoding
 from ..core.functions import forget_loaded
 from ..core.hooks import Middleware, Outcome
@@ -382,6 +382,11 @@ class Worker:
         logging.getLogger("fusionworker").setLevel(self.settings.log_level.upper())
         log.info("Worker %s reloaded its settings: %s", self.name,
                  ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed")
+        kept = [s.env for s in SETTINGS if s.name not in self.RELOADABLE
+                and getattr(fresh, s.name) != getattr(self.settings, s.name)]
+        if kept:    # said, not dropped without a word
+            log.warning("Worker %s: %s changed, and takes effect at a restart only", self.name,
+                        ", ".join(kept))
         self.launcher.renew()
         forget_loaded()        # job modules this process imported to check a callback
         self.hooks("reload", self.settings)

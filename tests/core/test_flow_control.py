@@ -150,11 +150,14 @@ def test_real_worker_throttles_below_current_ram_use_until_raised(processes, que
     assert "MEMORY THROTTLE ACTIVE: RAM at" in processes.output(proc)
 
     config.write_text("MEMORY_THROTTLE_THRESHOLD=99.9\nMEMORY_RESUME_THRESHOLD=99.8\n"
-                      "MEMORY_CHECK_INTERVAL=0.2\n")
+                      "MEMORY_CHECK_INTERVAL=0.2\nFUSIONWORKER_JOB_TIMEOUT=5\n")
     proc.send_signal(signal.SIGHUP)
     wait_for(lambda: q.fetch_job(job.id).status == "finished", timeout=10)
     out = processes.output(proc)
     assert "MEMORY THROTTLE RELEASED" in out and "reloaded its settings" in out
+    # a setting SIGHUP does not apply is said, not dropped without a word (a trial)
+    assert "FUSIONWORKER_JOB_TIMEOUT changed, and takes effect at a restart only" in out
+    assert out.count("takes effect at a restart only") == 1, out   # and nothing else
     wait_for(lambda: r.hget(key, "state") == "idle")
     assert r.hget(key, "throttle") == ""
 
