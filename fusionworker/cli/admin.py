@@ -14,7 +14,8 @@ import redis
 
 from ..core import admin
 from ..core.keys import check_queue_name
-from ..core.queue import BANDS, Queue, find_queue_of, known_queues, parse_rate
+from ..core.queue import BANDS, Queue, known_queues, parse_rate
+from ..core.queue_names import queues_of
 from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
 from ..ops.health import check
@@ -397,12 +398,15 @@ def _requeue_each(app: App, job_ids: tuple[str, ...], queue: str | None,
     errors = []
     with progress(len(job_ids) if len(job_ids) > 1 else 0, "Requeueing") as advance:
         for job_id in job_ids:
-            name = find_queue_of(app.connection, job_id, app.settings.prefix, queue)
+            names = queues_of(app.connection, job_id, app.settings.prefix, queue)
             try:
-                if name is None:
+                if not names:
                     raise NoSuchJob(f"no job {job_id!r}" + (f" in queue {queue!r}" if queue
                                                              else ""))
-                Queue(name, app.connection, settings=app.settings).requeue(job_id)
+                if len(names) > 1:
+                    raise InvalidOperation(f"job id {job_id!r} names a job in each of the "
+                                           f"queues {', '.join(names)}: say which with --queue")
+                Queue(names[0], app.connection, settings=app.settings).requeue(job_id)
                 total += 1
             except (NoSuchJob, InvalidOperation) as exc:
                 errors.append(str(exc))

@@ -14,7 +14,8 @@ import click
 from ..core.admin import server_time
 from ..core.job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job, JobStatus
 from ..core.keys import InvalidQueueName
-from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, find_queue_of, known_queues
+from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, known_queues
+from ..core.queue_names import queues_of
 from ..core.registry import import_configured, registered
 from ..exceptions import FunctionNotAllowed, FusionWorkerError, NoSuchJob, PartialEnqueue
 from .common import (
@@ -45,13 +46,16 @@ def _queue(app: App, name: str) -> Queue:
 def _find(app: App, job_id: str, queue: str | None) -> Queue:
     if queue is not None:
         require_queue(app, queue)
-    name = find_queue_of(app.connection, job_id, app.settings.prefix, queue)
-    if name is None:
+    names = queues_of(app.connection, job_id, app.settings.prefix, queue)
+    if not names:
         where = f"queue {queue!r}" if queue else "any queue"
         raise NoSuchJob(f"no job {job_id!r} in {where} (an ended job is kept "
                         f"FUSIONWORKER_RESULT_TTL / _FAILED_TTL seconds; its events stay: "
                         f"`events --job {job_id}`)")
-    return _queue(app, name)
+    if len(names) > 1:     # one id given to jobs of two queues: never act on a guess
+        raise click.UsageError(f"job id {job_id!r} names a job in each of the queues "
+                               f"{', '.join(names)}: say which with --queue")
+    return _queue(app, names[0])
 
 
 @click.command()

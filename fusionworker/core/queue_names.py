@@ -38,14 +38,20 @@ def known_queues(connection: RedisClient, prefix: str = "fw") -> list[str]:
 
 def find_queue_of(connection: RedisClient, job_id: str, prefix: str = "fw",
                   queue: str | None = None) -> str | None:
-    """The queue holding job ``job_id`` (searching every known queue unless given)."""
+    """The queue holding job ``job_id`` (searching every known queue unless given; of
+    several, the first by name: :func:`queues_of` lists them all)."""
+    found = queues_of(connection, job_id, prefix, queue)
+    return found[0] if found else None
+
+
+def queues_of(connection: RedisClient, job_id: str, prefix: str = "fw",
+              queue: str | None = None) -> list[str]:
+    """Every queue holding a job ``job_id`` (an id is unique in its queue only: a job id
+    given twice, to two queues, names two jobs), by name; only ``queue`` if given."""
     connection = decoding(connection)
     names = [queue] if queue else known_queues(connection, prefix)
     keys = Keys(prefix)
     pipe = connection.pipeline(transaction=False)
     for name in names:
         pipe.exists(keys.queue(name).job(job_id))
-    for name, found in zip(names, pipe.execute()):
-        if found:
-            return name
-    return None
+    return [name for name, found in zip(names, pipe.execute()) if found]

@@ -292,6 +292,21 @@ def test_job_list_filters_limit_and_json(cli: Run, queue: Any, burst: Any) -> No
     assert "no queue 'nope'" in one_error_line(cli("job", "list", "--queue", "nope", code=1))
 
 
+def test_a_job_id_given_to_two_queues_is_never_acted_on_by_a_guess(cli: Run,
+                                                                    queue: Any) -> None:
+    """An id is unique in its queue only: ``job show ID`` read the first queue's job,
+    without a word of the other (found by a trial); an action would have picked one."""
+    a, b = queue("aa"), queue("bb")
+    a.enqueue("tests.jobs:add", 1, 2, job_id="fixed-1")
+    b.enqueue("tests.jobs:add", 3, 4, job_id="fixed-1")
+    for args in (["job", "show", "fixed-1"], ["job", "cancel", "fixed-1"]):
+        out = cli(*args, code=2)
+        assert "job id 'fixed-1' names a job in each of the queues aa, bb: say which " \
+               "with --queue" in out.stderr
+    assert "queue     bb" in cli("job", "show", "fixed-1", "--queue", "bb").stdout
+    assert a.fetch_job("fixed-1").status == b.fetch_job("fixed-1").status == "queued"
+
+
 def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
     [failed] = failed_jobs(queue, burst, 1)
     out = cli("job", "show", failed).stdout
