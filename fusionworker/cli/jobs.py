@@ -347,6 +347,18 @@ def _batch_of(app: App, batch: str) -> tuple[str, str, dict[str, Any]]:
     return bq, bid, batch_status(app.connection, where, bid)
 
 
+#: the characters of a value ``job show`` prints (``--json``: all of it)
+SHOWN_CHARS = 2000
+
+
+def _clipped(text: str) -> str:
+    """``text`` whole, or its start and how much more there is (a 9 MiB result filled
+    the terminal)."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}... ({len(text) - SHOWN_CHARS:,} more characters: --json)"
+
+
 def _show_outcome(found: Job[Any]) -> None:
     """``job show``'s lines after the batch: worker, progress, meta, result, error."""
     if found.worker_name:
@@ -355,9 +367,9 @@ def _show_outcome(found: Job[Any]) -> None:
         message = f"  {found.progress_message}" if found.progress_message else ""
         say(f"progress  {found.progress * 100:.0f}%{message}")
     if found.meta:
-        say(f"meta      {json.dumps(found.to_dict()['meta'])}")
+        say(f"meta      {_clipped(json.dumps(found.to_dict()['meta']))}")
     if found.status == JobStatus.FINISHED:
-        say(f"result    {json.dumps(found.to_dict()['result'])}")
+        say(f"result    {_clipped(json.dumps(found.to_dict()['result']))}")
     if found.error:      # a job waiting again shows its last attempt's error as such
         label = "last error" if found.status in (JobStatus.QUEUED, JobStatus.SCHEDULED) else (
             "error    ")

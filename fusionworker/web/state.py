@@ -68,6 +68,20 @@ def _fmt_window(seconds: float) -> str:
     return names.get(float(seconds), f"{seconds:g} s")
 
 
+#: the characters of a value a page shows (the API's JSON has it whole)
+SHOWN_CHARS = 20000
+
+
+def _pretty(value: Any) -> str:
+    """A value as indented JSON, its first :data:`SHOWN_CHARS` characters (a job of 9 MiB
+    of arguments made an 18 MB page)."""
+    text = json.dumps(value, indent=2, default=str, ensure_ascii=False)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return (f"{text[:SHOWN_CHARS]}\n... ({len(text) - SHOWN_CHARS:,} more characters: the "
+            "API's /api/v1/jobs/<id> has it whole)")
+
+
 def _fmt_rate_cell(queue: dict[str, Any]) -> str:
     """The overview's Rate cell, as ``info`` says it: ``10/s (held 1.5 s)``, ``1/s per
     group, 2 groups own (held 0.8 s)``, or ``-`` (static/app.js's rateText writes the same)."""
@@ -98,7 +112,7 @@ def templates() -> jinja2.Environment:
     env.filters["when_in"] = _fmt_time_in
     env.filters["window"] = _fmt_window
     env.filters["rate_cell"] = _fmt_rate_cell
-    env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
+    env.filters["pretty"] = _pretty
     return env
 
 

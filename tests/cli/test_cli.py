@@ -307,6 +307,17 @@ def test_a_job_id_given_to_two_queues_is_never_acted_on_by_a_guess(cli: Run,
     assert a.fetch_job("fixed-1").status == b.fetch_job("fixed-1").status == "queued"
 
 
+def test_job_show_clips_a_huge_result(cli: Run, queue: Any, burst: Any) -> None:
+    q = queue()
+    job = q.enqueue("tests.jobs:echo", "y" * 50_000)
+    burst()
+    line = next(x for x in cli("job", "show", job.id).stdout.splitlines()
+                if x.startswith("result"))
+    assert len(line) < 2100 and line.endswith(" more characters: --json)")
+    assert json.loads(cli("job", "show", job.id, "--json").stdout)["result"] == {
+        "args": ["y" * 50_000], "kwargs": {}}
+
+
 def test_job_show(cli: Run, queue: Any, burst: Any) -> None:
     [failed] = failed_jobs(queue, burst, 1)
     out = cli("job", "show", failed).stdout

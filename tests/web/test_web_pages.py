@@ -58,6 +58,19 @@ def test_every_page_names_its_icon_and_the_icon_is_served(client):
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
 
 
+def test_a_huge_argument_or_result_is_shown_clipped(client, queue, burst):
+    """A job of 1 MB of arguments (9 MiB in a trial) made a page twice that size: a page
+    shows the first 20,000 characters of a value, the API the whole."""
+    q = queue("default")
+    job = q.enqueue("tests.jobs:echo", "x" * 1_000_000)
+    burst("default")
+    page = get(client, f"/jobs/{job.id}?queue=default").text
+    assert len(page) < 100_000 and page.count("more characters: the API") == 2  # args, result
+    whole = get(client, f"/api/v1/jobs/{job.id}?queue=default").json()
+    assert whole["args"] == ["x" * 1_000_000]
+    assert whole["result"] == {"args": ["x" * 1_000_000], "kwargs": {}}
+
+
 def test_failed_across_queues_with_filters_and_cursor(client, queue, burst, r, settings):
     a, b = queue("alpha"), queue("beta")
     boom = [a.enqueue_call("tests.jobs:boom", [f"a{i}"], max_retries=0) for i in range(3)]
