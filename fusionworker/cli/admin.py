@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 import redis
+from redis.exceptions import RedisClusterException
 
 from ..core import admin
 from ..core.keys import check_queue_name
@@ -439,7 +440,7 @@ def health(app: App, queues: tuple[str, ...], timeout: float, local: bool) -> No
             message = f"cannot reach Redis at {app.masked_url}: {message}"
         say(f"unhealthy: {message}", err=True)
         sys.exit(1)
-    except redis.RedisError as exc:     # not Redis at that address (a protocol error)...
+    except (redis.RedisError, RedisClusterException) as exc:   # no Redis answering there
         say(f"unhealthy: Redis at {app.masked_url} answered {type(exc).__name__}: {exc}",
             err=True)
         sys.exit(1)

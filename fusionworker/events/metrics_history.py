@@ -20,7 +20,7 @@ hashes per queue, and as many for the sums. The cursor (``fw:hist:cursor``) and 
 (``fw:hist:lock``, so that two dashboards do not count twice) are global keys.
 
 Limits: only events that reach the Redis stream are counted (with
-``FUSIONWORKER_EVENT_SINK=elasticsearch`` there is no history); entries trimmed
+``ELASTICSEARCH_URL`` set there is no history); entries trimmed
 from the stream before a reader took them are not counted (the stream keeps
 ``event_stream_maxlen`` entries; a reader every 5 s keeps up with far more than
 any worker fleet writes in 5 s). The first pass starts at the entries of the

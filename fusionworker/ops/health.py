@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from ..core import admin
 from ..core.connection import decoding, eviction_warning
 
@@ -67,22 +69,38 @@ def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (
 
 
 def check_host(connection: RedisClient, prefix: str, host: str, found: Health) -> Health:
-    """``found`` (healthy so far), or unhealthy when no worker of ``host`` is registered
-    or one of them is ``silent`` (no heartbeat for its lease: frozen, hung, or killed
-    and not yet replaced): what a liveness probe of that host (a pod) asks, where
-    ``--queue`` asks about the whole fleet."""
+    """``found`` (healthy so far), or unhealthy when no worker of ``host`` (this host:
+    the caller runs here) is live, or one of them is ``silent`` (no heartbeat for its
+    lease) while its process still runs here: frozen or hung. A silent one whose
+    process is gone died, and its key lingers until ``worker_ttl``: a restarted worker
+    took over, so it is passed over. What a liveness probe of that host (a pod) asks,
+    where ``--queue`` asks about the whole fleet."""
     now = admin.server_time(connection)
-    mine = [admin.describe_worker(data, now) for data in admin.workers(connection, prefix)
-            if data.get("host") == host]
-    if not mine:
-        return Health(False, f"unhealthy: no worker of this host ({host}) is registered",
+    mine = [(data, admin.describe_worker(data, now)) for data in admin.workers(
+        connection, prefix) if data.get("host") == host]
+    live = [w for _, w in mine if w["state"] != "silent"]
+    stuck = [w["name"] for data, w in mine if w["state"] == "silent" and _runs_here(data)]
+    if stuck:
+        return Health(False, f"unhealthy: worker {stuck[0]} of this host is silent: no "
+                             "heartbeat for its lease while its process runs (frozen or "
+                             "hung)", found.workers)
+    if not live:
+        return Health(False, f"unhealthy: no live worker on this host ({host})",
                       found.workers)
-    silent = [w["name"] for w in mine if w["state"] == "silent"]
-    if silent:
-        return Health(False, f"unhealthy: worker {silent[0]} of this host is silent: no "
-                             "heartbeat for its lease (frozen, hung or dead)", found.workers)
-    found.message += f"; this host: {len(mine)} live worker(s)"
+    found.message += f"; this host: {len(live)} live worker(s)"
     return found
+
+
+def _runs_here(data: dict[str, str]) -> bool:
+    """The heartbeat's process runs on this host: its pid exists, started no later than
+    the worker was born (the kernel gives a dead worker's pid again only to a process
+    started after it: that one is not it)."""
+    try:
+        pid, birth = int(data.get("pid") or 0), float(data.get("birth") or 0)
+        started = psutil.Process(pid).create_time() if pid > 0 else None
+    except (ValueError, psutil.Error):
+        return False
+    return started is not None and (not birth or started <= birth + 2.0)
 
 
 def check_queues(connection: RedisClient, prefix: str, queues: list[str]) -> Health:

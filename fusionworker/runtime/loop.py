@@ -261,7 +261,8 @@ class Loop:
             # a hook's hold (the governor's) is asked again within a second, as it may
             # lift at its next sample; a suspension ends with a wake-up (state.set_suspended)
             again = self.ctx.settings.poll_interval
-            st.next_poll = time.monotonic() + (again if st.hold is None else min(again, 1.0))
+            held = st.hold is not None and not st.suspended
+            st.next_poll = time.monotonic() + (min(again, 1.0) if held else again)
             if self.burst and st.suspended and not self.slots:   # exits, as RQ's: no hang
                 if not self.claimer.nothing_due():
                     log.warning("Worker %s: suspended, a --burst worker exits with jobs still "

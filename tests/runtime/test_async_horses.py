@@ -371,9 +371,10 @@ def test_a_loop_held_by_a_task_a_finished_job_left_charges_no_running_job(
     mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.5, timeout=1.0,
                     max_retries=0)
     # the monitor names the holder once the loop is held BLOCKED (1 s), from 0.3 s on:
-    # a grace of 3 s leaves it 2.5 s before the kill on a loaded machine (1 s left 0.5 s:
-    # a CI flake, the mate charged its timeout)
-    burst(settings=_async(settings).replace(kill_grace=3.0))
+    # a grace of 6 s leaves it 5.5 s before the kill on a loaded machine (1 s, then 3 s,
+    # left too little under a doubly loaded CI run: the mate charged its timeout); the
+    # planter's task holds the loop 8 s, past the kill
+    burst(settings=_async(settings).replace(kill_grace=6.0))
     assert q.fetch_job(planter.id).status == "finished"
     done = q.fetch_job(mate.id)
     assert (done.status, done.attempts) == ("finished", 1), (done.status, done.error_message)

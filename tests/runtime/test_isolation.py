@@ -277,8 +277,10 @@ def test_a_job_that_moves_its_horse_to_another_group_still_ends_at_its_time_limi
     q = queue()
     said, started = f"{settings.prefix}:said", f"{settings.prefix}:started"
     neighbour = q.enqueue("tests.jobs:pid_then_sleep", settings.redis_url, started, 1.0)
-    stuck = q.enqueue(f"{HOSTILE}:leave_group", settings.redis_url, said, 60, timeout=0.5)
-    burst(settings=settings.replace(concurrency=2, kill_grace=0.5, horse_jobs=horse_jobs))
+    # the worker's deadline runs from the launch (timeout + grace): 3 s leave a fresh
+    # horse on a loaded machine the time to start the job and move (1 s did not, once)
+    stuck = q.enqueue(f"{HOSTILE}:leave_group", settings.redis_url, said, 60, timeout=2.0)
+    burst(settings=settings.replace(concurrency=2, kill_grace=1.0, horse_jobs=horse_jobs))
     assert r.lrange(said, 0, -1) == ["moved"]
     done = q.fetch_job(stuck.id)
     assert (done.status, done.failure_reason) == ("failed", FailureReason.TIMEOUT)

@@ -71,6 +71,19 @@ def test_the_overview_shows_a_rate_limited_queues_rate(base, driver, queue):
     assert rate("free") == both                             # as the server writes it
 
 
+def test_a_job_id_holding_a_percent_sign_links_to_its_page(base, driver, queue):
+    """The queue page's link of a job ``pct%41`` (an id is free text) leads to that job
+    on a real server (it was not encoded: a 404; found by an attack)."""
+    q = queue("default")
+    q.enqueue("tests.jobs:add", 1, 2, job_id="pct%41")
+    login(driver, base, TOKEN)
+    driver.get(base + "/queues/default")
+    link = wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, 'tr[data-job="pct%41"] a'))
+    assert link.get_attribute("href").endswith("/jobs/pct%2541?queue=default")
+    link.click()
+    wait(driver, lambda d: "pct%41" in d.find_element(By.TAG_NAME, "h1").text)
+
+
 def test_a_two_slot_worker_shows_both_running_job_ids(base, driver, processes, queue,
                                                       redis_url, r, settings):
     q = queue("default")
