@@ -463,6 +463,10 @@ def test_health_of_an_address_that_answers_no_redis_is_its_one_line(cli: Run) ->
             conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
+    # an unreachable Cluster raises no RedisError (RedisClusterException): the same line
+    line = one_error_line(cli("health", code=1, env_extra={
+        "REDIS_URL": "redis+cluster://:s3cret@127.0.0.1:1"}))
+    assert line.startswith("unhealthy: ") and "s3cret" not in line
     try:
         url = f"redis://:s3cret@127.0.0.1:{port}/0"
         line = one_error_line(cli("health", code=1, env_extra={"REDIS_URL": url}))
