@@ -167,7 +167,8 @@ def _plain_options(scheme: str) -> frozenset[str]:
     connection class (``rediss``: the TLS one) and its pool accept."""
     cls = {"rediss": redis.SSLConnection, "unix": redis.UnixDomainSocketConnection}.get(
         scheme, redis.Connection)
-    names = {"timeout"}     # redis-py's own URL option (a blocking pool's)
+    # redis-py's own URL options (its parsers'), whatever the class takes
+    names = set(getattr(redis.connection, "URL_QUERY_ARGUMENT_PARSERS", {"timeout": float}))
     for owner in (*cls.__mro__, *redis.ConnectionPool.__mro__):
         init = owner.__dict__.get("__init__")
         try:
