@@ -408,7 +408,8 @@ def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
     for data in heartbeats:
         if queue not in (data.get("queues") or "").split(","):
             continue
-        if data.get("state") not in _CLAIMING or data.get("throttle") or _silent(data):
+        # shown_state: "silent" past its lease (aged on the Redis clock by admin.workers)
+        if admin.shown_state(data, time.time()) not in _CLAIMING or data.get("throttle"):
             continue
         try:
             slots = max(1, int(data.get("concurrency") or 1))
@@ -417,13 +418,6 @@ def free_slots(queue: str, heartbeats: list[dict[str, str]]) -> int:
         running = [j for j in (data.get("current_jobs") or "").split(",") if j]
         free += max(0, slots - len(running))
     return free
-
-
-def _silent(data: dict[str, str]) -> bool:
-    """Its last heartbeat, aged on the Redis server's clock (``admin.workers``), is older
-    than its lease: it died or froze, and its slots take nothing."""
-    age = stored_number(data.get(admin.BEAT_AGE))
-    return age is not None and age > (stored_number(data.get("lease")) or admin.DEFAULT_LEASE)
 
 
 def awaiting_compute(stats: dict[str, Any], heartbeats: list[dict[str, str]]) -> int:
