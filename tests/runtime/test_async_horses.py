@@ -367,13 +367,15 @@ def test_a_loop_held_by_a_task_a_finished_job_left_charges_no_running_job(
     timeout, blamed for another's task."""
     q = queue()
     key = f"{settings.prefix}:async:pids"
-    planter = _enqueue(q, "orphan_blocker", settings.redis_url, key, 0.3, 8.0)
-    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.5, timeout=1.0,
+    planter = _enqueue(q, "orphan_blocker", settings.redis_url, key, 0.3, 10.0)
+    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 0.5, timeout=2.5,
                     max_retries=0)
     # the monitor names the holder once the loop is held BLOCKED (1 s), from 0.3 s on:
     # a grace of 6 s leaves it 5.5 s before the kill on a loaded machine (1 s, then 3 s,
     # left too little under a doubly loaded CI run: the mate charged its timeout); the
-    # planter's task holds the loop 8 s, past the kill
+    # planter's task holds the loop 10 s, past the kill at 2.5 + 6 s. The mate's second
+    # run, in a new horse, has 2 s to spare over its 0.5 s: a timeout of 1 s (0.5 s to
+    # spare for the horse's first Redis connection) ran out once under a loaded CI run
     burst(settings=_async(settings).replace(kill_grace=6.0))
     assert q.fetch_job(planter.id).status == "finished"
     done = q.fetch_job(mate.id)
