@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.requests import Request
+from starlette.responses import RedirectResponse
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..core.config import Settings
@@ -54,6 +56,7 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
                    limiter=auth.FailureLimiter(settings.web_auth_failures))
     routes = [*pages.ROUTES, *live.ROUTES, *api.ROUTES, *views.ROUTES,
               Mount("/static", StaticFiles(directory=str(HERE.joinpath("static"))), name="static"),
+              Route("/favicon.ico", _favicon),
               # last: a job id or cron name holding a "/" (refused at creation since)
               *api.SLASHED, *views.SLASHED]
     app = Starlette(routes=routes, lifespan=_lifespan, exception_handlers=errors.HANDLERS,
@@ -62,6 +65,12 @@ def create_app(settings: Settings, connection: RedisClient | None = None, *, rea
     app.state.dashboard = board
     app.state.auth = authn
     return app
+
+
+async def _favicon(request: Request) -> RedirectResponse:
+    """``/favicon.ico``, which a browser asks for by itself where no page names an icon
+    (a JSON answer opened in a tab): the pages' icon, as a static file is, unauthenticated."""
+    return RedirectResponse("/static/favicon.svg", status_code=301)
 
 
 @contextlib.asynccontextmanager

@@ -58,6 +58,15 @@ def test_every_page_names_its_icon_and_the_icon_is_served(client):
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
 
 
+def test_favicon_ico_leads_to_the_icon_without_credentials(client):
+    """A JSON answer opened in a tab names no icon: the browser asks /favicon.ico by
+    itself, and got a 404 there."""
+    moved = client.get("/favicon.ico", follow_redirects=False)
+    assert moved.status_code == 301 and moved.headers["location"] == "/static/favicon.svg"
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
+
+
 def test_a_huge_argument_or_result_is_shown_clipped(client, queue, burst):
     """A job of 1 MB of arguments (9 MiB in a trial) made a page twice that size: a page
     shows the first 20,000 characters of a value, the API the whole."""
