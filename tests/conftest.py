@@ -109,6 +109,29 @@ def prefix(redis_url: str) -> Iterator[str]:
             client.delete(*batch[i:i + 500])
 
 
+def _forget_module(name: str) -> None:
+    """``name`` as if this process had never imported it, nor checked a reference into
+    it: the producer's check remembers a walk that passed (``functions._WALKED``), so a
+    test of this process that enqueued one of its functions before would spare the next
+    one the import it means to see."""
+    from fusionworker.core import functions
+
+    sys.modules.pop(name, None)
+    functions._WALKED.difference_update(
+        [key for key in functions._WALKED if key[0].startswith(name + ":")])
+    functions._IMPORTED.discard(name)
+    functions._KEPT_OUT.discard(name)
+
+
+@pytest.fixture
+def fresh_defaults_module() -> Iterator[None]:
+    """``tests.defaults_jobs`` not imported yet: the producer's check (a ``Queue``'s, the
+    CLI's) imports it (allow-listed)."""
+    _forget_module("tests.defaults_jobs")
+    yield
+    _forget_module("tests.defaults_jobs")
+
+
 @pytest.fixture
 def r(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)

@@ -517,14 +517,6 @@ def test_bad_kwargs_is_a_usage_error_and_enqueues_nothing(cli: Run, r: Any, sett
     assert not list(r.scan_iter(f"{settings.prefix}:*cron*"))
 
 
-@pytest.fixture
-def fresh_defaults_module() -> Iterator[None]:
-    """``tests.defaults_jobs`` not imported yet: the CLI's enqueue check imports it."""
-    sys.modules.pop("tests.defaults_jobs", None)
-    yield
-    sys.modules.pop("tests.defaults_jobs", None)
-
-
 def test_enqueue_refuses_rqs_argument_order_and_json_too_deep(cli: Run, queue: Any) -> None:
     q = queue("sms")
     wrong = cli("enqueue", "tests.jobs:add", "1", "2", code=2).stderr

@@ -125,14 +125,6 @@ def test_depends_on_a_dict_is_a_type_error_not_its_keys(queue):
     assert q.count == before and len(q.deferred_job_registry) == 0
 
 
-@pytest.fixture
-def fresh_defaults_module():
-    """``tests.defaults_jobs`` not imported yet: the producer imports it (allow-listed)."""
-    sys.modules.pop(DEFAULTS, None)
-    yield
-    sys.modules.pop(DEFAULTS, None)
-
-
 def test_job_options_apply_when_the_function_is_enqueued_by_name(
         queue, burst, fresh_defaults_module):
     q = queue()
