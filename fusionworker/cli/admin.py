@@ -16,7 +16,7 @@ from redis.exceptions import RedisClusterException
 from ..core import admin
 from ..core.keys import check_queue_name
 from ..core.queue import BANDS, Queue, known_queues, parse_rate
-from ..core.queue_names import queues_of
+from ..core.queue_names import ambiguous, queues_of
 from ..exceptions import InvalidOperation, NoSuchJob
 from ..ops.embedded import RedisUnavailable
 from ..ops.health import check
@@ -405,8 +405,7 @@ def _requeue_each(app: App, job_ids: tuple[str, ...], queue: str | None,
                     raise NoSuchJob(f"no job {job_id!r}" + (f" in queue {queue!r}" if queue
                                                              else ""))
                 if len(names) > 1:
-                    raise InvalidOperation(f"job id {job_id!r} names a job in each of the "
-                                           f"queues {', '.join(names)}: say which with --queue")
+                    raise InvalidOperation(ambiguous(job_id, names))
                 Queue(names[0], app.connection, settings=app.settings).requeue(job_id)
                 total += 1
             except (NoSuchJob, InvalidOperation) as exc:

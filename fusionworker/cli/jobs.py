@@ -15,7 +15,7 @@ from ..core.admin import server_time
 from ..core.job import PRIORITY_MAX, PRIORITY_MIN, STATUSES, Job, JobStatus
 from ..core.keys import InvalidQueueName
 from ..core.queue import BULK_CHUNK, OPTIONS, PreparedJob, Queue, known_queues
-from ..core.queue_names import queues_of
+from ..core.queue_names import ambiguous, queues_of
 from ..core.registry import import_configured, registered
 from ..exceptions import FunctionNotAllowed, FusionWorkerError, NoSuchJob, PartialEnqueue
 from .common import (
@@ -53,8 +53,7 @@ def _find(app: App, job_id: str, queue: str | None) -> Queue:
                         f"FUSIONWORKER_RESULT_TTL / _FAILED_TTL seconds; its events stay: "
                         f"`events --job {job_id}`)")
     if len(names) > 1:     # one id given to jobs of two queues: never act on a guess
-        raise click.UsageError(f"job id {job_id!r} names a job in each of the queues "
-                               f"{', '.join(names)}: say which with --queue")
+        raise click.UsageError(ambiguous(job_id, names))
     return _queue(app, names[0])
 
 

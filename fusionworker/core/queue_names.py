@@ -55,3 +55,10 @@ def queues_of(connection: RedisClient, job_id: str, prefix: str = "fw",
     for name in names:
         pipe.exists(keys.queue(name).job(job_id))
     return [name for name, found in zip(names, pipe.execute()) if found]
+
+
+def ambiguous(job_id: str, names: list[str]) -> str:
+    """What a command says of ``job_id`` held by jobs of several queues (``names``, from
+    :func:`queues_of`): it never acts on a guess."""
+    return (f"job id {job_id!r} names a job in each of the queues {', '.join(names)}: "
+            "say which with --queue")
