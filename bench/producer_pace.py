@@ -74,10 +74,10 @@ def _measure(r: redis.Redis, run: Callable[[int], None], n: int) -> dict[str, fl
             "sys_us": (c1.system - c0.system) / n * 1e6, "redis_us": redis_us / n}
 
 
-def _clean(r: redis.Redis, patterns: list[str]) -> None:
-    for pattern in patterns:
-        for key in r.scan_iter(match=pattern, count=1000):
-            r.delete(key)
+def _clean(r: redis.Redis, pattern: str) -> None:
+    """Delete this run's keys (its fusionworker prefix, its Dramatiq namespace)."""
+    for key in r.scan_iter(match=pattern, count=1000):
+        r.delete(key)
 
 
 def main() -> None:
@@ -99,11 +99,11 @@ def main() -> None:
                 run = (_dramatiq(opts.redis_url, name) if system == "dramatiq"
                        else _fusionworker(opts.redis_url, name, system == "fw"))
                 figures[system].append(_measure(r, run, opts.jobs))
-                _clean(r, [f"{name}:*", f"{name}*"])
+                _clean(r, f"{name}*")
                 f = figures[system][-1]
                 print(f"round {rnd + 1} {system}: {f['per_s']:,.0f} enqueues/s", flush=True)
     finally:
-        _clean(r, [f"pp{tag}*"])
+        _clean(r, f"pp{tag}*")
     print(f"\n{opts.jobs} enqueues one at a time, one producer; medians of {opts.rounds} "
           "rounds; per enqueue:")
     print(f"{'system':12} {'enqueues/s':>10} {'wall µs':>8} {'user µs':>8} {'sys µs':>7} "
