@@ -18,7 +18,7 @@ import psutil
 
 from fusionworker.core.job import FailureReason, JobStatus
 from fusionworker.events.reader import job_history
-from tests.waiting import wait_for
+from tests.waiting import WaitTimeout, wait_for
 
 JOBS = "tests.async_horse_jobs"
 ASYNC = ("--concurrency", "10", "--horse-jobs", "100", "--async-per-horse", "10")
@@ -33,8 +33,14 @@ def _pids(r, key):
 
 
 def _stopped(q, job, timeout=30):
-    wait_for(lambda: job.get_status() == JobStatus.STOPPED, timeout=timeout,
-             what=f"job {job.id} stopped")
+    try:
+        wait_for(lambda: job.get_status() == JobStatus.STOPPED, timeout=timeout,
+                 what=f"job {job.id} stopped")
+    except WaitTimeout:
+        job.refresh()     # what it became instead: the failure says it
+        raise AssertionError(f"job {job.id} not stopped: {job.get_status()}, attempt "
+                             f"{job.attempts}, {job.failure_reason}, {job.error_message!r}, "
+                             f"history {[d['event'] for _, d in job_history(q.connection, q.settings.prefix, q.name, job.id)]}") from None
     job.refresh()
     assert job.failure_reason == FailureReason.STOPPED and job.attempts == 1
     return job
