@@ -74,7 +74,7 @@ async def enqueue_child_after(url, prefix, seconds):
     'child' with settings from the environment; the child's id."""
     from fusionworker.core.config import load_settings
     from fusionworker.core.queue import Queue
-    from tests.jobs import _redis
+    from tests.jobs_redis import _redis
 
     await asyncio.sleep(seconds)
     settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
@@ -108,7 +108,7 @@ async def stop_self(url, prefix, seconds):
     end races the cancel that stop sends to its task. [pid, whether it returned]."""
     from fusionworker.core.config import load_settings
     from fusionworker.core.queue import Queue
-    from tests.jobs import _redis
+    from tests.jobs_redis import _redis
 
     ctx = current_job()
     settings = load_settings(redis_url=url, prefix=prefix, allowed_modules=("tests",))
