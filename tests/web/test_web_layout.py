@@ -110,6 +110,34 @@ def test_no_horizontal_scroll_at_390_px_and_rows_are_cards(base, driver, queue, 
         assert scroll <= inner, (path, scroll, inner)
 
 
+def test_a_laptops_overview_shows_each_queues_state_and_pause_without_scrolling(base, driver,
+                                                                             queue):
+    # twelve long queue names: at 1,280 px the priority bands give way (they add up to
+    # Pending) and the whole table fits its box; from 1,500 px the bands are back
+    for i in range(12):
+        q = queue(f"notifications-{i:02d}-transactional")
+        q.set_rate_limit("100/s")
+        q.enqueue("tests.jobs:add", 1, 2)
+    login(driver, base, TOKEN)
+    try:
+        for width, bands in ((1280, False), (1600, True)):
+            driver.set_window_size(width, 900)
+            driver.get(base + "/")
+            table = driver.find_element(By.ID, "queues")
+            fits = driver.execute_script(
+                "var t = arguments[0]; return [t.scrollWidth, t.parentElement.clientWidth]", table)
+            assert fits[0] <= fits[1], (width, fits)
+            inner = driver.execute_script("return window.innerWidth")
+            for row in table.find_elements(By.CSS_SELECTOR, "tbody tr"):
+                button = row.find_element(By.CSS_SELECTOR, "button")
+                assert button.text == "Pause"
+                assert button.location["x"] + button.size["width"] <= inner, (width, row.text)
+            high = table.find_element(By.CSS_SELECTOR, 'thead th.band')
+            assert high.is_displayed() is bands, width
+    finally:
+        driver.set_window_size(1280, 900)
+
+
 def test_dark_mode_follows_the_system_and_the_toggle_is_kept(base, driver, queue):
     queue("default").enqueue("tests.jobs:add", 1, 2)
     login(driver, base, TOKEN)
