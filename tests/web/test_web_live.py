@@ -183,3 +183,27 @@ def test_failed_and_worker_pages_follow_without_reload(base, driver, queue, proc
     flush_default_sinks(5)
     wait(driver, lambda d: done.id[:12] in d.find_element(By.ID, "outcomes").text, timeout=30)
     assert driver.execute_script("return window.__notReloaded === true;")
+
+
+@needs_browser
+@pytest.mark.slow
+def test_the_overviews_refresh_writes_a_rate_cell_as_the_page_did(base, driver, queue, r):
+    # 1.25 s held: Python's "{:.1f}" writes 1.2 (an exact half goes to the even digit),
+    # a bare toFixed(1) 1.3; the cell must not change at the first refresh
+    from selenium.webdriver.common.by import By
+
+    from tests.web_support import wait
+
+    q = queue("limited")
+    q.set_rate_limit("10/s")
+    q.enqueue("tests.jobs:add", 1, 2)
+    r.hset(q.qkeys.rate, "held_seconds", "1.25")
+    driver.get(base + "/")
+
+    def cell(d, key):
+        return d.find_element(By.CSS_SELECTOR, f'#queues tr[data-queue="limited"] [data-k="{key}"]').text
+
+    assert cell(driver, "rate") == "10/s (held 1.2 s)"
+    q.enqueue("tests.jobs:add", 3, 4)              # a refresh has come once this shows
+    wait(driver, lambda d: cell(d, "pending") == "2")
+    assert cell(driver, "rate") == "10/s (held 1.2 s)"

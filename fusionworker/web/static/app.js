@@ -4,12 +4,25 @@
   "use strict";
   var poll = parseInt(document.body.getAttribute("data-poll-ms"), 10) || 2000;
 
+  // x with one decimal as the page's Python writes it (f"{x:.1f}"): toFixed rounds an
+  // exact half up (1.25 -> "1.3"), Python to the even digit (1.25 -> "1.2"), so a cell
+  // would change at its first refresh with nothing changed
+  function fixed1(x) {
+    x = Number(x);
+    var q = x * 4;      // an exact tie is an odd number of quarters (0.25, 0.75, 1.25, ...)
+    if (Number.isInteger(q) && Math.abs(q) % 2 === 1) {
+      var down = Math.floor(x * 10);                 // exact: x * 10 is a whole and a half
+      return ((down % 2 === 0 ? down : down + 1) / 10).toFixed(1);
+    }
+    return x.toFixed(1);
+  }
+
   function age(s) {
     if (s === null || s === undefined) return "-";
-    if (s < 120) return s.toFixed(1) + "s";
-    if (s < 7200) return (s / 60).toFixed(1) + "m";
-    if (s < 172800) return (s / 3600).toFixed(1) + "h";
-    return (s / 86400).toFixed(1) + "d";
+    if (s < 120) return fixed1(s) + "s";
+    if (s < 7200) return fixed1(s / 60) + "m";
+    if (s < 172800) return fixed1(s / 3600) + "h";
+    return fixed1(s / 86400) + "d";
   }
 
   function el(tag, text, cls) {
@@ -64,7 +77,7 @@
     return { 1: "s", 60: "m", 3600: "h" }[Number(seconds)] || (Number(seconds) + " s");
   }
   function held(seconds) {
-    return seconds ? " (held " + Number(seconds).toFixed(1) + " s)" : "";
+    return seconds ? " (held " + fixed1(seconds) + " s)" : "";
   }
   function rateText(q) {
     var rl = q.rate_limit, grl = q.group_rate_limit, parts = [];
