@@ -41,10 +41,12 @@ class Health:
     workers: dict[str, list[str]] = field(default_factory=dict)  # queue -> live worker names
 
 
-def live_workers(connection: RedisClient, prefix: str, now: float) -> list[dict[str, Any]]:
+def live_workers(connection: RedisClient, prefix: str, now: float,
+                 found: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Workers (``info`` schema) whose heartbeat is younger than their lease (not
-    ``silent``: ``admin.shown_state``)."""
-    workers = (admin.describe_worker(data, now) for data in admin.workers(connection, prefix))
+    ``silent``: ``admin.shown_state``); ``found``: the heartbeat hashes, read already."""
+    hashes = admin.workers(connection, prefix) if found is None else found
+    workers = (admin.describe_worker(data, now) for data in hashes)
     return [w for w in workers if w["heartbeat_age"] is not None and w["state"] != "silent"]
 
 
@@ -59,25 +61,30 @@ def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (
     connection = decoding(connection)   # any redis-py client
     connection.ping()
     queues = list(queues)
-    health = check_queues(connection, prefix, queues)
+    # both parts read the same workers: once (a probe runs every few seconds)
+    found = admin.workers(connection, prefix) if queues and host is not None else None
+    health = check_queues(connection, prefix, queues, found)
     if health.ok and host is not None:
-        health = check_host(connection, prefix, host, health)
+        health = check_host(connection, prefix, host, health, found)
     warning = eviction_warning(connection)
     if warning:    # not unhealthy (restarting workers would not help), but loud
         health.message += f"; WARNING: {warning}"
     return health
 
 
-def check_host(connection: RedisClient, prefix: str, host: str, found: Health) -> Health:
+def check_host(connection: RedisClient, prefix: str, host: str, found: Health,
+               workers: list[dict[str, str]] | None = None) -> Health:
     """``found`` (healthy so far), or unhealthy when no worker of ``host`` (this host:
     the caller runs here) is live, or one of them is ``silent`` (no heartbeat for its
     lease) while its process still runs here: frozen or hung. A silent one whose
     process is gone died, and its key lingers until ``worker_ttl``: a restarted worker
     took over, so it is passed over. What a liveness probe of that host (a pod) asks,
-    where ``--queue`` asks about the whole fleet."""
+    where ``--queue`` asks about the whole fleet. ``workers``: the heartbeat hashes,
+    read already (:func:`check` reads them once for both parts)."""
     now = admin.server_time(connection)
-    mine = [(data, admin.describe_worker(data, now)) for data in admin.workers(
-        connection, prefix) if data.get("host") == host]
+    hashes = admin.workers(connection, prefix) if workers is None else workers
+    mine = [(data, admin.describe_worker(data, now)) for data in hashes
+            if data.get("host") == host]
     live = [w for _, w in mine if w["state"] != "silent"]
     stuck = [w["name"] for data, w in mine if w["state"] == "silent" and _runs_here(data)]
     if stuck:
@@ -103,12 +110,13 @@ def _runs_here(data: dict[str, str]) -> bool:
     return started is not None and (not birth or started <= birth + 2.0)
 
 
-def check_queues(connection: RedisClient, prefix: str, queues: list[str]) -> Health:
-    """The queue part of :func:`check`."""
+def check_queues(connection: RedisClient, prefix: str, queues: list[str],
+                 workers: list[dict[str, str]] | None = None) -> Health:
+    """The queue part of :func:`check` (``workers``: the heartbeat hashes, read already)."""
     if not queues:
         return Health(True, "ok: Redis answers")
     now = admin.server_time(connection)
-    live = live_workers(connection, prefix, now)
+    live = live_workers(connection, prefix, now, workers)
     served: dict[str, list[str]] = {}
     for q in queues:
         names = [w["name"] for w in live if q in w["queues"]]

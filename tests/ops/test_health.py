@@ -17,6 +17,9 @@ from fusionworker.core.connection import connect
 from fusionworker.core.keys import Keys
 from fusionworker.ops import health
 from fusionworker.worker import Worker
+from tests.redis_servers import redis_single
+
+__all__ = ["redis_single"]  # fixture used below
 
 
 @pytest.fixture
@@ -138,3 +141,22 @@ def test_local_passes_over_a_dead_workers_lingering_key(r: Any, prefix: str,
         assert not health.check(r, prefix, host=here).ok
     finally:
         other.deregister()
+
+
+def test_local_with_queues_reads_the_workers_once(redis_single: int, settings: Any) -> None:
+    """``health -q sms --local`` (a probe, every few seconds): the queue part and the
+    host part read the same heartbeat hashes, once (a private server counts them)."""
+    conn = redis.Redis(port=redis_single, decode_responses=True)
+    w = Worker("sms", conn, settings=settings.replace(redis_url=f"redis://127.0.0.1:{redis_single}/0"),
+               name="once", defaults=False, middleware=[])
+    w.register()
+    try:
+        conn.config_resetstat()
+        result = health.check(conn, settings.prefix, ["sms"], host=socket.gethostname())
+        assert result.ok, result.message
+        assert "this host: 1 live worker(s)" in result.message
+        calls = {k.removeprefix("cmdstat_"): v["calls"]
+                 for k, v in conn.info("commandstats").items()}
+        assert calls.get("smembers") == 1 and calls.get("hgetall") == 1, calls
+    finally:
+        w.deregister()
