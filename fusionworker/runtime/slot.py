@@ -145,9 +145,13 @@ class HorseMates:
 
     def asked(self) -> bool:
         """The worker killed the horse for one of its jobs (a timeout, the memory
-        ceiling, a stop...): only then does a held loop explain its death. A horse that
-        died unasked (its own SIGKILL, a segfault, the OOM killer) died of no hold."""
-        return any(other.kill_reason is not None for other in self.slots)
+        ceiling, a stop past its cancel...): only then does a held loop explain its
+        death. A horse that died unasked (its own SIGKILL, a segfault, the OOM killer)
+        died of no hold; nor did one whose stopped job was only asked to cancel its task
+        (no signal yet: :meth:`Slot.cancel_pending`), e.g. a job that kills its own
+        horse at the cancel: the stopped job is the culprit, the mates go back."""
+        return any(other.kill_reason is not None and not other.cancel_pending
+                   for other in self.slots)
 
     def blocked(self) -> bool:
         """A job of the horse held its event loop (the horse said so)."""
@@ -348,6 +352,12 @@ class Slot:
         self.kill_reason = FailureReason.STOPPED
         self.kill_at, self.cancel_at = None, time.monotonic() + KILL_ESCALATION
         return True
+
+    @property
+    def cancel_pending(self) -> bool:
+        """A stop asked its task's cancel and the worker has sent its horse no signal
+        yet (:meth:`escalate` sends SIGTERM at :attr:`cancel_at`)."""
+        return self.cancel_at is not None and self.kill_at is None
 
     def escalate(self, now: float) -> None:
         """A cancel that did not end the job in time: the horse is killed (SIGTERM); a

@@ -46,9 +46,19 @@ def _stopped(q, job, timeout=30):
     return job
 
 
-def _finished(q, jobs, timeout=60):
-    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in jobs),
-             timeout=timeout, what="the mates finished")
+def _finished(q, jobs, timeout=60, output=None):
+    try:
+        wait_for(lambda: all(q.fetch_job(j.id).status in ("finished", "failed") for j in jobs),
+                 timeout=timeout, what="the mates ended")
+        if any(q.fetch_job(j.id).status != "finished" for j in jobs):
+            raise WaitTimeout("a mate failed")
+    except WaitTimeout:
+        seen = [(j.id, str(j.status), j.attempts, j.error_message,
+                 [d["event"] for _, d in job_history(q.connection, q.settings.prefix, q.name,
+                                                      j.id)])
+                for j in (q.fetch_job(j.id) for j in jobs)]
+        raise AssertionError(f"the mates did not finish: {seen}\n"
+                             f"{output() if output else ''}") from None
     return [q.fetch_job(j.id) for j in jobs]
 
 
@@ -234,11 +244,34 @@ def test_a_horse_dying_after_the_cancel_frame(queue, processes, settings, r):
     q.stop(target.id)
     target = _stopped(q, target)
     assert "dying" in r.lrange(key, 0, -1)        # it died of the cancel, not of a kill
-    done = _finished(q, mates)
+    done = _finished(q, mates, output=lambda: processes.output(proc))
     assert [j.attempts for j in done] == [1, 1]
     assert all(j.result[0] != horse for j in done)
     assert not _alive(horse)
     assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in done] == [None, None]
+
+
+def test_a_mate_named_as_holding_the_loop_is_not_blamed_when_the_stopped_job_kills_the_horse(
+        queue, processes, settings, r):
+    """Crash point (found under load, where a mate's own Redis call at its start held
+    the loop past the naming threshold): a mate was named as holding the loop, then the
+    stopped job's task kills its horse at the cancel. The worker sent that horse no
+    signal, so the hold explains nothing: the stopped job is the culprit and the mate
+    goes back uncharged (it was failed as having blocked the loop)."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    target = _enqueue(q, "die_on_cancel", settings.redis_url, key, 60)
+    blocker = _enqueue(q, "block_then_sleep", settings.redis_url, key, 1.5, 2.0)
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
+    wait_for(lambda: f"job {blocker.id}" in processes.output(proc)
+             and "blocks the event loop" in processes.output(proc), what="the hold named")
+    q.stop(target.id)                 # the loop reads the cancel once the hold ends
+    target = _stopped(q, target)
+    assert "dying" in r.lrange(key, 0, -1)        # it killed its horse at the cancel
+    (done,) = _finished(q, [blocker], output=lambda: processes.output(proc))
+    assert done.attempts == 1                     # given back uncharged, run again
+    assert "EventLoopBlocked" not in processes.output(proc)
 
 
 def test_a_stop_asked_before_the_fork_server_answered_is_a_cancel_once_it_does(
