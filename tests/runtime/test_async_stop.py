@@ -274,6 +274,27 @@ def test_a_mate_named_as_holding_the_loop_is_not_blamed_when_the_stopped_job_kil
     assert "EventLoopBlocked" not in processes.output(proc)
 
 
+def test_a_stopped_job_that_holds_the_loop_ends_stopped_and_its_mate_goes_back(
+        queue, processes, settings, r):
+    """The stopped job itself holds the loop (named), so its cancel is never read: the
+    horse is killed at the escalation. Its outcome is the stop (design.md, "A stop of
+    one async job"), not a blocked loop; its mate goes back uncharged."""
+    q = queue()
+    key = f"{settings.prefix}:async:pids"
+    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0)
+    target = _enqueue(q, "sleep_then_block", settings.redis_url, key, 0.2, 30)
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
+    wait_for(lambda: f"job {target.id}" in processes.output(proc)
+             and "blocks the event loop" in processes.output(proc), what="the hold named")
+    q.stop(target.id)
+    target = _stopped(q, target)
+    assert "its horse was killed" in target.error_message
+    (done,) = _finished(q, [mate], output=lambda: processes.output(proc))
+    assert done.attempts == 1
+    assert "EventLoopBlocked" not in processes.output(proc)
+
+
 def test_a_stop_asked_before_the_fork_server_answered_is_a_cancel_once_it_does(
         queue, processes, settings, r):
     """The stop comes while the job's slot waits for the server's answer (the server is
