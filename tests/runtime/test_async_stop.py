@@ -251,27 +251,39 @@ def test_a_horse_dying_after_the_cancel_frame(queue, processes, settings, r):
     assert [r.hget(q.qkeys.job(j.id), "shared_deaths") for j in done] == [None, None]
 
 
+def _stop_once_a_hold_is_named(q, processes, settings, r, first, second, held_by):
+    """Two jobs in one async horse, ``first`` then ``second`` ((func, *args) each); the
+    horse names ``held_by`` (0 or 1) as holding its loop, then the job ``first`` is
+    stopped and ends so. The mate of the stopped job, which must go back uncharged and
+    finish, and the worker's output."""
+    key = f"{settings.prefix}:async:pids"
+    jobs = [_enqueue(q, func, settings.redis_url, key, *args) for func, *args in (first,
+                                                                                  second)]
+    proc = processes.worker("--customq", "default", *ASYNC)
+    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
+    holder = jobs[held_by].id
+    wait_for(lambda: f"job {holder}" in processes.output(proc)
+             and "blocks the event loop" in processes.output(proc), what="the hold named")
+    q.stop(jobs[0].id)
+    target = _stopped(q, jobs[0])
+    (mate,) = _finished(q, jobs[1:], output=lambda: processes.output(proc))
+    assert mate.attempts == 1                     # given back uncharged, run again
+    assert "EventLoopBlocked" not in processes.output(proc)
+    return target, r.lrange(key, 0, -1)
+
+
 def test_a_mate_named_as_holding_the_loop_is_not_blamed_when_the_stopped_job_kills_the_horse(
         queue, processes, settings, r):
     """Crash point (found under load, where a mate's own Redis call at its start held
     the loop past the naming threshold): a mate was named as holding the loop, then the
-    stopped job's task kills its horse at the cancel. The worker sent that horse no
-    signal, so the hold explains nothing: the stopped job is the culprit and the mate
-    goes back uncharged (it was failed as having blocked the loop)."""
-    q = queue()
-    key = f"{settings.prefix}:async:pids"
-    target = _enqueue(q, "die_on_cancel", settings.redis_url, key, 60)
-    blocker = _enqueue(q, "block_then_sleep", settings.redis_url, key, 1.5, 2.0)
-    proc = processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
-    wait_for(lambda: f"job {blocker.id}" in processes.output(proc)
-             and "blocks the event loop" in processes.output(proc), what="the hold named")
-    q.stop(target.id)                 # the loop reads the cancel once the hold ends
-    target = _stopped(q, target)
-    assert "dying" in r.lrange(key, 0, -1)        # it killed its horse at the cancel
-    (done,) = _finished(q, [blocker], output=lambda: processes.output(proc))
-    assert done.attempts == 1                     # given back uncharged, run again
-    assert "EventLoopBlocked" not in processes.output(proc)
+    stopped job's task kills its horse at the cancel (the loop reads the cancel once the
+    hold ends). The worker sent that horse no signal, so the hold explains nothing: the
+    stopped job is the culprit and the mate goes back uncharged (it was failed as having
+    blocked the loop)."""
+    _, pushed = _stop_once_a_hold_is_named(
+        queue(), processes, settings, r, ("die_on_cancel", 60),
+        ("block_then_sleep", 1.5, 2.0), held_by=1)
+    assert "dying" in pushed                      # it killed its horse at the cancel
 
 
 def test_a_stopped_job_that_holds_the_loop_ends_stopped_and_its_mate_goes_back(
@@ -279,20 +291,10 @@ def test_a_stopped_job_that_holds_the_loop_ends_stopped_and_its_mate_goes_back(
     """The stopped job itself holds the loop (named), so its cancel is never read: the
     horse is killed at the escalation. Its outcome is the stop (design.md, "A stop of
     one async job"), not a blocked loop; its mate goes back uncharged."""
-    q = queue()
-    key = f"{settings.prefix}:async:pids"
-    mate = _enqueue(q, "pushed_stamp", settings.redis_url, key, 3.0)
-    target = _enqueue(q, "sleep_then_block", settings.redis_url, key, 0.2, 30)
-    proc = processes.worker("--customq", "default", *ASYNC)
-    wait_for(lambda: r.llen(key) == 2, what="both jobs running in their horse")
-    wait_for(lambda: f"job {target.id}" in processes.output(proc)
-             and "blocks the event loop" in processes.output(proc), what="the hold named")
-    q.stop(target.id)
-    target = _stopped(q, target)
+    target, _ = _stop_once_a_hold_is_named(
+        queue(), processes, settings, r, ("sleep_then_block", 0.2, 30),
+        ("pushed_stamp", 3.0), held_by=0)
     assert "its horse was killed" in target.error_message
-    (done,) = _finished(q, [mate], output=lambda: processes.output(proc))
-    assert done.attempts == 1
-    assert "EventLoopBlocked" not in processes.output(proc)
 
 
 def test_a_stop_asked_before_the_fork_server_answered_is_a_cancel_once_it_does(
