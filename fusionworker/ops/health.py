@@ -42,12 +42,12 @@ class Health:
 
 
 def live_workers(connection: RedisClient, prefix: str, now: float,
-                 found: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
+                 workers: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Workers (``info`` schema) whose heartbeat is younger than their lease (not
-    ``silent``: ``admin.shown_state``); ``found``: the heartbeat hashes, read already."""
-    hashes = admin.workers(connection, prefix) if found is None else found
-    workers = (admin.describe_worker(data, now) for data in hashes)
-    return [w for w in workers if w["heartbeat_age"] is not None and w["state"] != "silent"]
+    ``silent``: ``admin.shown_state``); ``workers``: the heartbeat hashes, read already."""
+    hashes = admin.workers(connection, prefix) if workers is None else workers
+    described = (admin.describe_worker(data, now) for data in hashes)
+    return [w for w in described if w["heartbeat_age"] is not None and w["state"] != "silent"]
 
 
 def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (),
@@ -62,10 +62,10 @@ def check(connection: RedisClient, prefix: str = "fw", queues: Iterable[str] = (
     connection.ping()
     queues = list(queues)
     # both parts read the same workers: once (a probe runs every few seconds)
-    found = admin.workers(connection, prefix) if queues and host is not None else None
-    health = check_queues(connection, prefix, queues, found)
+    workers = admin.workers(connection, prefix) if queues and host is not None else None
+    health = check_queues(connection, prefix, queues, workers)
     if health.ok and host is not None:
-        health = check_host(connection, prefix, host, health, found)
+        health = check_host(connection, prefix, host, health, workers)
     warning = eviction_warning(connection)
     if warning:    # not unhealthy (restarting workers would not help), but loud
         health.message += f"; WARNING: {warning}"

@@ -545,9 +545,9 @@ class Slot:
         now = time.monotonic()
         if self.mates is None or now >= self.lease_until:
             return
-        asked = self.mates.asked()
         if self.kill_reason == FailureReason.STOPPED:
             return               # stopped on request: its outcome, loop held or not
+        asked = self.mates.asked()
         if self.blocking and asked:    # the culprit: its own timeout, or the mates' deadlines
             if exit_.reason != FailureReason.TIMEOUT:
                 exit_.reason, exit_.error_type = FailureReason.KILLED, "EventLoopBlocked"
