@@ -36,8 +36,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from ..exceptions import FusionWorkerError
 from . import codec
 from .config import Settings, check_value
@@ -211,6 +209,8 @@ _RANGES = ("0-59", "0-23", "1-31", "1-12 or jan-dec", "0-6 or sun-sat", "0-59")
 def _bad_field(fields: Sequence[str]) -> str | None:
     """The first field of a 5- or 6-field schedule croniter refuses, with what it takes
     (each tried alone, the others ``*``)."""
+    from croniter import croniter  # at first use (next_after says why)
+
     for i, field in enumerate(fields):
         alone = ["*"] * len(fields)
         alone[i] = field
@@ -224,6 +224,8 @@ def check_schedule(schedule: str, timezone: str = "UTC") -> None:
     """Raise :class:`InvalidSchedule` (one line) unless ``schedule`` is one this scheduler
     honours: 5 fields (minute hour day month weekday) or 6 with seconds last, or an alias
     (``@daily``...); no range that runs backwards; a date that comes; a known zone."""
+    from croniter import croniter  # at first use (next_after says why)
+
     fields = schedule.split() if isinstance(schedule, str) else []
     alias = len(fields) == 1 and fields[0].startswith("@")
     if len(fields) in (5, 6) and not croniter.is_valid(schedule) and _bad_field(fields):
@@ -249,6 +251,11 @@ def _fixed_hour(schedule: str) -> bool:
 
 def next_after(schedule: str, timezone: str, after: float) -> float:
     """The first scheduled time strictly after ``after`` (epoch seconds), in ``timezone``."""
+    # croniter (with dateutil) is imported at the first schedule, not with this module:
+    # every worker imports this one, most have no schedule, and croniter costs each
+    # process 1.6 MiB of memory of its own
+    from croniter import CroniterError, croniter
+
     zone = _zone(timezone)
     it = croniter(schedule, datetime.fromtimestamp(after, zone))
     fixed_hour = _fixed_hour(schedule)

@@ -8,6 +8,7 @@ forked processes, and the NVML reader once against the real ``pynvml``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import select
@@ -22,6 +23,7 @@ import psutil
 import pytest
 
 from fusionworker.core.config import load_settings
+from fusionworker.middleware import governor as governor_module
 from fusionworker.middleware.governor import (
     MIB,
     CpuReader,
@@ -425,6 +427,25 @@ def test_real_pynvml_degrades_cleanly_without_gpu(caplog):
     assert reader.off_reason.startswith("NVML unavailable")
     assert caplog.messages == [f"GPU check off: {reader.off_reason}"]
     assert [rec.levelno for rec in caplog.records] == [logging.DEBUG]
+
+
+def test_host_without_the_driver_never_imports_pynvml(monkeypatch, caplog):
+    """No NVIDIA driver (this machine): the check ends before `import pynvml`, which would
+    cost every worker 2.5 MiB of its own; the reason names the missing library."""
+    if importlib.util.find_spec("pynvml") is None:
+        pytest.skip("pynvml is not installed here")
+    if governor_module.nvml_library_loads():  # pragma: no cover - a host with the driver
+        pytest.skip("this host has the NVIDIA driver")
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    reader = NvmlGpuReader()
+    assert reader() is None and reader() is None
+    assert "pynvml" not in sys.modules
+    assert reader.off_reason == "NVML unavailable (libnvidia-ml.so.1 not found: no NVIDIA driver)"
+    assert [rec.levelno for rec in caplog.records] == [logging.DEBUG]
+    # the probe is a real load: a library this host has loads
+    monkeypatch.setattr(governor_module, "NVML_LIBRARY", "libc.so.6")
+    assert governor_module.nvml_library_loads()
 
 
 # -- per-horse memory ceiling -------------------------------------------------

@@ -9,13 +9,15 @@ import subprocess
 import sys
 
 from fusionworker.core.config import Settings
+from fusionworker.middleware.governor import nvml_library_loads
 
 from ..conftest import worker_env
 
 #: loaded only by the duty that needs it: failure webhooks (requests, and urllib3 and the
-#: codecs charset_normalizer loads with it), the Prometheus endpoint (prometheus_client)
+#: codecs charset_normalizer loads with it), the Prometheus endpoint (prometheus_client),
+#: a cron schedule (croniter, and the dateutil it loads)
 OPTIONAL = ("requests", "urllib3", "charset_normalizer", "prometheus_client",
-            "fusionworker.middleware.metrics")
+            "fusionworker.middleware.metrics", "croniter", "dateutil")
 
 #: a burst worker of the command line, run to its end; then the modules it holds
 _RUN = ("import json, sys\n"
@@ -39,6 +41,9 @@ def test_a_worker_without_webhooks_or_metrics_loads_neither(settings: Settings) 
     loaded = _modules_after_a_burst(settings)
     assert "fusionworker.middleware.callbacks" in loaded     # the duty is there...
     assert sorted(loaded & set(OPTIONAL)) == []               # ...its HTTP client is not
+    assert "fusionworker.middleware.governor" in loaded       # the GPU check ran, and
+    if not nvml_library_loads():                              # without the driver (here)
+        assert "pynvml" not in loaded                         # it did not import pynvml
 
 
 def test_a_worker_with_a_metrics_port_loads_prometheus(settings: Settings) -> None:
