@@ -8,9 +8,11 @@ state left in the horse): a fresh horse says 0.
 
 from __future__ import annotations
 
+import _asyncio
 import os
 import signal
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -287,6 +289,29 @@ def test_warm_horses_are_forked_ahead_one_per_slot_and_replaced(processes, queue
     assert q.fetch_job(nxt.id).result == [warm, 1]
     wait_for(lambda: gone(retiring), timeout=20)
     wait_for(lambda: len(_horses(w.pid)) == 3, timeout=20)   # replaced, forked ahead
+
+
+def test_async_horses_keep_one_ready_not_the_whole_pool(processes, queue):
+    # --async-per-horse K: a horse takes K jobs, so the server keeps one horse ready
+    # beyond those in use (up to C / K), not C / K forked ahead; a burst that needs
+    # more gets them forked then, and every job runs
+    q = queue()
+    w = processes.worker("--customq", "default", "--concurrency", "40", "--horse-jobs",
+                         "100", "--async-per-horse", "10", "--import", "tests.jobs")
+    wait_for(lambda: _horses(w.pid), timeout=20)
+    time.sleep(0.5)
+    assert len(_horses(w.pid)) == 1                  # not the pool's 4
+    # asyncio and the async horse's code were imported by the server before it forked,
+    # once for all its horses (each would take 3 MiB of its own importing them)
+    [server] = [c for c in psutil.Process(w.pid).children() if _is_fork_server(c)]
+    library = getattr(_asyncio, "__file__", None)
+    if library is not None:                          # (a build with _asyncio built in)
+        with open(f"/proc/{server.pid}/maps") as maps:
+            assert library in maps.read()
+    jobs = q.enqueue_many([q.prepare("tests.async_horse_jobs:stamp", 1.5) for _ in range(25)])
+    wait_for(lambda: all(q.fetch_job(j.id).status == "finished" for j in jobs), timeout=30)
+    pids = [q.fetch_job(j.id).result[0] for j in jobs]
+    assert 3 <= len(set(pids)) < 25                  # at K = 10: three horses at least, shared
 
 
 def test_fresh_horses_are_not_forked_one_per_slot(processes, queue):
