@@ -9,12 +9,13 @@ import itertools
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
 from fusionworker.core.config import ConfigError, load_settings
 from fusionworker.core.keys import Keys
-from fusionworker.middleware.governor import Governor
+from fusionworker.middleware.governor import NVML_LIBRARY, Governor
 from fusionworker.runtime.gpus import device_of, resolve_devices
 from tests.conftest import ROOT
 from tests.middleware.test_governor import FakeNVMLError, fake_nvml
@@ -110,17 +111,32 @@ def nvmlDeviceGetMemoryInfo(handle):
 """
 
 
-def test_a_hot_device_holds_its_own_slot_only_until_it_cools(processes, queue, r, settings,
-                                                             tmp_path):
+def _fake_nvml(tmp_path: Path) -> Path:
+    """A directory holding the fake NVML: FAKE_PYNVML as ``pynvml``, and a library
+    named ``libnvidia-ml.so.1`` (a link to this process's libm), so the governor's probe
+    (``nvml_library_loads``: is the driver here?) finds a host with the driver."""
     nvml = tmp_path / "nvml"
     nvml.mkdir()
     (nvml / "pynvml.py").write_text(FAKE_PYNVML)
+    with open("/proc/self/maps") as maps:
+        libm = next(line.split()[-1] for line in maps if "/libm." in line or "/libm-" in line)
+    (nvml / NVML_LIBRARY).symlink_to(libm)
+    return nvml
+
+
+def _on_path(nvml: Path) -> dict[str, str]:
+    """A worker's environment that imports the fake ``pynvml`` and loads its library."""
+    return {"PYTHONPATH": f"{nvml}{os.pathsep}{ROOT}", "LD_LIBRARY_PATH": str(nvml)}
+
+
+def test_a_hot_device_holds_its_own_slot_only_until_it_cools(processes, queue, r, settings,
+                                                             tmp_path):
+    nvml = _fake_nvml(tmp_path)
     (nvml / "gpu0").write_text("95")             # over GPU_THROTTLE_THRESHOLD (85)
     (nvml / "gpu1").write_text("10")
     q = queue()
     w = processes.worker("--customq", "default", "--concurrency", "2", "--gpus", "0,1",
-                         env={"PYTHONPATH": f"{nvml}{os.pathsep}{ROOT}",
-                              "MEMORY_CHECK_INTERVAL": "0.2"})
+                         env={**_on_path(nvml), "MEMORY_CHECK_INTERVAL": "0.2"})
     hb = Keys(settings.prefix).worker(f"{socket.gethostname()}.{w.pid}")
     ids = [q.enqueue("tests.jobs:device_of_horse").id for _ in range(4)]
     wait_for(lambda: all(q.fetch_job(i).status == "finished" for i in ids), timeout=60)
@@ -142,14 +158,12 @@ def test_a_worker_held_by_the_governor_claims_once_it_cools_not_at_its_next_poll
     """A claim refused by the governor was asked again at the next poll (30 s here), not
     at its next sample (MEMORY_CHECK_INTERVAL): a job waited 22 s after the pressure
     ended (found by a trial)."""
-    nvml = tmp_path / "nvml"
-    nvml.mkdir()
-    (nvml / "pynvml.py").write_text(FAKE_PYNVML)
+    nvml = _fake_nvml(tmp_path)
     (nvml / "gpu0").write_text("95")             # over GPU_THROTTLE_THRESHOLD
     (nvml / "gpu1").write_text("10")
     q = queue()
     w = processes.worker("--customq", "default",
-                         env={"PYTHONPATH": f"{nvml}{os.pathsep}{ROOT}",
+                         env={**_on_path(nvml),
                               "GPU_THROTTLE_THRESHOLD": "85", "MEMORY_CHECK_INTERVAL": "0.3",
                               "FUSIONWORKER_POLL_INTERVAL": "30"})
     hb = Keys(settings.prefix).worker(f"{socket.gethostname()}.{w.pid}")

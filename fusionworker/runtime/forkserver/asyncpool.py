@@ -66,7 +66,11 @@ class AsyncHorses:
     allowed: tuple[str, ...]
     exiting: set[int]
     slots: int
+    want: int
     ready: list[Any]
+    idle: dict[int, Any]
+    running: dict[int, Any]
+    handed: set[int]
     spawn: Callable[[], Any]
     out: list[Outgoing]
     hand_async: Callable[[int, int, int, RunRequest, int], None]    # handover.py
@@ -77,9 +81,24 @@ class AsyncHorses:
         self.async_k = max(1, k)
         if self.async_k > 1:
             self.slots = -(-self.slots // self.async_k)
+            # asyncio and the async horse's code, imported once here for every horse
+            # (each imported them itself: 3 MiB of memory of its own)
+            from ..horse import asyncloop  # noqa: F401
         self.is_async: dict[str, bool] = {}               # func -> async def (once known)
         #: the async horses made this turn, by device: sent at its end (handover.py)
         self.making: dict[str | None, _Making] = {}
+
+    def ahead(self) -> int:
+        """How many horses the server keeps ready (``Server.fork_ahead``). Fresh horses:
+        as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one
+        per worker slot, ready, running or idle (a prefork pool; a retired one is
+        replaced). Async horses (K > 1): one beyond those in use, up to the pool's C / K:
+        a horse takes K jobs, so a pool forked whole would hold, at most paces, horses
+        no job reaches (2.9 MiB of PSS each); a turn that needs more forks them then."""
+        if not self.slots:
+            return self.want
+        room = self.slots - len(self.idle) - len(self.running) - len(self.handed)
+        return min(room, 1) if self.async_k > 1 else room
 
     def runs_async(self, func: str) -> bool:
         """An ``async def`` job that goes to an async horse (its function resolved here,

@@ -121,8 +121,6 @@ def serve(fd: int, worker_pid: int, allowed: list[str], retryable: list[str],
     server.horse_jobs, server.max_rss = max(1, horse_jobs), max(0, max_rss_mib) << 20
     server.slots = max(0, slots) if server.horse_jobs > 1 else 0
     server.init_async(async_per_horse if server.horse_jobs > 1 else 1)   # (and the pool)
-    if server.async_k > 1:   # asyncio and the async horse's code, shared by every horse
-        from ..horse import asyncloop  # noqa: F401  (imported in each: 3 MiB of its own)
     server.init_handover(server.horse_jobs > 1)       # the direct path (handover.py)
     if preload:   # before the first horse, fresh or warm: every horse shares this copy
         for module in imports:     # (models loaded once: the worker process never imports them)
@@ -201,23 +199,12 @@ class Server(AsyncHorses, Handover):
             self.fork_ahead()
 
     def fork_ahead(self) -> None:
-        """Fork horses for the next requests, answering the worker first. Fresh horses:
-        as many as the largest batch of requests seen (<= READY_MAX). Warm horses: one per
-        worker slot, ready, running or idle (a prefork pool; a retired one is replaced).
-        Async horses (K > 1): one ready beyond those in use, up to the pool's C / K: a
-        horse takes K jobs, so a pool forked whole would hold, at most paces, horses no
-        job reaches (each 2.9 MiB of PSS); a turn that needs more forks them then."""
+        """Fork horses for the next requests (as many as :meth:`ahead` says), answering
+        the worker first."""
         while len(self.ready) < self.ahead():
             self.ready.append(self.spawn())
             if self.ep.poll(0):
                 break
-
-    def ahead(self) -> int:
-        """How many ready horses :meth:`fork_ahead` keeps."""
-        if not self.slots:
-            return self.want
-        room = self.slots - len(self.idle) - len(self.running) - len(self.handed)
-        return min(room, 1) if self.async_k > 1 else room
 
     def receive(self, events: list[tuple[int, int]]) -> tuple[bool, list[_Running]]:
         """What the turn's events brought: whether the worker is gone (EOF), and the
