@@ -205,12 +205,13 @@ class NvmlGpuReader:
     def _init(self) -> bool:
         if self._nvml is None:
             try:
-                if importlib.util.find_spec("pynvml") is None:
-                    raise ImportError("pynvml")
-                if not nvml_library_loads():   # the usual host: pynvml is never imported
-                    self._turn_off(f"NVML unavailable ({NVML_LIBRARY} not found: no NVIDIA "
-                                   "driver)", absent=True)
-                    return False
+                if "pynvml" not in sys.modules:   # (imported already: nothing to save)
+                    if importlib.util.find_spec("pynvml") is None:
+                        raise ImportError("pynvml")
+                    if not nvml_library_loads():   # the usual host: never imported
+                        self._turn_off(f"NVML unavailable ({NVML_LIBRARY} not found: no "
+                                       "NVIDIA driver)", absent=True)
+                        return False
                 import pynvml  # optional extra "gpu" (nvidia-ml-py)
             except ImportError:
                 self._turn_off("pynvml not installed (pip install 'fusionworker[gpu]'; from "

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -443,6 +444,15 @@ def test_host_without_the_driver_never_imports_pynvml(monkeypatch, caplog):
     assert "pynvml" not in sys.modules
     assert reader.off_reason == "NVML unavailable (libnvidia-ml.so.1 not found: no NVIDIA driver)"
     assert [rec.levelno for rec in caplog.records] == [logging.DEBUG]
+    # a pynvml imported already (a user's own, a stand-in without a module spec) is used
+    # as it is: no probe, and find_spec (which raises on a spec-less module) is not asked
+    stand_in = types.ModuleType("pynvml")
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in)
+    stand_in.NVMLError = FakeNVMLError
+    stand_in.nvmlInit = lambda: None
+    stand_in.nvmlShutdown = lambda: None
+    stand_in.nvmlDeviceGetCount = lambda: 0
+    assert NvmlGpuReader()() is None   # no device: off, not an exception
     # the probe is a real load: a library this host has loads
     monkeypatch.setattr(governor_module, "NVML_LIBRARY", "libc.so.6")
     assert governor_module.nvml_library_loads()
